@@ -1,0 +1,1 @@
+"""Backends, found through vt.registry (name -> import path, imported lazily)."""

@@ -1,0 +1,253 @@
+"""The NumPy backend: executes eagerly, and simulates CUDA stream capture faithfully.
+
+On a capturing stream a launch is recorded, not executed (as on CUDA); `Graph.replay` executes the
+recording over the same buffers, so staging new inputs into persistent buffers and replaying gives
+new answers, and forgetting to stage gives stale ones. Every call listed in
+shared/device-facts.md answers as CUDA does, in each capture mode, with sticky invalidation.
+"""
+
+from __future__ import annotations
+
+import threading
+import traceback
+from typing import Any
+
+import numpy as np
+
+from vt.backend import Backend, Buffer, CaptureMode, Event, Graph, Kernel, Stream, Tensor
+from vt.errors import (
+    CaptureInvalidated,
+    CaptureIsolation,
+    CaptureOnLegacyStream,
+    CaptureUnjoined,
+    CaptureUnsupported,
+    CudaError,
+    H2DDuringCapture,
+    IllegalMemoryAccess,
+    IllegalState,
+)
+
+POISON_BYTE = 0xFF  # float32 0xFFFFFFFF is a NaN: poisoned reads show up in every result
+
+
+class _Capture:
+    """One capture sequence: the origin stream plus every stream forked into it."""
+
+    def __init__(self, origin: Stream, mode: CaptureMode) -> None:
+        self.origin = origin
+        self.mode = mode
+        self.thread = threading.get_ident()
+        self.ops: list[tuple[Any, tuple, dict]] = []
+        self.members: list[Stream] = [origin]
+        self.joined: dict[int, int] = {}  # side stream id -> its num_ops the origin has waited for
+        self.invalid: CudaError | None = None  # sticky: once set, every later capture call fails
+        self.graph_buffers: list[Buffer] = []
+
+    def forbids_unsafe_calls(self) -> bool:
+        if self.mode is CaptureMode.GLOBAL:
+            return True
+        return self.mode is CaptureMode.THREAD_LOCAL and self.thread == threading.get_ident()
+
+    def fail(self, err: CudaError) -> CudaError:
+        if self.invalid is None:
+            self.invalid = err
+        return err
+
+
+class CpuGraph(Graph):
+    def __init__(self, backend: CpuBackend, ops: list, graph_buffers: list[Buffer]) -> None:
+        super().__init__(backend)
+        self.ops = ops
+        self.graph_buffers = graph_buffers
+
+    @property
+    def num_nodes(self) -> int:
+        return len(self.ops)
+
+    def _replay(self, stream: Stream) -> None:
+        backend: CpuBackend = self.backend  # type: ignore[assignment]
+        if stream.capture is not None:  # a graph launched into a capture becomes a child node
+            backend._check_capture_call(stream)
+            stream.capture.ops.extend(self.ops)
+            return
+        for kernel, args, kw in self.ops:
+            backend._execute(kernel, args, kw)
+
+    def _destroy(self) -> None:
+        for buf in self.graph_buffers:
+            self.backend._mark_freed(buf)
+        self.graph_buffers = []
+
+
+def _copy_kernel(xp: Any, dst: Any, src: Any) -> None:
+    dst[...] = src
+
+
+class CpuBackend(Backend):
+    name = "cpu"
+    can_capture = True
+    xp = np
+
+    def __init__(self, *, sanitize: bool | None = None) -> None:
+        super().__init__(sanitize=sanitize)
+        self._captures: list[_Capture] = []
+
+    # ---- memory -----------------------------------------------------------------------------
+    def _any_capture_active(self) -> bool:
+        return bool(self._captures)
+
+    def _alloc(self, nbytes: int) -> Any:
+        self._refuse_if_forbidden()
+        return np.empty(nbytes, dtype=np.uint8)
+
+    def _free(self, buf: Buffer) -> None:
+        if self.is_sanitizing:
+            buf.mem.fill(POISON_BYTE)  # keep the memory: a later touch must read poison, not reuse
+
+    def _alloc_async(self, nbytes: int, stream: Stream) -> tuple[Any, bool]:
+        if stream.capture is not None:
+            self._check_capture_call(stream)
+            return np.empty(nbytes, dtype=np.uint8), True  # a graph alloc node, owned by the graph
+        with self._lock:
+            self.allocs += 1
+            self.allocs_in_step += 1
+        return np.empty(nbytes, dtype=np.uint8), False
+
+    def _as_array(self, t: Tensor) -> Any:
+        return np.ndarray(t.shape, t.dtype, buffer=t.buffer.mem, offset=t.offset)
+
+    # ---- launches ---------------------------------------------------------------------------
+    def launch(self, kernel: Kernel, *args: Any, stream: Stream | None = None, **kw: Any) -> None:
+        stream = stream or self.current_stream()
+        if stream.capture is not None:
+            self._check_capture_call(stream)
+            stream.capture.ops.append((kernel, args, kw))
+        else:
+            self._execute(kernel, args, kw)
+        stream.num_ops += 1
+
+    def _execute(self, kernel: Kernel, args: tuple, kw: dict) -> None:
+        if self.is_sanitizing:
+            for a in (*args, *kw.values()):
+                if isinstance(a, Tensor):
+                    self._check_access(kernel, a)
+        arrays = [a.array() if isinstance(a, Tensor) else a for a in args]
+        kwarrays = {k: (v.array() if isinstance(v, Tensor) else v) for k, v in kw.items()}
+        kernel(np, *arrays, **kwarrays)
+
+    def _check_access(self, kernel: Kernel, t: Tensor) -> None:
+        buf = t.buffer
+        name = getattr(kernel, "__name__", repr(kernel))
+        here = "".join(traceback.format_stack(limit=10)[:-3])
+        if buf.is_freed:
+            raise IllegalMemoryAccess(
+                f"kernel {name!r} touched freed {buf!r} via {t!r}\n"
+                f"--- allocated at:\n{buf.alloc_stack}--- freed at:\n{buf.free_stack}--- launched at:\n{here}")
+        if not t.is_in_range:
+            raise IllegalMemoryAccess(
+                f"kernel {name!r} touched {t!r} out of range: bytes [{t.offset}, {t.offset + t.nbytes}) "
+                f"of a {buf.nbytes}-byte buffer\n"
+                f"--- allocated at:\n{buf.alloc_stack}--- launched at:\n{here}")
+
+    # ---- copies -----------------------------------------------------------------------------
+    def copy_h2d(self, dst: Tensor, src: Any) -> None:
+        if self.current_stream().capture is not None:
+            raise H2DDuringCapture()  # refused before reaching the driver: capture not invalidated
+        self._execute(_copy_kernel, (dst, np.asarray(src, dtype=dst.dtype).reshape(dst.shape)), {})
+
+    def copy_h2d_async(self, dst: Tensor, src: Any, stream: Stream | None = None) -> None:
+        # Inside a capture the host array is captured by reference, as cudaMemcpyAsync captures the
+        # host pointer: replay reads whatever it holds at replay time.
+        self.launch(_copy_kernel, dst, src, stream=stream)
+
+    def copy_d2h(self, src: Tensor) -> Any:
+        stream = self.current_stream()
+        if stream.capture is not None:  # a synchronous copy waits on the stream: illegal in capture
+            raise stream.capture.fail(CaptureUnsupported("synchronous device->host copy"))
+        if self.is_sanitizing:
+            self._check_access(_copy_kernel, src)
+        return src.array().copy()
+
+    # ---- streams and events -----------------------------------------------------------------
+    def record_event(self, stream: Stream | None = None) -> Event:
+        stream = stream or self.current_stream()
+        if stream.capture is not None:
+            self._check_capture_call(stream)
+        return Event(self, stream, stream.num_ops, stream.capture)
+
+    def wait_event(self, stream: Stream, event: Event) -> None:
+        cap = event.capture if event.capture in self._captures else None
+        if stream.capture is None and cap is None:
+            return  # CPU work is synchronous: an outside event is always complete
+        if stream.capture is not None and cap is None:
+            raise stream.capture.fail(CaptureIsolation(f"{stream!r} waited on an event recorded outside"))
+        assert cap is not None
+        if stream.capture is None:  # fork: the side stream joins the capture sequence
+            stream.capture = cap
+            cap.members.append(stream)
+            cap.joined[stream.id] = -1  # has the fork itself to be joined back
+            stream.num_ops += 1
+            return
+        self._check_capture_call(stream)
+        if stream is cap.origin and event.stream is not cap.origin:
+            cap.joined[event.stream.id] = max(cap.joined.get(event.stream.id, -1), event.seq)
+        stream.num_ops += 1
+
+    def query_event(self, event: Event) -> bool:
+        # cudaEventQuery in a capture invalidates it (CuPy then answers False silently). vt refuses
+        # by name instead, and the capture is invalidated, as CUDA does underneath.
+        if self._captures:
+            for cap in self._captures:
+                cap.fail(CaptureUnsupported("event query"))
+            raise CaptureUnsupported("event query during capture")
+        return True
+
+    def synchronize(self, stream: Stream | None = None) -> None:
+        caps = [stream.capture] if stream is not None and stream.capture else ([] if stream else self._captures)
+        if caps:
+            for cap in caps:
+                cap.fail(CaptureUnsupported("synchronize"))
+            raise CaptureUnsupported("synchronize during capture")
+
+    # ---- capture ----------------------------------------------------------------------------
+    def begin_capture(self, stream: Stream, mode: CaptureMode = CaptureMode.GLOBAL) -> None:
+        if stream.is_legacy:
+            raise CaptureOnLegacyStream()
+        if stream.capture is not None:
+            raise stream.capture.fail(IllegalState("begin_capture on a stream that is capturing"))
+        cap = _Capture(stream, CaptureMode(mode))
+        stream.capture = cap
+        self._captures.append(cap)
+
+    def end_capture(self, stream: Stream) -> Graph:
+        cap = stream.capture
+        if cap is None or cap.origin is not stream:
+            raise IllegalState(f"end_capture on {stream!r}, which did not begin a capture")
+        self._captures.remove(cap)
+        for s in cap.members:
+            s.capture = None
+        unjoined = [s for s in cap.members[1:] if cap.joined.get(s.id, -1) < s.num_ops]
+        if cap.invalid is not None:
+            self._drop(cap)
+            raise CaptureInvalidated(f"first failure: {cap.invalid}")
+        if unjoined:
+            self._drop(cap)
+            raise CaptureUnjoined(", ".join(repr(s) for s in unjoined))
+        return CpuGraph(self, cap.ops, cap.graph_buffers)
+
+    def _drop(self, cap: _Capture) -> None:
+        for buf in cap.graph_buffers:
+            self._mark_freed(buf)
+
+    def _check_capture_call(self, stream: Stream) -> None:
+        cap = stream.capture
+        if cap is not None and cap.invalid is not None:
+            raise CaptureInvalidated(f"first failure: {cap.invalid}")
+
+    def _refuse_if_forbidden(self) -> None:
+        forbidding = [c for c in self._captures if c.forbids_unsafe_calls()]
+        if forbidding:
+            err = CaptureUnsupported("driver allocation")
+            for cap in forbidding:
+                cap.fail(err)
+            raise err

@@ -1,0 +1,1 @@
+"""Test harness importable by tests and mutations: counters, the seam harness, the bypass predicate."""

@@ -1,0 +1,202 @@
+"""The CPU backend: record/replay, counters, sanitizer, bad input."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from backends.cpu import CpuBackend
+from tests.helpers import k_add, k_gemm, k_mul, k_tanh
+from vt.backend import CaptureMode
+from vt.errors import BadBufferError, CaptureUnsupported, GraphDestroyed, IllegalMemoryAccess
+
+
+def _tensor(b: CpuBackend, values: np.ndarray):
+    t = b.empty(values.shape, values.dtype)
+    b.copy_h2d(t, values)
+    return t
+
+
+def _chain(b: CpuBackend, x, w, h, out, stream=None) -> None:
+    b.launch(k_gemm, x, w, h, stream=stream)
+    b.launch(k_tanh, h, h, stream=stream)
+    b.launch(k_mul, h, h, out, stream=stream)
+    b.launch(k_add, out, x, out, stream=stream)
+
+
+def test_captured_chain_records_without_executing_and_replays_to_the_eager_numbers() -> None:
+    b = CpuBackend()
+    rng = np.random.default_rng(0)
+    x = _tensor(b, rng.standard_normal((8, 8), dtype=np.float32))
+    w = _tensor(b, rng.standard_normal((8, 8), dtype=np.float32))
+    h, out = b.empty((8, 8), np.float32), b.empty((8, 8), np.float32)
+    _chain(b, x, w, h, out)
+    eager = b.copy_d2h(out)
+
+    b.copy_h2d(out, np.zeros((8, 8), np.float32))
+    s = b.new_stream()
+    b.begin_capture(s)
+    _chain(b, x, w, h, out, stream=s)
+    graph = b.end_capture(s)
+    assert not b.copy_d2h(out).any(), "nothing may execute during capture"
+    assert graph.num_nodes == 4
+    graph.replay(s)
+    np.testing.assert_array_equal(b.copy_d2h(out), eager)
+
+
+def test_replay_after_staging_new_inputs_gives_the_new_answer_and_unstaged_gives_stale() -> None:
+    b = CpuBackend()
+    x, y, out = (b.empty((4,), np.float32) for _ in range(3))
+    b.copy_h2d(x, np.arange(4, dtype=np.float32))
+    b.copy_h2d(y, np.ones(4, np.float32))
+    s = b.new_stream()
+    b.begin_capture(s)
+    b.launch(k_add, x, y, out, stream=s)
+    g = b.end_capture(s)
+    g.replay(s)
+    np.testing.assert_array_equal(b.copy_d2h(out), [1, 2, 3, 4])
+    b.copy_h2d(x, np.full(4, 10, np.float32))  # staged into the persistent input
+    g.replay(s)
+    np.testing.assert_array_equal(b.copy_d2h(out), [11, 11, 11, 11])
+    fresh = _tensor(b, np.zeros(4, np.float32))  # "staged" into a new buffer the graph never saw
+    del fresh
+    g.replay(s)
+    np.testing.assert_array_equal(b.copy_d2h(out), [11, 11, 11, 11])
+
+
+def test_async_h2d_in_capture_reads_the_host_array_at_replay_time() -> None:
+    b = CpuBackend()
+    host = np.zeros(4, np.float32)
+    dst = b.empty((4,), np.float32)
+    s = b.new_stream()
+    b.begin_capture(s)
+    b.copy_h2d_async(dst, host, stream=s)
+    g = b.end_capture(s)
+    host[:] = 7
+    g.replay(s)
+    np.testing.assert_array_equal(b.copy_d2h(dst), [7, 7, 7, 7])
+
+
+def test_counters_count_driver_allocs_and_those_inside_a_capture() -> None:
+    b = CpuBackend()
+    b.reset_counters()
+    t = b.empty((16,), np.float32)
+    assert (b.allocs_in_step, b.allocs_in_capture) == (1, 0)
+    s = b.new_stream()
+    b.begin_capture(s, CaptureMode.RELAXED)
+    b.alloc(64)
+    b.alloc(64)
+    b.end_capture(s)
+    assert b.allocs_in_capture == 2 and b.allocs_in_step == 3
+    b.free(t.buffer)
+    assert b.frees_in_step == 1
+    b.reset_counters()
+    assert (b.allocs_in_step, b.frees_in_step, b.allocs_in_capture) == (0, 0, 0)
+
+
+def test_global_capture_refuses_the_first_allocation_and_counts_it() -> None:
+    b = CpuBackend()
+    s = b.new_stream()
+    b.reset_counters()
+    b.begin_capture(s, CaptureMode.GLOBAL)
+    with pytest.raises(CaptureUnsupported, match="operation not permitted when stream is capturing"):
+        b.pool.get(4096)
+    with pytest.raises(Exception, match="cudaErrorStreamCaptureInvalidated"):
+        b.end_capture(s)
+    assert b.allocs_in_capture == 1
+    assert b.pool.stats()["blocks_in_use"] == 0, "a refused get leaves the pool's counts consistent"
+
+
+# ---- sanitizer ------------------------------------------------------------------------------
+
+
+def test_sanitizer_catches_use_after_free_with_both_stack_traces() -> None:
+    b = CpuBackend(sanitize=True)
+    x = _tensor(b, np.ones(4, np.float32))
+    out = b.empty((4,), np.float32)
+    b.free(x.buffer)
+    assert np.isnan(x.array()).all(), "freed memory is poisoned"
+    with pytest.raises(IllegalMemoryAccess) as ei:
+        b.launch(k_add, x, x, out)
+    msg = str(ei.value)
+    assert "cudaErrorIllegalAddress" in msg and "'k_add'" in msg and f"Buffer#{x.buffer.id}" in msg
+    assert "allocated at:" in msg and "_tensor" in msg  # the allocation's stack
+    assert "freed at:" in msg and "test_sanitizer_catches_use_after_free" in msg.split("freed at:")[1]
+
+
+def test_sanitizer_catches_an_out_of_range_write() -> None:
+    b = CpuBackend(sanitize=True)
+    small = b.empty((4,), np.float32)
+    x = _tensor(b, np.ones(8, np.float32))
+    overrun = small.view((8,))  # 32 bytes over a 16-byte buffer
+    with pytest.raises(IllegalMemoryAccess, match="out of range") as ei:
+        b.launch(k_add, x, x, overrun)
+    msg = str(ei.value)
+    assert "allocated at:" in msg and "launched at:" in msg and "test_sanitizer_catches_an_out_of_range" in msg
+
+
+def test_sanitizer_catches_use_after_free_on_replay() -> None:
+    b = CpuBackend(sanitize=True)
+    x, out = b.empty((4,), np.float32), b.empty((4,), np.float32)
+    s = b.new_stream()
+    b.begin_capture(s)
+    b.launch(k_add, x, x, out, stream=s)
+    g = b.end_capture(s)
+    b.free(x.buffer)
+    with pytest.raises(IllegalMemoryAccess, match="freed"):
+        g.replay(s)
+
+
+def test_without_sanitizer_a_use_after_free_is_silent() -> None:
+    """Non-vacuity for the sanitizer tests: the bug really is invisible without it."""
+    b = CpuBackend(sanitize=False)
+    x, out = _tensor(b, np.ones(4, np.float32)), b.empty((4,), np.float32)
+    b.free(x.buffer)
+    b.launch(k_add, x, x, out)
+    np.testing.assert_array_equal(b.copy_d2h(out), [2, 2, 2, 2])
+
+
+# ---- bad input ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("n", [0, -8, 1 << 41, 2.0, None])
+def test_bad_alloc_sizes(n) -> None:
+    b = CpuBackend()
+    with pytest.raises(BadBufferError):
+        b.alloc(n)
+    assert b.allocs == 0
+
+
+def test_double_free_and_foreign_free_are_typed_errors() -> None:
+    b, other = CpuBackend(), CpuBackend()
+    buf = b.alloc(64)
+    b.free(buf)
+    with pytest.raises(BadBufferError, match="double free"):
+        b.free(buf)
+    with pytest.raises(BadBufferError, match="another backend"):
+        other.free(b.alloc(64))
+    assert b.frees == 1 and other.frees == 0
+
+
+def test_replaying_or_destroying_a_destroyed_graph_is_a_typed_error() -> None:
+    b = CpuBackend()
+    s = b.new_stream()
+    b.begin_capture(s)
+    g = b.end_capture(s)
+    g.destroy()
+    with pytest.raises(GraphDestroyed):
+        g.replay(s)
+    with pytest.raises(GraphDestroyed):
+        g.destroy()
+
+
+def test_graph_owned_async_allocation_is_freed_by_destroy_not_free() -> None:
+    b = CpuBackend()
+    s = b.new_stream()
+    b.begin_capture(s)
+    buf = b.alloc_async(256, s)
+    g = b.end_capture(s)
+    with pytest.raises(BadBufferError, match="belongs to a graph"):
+        b.free(buf)
+    g.destroy()
+    assert buf.is_freed

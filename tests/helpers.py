@@ -1,0 +1,55 @@
+"""Small shared test helpers (a mock allocator for the pool, kernels for the backends)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from vt.backend import Buffer
+
+
+class MockAllocator:
+    """Stands in for a backend under the pool: counts and remembers every driver call."""
+
+    name = "mock"
+
+    def __init__(self) -> None:
+        self._pool = None
+        self.allocs: list[int] = []
+        self.freed: list[Buffer] = []
+        self.live: dict[int, Buffer] = {}
+        self._next = 1
+        self.capturing = False
+
+    def alloc(self, nbytes: int) -> Buffer:
+        if nbytes <= 0:
+            raise ValueError(nbytes)
+        buf = Buffer(self, nbytes, None, self._next, None)  # type: ignore[arg-type]
+        self._next += 1
+        self.allocs.append(nbytes)
+        self.live[buf.id] = buf
+        return buf
+
+    def free(self, buf: Buffer) -> None:
+        assert buf.id in self.live, f"driver free of unknown or freed buffer {buf.id}"
+        del self.live[buf.id]
+        buf.is_freed = True
+        self.freed.append(buf)
+
+    def _any_capture_active(self) -> bool:
+        return self.capturing
+
+
+def k_add(xp: Any, x: Any, y: Any, out: Any) -> None:
+    xp.add(x, y, out=out)
+
+
+def k_mul(xp: Any, x: Any, y: Any, out: Any) -> None:
+    xp.multiply(x, y, out=out)
+
+
+def k_tanh(xp: Any, x: Any, out: Any) -> None:
+    xp.tanh(x, out=out)
+
+
+def k_gemm(xp: Any, a: Any, b: Any, out: Any) -> None:
+    xp.matmul(a, b, out=out)

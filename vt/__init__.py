@@ -1,0 +1,20 @@
+"""vt: an LLM inference engine whose CUDA-graph and memory discipline is proven on the CPU first."""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["LLM", "SamplingParams"]
+
+
+def __getattr__(name: str) -> Any:
+    # Lazy: `import vt` must not pull the engine, models or backends in (DESIGN.md, Layout).
+    if name == "LLM":
+        from vt.engine.llm import LLM
+
+        return LLM
+    if name == "SamplingParams":
+        from vt.engine.sampling import SamplingParams
+
+        return SamplingParams
+    raise AttributeError(name)

@@ -1,0 +1,52 @@
+"""Every VT_* flag, read once per process, in one place.
+
+A flag that is re-read on every call lets a test (or an operator) flip behaviour half-way through a
+run; the pool bypass lane in particular must be one process, one answer. `flags()` reads the
+environment the first time it is called and never again.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from dataclasses import dataclass
+
+
+def _read_bool(name: str, default: bool) -> bool:
+    raw = os.environ.get(name)
+    if raw is None or raw == "":
+        return default
+    if raw in ("1", "true", "yes", "on"):
+        return True
+    if raw in ("0", "false", "no", "off"):
+        return False
+    raise ValueError(f"{name}={raw!r}: expected 0 or 1")
+
+
+@dataclass(frozen=True, slots=True)
+class Flags:
+    pool_bypass: bool  # VT_POOL_BYPASS=1: every get is a driver alloc, every put a driver free
+    pool_exact: bool  # VT_POOL_EXACT=1: size classes are the exact byte counts
+    pool_borrow: bool  # VT_POOL_BORROW=0: no best-fit borrow from larger classes
+    pool_stats: bool  # VT_POOL_STATS=1: print pool stats at shutdown
+    cudagraph: bool  # VT_CUDAGRAPH=0: capture scopes are inert, everything runs eagerly
+    async_executor: bool  # VT_ASYNC_EXECUTOR=1: double-buffered decode slots
+    sanitize: bool  # VT_SANITIZE=1: CPU sanitizer (poison on free, checked launches)
+
+    @classmethod
+    def from_environ(cls) -> Flags:
+        return cls(
+            pool_bypass=_read_bool("VT_POOL_BYPASS", False),
+            pool_exact=_read_bool("VT_POOL_EXACT", False),
+            pool_borrow=_read_bool("VT_POOL_BORROW", True),
+            pool_stats=_read_bool("VT_POOL_STATS", False),
+            cudagraph=_read_bool("VT_CUDAGRAPH", True),
+            async_executor=_read_bool("VT_ASYNC_EXECUTOR", False),
+            sanitize=_read_bool("VT_SANITIZE", False),
+        )
+
+
+@functools.cache
+def flags() -> Flags:
+    """The process's flags, read from the environment on first use only."""
+    return Flags.from_environ()

@@ -1,0 +1,247 @@
+"""DevicePool: size-classed LIFO free lists over a backend's driver allocations.
+
+Why it exists: a CUDA graph capture refuses a driver allocation (global mode), so every block a
+captured step needs must already sit on a free list. The pool measures what a step needs
+(`mark_step_boundary` + `step_demand_profile`) and grows to it before a capture
+(`pregrow_for_capture`).
+
+Aliasing rule (measured on an H200): blocks a captured graph used as temporaries may return to the
+free lists only for transient work that is dead before that graph's next replay. Long-lived buffers
+(weights, KV cache, a slot's persistent inputs and retained outputs) never come from here; they use
+`Backend.empty`, a dedicated driver allocation.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextvars
+import threading
+from bisect import bisect_right, insort
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from vt.backend import Buffer, Tensor
+from vt.errors import PoolError
+
+MAX_BORROW_RUNGS = 16  # a borrow goes at most one octave (16 rungs) up ...
+MAX_BORROW_FACTOR = 2  # ... and never to a class more than twice the requester's
+
+
+def size_class(nbytes: int, exact: bool = False) -> int:
+    """Sizes under 16 B are exact; above, keep the leading bit and the 4 bits below it, rounding
+    up: 16 rungs per octave, at most 1/16 = 6.25% waste."""
+    if exact or nbytes < 16:
+        return nbytes
+    shift = nbytes.bit_length() - 5
+    if shift <= 0:
+        return nbytes
+    return ((nbytes + (1 << shift) - 1) >> shift) << shift
+
+
+class _SizeClass:
+    __slots__ = ("size", "free", "live", "base", "peak")
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        # LIFO. Invariant: a block on a free list is never live (is_live False, nobody holds it),
+        # and it sits on the list of the class it was allocated at.
+        self.free: list[Block] = []
+        # Blocks handed to requesters of THIS class and not yet put back. A borrowed block counts
+        # here (the requester's class), not at the larger class it came from: a loan, not a demotion.
+        self.live = 0
+        self.base = 0  # `live` at the last step boundary
+        self.peak = 0  # max(live - base) since the last step boundary: what a capture will need
+
+
+class Block:
+    """A pool block: a driver Buffer plus the class it belongs to and the class it is lent to."""
+
+    __slots__ = ("buffer", "nbytes", "home", "lent_to", "pool", "is_live")
+
+    def __init__(self, buffer: Buffer, home: _SizeClass | None, pool: DevicePool) -> None:
+        self.buffer = buffer
+        self.nbytes = buffer.nbytes
+        self.home = home  # the class it was allocated at; `put` returns it to this free list
+        self.lent_to: _SizeClass | None = None  # the requester's class while live
+        self.pool = pool
+        self.is_live = False
+
+    def tensor(self, shape: tuple[int, ...], dtype: Any) -> Tensor:
+        t = Tensor(self.buffer, shape, dtype)
+        t.block = self
+        return t
+
+
+_active_pool: contextvars.ContextVar[DevicePool | None] = contextvars.ContextVar("vt_active_pool", default=None)
+
+
+def current_pool() -> DevicePool | None:
+    """The pool made active by `DevicePool.activate()` in this context, if any."""
+    return _active_pool.get()
+
+
+class DevicePool:
+    def __init__(self, backend: Any, *, bypass: bool | None = None, exact: bool | None = None,
+                 borrow: bool | None = None) -> None:
+        from vt.env import flags
+
+        f = flags()
+        if getattr(backend, "_pool", None) is not None:
+            raise PoolError(f"backend {getattr(backend, 'name', backend)!r} already has a DevicePool")
+        self.backend = backend
+        backend._pool = self
+        self.is_bypass = f.pool_bypass if bypass is None else bypass
+        self.is_exact = f.pool_exact if exact is None else exact
+        self.can_borrow = f.pool_borrow if borrow is None else borrow
+        self._lock = threading.Lock()  # not re-entrant: nothing under it calls back into the pool
+        self._classes: dict[int, _SizeClass] = {}
+        self._sizes: list[int] = []  # sorted class sizes, for the best-fit borrow search
+        self._class_of: dict[int, int] = {}  # nbytes -> class size (memo: the hit path is hot)
+        self.hits = self.misses = self.borrows = 0
+        if f.pool_stats:
+            atexit.register(lambda: print(f"vt pool stats ({getattr(backend, 'name', '?')}): {self.stats()}"))
+
+    # ---- get / put --------------------------------------------------------------------------
+    def get(self, nbytes: int) -> Block:
+        c = self._class_of.get(nbytes)
+        if c is None:
+            c = self._class_key(nbytes)
+        with self._lock:
+            sc = self._classes.get(c)
+            if sc is None:
+                sc = self._new_class(c)
+            if self.is_bypass:
+                blk = Block(self.backend.alloc(nbytes), None, self)
+                self.misses += 1
+            elif sc.free:
+                blk = sc.free.pop()
+                self.hits += 1
+            else:
+                blk = self._borrow(c) or self._miss(sc)
+            blk.is_live = True
+            blk.lent_to = sc
+            live = sc.live = sc.live + 1
+            if live - sc.base > sc.peak:
+                sc.peak = live - sc.base
+            return blk
+
+    def put(self, blk: Block) -> None:
+        if not isinstance(blk, Block) or blk.pool is not self:
+            raise PoolError(f"put of a block this pool did not hand out: {blk!r}")
+        with self._lock:
+            if not blk.is_live:
+                raise PoolError(f"put of a block that is not live (double put?): {blk.buffer!r}")
+            blk.is_live = False
+            blk.lent_to.live -= 1  # type: ignore[union-attr]
+            blk.lent_to = None
+            if self.is_bypass or blk.home is None:
+                self.backend.free(blk.buffer)
+            else:
+                blk.home.free.append(blk)
+
+    def empty(self, shape: tuple[int, ...], dtype: Any) -> Tensor:
+        """A transient tensor on a pool block; give it back with `release`."""
+        import numpy as np
+
+        n = 1
+        for d in shape:
+            n *= int(d)
+        return self.get(max(n * np.dtype(dtype).itemsize, 1)).tensor(shape, dtype)
+
+    def release(self, t: Tensor) -> None:
+        self.put(t.block)
+
+    # ---- step profile and capture preparation -----------------------------------------------
+    def mark_step_boundary(self) -> None:
+        with self._lock:
+            for sc in self._classes.values():
+                sc.base = sc.live
+                sc.peak = 0
+
+    def step_demand_profile(self) -> dict[int, int]:
+        with self._lock:
+            return {c: sc.peak for c, sc in self._classes.items() if sc.peak > 0}
+
+    def pregrow_for_capture(self, demand: dict[int, int]) -> int:
+        """Allocate until each class's free list holds demand[class] blocks; returns how many."""
+        if self.is_bypass:
+            return 0
+        if self._backend_is_capturing():
+            raise PoolError("pregrow_for_capture inside a capture: it must run before begin_capture")
+        grown = 0
+        with self._lock:
+            for c, n in demand.items():
+                sc = self._classes.get(c) or self._new_class(c)
+                while len(sc.free) < n:
+                    sc.free.append(Block(self.backend.alloc(c), sc, self))
+                    grown += 1
+        return grown
+
+    def drain(self) -> int:
+        """Free every free-list block to the driver; returns bytes freed. Live blocks untouched."""
+        if self.is_bypass:
+            return 0
+        freed = 0
+        with self._lock:
+            for sc in self._classes.values():
+                while sc.free:
+                    blk = sc.free.pop()
+                    self.backend.free(blk.buffer)
+                    freed += blk.nbytes
+        return freed
+
+    # ---- scope and stats --------------------------------------------------------------------
+    @contextmanager
+    def activate(self) -> Iterator[DevicePool]:
+        token = _active_pool.set(self)
+        try:
+            yield self
+        finally:
+            _active_pool.reset(token)
+
+    def stats(self) -> dict[str, int]:
+        with self._lock:
+            return {
+                "hits": self.hits,
+                "misses": self.misses,
+                "borrows": self.borrows,
+                "retained_bytes": sum(b.nbytes for sc in self._classes.values() for b in sc.free),
+                "classes": len(self._classes),
+                "blocks_in_use": sum(sc.live for sc in self._classes.values()),
+            }
+
+    # ---- internals --------------------------------------------------------------------------
+    def _class_key(self, nbytes: int) -> int:
+        from vt.backend import _check_nbytes
+
+        nbytes = _check_nbytes(nbytes)
+        c = size_class(nbytes, self.is_exact)
+        self._class_of[nbytes] = c
+        return c
+
+    def _new_class(self, c: int) -> _SizeClass:
+        sc = self._classes[c] = _SizeClass(c)
+        insort(self._sizes, c)
+        return sc
+
+    def _borrow(self, c: int) -> Block | None:
+        if not self.can_borrow:
+            return None
+        i = bisect_right(self._sizes, c)
+        for size in self._sizes[i : i + MAX_BORROW_RUNGS]:
+            if size > MAX_BORROW_FACTOR * c:
+                break
+            if self._classes[size].free:
+                self.borrows += 1
+                return self._classes[size].free.pop()
+        return None
+
+    def _miss(self, sc: _SizeClass) -> Block:
+        blk = Block(self.backend.alloc(sc.size), sc, self)
+        self.misses += 1
+        return blk
+
+    def _backend_is_capturing(self) -> bool:
+        probe = getattr(self.backend, "_any_capture_active", None)
+        return bool(probe and probe())

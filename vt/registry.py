@@ -1,0 +1,28 @@
+"""Explicit registries: name -> import path, imported lazily (never by import side effects)."""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from vt.errors import ConfigError
+
+BACKENDS: dict[str, str] = {
+    "cpu": "backends.cpu:CpuBackend",
+    "cuda": "backends.cuda:CudaBackend",
+}
+
+
+def _load(path: str) -> Any:
+    module, _, attr = path.partition(":")
+    return getattr(importlib.import_module(module), attr)
+
+
+def backend_class(name: str) -> Any:
+    if name not in BACKENDS:
+        raise ConfigError(f"backend={name!r}: expected one of {sorted(BACKENDS)}")
+    return _load(BACKENDS[name])
+
+
+def make_backend(name: str, **kw: Any) -> Any:
+    return backend_class(name)(**kw)
