@@ -22,3 +22,22 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """Under the mutation runner, prove the code under test is the sandbox's, not the checkout's."""
+    import os
+    from pathlib import Path
+
+    sandbox = os.environ.get("VT_MUTATION_SANDBOX")
+    if not sandbox:
+        return
+    import backends
+    import models
+    import seams
+    import vt
+
+    for mod in (vt, backends, models, seams):
+        where = Path(mod.__file__ or "").resolve()
+        if not where.is_relative_to(Path(sandbox).resolve()):
+            raise pytest.UsageError(f"mutation sandbox leak: {mod.__name__} imported from {where}, not {sandbox}")

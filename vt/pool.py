@@ -98,6 +98,7 @@ class DevicePool:
         self._classes: dict[int, _SizeClass] = {}
         self._sizes: list[int] = []  # sorted class sizes, for the best-fit borrow search
         self._class_of: dict[int, int] = {}  # nbytes -> class size (memo: the hit path is hot)
+        self._owned: set[Block] = set()  # every pooled block not yet drained, live or free
         self.hits = self.misses = self.borrows = 0
         if f.pool_stats:
             atexit.register(lambda: print(f"vt pool stats ({getattr(backend, 'name', '?')}): {self.stats()}"))
@@ -133,7 +134,8 @@ class DevicePool:
             if not blk.is_live:
                 raise PoolError(f"put of a block that is not live (double put?): {blk.buffer!r}")
             blk.is_live = False
-            blk.lent_to.live -= 1  # type: ignore[union-attr]
+            requester: _SizeClass = blk.lent_to  # type: ignore[assignment]
+            requester.live -= 1
             blk.lent_to = None
             if self.is_bypass or blk.home is None:
                 self.backend.free(blk.buffer)
@@ -174,7 +176,9 @@ class DevicePool:
             for c, n in demand.items():
                 sc = self._classes.get(c) or self._new_class(c)
                 while len(sc.free) < n:
-                    sc.free.append(Block(self.backend.alloc(c), sc, self))
+                    blk = Block(self.backend.alloc(c), sc, self)
+                    self._owned.add(blk)
+                    sc.free.append(blk)
                     grown += 1
         return grown
 
@@ -184,11 +188,13 @@ class DevicePool:
             return 0
         freed = 0
         with self._lock:
+            doomed = [b for sc in self._classes.values() for b in sc.free]
             for sc in self._classes.values():
-                while sc.free:
-                    blk = sc.free.pop()
-                    self.backend.free(blk.buffer)
-                    freed += blk.nbytes
+                sc.free.clear()
+            for blk in doomed:
+                self._owned.discard(blk)
+                self.backend.free(blk.buffer)
+                freed += blk.nbytes
         return freed
 
     # ---- scope and stats --------------------------------------------------------------------
@@ -239,6 +245,7 @@ class DevicePool:
 
     def _miss(self, sc: _SizeClass) -> Block:
         blk = Block(self.backend.alloc(sc.size), sc, self)
+        self._owned.add(blk)
         self.misses += 1
         return blk
 

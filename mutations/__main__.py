@@ -1,0 +1,54 @@
+"""python -m mutations run [--only ID ...] [--jobs N] [--report-dir DIR] | python -m mutations list"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+from mutations.model import Verdict
+from mutations.registry import ENTRIES
+from mutations.reports import markdown, write_all
+from mutations.runner import BaselineError, CheckoutChanged, RunConfig, Runner
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m mutations")
+    sub = p.add_subparsers(dest="cmd", required=True)
+    sub.add_parser("list", help="list registered mutations")
+    r = sub.add_parser("run", help="run mutants in sandboxes and write the reports")
+    r.add_argument("--only", nargs="+", metavar="ID")
+    r.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
+    r.add_argument("--report-dir", type=Path, default=Path("reports/mutations"))
+    r.add_argument("--root", type=Path, default=Path.cwd())
+    r.add_argument("--no-cache", action="store_true")
+    args = p.parse_args(argv)
+    if args.cmd == "list":
+        for m in ENTRIES:
+            print(f"{m.id}\t{m.kind.value}\t{m.file}\t{m.description}")
+        return 0
+    entries = ENTRIES
+    if args.only:
+        unknown = set(args.only) - {m.id for m in ENTRIES}
+        if unknown:
+            print(f"unknown mutation id(s): {sorted(unknown)}", file=sys.stderr)
+            return 2
+        entries = [m for m in ENTRIES if m.id in args.only]
+    root = args.root.resolve()
+    cache = None if args.no_cache else root / ".vt-cache" / "mutations"
+    t0 = time.monotonic()
+    try:
+        results = Runner(RunConfig(root=root, jobs=args.jobs, cache_dir=cache)).run(entries)
+    except (BaselineError, CheckoutChanged) as e:
+        print(f"mutation run aborted: {e}", file=sys.stderr)
+        return 2
+    paths = write_all(results, root, args.report_dir)
+    print(markdown(results))
+    print(f"wall time {time.monotonic() - t0:.1f}s; reports: {', '.join(str(p) for p in paths)}")
+    return 0 if all(r.verdict is Verdict.KILLED for r in results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,107 @@
+"""Run the gates in a sandbox and judge from per-test results (JUnit XML), not exit codes."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+import xml.etree.ElementTree as ET
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from mutations.model import Mutation, Verdict
+
+
+@dataclass(slots=True)
+class Outcome:
+    rc: int
+    seconds: float
+    is_timeout: bool = False
+    passed: set[str] = field(default_factory=set)
+    failed: dict[str, str] = field(default_factory=dict)  # test id -> failure text
+    errors: dict[str, str] = field(default_factory=dict)  # collection / setup errors
+    log: str = ""
+
+
+def _node_id(classname: str, name: str, files: set[str]) -> str:
+    """JUnit's (classname, name) back to a pytest node id, using the gate files to split module/class."""
+    parts = classname.split(".")
+    for i in range(len(parts), 0, -1):
+        mod = "/".join(parts[:i]) + ".py"
+        if mod in files:
+            return "::".join([mod, *parts[i:], name])
+    return f"{classname}::{name}"
+
+
+def parse_junit(path: Path, files: set[str]) -> tuple[set[str], dict[str, str], dict[str, str]]:
+    passed: set[str] = set()
+    failed: dict[str, str] = {}
+    errors: dict[str, str] = {}
+    root = ET.parse(path).getroot()
+    for case in root.iter("testcase"):
+        nid = _node_id(case.get("classname", ""), case.get("name", ""), files)
+        fail = case.find("failure")
+        err = case.find("error")
+        if fail is not None:
+            failed[nid] = (fail.get("message") or "") + "\n" + (fail.text or "")
+        elif err is not None:
+            errors[nid] = (err.get("message") or "") + "\n" + (err.text or "")
+        elif case.find("skipped") is None:
+            passed.add(nid)
+    return passed, failed, errors
+
+
+def run_gates(sandbox: Path, m: Mutation, timeout: float | None) -> Outcome:
+    report = sandbox / ".mutation-junit.xml"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "VT_"))}
+    env.update(dict(m.env))
+    env["PYTHONPATH"] = str(sandbox)  # import the sandbox's code, never the checkout's
+    env["PYTHONPYCACHEPREFIX"] = str(sandbox / ".pycache")  # its own bytecode cache
+    env["VT_MUTATION_SANDBOX"] = str(sandbox)
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:randomly",
+           f"--basetemp={sandbox / '.pytest-tmp'}", f"--junitxml={report}", "-o", "junit_family=xunit1",
+           *m.gate_files]
+    t0 = time.monotonic()
+    try:
+        proc = subprocess.run(cmd, cwd=sandbox, env=env, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired as e:
+        return Outcome(rc=-1, seconds=time.monotonic() - t0, is_timeout=True, log=str(e.stdout or "")[-4000:])
+    out = Outcome(rc=proc.returncode, seconds=time.monotonic() - t0, log=(proc.stdout + proc.stderr)[-6000:])
+    if report.exists():
+        out.passed, out.failed, out.errors = parse_junit(report, set(m.gate_files))
+    return out
+
+
+def _matches(gate: str, nid: str) -> bool:
+    return nid == gate or nid.startswith(gate + "[") or nid.startswith(gate + "::")
+
+
+def judge(m: Mutation, o: Outcome) -> tuple[Verdict, str, list[str], list[str]]:
+    """(verdict, reason, failed gate tests, failed unnamed tests)."""
+    if o.is_timeout:
+        return Verdict.TIMEOUT, f"ran past {o.seconds:.1f}s", [], []
+    if o.errors or o.rc in (2, 3, 4, 5) or not (o.passed or o.failed):
+        first = next(iter(o.errors.values()), "") or o.log
+        return Verdict.ERROR, f"pytest rc={o.rc}: {first.strip()[:600]}", [], []
+    failed_gates = [t for t in o.failed if any(_matches(g, t) for g in m.gates)]
+    others = [t for t in o.failed if t not in failed_gates]
+    red = [g for g in m.gates if any(_matches(g, t) for t in failed_gates)]
+    green = [g for g in m.gates if g not in red]
+    if green:
+        return Verdict.SURVIVED, f"gate(s) stayed green: {', '.join(green)}", failed_gates, others
+    texts = [o.failed[t] for t in failed_gates]
+    if m.expect is not None and not any(m.expect in t for t in texts):
+        return Verdict.SURVIVED, f"gates failed, but without {m.expect!r}: {first_line(texts[0])}", failed_gates, others
+    reason = first_line(next((t for t in texts if m.expect and m.expect in t), texts[0]))
+    if others:
+        return Verdict.OVERREACH, f"{reason} (also failed: {', '.join(others)})", failed_gates, others
+    return Verdict.KILLED, reason, failed_gates, others
+
+
+def first_line(text: str) -> str:
+    for line in text.splitlines():
+        line = line.strip()
+        if line.startswith("E ") or line.startswith("AssertionError") or "Error" in line:
+            return line.removeprefix("E ").strip()[:300]
+    return text.strip().splitlines()[0][:300] if text.strip() else ""

@@ -1,0 +1,70 @@
+"""What a mutation is, and what running one concluded."""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+import json
+from dataclasses import asdict, dataclass, field
+
+
+class Kind(enum.Enum):
+    SOURCE = "source"  # breaks production code: a gate must notice
+    TEST_SETUP = "test-setup"  # breaks a test's own setup: proves a guard in the test is load-bearing
+
+
+class Verdict(enum.Enum):
+    KILLED = "Killed"  # every named gate failed (with the expected text, if one is given)
+    SURVIVED = "Survived"  # a named gate stayed green, or failed for another reason than expected
+    OVERREACH = "Overreach"  # the gates failed, and so did tests the entry does not name
+    NOT_APPLIED = "NotApplied"  # the anchor matched a different number of places than declared
+    TIMEOUT = "Timeout"  # ran past k x the baseline
+    ERROR = "Error"  # collection errors, usage errors, no tests
+
+
+@dataclass(frozen=True, slots=True)
+class Mutation:
+    id: str
+    description: str
+    file: str
+    old: str
+    new: str
+    gates: tuple[str, ...]
+    count: int = 1  # how many places `old` must match
+    expect: str | None = None  # text the gate's failure must contain
+    kind: Kind = Kind.SOURCE
+    env: tuple[tuple[str, str], ...] = ()  # extra environment, e.g. (("VT_POOL_BYPASS", "1"),)
+
+    def __post_init__(self) -> None:
+        if not self.gates:
+            raise ValueError(f"mutation {self.id}: names no gate")
+        if self.old == self.new:
+            raise ValueError(f"mutation {self.id}: old == new")
+        if self.count < 1:
+            raise ValueError(f"mutation {self.id}: count must be >= 1")
+
+    @property
+    def gate_files(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(g.split("::")[0] for g in self.gates))
+
+    def fingerprint(self) -> str:
+        d = asdict(self)
+        d["kind"] = self.kind.value
+        return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()
+
+
+@dataclass(slots=True)
+class Result:
+    mutation: Mutation
+    verdict: Verdict
+    seconds: float = 0.0
+    reason: str = ""  # the failing assertion, or why it is not Killed
+    failed_gates: list[str] = field(default_factory=list)
+    failed_others: list[str] = field(default_factory=list)
+    diff: str = ""
+    is_cached: bool = False
+
+    def to_json(self) -> dict:
+        return {"id": self.mutation.id, "verdict": self.verdict.value, "seconds": self.seconds,
+                "reason": self.reason, "failed_gates": self.failed_gates,
+                "failed_others": self.failed_others, "diff": self.diff}

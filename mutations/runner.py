@@ -1,0 +1,115 @@
+"""The runner: baseline, sandboxed mutants in parallel, a verdict cache, the manifest check."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+from mutations.judge import Outcome, judge, run_gates
+from mutations.model import Mutation, Result, Verdict
+from mutations.sandbox import apply, make_sandbox, manifest, tracked_files
+
+CACHE_SHARED = ("tests/conftest.py", "tests/helpers.py")  # every gate file leans on these
+
+
+class BaselineError(RuntimeError):
+    """The gates are red or empty with no mutation applied: no verdict would mean anything."""
+
+
+class CheckoutChanged(RuntimeError):
+    """The checkout's sha256 manifest differs after the run: the runner must never edit it."""
+
+
+@dataclass(slots=True)
+class RunConfig:
+    root: Path
+    jobs: int = os.cpu_count() or 1
+    timeout_factor: float = 5.0  # a mutant gets k x its gates' baseline time ...
+    timeout_floor: float = 60.0  # ... and never less than this
+    cache_dir: Path | None = None
+
+
+class Runner:
+    def __init__(self, cfg: RunConfig) -> None:
+        self.cfg = cfg
+        self.files = tracked_files(cfg.root)
+        self.baseline: dict[tuple, float] = {}  # (gate files, env) -> seconds
+
+    def run(self, entries: list[Mutation]) -> list[Result]:
+        before = manifest(self.cfg.root)
+        self._check_baselines(entries)
+        with ThreadPoolExecutor(max_workers=max(1, self.cfg.jobs)) as ex:
+            results = list(ex.map(self._run_one, entries))
+        if manifest(self.cfg.root) != before:
+            raise CheckoutChanged("the checkout's sha256 manifest changed during the mutation run")
+        return results
+
+    # ---- baseline ---------------------------------------------------------------------------
+    def _check_baselines(self, entries: list[Mutation]) -> None:
+        groups = {(m.gate_files, m.env): m for m in entries}
+        with ThreadPoolExecutor(max_workers=max(1, self.cfg.jobs)) as ex:
+            outs = list(ex.map(self._baseline_one, groups.values()))
+        for m, out in zip(groups.values(), outs):
+            if out.is_timeout or out.failed or out.errors or not out.passed:
+                bad = list(out.failed) + list(out.errors)
+                raise BaselineError(
+                    f"unmutated gates are {'empty' if not (out.passed or bad) else 'red'} for {m.id} "
+                    f"({', '.join(m.gate_files)}): {bad[:5]} rc={out.rc}\n{out.log[-2000:]}")
+            missing = [g for g in m.gates if not any(p == g or p.startswith((g + "[", g + "::")) for p in out.passed)]
+            if missing:
+                raise BaselineError(f"gate(s) of {m.id} collected nothing or did not pass unmutated: {missing}")
+            self.baseline[(m.gate_files, m.env)] = out.seconds
+
+    def _baseline_one(self, m: Mutation) -> Outcome:
+        with tempfile.TemporaryDirectory(prefix="vt-mut-base-") as d:
+            sandbox = make_sandbox(self.cfg.root, self.files, Path(d))
+            return run_gates(sandbox, m, timeout=None)
+
+    # ---- one mutant -------------------------------------------------------------------------
+    def _run_one(self, m: Mutation) -> Result:
+        key = self._cache_key(m)
+        cached = self._cache_get(key, m)
+        if cached is not None:
+            return cached
+        t0 = time.monotonic()
+        with tempfile.TemporaryDirectory(prefix=f"vt-mut-{m.id}-") as d:
+            sandbox = make_sandbox(self.cfg.root, self.files, Path(d))
+            applied, diff, _ = apply(m, sandbox)
+            if not applied:
+                return Result(m, Verdict.NOT_APPLIED, time.monotonic() - t0, diff)
+            limit = max(self.cfg.timeout_floor, self.cfg.timeout_factor * self.baseline[(m.gate_files, m.env)])
+            out = run_gates(sandbox, m, timeout=limit)
+        verdict, reason, failed_gates, others = judge(m, out)
+        res = Result(m, verdict, time.monotonic() - t0, reason, failed_gates, others, diff)
+        self._cache_put(key, res)
+        return res
+
+    # ---- cache ------------------------------------------------------------------------------
+    def _cache_key(self, m: Mutation) -> str:
+        h = hashlib.sha256(m.fingerprint().encode())
+        for rel in sorted({m.file, *m.gate_files, *CACHE_SHARED}):
+            p = self.cfg.root / rel
+            h.update(rel.encode() + b"\0" + (p.read_bytes() if p.is_file() else b"<missing>"))
+        return h.hexdigest()
+
+    def _cache_get(self, key: str, m: Mutation) -> Result | None:
+        if self.cfg.cache_dir is None:
+            return None
+        p = self.cfg.cache_dir / f"{key}.json"
+        if not p.is_file():
+            return None
+        d = json.loads(p.read_text())
+        return Result(m, Verdict(d["verdict"]), d["seconds"], d["reason"], d["failed_gates"],
+                      d["failed_others"], d["diff"], is_cached=True)
+
+    def _cache_put(self, key: str, res: Result) -> None:
+        if self.cfg.cache_dir is None or res.verdict in (Verdict.TIMEOUT, Verdict.ERROR):
+            return
+        self.cfg.cache_dir.mkdir(parents=True, exist_ok=True)
+        (self.cfg.cache_dir / f"{key}.json").write_text(json.dumps(res.to_json()))

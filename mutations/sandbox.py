@@ -1,0 +1,79 @@
+"""Sandbox copies of the checkout, the sha256 manifest, and applying a mutation."""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+from mutations.model import Mutation
+
+SKIP_DIRS = {".git", ".venv", "__pycache__", ".pytest_cache", ".hypothesis", ".mypy_cache",
+             ".ruff_cache", ".vt-cache", "reports", ".benchmarks"}
+
+
+def tracked_files(root: Path) -> list[str]:
+    """The checkout's tracked files (git), or every file outside caches when it is no git repo."""
+    try:
+        out = subprocess.run(["git", "ls-files", "-z"], cwd=root, capture_output=True, check=True)
+        files = [f for f in out.stdout.decode().split("\0") if f]
+        if files:
+            return [f for f in files if (root / f).is_file()]
+    except (OSError, subprocess.CalledProcessError):
+        pass
+    found = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = [d for d in dirnames if d not in SKIP_DIRS and not d.endswith(".egg-info")]
+        for name in filenames:
+            found.append(os.path.relpath(os.path.join(dirpath, name), root))
+    return sorted(found)
+
+
+def manifest(root: Path) -> dict[str, str]:
+    """sha256 of every file in the checkout (tracked or not, caches excluded)."""
+    out = {}
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = [d for d in dirnames if d not in SKIP_DIRS and not d.endswith(".egg-info")]
+        for name in filenames:
+            p = os.path.join(dirpath, name)
+            with open(p, "rb") as f:
+                out[os.path.relpath(p, root)] = hashlib.sha256(f.read()).hexdigest()
+    return out
+
+
+def make_sandbox(root: Path, files: list[str], dest: Path) -> Path:
+    for rel in files:
+        target = dest / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(root / rel, target)
+    return dest
+
+
+def apply(m: Mutation, sandbox: Path) -> tuple[bool, str, str]:
+    """Apply m in the sandbox. Returns (applied, diff or reason, original text)."""
+    path = sandbox / m.file
+    if not path.is_file():
+        return False, f"file {m.file} does not exist", ""
+    text = path.read_text()
+    found = text.count(m.old)
+    if found != m.count:
+        return False, f"anchor matched {found} place(s), declared {m.count}", text
+    mutated = text.replace(m.old, m.new)
+    path.write_text(mutated)
+    diff = "".join(difflib.unified_diff(text.splitlines(True), mutated.splitlines(True),
+                                        f"a/{m.file}", f"b/{m.file}", n=2))
+    return True, diff, text
+
+
+def anchor_location(text: str, old: str) -> tuple[int, int, int, int]:
+    """1-based (line, column) of the first match's start and (exclusive) end."""
+    i = max(text.find(old), 0)
+    start_line = text.count("\n", 0, i) + 1
+    start_col = i - (text.rfind("\n", 0, i) + 1) + 1
+    j = i + len(old)
+    end_line = text.count("\n", 0, j) + 1
+    end_col = j - (text.rfind("\n", 0, j) + 1) + 1
+    return start_line, start_col, end_line, end_col

@@ -1,0 +1,1 @@
+collect_ignore = ["fixture_project"]

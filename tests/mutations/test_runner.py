@@ -1,0 +1,98 @@
+"""Self-tests of the mutation runner on a small fixture project (not vt itself)."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from mutations.model import Mutation, Verdict
+from mutations.runner import BaselineError, RunConfig, Runner
+from mutations.sandbox import manifest
+
+FIXTURE = Path(__file__).parent / "fixture_project"
+T = "tests/test_calc.py"
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    dest = tmp_path / "proj"
+    shutil.copytree(FIXTURE, dest, ignore=shutil.ignore_patterns("__pycache__"))
+    return dest
+
+
+def run(project: Path, *entries: Mutation, cache: Path | None = None, floor: float = 30.0):
+    cfg = RunConfig(root=project, jobs=2, timeout_factor=3.0, timeout_floor=floor, cache_dir=cache)
+    return {r.mutation.id: r for r in Runner(cfg).run(list(entries))}
+
+
+def M(id: str, old: str, new: str, gates: tuple[str, ...], **kw) -> Mutation:
+    return Mutation(id=id, description=id, file="calc.py", old=old, new=new, gates=gates, **kw)
+
+
+BREAK_SCALE = dict(old="    return x * k", new="    return x + k")
+BREAK_ADD = dict(old="    return a + b", new="    return a - b")
+
+
+def test_killed_noop_survived_overreach_and_the_checkout_untouched(project: Path) -> None:
+    before = manifest(project)
+    res = run(
+        project,
+        M("killed", **BREAK_SCALE, gates=(f"{T}::test_scale",), expect="scale is wrong"),
+        M("noop", old="no such text", new="x", gates=(f"{T}::test_scale",)),
+        M("miscount", old="    return", new="    return  ", gates=(f"{T}::test_scale",)),  # 3 places, 1 declared
+        M("wrong-text", **BREAK_SCALE, gates=(f"{T}::test_scale",), expect="a different message"),
+        M("overreach", **BREAK_ADD, gates=(f"{T}::test_add",)),
+        M("survived", old="    out = 0", new="    out = 0  # harmless", gates=(f"{T}::test_total",)),
+    )
+    assert res["killed"].verdict is Verdict.KILLED and "scale is wrong" in res["killed"].reason
+    assert res["noop"].verdict is Verdict.NOT_APPLIED
+    assert res["miscount"].verdict is Verdict.NOT_APPLIED and "matched 3" in res["miscount"].reason
+    assert res["wrong-text"].verdict is Verdict.SURVIVED
+    assert res["overreach"].verdict is Verdict.OVERREACH and f"{T}::test_total" in res["overreach"].failed_others
+    assert res["survived"].verdict is Verdict.SURVIVED
+    assert manifest(project) == before, "the checkout must be byte-identical after the run"
+
+
+def test_a_red_baseline_aborts(project: Path) -> None:
+    (project / "calc.py").write_text((project / "calc.py").read_text().replace("x * k", "x - k"))
+    with pytest.raises(BaselineError, match="red"):
+        run(project, M("any", **BREAK_ADD, gates=(f"{T}::test_scale",)))
+
+
+def test_an_empty_gate_aborts(project: Path) -> None:
+    with pytest.raises(BaselineError, match="collected nothing"):
+        run(project, M("ghost", **BREAK_ADD, gates=(f"{T}::test_does_not_exist", f"{T}::test_add")))
+
+
+def test_a_hanging_mutant_reads_timeout(project: Path) -> None:
+    res = run(project, M("hang", old="    return x * k", new="    while True:\n        pass",
+                         gates=(f"{T}::test_scale",)), floor=3.0)
+    assert res["hang"].verdict is Verdict.TIMEOUT
+
+
+def test_a_collection_error_reads_error(project: Path) -> None:
+    res = run(project, M("syntax", old="def scale(x, k):", new="def scale(x, k)", gates=(f"{T}::test_scale",)))
+    assert res["syntax"].verdict is Verdict.ERROR
+
+
+def test_the_sandbox_guard_refuses_code_imported_from_elsewhere(tmp_path: Path) -> None:
+    """vt's conftest refuses to run when vt is imported from outside VT_MUTATION_SANDBOX."""
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, VT_MUTATION_SANDBOX=str(tmp_path))
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/vt/test_env.py"],
+                          cwd=Path(__file__).parents[2], env=env, capture_output=True, text=True)
+    assert proc.returncode == 4 and "mutation sandbox leak" in proc.stdout + proc.stderr
+
+
+def test_unchanged_mutants_come_from_the_cache(project: Path, tmp_path: Path) -> None:
+    entry = M("killed", **BREAK_SCALE, gates=(f"{T}::test_scale",))
+    first = run(project, entry, cache=tmp_path / "cache")["killed"]
+    second = run(project, entry, cache=tmp_path / "cache")["killed"]
+    assert not first.is_cached and second.is_cached and second.verdict is Verdict.KILLED
+    (project / "tests/test_calc.py").write_text((project / "tests/test_calc.py").read_text() + "\n# edited\n")
+    assert not run(project, entry, cache=tmp_path / "cache")["killed"].is_cached, "a gate edit invalidates"
