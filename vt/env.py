@@ -32,6 +32,7 @@ class Flags:
     cudagraph: bool  # VT_CUDAGRAPH=0: capture scopes are inert, everything runs eagerly
     async_executor: bool  # VT_ASYNC_EXECUTOR=1: double-buffered decode slots
     sanitize: bool  # VT_SANITIZE=1: CPU sanitizer (poison on free, checked launches)
+    cache_dir: str  # VT_CACHE_DIR: where built-in tiny checkpoints are written on first use
 
     @classmethod
     def from_environ(cls) -> Flags:
@@ -43,6 +44,7 @@ class Flags:
             cudagraph=_read_bool("VT_CUDAGRAPH", True),
             async_executor=_read_bool("VT_ASYNC_EXECUTOR", False),
             sanitize=_read_bool("VT_SANITIZE", False),
+            cache_dir=os.environ.get("VT_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "vt"),
         )
 
 

@@ -1,0 +1,189 @@
+"""THE decode-graph driver: every model's decode steps (target dense, target MoE, draft) go through
+this one class. A driver per model is how a real engine came to have seven drivers opening captures
+over pools nobody had pre-grown.
+
+Per step, unconditionally: `pool.mark_step_boundary()`. A slot's first step is cold (eager) and
+records the step's demand profile. Before EVERY capture, unconditionally and in one place
+(`_capture`): `pool.pregrow_for_capture(slot.demand)`. Then capture, replay once; later steps stage
+inputs into the slot's persistent buffers outside the graph and replay.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from vt.backend import Graph, Tensor
+from vt.capture import GraphCaptureScope
+
+I64, F32 = np.int64, np.float32
+
+
+def capture_ladder(max_num_seqs: int) -> list[int]:
+    """{1, 2, 4, 8, 16, 24, 32, ...} up to max_num_seqs (which is always a rung)."""
+    rungs = [s for s in (1, 2, 4, 8) if s < max_num_seqs] + list(range(16, max_num_seqs, 8))
+    return [*rungs, max_num_seqs]
+
+
+def width_bucket(width: int) -> int:
+    """Block-table widths are padded to a power of two, so a growing sequence invalidates a slot's
+    graph only log2(max width) times."""
+    return 1 << max(0, int(width) - 1).bit_length()
+
+
+@dataclass(slots=True)
+class DecodeInputs:
+    """Host arrays for one decode step of B requests x q tokens each (rows in batch order)."""
+
+    tokens: np.ndarray  # [B*q]
+    positions: np.ndarray  # [B*q]
+    slots: np.ndarray  # [B*q] KV slot of each token
+    block_tables: np.ndarray  # [B, W]
+    q: int = 1
+
+
+class Slot:
+    """A captured decode shape: persistent step inputs, its graph, retained outputs, for its life."""
+
+    def __init__(self, driver: DecodeGraphDriver, key: tuple[int, int, bool], width: int) -> None:
+        S, q, _ = key
+        b, c = driver.backend, driver.model.cfg
+        self.key, self.width = key, width
+        self.tokens, self.positions = b.empty((S * q,), I64), b.empty((S * q,), I64)
+        self.slots, self.token_row = b.empty((S * q,), I64), b.empty((S * q,), I64)
+        self.block_tables = b.empty((S, width), I64)
+        self.logits = b.empty((S * q, c.vocab_size), F32)  # retained [S, vocab] output
+        self.hidden = b.empty((S * q, c.hidden_size), F32)  # retained [S, H] output
+        self.demand: dict[int, int] | None = None  # the cold step's profile
+        self.graph: Graph | None = None
+        self.num_replays = 0
+
+    @property
+    def is_captured(self) -> bool:
+        return self.graph is not None
+
+    def buffers(self) -> list[Tensor]:
+        return [self.tokens, self.positions, self.slots, self.token_row, self.block_tables, self.logits, self.hidden]
+
+
+class DecodeGraphDriver:
+    def __init__(self, model: Any, kv: Any, max_num_seqs: int, *, enabled: bool = True,
+                 double_buffer: bool | None = None) -> None:
+        from vt.env import flags
+
+        self.model, self.kv = model, kv
+        self.backend, self.pool = model.backend, model.backend.pool
+        self.ladder = capture_ladder(max_num_seqs)
+        self.is_enabled = enabled and flags().cudagraph and self.backend.can_capture
+        self.double_buffer = flags().async_executor if double_buffer is None else double_buffer
+        self.stream = self.backend.new_stream()
+        self.slots: dict[tuple[int, int, bool], list[Slot]] = {}
+        self._turn: dict[tuple[int, int, bool], int] = {}
+        self.last_slot: Slot | None = None
+        self.num_eager = self.num_captures = self.num_replays = 0
+
+    # ---- public -----------------------------------------------------------------------------
+    def step(self, inp: DecodeInputs, spec: bool = False) -> np.ndarray:
+        """Runs one decode step; returns host logits [B*q, vocab]."""
+        self.pool.mark_step_boundary()
+        B = inp.block_tables.shape[0]
+        if not self.is_enabled or B > self.ladder[-1]:
+            self.last_slot = None
+            return self._eager(inp)
+        S = next(s for s in self.ladder if s >= B)
+        slot = self._slot((S, inp.q, spec), width_bucket(inp.block_tables.shape[1]))
+        self._stage(slot, inp)
+        if slot.demand is None:
+            self._run_cold(slot)
+        elif slot.graph is None:
+            self._capture(slot)
+        else:
+            slot.graph.replay(self.stream)
+            slot.num_replays += 1
+            self.num_replays += 1
+        self.last_slot = slot
+        return self.backend.copy_d2h(slot.logits)[: B * inp.q]
+
+    # ---- slots ------------------------------------------------------------------------------
+    def _slot(self, key: tuple[int, int, bool], width: int) -> Slot:
+        n = 2 if (self.double_buffer or key[2]) else 1  # spec keys are always double-buffered
+        pair = self.slots.setdefault(key, [])
+        turn = self._turn[key] = (self._turn.get(key, -1) + 1) % n
+        if turn >= len(pair):
+            pair.append(Slot(self, key, width))
+        slot = pair[turn]
+        if slot.width != width:  # a new block-table width invalidates the graph: rebuild, never reuse
+            self._retire(slot)
+            slot = pair[turn] = Slot(self, key, width)
+        return slot
+
+    def _retire(self, slot: Slot) -> None:
+        if slot.graph is not None:
+            slot.graph.destroy()
+        for t in slot.buffers():
+            self.backend.free(t.buffer)
+
+    def _stage(self, slot: Slot, inp: DecodeInputs) -> None:
+        """Host -> the slot's persistent inputs, outside any graph. Padding rows are inert: slot -1
+        (no KV write), position 0, and a block-table row of trash blocks."""
+        S, q, _ = slot.key
+        n, B = inp.tokens.shape[0], inp.block_tables.shape[0]
+        tokens, positions = np.zeros(S * q, I64), np.zeros(S * q, I64)
+        slots = np.full(S * q, -1, I64)
+        tokens[:n], positions[:n], slots[:n] = inp.tokens, inp.positions, inp.slots
+        tables = np.full((S, slot.width), self.kv.num_blocks, I64)
+        tables[:B, : inp.block_tables.shape[1]] = inp.block_tables
+        b = self.backend
+        b.copy_h2d(slot.tokens, tokens)
+        b.copy_h2d(slot.positions, positions)
+        b.copy_h2d(slot.slots, slots)
+        b.copy_h2d(slot.token_row, np.repeat(np.arange(S, dtype=I64), q))
+        b.copy_h2d(slot.block_tables, tables)
+
+    def _forward(self, slot: Slot) -> None:
+        from models.qwen3 import ForwardBatch
+
+        fb = ForwardBatch(slot.tokens, slot.positions, slot.slots, False, token_row=slot.token_row,
+                          block_tables=slot.block_tables)
+        self.model.forward(fb, self.kv, slot.logits, slot.hidden)
+
+    def _run_cold(self, slot: Slot) -> None:
+        with self.backend.use_stream(self.stream):
+            self._forward(slot)
+        slot.demand = self.pool.step_demand_profile()
+        self.num_eager += 1
+
+    def _capture(self, slot: Slot) -> None:
+        assert slot.demand is not None
+        self.pool.pregrow_for_capture(slot.demand)  # before EVERY capture, unconditionally
+        scope = GraphCaptureScope(self.backend, self.stream, enabled=True)
+        with scope:
+            self._forward(slot)
+        if scope.capture_failed:
+            assert scope.error is not None
+            raise scope.error  # the capture executed nothing: its outputs are garbage
+        slot.graph = scope.graph
+        self.num_captures += 1
+        assert slot.graph is not None
+        slot.graph.replay(self.stream)
+
+    def _eager(self, inp: DecodeInputs) -> np.ndarray:
+        from models.qwen3 import ForwardBatch
+
+        b, pool = self.backend, self.pool
+        B, q = inp.block_tables.shape[0], inp.q
+        staged = []
+        for host in (inp.tokens, inp.positions, inp.slots, np.repeat(np.arange(B, dtype=I64), q), inp.block_tables):
+            t = pool.empty(host.shape, I64)
+            b.copy_h2d(t, host)
+            staged.append(t)
+        logits = pool.empty((B * q, self.model.cfg.vocab_size), F32)
+        fb = ForwardBatch(staged[0], staged[1], staged[2], False, token_row=staged[3], block_tables=staged[4])
+        self.model.forward(fb, self.kv, logits)
+        out = b.copy_d2h(logits)
+        for t in (*staged, logits):
+            pool.release(t)
+        self.num_eager += 1
+        return out

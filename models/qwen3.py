@@ -1,0 +1,186 @@
+"""Qwen3ForCausalLM and Qwen3MoeForCausalLM, as the HF architectures define them, on a vt Backend.
+
+Weights and the KV cache are long-lived (`Backend.empty`); every intermediate is a transient pool
+tensor released as soon as it is dead, so a step's demand profile is what its capture needs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from models import kernels as K
+from models.config import ModelConfig
+from models.loader import Checkpoint
+from vt.backend import Backend, Tensor
+
+F32 = np.float32
+
+
+@dataclass(slots=True)
+class ForwardBatch:
+    """One step's inputs. Device tensors, plus host metadata for the eager prefill path."""
+
+    input_ids: Tensor  # [T] int64
+    positions: Tensor  # [T] int64
+    slot_mapping: Tensor  # [T] int64; -1 = padding row, writes nothing
+    is_prefill: bool
+    # decode: each token's block-table row and the tables (static shapes, capturable)
+    token_row: Tensor | None = None  # [T] int64
+    block_tables: Tensor | None = None  # [R, W] int64
+    # prefill: (first row, num tokens, first position, block table) per sequence; logits rows
+    seqs: list[tuple[int, int, int, list[int]]] = field(default_factory=list)
+    logits_rows: Tensor | None = None  # [N] int64: which rows get logits (prefill: each seq's last)
+
+
+@dataclass(slots=True)
+class KVCache:
+    k: list[Tensor]  # per layer [num_blocks + 1, block_size, nkv, hd]; the last block is the trash block
+    v: list[Tensor]
+    num_blocks: int
+    block_size: int
+
+    @property
+    def trash_slot(self) -> int:
+        return self.num_blocks * self.block_size
+
+
+class Qwen3ForCausalLM:
+    """Dense or MoE by the config (Qwen3MoeForCausalLM has num_experts > 0)."""
+
+    def __init__(self, ckpt: Checkpoint, backend: Backend) -> None:
+        self.cfg: ModelConfig = ckpt.config
+        self.backend = backend
+        self.pool = backend.pool
+        self.w = self._load(ckpt.weights)
+        inv = 1.0 / (self.cfg.rope_theta ** (np.arange(0, self.cfg.head_dim, 2, dtype=np.int64) / self.cfg.head_dim))
+        ang = np.outer(np.arange(self.cfg.max_position_embeddings, dtype=F32), inv.astype(F32))
+        ang = np.concatenate([ang, ang], axis=-1)
+        self.cos, self.sin = self._upload(np.cos(ang)), self._upload(np.sin(ang))
+
+    # ---- weights ----------------------------------------------------------------------------
+    def _upload(self, a: np.ndarray) -> Tensor:
+        t = self.backend.empty(a.shape, a.dtype)
+        self.backend.copy_h2d(t, a)
+        return t
+
+    def _load(self, hf: dict[str, np.ndarray]) -> dict[str, Tensor]:
+        c = self.cfg
+        get = lambda k: np.asarray(hf[k], dtype=F32)  # noqa: E731
+        w = {"embed": get("model.embed_tokens.weight"), "norm": get("model.norm.weight")}
+        w["lm_head_t"] = (get("model.embed_tokens.weight") if c.tie_word_embeddings else get("lm_head.weight")).T
+        for i in range(c.num_hidden_layers):
+            p, a = f"model.layers.{i}.", f"model.layers.{i}.self_attn."
+            w[f"{i}.ln1"], w[f"{i}.ln2"] = get(p + "input_layernorm.weight"), get(p + "post_attention_layernorm.weight")
+            w[f"{i}.qkv_t"] = np.concatenate([get(a + f"{n}_proj.weight") for n in "qkv"]).T
+            w[f"{i}.o_t"] = get(a + "o_proj.weight").T
+            w[f"{i}.q_norm"], w[f"{i}.k_norm"] = get(a + "q_norm.weight"), get(a + "k_norm.weight")
+            if c.is_sparse_layer(i):
+                ex = [f"{p}mlp.experts.{e}." for e in range(c.num_experts)]
+                w[f"{i}.router_t"] = get(p + "mlp.gate.weight").T
+                w[f"{i}.experts_gu"] = np.stack([np.concatenate([get(e + "gate_proj.weight"),
+                                                                 get(e + "up_proj.weight")]).T for e in ex])
+                w[f"{i}.experts_down"] = np.stack([get(e + "down_proj.weight").T for e in ex])
+            else:
+                w[f"{i}.gu_t"] = np.concatenate([get(p + "mlp.gate_proj.weight"), get(p + "mlp.up_proj.weight")]).T
+                w[f"{i}.down_t"] = get(p + "mlp.down_proj.weight").T
+        return {k: self._upload(np.ascontiguousarray(v)) for k, v in w.items()}
+
+    def make_kv_cache(self, num_blocks: int, block_size: int) -> KVCache:
+        c = self.cfg
+        shape = (num_blocks + 1, block_size, c.num_key_value_heads, c.head_dim)
+        zeros = np.zeros(shape, F32)
+        ks = [self._upload(zeros) for _ in range(c.num_hidden_layers)]
+        vs = [self._upload(zeros) for _ in range(c.num_hidden_layers)]
+        return KVCache(ks, vs, num_blocks, block_size)
+
+    # ---- forward ----------------------------------------------------------------------------
+    def forward(self, fb: ForwardBatch, kv: KVCache, logits: Tensor, hidden: Tensor | None = None) -> None:
+        """Writes logits [N, vocab] (and, if given, the final hidden states [N, H]) for fb's logit rows
+        (prefill) or for every token (decode)."""
+        b, pool, c = self.backend, self.pool, self.cfg
+        T = fb.input_ids.shape[0]
+        x = pool.empty((T, c.hidden_size), F32)
+        b.launch(K.embed, self.w["embed"], fb.input_ids, x)
+        for i in range(c.num_hidden_layers):
+            self._layer(i, x, fb, kv)
+        if fb.is_prefill:
+            assert fb.logits_rows is not None
+            last = pool.empty((fb.logits_rows.shape[0], c.hidden_size), F32)
+            b.launch(K.gather_rows, x, fb.logits_rows, last)
+            pool.release(x)
+            x = last
+        normed = hidden if hidden is not None else pool.empty(x.shape, F32)
+        b.launch(K.rmsnorm, x, self.w["norm"], normed, eps=c.rms_norm_eps)
+        b.launch(K.matmul, normed, self.w["lm_head_t"], logits)
+        pool.release(x)
+        if hidden is None:
+            pool.release(normed)
+
+    def _layer(self, i: int, x: Tensor, fb: ForwardBatch, kv: KVCache) -> None:
+        b, pool, c, w = self.backend, self.pool, self.cfg, self.w
+        T, H = x.shape
+        h = pool.empty((T, H), F32)
+        b.launch(K.rmsnorm, x, w[f"{i}.ln1"], h, eps=c.rms_norm_eps)
+        attn = self._attention(i, h, fb, kv)
+        b.launch(K.add, x, attn, x)
+        pool.release(attn)
+        b.launch(K.rmsnorm, x, w[f"{i}.ln2"], h, eps=c.rms_norm_eps)
+        mlp = self._moe(i, h) if c.is_sparse_layer(i) else self._mlp(i, h)
+        b.launch(K.add, x, mlp, x)
+        pool.release(mlp)
+        pool.release(h)
+
+    def _attention(self, i: int, h: Tensor, fb: ForwardBatch, kv: KVCache) -> Tensor:
+        b, pool, c, w = self.backend, self.pool, self.cfg, self.w
+        T = h.shape[0]
+        nh, nkv, hd = c.num_attention_heads, c.num_key_value_heads, c.head_dim
+        qkv = pool.empty((T, (nh + 2 * nkv) * hd), F32)
+        b.launch(K.matmul, h, w[f"{i}.qkv_t"], qkv)
+        q, k, v = pool.empty((T, nh, hd), F32), pool.empty((T, nkv, hd), F32), pool.empty((T, nkv, hd), F32)
+        b.launch(K.split_qkv, qkv, q, k, v)
+        pool.release(qkv)
+        b.launch(K.head_norm_rope, q, w[f"{i}.q_norm"], self.cos, self.sin, fb.positions, q, eps=c.rms_norm_eps)
+        b.launch(K.head_norm_rope, k, w[f"{i}.k_norm"], self.cos, self.sin, fb.positions, k, eps=c.rms_norm_eps)
+        b.launch(K.store_kv, k, v, kv.k[i], kv.v[i], fb.slot_mapping, trash_slot=kv.trash_slot)
+        o = pool.empty((T, nh, hd), F32)
+        scale = hd**-0.5
+        if fb.is_prefill:
+            b.launch(K.attention_prefill, q, kv.k[i], kv.v[i], o, scale=scale, seqs=fb.seqs)
+        else:
+            b.launch(K.attention_decode, q, kv.k[i], kv.v[i], fb.token_row, fb.block_tables, fb.positions, o,
+                     scale=scale)
+        for t in (q, k, v):
+            pool.release(t)
+        out = pool.empty((T, c.hidden_size), F32)
+        b.launch(K.matmul, o.view((T, nh * hd)), w[f"{i}.o_t"], out)
+        pool.release(o)
+        return out
+
+    def _mlp(self, i: int, h: Tensor) -> Tensor:
+        b, pool, c = self.backend, self.pool, self.cfg
+        T = h.shape[0]
+        gu = pool.empty((T, 2 * c.intermediate_size), F32)
+        b.launch(K.matmul, h, self.w[f"{i}.gu_t"], gu)
+        act = pool.empty((T, c.intermediate_size), F32)
+        b.launch(K.silu_mul, gu, act)
+        pool.release(gu)
+        out = pool.empty((T, c.hidden_size), F32)
+        b.launch(K.matmul, act, self.w[f"{i}.down_t"], out)
+        pool.release(act)
+        return out
+
+    def _moe(self, i: int, h: Tensor) -> Tensor:
+        b, pool, c = self.backend, self.pool, self.cfg
+        T = h.shape[0]
+        logits = pool.empty((T, c.num_experts), F32)
+        b.launch(K.matmul, h, self.w[f"{i}.router_t"], logits)
+        route = pool.empty((T, c.num_experts), F32)
+        b.launch(K.moe_route, logits, route, top_k=c.num_experts_per_tok, norm_topk_prob=c.norm_topk_prob)
+        pool.release(logits)
+        out = pool.empty((T, c.hidden_size), F32)
+        b.launch(K.moe_experts, h, self.w[f"{i}.experts_gu"], self.w[f"{i}.experts_down"], route, out)
+        pool.release(route)
+        return out
+

@@ -1,0 +1,57 @@
+"""Engine configuration, validated at construction with errors that name the field and the range."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from vt.errors import CapacityError, ConfigError
+
+
+def _need(cond: bool, field: str, value: object, allowed: str) -> None:
+    if not cond:
+        raise ConfigError(f"{field}={value!r}: must be {allowed}")
+
+
+@dataclass(slots=True)
+class EngineConfig:
+    model: str
+    backend: str = "cpu"
+    max_model_len: int = 2048
+    num_blocks: int = 1024  # KV blocks in the pool
+    block_size: int = 16
+    max_num_seqs: int = 16
+    max_num_batched_tokens: int = 0  # prefill tokens per step; 0 = max(8192, max_model_len)
+    enforce_eager: bool = False  # no decode graphs (as VT_CUDAGRAPH=0)
+    speculative_model: str | None = None
+    num_speculative_tokens: int = 0
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        _need(isinstance(self.model, str) and bool(self.model), "model", self.model, "a model name or path")
+        _need(self.max_model_len >= 2, "max_model_len", self.max_model_len, ">= 2")
+        _need(self.block_size in (8, 16, 32), "block_size", self.block_size, "8, 16 or 32")
+        _need(self.num_blocks >= 1, "num_blocks", self.num_blocks, ">= 1")
+        _need(1 <= self.max_num_seqs <= 1024, "max_num_seqs", self.max_num_seqs, "in [1, 1024]")
+        _need(self.num_speculative_tokens >= 0, "num_speculative_tokens", self.num_speculative_tokens, ">= 0")
+        if self.speculative_model is not None:
+            _need(self.num_speculative_tokens >= 1, "num_speculative_tokens", self.num_speculative_tokens,
+                  ">= 1 when speculative_model is set")
+        if self.max_num_batched_tokens == 0:
+            self.max_num_batched_tokens = max(8192, self.max_model_len)
+        _need(self.max_num_batched_tokens >= self.max_model_len, "max_num_batched_tokens",
+              self.max_num_batched_tokens, f">= max_model_len ({self.max_model_len}): prefill is not chunked")
+        self.check_capacity()
+
+    @property
+    def max_blocks_per_seq(self) -> int:
+        return -(-self.max_model_len // self.block_size)
+
+    def check_capacity(self) -> None:
+        """Refuse a configuration in which one max_model_len request cannot fit in the KV blocks."""
+        needed = self.max_blocks_per_seq
+        if needed > self.num_blocks:
+            largest = self.num_blocks * self.block_size
+            raise CapacityError(
+                f"one max_model_len={self.max_model_len} request needs {needed} KV blocks of {self.block_size} "
+                f"tokens, but only {self.num_blocks} are available; the largest max_model_len that fits is "
+                f"{largest}. Raise num_blocks to at least {needed} or lower max_model_len to {largest} or less.")

@@ -1,0 +1,84 @@
+"""A concurrency ladder, like a serving benchmark: for each rung c, keep c requests in flight until
+num_prompts have run, and report throughput, TTFT and TPOT."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+
+from vt.engine.llm import LLMEngine
+from vt.engine.request import Request
+from vt.engine.sampling import SamplingParams
+
+
+@dataclass(slots=True)
+class Rung:
+    c: int
+    n: int
+    ok: int
+    failed: int
+    out_tok_s: float
+    ttft_ms: float
+    tpot_ms: float
+    tokens: list[list[int]] = field(default_factory=list, repr=False)  # per prompt, for equivalence checks
+    errors: list[str] = field(default_factory=list, repr=False)
+
+    def row(self) -> dict[str, Any]:
+        d = asdict(self)
+        del d["tokens"], d["errors"]
+        return d
+
+
+def prompts_for(vocab: int, num_prompts: int, input_len: int, seed: int) -> list[list[int]]:
+    rng = np.random.default_rng(seed)
+    return [rng.integers(3, vocab, size=input_len).tolist() for _ in range(num_prompts)]
+
+
+def run_rung(engine: LLMEngine, c: int, prompts: list[list[int]], output_len: int, on_done: Any = None) -> Rung:
+    params = SamplingParams(temperature=0.0, max_tokens=output_len, ignore_eos=True)
+    queue = list(enumerate(prompts))
+    in_flight: dict[str, tuple[int, Request]] = {}
+    done: dict[int, Request] = {}
+    t0 = time.monotonic()
+    while queue or in_flight:
+        while queue and len(in_flight) < c:
+            i, p = queue.pop(0)
+            req = engine.add_request(p, params)
+            in_flight[req.id] = (i, req)
+        engine.step()
+        for rid, (i, req) in list(in_flight.items()):
+            if req.is_finished:
+                del in_flight[rid]
+                done[i] = req
+                if on_done:
+                    on_done()
+    wall = time.monotonic() - t0
+    reqs = [done[i] for i in range(len(prompts))]
+    ok = [r for r in reqs if r.finish_reason != "error"]
+    ttft = [r.first_token_time - r.arrival for r in ok if r.first_token_time is not None]
+    tpot = [(r.finish_time - r.first_token_time) / (len(r.output_ids) - 1)  # type: ignore[operator]
+            for r in ok if len(r.output_ids) > 1]
+    return Rung(c, len(reqs), len(ok), len(reqs) - len(ok),
+                round(sum(len(r.output_ids) for r in ok) / wall, 1),
+                round(1000 * float(np.mean(ttft)), 2) if ttft else 0.0,
+                round(1000 * float(np.mean(tpot)), 3) if tpot else 0.0,
+                [list(r.output_ids) for r in reqs], [r.error for r in reqs if r.error])
+
+
+def run_ladder(engine: LLMEngine, concurrency: list[int], input_len: int, output_len: int, num_prompts: int,
+               seed: int = 0, show_progress: bool = False) -> list[Rung]:
+    prompts = prompts_for(engine.vocab_size, num_prompts, input_len, seed)
+    rungs = []
+    if not show_progress:
+        return [run_rung(engine, c, prompts, output_len) for c in concurrency]
+    from rich.console import Console
+    from rich.progress import Progress
+
+    with Progress(console=Console(stderr=True), transient=True) as bar:
+        for c in concurrency:
+            task = bar.add_task(f"c={c}", total=num_prompts)
+            rungs.append(run_rung(engine, c, prompts, output_len, on_done=lambda t=task: bar.advance(t)))
+    return rungs

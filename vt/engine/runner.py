@@ -1,0 +1,100 @@
+"""The model runner: keeps the input batch in step with the scheduler, builds each step's inputs,
+runs the model (prefill eager; decode through the decode-graph driver), and samples."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from models.decode_graph import DecodeGraphDriver, DecodeInputs
+from models.qwen3 import ForwardBatch, Qwen3ForCausalLM
+from vt.backend import Tensor
+from vt.engine.config import EngineConfig
+from vt.engine.input_batch import InputBatch
+from vt.engine.request import Request
+from vt.engine.sampler import sample
+from vt.engine.scheduler import SchedulerOutput
+
+
+class ModelRunner:
+    def __init__(self, model: Qwen3ForCausalLM, cfg: EngineConfig) -> None:
+        self.model = model
+        self.cfg = cfg
+        self.backend = model.backend
+        self.pool = model.backend.pool
+        self.kv = model.make_kv_cache(cfg.num_blocks, cfg.block_size)
+        self.batch = InputBatch(cfg.max_num_seqs, cfg.max_model_len, cfg.max_blocks_per_seq, cfg.num_blocks)
+        self.decoder = DecodeGraphDriver(model, self.kv, cfg.max_num_seqs, enabled=not cfg.enforce_eager)
+
+    # ---- the input batch follows the scheduler ----------------------------------------------
+    def sync_batch(self, running: list[Request]) -> None:
+        live = {r.id for r in running}
+        for rid in [rid for rid in self.batch.row_of if rid not in live]:
+            self.batch.remove(rid)
+        self.batch.condense()
+        for r in running:
+            if r.id not in self.batch.row_of:
+                self.batch.add(r)
+            else:
+                self.batch.set_blocks(r)
+        self.batch.reorder_decode_first(lambda r: r.num_computed > 0)
+
+    # ---- one step ---------------------------------------------------------------------------
+    def execute(self, out: SchedulerOutput, running: list[Request]) -> dict[str, np.ndarray]:
+        """Runs the step; returns each scheduled request's logits row (host)."""
+        self.sync_batch(running)
+        if out.is_prefill:
+            return self._prefill(out.requests)
+        return self._decode([r for r in (self.batch.requests[i] for i in self.batch.rows()) if r is not None])
+
+    def _stage(self, host: np.ndarray) -> Tensor:
+        t = self.pool.empty(host.shape, host.dtype)
+        self.backend.copy_h2d(t, host)
+        return t
+
+    def _prefill(self, reqs: list[Request]) -> dict[str, np.ndarray]:
+        ids: list[int] = []
+        pos: list[int] = []
+        slots: list[int] = []
+        seqs: list[tuple[int, int, int, list[int]]] = []
+        for r in reqs:
+            toks = r.all_ids
+            seqs.append((len(ids), len(toks), 0, list(r.block_ids)))
+            ids += toks
+            pos += range(len(toks))
+            slots += [self.model_slot(r, p) for p in range(len(toks))]
+        last = np.cumsum([n for _, n, _, _ in seqs]) - 1
+        staged = [self._stage(np.asarray(a, np.int64)) for a in (ids, pos, slots, last)]
+        fb = ForwardBatch(staged[0], staged[1], staged[2], True, seqs=seqs, logits_rows=staged[3])
+        logits = self.pool.empty((len(reqs), self.model.cfg.vocab_size), np.float32)
+        self.model.forward(fb, self.kv, logits)
+        host = self.backend.copy_d2h(logits)
+        for t in (*staged, logits):
+            self.pool.release(t)
+        for r in reqs:
+            r.num_computed = r.num_tokens
+        return {r.id: host[i] for i, r in enumerate(reqs)}
+
+    def _decode(self, reqs: list[Request]) -> dict[str, np.ndarray]:
+        rows = [self.batch.row_of[r.id] for r in reqs]
+        b = self.batch
+        n = b.num_tokens[rows]
+        width = int(b.num_blocks[rows].max())
+        inputs = DecodeInputs(
+            tokens=b.token_ids[rows, n - 1],
+            positions=n - 1,
+            slots=np.asarray([self.model_slot(r, r.num_tokens - 1) for r in reqs], np.int64),
+            block_tables=b.block_table[rows, :width],
+        )
+        logits = self.decoder.step(inputs)
+        for r in reqs:
+            r.num_computed = r.num_tokens
+        return {r.id: logits[i] for i, r in enumerate(reqs)}
+
+    def model_slot(self, r: Request, position: int) -> int:
+        bs = self.cfg.block_size
+        return r.block_ids[position // bs] * bs + position % bs
+
+    def sample(self, r: Request, logits: Any) -> int:
+        return sample(logits, r.params, r.rng)

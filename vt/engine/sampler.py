@@ -1,0 +1,39 @@
+"""Greedy argmax, and a seeded Gumbel-max draw for random sampling (same lowest-index tie rule)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from vt.engine.sampling import ResolvedParams
+
+
+def _filter(logits: np.ndarray, p: ResolvedParams) -> np.ndarray:
+    """Temperature-scaled logits with everything outside top_k / top_p / min_p set to -inf."""
+    x = logits.astype(np.float64) / p.temperature
+    if 0 < p.top_k < x.size:
+        kth = np.partition(x, -p.top_k)[-p.top_k]
+        x = np.where(x >= kth, x, -np.inf)
+    if p.top_p < 1.0 or p.min_p > 0.0:
+        probs = np.exp(x - x.max())
+        probs /= probs.sum()
+        if p.min_p > 0.0:
+            x = np.where(probs >= p.min_p * probs.max(), x, -np.inf)
+        if p.top_p < 1.0:
+            order = np.argsort(-probs, kind="stable")
+            cum = np.cumsum(probs[order])
+            keep = order[: int(np.searchsorted(cum, p.top_p)) + 1]  # smallest set reaching top_p
+            mask = np.full(x.shape, -np.inf)
+            mask[keep] = 0.0
+            x = x + mask
+    return x
+
+
+def sample(logits: np.ndarray, p: ResolvedParams, rng: np.random.Generator | None) -> int:
+    """One token from one row of logits. np.argmax takes the lowest index among ties, in both paths."""
+    if p.is_greedy:
+        return int(np.argmax(logits))
+    assert rng is not None, "random sampling needs the request's generator"
+    x = _filter(logits, p)
+    u = rng.random(x.shape[0])
+    gumbel = -np.log(-np.log(np.clip(u, 1e-300, 1.0 - 1e-16)))
+    return int(np.argmax(x + gumbel))

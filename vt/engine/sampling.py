@@ -1,0 +1,71 @@
+"""SamplingParams, and their resolution against the checkpoint's generation_config.json.
+
+Precedence: explicit > checkpoint > neutral. Temperature 0 is greedy and clears top_k/top_p/min_p.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from vt.errors import ConfigError
+
+NEUTRAL = {"temperature": 1.0, "top_p": 1.0, "top_k": 0, "min_p": 0.0}
+
+
+@dataclass(slots=True)
+class SamplingParams:
+    temperature: float | None = None
+    top_p: float | None = None
+    top_k: int | None = None  # 0 (or -1) disables
+    min_p: float | None = None
+    max_tokens: int = 16
+    stop: list[str] = field(default_factory=list)
+    seed: int | None = None
+    ignore_eos: bool = False
+
+    def __post_init__(self) -> None:
+        if isinstance(self.stop, str):
+            self.stop = [self.stop]
+        t, p, k, m = self.temperature, self.top_p, self.top_k, self.min_p
+        if t is not None and not (0.0 <= t <= 100.0):
+            raise ConfigError(f"temperature={t}: must be in [0, 100]")
+        if p is not None and not (0.0 < p <= 1.0):
+            raise ConfigError(f"top_p={p}: must be in (0, 1]")
+        if k is not None and k < -1:
+            raise ConfigError(f"top_k={k}: must be -1, 0 (disabled) or a positive count")
+        if m is not None and not (0.0 <= m <= 1.0):
+            raise ConfigError(f"min_p={m}: must be in [0, 1]")
+        if not isinstance(self.max_tokens, int) or self.max_tokens < 1:
+            raise ConfigError(f"max_tokens={self.max_tokens}: must be an int >= 1")
+        if any(not isinstance(s, str) or not s for s in self.stop):
+            raise ConfigError(f"stop={self.stop!r}: must be non-empty strings")
+
+    def resolve(self, generation_config: dict[str, Any] | None = None) -> ResolvedParams:
+        gen = generation_config or {}
+        picked = {}
+        for name, neutral in NEUTRAL.items():
+            explicit = getattr(self, name)
+            picked[name] = explicit if explicit is not None else gen.get(name, neutral)
+        if picked["top_k"] in (None, -1):
+            picked["top_k"] = 0
+        if float(picked["temperature"]) == 0.0:
+            picked.update(top_p=1.0, top_k=0, min_p=0.0)
+        return ResolvedParams(float(picked["temperature"]), float(picked["top_p"]), int(picked["top_k"]),
+                              float(picked["min_p"]), self.max_tokens, list(self.stop), self.seed, self.ignore_eos)
+
+
+@dataclass(frozen=True, slots=True)
+class ResolvedParams:
+    temperature: float
+    top_p: float
+    top_k: int
+    min_p: float
+    max_tokens: int
+    stop: list[str]
+    seed: int | None
+    ignore_eos: bool
+
+    @property
+    def is_greedy(self) -> bool:
+        return self.temperature == 0.0
