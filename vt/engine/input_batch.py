@@ -64,9 +64,12 @@ class InputBatch:
         self.requests[row] = None
         self.num_tokens[row] = self.num_prompt[row] = self.num_blocks[row] = 0
         self.block_table[row] = self.trash_block
+        self._trim()
+        return row
+
+    def _trim(self) -> None:
         while self.num_rows and self.requests[self.num_rows - 1] is None:
             self.num_rows -= 1
-        return row
 
     def set_blocks(self, req: Request) -> None:
         row = self.row_of[req.id]
@@ -89,6 +92,7 @@ class InputBatch:
             r = self.requests[row]
             if r is not None:
                 self.row_of[r.id] = row
+        self._trim()
 
     def condense(self) -> list[tuple[int, int]]:
         """Slide the last live rows into the holes below them; returns the (from, to) moves."""
@@ -103,9 +107,7 @@ class InputBatch:
                 break
             self.swap_states(hole, last)
             moves.append((last, hole))
-            self.num_rows = last
-            while self.num_rows and self.requests[self.num_rows - 1] is None:
-                self.num_rows -= 1
+        self._trim()
         return moves
 
     def reorder_decode_first(self, is_decode: Callable[[Request], bool]) -> list[tuple[int, int]]:

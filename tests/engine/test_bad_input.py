@@ -1,0 +1,100 @@
+"""Bad input gets a clear, typed error and loses nothing."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from models.loader import load_checkpoint, resolve_model
+from vt import LLM, SamplingParams
+from vt.errors import CheckpointError, ConfigError, RequestError
+
+
+@pytest.fixture(scope="module")
+def llm() -> LLM:
+    return LLM(model="tiny-qwen3", max_model_len=128, num_blocks=32, max_num_seqs=4)
+
+
+def test_unknown_model() -> None:
+    with pytest.raises(CheckpointError, match="unknown model 'no-such-model'"):
+        LLM(model="no-such-model")
+
+
+@pytest.mark.parametrize("prompt", ["", []])
+def test_empty_prompt_queues_nothing(llm: LLM, prompt) -> None:
+    with pytest.raises(RequestError, match="prompt is empty"):
+        llm.generate(["fine", prompt], SamplingParams(max_tokens=2))
+    assert not llm.engine.has_unfinished(), "a rejected batch queues nothing, not even its good prompts"
+
+
+def test_out_of_vocabulary_token_ids(llm: LLM) -> None:
+    with pytest.raises(RequestError, match="outside the vocabulary"):
+        llm.generate([[1, 2, 100000]])
+
+
+@pytest.mark.parametrize("kw, field", [({"max_tokens": 0}, "max_tokens"), ({"max_tokens": -3}, "max_tokens"),
+                                       ({"temperature": -0.1}, "temperature"), ({"top_p": 0.0}, "top_p"),
+                                       ({"min_p": 1.5}, "min_p"), ({"top_k": -2}, "top_k")])
+def test_bad_sampling_params_name_the_field(kw: dict, field: str) -> None:
+    with pytest.raises(ConfigError, match=field):
+        SamplingParams(**kw)
+
+
+@pytest.mark.parametrize("kw, field", [({"max_num_seqs": 0}, "max_num_seqs"), ({"block_size": 7}, "block_size"),
+                                       ({"num_blocks": 0}, "num_blocks"), ({"max_model_len": 1}, "max_model_len")])
+def test_bad_engine_config_names_the_field(kw: dict, field: str) -> None:
+    from vt.engine.config import EngineConfig
+
+    with pytest.raises(ConfigError, match=field):
+        EngineConfig(model="tiny-qwen3", **kw)
+
+
+def _copy(tmp_path: Path) -> Path:
+    dest = tmp_path / "ckpt"
+    shutil.copytree(resolve_model("tiny-qwen3"), dest)
+    return dest
+
+
+@pytest.mark.parametrize("damage, match", [
+    (lambda d: (d / "config.json").unlink(), "config.json is missing"),
+    (lambda d: (d / "config.json").write_text("{not json"), "not valid JSON"),
+    (lambda d: (d / "config.json").write_text(json.dumps({"architectures": ["Qwen3ForCausalLM"]})), "malformed"),
+    (lambda d: (d / "config.json").write_text(json.dumps({"architectures": ["GPT2LMHeadModel"], "vocab_size": 1,
+                                                          "hidden_size": 1, "num_hidden_layers": 1,
+                                                          "num_attention_heads": 1})), "not supported"),
+    (lambda d: (d / "model.safetensors").write_bytes(b"garbage"), "model.safetensors"),
+    (lambda d: (d / "tokenizer.json").unlink(), "tokenizer.json is missing"),
+], ids=["no-config", "bad-json", "missing-keys", "wrong-arch", "bad-weights", "no-tokenizer"])
+def test_malformed_checkpoint(tmp_path: Path, damage, match: str) -> None:
+    d = _copy(tmp_path)
+    damage(d)
+    with pytest.raises(CheckpointError, match=match):
+        load_checkpoint(d)
+
+
+def test_a_real_checkpoint_directory_loads_like_a_builtin(tmp_path: Path) -> None:
+    d = _copy(tmp_path)
+    out = LLM(model=str(d), max_model_len=64, num_blocks=8).generate(["Hello"], SamplingParams(temperature=0,
+                                                                                                max_tokens=4))
+    ref = LLM(model="tiny-qwen3", max_model_len=64, num_blocks=8).generate(["Hello"], SamplingParams(temperature=0,
+                                                                                                      max_tokens=4))
+    assert out[0].token_ids == ref[0].token_ids
+
+
+def test_cli_reports_errors_without_a_traceback(capsys: pytest.CaptureFixture[str]) -> None:
+    from vt.cli import main
+
+    assert main(["generate", "--model", "nope", "--prompt", "x"]) == 2
+    err = capsys.readouterr().err
+    assert "CheckpointError" in err and "Traceback" not in err
+
+
+def test_cli_generate_prints_text(capsys: pytest.CaptureFixture[str]) -> None:
+    from vt.cli import main
+
+    assert main(["generate", "--model", "tiny-qwen3", "--prompt", "Hello", "--max-tokens", "4",
+                 "--temperature", "0", "--max-model-len", "64", "--num-blocks", "8"]) == 0
+    assert capsys.readouterr().out.strip()

@@ -1,0 +1,98 @@
+"""KV capacity: the start-up refusal, preemption under pressure, requests that can never fit."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from vt import LLM, SamplingParams
+from vt.engine.config import EngineConfig
+from vt.engine.kv_cache import BlockPool
+from vt.engine.request import Request
+from vt.engine.scheduler import Scheduler
+from vt.errors import CapacityError
+
+PROMPTS = [f"request number {i} says hello to the engine" for i in range(8)]
+GREEDY = SamplingParams(temperature=0, max_tokens=40, ignore_eos=True)
+
+
+def test_startup_refuses_a_max_model_len_that_cannot_fit() -> None:
+    with pytest.raises(CapacityError) as ei:
+        EngineConfig(model="tiny-qwen3", max_model_len=4096, num_blocks=100, block_size=16)
+    msg = str(ei.value)
+    assert "needs 256 KV blocks" in msg and "only 100" in msg and "largest max_model_len that fits is 1600" in msg
+
+
+def test_startup_accepts_the_largest_length_it_names() -> None:
+    EngineConfig(model="tiny-qwen3", max_model_len=1600, num_blocks=100, block_size=16)
+
+
+@pytest.mark.parametrize("model", ["tiny-qwen3", "tiny-qwen3-moe"])
+def test_preemption_under_a_tiny_pool_finishes_everything_with_unconstrained_tokens(model: str) -> None:
+    roomy = LLM(model=model, max_model_len=128, num_blocks=256, max_num_seqs=8)
+    tight = LLM(model=model, max_model_len=128, num_blocks=12, max_num_seqs=8)
+    want = roomy.generate(PROMPTS, GREEDY)
+    got = tight.generate(PROMPTS, GREEDY)
+    assert sum(o.num_preemptions for o in got) > 0, "non-vacuity: the tight pool really preempted"
+    assert sum(o.num_preemptions for o in want) == 0
+    assert all(o.finish_reason == "length" for o in got)
+    assert [o.token_ids for o in got] == [o.token_ids for o in want]
+
+
+def _three_running(num_blocks: int = 5) -> tuple[Scheduler, BlockPool, list[Request], EngineConfig]:
+    cfg = EngineConfig(model="tiny-qwen3", max_model_len=64, num_blocks=num_blocks, block_size=16, max_num_seqs=4)
+    blocks = BlockPool(cfg.num_blocks, cfg.block_size, cfg.max_blocks_per_seq)
+    sched = Scheduler(cfg, blocks)
+    params = SamplingParams(temperature=0).resolve({})
+    reqs = [Request(f"r{i}", list(range(15)), params) for i in range(3)]
+    for r in reqs:
+        sched.add(r)
+    assert [r.id for r in sched.schedule().requests] == ["r0", "r1", "r2"]
+    return sched, blocks, reqs, cfg
+
+
+def test_preemption_takes_the_newest_running_request_first() -> None:
+    sched, blocks, reqs, cfg = _three_running()
+    reqs[0].output_ids += list(range(20))  # the oldest grows by two blocks: the pool runs dry
+    reqs[1].output_ids += [1, 2]  # and the next one needs a block it cannot get
+    out = sched.schedule()
+    assert [r.id for r in out.preempted] == ["r2"], "the newest running request is preempted first"
+    assert [r.id for r in out.requests] == ["r0", "r1"] and sched.waiting[0] is reqs[2]
+    assert reqs[2].block_ids == [] and reqs[2].num_preemptions == 1
+    assert blocks.num_free + sum(len(r.block_ids) for r in reqs) == cfg.num_blocks, "no block lost"
+
+
+def test_a_step_that_preempted_admits_nothing() -> None:
+    sched, _, reqs, _ = _three_running()
+    reqs[0].output_ids += list(range(20))
+    reqs[1].output_ids += [1, 2]
+    out = sched.schedule()
+    assert out.preempted and not out.is_prefill and reqs[2] not in out.requests
+
+
+def test_a_request_that_can_never_fit_gets_an_error_and_the_rest_finish() -> None:
+    llm = LLM(model="tiny-qwen3", max_model_len=32, num_blocks=16, max_num_seqs=4)
+    too_long = list(range(3, 43))  # 40 tokens > max_model_len
+    outs = llm.generate(["short one", too_long, "another short one"],
+                        SamplingParams(temperature=0, max_tokens=8, ignore_eos=True))
+    assert outs[1].finish_reason == "error" and "max_model_len=32" in (outs[1].error or "")
+    assert [o.finish_reason for o in (outs[0], outs[2])] == ["length", "length"]
+    assert all(len(o.token_ids) == 8 for o in (outs[0], outs[2]))
+
+
+def test_generation_stops_at_max_model_len_without_overrunning_the_block_table() -> None:
+    llm = LLM(model="tiny-qwen3", max_model_len=32, num_blocks=4, max_num_seqs=2)
+    out = llm.generate([list(range(3, 23))], SamplingParams(temperature=0, max_tokens=100, ignore_eos=True))[0]
+    assert out.finish_reason == "length" and len(out.prompt_token_ids) + len(out.token_ids) == 32
+
+
+def test_ladder_json_rows_all_ok(capsys: pytest.CaptureFixture[str]) -> None:
+    from vt.cli import main
+
+    rc = main(["ladder", "--model", "tiny-qwen3", "--concurrency", "1,4", "--max-model-len", "256",
+               "--num-blocks", "64", "--input-len", "24", "--output-len", "8", "--num-prompts", "6", "--json"])
+    rows = json.loads(capsys.readouterr().out)
+    assert rc == 0 and [r["c"] for r in rows] == [1, 4]
+    assert all(r["ok"] == r["n"] == 6 and r["failed"] == 0 for r in rows)
+    assert set(rows[0]) == {"c", "n", "ok", "failed", "out_tok_s", "ttft_ms", "tpot_ms"}
