@@ -58,6 +58,7 @@ class Slot:
         self.hidden = b.empty((S * q, c.hidden_size), F32)  # retained [S, H] output
         self.demand: dict[int, int] | None = None  # the cold step's profile
         self.graph: Graph | None = None
+        self.pinned: set = set()  # pool blocks the graph uses as temporaries
         self.num_replays = 0
 
     @property
@@ -76,7 +77,9 @@ class DecodeGraphDriver:
         self.model, self.kv = model, kv
         self.backend, self.pool = model.backend, model.backend.pool
         self.ladder = capture_ladder(max_num_seqs)
-        self.is_enabled = enabled and flags().cudagraph and self.backend.can_capture
+        # The bypass lane has no free lists to pre-grow: every get is a driver allocation, which a
+        # global-mode capture refuses. Graphs are off there; the lane exists for real lifetimes.
+        self.is_enabled = enabled and flags().cudagraph and self.backend.can_capture and not self.pool.is_bypass
         self.double_buffer = flags().async_executor if double_buffer is None else double_buffer
         self.stream = self.backend.new_stream()
         self.slots: dict[tuple[int, int, bool], list[Slot]] = {}
@@ -89,13 +92,13 @@ class DecodeGraphDriver:
         """Runs one decode step; returns host logits [B*q, vocab]."""
         self.pool.mark_step_boundary()
         B = inp.block_tables.shape[0]
-        if not self.is_enabled or B > self.ladder[-1]:
+        if B > self.ladder[-1]:  # above the capture ladder: eager, on transient inputs
             self.last_slot = None
             return self._eager(inp)
         S = next(s for s in self.ladder if s >= B)
         slot = self._slot((S, inp.q, spec), width_bucket(inp.block_tables.shape[1]))
         self._stage(slot, inp)
-        if slot.demand is None:
+        if slot.demand is None or not self.is_enabled:
             self._run_cold(slot)
         elif slot.graph is None:
             self._capture(slot)
@@ -108,7 +111,8 @@ class DecodeGraphDriver:
 
     # ---- slots ------------------------------------------------------------------------------
     def _slot(self, key: tuple[int, int, bool], width: int) -> Slot:
-        n = 2 if (self.double_buffer or key[2]) else 1  # spec keys are always double-buffered
+        # Graphs off: one slot per shape, run eagerly every step (same padding, same kernels).
+        n = 2 if self.is_enabled and (self.double_buffer or key[2]) else 1  # spec keys: always two
         pair = self.slots.setdefault(key, [])
         turn = self._turn[key] = (self._turn.get(key, -1) + 1) % n
         if turn >= len(pair):
@@ -122,6 +126,7 @@ class DecodeGraphDriver:
     def _retire(self, slot: Slot) -> None:
         if slot.graph is not None:
             slot.graph.destroy()
+            self.pool.unpin(slot.pinned)
         for t in slot.buffers():
             self.backend.free(t.buffer)
 
@@ -159,12 +164,14 @@ class DecodeGraphDriver:
         assert slot.demand is not None
         self.pool.pregrow_for_capture(slot.demand)  # before EVERY capture, unconditionally
         scope = GraphCaptureScope(self.backend, self.stream, enabled=True)
-        with scope:
+        with self.pool.recording() as used, scope:
             self._forward(slot)
         if scope.capture_failed:
             assert scope.error is not None
             raise scope.error  # the capture executed nothing: its outputs are garbage
         slot.graph = scope.graph
+        slot.pinned = used
+        self.pool.pin(used)  # the graph's temporaries outlive drains for as long as the graph lives
         self.num_captures += 1
         assert slot.graph is not None
         slot.graph.replay(self.stream)

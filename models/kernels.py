@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
+PREFILL_CHUNK = 512
+
 
 def embed(xp: Any, table: Any, ids: Any, out: Any) -> None:
     xp.take(table, ids, axis=0, out=out)
@@ -98,12 +100,15 @@ def attention_prefill(xp: Any, q: Any, k_cache: Any, v_cache: Any, out: Any, sca
         blocks = xp.asarray(table[: (L + bs - 1) // bs])
         k = k_cache[blocks].reshape(-1, nkv, hd)[:L]  # [L, nkv, hd]
         v = v_cache[blocks].reshape(-1, nkv, hd)[:L]
-        qg = q[row0 : row0 + n].reshape(n, nkv, nh // nkv, hd).transpose(1, 2, 0, 3)  # [nkv, g, n, hd]
-        scores = xp.matmul(qg, k.transpose(1, 2, 0)[:, None]) * scale  # [nkv, g, n, L]
-        causal = xp.arange(L)[None, :] <= (pos0 + xp.arange(n))[:, None]
-        p = _softmax_rows(xp, xp.where(causal, scores, -xp.inf))
-        o = xp.matmul(p, v.transpose(1, 0, 2)[:, None])  # [nkv, g, n, hd]
-        out[row0 : row0 + n] = o.transpose(2, 0, 1, 3).reshape(n, nh, hd)
+        kt, vt = k.transpose(1, 2, 0)[:, None], v.transpose(1, 0, 2)[:, None]
+        for c0 in range(0, n, PREFILL_CHUNK):  # query chunks bound the [.., chunk, L] score tensor
+            m = min(PREFILL_CHUNK, n - c0)
+            qg = q[row0 + c0 : row0 + c0 + m].reshape(m, nkv, nh // nkv, hd).transpose(1, 2, 0, 3)
+            scores = xp.matmul(qg, kt) * scale  # [nkv, g, m, L]
+            causal = xp.arange(L)[None, :] <= (pos0 + c0 + xp.arange(m))[:, None]
+            p = _softmax_rows(xp, xp.where(causal, scores, -xp.inf))
+            o = xp.matmul(p, vt)  # [nkv, g, m, hd]
+            out[row0 + c0 : row0 + c0 + m] = o.transpose(2, 0, 1, 3).reshape(m, nh, hd)
 
 
 def moe_route(xp: Any, logits: Any, out: Any, top_k: int, norm_topk_prob: bool) -> None:

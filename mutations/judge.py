@@ -100,8 +100,13 @@ def judge(m: Mutation, o: Outcome) -> tuple[Verdict, str, list[str], list[str]]:
 
 
 def first_line(text: str) -> str:
-    for line in text.splitlines():
-        line = line.strip()
-        if line.startswith("E ") or line.startswith("AssertionError") or "Error" in line:
-            return line.removeprefix("E ").strip()[:300]
-    return text.strip().splitlines()[0][:300] if text.strip() else ""
+    """The failing assertion in one line: the first informative `E` line of the traceback."""
+    e_lines = [ln.strip()[1:].strip() for ln in text.splitlines() if ln.strip().startswith("E ")]
+    informative = [ln for ln in e_lines if ln and not ln.endswith(":") and not ln.startswith("+")]
+    for line in informative:
+        if "Error" in line or "assert" in line or "Failed" in line:
+            return line[:300]
+    if informative:
+        return informative[0][:300]
+    stripped = text.strip().splitlines()
+    return stripped[0][:300] if stripped else ""

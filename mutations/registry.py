@@ -10,6 +10,34 @@ POOL = "tests/vt/test_pool.py"
 CPU = "tests/backends/test_cpu_backend.py"
 CONF = "tests/vt/test_conformance.py"
 SCOPE = "tests/vt/test_capture_scope.py"
+SEAMS = "tests/seams/test_decode_seams.py"
+ORACLE = "tests/models/test_oracle.py"
+CAP = "tests/engine/test_capacity.py"
+GEN = "tests/engine/test_generation.py"
+BATCH = "tests/engine/test_input_batch.py"
+MODELS = ("tiny-qwen3", "tiny-qwen3-moe")
+
+
+def g1(*buffering: str) -> tuple[str, ...]:
+    """The G1 seam cases (zero allocations in capture) for the given buffering modes."""
+    return tuple(f"{SEAMS}::test_G1_capture_allocates_nothing_after_drain[{m}-{db}-B{b}]"
+                 for m in MODELS for db in buffering for b in (1, 3, 8, 13))
+
+
+def per_model(test: str) -> tuple[str, ...]:
+    return tuple(f"{test}[{m}]" for m in MODELS)
+
+# Everything in the seam file that captures with double-buffering off goes red when the default
+# (single-buffered) path opens a capture without a pre-grow.
+SEAM_SINGLE_BUFFER_GATES = (
+    *g1("single"),
+    *(f"{SEAMS}::test_G2_replayed_logits_equal_eager_logits_bit_for_bit[single-{m}]" for m in MODELS),
+    *per_model(f"{SEAMS}::test_G3_padding_rows_leave_every_other_requests_kv_untouched"),
+    *per_model(f"{SEAMS}::test_G4_graph_is_rebuilt_not_reused_after_the_block_table_width_changes"),
+    *per_model(f"{SEAMS}::test_G6_engine_tokens_identical_with_graphs_on_and_off"),
+    f"{SEAMS}::test_G6_vt_generate_identical_under_VT_CUDAGRAPH_0",
+    *per_model(f"{SEAMS}::test_G7_drain_never_frees_a_live_graphs_temporaries"),
+)
 
 ENTRIES: list[Mutation] = [
     # ---- DevicePool -------------------------------------------------------------------------
@@ -37,7 +65,7 @@ ENTRIES: list[Mutation] = [
     Mutation(
         id="pool-drain-frees-live",
         description="drain frees every pooled block, live ones included",
-        file="vt/pool.py", old="doomed = [b for sc in self._classes.values() for b in sc.free]",
+        file="vt/pool.py", old="doomed = [b for sc in self._classes.values() for b in sc.free if b not in self._pins]",
         new="doomed = list(self._owned)",
         gates=(f"{POOL}::test_drain_frees_only_free_blocks", f"{POOL}::TestPoolMachine"),
     ),
@@ -111,5 +139,154 @@ ENTRIES: list[Mutation] = [
         file="vt/capture.py", old="        if getattr(_open_scopes, \"scope\", None) is not None:",
         new="        if False:",
         gates=(f"{SCOPE}::test_second_scope_on_the_same_thread_is_refused",),
+    ),
+ 
+    # ---- engine (issue 4) -------------------------------------------------------------------
+    Mutation(
+        id="scheduler-preempts-oldest",
+        description="under KV pressure the scheduler preempts the oldest running request, not the newest",
+        file="vt/engine/scheduler.py", old="                victim = self.running[-1]", new="                victim = self.running[0]",
+        gates=(f"{CAP}::test_preemption_takes_the_newest_running_request_first",
+               f"{CAP}::test_a_step_that_preempted_admits_nothing"),
+    ),
+    Mutation(
+        id="batch-moves-rows-without-block-table",
+        description="swap_states moves every per-row field except the block table",
+        file="vt/engine/input_batch.py", old='"num_prompt", "block_table", "num_blocks"', new='"num_prompt", "num_blocks"',
+        gates=(f"{BATCH}::TestInputBatchMachine",), expect="block table moved apart",
+    ),
+    Mutation(
+        id="batch-remove-keeps-stale-block-table",
+        description="a finished request's row keeps its block table (a stale row trusted to stay hidden)",
+        file="vt/engine/input_batch.py", old="        self.block_table[row] = self.trash_block\n        self._trim()",
+        new="        self._trim()",
+        gates=(f"{BATCH}::TestInputBatchMachine",), expect="stale block table",
+    ),
+    Mutation(
+        id="capacity-check-removed",
+        description="start-up no longer refuses a max_model_len that cannot fit in the KV blocks",
+        file="vt/engine/config.py", old="        if needed > self.num_blocks:", new="        if False:",
+        gates=(f"{CAP}::test_startup_refuses_a_max_model_len_that_cannot_fit",),
+    ),
+    Mutation(
+        id="precedence-checkpoint-beats-explicit",
+        description="generation_config.json overrides what the user set explicitly",
+        file="vt/engine/sampling.py",
+        old="picked[name] = explicit if explicit is not None else gen.get(name, neutral)",
+        new="picked[name] = gen.get(name, explicit if explicit is not None else neutral)",
+        gates=(f"{GEN}::test_explicit_beats_checkpoint", f"{GEN}::test_temperature_zero_is_greedy_and_clears_the_filters",
+               *per_model(f"{GEN}::test_greedy_is_deterministic"), *per_model(f"{GEN}::test_greedy_is_batch_invariant"),
+               f"{GEN}::test_max_tokens_and_eos_finish_reasons"),
+    ),
+    Mutation(
+        id="greedy-keeps-filters",
+        description="temperature 0 no longer clears top_k/top_p/min_p",
+        file="vt/engine/sampling.py", old="            picked.update(top_p=1.0, top_k=0, min_p=0.0)", new="            pass",
+        gates=(f"{GEN}::test_temperature_zero_is_greedy_and_clears_the_filters",),
+    ),
+    Mutation(
+        id="sampler-shares-one-generator",
+        description="seeded requests draw from the engine's shared generator instead of their own",
+        file="vt/engine/llm.py", old="        rng = None if resolved.is_greedy else np.random.default_rng(\n",
+        new="        rng = None if resolved.is_greedy else self._rng\n        _unused = (\n",
+        gates=per_model(f"{GEN}::test_seeded_sampling_is_reproducible_and_batch_invariant"),
+    ),
+    Mutation(
+        id="never-fit-request-crashes",
+        description="a prompt longer than max_model_len is queued instead of failed",
+        file="vt/engine/llm.py", old="        if len(ids) >= self.cfg.max_model_len:", new="        if False:",
+        gates=(f"{CAP}::test_a_request_that_can_never_fit_gets_an_error_and_the_rest_finish",),
+    ),
+    Mutation(
+        id="rope-rotates-the-wrong-way",
+        description="rotate_half with the sign on the wrong half",
+        file="models/kernels.py", old="rot = xp.concatenate([-x[..., half:], x[..., :half]], axis=-1)",
+        new="rot = xp.concatenate([x[..., half:], -x[..., :half]], axis=-1)",
+        gates=tuple(f"{ORACLE}::test_logits_match_hf_for_prefill_and_decode[{m}-{p}]"
+                    for m in MODELS for p in ("eager", "graph")),
+    ),
+    Mutation(
+        id="moe-ignores-norm-topk-prob",
+        description="the MoE router skips renormalising the top-k probabilities",
+        file="models/kernels.py", old="    if norm_topk_prob:", new="    if False:",
+        gates=tuple(f"{ORACLE}::test_logits_match_hf_for_prefill_and_decode[tiny-qwen3-moe-{p}]"
+                    for p in ("eager", "graph")),
+    ),
+    Mutation(
+        id="recompute-drops-generated-tokens",
+        description="a preempted request is recomputed from its prompt only, losing its generated tokens' KV",
+        file="vt/engine/runner.py", old="            toks = r.all_ids", new="            toks = r.prompt_ids",
+        gates=per_model(f"{CAP}::test_preemption_under_a_tiny_pool_finishes_everything_with_unconstrained_tokens"),
+    ),
+
+    # ---- decode graphs and seams (issue 5) --------------------------------------------------
+    Mutation(
+        id="driver-pregrow-under-double-buffer",
+        description="the pre-grow sits under a double-buffer condition the default server never sets",
+        file="models/decode_graph.py",
+        old="        self.pool.pregrow_for_capture(slot.demand)  # before EVERY capture, unconditionally\n",
+        new="        if self.double_buffer:\n            self.pool.pregrow_for_capture(slot.demand)\n",
+        gates=SEAM_SINGLE_BUFFER_GATES, expect="cudaErrorStreamCaptureUnsupported",
+    ),
+    Mutation(
+        id="driver-pregrow-call-deleted",
+        description="the driver opens its captures with no pre-grow at all",
+        file="models/decode_graph.py",
+        old="        self.pool.pregrow_for_capture(slot.demand)  # before EVERY capture, unconditionally\n",
+        new="",
+        gates=(*SEAM_SINGLE_BUFFER_GATES, *g1("double")), expect="cudaErrorStreamCaptureUnsupported",
+    ),
+    Mutation(
+        id="pool-pregrow-returns-0-in-the-engine",
+        description="pregrow_for_capture returns 0 without growing: every seam capture must die",
+        file="vt/pool.py", old="        grown = 0\n", new="        return 0\n        grown = 0\n",
+        gates=(*SEAM_SINGLE_BUFFER_GATES, *g1("double")), expect="operation not permitted when stream is capturing",
+    ),
+    Mutation(
+        id="driver-no-step-boundary",
+        description="the driver no longer marks the step boundary, so a slot's profile carries old peaks",
+        file="models/decode_graph.py", old="        self.pool.mark_step_boundary()\n", new="",
+        gates=per_model(f"{SEAMS}::test_G5_demand_profile_is_the_decode_steps_own"),
+    ),
+    Mutation(
+        id="driver-padding-rows-write-kv",
+        description="padding rows get slot 0 instead of -1 and write another request's KV",
+        file="models/decode_graph.py", old="        slots = np.full(S * q, -1, I64)", new="        slots = np.zeros(S * q, I64)",
+        gates=per_model(f"{SEAMS}::test_G3_padding_rows_leave_every_other_requests_kv_untouched"),
+        expect="were written",
+    ),
+    Mutation(
+        id="driver-reuses-graph-after-width-change",
+        description="a slot keeps its graph after the block-table width changes",
+        file="models/decode_graph.py", old="        if slot.width != width:", new="        if False:",
+        gates=per_model(f"{SEAMS}::test_G4_graph_is_rebuilt_not_reused_after_the_block_table_width_changes"),
+    ),
+    Mutation(
+        id="driver-returns-failed-capture",
+        description="a failed capture's garbage outputs are returned instead of re-raising",
+        file="models/decode_graph.py",
+        old="            raise scope.error  # the capture executed nothing: its outputs are garbage",
+        new="            return",
+        gates=per_model(f"{SEAMS}::test_G1_without_the_pregrow_the_capture_dies_as_on_the_gpu"),
+    ),
+    Mutation(
+        id="pool-drain-ignores-graph-pins",
+        description="drain frees blocks a live graph uses as temporaries",
+        file="vt/pool.py", old="for b in sc.free if b not in self._pins]", new="for b in sc.free]",
+        gates=per_model(f"{SEAMS}::test_G7_drain_never_frees_a_live_graphs_temporaries"),
+    ),
+    Mutation(
+        id="test-seam-drain-removed",
+        description="the seam test's drain is removed: the non-vacuity guard (allocs_in_step > 0) must fire",
+        kind=Kind.TEST_SETUP, file=SEAMS,
+        old="    freed = h.pool.drain()\n    assert freed > 0", new="    freed = 1  # drain removed\n    assert freed > 0",
+        gates=g1("single", "double"), expect="non-vacuity: the step did allocate",
+    ),
+    Mutation(
+        id="bypass-predicate-false",
+        description="the bypass-lane predicate says False on the bypass lane, so guarantee tests run there",
+        file="seams/lanes.py", old="    return flags().pool_bypass", new="    return False",
+        env=(("VT_POOL_BYPASS", "1"),),
+        gates=g1("single", "double"), expect="precondition: the drain really emptied the free lists",
     ),
 ]

@@ -99,6 +99,10 @@ class DevicePool:
         self._sizes: list[int] = []  # sorted class sizes, for the best-fit borrow search
         self._class_of: dict[int, int] = {}  # nbytes -> class size (memo: the hit path is hot)
         self._owned: set[Block] = set()  # every pooled block not yet drained, live or free
+        # Blocks a live graph uses as temporaries: drain never frees them (the graph would replay
+        # over freed memory); they stay on the free lists for transient reuse. Refcount per block.
+        self._pins: dict[Block, int] = {}
+        self._recording: set[Block] | None = None  # blocks handed out inside recording()
         self.hits = self.misses = self.borrows = 0
         if f.pool_stats:
             atexit.register(lambda: print(f"vt pool stats ({getattr(backend, 'name', '?')}): {self.stats()}"))
@@ -120,6 +124,8 @@ class DevicePool:
                 self.hits += 1
             else:
                 blk = self._borrow(c) or self._miss(sc)
+            if self._recording is not None:
+                self._recording.add(blk)
             blk.is_live = True
             blk.lent_to = sc
             live = sc.live = sc.live + 1
@@ -188,14 +194,37 @@ class DevicePool:
             return 0
         freed = 0
         with self._lock:
-            doomed = [b for sc in self._classes.values() for b in sc.free]
+            doomed = [b for sc in self._classes.values() for b in sc.free if b not in self._pins]
             for sc in self._classes.values():
-                sc.free.clear()
+                sc.free[:] = [b for b in sc.free if b in self._pins]
             for blk in doomed:
                 self._owned.discard(blk)
                 self.backend.free(blk.buffer)
                 freed += blk.nbytes
         return freed
+
+    @contextmanager
+    def recording(self) -> Iterator[set[Block]]:
+        """Collects every block handed out inside the window (a capture's temporaries)."""
+        with self._lock:
+            self._recording = used = set()
+        try:
+            yield used
+        finally:
+            with self._lock:
+                self._recording = None
+
+    def pin(self, blocks: set[Block]) -> None:
+        with self._lock:
+            for b in blocks:
+                self._pins[b] = self._pins.get(b, 0) + 1
+
+    def unpin(self, blocks: set[Block]) -> None:
+        with self._lock:
+            for b in blocks:
+                n = self._pins.pop(b) - 1
+                if n:
+                    self._pins[b] = n
 
     # ---- scope and stats --------------------------------------------------------------------
     @contextmanager
@@ -215,6 +244,7 @@ class DevicePool:
                 "retained_bytes": sum(b.nbytes for sc in self._classes.values() for b in sc.free),
                 "classes": len(self._classes),
                 "blocks_in_use": sum(sc.live for sc in self._classes.values()),
+                "pinned_blocks": len(self._pins),
             }
 
     # ---- internals --------------------------------------------------------------------------

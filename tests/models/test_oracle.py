@@ -13,6 +13,7 @@ from backends.cpu import CpuBackend
 from models.decode_graph import DecodeGraphDriver, DecodeInputs
 from models.loader import load_checkpoint, resolve_model
 from models.qwen3 import ForwardBatch, Qwen3ForCausalLM
+from seams.lanes import GRAPHS_REASON, guarantee
 
 TOL = 1e-4
 PROMPT = [5, 77, 300, 12, 9, 400, 33, 250, 18, 101, 7, 64, 3, 222, 45, 90, 311, 17]  # 18 tokens: 2 blocks
@@ -34,7 +35,7 @@ def _dev(b: CpuBackend, a: np.ndarray):
     return t
 
 
-@pytest.mark.parametrize("graphs", [False, True], ids=["eager", "graph"])
+@pytest.mark.parametrize("graphs", [pytest.param(False, id="eager"), guarantee(True, id="graph", reason=GRAPHS_REASON)])
 @pytest.mark.parametrize("name", ["tiny-qwen3", "tiny-qwen3-moe"])
 def test_logits_match_hf_for_prefill_and_decode(name: str, graphs: bool) -> None:
     path = resolve_model(name)

@@ -1,0 +1,96 @@
+"""The seam harness: a tiny engine on a chosen backend, driven one decode step at a time at a chosen
+batch shape, with the backend's counters exposed. Seam tests and mutations drive it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from models.decode_graph import DecodeGraphDriver, DecodeInputs
+from models.loader import load_checkpoint, resolve_model
+from models.qwen3 import ForwardBatch, Qwen3ForCausalLM
+from vt.registry import make_backend
+
+I64 = np.int64
+
+
+@dataclass(slots=True)
+class Seq:
+    ids: list[int]
+    blocks: list[int]
+
+
+class SeamHarness:
+    def __init__(self, model: str = "tiny-qwen3", backend: str = "cpu", *, double_buffer: bool = False,
+                 graphs: bool = True, max_num_seqs: int = 16, num_blocks: int = 256, block_size: int = 16,
+                 backend_obj: Any = None) -> None:
+        self.backend = backend_obj or make_backend(backend)
+        self.pool = self.backend.pool
+        self.model = Qwen3ForCausalLM(load_checkpoint(resolve_model(model)), self.backend)
+        self.kv = self.model.make_kv_cache(num_blocks, block_size)
+        self.driver = DecodeGraphDriver(self.model, self.kv, max_num_seqs, enabled=graphs,
+                                        double_buffer=double_buffer)
+        self.block_size = block_size
+        self._next_block = 0
+        self.seqs: list[Seq] = []
+
+    # ---- state ------------------------------------------------------------------------------
+    def start(self, batch: int, prompt_len: int = 20, seed: int = 0) -> None:
+        """`batch` sequences with distinct prompts of about prompt_len tokens, prefilled eagerly."""
+        rng = np.random.default_rng(seed)
+        vocab = self.model.cfg.vocab_size
+        self.seqs = [Seq(rng.integers(3, vocab, prompt_len + i).tolist(), []) for i in range(batch)]
+        for s in self.seqs:
+            self._grow(s, len(s.ids))
+            self._prefill(s)
+
+    def _grow(self, s: Seq, num_tokens: int) -> None:
+        while len(s.blocks) * self.block_size < num_tokens:
+            s.blocks.append(self._next_block)
+            self._next_block += 1
+
+    def slot_of(self, s: Seq, pos: int) -> int:
+        return s.blocks[pos // self.block_size] * self.block_size + pos % self.block_size
+
+    def _prefill(self, s: Seq) -> None:
+        b, n = self.backend, len(s.ids)
+        host = [np.asarray(s.ids, I64), np.arange(n, dtype=I64),
+                np.asarray([self.slot_of(s, p) for p in range(n)], I64), np.asarray([n - 1], I64)]
+        ts = [self.pool.empty(h.shape, I64) for h in host]
+        for t, h in zip(ts, host):
+            b.copy_h2d(t, h)
+        logits = self.pool.empty((1, self.model.cfg.vocab_size), np.float32)
+        fb = ForwardBatch(ts[0], ts[1], ts[2], True, seqs=[(0, n, 0, list(s.blocks))], logits_rows=ts[3])
+        self.model.forward(fb, self.kv, logits)
+        s.ids.append(int(np.argmax(b.copy_d2h(logits)[0])))
+        for t in (*ts, logits):
+            self.pool.release(t)
+
+    def inputs(self) -> DecodeInputs:
+        for s in self.seqs:
+            self._grow(s, len(s.ids))
+        width = max(len(s.blocks) for s in self.seqs)
+        tables = np.full((len(self.seqs), width), self.kv.num_blocks, I64)
+        for i, s in enumerate(self.seqs):
+            tables[i, : len(s.blocks)] = s.blocks
+        pos = [len(s.ids) - 1 for s in self.seqs]
+        return DecodeInputs(np.asarray([s.ids[-1] for s in self.seqs], I64), np.asarray(pos, I64),
+                            np.asarray([self.slot_of(s, p) for s, p in zip(self.seqs, pos)], I64), tables)
+
+    # ---- one step ---------------------------------------------------------------------------
+    def step(self) -> np.ndarray:
+        """One decode step for every sequence (greedy); returns the real rows' logits."""
+        logits = self.driver.step(self.inputs())
+        for s, row in zip(self.seqs, logits):
+            s.ids.append(int(np.argmax(row)))
+        return logits
+
+    @property
+    def is_captured(self) -> bool:
+        slot = self.driver.last_slot
+        return slot is not None and slot.is_captured
+
+    def kv_snapshot(self) -> list[np.ndarray]:
+        return [self.backend.copy_d2h(t) for t in (*self.kv.k, *self.kv.v)]

@@ -1,0 +1,175 @@
+"""Seam tests for every decode-graph driver: dense and MoE, double-buffering off and on, several
+shapes (padded ones included). DESIGN.md's pattern: cold step, drain (freed > 0), reset counters,
+capture step, allocs_in_step > 0 (the pre-grow really ran, outside the capture), allocs_in_capture == 0.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from seams.harness import SeamHarness
+from seams.lanes import GRAPHS_REASON, guarantee, is_bypass_lane
+from vt.errors import CaptureUnsupported
+
+MODELS = ["tiny-qwen3", "tiny-qwen3-moe"]
+SHAPES = [1, 3, 8, 13]  # 3 and 13 pad up to the ladder's 4 and 16
+
+
+GRAPH_MODELS = [guarantee(m, id=m, reason=GRAPHS_REASON) for m in MODELS]
+
+
+SEAM_CASES = [guarantee(m, db, S, id=f"{m}-{'double' if db else 'single'}-B{S}")
+              for m in MODELS for db in (False, True) for S in SHAPES]
+
+
+@pytest.mark.parametrize("model, double_buffer, batch", SEAM_CASES)
+def test_G1_capture_allocates_nothing_after_drain(model: str, double_buffer: bool, batch: int) -> None:
+    h = SeamHarness(model, double_buffer=double_buffer)
+    h.start(batch)
+    num_slots = 2 if double_buffer else 1
+    for _ in range(num_slots):  # each slot's first step is cold
+        h.step()
+        assert not h.is_captured, "a slot's first step is eager"
+    freed = h.pool.drain()
+    assert freed > 0, "precondition: the drain really emptied the free lists"
+    h.backend.reset_counters()
+    h.step()
+    assert h.is_captured, "this step captured"
+    assert h.backend.allocs_in_step > 0, "non-vacuity: the step did allocate (the pre-grow, outside)"
+    assert h.backend.allocs_in_capture == 0, f"{h.backend.allocs_in_capture} driver allocation(s) inside the capture"
+    if double_buffer:  # the second slot captures over the free lists the first one's pre-grow filled
+        hits = h.pool.hits
+        h.backend.reset_counters()
+        h.step()
+        assert h.is_captured and h.driver.last_slot is h.driver.slots[h.driver.last_slot.key][1]
+        assert h.pool.hits > hits, "non-vacuity: the second capture drew its temporaries from the pool"
+        assert h.backend.allocs_in_capture == 0, f"{h.backend.allocs_in_capture} allocation(s) in capture 2"
+
+
+@pytest.mark.parametrize("model", [guarantee(m, id=m) for m in MODELS])
+def test_G1_without_the_pregrow_the_capture_dies_as_on_the_gpu(model: str, monkeypatch) -> None:
+    """The production failure, reproduced: no pre-grow, global mode, the first allocation is refused."""
+    h = SeamHarness(model)
+    h.start(4)
+    h.step()
+    assert h.pool.drain() > 0
+    monkeypatch.setattr(h.pool, "pregrow_for_capture", lambda demand: 0)
+    h.backend.reset_counters()
+    with pytest.raises(CaptureUnsupported, match="cudaErrorStreamCaptureUnsupported: operation not permitted "
+                                                 "when stream is capturing"):
+        h.step()
+    assert h.backend.allocs_in_capture == 1, "refused at the first allocation inside the capture"
+
+
+@pytest.mark.parametrize("model", GRAPH_MODELS)
+@pytest.mark.parametrize("double_buffer", [False, True], ids=["single", "double"])
+def test_G2_replayed_logits_equal_eager_logits_bit_for_bit(model: str, double_buffer: bool) -> None:
+    graphs, eager = SeamHarness(model, double_buffer=double_buffer), SeamHarness(model, graphs=False)
+    graphs.start(5)
+    eager.start(5)
+    for step in range(6):
+        a, b = graphs.step(), eager.step()
+        assert np.array_equal(a, b), f"step {step}: replayed logits differ from eager"
+    assert graphs.driver.num_replays >= 2 and eager.driver.num_captures == 0, "non-vacuity: both paths ran"
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_G3_padding_rows_leave_every_other_requests_kv_untouched(model: str) -> None:
+    h = SeamHarness(model)
+    h.start(3)  # pads to 4: one padding row
+    for _ in range(3):  # cold, capture (+replay), replay
+        written = {h.slot_of(s, len(s.ids) - 1) for s in h.seqs}
+        before = h.kv_snapshot()
+        h.step()
+        after = h.kv_snapshot()
+        trash = h.kv.trash_slot
+        for b, a in zip(before, after):
+            bf, af = b.reshape(-1, *b.shape[2:]), a.reshape(-1, *a.shape[2:])
+            changed = {int(i) for i in np.nonzero((bf != af).any(axis=(1, 2)))[0]}
+            assert changed - {trash} <= written, f"KV slots {sorted(changed - written - {trash})} were written"
+            assert written <= changed, "non-vacuity: the real rows did write their KV"
+    assert h.driver.last_slot is not None and h.driver.last_slot.key[0] == 4
+    assert h.is_captured != is_bypass_lane(), "the last step replayed a graph (eager on the bypass lane)"
+
+
+@pytest.mark.parametrize("model", GRAPH_MODELS)
+def test_G4_graph_is_rebuilt_not_reused_after_the_block_table_width_changes(model: str) -> None:
+    graphs, eager = SeamHarness(model), SeamHarness(model, graphs=False)
+    graphs.start(2, prompt_len=29)  # 30-31 tokens: two blocks, the next block comes at token 33
+    eager.start(2, prompt_len=29)
+    widths, captures = [], []
+    for _ in range(8):
+        a, b = graphs.step(), eager.step()
+        assert np.array_equal(a, b), "logits after a width change must match eager"
+        widths.append(graphs.driver.last_slot.width)  # type: ignore[union-attr]
+        captures.append(graphs.driver.num_captures)
+    assert len(set(widths)) == 2, f"non-vacuity: the width really changed ({widths})"
+    first_new = widths.index(widths[-1])
+    assert captures[-1] > captures[first_new - 1], "a new capture after the width change"
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_G5_demand_profile_is_the_decode_steps_own(model: str) -> None:
+    """The profile is measured from the step boundary: a big prefill before it leaves no trace."""
+    short, long = SeamHarness(model), SeamHarness(model)
+    short.start(4, prompt_len=8)
+    long.start(4, prompt_len=200)
+    short.step()
+    long.step()
+    d_short, d_long = short.driver.last_slot.demand, long.driver.last_slot.demand  # type: ignore[union-attr]
+    assert d_short and d_short == d_long, f"{d_short} != {d_long}"
+
+
+@pytest.mark.parametrize("model", GRAPH_MODELS)
+def test_G6_engine_tokens_identical_with_graphs_on_and_off(model: str) -> None:
+    from vt.engine.config import EngineConfig
+    from vt.engine.ladder import run_ladder
+    from vt.engine.llm import LLMEngine
+
+    def tokens(eager: bool) -> list:
+        e = LLMEngine(EngineConfig(model=model, max_model_len=256, num_blocks=128, max_num_seqs=8,
+                                   enforce_eager=eager))
+        rungs = run_ladder(e, [1, 3, 8], input_len=20, output_len=24, num_prompts=8)
+        return [r.tokens for r in rungs], e.runner.decoder.num_replays
+
+    on, replays = tokens(False)
+    off, no_replays = tokens(True)
+    assert on == off
+    assert replays > 0 and no_replays == 0, "non-vacuity: graphs really replayed on one side only"
+
+
+def test_G6_vt_generate_identical_under_VT_CUDAGRAPH_0() -> None:
+    def run(flag: str) -> str:
+        cmd = [sys.executable, "-m", "vt.cli", "generate", "--model", "tiny-qwen3", "--prompt", "Hello world",
+               "--max-tokens", "12", "--temperature", "0", "--max-model-len", "128", "--num-blocks", "16"]
+        env = {**__import__("os").environ, "VT_CUDAGRAPH": flag}
+        return subprocess.run(cmd, env=env, capture_output=True, text=True, check=True).stdout
+
+    assert run("0") == run("1")
+
+
+@pytest.mark.parametrize("model", [guarantee(m, id=m) for m in MODELS])
+def test_G7_drain_never_frees_a_live_graphs_temporaries(model: str) -> None:
+    """Aliasing rule: a graph replays over its temporaries; a drain must not hand them back to the
+    driver while the graph lives. The sanitizer would name the freed buffer on replay."""
+    from backends.cpu import CpuBackend
+    from vt.errors import IllegalMemoryAccess
+
+    h = SeamHarness(model, backend_obj=CpuBackend(sanitize=True))
+    h.start(2)
+    h.step()
+    h.step()  # captured
+    assert h.is_captured and h.pool.stats()["pinned_blocks"] > 0
+    h.pool.drain()
+    h.step()  # replay: every temporary must still be live memory
+    assert h.driver.num_replays >= 1
+    slot = h.driver.last_slot
+    assert slot is not None
+    h.pool.unpin(slot.pinned)  # non-vacuity: without the pins the same drain is a use-after-free
+    assert h.pool.drain() > 0, "the unpinned temporaries are freed now"
+    with pytest.raises(IllegalMemoryAccess, match="freed"):
+        h.step()
