@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import time
@@ -19,6 +20,7 @@ class Outcome:
     seconds: float
     is_timeout: bool = False
     passed: set[str] = field(default_factory=set)
+    skipped: set[str] = field(default_factory=set)
     failed: dict[str, str] = field(default_factory=dict)  # test id -> failure text
     errors: dict[str, str] = field(default_factory=dict)  # collection / setup errors
     log: str = ""
@@ -34,13 +36,19 @@ def _node_id(classname: str, name: str, files: set[str]) -> str:
     return f"{classname}::{name}"
 
 
-def parse_junit(path: Path, files: set[str]) -> tuple[set[str], dict[str, str], dict[str, str]]:
+LANE_REASON = re.compile(r"\[bypass-lane:[^\]]*\]")
+
+
+def parse_junit(path: Path, files: set[str]) -> tuple[set[str], dict[str, str], dict[str, str], set[str]]:
+    """(passed, failed, errors, skipped) by node id; a lane's skip reason in an id is dropped, so a
+    gate names one case whether or not this lane skips it."""
     passed: set[str] = set()
+    skipped: set[str] = set()
     failed: dict[str, str] = {}
     errors: dict[str, str] = {}
     root = ET.parse(path).getroot()
     for case in root.iter("testcase"):
-        nid = _node_id(case.get("classname", ""), case.get("name", ""), files)
+        nid = LANE_REASON.sub("", _node_id(case.get("classname", ""), case.get("name", ""), files))
         fail = case.find("failure")
         err = case.find("error")
         if fail is not None:
@@ -49,7 +57,9 @@ def parse_junit(path: Path, files: set[str]) -> tuple[set[str], dict[str, str], 
             errors[nid] = (err.get("message") or "") + "\n" + (err.text or "")
         elif case.find("skipped") is None:
             passed.add(nid)
-    return passed, failed, errors
+        else:
+            skipped.add(nid)
+    return passed, failed, errors, skipped
 
 
 def run_gates(sandbox: Path, m: Mutation, timeout: float | None) -> Outcome:
@@ -69,7 +79,7 @@ def run_gates(sandbox: Path, m: Mutation, timeout: float | None) -> Outcome:
         return Outcome(rc=-1, seconds=time.monotonic() - t0, is_timeout=True, log=str(e.stdout or "")[-4000:])
     out = Outcome(rc=proc.returncode, seconds=time.monotonic() - t0, log=(proc.stdout + proc.stderr)[-6000:])
     if report.exists():
-        out.passed, out.failed, out.errors = parse_junit(report, set(m.gate_files))
+        out.passed, out.failed, out.errors, out.skipped = parse_junit(report, set(m.gate_files))
     return out
 
 

@@ -52,19 +52,20 @@ class Runner:
 
     # ---- baseline ---------------------------------------------------------------------------
     def _check_baselines(self, entries: list[Mutation]) -> None:
-        groups = {(m.gate_files, m.env): m for m in entries}
+        groups = {(m.gate_files, m.env, m.baseline_skipped): m for m in entries}
         with ThreadPoolExecutor(max_workers=max(1, self.cfg.jobs)) as ex:
             outs = list(ex.map(self._baseline_one, groups.values()))
         for m, out in zip(groups.values(), outs):
-            if out.is_timeout or out.failed or out.errors or not out.passed:
+            if out.is_timeout or out.failed or out.errors or not (out.passed or out.skipped):
                 bad = list(out.failed) + list(out.errors)
                 raise BaselineError(
                     f"unmutated gates are {'empty' if not (out.passed or bad) else 'red'} for {m.id} "
                     f"({', '.join(m.gate_files)}): {bad[:5]} rc={out.rc}\n{out.log[-2000:]}")
-            missing = [g for g in m.gates if not any(p == g or p.startswith((g + "[", g + "::")) for p in out.passed)]
+            seen = out.skipped if m.baseline_skipped else out.passed
+            missing = [g for g in m.gates if not any(p == g or p.startswith((g + "[", g + "::")) for p in seen)]
             if missing:
                 raise BaselineError(f"gate(s) of {m.id} collected nothing or did not pass unmutated: {missing}")
-            self.baseline[(m.gate_files, m.env)] = out.seconds
+            self.baseline[(m.gate_files, m.env, m.baseline_skipped)] = out.seconds
 
     def _baseline_one(self, m: Mutation) -> Outcome:
         with tempfile.TemporaryDirectory(prefix="vt-mut-base-") as d:
@@ -83,7 +84,7 @@ class Runner:
             applied, diff, _ = apply(m, sandbox)
             if not applied:
                 return Result(m, Verdict.NOT_APPLIED, time.monotonic() - t0, diff)
-            limit = max(self.cfg.timeout_floor, self.cfg.timeout_factor * self.baseline[(m.gate_files, m.env)])
+            limit = max(self.cfg.timeout_floor, self.cfg.timeout_factor * self.baseline[(m.gate_files, m.env, m.baseline_skipped)])
             out = run_gates(sandbox, m, timeout=limit)
         verdict, reason, failed_gates, others = judge(m, out)
         res = Result(m, verdict, time.monotonic() - t0, reason, failed_gates, others, diff)
