@@ -18,6 +18,10 @@ from mutations.sandbox import apply, make_sandbox, manifest, tracked_files
 CACHE_SHARED = ("tests/conftest.py", "tests/helpers.py")  # every gate file leans on these
 
 
+def _covers(gate: str, ids: set[str]) -> bool:
+    return any(p == gate or p.startswith((gate + "[", gate + "::")) for p in ids)
+
+
 class BaselineError(RuntimeError):
     """The gates are red or empty with no mutation applied: no verdict would mean anything."""
 
@@ -61,8 +65,10 @@ class Runner:
                 raise BaselineError(
                     f"unmutated gates are {'empty' if not (out.passed or bad) else 'red'} for {m.id} "
                     f"({', '.join(m.gate_files)}): {bad[:5]} rc={out.rc}\n{out.log[-2000:]}")
-            seen = out.skipped if m.baseline_skipped else out.passed
-            missing = [g for g in m.gates if not any(p == g or p.startswith((g + "[", g + "::")) for p in seen)]
+            seen = (out.skipped | out.passed) if m.baseline_skipped else out.passed
+            missing = [g for g in m.gates if not _covers(g, seen)]
+            if m.baseline_skipped and not any(_covers(g, out.skipped) for g in m.gates):
+                raise BaselineError(f"{m.id} declares a skipped baseline, but none of its gates was skipped")
             if missing:
                 raise BaselineError(f"gate(s) of {m.id} collected nothing or did not pass unmutated: {missing}")
             self.baseline[(m.gate_files, m.env, m.baseline_skipped)] = out.seconds
