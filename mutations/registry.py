@@ -289,4 +289,20 @@ ENTRIES: list[Mutation] = [
         env=(("VT_POOL_BYPASS", "1"),), baseline_skipped=True,
         gates=(*SEAM_GUARANTEES, *per_model(f"{SEAMS}::test_G3_padding_rows_leave_every_other_requests_kv_untouched")),
     ),
+
+    # ---- failures -----------------------------------------------------------------------------
+    Mutation(
+        id="nonfinite-logits-sampled-anyway",
+        description="a request whose logits are NaN is sampled as if nothing happened",
+        file="vt/engine/llm.py", old="            if not np.isfinite(row).all():", new="            if False:",
+        gates=("tests/engine/test_failures.py::test_a_request_with_non_finite_logits_fails_alone",),
+    ),
+    Mutation(
+        id="fatal-error-hides-requests-in-flight",
+        description="a fatal engine error no longer names the requests in flight",
+        file="vt/engine/llm.py",
+        old='            print(f"vt: fatal engine error; requests in flight: {in_flight}", file=sys.stderr)\n',
+        new="",
+        gates=("tests/engine/test_failures.py::test_a_fatal_error_prints_the_traceback_and_the_requests_in_flight",),
+    ),
 ]

@@ -1,0 +1,45 @@
+"""An engine error never takes down other requests silently; a fatal one prints the traceback and
+the requests in flight."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from vt import LLM, SamplingParams
+
+
+def test_a_request_with_non_finite_logits_fails_alone(monkeypatch: pytest.MonkeyPatch) -> None:
+    llm = LLM(model="tiny-qwen3", max_model_len=128, num_blocks=32, max_num_seqs=4)
+    real = llm.engine.runner.execute
+    victim = "req-1"
+
+    def poisoned(out, running):
+        logits = real(out, running)
+        if victim in logits:
+            logits[victim] = np.full_like(logits[victim], np.nan)
+        return logits
+
+    monkeypatch.setattr(llm.engine.runner, "execute", poisoned)
+    outs = llm.generate(["one", "two", "three"], SamplingParams(temperature=0, max_tokens=6, ignore_eos=True))
+    assert outs[1].finish_reason == "error" and "non-finite" in (outs[1].error or "")
+    assert [o.finish_reason for o in (outs[0], outs[2])] == ["length", "length"]
+    assert all(len(o.token_ids) == 6 for o in (outs[0], outs[2]))
+    assert llm.engine.blocks.num_free == llm.engine.cfg.num_blocks, "the failed request's blocks came back"
+
+
+def test_a_fatal_error_prints_the_traceback_and_the_requests_in_flight(monkeypatch, capsys) -> None:
+    llm = LLM(model="tiny-qwen3", max_model_len=128, num_blocks=32, max_num_seqs=4)
+    e = llm.engine
+    a = e.add_request("alpha", SamplingParams(temperature=0, max_tokens=4))
+    b = e.add_request("beta", SamplingParams(temperature=0, max_tokens=4))
+
+    def boom(out, running):
+        raise RuntimeError("kernel exploded")
+
+    monkeypatch.setattr(e.runner, "execute", boom)
+    with pytest.raises(RuntimeError, match="kernel exploded"):
+        e.step()
+    err = capsys.readouterr().err
+    assert "Traceback" in err and "kernel exploded" in err
+    assert "requests in flight" in err and a.id in err and b.id in err
