@@ -90,7 +90,8 @@ class Runner:
             applied, diff, _ = apply(m, sandbox)
             if not applied:
                 return Result(m, Verdict.NOT_APPLIED, time.monotonic() - t0, diff)
-            limit = max(self.cfg.timeout_floor, self.cfg.timeout_factor * self.baseline[(m.gate_files, m.env, m.baseline_skipped)])
+            base = self.baseline[(m.gate_files, m.env, m.baseline_skipped)]
+            limit = max(self.cfg.timeout_floor, self.cfg.timeout_factor * base)
             out = run_gates(sandbox, m, timeout=limit)
         verdict, reason, failed_gates, others = judge(m, out)
         res = Result(m, verdict, time.monotonic() - t0, reason, failed_gates, others, diff)

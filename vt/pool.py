@@ -206,8 +206,9 @@ class DevicePool:
     @contextmanager
     def recording(self) -> Iterator[set[Block]]:
         """Collects every block handed out inside the window (a capture's temporaries)."""
+        used: set[Block] = set()
         with self._lock:
-            self._recording = used = set()
+            self._recording = used
         try:
             yield used
         finally:
