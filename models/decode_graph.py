@@ -71,7 +71,7 @@ class Slot:
 
 class DecodeGraphDriver:
     def __init__(self, model: Any, kv: Any, max_num_seqs: int, *, enabled: bool = True,
-                 double_buffer: bool | None = None) -> None:
+                 double_buffer: bool | None = None, stream: Any = None) -> None:
         from vt.env import flags
 
         self.model, self.kv = model, kv
@@ -81,7 +81,7 @@ class DecodeGraphDriver:
         # global-mode capture refuses. Graphs are off there; the lane exists for real lifetimes.
         self.is_enabled = enabled and flags().cudagraph and self.backend.can_capture and not self.pool.is_bypass
         self.double_buffer = flags().async_executor if double_buffer is None else double_buffer
-        self.stream = self.backend.new_stream()
+        self.stream = stream or self.backend.new_stream()  # the engine's one compute stream
         self.slots: dict[tuple[int, int, bool], list[Slot]] = {}
         self._turn: dict[tuple[int, int, bool], int] = {}
         self.last_slot: Slot | None = None
@@ -90,6 +90,10 @@ class DecodeGraphDriver:
     # ---- public -----------------------------------------------------------------------------
     def step(self, inp: DecodeInputs, spec: bool = False) -> np.ndarray:
         """Runs one decode step; returns host logits [B*q, vocab]."""
+        with self.backend.use_stream(self.stream):  # staging, replay and read-back stay in order
+            return self._step(inp, spec)
+
+    def _step(self, inp: DecodeInputs, spec: bool) -> np.ndarray:
         self.pool.mark_step_boundary()
         B = inp.block_tables.shape[0]
         if B > self.ladder[-1]:  # above the capture ladder: eager, on transient inputs
@@ -155,8 +159,7 @@ class DecodeGraphDriver:
         self.model.forward(fb, self.kv, slot.logits, slot.hidden)
 
     def _run_cold(self, slot: Slot) -> None:
-        with self.backend.use_stream(self.stream):
-            self._forward(slot)
+        self._forward(slot)
         slot.demand = self.pool.step_demand_profile()
         self.num_eager += 1
 

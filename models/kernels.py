@@ -114,12 +114,15 @@ def attention_prefill(xp: Any, q: Any, k_cache: Any, v_cache: Any, out: Any, sca
 def moe_route(xp: Any, logits: Any, out: Any, top_k: int, norm_topk_prob: bool) -> None:
     """Dense routing weights [T, E]: softmax probs at each token's top-k experts, zero elsewhere."""
     probs = _softmax_rows(xp, logits)
-    top = xp.argsort(-probs, axis=-1, kind="stable")[:, :top_k]
-    picked = xp.take_along_axis(probs, top, axis=-1)
+    experts = xp.arange(probs.shape[-1])[None, :]
+    work, picked = probs.copy(), xp.zeros_like(probs)
+    for _ in range(top_k):  # top-k by repeated argmax: static shapes, no sort, capture-safe
+        hit = experts == xp.argmax(work, axis=-1)[:, None]
+        picked = xp.where(hit, probs, picked)
+        work = xp.where(hit, -1.0, work)
     if norm_topk_prob:
         picked = picked / picked.sum(axis=-1, keepdims=True)
-    out[...] = 0
-    xp.put_along_axis(out, top, picked, axis=-1)
+    out[...] = picked
 
 
 def moe_experts(xp: Any, x: Any, w_gate_up: Any, w_down: Any, route: Any, out: Any) -> None:

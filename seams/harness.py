@@ -35,6 +35,7 @@ class SeamHarness:
         self.block_size = block_size
         self._next_block = 0
         self.seqs: list[Seq] = []
+        self.prefill_logits: list[np.ndarray] = []
 
     # ---- state ------------------------------------------------------------------------------
     def start(self, batch: int, prompt_len: int = 20, seed: int = 0) -> None:
@@ -42,9 +43,10 @@ class SeamHarness:
         rng = np.random.default_rng(seed)
         vocab = self.model.cfg.vocab_size
         self.seqs = [Seq(rng.integers(3, vocab, prompt_len + i).tolist(), []) for i in range(batch)]
-        for s in self.seqs:
-            self._grow(s, len(s.ids))
-            self._prefill(s)
+        with self.backend.use_stream(self.driver.stream):
+            for s in self.seqs:
+                self._grow(s, len(s.ids))
+                self._prefill(s)
 
     def _grow(self, s: Seq, num_tokens: int) -> None:
         while len(s.blocks) * self.block_size < num_tokens:
@@ -64,7 +66,9 @@ class SeamHarness:
         logits = self.pool.empty((1, self.model.cfg.vocab_size), np.float32)
         fb = ForwardBatch(ts[0], ts[1], ts[2], True, seqs=[(0, n, 0, list(s.blocks))], logits_rows=ts[3])
         self.model.forward(fb, self.kv, logits)
-        s.ids.append(int(np.argmax(b.copy_d2h(logits)[0])))
+        row = b.copy_d2h(logits)[0]
+        self.prefill_logits.append(row)
+        s.ids.append(int(np.argmax(row)))
         for t in (*ts, logits):
             self.pool.release(t)
 
@@ -80,12 +84,19 @@ class SeamHarness:
                             np.asarray([self.slot_of(s, p) for s, p in zip(self.seqs, pos)], I64), tables)
 
     # ---- one step ---------------------------------------------------------------------------
-    def step(self) -> np.ndarray:
-        """One decode step for every sequence (greedy); returns the real rows' logits."""
+    def step(self, tokens: list[int] | None = None) -> np.ndarray:
+        """One decode step for every sequence; appends `tokens` (default: greedy) and returns the real
+        rows' logits. Passing tokens lets two backends walk the same trajectory."""
         logits = self.driver.step(self.inputs())
-        for s, row in zip(self.seqs, logits):
-            s.ids.append(int(np.argmax(row)))
+        chosen = tokens if tokens is not None else [int(np.argmax(row)) for row in logits]
+        for s, t in zip(self.seqs, chosen):
+            s.ids.append(int(t))
         return logits
+
+    def force_prompt_tokens(self, other: SeamHarness) -> None:
+        """Make this harness's sequences continue exactly as `other`'s (same prompts, same first token)."""
+        for mine, theirs in zip(self.seqs, other.seqs):
+            mine.ids[-1] = theirs.ids[-1]
 
     @property
     def is_captured(self) -> bool:
@@ -93,4 +104,5 @@ class SeamHarness:
         return slot is not None and slot.is_captured
 
     def kv_snapshot(self) -> list[np.ndarray]:
-        return [self.backend.copy_d2h(t) for t in (*self.kv.k, *self.kv.v)]
+        with self.backend.use_stream(self.driver.stream):
+            return [self.backend.copy_d2h(t) for t in (*self.kv.k, *self.kv.v)]

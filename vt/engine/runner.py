@@ -25,7 +25,9 @@ class ModelRunner:
         self.pool = model.backend.pool
         self.kv = model.make_kv_cache(cfg.num_blocks, cfg.block_size)
         self.batch = InputBatch(cfg.max_num_seqs, cfg.max_model_len, cfg.max_blocks_per_seq, cfg.num_blocks)
-        self.decoder = DecodeGraphDriver(model, self.kv, cfg.max_num_seqs, enabled=not cfg.enforce_eager)
+        self.stream = self.backend.new_stream()  # one compute stream: prefill and decode stay ordered
+        self.decoder = DecodeGraphDriver(model, self.kv, cfg.max_num_seqs, enabled=not cfg.enforce_eager,
+                                         stream=self.stream)
 
     # ---- the input batch follows the scheduler ----------------------------------------------
     def sync_batch(self, running: list[Request]) -> None:
@@ -44,9 +46,10 @@ class ModelRunner:
     def execute(self, out: SchedulerOutput, running: list[Request]) -> dict[str, np.ndarray]:
         """Runs the step; returns each scheduled request's logits row (host)."""
         self.sync_batch(running)
-        if out.is_prefill:
-            return self._prefill(out.requests)
-        return self._decode([r for r in (self.batch.requests[i] for i in self.batch.rows()) if r is not None])
+        with self.backend.use_stream(self.stream):
+            if out.is_prefill:
+                return self._prefill(out.requests)
+            return self._decode([r for r in (self.batch.requests[i] for i in self.batch.rows()) if r is not None])
 
     def _stage(self, host: np.ndarray) -> Tensor:
         t = self.pool.empty(host.shape, host.dtype)

@@ -1,0 +1,106 @@
+"""A capture-safe GEMM: cuBLAS called directly through ctypes.
+
+CuPy refuses cuBLAS while a stream captures ("calling cuBLAS API during stream capture is currently
+unsupported"), and cuBLAS without a preset workspace may allocate lazily inside a capture. So: one
+handle of our own, its stream and a preallocated workspace set OUTSIDE any capture (`bind`), and
+the GEMM entry point called directly, inside or outside a capture alike (one path, so replay and
+eager agree bit for bit).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import glob
+import os
+from typing import Any
+
+OP_N = 0
+WORKSPACE_BYTES = 32 << 20
+
+
+def _load() -> ctypes.CDLL:
+    names = [ctypes.util.find_library("cublas"), "libcublas.so.13", "libcublas.so.12", "libcublas.so"]
+    try:
+        import cupy
+
+        names += glob.glob(os.path.join(cupy.cuda.get_cuda_path() or "", "lib*", "libcublas.so*"))
+    except Exception:  # noqa: BLE001 - a best-effort search path
+        pass
+    for name in names:
+        if not name:
+            continue
+        try:
+            return ctypes.CDLL(name)
+        except OSError:
+            continue
+    raise OSError("libcublas not found (tried: " + ", ".join(n for n in names if n) + ")")
+
+
+class Cublas:
+    def __init__(self, workspace_ptr: int | None, workspace_bytes: int) -> None:
+        self.lib = _load()
+        self.handle = ctypes.c_void_p()
+        self._check(self.lib.cublasCreate_v2(ctypes.byref(self.handle)), "cublasCreate_v2")
+        self.workspace = (workspace_ptr, workspace_bytes)
+        self.bound_stream: int | None = None
+        f = self.lib.cublasSgemmStridedBatched
+        f.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int,
+                      ctypes.POINTER(ctypes.c_float), ctypes.c_void_p, ctypes.c_int, ctypes.c_longlong,
+                      ctypes.c_void_p, ctypes.c_int, ctypes.c_longlong, ctypes.POINTER(ctypes.c_float),
+                      ctypes.c_void_p, ctypes.c_int, ctypes.c_longlong, ctypes.c_int]
+        self._one, self._zero = ctypes.c_float(1.0), ctypes.c_float(0.0)
+
+    @staticmethod
+    def _check(status: int, what: str) -> None:
+        if status != 0:
+            raise RuntimeError(f"{what} failed with cuBLAS status {status}")
+
+    def bind(self, stream_ptr: int) -> None:
+        """Set the handle's stream, then the preset workspace (setting a stream resets the workspace).
+        Must run outside any capture."""
+        if self.bound_stream == stream_ptr:
+            return
+        self._check(self.lib.cublasSetStream_v2(self.handle, ctypes.c_void_p(stream_ptr)), "cublasSetStream_v2")
+        ptr, size = self.workspace
+        if ptr is not None:
+            self._check(self.lib.cublasSetWorkspace_v2(self.handle, ctypes.c_void_p(ptr), ctypes.c_size_t(size)),
+                        "cublasSetWorkspace_v2")
+        self.bound_stream = stream_ptr
+
+    def sgemm_batched(self, a: int, b: int, c: int, m: int, n: int, k: int, batch: int,
+                      stride_a: int, stride_b: int, stride_c: int) -> None:
+        """Row-major C[batch, m, n] = A[batch, m, k] @ B[batch, k, n] (as column-major C^T = B^T A^T)."""
+        self._check(self.lib.cublasSgemmStridedBatched(
+            self.handle, OP_N, OP_N, n, m, k, ctypes.byref(self._one), ctypes.c_void_p(b), n, stride_b,
+            ctypes.c_void_p(a), k, stride_a, ctypes.byref(self._zero), ctypes.c_void_p(c), n, stride_c, batch),
+            "cublasSgemmStridedBatched")
+
+
+def matmul(cp: Any, blas: Cublas, a: Any, b: Any, out: Any = None) -> Any:
+    """np.matmul semantics for float32 (batch dims broadcast) over the capture-safe GEMM."""
+    m, k = a.shape[-2], a.shape[-1]
+    n = b.shape[-1]
+    batch_shape = tuple(cp.broadcast_shapes(a.shape[:-2], b.shape[:-2]))
+    batch = 1
+    for d in batch_shape:
+        batch *= d
+    A, sa = _operand(cp, a, batch_shape, m, k)
+    B, sb = _operand(cp, b, batch_shape, k, n)
+    want = batch_shape + (m, n)
+    direct = out is not None and out.flags.c_contiguous and out.shape == want and out.dtype == cp.float32
+    C = out if direct else cp.empty(want, cp.float32)
+    blas.bind(cp.cuda.get_current_stream().ptr)
+    blas.sgemm_batched(A.data.ptr, B.data.ptr, C.data.ptr, m, n, k, batch, sa, sb, m * n)
+    if out is not None and not direct:
+        out[...] = C
+        return out
+    return C
+
+
+def _operand(cp: Any, x: Any, batch_shape: tuple, rows: int, cols: int) -> tuple[Any, int]:
+    if x.dtype != cp.float32:
+        x = x.astype(cp.float32)
+    if x.ndim == 2 and x.flags.c_contiguous:
+        return x, 0  # one matrix broadcast over the batch: stride 0, no copy
+    return cp.ascontiguousarray(cp.broadcast_to(x, batch_shape + (rows, cols))), rows * cols

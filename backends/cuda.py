@@ -1,0 +1,263 @@
+"""The CuPy backend: the same Backend protocol over real CUDA stream capture.
+
+- Driver allocations are raw cudaMalloc/cudaFree, counted like the CPU backend's.
+- Captures run in GLOBAL mode unless a caller names another (CuPy's default, relaxed, lets cudaMalloc
+  through and hides exactly the defect this project exists to catch).
+- CuPy's own allocator is routed through the DevicePool, so CuPy's hidden temporaries are visible to
+  the demand profile, the counters and the pre-grow.
+- GEMM goes through a capture-safe cuBLAS path (backends/cublas.py).
+- Event/stream queries, which silently invalidate a capture under CuPy, are refused by name.
+CUDA errors come back as vt's typed errors with CUDA's names and texts.
+"""
+
+from __future__ import annotations
+
+import threading
+import types
+from typing import Any
+
+import numpy as np
+
+from vt.backend import Backend, Buffer, CaptureMode, Event, Graph, Kernel, Stream, Tensor
+from vt.errors import (
+    CaptureInvalidated,
+    CaptureIsolation,
+    CaptureOnLegacyStream,
+    CaptureUnjoined,
+    CaptureUnsupported,
+    CudaError,
+    H2DDuringCapture,
+    IllegalMemoryAccess,
+    IllegalState,
+)
+
+_BY_STATUS: dict[int, type[CudaError]] = {
+    900: CaptureUnsupported, 901: CaptureInvalidated, 904: CaptureUnjoined, 905: CaptureIsolation,
+    401: IllegalState, 700: IllegalMemoryAccess,
+}
+
+
+def _translate(e: BaseException) -> BaseException:
+    status = getattr(e, "status", None)
+    if status in _BY_STATUS:
+        return _BY_STATUS[status]()
+    text = str(e)
+    if "cannot capture on the default (legacy) stream" in text:
+        return CaptureOnLegacyStream()
+    if "H2D transfers are disallowed" in text:
+        return H2DDuringCapture()
+    return e
+
+
+class _Capture:
+    def __init__(self, origin: Stream, mode: CaptureMode) -> None:
+        self.origin = origin
+        self.mode = mode
+        self.thread = threading.get_ident()
+        self.invalid: CudaError | None = None  # vt-side failures (refused queries); CUDA tracks its own
+        self.graph_buffers: list[Buffer] = []
+
+
+class _Lease:
+    """Owner of a pool block lent to CuPy: when CuPy drops the memory, the block goes back."""
+
+    __slots__ = ("pool", "block")
+
+    def __init__(self, pool: Any, block: Any) -> None:
+        self.pool, self.block = pool, block
+
+    def __del__(self) -> None:
+        try:
+            self.pool.put(self.block)
+        except Exception:  # noqa: BLE001 - interpreter shutdown
+            pass
+
+
+class CudaGraph(Graph):
+    def __init__(self, backend: CudaBackend, graph: Any, graph_buffers: list[Buffer]) -> None:
+        super().__init__(backend)
+        self.graph = graph
+        self.graph_buffers = graph_buffers
+
+    def _replay(self, stream: Stream) -> None:
+        try:
+            self.graph.launch(stream.handle)
+        except Exception as e:
+            raise _translate(e) from e
+
+    def _destroy(self) -> None:
+        self.graph = None
+        for buf in self.graph_buffers:
+            self.backend._mark_freed(buf)
+
+
+class CudaBackend(Backend):
+    name = "cuda"
+    can_capture = True
+
+    def __init__(self, *, sanitize: bool | None = None) -> None:
+        import cupy
+
+        from backends.cublas import WORKSPACE_BYTES, Cublas, matmul
+
+        self.cp = cupy
+        super().__init__(sanitize=False)  # the poisoning sanitizer is the CPU backend's
+        self._captures: list[_Capture] = []
+        self.kernel_name = "<outside a launch>"  # names CuPy's hidden temporaries in hidden_allocs
+        self.hidden_allocs: dict[str, int] = {}  # kernel -> bytes CuPy allocated inside it (via the pool)
+        self._workspace = self.alloc(WORKSPACE_BYTES)  # long-lived, set on the cuBLAS handle up front
+        self.blas = Cublas(self._workspace.mem, WORKSPACE_BYTES)
+        xp = types.SimpleNamespace(**{k: getattr(cupy, k) for k in dir(cupy) if not k.startswith("__")})
+        xp.matmul = lambda a, b, out=None: matmul(cupy, self.blas, a, b, out)
+        self.xp = xp
+        cupy.cuda.set_allocator(self._cupy_alloc)
+
+    # ---- memory -----------------------------------------------------------------------------
+    def _legacy_stream_handle(self) -> Any:
+        return self.cp.cuda.Stream.null
+
+    def _new_stream_handle(self) -> Any:
+        return self.cp.cuda.Stream(non_blocking=True)
+
+    def _any_capture_active(self) -> bool:
+        return bool(self._captures)
+
+    def _alloc(self, nbytes: int) -> Any:
+        try:
+            return self.cp.cuda.runtime.malloc(nbytes)
+        except Exception as e:
+            err = _translate(e)
+            if isinstance(err, CaptureUnsupported):
+                for cap in self._captures:
+                    cap.invalid = cap.invalid or err
+            raise err from e
+
+    def _free(self, buf: Buffer) -> None:
+        self.cp.cuda.runtime.free(buf.mem)
+
+    def _alloc_async(self, nbytes: int, stream: Stream) -> tuple[Any, bool]:
+        try:
+            ptr = self.cp.cuda.runtime.mallocAsync(nbytes, stream.handle.ptr)
+        except Exception as e:
+            raise _translate(e) from e
+        return ptr, stream.capture is not None
+
+    def _cupy_alloc(self, nbytes: int) -> Any:
+        """CuPy's allocator, routed through the pool: CuPy's hidden temporaries are pool blocks."""
+        blk = self.pool.get(max(int(nbytes), 1))
+        self.hidden_allocs[self.kernel_name] = self.hidden_allocs.get(self.kernel_name, 0) + blk.nbytes
+        mem = self.cp.cuda.UnownedMemory(blk.buffer.mem, blk.nbytes, _Lease(self.pool, blk))
+        return self.cp.cuda.MemoryPointer(mem, 0)
+
+    def _as_array(self, t: Tensor) -> Any:
+        mem = self.cp.cuda.UnownedMemory(t.buffer.mem, t.buffer.nbytes, t.buffer)
+        return self.cp.ndarray(t.shape, t.dtype, memptr=self.cp.cuda.MemoryPointer(mem, t.offset))
+
+    # ---- launches and copies ----------------------------------------------------------------
+    def launch(self, kernel: Kernel, *args: Any, stream: Stream | None = None, **kw: Any) -> None:
+        stream = stream or self.current_stream()
+        arrays = [a.array() if isinstance(a, Tensor) else a for a in args]
+        kwarrays = {k: (v.array() if isinstance(v, Tensor) else v) for k, v in kw.items()}
+        self.kernel_name = getattr(kernel, "__name__", repr(kernel))
+        try:
+            self._call(stream, lambda: kernel(self.xp, *arrays, **kwarrays))
+        finally:
+            self.kernel_name = "<outside a launch>"
+        stream.num_ops += 1
+
+    def _call(self, stream: Stream, fn: Any) -> Any:
+        if stream.capture is not None and stream.capture.invalid is not None:
+            raise CaptureInvalidated(f"first failure: {stream.capture.invalid}")
+        try:
+            with stream.handle:
+                return fn()
+        except CudaError:
+            raise
+        except Exception as e:
+            err = _translate(e)
+            if isinstance(err, CudaError) and stream.capture is not None:
+                stream.capture.invalid = stream.capture.invalid or err
+            raise err from e
+
+    def copy_h2d(self, dst: Tensor, src: Any) -> None:
+        host = np.ascontiguousarray(np.asarray(src, dtype=dst.dtype).reshape(dst.shape))
+        s = self.current_stream()
+        self._call(s, lambda: dst.array().set(host, stream=s.handle))
+
+    def copy_h2d_async(self, dst: Tensor, src: Any, stream: Stream | None = None) -> None:
+        s = stream or self.current_stream()
+        rt = self.cp.cuda.runtime
+        self._call(s, lambda: rt.memcpyAsync(dst.buffer.mem + dst.offset, src.ctypes.data, dst.nbytes,
+                                             rt.memcpyHostToDevice, s.handle.ptr))
+
+    def copy_d2h(self, src: Tensor) -> Any:
+        s = self.current_stream()
+        return self._call(s, lambda: src.array().get(stream=s.handle))
+
+    # ---- streams and events -----------------------------------------------------------------
+    def record_event(self, stream: Stream | None = None) -> Event:
+        stream = stream or self.current_stream()
+        ev = self.cp.cuda.Event(disable_timing=True)
+        self._call(stream, lambda: ev.record(stream.handle))
+        return Event(self, stream, stream.num_ops, stream.capture, handle=ev)
+
+    def wait_event(self, stream: Stream, event: Event) -> None:
+        self._call(stream, lambda: stream.handle.wait_event(event.handle))
+        cap = event.capture if event.capture in self._captures else None
+        if cap is not None and stream.capture is None:  # fork: CUDA pulled the stream into the capture
+            stream.capture = cap
+            self._members(cap).append(stream)
+        stream.num_ops += 1
+
+    def _members(self, cap: _Capture) -> list[Stream]:
+        if not hasattr(cap, "members"):
+            cap.members = [cap.origin]  # type: ignore[attr-defined]
+        return cap.members  # type: ignore[attr-defined]
+
+    def query_event(self, event: Event) -> bool:
+        # cudaEventQuery inside a capture invalidates it and CuPy answers False: refuse by name.
+        if self._captures:
+            for cap in self._captures:
+                cap.invalid = cap.invalid or CaptureUnsupported("event query")
+            raise CaptureUnsupported("event query during capture")
+        return bool(event.handle.done)
+
+    def synchronize(self, stream: Stream | None = None) -> None:
+        s = stream or self.current_stream()
+        if stream is None and self._captures and s.capture is None:
+            s = self._captures[0].origin  # a device-wide sync while something captures
+        self._call(s, lambda: (s.handle.synchronize() if stream is not None else self.cp.cuda.Device().synchronize()))
+
+    # ---- capture ----------------------------------------------------------------------------
+    def begin_capture(self, stream: Stream, mode: CaptureMode = CaptureMode.GLOBAL) -> None:
+        rt = self.cp.cuda.runtime
+        cuda_mode = {CaptureMode.GLOBAL: rt.streamCaptureModeGlobal, CaptureMode.THREAD_LOCAL:
+                     rt.streamCaptureModeThreadLocal, CaptureMode.RELAXED: rt.streamCaptureModeRelaxed}[mode]
+        if stream.capture is None and not stream.is_legacy:
+            self.blas.bind(stream.handle.ptr)  # outside the capture: stream and preset workspace
+        try:
+            stream.handle.begin_capture(mode=cuda_mode)
+        except Exception as e:
+            err = _translate(e)
+            if stream.capture is not None and isinstance(err, CudaError):
+                stream.capture.invalid = stream.capture.invalid or err
+            raise err from e
+        cap = _Capture(stream, CaptureMode(mode))
+        stream.capture = cap
+        self._captures.append(cap)
+
+    def end_capture(self, stream: Stream) -> Graph:
+        cap = stream.capture
+        if cap is None or cap.origin is not stream:
+            raise IllegalState(f"end_capture on {stream!r}, which did not begin a capture")
+        self._captures.remove(cap)
+        for s in self._members(cap):
+            s.capture = None
+        try:
+            graph = stream.handle.end_capture()
+        except Exception as e:
+            raise _translate(e) from e
+        if cap.invalid is not None:
+            del graph
+            raise CaptureInvalidated(f"first failure: {cap.invalid}")
+        return CudaGraph(self, graph, cap.graph_buffers)

@@ -1,0 +1,86 @@
+"""GPU decode-step benchmarks (GPU lane): vt eager vs graph replay at batch 1, 8, 32, and the same
+model shape as a plain torch CUDAGraph replay (the anchor). Ratios are read off one run."""
+
+from __future__ import annotations
+
+import pytest
+
+from seams.harness import SeamHarness
+
+pytestmark = pytest.mark.gpu
+BATCHES = [1, 8, 32]
+
+
+def _harness(batch: int, graphs: bool) -> SeamHarness:
+    h = SeamHarness("tiny-qwen3", "cuda", graphs=graphs, max_num_seqs=32)
+    h.start(batch)
+    return h
+
+
+@pytest.mark.parametrize("batch", BATCHES)
+@pytest.mark.parametrize("mode", ["eager", "graph"])
+def test_vt_decode_step(benchmark, mode: str, batch: int) -> None:
+    """The whole step the engine pays: stage inputs, run (or replay), read the logits back."""
+    h = _harness(batch, graphs=mode == "graph")
+    inputs = h.inputs()
+    for _ in range(3):  # cold, capture, replay
+        h.driver.step(inputs)
+    benchmark.group = f"decode step B={batch}"
+    benchmark(h.driver.step, inputs)
+    if mode == "graph":
+        assert h.driver.num_replays > 3
+
+
+@pytest.mark.parametrize("batch", BATCHES)
+def test_vt_graph_replay_only(benchmark, batch: int) -> None:
+    """Replay + sync alone (no staging, no read-back): comparable to the torch replay below."""
+    h = _harness(batch, graphs=True)
+    inputs = h.inputs()
+    for _ in range(3):
+        h.driver.step(inputs)
+    slot, stream = h.driver.last_slot, h.driver.stream
+    assert slot is not None and slot.graph is not None
+
+    def replay() -> None:
+        slot.graph.replay(stream)
+        stream.handle.synchronize()
+
+    benchmark.group = f"decode step B={batch}"
+    benchmark(replay)
+
+
+@pytest.mark.parametrize("batch", BATCHES)
+def test_vt_host_overhead_per_replay(benchmark, batch: int) -> None:
+    """Host-side cost of one replay launch (no sync): the Python floor per graphed step."""
+    h = _harness(batch, graphs=True)
+    inputs = h.inputs()
+    for _ in range(3):
+        h.driver.step(inputs)
+    slot, stream = h.driver.last_slot, h.driver.stream
+    benchmark.group = f"host overhead B={batch}"
+    benchmark.pedantic(lambda: slot.graph.replay(stream), rounds=200, iterations=1)  # type: ignore[union-attr]
+    stream.handle.synchronize()
+
+
+@pytest.mark.parametrize("batch", BATCHES)
+def test_torch_cudagraph_anchor(benchmark, batch: int) -> None:
+    torch = pytest.importorskip("torch")
+    from benchmarks.torch_tiny import TorchTinyQwen3
+
+    m = TorchTinyQwen3(batch)
+    g = torch.cuda.CUDAGraph()
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for _ in range(3):
+            m.step()
+    torch.cuda.current_stream().wait_stream(s)
+    with torch.cuda.graph(g):
+        m.step()
+
+    def replay() -> None:
+        g.replay()
+        torch.cuda.synchronize()
+
+    benchmark.group = f"decode step B={batch}"
+    benchmark(replay)
