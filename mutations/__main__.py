@@ -24,18 +24,27 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--report-dir", type=Path, default=Path("reports/mutations"))
     r.add_argument("--root", type=Path, default=Path.cwd())
     r.add_argument("--no-cache", action="store_true")
+    r.add_argument("--lane", choices=["auto", "cpu", "gpu"], default="auto",
+                   help="gpu runs the needs_gpu entries too; auto picks gpu when CuPy sees a GPU")
     args = p.parse_args(argv)
     if args.cmd == "list":
         for m in ENTRIES:
             print(f"{m.id}\t{m.kind.value}\t{m.file}\t{m.description}")
         return 0
     entries = ENTRIES
+    lane = args.lane if args.lane != "auto" else ("gpu" if _has_gpu() else "cpu")
+    if lane == "cpu":
+        gpu_only = [m.id for m in entries if m.needs_gpu]
+        entries = [m for m in entries if not m.needs_gpu]
+        if gpu_only:
+            print(f"cpu lane: {len(gpu_only)} GPU-lane mutation(s) not run here (scripts/gpu-lane runs them): "
+                  f"{', '.join(gpu_only)}")
     if args.only:
         unknown = set(args.only) - {m.id for m in ENTRIES}
         if unknown:
             print(f"unknown mutation id(s): {sorted(unknown)}", file=sys.stderr)
             return 2
-        entries = [m for m in ENTRIES if m.id in args.only]
+        entries = [m for m in entries if m.id in args.only]
     root = args.root.resolve()
     cache = None if args.no_cache else root / ".vt-cache" / "mutations"
     t0 = time.monotonic()
@@ -48,6 +57,15 @@ def main(argv: list[str] | None = None) -> int:
     print(markdown(results))
     print(f"wall time {time.monotonic() - t0:.1f}s; reports: {', '.join(str(p) for p in paths)}")
     return 0 if all(r.verdict is Verdict.KILLED for r in results) else 1
+
+
+def _has_gpu() -> bool:
+    try:
+        import cupy
+
+        return cupy.cuda.runtime.getDeviceCount() > 0
+    except Exception:  # noqa: BLE001 - no CuPy, no driver, no device: the CPU lane
+        return False
 
 
 if __name__ == "__main__":

@@ -37,6 +37,7 @@ class Mutation:
     # Some gates are skipped unmutated (a lane where their guarantee does not apply) and the mutation
     # makes them run: the baseline must show them skipped (or passing), never failing.
     baseline_skipped: bool = False
+    needs_gpu: bool = False  # runs on the GPU lane only (scripts/gpu-lane); the CPU lane lists it as such
 
     def __post_init__(self) -> None:
         if not self.gates:

@@ -15,6 +15,7 @@ ORACLE = "tests/models/test_oracle.py"
 CAP = "tests/engine/test_capacity.py"
 GEN = "tests/engine/test_generation.py"
 BATCH = "tests/engine/test_input_batch.py"
+CUDA = "tests/backends/test_cuda_backend.py"
 MODELS = ("tiny-qwen3", "tiny-qwen3-moe")
 
 
@@ -304,5 +305,37 @@ ENTRIES: list[Mutation] = [
         old='            print(f"vt: fatal engine error; requests in flight: {in_flight}", file=sys.stderr)\n',
         new="",
         gates=("tests/engine/test_failures.py::test_a_fatal_error_prints_the_traceback_and_the_requests_in_flight",),
+    ),
+
+    # ---- CUDA backend (issue 6): the GPU lane runs these -------------------------------------
+    Mutation(
+        id="cuda-relaxed-capture-mode",
+        description="the CUDA backend captures in relaxed mode (CuPy's default), letting cudaMalloc through",
+        file="backends/cuda.py", old="{CaptureMode.GLOBAL: rt.streamCaptureModeGlobal,",
+        new="{CaptureMode.GLOBAL: rt.streamCaptureModeRelaxed,", needs_gpu=True,
+        gates=(f"{CONF}::test_capture_rule[pool miss -> driver alloc-global-cuda]",
+               f"{CONF}::test_capture_rule[raw driver alloc-global-cuda]",
+               *per_model(f"{CUDA}::test_G1_cuda_without_the_pregrow_a_real_capture_error")),
+    ),
+    Mutation(
+        id="cuda-allocator-not-routed",
+        description="CuPy keeps its own allocator: its hidden temporaries bypass the pool and the profile",
+        file="backends/cuda.py", old="        cupy.cuda.set_allocator(self._cupy_alloc)", new="        pass",
+        needs_gpu=True,
+        gates=per_model(f"{CUDA}::test_demand_profile_parity_and_the_hidden_temporaries_named"),
+        expect="hidden temporaries went through the pool",
+    ),
+    Mutation(
+        id="cuda-cublas-no-preset-workspace",
+        description="the cuBLAS handle gets its stream but no preset workspace before a capture",
+        file="backends/cublas.py", old="        if ptr is not None:", new="        if False:", needs_gpu=True,
+        gates=(f"{CONF}::test_capture_rule[GEMM launched through vt-global-cuda]",),
+    ),
+    Mutation(
+        id="cuda-query-not-guarded",
+        description="an event query inside a capture reaches CuPy, which answers False and invalidates silently",
+        file="backends/cuda.py", old="        # cudaEventQuery inside a capture invalidates it and CuPy answers False: refuse by name.\n        if self._captures:",
+        new="        if False:", needs_gpu=True,
+        gates=tuple(f"{CONF}::test_capture_rule[event query-{m}-cuda]" for m in ("global", "thread_local", "relaxed")),
     ),
 ]
