@@ -105,3 +105,31 @@ def test_engine_on_cuda_graphs_on_and_off_same_greedy_tokens(model: str) -> None
     on, replays = tokens(False)
     off, none = tokens(True)
     assert on == off and replays > 0 and none == 0
+
+
+def _gemm(xp, a, b, out) -> None:
+    xp.matmul(a, b, out=out)
+
+
+def test_cublas_draws_no_device_memory_of_its_own() -> None:
+    """cuBLAS with the preset workspace makes no hidden allocation, so none can land inside a capture.
+    Non-vacuity: a handle without a preset workspace, on a fresh stream, does take device memory."""
+    from backends.cublas import Cublas
+    from backends.cuda import CudaBackend
+
+    b = CudaBackend()
+    rt = b.cp.cuda.runtime
+    x, w, o = b.empty((64, 256), np.float32), b.empty((256, 512), np.float32), b.empty((64, 512), np.float32)
+    rt.deviceSynchronize()
+    free0 = rt.memGetInfo()[0]
+    s = b.new_stream()
+    b.launch(_gemm, x, w, o, stream=s)
+    rt.deviceSynchronize()
+    free1 = rt.memGetInfo()[0]
+    assert free0 - free1 == 0, f"cuBLAS took {free0 - free1} bytes of device memory of its own"
+    raw = Cublas(None, 0)
+    s2 = b.new_stream()
+    raw.bind(s2.handle.ptr)
+    raw.sgemm_batched(x.buffer.mem, w.buffer.mem, o.buffer.mem, 64, 512, 256, 1, 0, 0, 0)
+    rt.deviceSynchronize()
+    assert free1 - rt.memGetInfo()[0] > 0, "non-vacuity: without a preset workspace cuBLAS allocates"
