@@ -308,6 +308,9 @@ ENTRIES: list[Mutation] = [
     ),
 
     # ---- CUDA backend (issue 6): the GPU lane runs these -------------------------------------
+    # No entry for "cuBLAS without a preset workspace": on the H200 lane (CUDA 13.2 cuBLAS) a handle
+    # with no workspace, on a fresh stream, inside a global capture, allocated nothing and captured
+    # fine, so no honest gate can go red for it there (measured; see the closing note).
     Mutation(
         id="cuda-relaxed-capture-mode",
         description="the CUDA backend captures in relaxed mode (CuPy's default), letting cudaMalloc through",
@@ -324,12 +327,6 @@ ENTRIES: list[Mutation] = [
         needs_gpu=True,
         gates=per_model(f"{CUDA}::test_demand_profile_parity_and_the_hidden_temporaries_named"),
         expect="hidden temporaries went through the pool",
-    ),
-    Mutation(
-        id="cuda-cublas-no-preset-workspace",
-        description="the cuBLAS handle gets its stream but no preset workspace before a capture",
-        file="backends/cublas.py", old="        if ptr is not None:", new="        if False:", needs_gpu=True,
-        gates=(f"{CONF}::test_capture_rule[GEMM launched through vt-global-cuda]",),
     ),
     Mutation(
         id="cuda-query-not-guarded",
