@@ -295,7 +295,7 @@ ENTRIES: list[Mutation] = [
     Mutation(
         id="nonfinite-logits-sampled-anyway",
         description="a request whose logits are NaN is sampled as if nothing happened",
-        file="vt/engine/llm.py", old="            if not np.isfinite(row).all():", new="            if False:",
+        file="vt/engine/runner.py", old="            if not np.isfinite(row).all():", new="            if False:",
         gates=("tests/engine/test_failures.py::test_a_request_with_non_finite_logits_fails_alone",),
     ),
     Mutation(

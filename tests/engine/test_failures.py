@@ -11,16 +11,16 @@ from vt import LLM, SamplingParams
 
 def test_a_request_with_non_finite_logits_fails_alone(monkeypatch: pytest.MonkeyPatch) -> None:
     llm = LLM(model="tiny-qwen3", max_model_len=128, num_blocks=32, max_num_seqs=4)
-    real = llm.engine.runner.execute
+    real = llm.engine.runner._decode
     victim = "req-1"
 
-    def poisoned(out, running):
-        logits = real(out, running)
+    def poisoned(reqs):
+        logits = real(reqs)
         if victim in logits:
             logits[victim] = np.full_like(logits[victim], np.nan)
         return logits
 
-    monkeypatch.setattr(llm.engine.runner, "execute", poisoned)
+    monkeypatch.setattr(llm.engine.runner, "_decode", poisoned)
     outs = llm.generate(["one", "two", "three"], SamplingParams(temperature=0, max_tokens=6, ignore_eos=True))
     assert outs[1].finish_reason == "error" and "non-finite" in (outs[1].error or "")
     assert [o.finish_reason for o in (outs[0], outs[2])] == ["length", "length"]

@@ -39,8 +39,17 @@ class LLMEngine:
         self.backend = make_backend(cfg.backend)
         self.model = Qwen3ForCausalLM(ckpt, self.backend)
         self.blocks = BlockPool(cfg.num_blocks, cfg.block_size, cfg.max_blocks_per_seq)
-        self.scheduler = Scheduler(cfg, self.blocks)
+        lookahead = cfg.num_speculative_tokens if cfg.speculative_model else 0  # KV slots a verify step writes
+        self.scheduler = Scheduler(cfg, self.blocks, lookahead=lookahead)
         self.runner = ModelRunner(self.model, cfg)
+        if cfg.speculative_model:
+            from vt.engine.spec_decode import SpecDecoder
+
+            draft = load_checkpoint(resolve_model(cfg.speculative_model))
+            if draft.config.vocab_size != ckpt.config.vocab_size:
+                raise ConfigError(f"speculative_model={cfg.speculative_model!r}: vocab_size "
+                                  f"{draft.config.vocab_size} != the target's {ckpt.config.vocab_size}")
+            self.runner.spec = SpecDecoder(self.runner, draft, cfg.num_speculative_tokens)
         self._ids = itertools.count()
         self._rng = np.random.default_rng(cfg.seed)
         self.requests: dict[str, Request] = {}
@@ -98,13 +107,16 @@ class LLMEngine:
         out = self.scheduler.schedule()
         if not out.requests:
             return []
-        logits = self.runner.execute(out, self.scheduler.running)
+        results = self.runner.execute(out, self.scheduler.running)
         for r in out.requests:
-            row = logits[r.id]
-            if not np.isfinite(row).all():  # this request fails; its neighbours carry on
-                self._finish(r, "error", "the model produced non-finite logits")
+            res = results[r.id]
+            if isinstance(res, str):  # this request fails; its neighbours carry on
+                self._finish(r, "error", res)
                 continue
-            self._append(r, self.runner.sample(r, row))
+            for token in res:  # a speculative step may bring several; stop at the first finish
+                self._append(r, token)
+                if r.is_finished:
+                    break
         return out.requests
 
     def _append(self, r: Request, token: int) -> None:

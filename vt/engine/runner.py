@@ -28,28 +28,47 @@ class ModelRunner:
         self.stream = self.backend.new_stream()  # one compute stream: prefill and decode stay ordered
         self.decoder = DecodeGraphDriver(model, self.kv, cfg.max_num_seqs, enabled=not cfg.enforce_eager,
                                          stream=self.stream)
+        self.spec: Any = None  # a SpecDecoder when the engine speculates
 
     # ---- the input batch follows the scheduler ----------------------------------------------
     def sync_batch(self, running: list[Request]) -> None:
+        """Finished and preempted requests leave holes; new ones fill holes first; then decoding rows
+        move to the front and the rest condense (rows move: nothing may be keyed by a row)."""
         live = {r.id for r in running}
         for rid in [rid for rid in self.batch.row_of if rid not in live]:
             self.batch.remove(rid)
-        self.batch.condense()
         for r in running:
             if r.id not in self.batch.row_of:
                 self.batch.add(r)
             else:
                 self.batch.set_blocks(r)
         self.batch.reorder_decode_first(lambda r: r.num_computed > 0)
+        self.batch.condense()
 
     # ---- one step ---------------------------------------------------------------------------
-    def execute(self, out: SchedulerOutput, running: list[Request]) -> dict[str, np.ndarray]:
-        """Runs the step; returns each scheduled request's logits row (host)."""
+    def execute(self, out: SchedulerOutput, running: list[Request]) -> dict[str, list[int] | str]:
+        """Runs the step; returns each scheduled request's new tokens, or the error that ends it."""
         self.sync_batch(running)
         with self.backend.use_stream(self.stream):
             if out.is_prefill:
-                return self._prefill(out.requests)
-            return self._decode([r for r in (self.batch.requests[i] for i in self.batch.rows()) if r is not None])
+                logits = self._prefill(out.requests)
+                if self.spec is not None:
+                    self.spec.on_prefill(out.requests)
+                return self._sample_all(out.requests, logits)
+            reqs = [r for r in (self.batch.requests[i] for i in self.batch.rows()) if r is not None]
+            if self.spec is not None:
+                return self.spec.step(reqs)
+            return self._sample_all(reqs, self._decode(reqs))
+
+    def _sample_all(self, reqs: list[Request], logits: dict[str, np.ndarray]) -> dict[str, list[int] | str]:
+        out: dict[str, list[int] | str] = {}
+        for r in reqs:
+            row = logits[r.id]
+            if not np.isfinite(row).all():  # this request fails; its neighbours carry on
+                out[r.id] = "the model produced non-finite logits"
+            else:
+                out[r.id] = [sample(row, r.params, r.rng)]
+        return out
 
     def _stage(self, host: np.ndarray) -> Tensor:
         t = self.pool.empty(host.shape, host.dtype)
@@ -99,5 +118,3 @@ class ModelRunner:
         bs = self.cfg.block_size
         return r.block_ids[position // bs] * bs + position % bs
 
-    def sample(self, r: Request, logits: Any) -> int:
-        return sample(logits, r.params, r.rng)
