@@ -16,6 +16,7 @@ CAP = "tests/engine/test_capacity.py"
 GEN = "tests/engine/test_generation.py"
 BATCH = "tests/engine/test_input_batch.py"
 CUDA = "tests/backends/test_cuda_backend.py"
+SPEC = "tests/engine/test_spec_decode.py"
 MODELS = ("tiny-qwen3", "tiny-qwen3-moe")
 
 
@@ -37,6 +38,16 @@ SEAM_GUARANTEES = (
     *per_model(f"{SEAMS}::test_G4_graph_is_rebuilt_not_reused_after_the_block_table_width_changes"),
     *per_model(f"{SEAMS}::test_G6_engine_tokens_identical_with_graphs_on_and_off"),
     *per_model(f"{SEAMS}::test_G7_drain_never_frees_a_live_graphs_temporaries"),
+)
+
+SPEC_ROW_MOVE_GATES = (
+    f"{SPEC}::test_G2_keeper_keeps_proposing_after_the_leaver_finishes_and_the_batch_condenses",
+    f"{SPEC}::test_G2_keeper_keeps_proposing_when_the_decode_first_reorder_swaps_rows",
+)
+SPEC_PROPOSAL_GATES = (
+    *SPEC_ROW_MOVE_GATES,
+    f"{SPEC}::test_full_acceptance_with_the_target_as_its_own_draft",
+    f"{SPEC}::test_builtin_draft_accepts_a_meaningful_share",
 )
 
 ENTRIES: list[Mutation] = [
@@ -334,5 +345,55 @@ ENTRIES: list[Mutation] = [
         file="backends/cuda.py", old="        # cudaEventQuery inside a capture invalidates it and CuPy answers False: refuse by name.\n        if self._captures:",
         new="        if False:", needs_gpu=True,
         gates=tuple(f"{CONF}::test_capture_rule[event query-{m}-cuda]" for m in ("global", "thread_local", "relaxed")),
+    ),
+
+    # ---- speculative decoding (issue 7) ---------------------------------------------------------
+    Mutation(
+        id="spec-context-keyed-by-row",
+        description="draft contexts are keyed by batch row: a moved request lands on its neighbour's context",
+        file="vt/engine/spec_decode.py",
+        old="        return r.id  # never the batch row: rows move under condense, swap and reorder",
+        new="        return str(self.runner.batch.row_of[r.id])",
+        gates=SPEC_ROW_MOVE_GATES, expect="DraftPositionMismatch",
+    ),
+    Mutation(
+        id="spec-mismatch-disables-instead-of-raising",
+        description="a position mismatch quietly disables the request instead of raising",
+        file="vt/engine/spec_decode.py",
+        old="                raise DraftPositionMismatch(self._mismatch(r, ctx, position))",
+        new="                self.disabled.add(r.id)\n                continue",
+        gates=(f"{SPEC}::test_G4_a_broken_position_invariant_raises",),
+    ),
+    Mutation(
+        id="spec-row-keyed-and-reset-context-stands",
+        description="row-keyed contexts with the invariant replaced by a reset: no crash, right tokens, wrong context",
+        file="vt/engine/spec_decode.py",
+        old="        return r.id  # never the batch row: rows move under condense, swap and reorder",
+        new="        return str(self.runner.batch.row_of[r.id])\n\n    def _mismatch_resets(self) -> bool:\n        return True",
+        gates=(f"{SPEC}::test_G3_keepers_proposals_match_a_solo_run",),
+    ),
+    Mutation(
+        id="spec-never-prunes",
+        description="draft contexts are never pruned against the batch's membership",
+        file="vt/engine/spec_decode.py", old="        keep = {self._key(r) for r in live}",
+        new="        return\n        keep = {self._key(r) for r in live}",
+        gates=(f"{SPEC}::test_G5_draft_entries_never_outnumber_live_requests_after_a_step",),
+    ),
+    Mutation(
+        id="spec-propose-call-deleted",
+        description="the draft never proposes: every step is a plain decode in a verify-shaped batch",
+        file="vt/engine/spec_decode.py", old="        proposals, qs = self._propose(eligible)",
+        new="        proposals, qs = {}, {}",
+        gates=SPEC_PROPOSAL_GATES,
+    ),
+    Mutation(
+        id="spec-keys-single-buffered",
+        description="speculative keys get one slot unless VT_ASYNC_EXECUTOR is set",
+        file="models/decode_graph.py",
+        old="        n = 2 if self.is_enabled and (self.double_buffer or key[2]) else 1  # spec keys: always two",
+        new="        n = 2 if self.is_enabled and self.double_buffer else 1",
+        gates=tuple(f"{SEAMS}::test_G8_spec_keys_are_double_buffered_and_capture_nothing[{m}-q{q}-B{b}]"
+                    for m in (*MODELS, "tiny-qwen3-draft") for q in (1, 5) for b in (1, 3, 8)),
+        expect="spec keys are always double-buffered",
     ),
 ]

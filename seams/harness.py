@@ -72,23 +72,26 @@ class SeamHarness:
         for t in (*ts, logits):
             self.pool.release(t)
 
-    def inputs(self) -> DecodeInputs:
+    def inputs(self, q: int = 1) -> DecodeInputs:
+        """A decode step's inputs; q > 1 is a verify step: the last token plus q-1 proposals (here the
+        same token repeated), at consecutive positions."""
         for s in self.seqs:
-            self._grow(s, len(s.ids))
+            self._grow(s, len(s.ids) + q - 1)
         width = max(len(s.blocks) for s in self.seqs)
         tables = np.full((len(self.seqs), width), self.kv.num_blocks, I64)
         for i, s in enumerate(self.seqs):
             tables[i, : len(s.blocks)] = s.blocks
-        pos = [len(s.ids) - 1 for s in self.seqs]
-        return DecodeInputs(np.asarray([s.ids[-1] for s in self.seqs], I64), np.asarray(pos, I64),
-                            np.asarray([self.slot_of(s, p) for s, p in zip(self.seqs, pos)], I64), tables)
+        pos = [len(s.ids) - 1 + j for s in self.seqs for j in range(q)]
+        toks = [s.ids[-1] for s in self.seqs for _ in range(q)]
+        slots = [self.slot_of(s, p) for s, p in zip((s for s in self.seqs for _ in range(q)), pos)]
+        return DecodeInputs(np.asarray(toks, I64), np.asarray(pos, I64), np.asarray(slots, I64), tables, q=q)
 
     # ---- one step ---------------------------------------------------------------------------
-    def step(self, tokens: list[int] | None = None) -> np.ndarray:
-        """One decode step for every sequence; appends `tokens` (default: greedy) and returns the real
-        rows' logits. Passing tokens lets two backends walk the same trajectory."""
-        logits = self.driver.step(self.inputs())
-        chosen = tokens if tokens is not None else [int(np.argmax(row)) for row in logits]
+    def step(self, tokens: list[int] | None = None, q: int = 1, spec: bool = False) -> np.ndarray:
+        """One decode step for every sequence; appends `tokens` (default: greedy on each sequence's first
+        row) and returns the real rows' logits. Passing tokens lets two backends walk one trajectory."""
+        logits = self.driver.step(self.inputs(q), spec=spec)
+        chosen = tokens if tokens is not None else [int(np.argmax(row)) for row in logits[::q]]
         for s, t in zip(self.seqs, chosen):
             s.ids.append(int(t))
         return logits

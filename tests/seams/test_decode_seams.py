@@ -176,3 +176,29 @@ def test_G7_drain_never_frees_a_live_graphs_temporaries(model: str) -> None:
     assert h.pool.drain() > 0, "the unpinned temporaries are freed now"
     with pytest.raises(IllegalMemoryAccess, match="freed"):
         h.step()
+
+
+SPEC_CASES = [guarantee(m, q, S, id=f"{m}-q{q}-B{S}")
+              for m in (*MODELS, "tiny-qwen3-draft") for q in (1, 5) for S in (1, 3, 8)]
+
+
+@pytest.mark.parametrize("model, q, batch", SPEC_CASES)
+def test_G8_spec_keys_are_double_buffered_and_capture_nothing(model: str, q: int, batch: int) -> None:
+    """Speculative steps (draft q=1 and target verify q=k+1) go through the same driver: always two
+    slots per key, and the same seam pattern for each."""
+    h = SeamHarness(model)  # double-buffering off: spec keys must get their two slots anyway
+    h.start(batch, prompt_len=40)  # 41-48 tokens + lookahead stay inside one width bucket (4 blocks)
+    for _ in range(2):
+        h.step(q=q, spec=True)
+        assert not h.is_captured
+    key = h.driver.last_slot.key  # type: ignore[union-attr]
+    assert key[1:] == (q, True) and len(h.driver.slots[key]) == 2, "spec keys are always double-buffered"
+    assert h.pool.drain() > 0, "precondition: the drain really emptied the free lists"
+    h.backend.reset_counters()
+    h.step(q=q, spec=True)
+    needed = sum(h.driver.last_slot.demand.values())  # type: ignore[union-attr]
+    assert h.is_captured and h.backend.allocs_in_step >= needed > 0, "non-vacuity: the pre-grow refilled"
+    assert h.backend.allocs_in_capture == 0, f"{h.backend.allocs_in_capture} allocation(s) in the capture"
+    h.backend.reset_counters()
+    h.step(q=q, spec=True)
+    assert h.is_captured and h.backend.allocs_in_capture == 0, "the second slot's capture allocates nothing"

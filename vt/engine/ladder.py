@@ -23,12 +23,15 @@ class Rung:
     out_tok_s: float
     ttft_ms: float
     tpot_ms: float
+    acceptance: float | None = None  # speculative decoding: accepted / proposed draft tokens in this rung
     tokens: list[list[int]] = field(default_factory=list, repr=False)  # per prompt, for equivalence checks
     errors: list[str] = field(default_factory=list, repr=False)
 
     def row(self) -> dict[str, Any]:
         d = asdict(self)
         del d["tokens"], d["errors"]
+        if d["acceptance"] is None:
+            del d["acceptance"]
         return d
 
 
@@ -37,8 +40,12 @@ def prompts_for(vocab: int, num_prompts: int, input_len: int, seed: int) -> list
     return [rng.integers(3, vocab, size=input_len).tolist() for _ in range(num_prompts)]
 
 
-def run_rung(engine: LLMEngine, c: int, prompts: list[list[int]], output_len: int, on_done: Any = None) -> Rung:
-    params = SamplingParams(temperature=0.0, max_tokens=output_len, ignore_eos=True)
+def run_rung(engine: LLMEngine, c: int, prompts: list[list[int]], output_len: int | list[int],
+             on_done: Any = None) -> Rung:
+    """Keep c requests in flight until every prompt ran; output_len may differ per prompt."""
+    lens = output_len if isinstance(output_len, list) else [output_len] * len(prompts)
+    spec = engine.runner.spec
+    proposed0, accepted0 = (spec.num_proposed, spec.num_accepted) if spec else (0, 0)
     queue = list(enumerate(prompts))
     in_flight: dict[str, tuple[int, Request]] = {}
     done: dict[int, Request] = {}
@@ -46,7 +53,7 @@ def run_rung(engine: LLMEngine, c: int, prompts: list[list[int]], output_len: in
     while queue or in_flight:
         while queue and len(in_flight) < c:
             i, p = queue.pop(0)
-            req = engine.add_request(p, params)
+            req = engine.add_request(p, SamplingParams(temperature=0.0, max_tokens=lens[i], ignore_eos=True))
             in_flight[req.id] = (i, req)
         engine.step()
         for rid, (i, req) in list(in_flight.items()):
@@ -61,11 +68,15 @@ def run_rung(engine: LLMEngine, c: int, prompts: list[list[int]], output_len: in
     ttft = [r.first_token_time - r.arrival for r in ok if r.first_token_time is not None]
     tpot = [(r.finish_time - r.first_token_time) / (len(r.output_ids) - 1)  # type: ignore[operator]
             for r in ok if len(r.output_ids) > 1]
+    acceptance = None
+    if spec is not None:
+        proposed = spec.num_proposed - proposed0
+        acceptance = round((spec.num_accepted - accepted0) / proposed, 3) if proposed else 0.0
     return Rung(c, len(reqs), len(ok), len(reqs) - len(ok),
                 round(sum(len(r.output_ids) for r in ok) / wall, 1),
                 round(1000 * float(np.mean(ttft)), 2) if ttft else 0.0,
                 round(1000 * float(np.mean(tpot)), 3) if tpot else 0.0,
-                [list(r.output_ids) for r in reqs], [r.error for r in reqs if r.error])
+                acceptance, [list(r.output_ids) for r in reqs], [r.error for r in reqs if r.error])
 
 
 def run_ladder(engine: LLMEngine, concurrency: list[int], input_len: int, output_len: int, num_prompts: int,

@@ -117,6 +117,8 @@ class LLMEngine:
                 self._append(r, token)
                 if r.is_finished:
                     break
+        if self.runner.spec is not None:  # draft entries never outnumber live requests after a step
+            self.runner.spec.prune(self.scheduler.running)
         return out.requests
 
     def _append(self, r: Request, token: int) -> None:

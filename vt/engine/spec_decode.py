@@ -58,9 +58,33 @@ class SpecDecoder:
         self.trace: list[tuple[int, str, list[int]]] = []  # (step, request id, proposals)
 
     # ---- entries ----------------------------------------------------------------------------
-    def prune(self, live: set[str]) -> None:
-        for rid in [rid for rid in self.contexts if rid not in live]:
-            self.blocks.release(self.contexts.pop(rid))  # type: ignore[arg-type]
+    def _key(self, r: Request) -> str:
+        return r.id  # never the batch row: rows move under condense, swap and reorder
+
+    def _eligible(self, reqs: list[Request]) -> list[tuple[Request, DraftContext, int]]:
+        """Requests that speculate this step, with their context and position. The position invariant
+        is checked here and is never silenced."""
+        out = []
+        for r in reqs:
+            ctx = self.contexts.get(self._key(r))
+            if ctx is None or r.num_tokens + self.k > self.cfg.max_model_len:
+                continue
+            position = r.num_tokens - 1
+            if ctx.length + ctx.owed != position:
+                raise DraftPositionMismatch(self._mismatch(r, ctx, position))
+            out.append((r, ctx, position))
+        return out
+
+    @staticmethod
+    def _mismatch(r: Request, ctx: DraftContext, position: int) -> str:
+        return (f"request {r.id}: draft context holds {ctx.length} positions (+{ctx.owed} owed) but its row "
+                f"is at position {position}")
+
+    def prune(self, live: list[Request]) -> None:
+        """Drop every entry whose request left the batch (finished or preempted); each owns KV blocks."""
+        keep = {self._key(r) for r in live}
+        for key in [key for key in self.contexts if key not in keep]:
+            self.blocks.release(self.contexts.pop(key))  # type: ignore[arg-type]
 
     def on_prefill(self, reqs: list[Request]) -> None:
         fresh = []
@@ -74,7 +98,7 @@ class SpecDecoder:
             if not self.blocks.can_allocate(ctx, len(r.prompt_ids) + self.k):  # type: ignore[arg-type]
                 continue  # no draft memory now: decode without speculation, try again next prefill
             self.blocks.allocate(ctx, len(r.prompt_ids))  # type: ignore[arg-type]
-            self.contexts[r.id] = ctx
+            self.contexts[self._key(r)] = ctx
             fresh.append((r, ctx))
         if fresh:
             self._draft_prefill(fresh)
@@ -103,9 +127,9 @@ class SpecDecoder:
     # ---- one speculative decode step --------------------------------------------------------
     def step(self, reqs: list[Request]) -> dict[str, list[int] | str]:
         self.num_steps += 1
-        self.prune(set(self.runner.batch.row_of))
-        spec = [r for r in reqs if r.id in self.contexts and r.num_tokens + self.k <= self.cfg.max_model_len]
-        proposals, qs = self._propose(spec)
+        self.prune(reqs)
+        eligible = self._eligible(reqs)
+        proposals, qs = self._propose(eligible)
         verify = self._verify(reqs, proposals)
         out: dict[str, list[int] | str] = {}
         for r in reqs:
@@ -116,18 +140,11 @@ class SpecDecoder:
                 out[r.id] = [sample(rows[0], r.params, r.rng)]
             else:
                 toks = self._accept(r, proposals[r.id], qs.get(r.id), rows)
-                self._advance(self.contexts[r.id], r.num_tokens - 1, len(toks) - 1)
+                self._advance(self.contexts[self._key(r)], r.num_tokens - 1, len(toks) - 1)
                 self.num_proposed += self.k
                 self.num_accepted += len(toks) - 1
                 out[r.id] = toks
         return out
-
-    def _check(self, r: Request, ctx: DraftContext) -> int:
-        position = r.num_tokens - 1
-        if ctx.length + ctx.owed != position:
-            raise DraftPositionMismatch(f"request {r.id}: draft context holds {ctx.length} positions "
-                                        f"(+{ctx.owed} owed) but its row is at position {position}")
-        return position
 
     def _draft_step(self, items: list[tuple[DraftContext, int, int]]) -> np.ndarray:
         """One draft decode step: (context, token, position) per request, through the one driver."""
@@ -144,11 +161,13 @@ class SpecDecoder:
             c.length = p + 1
         return logits
 
-    def _propose(self, spec: list[Request]) -> tuple[dict[str, list[int]], dict[str, list[np.ndarray]]]:
-        if not spec:
+    def _propose(self, eligible: list[tuple[Request, DraftContext, int]]
+                 ) -> tuple[dict[str, list[int]], dict[str, list[np.ndarray]]]:
+        if not eligible:
             return {}, {}
-        ctxs = [self.contexts[r.id] for r in spec]
-        positions = [self._check(r, c) for r, c in zip(spec, ctxs)]
+        spec = [r for r, _, _ in eligible]
+        ctxs = [c for _, c, _ in eligible]
+        positions = [p for _, _, p in eligible]
         for c, p in zip(ctxs, positions):
             self.blocks.allocate(c, p + self.k)  # type: ignore[arg-type]
         owed = [(c, r.all_ids[p - 1], p - 1) for r, c, p in zip(spec, ctxs, positions) if c.owed]
