@@ -366,7 +366,8 @@ ENTRIES: list[Mutation] = [
         file="vt/engine/spec_decode.py",
         old="        return r.id  # never the batch row: rows move under condense, swap and reorder",
         new="        return str(self.runner.batch.row_of[r.id])",
-        gates=SPEC_ROW_MOVE_GATES,
+        gates=(*SPEC_ROW_MOVE_GATES, f"{SPEC}::test_G3_keepers_proposals_match_a_solo_run",
+               f"{SPEC}::test_G5_preempted_and_resumed_requests_are_disabled_not_crashed"),
     ),
     Mutation(
         id="spec-mismatch-disables-instead-of-raising",
