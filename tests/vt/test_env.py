@@ -28,3 +28,34 @@ def test_bad_flag_value_names_the_flag(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("VT_CUDAGRAPH", "maybe")
     with pytest.raises(ValueError, match="VT_CUDAGRAPH"):
         Flags.from_environ()
+
+
+def test_pool_stats_print_at_shutdown_when_asked() -> None:
+    import os
+    import subprocess
+    import sys
+
+    code = ("from backends.cpu import CpuBackend\n"
+            "b = CpuBackend()\n"
+            "b.pool.put(b.pool.get(1000)); b.pool.put(b.pool.get(1000))\n")
+    run = lambda flag: subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,  # noqa: E731
+                                      env={**os.environ, "VT_POOL_STATS": flag}, check=True).stdout
+    out = run("1")
+    from seams.lanes import is_bypass_lane
+
+    hits = 0 if is_bypass_lane() else 1  # the second get is a hit, except on the bypass lane
+    assert "vt pool stats (cpu)" in out and f"'hits': {hits}" in out, out
+    assert "vt pool stats" not in run("0"), "non-vacuity: silent without the flag"
+
+
+def test_active_pool_scope_nests_and_restores() -> None:
+    from vt.pool import current_pool
+
+    a, b = DevicePool(MockAllocator(), bypass=False), DevicePool(MockAllocator(), bypass=False)
+    assert current_pool() is None
+    with a.activate():
+        assert current_pool() is a
+        with b.activate():
+            assert current_pool() is b
+        assert current_pool() is a
+    assert current_pool() is None
