@@ -132,3 +132,33 @@ def test_cublas_draws_no_device_memory_of_its_own() -> None:
     taken = free_after(lambda: b.launch(_gemm, x, w, o, stream=b.new_stream()))
     assert taken == 0, f"cuBLAS took {taken} bytes of device memory of its own"
     assert free_after(lambda: b.alloc(4 << 20)) >= 4 << 20, "non-vacuity: the measurement sees allocations"
+
+
+@pytest.mark.parametrize("model, q", [("tiny-qwen3", 5), ("tiny-qwen3-moe", 5), ("tiny-qwen3-draft", 1)])
+def test_G8_cuda_spec_keys_capture_nothing(model: str, q: int) -> None:
+    h = SeamHarness(model, "cuda")
+    h.start(3, prompt_len=40)
+    h.step(q=q, spec=True)
+    h.step(q=q, spec=True)
+    key = h.driver.last_slot.key  # type: ignore[union-attr]
+    assert len(h.driver.slots[key]) == 2, "spec keys are always double-buffered"
+    assert h.pool.drain() > 0
+    for _ in range(2):
+        h.backend.reset_counters()
+        h.step(q=q, spec=True)
+        assert h.is_captured and h.backend.allocs_in_capture == 0
+
+
+def test_speculative_decoding_on_cuda_is_lossless() -> None:
+    from vt.engine.config import EngineConfig
+    from vt.engine.ladder import prompts_for, run_rung
+    from vt.engine.llm import LLMEngine
+
+    def run(spec: bool):
+        kw = dict(speculative_model="tiny-qwen3-draft", num_speculative_tokens=4) if spec else {}
+        e = LLMEngine(EngineConfig(model="tiny-qwen3", backend="cuda", max_model_len=256, num_blocks=128,
+                                   max_num_seqs=8, **kw))
+        return run_rung(e, 4, prompts_for(512, 8, 24, seed=5), [8 + 5 * i for i in range(8)]), e
+
+    (want, _), (got, e) = run(False), run(True)
+    assert got.tokens == want.tokens and 0 < e.runner.spec.acceptance_rate < 1
