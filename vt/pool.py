@@ -57,15 +57,18 @@ class _SizeClass:
 class Block:
     """A pool block: a driver Buffer plus the class it belongs to and the class it is lent to."""
 
-    __slots__ = ("buffer", "nbytes", "home", "lent_to", "pool", "is_live")
+    __slots__ = ("buffer", "nbytes", "home", "lent_to", "pool")
 
     def __init__(self, buffer: Buffer, home: _SizeClass | None, pool: DevicePool) -> None:
         self.buffer = buffer
         self.nbytes = buffer.nbytes
         self.home = home  # the class it was allocated at; `put` returns it to this free list
-        self.lent_to: _SizeClass | None = None  # the requester's class while live
+        self.lent_to: _SizeClass | None = None  # the requester's class while live; None = not live
         self.pool = pool
-        self.is_live = False
+
+    @property
+    def is_live(self) -> bool:
+        return self.lent_to is not None
 
     def tensor(self, shape: tuple[int, ...], dtype: Any) -> Tensor:
         t = Tensor(self.buffer, shape, dtype)
@@ -97,7 +100,7 @@ class DevicePool:
         self._lock = threading.Lock()  # not re-entrant: nothing under it calls back into the pool
         self._classes: dict[int, _SizeClass] = {}
         self._sizes: list[int] = []  # sorted class sizes, for the best-fit borrow search
-        self._class_of: dict[int, int] = {}  # nbytes -> class size (memo: the hit path is hot)
+        self._class_of: dict[int, _SizeClass] = {}  # nbytes -> its class (memo: the hit path is hot)
         self._owned: set[Block] = set()  # every pooled block not yet drained, live or free
         # Blocks a live graph uses as temporaries: drain never frees them (the graph would replay
         # over freed memory); they stay on the free lists for transient reuse. Refcount per block.
@@ -109,13 +112,11 @@ class DevicePool:
 
     # ---- get / put --------------------------------------------------------------------------
     def get(self, nbytes: int) -> Block:
-        c = self._class_of.get(nbytes)
-        if c is None:
-            c = self._class_key(nbytes)
+        sc = self._class_of.get(nbytes)
+        if sc is None:
+            sc = self._class_for(nbytes)
+        c = sc.size
         with self._lock:
-            sc = self._classes.get(c)
-            if sc is None:
-                sc = self._new_class(c)
             if self.is_bypass:
                 blk = Block(self.backend.alloc(nbytes), None, self)
                 self.misses += 1
@@ -126,7 +127,6 @@ class DevicePool:
                 blk = self._borrow(c) or self._miss(sc)
             if self._recording is not None:
                 self._recording.add(blk)
-            blk.is_live = True
             blk.lent_to = sc
             live = sc.live = sc.live + 1
             if live - sc.base > sc.peak:
@@ -134,13 +134,12 @@ class DevicePool:
             return blk
 
     def put(self, blk: Block) -> None:
-        if not isinstance(blk, Block) or blk.pool is not self:
+        if blk.__class__ is not Block or blk.pool is not self:
             raise PoolError(f"put of a block this pool did not hand out: {blk!r}")
         with self._lock:
-            if not blk.is_live:
+            requester = blk.lent_to
+            if requester is None:
                 raise PoolError(f"put of a block that is not live (double put?): {blk.buffer!r}")
-            blk.is_live = False
-            requester: _SizeClass = blk.lent_to  # type: ignore[assignment]
             requester.live -= 1
             blk.lent_to = None
             if self.is_bypass or blk.home is None:
@@ -249,13 +248,15 @@ class DevicePool:
             }
 
     # ---- internals --------------------------------------------------------------------------
-    def _class_key(self, nbytes: int) -> int:
+    def _class_for(self, nbytes: int) -> _SizeClass:
         from vt.backend import _check_nbytes
 
-        nbytes = _check_nbytes(nbytes)
-        c = size_class(nbytes, self.is_exact)
-        self._class_of[nbytes] = c
-        return c
+        n = _check_nbytes(nbytes)
+        c = size_class(n, self.is_exact)
+        with self._lock:
+            sc = self._classes.get(c) or self._new_class(c)
+            self._class_of[n] = sc
+        return sc
 
     def _new_class(self, c: int) -> _SizeClass:
         sc = self._classes[c] = _SizeClass(c)
