@@ -39,7 +39,9 @@ class _Capture:
         self.thread = threading.get_ident()
         self.ops: list[tuple[Any, tuple, dict]] = []
         self.members: list[Stream] = [origin]
-        self.joined: dict[int, int] = {}  # side stream id -> its num_ops the origin has waited for
+        # side stream id -> (the stream that waited on it, the side stream's num_ops covered by that wait).
+        # A side stream is joined when a chain of such waits reaches the origin (B joins A, C joins B).
+        self.joined: dict[int, tuple[Stream, int]] = {}
         self.invalid: CudaError | None = None  # sticky: once set, every later capture call fails
         self.graph_buffers: list[Buffer] = []
 
@@ -185,12 +187,12 @@ class CpuBackend(Backend):
         if stream.capture is None:  # fork: the side stream joins the capture sequence
             stream.capture = cap
             cap.members.append(stream)
-            cap.joined[stream.id] = -1  # has the fork itself to be joined back
-            stream.num_ops += 1
+            stream.num_ops += 1  # the fork itself is work that must be joined back
             return
         self._check_capture_call(stream)
-        if stream is cap.origin and event.stream is not cap.origin:
-            cap.joined[event.stream.id] = max(cap.joined.get(event.stream.id, -1), event.seq)
+        if event.stream is not stream and event.stream is not cap.origin:
+            _, seen = cap.joined.get(event.stream.id, (stream, -1))
+            cap.joined[event.stream.id] = (stream, max(seen, event.seq))
         stream.num_ops += 1
 
     def query_event(self, event: Event) -> bool:
@@ -226,7 +228,7 @@ class CpuBackend(Backend):
         self._captures.remove(cap)
         for s in cap.members:
             s.capture = None
-        unjoined = [s for s in cap.members[1:] if cap.joined.get(s.id, -1) < s.num_ops]
+        unjoined = [s for s in cap.members[1:] if not self._is_joined(cap, s)]
         if cap.invalid is not None:
             self._drop(cap)
             raise CaptureInvalidated(f"first failure: {cap.invalid}")
@@ -234,6 +236,20 @@ class CpuBackend(Backend):
             self._drop(cap)
             raise CaptureUnjoined(", ".join(repr(s) for s in unjoined))
         return CpuGraph(self, cap.ops, cap.graph_buffers)
+
+    @staticmethod
+    def _is_joined(cap: _Capture, s: Stream) -> bool:
+        """All of s's work reaches the origin through a chain of waits, each covering its last op."""
+        seen: set[int] = set()
+        while s is not cap.origin:
+            if s.id in seen or s.id not in cap.joined:
+                return False
+            seen.add(s.id)
+            waiter, covered = cap.joined[s.id]
+            if covered < s.num_ops:
+                return False
+            s = waiter
+        return True
 
     def _drop(self, cap: _Capture) -> None:
         for buf in cap.graph_buffers:

@@ -86,6 +86,9 @@ def attention_decode(xp: Any, q: Any, k_cache: Any, v_cache: Any, token_row: Any
     visible = xp.arange(W * bs)[None, :] <= positions[:, None]  # [T, L]
     scores = xp.where(visible[:, None, None, :], scores, -xp.inf)
     p = _softmax_rows(xp, scores)
+    # Hidden slots (recycled blocks, the trash block) may hold anything, NaN included, and 0 * NaN is
+    # NaN: zero their values so one request's garbage never reaches another's output.
+    v = xp.where(visible[:, :, None, None], v, 0.0)
     out[...] = xp.matmul(p, v.transpose(0, 2, 1, 3)).reshape(T, nh, hd)
 
 

@@ -127,7 +127,8 @@ ENTRIES: list[Mutation] = [
         gates=(f"{CONF}::test_capture_rule[side stream forked, not joined-global-cpu]",
                f"{CONF}::test_capture_rule[side stream forked, not joined-thread_local-cpu]",
                f"{CONF}::test_capture_rule[side stream forked, not joined-relaxed-cpu]",
-               f"{SCOPE}::test_failure_at_end_capture_is_marked"),
+               f"{SCOPE}::test_failure_at_end_capture_is_marked",
+               f"{CPU}::test_a_chain_that_stops_short_of_the_origin_is_unjoined"),
     ),
     Mutation(
         id="cpu-sanitizer-stops-poisoning",
@@ -434,5 +435,31 @@ ENTRIES: list[Mutation] = [
         new="        n = 2 if self.is_enabled and self.double_buffer else 1",
         gates=g8(),
         expect="spec keys are always double-buffered",
+    ),
+
+    Mutation(
+        id="spec-sampling-always-accepts",
+        description="speculative sampling accepts every draft token: the output follows the draft, not the target",
+        file="vt/engine/spec_decode.py",
+        old="            if rng.random() < min(1.0, p[d] / max(qs[i][d], 1e-30)):", new="            if True:",
+        gates=(f"{SPEC}::test_G6_speculative_sampling_draws_from_the_target_distribution",),
+    ),
+    Mutation(
+        id="spec-sampling-residual-is-the-target",
+        description="a rejected draft token is replaced by a draw from p instead of the residual max(p - q, 0)",
+        file="vt/engine/spec_decode.py", old="            residual = np.maximum(p - qs[i], 0.0)",
+        new="            residual = p", gates=(f"{SPEC}::test_G6_speculative_sampling_draws_from_the_target_distribution",),
+    ),
+    Mutation(
+        id="attention-reads-hidden-values",
+        description="decode attention multiplies masked (zero) probabilities into hidden slots' values: 0 * NaN",
+        file="models/kernels.py", old="    v = xp.where(visible[:, :, None, None], v, 0.0)\n", new="",
+        gates=("tests/engine/test_failures.py::test_a_failed_requests_garbage_kv_never_reaches_its_neighbours",),
+    ),
+    Mutation(
+        id="pool-one-recording-for-all-threads",
+        description="recording() is keyed by a constant, not by the capturing thread: no capture records its blocks",
+        file="vt/pool.py", old="        me = threading.get_ident()  # captures on two threads record separately",
+        new="        me = 0", gates=(f"{POOL}::test_recordings_on_two_threads_stay_apart",),
     ),
 ]

@@ -88,10 +88,6 @@ class PoolError(VtError, RuntimeError):
     """Misuse of a DevicePool: foreign block, double put, second pool for one backend."""
 
 
-class AliasingViolation(VtError, RuntimeError):
-    """A long-lived buffer drawn from a block a live graph uses as a temporary."""
-
-
 class NestedCaptureScope(VtError, RuntimeError):
     """A second GraphCaptureScope opened on a thread that already has one open."""
 

@@ -97,7 +97,8 @@ class DevicePool:
         self.is_bypass = f.pool_bypass if bypass is None else bypass
         self.is_exact = f.pool_exact if exact is None else exact
         self.can_borrow = f.pool_borrow if borrow is None else borrow
-        self._lock = threading.Lock()  # not re-entrant: nothing under it calls back into the pool
+        # Re-entrant: a CuPy array's finaliser (a put) can run inside get() when the GC fires there.
+        self._lock = threading.RLock()
         self._classes: dict[int, _SizeClass] = {}
         self._sizes: list[int] = []  # sorted class sizes, for the best-fit borrow search
         self._class_of: dict[int, _SizeClass] = {}  # nbytes -> its class (memo: the hit path is hot)
@@ -105,7 +106,7 @@ class DevicePool:
         # Blocks a live graph uses as temporaries: drain never frees them (the graph would replay
         # over freed memory); they stay on the free lists for transient reuse. Refcount per block.
         self._pins: dict[Block, int] = {}
-        self._recording: set[Block] | None = None  # blocks handed out inside recording()
+        self._recording: dict[int, set[Block]] = {}  # thread id -> blocks handed out in its recording()
         self.hits = self.misses = self.borrows = 0
         if f.pool_stats:
             atexit.register(lambda: print(f"vt pool stats ({getattr(backend, 'name', '?')}): {self.stats()}"))
@@ -125,8 +126,10 @@ class DevicePool:
                 self.hits += 1
             else:
                 blk = self._borrow(c) or self._miss(sc)
-            if self._recording is not None:
-                self._recording.add(blk)
+            if self._recording:
+                rec = self._recording.get(threading.get_ident())
+                if rec is not None:
+                    rec.add(blk)
             blk.lent_to = sc
             live = sc.live = sc.live + 1
             if live - sc.base > sc.peak:
@@ -206,13 +209,14 @@ class DevicePool:
     def recording(self) -> Iterator[set[Block]]:
         """Collects every block handed out inside the window (a capture's temporaries)."""
         used: set[Block] = set()
+        me = threading.get_ident()  # captures on two threads record separately
         with self._lock:
-            self._recording = used
+            self._recording[me] = used
         try:
             yield used
         finally:
             with self._lock:
-                self._recording = None
+                del self._recording[me]
 
     def pin(self, blocks: set[Block]) -> None:
         with self._lock:

@@ -43,3 +43,26 @@ def test_a_fatal_error_prints_the_traceback_and_the_requests_in_flight(monkeypat
     err = capsys.readouterr().err
     assert "Traceback" in err and "kernel exploded" in err
     assert "requests in flight" in err and a.id in err and b.id in err
+
+
+def _poison_token(llm: LLM, token: int) -> None:
+    """Make one token's embedding NaN: any request that reads it produces NaN logits and KV."""
+    w = llm.engine.model.w["embed"]
+    row = w.view((w.shape[1],), offset=token * w.shape[1] * 4)
+    llm.engine.backend.copy_h2d(row, np.full(w.shape[1], np.nan, np.float32))
+
+
+@pytest.mark.parametrize("spec", [False, True], ids=["plain", "speculative"])
+def test_a_failed_requests_garbage_kv_never_reaches_its_neighbours(spec: bool) -> None:
+    """A fails with NaN KV; B then grows into A's recycled blocks (and, with speculation, shares the
+    trash block A's padding tokens wrote). B must finish exactly as it would alone."""
+    kw = dict(model="tiny-qwen3", max_model_len=64, num_blocks=4, max_num_seqs=2)
+    if spec:
+        kw |= dict(speculative_model="tiny-qwen3-draft", num_speculative_tokens=4)
+    clean = LLM(**kw).generate([[5, 6, 7, 8]], SamplingParams(temperature=0, max_tokens=40, ignore_eos=True))[0]
+    llm = LLM(**kw)
+    _poison_token(llm, 99)
+    outs = llm.generate([[99] + list(range(10, 65)), [5, 6, 7, 8]],
+                        SamplingParams(temperature=0, max_tokens=40, ignore_eos=True))
+    assert outs[0].finish_reason == "error", "non-vacuity: the poisoned request really failed"
+    assert outs[1].finish_reason == "length" and outs[1].token_ids == clean.token_ids

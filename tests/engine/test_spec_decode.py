@@ -224,11 +224,21 @@ def test_G5_preempted_and_resumed_requests_are_disabled_not_crashed() -> None:
     tight = LLM(model="tiny-qwen3", max_model_len=128, num_blocks=14, max_num_seqs=8, speculative_model=DRAFT,
                 num_speculative_tokens=K)
     roomy = LLM(model="tiny-qwen3", max_model_len=128, num_blocks=256, max_num_seqs=8)
+    spec, ever_disabled = tight.engine.runner.spec, set()
+    real_prefill = spec.on_prefill
+
+    def on_prefill(reqs):
+        real_prefill(reqs)
+        ever_disabled.update(spec.disabled)
+        assert not any(r.id in spec.contexts for r in reqs if r.id in spec.disabled), "disabled, no context"
+
+    spec.on_prefill = on_prefill
     got = tight.generate(prompts, greedy(40))
     want = roomy.generate(prompts, greedy(40))
     assert sum(o.num_preemptions for o in got) > 0, "non-vacuity: the tight pool preempted"
-    resumed = {o.request_id for o in got if o.num_preemptions}
-    assert resumed <= tight.engine.runner.spec.disabled, "resumed requests are disabled for life"
+    resumed = {o.request_id for o in got if o.num_preemptions and o.token_ids}
+    assert resumed and resumed <= ever_disabled, "resumed requests are disabled for life"
+    assert not spec.disabled, "finished requests leave the disabled set"
     assert [o.token_ids for o in got] == [o.token_ids for o in want]
 
 
@@ -242,3 +252,46 @@ def test_ladder_reports_the_acceptance_rate(capsys) -> None:
                "--output-len", "16", "--num-prompts", "4", "--json"])
     rows = json.loads(capsys.readouterr().out)
     assert rc == 0 and all(r["ok"] == r["n"] == 4 and 0 < r["acceptance"] < 1 for r in rows)
+
+
+# ---- speculative sampling preserves the target's distribution ----------------------------------
+
+
+def test_G6_speculative_sampling_draws_from_the_target_distribution() -> None:
+    """Monte Carlo over the acceptance rule itself: draft proposals drawn from q, the first emitted
+    token must follow the target's p (not q), within 4 sigma per token."""
+    from types import SimpleNamespace
+
+    from vt.engine.request import Request
+    from vt.engine.spec_decode import SpecDecoder, _draw
+
+    V, k, N = 6, 2, 40_000
+    rng = np.random.default_rng(0)
+    target = np.log(np.array([0.05, 0.4, 0.05, 0.3, 0.15, 0.05]))
+    draft_q = np.array([0.5, 0.05, 0.3, 0.05, 0.05, 0.05])
+    rows = np.stack([target] * (k + 1)).astype(np.float32)
+    req = Request("r", [1], SamplingParams(temperature=1.0, max_tokens=4).resolve({}), rng=rng)
+    fake = SimpleNamespace(k=k)
+    counts = np.zeros(V)
+    for _ in range(N):
+        props = [_draw(draft_q, rng) for _ in range(k)]
+        first = SpecDecoder._accept(fake, req, props, [draft_q] * k, rows)[0]  # type: ignore[arg-type]
+        counts[first] += 1
+    p = np.exp(target) / np.exp(target).sum()
+    sigma = np.sqrt(p * (1 - p) / N)
+    assert (np.abs(counts / N - p) < 4 * sigma).all(), f"emitted {counts / N} vs target {p}"
+    assert np.abs(draft_q - p).max() > 20 * sigma.max(), "non-vacuity: q is far from p, so drawing from q would show"
+
+
+def test_a_draft_too_short_for_max_model_len_is_refused_at_startup(tmp_path: Path) -> None:
+    import json
+
+    from vt.errors import ConfigError
+
+    d = tmp_path / "short-draft"
+    shutil.copytree(resolve_model(DRAFT), d)
+    cfg = json.loads((d / "config.json").read_text())
+    (d / "config.json").write_text(json.dumps(cfg | {"max_position_embeddings": 64}))
+    with pytest.raises(ConfigError, match="draft's max_position_embeddings"):
+        engine(draft=str(d), max_model_len=128)
+    engine(draft=str(d), max_model_len=60)  # fits: 60 + k <= 64

@@ -284,3 +284,32 @@ class PoolMachine(RuleBasedStateMachine):
 
 PoolMachine.TestCase.settings = settings(max_examples=60, stateful_step_count=40, deadline=None)
 TestPoolMachine = PoolMachine.TestCase
+
+
+def test_recordings_on_two_threads_stay_apart() -> None:
+    """Two captures on two threads: each records (and later pins) exactly its own blocks."""
+    pool, _ = make_pool()
+    a_in, b_done = threading.Event(), threading.Event()
+    got: dict[str, tuple] = {}
+
+    def thread_a() -> None:
+        with pool.recording() as used:
+            a_in.set()
+            b_done.wait()
+            x = pool.get(64)
+            got["a"] = (used, x)
+
+    def thread_b() -> None:
+        a_in.wait()
+        with pool.recording() as used:
+            y = pool.get(128)
+        got["b"] = (used, y)
+        b_done.set()
+
+    ts = [threading.Thread(target=thread_a), threading.Thread(target=thread_b)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    (used_a, x), (used_b, y) = got["a"], got["b"]
+    assert used_a == {x} and used_b == {y}

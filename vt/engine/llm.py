@@ -39,8 +39,7 @@ class LLMEngine:
         self.backend = make_backend(cfg.backend)
         self.model = Qwen3ForCausalLM(ckpt, self.backend)
         self.blocks = BlockPool(cfg.num_blocks, cfg.block_size, cfg.max_blocks_per_seq)
-        lookahead = cfg.num_speculative_tokens if cfg.speculative_model else 0  # KV slots a verify step writes
-        self.scheduler = Scheduler(cfg, self.blocks, lookahead=lookahead)
+        self.scheduler = Scheduler(cfg, self.blocks, lookahead=self._lookahead)
         self.runner = ModelRunner(self.model, cfg)
         if cfg.speculative_model:
             from vt.engine.spec_decode import SpecDecoder
@@ -49,10 +48,18 @@ class LLMEngine:
             if draft.config.vocab_size != ckpt.config.vocab_size:
                 raise ConfigError(f"speculative_model={cfg.speculative_model!r}: vocab_size "
                                   f"{draft.config.vocab_size} != the target's {ckpt.config.vocab_size}")
+            if cfg.max_model_len + cfg.num_speculative_tokens > draft.config.max_position_embeddings:
+                raise ConfigError(f"max_model_len={cfg.max_model_len} + num_speculative_tokens: must be <= the "
+                                  f"draft's max_position_embeddings ({draft.config.max_position_embeddings})")
             self.runner.spec = SpecDecoder(self.runner, draft, cfg.num_speculative_tokens)
         self._ids = itertools.count()
         self._rng = np.random.default_rng(cfg.seed)
         self.requests: dict[str, Request] = {}
+
+    def _lookahead(self, req: Request) -> int:
+        """KV slots beyond the next token that a request's decode step writes: k when it speculates."""
+        spec = self.runner.spec
+        return spec.k if spec is not None and spec.has_context(req) else 0
 
     # ---- requests ---------------------------------------------------------------------------
     def tokenize(self, prompt: Prompt) -> list[int]:
@@ -85,6 +92,7 @@ class LLMEngine:
         if len(ids) >= self.cfg.max_model_len:
             req.finish("error", f"prompt has {len(ids)} tokens; max_model_len={self.cfg.max_model_len} leaves "
                                 f"no room for one generated token")
+            del self.requests[rid]
         else:
             self.scheduler.add(req)
         return req
@@ -118,7 +126,7 @@ class LLMEngine:
                 if r.is_finished:
                     break
         if self.runner.spec is not None:  # draft entries never outnumber live requests after a step
-            self.runner.spec.prune(self.scheduler.running)
+            self.runner.spec.prune(self.scheduler.running, unfinished=set(self.requests))
         return out.requests
 
     def _append(self, r: Request, token: int) -> None:
@@ -150,6 +158,7 @@ class LLMEngine:
             self._text(r)
         r.finish(reason, error)
         self.scheduler.finish(r)
+        self.requests.pop(r.id, None)  # ids are unique among requests in flight
 
 
 def _as_list(x: Any) -> list[int]:

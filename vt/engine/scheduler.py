@@ -7,6 +7,7 @@ A step that preempted admits nothing.
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from vt.engine.config import EngineConfig
@@ -22,10 +23,11 @@ class SchedulerOutput:
 
 
 class Scheduler:
-    def __init__(self, cfg: EngineConfig, blocks: BlockPool, lookahead: int = 0) -> None:
+    def __init__(self, cfg: EngineConfig, blocks: BlockPool, lookahead: Callable[[Request], int] | None = None) -> None:
         self.cfg = cfg
         self.blocks = blocks
-        self.lookahead = lookahead  # extra slots a decode step writes (speculative tokens)
+        # extra KV slots a request's decode step writes (its speculative tokens; 0 when it has no draft)
+        self.lookahead = lookahead or (lambda req: 0)
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []  # admission order: the last one is the newest
 
@@ -43,7 +45,7 @@ class Scheduler:
         for req in list(self.running):
             if req.status is not Status.RUNNING:
                 continue  # preempted earlier in this loop
-            need = min(req.num_tokens + self.lookahead, self.cfg.max_model_len)  # KV slots this step writes
+            need = min(req.num_tokens + self.lookahead(req), self.cfg.max_model_len)  # KV slots this step writes
             while not self.blocks.can_allocate(req, need):
                 victim = self.running[-1]
                 self._preempt(victim)

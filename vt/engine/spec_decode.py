@@ -10,6 +10,7 @@ for life. The position invariant (draft context length == the row's position) is
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,6 +24,7 @@ from vt.engine.sampler import _filter, sample
 from vt.errors import DraftPositionMismatch
 
 I64 = np.int64
+TRACE_LEN = 100_000
 
 
 @dataclass(eq=False, slots=True)
@@ -40,7 +42,8 @@ def _probs(logits: np.ndarray, r: Request) -> np.ndarray:
 
 
 def _draw(p: np.ndarray, rng: np.random.Generator) -> int:
-    return int(min(np.searchsorted(np.cumsum(p), rng.random() * p.sum(), side="right"), p.size - 1))
+    cdf = np.cumsum(p)
+    return int(min(np.searchsorted(cdf, rng.random() * cdf[-1], side="right"), p.size - 1))
 
 
 class SpecDecoder:
@@ -55,7 +58,8 @@ class SpecDecoder:
         self.contexts: dict[str, DraftContext] = {}
         self.disabled: set[str] = set()  # for life: first seen with generated tokens already
         self.num_proposed = self.num_accepted = self.num_steps = 0
-        self.trace: list[tuple[int, str, list[int]]] = []  # (step, request id, proposals)
+        # (step, request id, proposals) of the most recent steps: what the row-move gates read
+        self.trace: deque[tuple[int, str, list[int]]] = deque(maxlen=TRACE_LEN)
 
     # ---- entries ----------------------------------------------------------------------------
     def _key(self, r: Request) -> str:
@@ -80,11 +84,17 @@ class SpecDecoder:
         return (f"request {r.id}: draft context holds {ctx.length} positions (+{ctx.owed} owed) but its row "
                 f"is at position {position}")
 
-    def prune(self, live: list[Request]) -> None:
-        """Drop every entry whose request left the batch (finished or preempted); each owns KV blocks."""
+    def has_context(self, r: Request) -> bool:
+        return self._key(r) in self.contexts
+
+    def prune(self, live: list[Request], unfinished: set[str] | None = None) -> None:
+        """Drop every entry whose request left the batch (finished or preempted); each owns KV blocks.
+        `unfinished` (all request ids in flight) also trims the disabled set of finished requests."""
         keep = {self._key(r) for r in live}
         for key in [key for key in self.contexts if key not in keep]:
             self.blocks.release(self.contexts.pop(key))  # type: ignore[arg-type]
+        if unfinished is not None:
+            self.disabled &= unfinished
 
     def on_prefill(self, reqs: list[Request]) -> None:
         fresh = []
