@@ -462,4 +462,13 @@ ENTRIES: list[Mutation] = [
         file="vt/pool.py", old="        me = threading.get_ident()  # captures on two threads record separately",
         new="        me = 0", gates=(f"{POOL}::test_recordings_on_two_threads_stay_apart",),
     ),
+
+    Mutation(
+        id="draft-position-limit-unchecked",
+        description="a draft whose max_position_embeddings is below max_model_len + k is accepted at start-up",
+        file="vt/engine/llm.py",
+        old="            if cfg.max_model_len + cfg.num_speculative_tokens > draft.config.max_position_embeddings:",
+        new="            if False:",
+        gates=(f"{SPEC}::test_a_draft_too_short_for_max_model_len_is_refused_at_startup",),
+    ),
 ]
