@@ -17,6 +17,7 @@ import numpy as np
 
 from vt.backend import Graph, Tensor
 from vt.capture import GraphCaptureScope
+from vt.errors import GraphInputMismatch
 
 I64, F32 = np.int64, np.float32
 
@@ -42,6 +43,21 @@ class DecodeInputs:
     slots: np.ndarray  # [B*q] KV slot of each token
     block_tables: np.ndarray  # [B, W]
     q: int = 1
+
+
+def _check_inputs(inp: DecodeInputs) -> None:
+    """Every replay stages inputs of the shapes and dtypes its graph was captured with; anything else
+    is refused by name rather than replayed over."""
+    B = inp.block_tables.shape[0]
+    want = B * inp.q
+    for name in ("tokens", "positions", "slots"):
+        a = getattr(inp, name)
+        if a.ndim != 1 or a.shape[0] != want or a.dtype.kind not in "iu":
+            raise GraphInputMismatch(f"decode input {name}: shape {a.shape} dtype {a.dtype}, expected ({want},) "
+                                     f"integers for {B} rows x q={inp.q}")
+    if inp.block_tables.ndim != 2 or inp.block_tables.dtype.kind not in "iu":
+        raise GraphInputMismatch(f"decode input block_tables: shape {inp.block_tables.shape} dtype "
+                                 f"{inp.block_tables.dtype}, expected [rows, width] integers")
 
 
 class Slot:
@@ -94,6 +110,7 @@ class DecodeGraphDriver:
             return self._step(inp, spec)
 
     def _step(self, inp: DecodeInputs, spec: bool) -> np.ndarray:
+        _check_inputs(inp)
         self.pool.mark_step_boundary()
         B = inp.block_tables.shape[0]
         if B > self.ladder[-1]:  # above the capture ladder: eager, on transient inputs

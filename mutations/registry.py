@@ -474,4 +474,12 @@ ENTRIES: list[Mutation] = [
         new="            if False:",
         gates=(f"{SPEC}::test_a_draft_too_short_for_max_model_len_is_refused_at_startup",),
     ),
+
+    Mutation(
+        id="driver-replays-over-mismatched-inputs",
+        description="the driver stages inputs of any shape or dtype into a captured slot",
+        file="models/decode_graph.py", old="        _check_inputs(inp)\n", new="",
+        gates=tuple(f"{SEAMS}::test_G9_inputs_of_another_shape_or_dtype_are_refused_by_name[{f}]"
+                    for f in ("tokens", "positions", "block_tables")),
+    ),
 ]

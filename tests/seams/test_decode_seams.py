@@ -202,3 +202,20 @@ def test_G8_spec_keys_are_double_buffered_and_capture_nothing(model: str, q: int
     h.backend.reset_counters()
     h.step(q=q, spec=True)
     assert h.is_captured and h.backend.allocs_in_capture == 0, "the second slot's capture allocates nothing"
+
+
+@pytest.mark.parametrize("field, bad", [("tokens", np.zeros(3, np.int64)), ("positions", np.zeros(4, np.float32)),
+                                        ("block_tables", np.zeros(4, np.int64))],
+                         ids=["tokens", "positions", "block_tables"])
+def test_G9_inputs_of_another_shape_or_dtype_are_refused_by_name(field: str, bad: np.ndarray) -> None:
+    from vt.errors import GraphInputMismatch
+
+    h = SeamHarness("tiny-qwen3")
+    h.start(4)
+    h.step()
+    h.step()  # captured: a replay is next
+    inp = h.inputs()
+    setattr(inp, field, bad)
+    with pytest.raises(GraphInputMismatch, match=field):
+        h.driver.step(inp)
+    assert h.driver.step(h.inputs()) is not None, "the driver still serves well-formed steps"
