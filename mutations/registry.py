@@ -43,6 +43,7 @@ SEAM_GUARANTEES = (
       for db in ("single", "double") for m in MODELS),
     *per_model(f"{SEAMS}::test_G4_graph_is_rebuilt_not_reused_after_the_block_table_width_changes"),
     *per_model(f"{SEAMS}::test_G6_engine_tokens_identical_with_graphs_on_and_off"),
+    *per_model(f"{SEAMS}::test_G6_engine_tokens_identical_with_double_buffered_slots"),
     *per_model(f"{SEAMS}::test_G7_drain_never_frees_a_live_graphs_temporaries"),
     *g8(),
 )

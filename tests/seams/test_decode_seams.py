@@ -219,3 +219,20 @@ def test_G9_inputs_of_another_shape_or_dtype_are_refused_by_name(field: str, bad
     with pytest.raises(GraphInputMismatch, match=field):
         h.driver.step(inp)
     assert h.driver.step(h.inputs()) is not None, "the driver still serves well-formed steps"
+
+
+@pytest.mark.parametrize("model", GRAPH_MODELS)
+def test_G6_engine_tokens_identical_with_double_buffered_slots(model: str) -> None:
+    """Double-buffered slots (two per key, alternating, as VT_ASYNC_EXECUTOR=1 makes them) serve the
+    engine with the same greedy tokens."""
+    from vt.engine.config import EngineConfig
+    from vt.engine.ladder import run_ladder
+    from vt.engine.llm import LLMEngine
+
+    single = LLMEngine(EngineConfig(model=model, max_model_len=128, num_blocks=32, max_num_seqs=8))
+    double = LLMEngine(EngineConfig(model=model, max_model_len=128, num_blocks=32, max_num_seqs=8))
+    double.runner.decoder.double_buffer = True
+    a = [r.tokens for r in run_ladder(single, [1, 3], 12, 10, 3)]
+    b = [r.tokens for r in run_ladder(double, [1, 3], 12, 10, 3)]
+    assert a == b
+    assert any(len(pair) == 2 for pair in double.runner.decoder.slots.values()), "non-vacuity: two slots a key"
