@@ -56,6 +56,7 @@ class _Capture:
         self.thread = threading.get_ident()
         self.invalid: CudaError | None = None  # vt-side failures (refused queries); CUDA tracks its own
         self.graph_buffers: list[Buffer] = []
+        self.members: list[Stream] = [origin]  # streams CUDA pulled into this capture by a fork
 
 
 class _Lease:
@@ -206,13 +207,8 @@ class CudaBackend(Backend):
         cap = event.capture if event.capture in self._captures else None
         if cap is not None and stream.capture is None:  # fork: CUDA pulled the stream into the capture
             stream.capture = cap
-            self._members(cap).append(stream)
+            cap.members.append(stream)
         stream.num_ops += 1
-
-    def _members(self, cap: _Capture) -> list[Stream]:
-        if not hasattr(cap, "members"):
-            cap.members = [cap.origin]  # type: ignore[attr-defined]
-        return cap.members  # type: ignore[attr-defined]
 
     def query_event(self, event: Event) -> bool:
         # cudaEventQuery inside a capture invalidates it and CuPy answers False: refuse by name.
@@ -251,7 +247,7 @@ class CudaBackend(Backend):
         if cap is None or cap.origin is not stream:
             raise IllegalState(f"end_capture on {stream!r}, which did not begin a capture")
         self._captures.remove(cap)
-        for s in self._members(cap):
+        for s in cap.members:
             s.capture = None
         try:
             graph = stream.handle.end_capture()

@@ -12,8 +12,12 @@ BATCHES = [1, 8, 32]
 
 
 def _harness(batch: int, graphs: bool) -> SeamHarness:
+    """tiny-qwen3 on CUDA at `batch`, warmed through cold, capture and a first replay."""
     h = SeamHarness("tiny-qwen3", "cuda", graphs=graphs, max_num_seqs=32)
     h.start(batch)
+    inputs = h.inputs()
+    for _ in range(3):
+        h.driver.step(inputs)
     return h
 
 
@@ -23,8 +27,6 @@ def test_vt_decode_step(benchmark, mode: str, batch: int) -> None:
     """The whole step the engine pays: stage inputs, run (or replay), read the logits back."""
     h = _harness(batch, graphs=mode == "graph")
     inputs = h.inputs()
-    for _ in range(3):  # cold, capture, replay
-        h.driver.step(inputs)
     benchmark.group = f"decode step B={batch}"
     benchmark(h.driver.step, inputs)
     if mode == "graph":
@@ -35,9 +37,6 @@ def test_vt_decode_step(benchmark, mode: str, batch: int) -> None:
 def test_vt_graph_replay_only(benchmark, batch: int) -> None:
     """Replay + sync alone (no staging, no read-back): comparable to the torch replay below."""
     h = _harness(batch, graphs=True)
-    inputs = h.inputs()
-    for _ in range(3):
-        h.driver.step(inputs)
     slot, stream = h.driver.last_slot, h.driver.stream
     assert slot is not None and slot.graph is not None
 
@@ -53,9 +52,6 @@ def test_vt_graph_replay_only(benchmark, batch: int) -> None:
 def test_vt_host_overhead_per_replay(benchmark, batch: int) -> None:
     """Host-side cost of one replay launch (no sync): the Python floor per graphed step."""
     h = _harness(batch, graphs=True)
-    inputs = h.inputs()
-    for _ in range(3):
-        h.driver.step(inputs)
     slot, stream = h.driver.last_slot, h.driver.stream
     benchmark.group = f"host overhead B={batch}"
     benchmark.pedantic(lambda: slot.graph.replay(stream), rounds=200, iterations=1)  # type: ignore[union-attr]

@@ -45,6 +45,10 @@ class KVCache:
     def trash_slot(self) -> int:
         return self.num_blocks * self.block_size
 
+    def slot(self, block_ids: list[int], position: int) -> int:
+        """The flat KV slot of a token: its block (from the block table) and its offset in it."""
+        return block_ids[position // self.block_size] * self.block_size + position % self.block_size
+
 
 class Qwen3ForCausalLM:
     """Dense or MoE by the config (Qwen3MoeForCausalLM has num_experts > 0)."""
@@ -94,6 +98,33 @@ class Qwen3ForCausalLM:
         ks = [self._upload(zeros) for _ in range(c.num_hidden_layers)]
         vs = [self._upload(zeros) for _ in range(c.num_hidden_layers)]
         return KVCache(ks, vs, num_blocks, block_size)
+
+    # ---- prefill (eager) --------------------------------------------------------------------
+    def prefill(self, seqs: list[tuple[list[int], list[int]]], kv: KVCache) -> np.ndarray:
+        """Eager prefill of whole sequences, given as (tokens, block ids); writes their KV and returns
+        each sequence's last-token logits on the host, one row per sequence."""
+        b, pool = self.backend, self.pool
+        ids: list[int] = []
+        pos: list[int] = []
+        slots: list[int] = []
+        meta: list[tuple[int, int, int, list[int]]] = []
+        for toks, blocks in seqs:
+            meta.append((len(ids), len(toks), 0, list(blocks)))
+            ids += toks
+            pos += range(len(toks))
+            slots += [kv.slot(blocks, p) for p in range(len(toks))]
+        last = np.cumsum([m[1] for m in meta]) - 1
+        staged = []
+        for host in (ids, pos, slots, last):
+            t = pool.empty((len(host),), np.int64)
+            b.copy_h2d(t, np.asarray(host, np.int64))
+            staged.append(t)
+        logits = pool.empty((len(seqs), self.cfg.vocab_size), F32)
+        self.forward(ForwardBatch(staged[0], staged[1], staged[2], True, seqs=meta, logits_rows=staged[3]), kv, logits)
+        out = b.copy_d2h(logits)
+        for t in (*staged, logits):
+            pool.release(t)
+        return out
 
     # ---- forward ----------------------------------------------------------------------------
     def forward(self, fb: ForwardBatch, kv: KVCache, logits: Tensor, hidden: Tensor | None = None) -> None:

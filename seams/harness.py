@@ -10,7 +10,7 @@ import numpy as np
 
 from models.decode_graph import DecodeGraphDriver, DecodeInputs
 from models.loader import load_checkpoint, resolve_model
-from models.qwen3 import ForwardBatch, Qwen3ForCausalLM
+from models.qwen3 import Qwen3ForCausalLM
 from vt.registry import make_backend
 
 I64 = np.int64
@@ -54,23 +54,12 @@ class SeamHarness:
             self._next_block += 1
 
     def slot_of(self, s: Seq, pos: int) -> int:
-        return s.blocks[pos // self.block_size] * self.block_size + pos % self.block_size
+        return self.kv.slot(s.blocks, pos)
 
     def _prefill(self, s: Seq) -> None:
-        b, n = self.backend, len(s.ids)
-        host = [np.asarray(s.ids, I64), np.arange(n, dtype=I64),
-                np.asarray([self.slot_of(s, p) for p in range(n)], I64), np.asarray([n - 1], I64)]
-        ts = [self.pool.empty(h.shape, I64) for h in host]
-        for t, h in zip(ts, host):
-            b.copy_h2d(t, h)
-        logits = self.pool.empty((1, self.model.cfg.vocab_size), np.float32)
-        fb = ForwardBatch(ts[0], ts[1], ts[2], True, seqs=[(0, n, 0, list(s.blocks))], logits_rows=ts[3])
-        self.model.forward(fb, self.kv, logits)
-        row = b.copy_d2h(logits)[0]
+        row = self.model.prefill([(s.ids, s.blocks)], self.kv)[0]
         self.prefill_logits.append(row)
         s.ids.append(int(np.argmax(row)))
-        for t in (*ts, logits):
-            self.pool.release(t)
 
     def inputs(self, q: int = 1) -> DecodeInputs:
         """A decode step's inputs; q > 1 is a verify step: the last token plus q-1 proposals (here the

@@ -202,9 +202,8 @@ def test_graph_owned_async_allocation_is_freed_by_destroy_not_free() -> None:
     assert buf.is_freed
 
 
-def test_a_side_stream_joined_through_another_side_stream_is_joined() -> None:
-    """A -> B -> C forked, C joined into B, B into A: legal on CUDA, so legal here."""
-    b = CpuBackend()
+def _chain_c_into_b(b: CpuBackend):
+    """Capture on A; fork B from A and C from B; C does work and joins back into B."""
     x = b.empty((4,), np.float32)
     a_s, b_s, c_s = b.new_stream(), b.new_stream(), b.new_stream()
     b.begin_capture(a_s)
@@ -212,6 +211,13 @@ def test_a_side_stream_joined_through_another_side_stream_is_joined() -> None:
     b.wait_event(c_s, b.record_event(b_s))
     b.launch(k_add, x, x, x, stream=c_s)
     b.wait_event(b_s, b.record_event(c_s))
+    return a_s, b_s
+
+
+def test_a_side_stream_joined_through_another_side_stream_is_joined() -> None:
+    """A -> B -> C forked, C joined into B, B into A: legal on CUDA, so legal here."""
+    b = CpuBackend()
+    a_s, b_s = _chain_c_into_b(b)
     b.wait_event(a_s, b.record_event(b_s))
     assert b.end_capture(a_s).num_nodes == 1
 
@@ -221,12 +227,6 @@ def test_a_chain_that_stops_short_of_the_origin_is_unjoined() -> None:
     from vt.errors import CaptureUnjoined
 
     b = CpuBackend()
-    x = b.empty((4,), np.float32)
-    a_s, b_s, c_s = b.new_stream(), b.new_stream(), b.new_stream()
-    b.begin_capture(a_s)
-    b.wait_event(b_s, b.record_event(a_s))
-    b.wait_event(c_s, b.record_event(b_s))
-    b.launch(k_add, x, x, x, stream=c_s)
-    b.wait_event(b_s, b.record_event(c_s))
+    a_s, _ = _chain_c_into_b(b)
     with pytest.raises(CaptureUnjoined):
         b.end_capture(a_s)

@@ -8,8 +8,7 @@ from typing import Any
 import numpy as np
 
 from models.decode_graph import DecodeGraphDriver, DecodeInputs
-from models.qwen3 import ForwardBatch, Qwen3ForCausalLM
-from vt.backend import Tensor
+from models.qwen3 import Qwen3ForCausalLM
 from vt.engine.config import EngineConfig
 from vt.engine.input_batch import InputBatch
 from vt.engine.request import Request
@@ -70,30 +69,12 @@ class ModelRunner:
                 out[r.id] = [sample(row, r.params, r.rng)]
         return out
 
-    def _stage(self, host: np.ndarray) -> Tensor:
-        t = self.pool.empty(host.shape, host.dtype)
-        self.backend.copy_h2d(t, host)
-        return t
-
     def _prefill(self, reqs: list[Request]) -> dict[str, np.ndarray]:
-        ids: list[int] = []
-        pos: list[int] = []
-        slots: list[int] = []
-        seqs: list[tuple[int, int, int, list[int]]] = []
+        seqs = []
         for r in reqs:
-            toks = r.all_ids
-            seqs.append((len(ids), len(toks), 0, list(r.block_ids)))
-            ids += toks
-            pos += range(len(toks))
-            slots += [self.model_slot(r, p) for p in range(len(toks))]
-        last = np.cumsum([n for _, n, _, _ in seqs]) - 1
-        staged = [self._stage(np.asarray(a, np.int64)) for a in (ids, pos, slots, last)]
-        fb = ForwardBatch(staged[0], staged[1], staged[2], True, seqs=seqs, logits_rows=staged[3])
-        logits = self.pool.empty((len(reqs), self.model.cfg.vocab_size), np.float32)
-        self.model.forward(fb, self.kv, logits)
-        host = self.backend.copy_d2h(logits)
-        for t in (*staged, logits):
-            self.pool.release(t)
+            toks = r.all_ids  # a recompute after preemption re-prefills its generated tokens too
+            seqs.append((toks, r.block_ids))
+        host = self.model.prefill(seqs, self.kv)
         for r in reqs:
             r.num_computed = r.num_tokens
         return {r.id: host[i] for i, r in enumerate(reqs)}
@@ -115,6 +96,5 @@ class ModelRunner:
         return {r.id: logits[i] for i, r in enumerate(reqs)}
 
     def model_slot(self, r: Request, position: int) -> int:
-        bs = self.cfg.block_size
-        return r.block_ids[position // bs] * bs + position % bs
+        return self.kv.slot(r.block_ids, position)
 

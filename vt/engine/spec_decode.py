@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from models.decode_graph import DecodeGraphDriver, DecodeInputs
-from models.qwen3 import ForwardBatch, Qwen3ForCausalLM
+from models.qwen3 import Qwen3ForCausalLM
 from vt.engine.kv_cache import BlockPool
 from vt.engine.request import Request
 from vt.engine.sampler import _filter, sample
@@ -114,25 +114,9 @@ class SpecDecoder:
             self._draft_prefill(fresh)
 
     def _draft_prefill(self, fresh: list[tuple[Request, DraftContext]]) -> None:
-        pool, bs = self.runner.pool, self.cfg.block_size
-        ids: list[int] = []
-        pos: list[int] = []
-        slots: list[int] = []
-        seqs: list[tuple[int, int, int, list[int]]] = []
+        self.draft.prefill([(r.prompt_ids, ctx.block_ids) for r, ctx in fresh], self.kv)  # logits unused
         for r, ctx in fresh:
-            n = len(r.prompt_ids)
-            seqs.append((len(ids), n, 0, list(ctx.block_ids)))
-            ids += r.prompt_ids
-            pos += range(n)
-            slots += [ctx.block_ids[p // bs] * bs + p % bs for p in range(n)]
-            ctx.length = n
-        last = np.cumsum([s[1] for s in seqs]) - 1
-        staged = [self.runner._stage(np.asarray(a, I64)) for a in (ids, pos, slots, last)]
-        logits = pool.empty((len(fresh), self.draft.cfg.vocab_size), np.float32)
-        fb = ForwardBatch(staged[0], staged[1], staged[2], True, seqs=seqs, logits_rows=staged[3])
-        self.draft.forward(fb, self.kv, logits)
-        for t in (*staged, logits):
-            pool.release(t)
+            ctx.length = len(r.prompt_ids)
 
     # ---- one speculative decode step --------------------------------------------------------
     def step(self, reqs: list[Request]) -> dict[str, list[int] | str]:
@@ -158,12 +142,11 @@ class SpecDecoder:
 
     def _draft_step(self, items: list[tuple[DraftContext, int, int]]) -> np.ndarray:
         """One draft decode step: (context, token, position) per request, through the one driver."""
-        bs = self.cfg.block_size
         width = max(len(c.block_ids) for c, _, _ in items)
         tables = np.full((len(items), width), self.kv.num_blocks, I64)
         for i, (c, _, _) in enumerate(items):
             tables[i, : len(c.block_ids)] = c.block_ids
-        slots = [c.block_ids[p // bs] * bs + p % bs for c, _, p in items]
+        slots = [self.kv.slot(c.block_ids, p) for c, _, p in items]
         inp = DecodeInputs(np.asarray([t for _, t, _ in items], I64), np.asarray([p for _, _, p in items], I64),
                            np.asarray(slots, I64), tables)
         logits = self.driver.step(inp, spec=True)
