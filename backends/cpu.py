@@ -14,7 +14,8 @@ from typing import Any
 
 import numpy as np
 
-from vt.backend import Backend, Buffer, CaptureMode, Event, Graph, Kernel, Stream, Tensor
+from backends.cupy_model import Charger, DeviceArray, modeled_numpy, run_charged
+from vt.backend import OUTSIDE_A_LAUNCH, Backend, Buffer, CaptureMode, Event, Graph, Kernel, Stream, Tensor
 from vt.errors import (
     CaptureInvalidated,
     CaptureIsolation,
@@ -88,11 +89,12 @@ def _copy_kernel(xp: Any, dst: Any, src: Any) -> None:
 class CpuBackend(Backend):
     name = "cpu"
     can_capture = True
-    xp = np
 
     def __init__(self, *, sanitize: bool | None = None) -> None:
         super().__init__(sanitize=sanitize)
         self._captures: list[_Capture] = []
+        self._charger = Charger(self)  # the arrays a kernel creates go through the pool, as on CUDA
+        self.xp = modeled_numpy(self._charger)
 
     # ---- memory -----------------------------------------------------------------------------
     def _any_capture_active(self) -> bool:
@@ -123,19 +125,47 @@ class CpuBackend(Backend):
         stream = stream or self.current_stream()
         if stream.capture is not None:
             self._check_capture_call(stream)
+            self._shadow_run(kernel, args, kw)
             stream.capture.ops.append((kernel, args, kw))
         else:
-            self._execute(kernel, args, kw)
+            self._execute(kernel, args, kw, charged=True)
         stream.num_ops += 1
 
-    def _execute(self, kernel: Kernel, args: tuple, kw: dict) -> None:
+    def _execute(self, kernel: Kernel, args: tuple, kw: dict, *, charged: bool = False) -> None:
+        """Runs a kernel on its tensors' memory. Charged (an eager launch): the arrays it creates go
+        through the pool, as CuPy's do; a replay creates nothing, as a CUDA graph replay allocates nothing."""
         if self.is_sanitizing:
             for a in (*args, *kw.values()):
                 if isinstance(a, Tensor):
                     self._check_access(kernel, a)
-        arrays = [a.array() if isinstance(a, Tensor) else a for a in args]
-        kwarrays = {k: (v.array() if isinstance(v, Tensor) else v) for k, v in kw.items()}
-        kernel(np, *arrays, **kwarrays)
+        as_array = (lambda t: t.array().view(DeviceArray)) if charged else (lambda t: t.array())
+        self._run(kernel, args, kw, as_array, charged)
+
+    def _shadow_run(self, kernel: Kernel, args: tuple, kw: dict) -> None:
+        """Nothing executes during a capture, but CuPy allocates a kernel's temporaries while it records
+        it: run the kernel on stand-ins of its tensors (index tensors copied, since their values pick
+        what is read; the rest zeros) and charge what it creates. Its results are dropped."""
+        stand_ins: dict[int, Any] = {}
+
+        def stand_in(t: Tensor) -> Any:
+            if id(t) not in stand_ins:  # one stand-in per tensor keeps in-place kernels in place
+                a = t.array()
+                stand_ins[id(t)] = (a.copy() if a.dtype.kind in "iub" else np.zeros(a.shape, a.dtype)).view(DeviceArray)
+            return stand_ins[id(t)]
+
+        self._run(kernel, args, kw, stand_in, True)
+
+    def _run(self, kernel: Kernel, args: tuple, kw: dict, as_array: Any, charged: bool) -> None:
+        arrays = [as_array(a) if isinstance(a, Tensor) else a for a in args]
+        kwarrays = {k: (as_array(v) if isinstance(v, Tensor) else v) for k, v in kw.items()}
+        if not charged:
+            kernel(self.xp, *arrays, **kwarrays)
+            return
+        self.kernel_name = getattr(kernel, "__name__", repr(kernel))
+        try:
+            run_charged(self._charger, lambda: kernel(self.xp, *arrays, **kwarrays))
+        finally:
+            self.kernel_name = OUTSIDE_A_LAUNCH
 
     def _check_access(self, kernel: Kernel, t: Tensor) -> None:
         buf = t.buffer

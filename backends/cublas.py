@@ -76,31 +76,9 @@ class Cublas:
             ctypes.c_void_p(a), k, stride_a, ctypes.byref(self._zero), ctypes.c_void_p(c), n, stride_c, batch),
             "cublasSgemmStridedBatched")
 
+    def sgemm(self, a: Any, b: Any, c: Any, m: int, n: int, k: int, batch: int, stride_a: int, stride_b: int) -> None:
+        """backends.gemm's StridedSgemm over CuPy arrays, on CuPy's current stream."""
+        import cupy
 
-def matmul(cp: Any, blas: Cublas, a: Any, b: Any, out: Any = None) -> Any:
-    """np.matmul semantics for float32 (batch dims broadcast) over the capture-safe GEMM."""
-    m, k = a.shape[-2], a.shape[-1]
-    n = b.shape[-1]
-    batch_shape = tuple(cp.broadcast_shapes(a.shape[:-2], b.shape[:-2]))
-    batch = 1
-    for d in batch_shape:
-        batch *= d
-    A, sa = _operand(cp, a, batch_shape, m, k)
-    B, sb = _operand(cp, b, batch_shape, k, n)
-    want = batch_shape + (m, n)
-    direct = out is not None and out.flags.c_contiguous and out.shape == want and out.dtype == cp.float32
-    C = out if direct else cp.empty(want, cp.float32)
-    blas.bind(cp.cuda.get_current_stream().ptr)
-    blas.sgemm_batched(A.data.ptr, B.data.ptr, C.data.ptr, m, n, k, batch, sa, sb, m * n)
-    if out is not None and not direct:
-        out[...] = C
-        return out
-    return C
-
-
-def _operand(cp: Any, x: Any, batch_shape: tuple, rows: int, cols: int) -> tuple[Any, int]:
-    if x.dtype != cp.float32:
-        x = x.astype(cp.float32)
-    if x.ndim == 2 and x.flags.c_contiguous:
-        return x, 0  # one matrix broadcast over the batch: stride 0, no copy
-    return cp.ascontiguousarray(cp.broadcast_to(x, batch_shape + (rows, cols))), rows * cols
+        self.bind(cupy.cuda.get_current_stream().ptr)
+        self.sgemm_batched(a.data.ptr, b.data.ptr, c.data.ptr, m, n, k, batch, stride_a, stride_b, m * n)

@@ -85,6 +85,28 @@ class SeamHarness:
             s.ids.append(int(t))
         return logits
 
+    def traced_step(self) -> list[list]:
+        """One decode step, returning its pool traffic in order: ["get", requested bytes, block bytes,
+        kernel] and ["put", block bytes, kernel] (kernel: the launch that made the array, if any)."""
+        pool, b, events = self.pool, self.backend, []
+        get, put = pool.get, pool.put
+
+        def traced_get(nbytes: int) -> Any:
+            blk = get(nbytes)
+            events.append(["get", int(nbytes), blk.nbytes, b.kernel_name])
+            return blk
+
+        def traced_put(blk: Any) -> None:
+            events.append(["put", blk.nbytes, b.kernel_name])
+            put(blk)
+
+        pool.get, pool.put = traced_get, traced_put  # type: ignore[method-assign]
+        try:
+            self.step()
+        finally:
+            del pool.get, pool.put
+        return events
+
     def force_prompt_tokens(self, other: SeamHarness) -> None:
         """Make this harness's sequences continue exactly as `other`'s (same prompts, same first token)."""
         for mine, theirs in zip(self.seqs, other.seqs):

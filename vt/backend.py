@@ -42,6 +42,7 @@ __all__ = [
 # One allocation larger than this is a bug upstream (a negative size gone unsigned, a shape
 # multiplied twice), not a request: refuse it by name instead of asking the driver.
 MAX_ALLOC_BYTES = 1 << 40
+OUTSIDE_A_LAUNCH = "<outside a launch>"
 
 Kernel = Callable[..., None]  # kernel(xp, *arrays, **kw): writes into caller-provided outputs
 
@@ -185,6 +186,8 @@ class Backend:
         self.frees_in_step = 0
         self.allocs_in_capture = 0  # driver allocations made while any stream captured (any mode)
         self.live_bytes = 0
+        self.kernel_name = OUTSIDE_A_LAUNCH  # the kernel running now, which hidden_allocs charges
+        self.hidden_allocs: dict[str, int] = {}  # kernel -> pool bytes of the arrays it created itself
         self.default_stream = Stream(self, 0, is_legacy=True, handle=self._legacy_stream_handle())
 
     # ---- counters ---------------------------------------------------------------------------
@@ -202,6 +205,13 @@ class Backend:
             DevicePool(self)  # registers itself as self._pool
         assert self._pool is not None
         return self._pool
+
+    def hidden_get(self, nbytes: int) -> Any:
+        """A pool block for an array a kernel creates itself (CuPy's temporaries on CUDA, their model
+        on the CPU): visible to the demand profile, the pre-grow and the capture counters."""
+        blk = self.pool.get(max(int(nbytes), 1))
+        self.hidden_allocs[self.kernel_name] = self.hidden_allocs.get(self.kernel_name, 0) + blk.nbytes
+        return blk
 
     # ---- driver allocation ------------------------------------------------------------------
     def alloc(self, nbytes: int) -> Buffer:

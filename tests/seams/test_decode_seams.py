@@ -117,14 +117,19 @@ def test_G4_graph_is_rebuilt_not_reused_after_the_block_table_width_changes(mode
 
 @pytest.mark.parametrize("model", MODELS)
 def test_G5_demand_profile_is_the_decode_steps_own(model: str) -> None:
-    """The profile is measured from the step boundary: a big prefill before it leaves no trace."""
-    short, long = SeamHarness(model), SeamHarness(model)
-    short.start(4, prompt_len=8)
-    long.start(4, prompt_len=200)
-    short.step()
-    long.step()
-    d_short, d_long = short.driver.last_slot.demand, long.driver.last_slot.demand  # type: ignore[union-attr]
-    assert d_short and d_short == d_long, f"{d_short} != {d_long}"
+    """The profile is measured from the step boundary: a big prefill just before the step leaves no
+    trace. Same sequences, same width; one harness also prefills a 300-token prompt first."""
+    plain, after_prefill = SeamHarness(model), SeamHarness(model)
+    plain.start(4, prompt_len=8)
+    after_prefill.start(4, prompt_len=8)
+    after_prefill.pool.mark_step_boundary()
+    after_prefill.model.prefill([(list(range(3, 303)), list(range(200, 219)))], after_prefill.kv)
+    prefill_profile = after_prefill.pool.step_demand_profile()
+    plain.step()
+    after_prefill.step()
+    d_plain, d_after = plain.driver.last_slot.demand, after_prefill.driver.last_slot.demand  # type: ignore[union-attr]
+    assert d_plain and d_plain == d_after, f"{d_plain} != {d_after}"
+    assert max(prefill_profile) > max(d_plain), "non-vacuity: the prefill needed classes the step does not"
 
 
 @pytest.mark.parametrize("model", GRAPH_MODELS)
