@@ -18,7 +18,8 @@ from typing import Any
 
 import numpy as np
 
-from vt.backend import Backend, Buffer, CaptureMode, Event, Graph, Kernel, Stream, Tensor
+from backends import cugraph
+from vt.backend import OUTSIDE_A_LAUNCH, Backend, Buffer, CaptureMode, Event, Graph, Kernel, Stream, Tensor
 from vt.errors import (
     CaptureInvalidated,
     CaptureIsolation,
@@ -75,10 +76,16 @@ class _Lease:
 
 
 class CudaGraph(Graph):
-    def __init__(self, backend: CudaBackend, graph: Any, graph_buffers: list[Buffer]) -> None:
+    def __init__(self, backend: CudaBackend, graph: Any, graph_buffers: list[Buffer],
+                 node_kinds: dict[int, int]) -> None:
         super().__init__(backend)
         self.graph = graph
         self.graph_buffers = graph_buffers
+        self.node_kinds = node_kinds  # CUgraphNodeType -> count (backends/cugraph.py)
+
+    @property
+    def num_nodes(self) -> int:
+        return sum(self.node_kinds.values())
 
     def _replay(self, stream: Stream) -> None:
         try:
@@ -99,17 +106,16 @@ class CudaBackend(Backend):
     def __init__(self, *, sanitize: bool | None = None) -> None:
         import cupy
 
-        from backends.cublas import WORKSPACE_BYTES, Cublas, matmul
+        from backends.cublas import WORKSPACE_BYTES, Cublas
+        from backends.gemm import staged_matmul
 
         self.cp = cupy
         super().__init__(sanitize=False)  # the poisoning sanitizer is the CPU backend's
         self._captures: list[_Capture] = []
-        self.kernel_name = "<outside a launch>"  # names CuPy's hidden temporaries in hidden_allocs
-        self.hidden_allocs: dict[str, int] = {}  # kernel -> bytes CuPy allocated inside it (via the pool)
         self._workspace = self.alloc(WORKSPACE_BYTES)  # long-lived, set on the cuBLAS handle up front
         self.blas = Cublas(self._workspace.mem, WORKSPACE_BYTES)
         xp = types.SimpleNamespace(**{k: getattr(cupy, k) for k in dir(cupy) if not k.startswith("__")})
-        xp.matmul = lambda a, b, out=None: matmul(cupy, self.blas, a, b, out)
+        xp.matmul = lambda a, b, out=None: staged_matmul(cupy, self.blas.sgemm, a, b, out)
         self.xp = xp
         cupy.cuda.set_allocator(self._cupy_alloc)
 
@@ -145,8 +151,7 @@ class CudaBackend(Backend):
 
     def _cupy_alloc(self, nbytes: int) -> Any:
         """CuPy's allocator, routed through the pool: CuPy's hidden temporaries are pool blocks."""
-        blk = self.pool.get(max(int(nbytes), 1))
-        self.hidden_allocs[self.kernel_name] = self.hidden_allocs.get(self.kernel_name, 0) + blk.nbytes
+        blk = self.hidden_get(nbytes)
         mem = self.cp.cuda.UnownedMemory(blk.buffer.mem, blk.nbytes, _Lease(self.pool, blk))
         return self.cp.cuda.MemoryPointer(mem, 0)
 
@@ -163,7 +168,7 @@ class CudaBackend(Backend):
         try:
             self._call(stream, lambda: kernel(self.xp, *arrays, **kwarrays))
         finally:
-            self.kernel_name = "<outside a launch>"
+            self.kernel_name = OUTSIDE_A_LAUNCH
         stream.num_ops += 1
 
     def _call(self, stream: Stream, fn: Any) -> Any:
@@ -249,6 +254,11 @@ class CudaBackend(Backend):
         self._captures.remove(cap)
         for s in cap.members:
             s.capture = None
+        census_error: Exception | None = None
+        try:
+            kinds = cugraph.node_kinds(stream.handle.ptr)  # read while the capture is open
+        except Exception as e:  # noqa: BLE001 - reported after the capture is closed
+            kinds, census_error = {}, e
         try:
             graph = stream.handle.end_capture()
         except Exception as e:
@@ -256,4 +266,12 @@ class CudaBackend(Backend):
         if cap.invalid is not None:
             del graph
             raise CaptureInvalidated(f"first failure: {cap.invalid}")
-        return CudaGraph(self, graph, cap.graph_buffers)
+        if census_error is not None:
+            raise IllegalState(f"could not read the captured graph's nodes: {census_error}")
+        # Allocation nodes vt did not ask for (alloc_async makes the ones it did): a library allocated
+        # inside the capture with cudaMallocAsync, which global mode permits. vt counts them as the
+        # driver allocations inside a capture that they are.
+        hidden = kinds.get(cugraph.MEM_ALLOC, 0) - len(cap.graph_buffers)
+        with self._lock:
+            self.allocs_in_capture += max(hidden, 0)
+        return CudaGraph(self, graph, cap.graph_buffers, kinds)

@@ -16,6 +16,7 @@ CAP = "tests/engine/test_capacity.py"
 GEN = "tests/engine/test_generation.py"
 BATCH = "tests/engine/test_input_batch.py"
 CUDA = "tests/backends/test_cuda_backend.py"
+MODEL = "tests/backends/test_cupy_model.py"
 SPEC = "tests/engine/test_spec_decode.py"
 MODELS = ("tiny-qwen3", "tiny-qwen3-moe")
 
@@ -30,6 +31,15 @@ def g8() -> tuple[str, ...]:
     """The speculative seam cases (target verify q=5 and draft q=1 keys)."""
     return tuple(f"{SEAMS}::test_G8_spec_keys_are_double_buffered_and_capture_nothing[{m}-q{q}-B{b}]"
                  for m in (*MODELS, "tiny-qwen3-draft") for q in (1, 5) for b in (1, 3, 8))
+
+
+def h200_traces() -> tuple[str, ...]:
+    """The CPU-lane replays of the pool traffic an H200 recorded (one per fixture)."""
+    from pathlib import Path
+
+    data = Path(__file__).resolve().parent.parent / "tests" / "backends" / "data"
+    return tuple(f"{MODEL}::test_the_cpu_step_makes_the_pool_traffic_an_h200_recorded[{p.stem}]"
+                 for p in sorted(data.glob("cupy-trace-*.json")))
 
 
 def per_model(test: str) -> tuple[str, ...]:
@@ -156,6 +166,36 @@ ENTRIES: list[Mutation] = [
                f"{SCOPE}::test_scope_captures_and_the_graph_replays",
                f"{SCOPE}::test_breakable_graph_replays_segments_and_breaks_in_order"),
         expect="nothing may execute during capture",
+    ),
+    Mutation(
+        id="cpu-model-drops-temporaries",
+        description="the CPU backend stops charging the arrays a kernel creates: its profile misses CuPy's temporaries",
+        file="backends/cupy_model.py", old="        if key in self._held:\n            return\n",
+        new="        if True:\n            return\n",
+        gates=(f"{MODEL}::test_a_kernels_arrays_are_pool_blocks_for_exactly_their_life",
+               f"{MODEL}::test_a_capture_charges_temporaries_so_a_missing_pregrow_is_caught_on_the_cpu",
+               f"{MODEL}::test_replay_creates_nothing", *h200_traces()),
+    ),
+    Mutation(
+        id="cpu-model-forgets-cub-scratch",
+        description="the CPU model leaves out CUB's temp storage for segmented reductions",
+        file="backends/cupy_model.py",
+        old="        self.backend.pool.put(self.backend.hidden_get(CUB_TEMP_BYTES))", new="        pass",
+        gates=h200_traces(), expect="cpu vs h200",
+    ),
+    Mutation(
+        id="cpu-capture-skips-shadow-run",
+        description="a launch in a CPU capture records without allocating what CuPy would allocate while recording",
+        file="backends/cpu.py", old="            self._shadow_run(kernel, args, kw)\n", new="",
+        gates=(f"{MODEL}::test_a_capture_charges_temporaries_so_a_missing_pregrow_is_caught_on_the_cpu",),
+        expect="DID NOT RAISE",
+    ),
+    Mutation(
+        id="cpu-replay-charges-temporaries",
+        description="a CPU graph replay charges temporaries to the pool, which a CUDA graph replay never does",
+        file="backends/cpu.py", old="            backend._execute(kernel, args, kw)\n",
+        new="            backend._execute(kernel, args, kw, charged=True)\n",
+        gates=(f"{MODEL}::test_replay_creates_nothing",),
     ),
     # ---- capture scope ----------------------------------------------------------------------
     Mutation(
@@ -342,9 +382,6 @@ ENTRIES: list[Mutation] = [
     ),
 
     # ---- CUDA backend (issue 6): the GPU lane runs these -------------------------------------
-    # No entry for "cuBLAS without a preset workspace": on the H200 lane (CUDA 13.2 cuBLAS) a handle
-    # with no workspace, on a fresh stream, inside a global capture, allocated nothing and captured
-    # fine, so no honest gate can go red for it there (measured; see the closing note).
     Mutation(
         id="cuda-relaxed-capture-mode",
         description="the CUDA backend captures in relaxed mode (CuPy's default), letting cudaMalloc through",
@@ -359,8 +396,16 @@ ENTRIES: list[Mutation] = [
         description="CuPy keeps its own allocator: its hidden temporaries bypass the pool and the profile",
         file="backends/cuda.py", old="        cupy.cuda.set_allocator(self._cupy_alloc)", new="        pass",
         needs_gpu=True,
-        gates=per_model(f"{CUDA}::test_demand_profile_parity_and_the_hidden_temporaries_named"),
+        gates=tuple(f"{CUDA}::test_demand_profile_parity_cpu_and_cuda_identical[{m}-{b}]"
+                    for m in (*MODELS, "tiny-qwen3-draft") for b in (1, 4)),
         expect="hidden temporaries went through the pool",
+    ),
+    Mutation(
+        id="cuda-cublas-no-preset-workspace",
+        description="the cuBLAS handle keeps no workspace of ours: cuBLAS allocates one inside each capture",
+        file="backends/cublas.py", old="        if ptr is not None:\n", new="        if False:\n", needs_gpu=True,
+        gates=(f"{CUDA}::test_a_captured_gemm_allocates_no_workspace",
+               *(f"{CUDA}::test_G1_cuda_capture_allocates_nothing_after_drain[{m}-single-1]" for m in MODELS)),
     ),
     Mutation(
         id="cuda-query-not-guarded",
