@@ -143,17 +143,18 @@ class CpuBackend(Backend):
 
     def _shadow_run(self, kernel: Kernel, args: tuple, kw: dict) -> None:
         """Nothing executes during a capture, but CuPy allocates a kernel's temporaries while it records
-        it: run the kernel on stand-ins of its tensors (index tensors copied, since their values pick
-        what is read; the rest zeros) and charge what it creates. Its results are dropped."""
+        it: run the kernel on zero stand-ins of its tensors (a capturable kernel's allocations depend on
+        shapes only; the tensors' values may not exist yet, being written by an earlier captured
+        launch) and charge what it creates. Its results are dropped."""
         stand_ins: dict[int, Any] = {}
 
         def stand_in(t: Tensor) -> Any:
             if id(t) not in stand_ins:  # one stand-in per tensor keeps in-place kernels in place
-                a = t.array()
-                stand_ins[id(t)] = (a.copy() if a.dtype.kind in "iub" else np.zeros(a.shape, a.dtype)).view(DeviceArray)
+                stand_ins[id(t)] = np.zeros(t.shape, t.dtype).view(DeviceArray)
             return stand_ins[id(t)]
 
-        self._run(kernel, args, kw, stand_in, True)
+        with np.errstate(all="ignore"):  # zeros make NaNs (all keys masked); only allocations matter here
+            self._run(kernel, args, kw, stand_in, True)
 
     def _run(self, kernel: Kernel, args: tuple, kw: dict, as_array: Any, charged: bool) -> None:
         arrays = [as_array(a) if isinstance(a, Tensor) else a for a in args]

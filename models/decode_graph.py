@@ -67,9 +67,13 @@ class Slot:
         S, q, _ = key
         b, c = driver.backend, driver.model.cfg
         self.key, self.width = key, width
-        self.tokens, self.positions = b.empty((S * q,), I64), b.empty((S * q,), I64)
-        self.slots, self.token_row = b.empty((S * q,), I64), b.empty((S * q,), I64)
-        self.block_tables = b.empty((S, width), I64)
+        # The five step inputs are views of one buffer, staged from one host array in one copy.
+        n = S * q
+        self.staged = np.zeros(4 * n + S * width, I64)
+        self.inputs = b.empty(self.staged.shape, I64)
+        self.tokens, self.positions, self.slots, self.token_row = (self.inputs.view((n,), offset=8 * i * n)
+                                                                   for i in range(4))
+        self.block_tables = self.inputs.view((S, width), offset=8 * 4 * n)
         self.logits = b.empty((S * q, c.vocab_size), F32)  # retained [S, vocab] output
         self.hidden = b.empty((S * q, c.hidden_size), F32)  # retained [S, H] output
         self.demand: dict[int, int] | None = None  # the cold step's profile
@@ -82,7 +86,7 @@ class Slot:
         return self.graph is not None
 
     def buffers(self) -> list[Tensor]:
-        return [self.tokens, self.positions, self.slots, self.token_row, self.block_tables, self.logits, self.hidden]
+        return [self.inputs, self.logits, self.hidden]
 
 
 class DecodeGraphDriver:
@@ -152,21 +156,19 @@ class DecodeGraphDriver:
             self.backend.free(t.buffer)
 
     def _stage(self, slot: Slot, inp: DecodeInputs) -> None:
-        """Host -> the slot's persistent inputs, outside any graph. Padding rows are inert: slot -1
-        (no KV write), position 0, and a block-table row of trash blocks."""
+        """Host -> the slot's persistent inputs, outside any graph, in one copy. Padding rows are inert:
+        slot -1 (no KV write), position 0, and a block-table row of trash blocks."""
         S, q, _ = slot.key
-        n, B = inp.tokens.shape[0], inp.block_tables.shape[0]
-        tokens, positions = np.zeros(S * q, I64), np.zeros(S * q, I64)
-        slots = np.full(S * q, -1, I64)
-        tokens[:n], positions[:n], slots[:n] = inp.tokens, inp.positions, inp.slots
-        tables = np.full((S, slot.width), self.kv.num_blocks, I64)
-        tables[:B, : inp.block_tables.shape[1]] = inp.block_tables
-        b = self.backend
-        b.copy_h2d(slot.tokens, tokens)
-        b.copy_h2d(slot.positions, positions)
-        b.copy_h2d(slot.slots, slots)
-        b.copy_h2d(slot.token_row, np.repeat(np.arange(S, dtype=I64), q))
-        b.copy_h2d(slot.block_tables, tables)
+        n, B, W = inp.tokens.shape[0], inp.block_tables.shape[0], inp.block_tables.shape[1]
+        tokens, positions, slots, token_row = slot.staged[: 4 * S * q].reshape(4, S * q)
+        tokens[:n], tokens[n:] = inp.tokens, 0
+        positions[:n], positions[n:] = inp.positions, 0
+        slots[:n], slots[n:] = inp.slots, -1
+        token_row[:] = np.repeat(np.arange(S, dtype=I64), q)
+        tables = slot.staged[4 * S * q :].reshape(S, slot.width)
+        tables.fill(self.kv.num_blocks)
+        tables[:B, :W] = inp.block_tables
+        self.backend.copy_h2d(slot.inputs, slot.staged)
 
     def _forward(self, slot: Slot) -> None:
         from models.qwen3 import ForwardBatch

@@ -18,9 +18,9 @@ def embed(xp: Any, table: Any, ids: Any, out: Any) -> None:
 
 
 def rmsnorm(xp: Any, x: Any, w: Any, out: Any, eps: float) -> None:
-    """HF Qwen3RMSNorm: x * rsqrt(mean(x^2) + eps), then * weight (float32 throughout)."""
+    """HF Qwen3RMSNorm: x / sqrt(mean(x^2) + eps), then * weight (float32 throughout)."""
     var = xp.mean(x * x, axis=-1, keepdims=True)
-    xp.multiply(x, 1.0 / xp.sqrt(var + eps), out=out)
+    xp.divide(x, xp.sqrt(var + eps), out=out)
     xp.multiply(out, w, out=out)
 
 
@@ -39,29 +39,42 @@ def silu_mul(xp: Any, gate_up: Any, out: Any) -> None:
     xp.multiply(g / (1.0 + xp.exp(-g)), gate_up[..., n:], out=out)
 
 
-def rope(xp: Any, x: Any, cos: Any, sin: Any, positions: Any, out: Any) -> None:
-    """Rotary embedding (rotate_half form) on x [T, heads, hd] at the given positions."""
-    c = xp.take(cos, positions, axis=0)[:, None, :]
-    s = xp.take(sin, positions, axis=0)[:, None, :]
-    half = x.shape[-1] // 2
-    rot = xp.concatenate([-x[..., half:], x[..., :half]], axis=-1)
-    xp.add(x * c, rot * s, out=out)
+def step_meta(xp: Any, rope_table: Any, positions: Any, slot_mapping: Any, rope: Any, write_slots: Any,
+              trash_slot: int) -> None:
+    """Once per step, for every layer: each token's rope row (cos | signed sin) and its KV write slot.
+    Slot -1 (a padding row) writes to the trash block, which no block table names: padding rows are
+    inert without a data-dependent branch."""
+    xp.take(rope_table, positions, axis=0, out=rope)
+    xp.copyto(write_slots, xp.where(slot_mapping >= 0, slot_mapping, trash_slot))
 
 
-def head_norm_rope(xp: Any, x: Any, w: Any, cos: Any, sin: Any, positions: Any, out: Any, eps: float) -> None:
-    """Qwen3's per-head q/k RMSNorm (over head_dim), then RoPE."""
-    rmsnorm(xp, x, w, out, eps)
-    rope(xp, out, cos, sin, positions, out)
+def decode_meta(xp: Any, block_tables: Any, token_row: Any, positions: Any, kv_slots: Any, visible: Any,
+                block_size: int) -> None:
+    """Once per decode step: the cache slot of every key position of each token's block-table row,
+    kv_slots [T, L], and which of them the token sees, visible [T, L] (position <= its own)."""
+    T, L = kv_slots.shape
+    blocks = xp.take(block_tables, token_row, axis=0)  # [T, W]
+    xp.add((blocks * block_size)[:, :, None], xp.arange(block_size), out=kv_slots.reshape(T, -1, block_size))
+    xp.less_equal(xp.arange(L)[None, :], positions[:, None], out=visible)
 
 
-def store_kv(xp: Any, k: Any, v: Any, k_cache: Any, v_cache: Any, slots: Any, trash_slot: int) -> None:
-    """Write new keys/values at their slots. Slot -1 (a padding row) goes to the trash block, which
-    no block table names: padding rows are inert without a data-dependent branch."""
-    idx = xp.where(slots >= 0, slots, trash_slot)
-    kf = k_cache.reshape(-1, *k_cache.shape[2:])
-    vf = v_cache.reshape(-1, *v_cache.shape[2:])
-    kf[idx] = k
-    vf[idx] = v
+def qk_norm_rope(xp: Any, qkv: Any, w: Any, rope: Any, out: Any, eps: float) -> None:
+    """Qwen3's per-head RMSNorm of q and k (over head_dim; w [nh + nkv, hd] holds q_norm per q head,
+    pre-multiplied by the attention scale, and k_norm per k head), then RoPE, straight from the fused
+    qkv projection into out [T, nh + nkv, hd]."""
+    T, heads, hd = out.shape
+    rmsnorm(xp, qkv[:, : heads * hd].reshape(T, heads, hd), w, out, eps)
+    half = hd // 2
+    rot = xp.concatenate([out[..., half:], out[..., :half]], axis=-1)  # rotate_half, its sign in the sin
+    xp.add(out * rope[:, None, :hd], rot * rope[:, None, hd:], out=out)
+
+
+def store_kv(xp: Any, qkv: Any, qk: Any, k_cache: Any, v_cache: Any, write_slots: Any) -> None:
+    """Write the new keys (normed and rotated, in qk) and values (raw, in qkv) at their slots."""
+    nkv, hd = k_cache.shape[2], k_cache.shape[3]
+    T, heads = qk.shape[0], qk.shape[1]
+    k_cache.reshape(-1, nkv, hd)[write_slots] = qk[:, heads - nkv :]
+    v_cache.reshape(-1, nkv, hd)[write_slots] = qkv[:, heads * hd :].reshape(T, nkv, hd)
 
 
 def _softmax_rows(xp: Any, s: Any) -> Any:
@@ -70,34 +83,29 @@ def _softmax_rows(xp: Any, s: Any) -> Any:
     return e / e.sum(axis=-1, keepdims=True)
 
 
-def attention_decode(xp: Any, q: Any, k_cache: Any, v_cache: Any, token_row: Any, block_tables: Any,
-                     positions: Any, out: Any, scale: float) -> None:
-    """Static-shape paged attention: token t attends keys 0..positions[t] of block-table row token_row[t].
-    q [T, nh, hd]; caches [blocks, bs, nkv, hd]; block_tables [R, W]; out [T, nh, hd]."""
-    T, nh, hd = q.shape
-    bs, nkv = k_cache.shape[1], k_cache.shape[2]
-    W = block_tables.shape[1]
-    blocks = xp.take(block_tables, token_row, axis=0)  # [T, W]
-    slots = (blocks[:, :, None] * bs + xp.arange(bs)[None, None, :]).reshape(T, W * bs)
-    k = xp.take(k_cache.reshape(-1, nkv, hd), slots, axis=0)  # [T, L, nkv, hd]
-    v = xp.take(v_cache.reshape(-1, nkv, hd), slots, axis=0)
-    qg = q.reshape(T, nkv, nh // nkv, hd)
-    scores = xp.matmul(qg, k.transpose(0, 2, 3, 1)) * scale  # [T, nkv, g, L]
-    visible = xp.arange(W * bs)[None, :] <= positions[:, None]  # [T, L]
-    scores = xp.where(visible[:, None, None, :], scores, -xp.inf)
-    p = _softmax_rows(xp, scores)
+def attention_decode(xp: Any, qk: Any, k_cache: Any, v_cache: Any, kv_slots: Any, visible: Any, out: Any) -> None:
+    """Static-shape paged attention: token t attends the keys at kv_slots[t] that visible[t] allows.
+    qk [T, nh + nkv, hd] (q pre-scaled, then k); caches [blocks, bs, nkv, hd]; out [T, nh, hd]."""
+    T, nh, hd = out.shape
+    nkv = k_cache.shape[2]
+    k = xp.take(k_cache.reshape(-1, nkv, hd), kv_slots, axis=0)  # [T, L, nkv, hd]
+    v = xp.take(v_cache.reshape(-1, nkv, hd), kv_slots, axis=0)
+    scores = xp.matmul(qk[:, :nh].reshape(T, nkv, nh // nkv, hd), k.transpose(0, 2, 3, 1))  # [T, nkv, g, L]
+    p = _softmax_rows(xp, xp.where(visible[:, None, None, :], scores, -xp.inf))
     # Hidden slots (recycled blocks, the trash block) may hold anything, NaN included, and 0 * NaN is
     # NaN: zero their values so one request's garbage never reaches another's output.
     v = xp.where(visible[:, :, None, None], v, 0.0)
-    out[...] = xp.matmul(p, v.transpose(0, 2, 1, 3)).reshape(T, nh, hd)
+    xp.matmul(p, v.transpose(0, 2, 1, 3), out=out.reshape(T, nkv, nh // nkv, hd))
 
 
-def attention_prefill(xp: Any, q: Any, k_cache: Any, v_cache: Any, out: Any, scale: float,
+def attention_prefill(xp: Any, qk: Any, k_cache: Any, v_cache: Any, out: Any,
                       seqs: list[tuple[int, int, int, list[int]]]) -> None:
     """Eager-only causal attention for prefill. seqs: (first row in q, num new tokens, position of the
-    first new token, block-table row) per sequence; keys come from the cache (already written)."""
+    first new token, block-table row) per sequence; keys come from the cache (already written).
+    qk as in attention_decode (q pre-scaled)."""
     bs, nkv, hd = k_cache.shape[1], k_cache.shape[2], k_cache.shape[3]
-    nh = q.shape[1]
+    nh = out.shape[1]
+    q = qk[:, :nh]
     for row0, n, pos0, table in seqs:
         L = pos0 + n
         blocks = xp.asarray(table[: (L + bs - 1) // bs])
@@ -107,7 +115,7 @@ def attention_prefill(xp: Any, q: Any, k_cache: Any, v_cache: Any, out: Any, sca
         for c0 in range(0, n, PREFILL_CHUNK):  # query chunks bound the [.., chunk, L] score tensor
             m = min(PREFILL_CHUNK, n - c0)
             qg = q[row0 + c0 : row0 + c0 + m].reshape(m, nkv, nh // nkv, hd).transpose(1, 2, 0, 3)
-            scores = xp.matmul(qg, kt) * scale  # [nkv, g, m, L]
+            scores = xp.matmul(qg, kt)  # [nkv, g, m, L]
             causal = xp.arange(L)[None, :] <= (pos0 + c0 + xp.arange(m))[:, None]
             p = _softmax_rows(xp, xp.where(causal, scores, -xp.inf))
             o = xp.matmul(p, vt)  # [nkv, g, m, hd]
@@ -139,14 +147,6 @@ def moe_experts(xp: Any, x: Any, w_gate_up: Any, w_down: Any, route: Any, out: A
     out[...] = 0
     for e in range(y.shape[0]):  # expert order, as HF accumulates
         out += route[:, e : e + 1] * y[e]
-
-
-def split_qkv(xp: Any, qkv: Any, q: Any, k: Any, v: Any) -> None:
-    T, nh, hd = q.shape
-    nkv = k.shape[1]
-    q[...] = qkv[:, : nh * hd].reshape(T, nh, hd)
-    k[...] = qkv[:, nh * hd : (nh + nkv) * hd].reshape(T, nkv, hd)
-    v[...] = qkv[:, (nh + nkv) * hd :].reshape(T, nkv, hd)
 
 
 def gather_rows(xp: Any, x: Any, rows: Any, out: Any) -> None:

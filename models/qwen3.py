@@ -60,8 +60,8 @@ class Qwen3ForCausalLM:
         self.w = self._load(ckpt.weights)
         inv = 1.0 / (self.cfg.rope_theta ** (np.arange(0, self.cfg.head_dim, 2, dtype=np.int64) / self.cfg.head_dim))
         ang = np.outer(np.arange(self.cfg.max_position_embeddings, dtype=F32), inv.astype(F32))
-        ang = np.concatenate([ang, ang], axis=-1)
-        self.cos, self.sin = self._upload(np.cos(ang)), self._upload(np.sin(ang))
+        # One row per position: cos | sin with rotate_half's sign folded in (-sin on the first half).
+        self.rope_table = self._upload(np.concatenate([np.cos(ang), np.cos(ang), -np.sin(ang), np.sin(ang)], axis=-1))
 
     # ---- weights ----------------------------------------------------------------------------
     def _upload(self, a: np.ndarray) -> Tensor:
@@ -79,7 +79,9 @@ class Qwen3ForCausalLM:
             w[f"{i}.ln1"], w[f"{i}.ln2"] = get(p + "input_layernorm.weight"), get(p + "post_attention_layernorm.weight")
             w[f"{i}.qkv_t"] = np.concatenate([get(a + f"{n}_proj.weight") for n in "qkv"]).T
             w[f"{i}.o_t"] = get(a + "o_proj.weight").T
-            w[f"{i}.q_norm"], w[f"{i}.k_norm"] = get(a + "q_norm.weight"), get(a + "k_norm.weight")
+            # Per-head norm weights for q then k; q's carries the attention scale (rope is linear).
+            q_norm = np.tile(get(a + "q_norm.weight") * c.head_dim**-0.5, (c.num_attention_heads, 1))
+            w[f"{i}.qk_norm"] = np.concatenate([q_norm, np.tile(get(a + "k_norm.weight"), (c.num_key_value_heads, 1))])
             if c.is_sparse_layer(i):
                 ex = [f"{p}mlp.experts.{e}." for e in range(c.num_experts)]
                 w[f"{i}.router_t"] = get(p + "mlp.gate.weight").T
@@ -134,8 +136,11 @@ class Qwen3ForCausalLM:
         T = fb.input_ids.shape[0]
         x = pool.empty((T, c.hidden_size), F32)
         b.launch(K.embed, self.w["embed"], fb.input_ids, x)
+        meta = self._step_meta(fb, kv)
         for i in range(c.num_hidden_layers):
-            self._layer(i, x, fb, kv)
+            self._layer(i, x, fb, kv, meta)
+        for t in meta.values():
+            pool.release(t)
         if fb.is_prefill:
             assert fb.logits_rows is not None
             last = pool.empty((fb.logits_rows.shape[0], c.hidden_size), F32)
@@ -149,12 +154,28 @@ class Qwen3ForCausalLM:
         if hidden is None:
             pool.release(normed)
 
-    def _layer(self, i: int, x: Tensor, fb: ForwardBatch, kv: KVCache) -> None:
+    def _step_meta(self, fb: ForwardBatch, kv: KVCache) -> dict[str, Tensor]:
+        """What every layer reads, computed once per step: rope rows and KV write slots; for decode,
+        each token's key slots and their visibility."""
+        b, pool, c = self.backend, self.pool, self.cfg
+        T = fb.input_ids.shape[0]
+        meta = {"rope": pool.empty((T, 2 * c.head_dim), F32), "write_slots": pool.empty((T,), np.int64)}
+        b.launch(K.step_meta, self.rope_table, fb.positions, fb.slot_mapping, meta["rope"], meta["write_slots"],
+                 trash_slot=kv.trash_slot)
+        if not fb.is_prefill:
+            assert fb.block_tables is not None and fb.token_row is not None
+            L = fb.block_tables.shape[1] * kv.block_size
+            meta["kv_slots"], meta["visible"] = pool.empty((T, L), np.int64), pool.empty((T, L), np.bool_)
+            b.launch(K.decode_meta, fb.block_tables, fb.token_row, fb.positions, meta["kv_slots"], meta["visible"],
+                     block_size=kv.block_size)
+        return meta
+
+    def _layer(self, i: int, x: Tensor, fb: ForwardBatch, kv: KVCache, meta: dict[str, Tensor]) -> None:
         b, pool, c, w = self.backend, self.pool, self.cfg, self.w
         T, H = x.shape
         h = pool.empty((T, H), F32)
         b.launch(K.rmsnorm, x, w[f"{i}.ln1"], h, eps=c.rms_norm_eps)
-        attn = self._attention(i, h, fb, kv)
+        attn = self._attention(i, h, fb, kv, meta)
         b.launch(K.add, x, attn, x)
         pool.release(attn)
         b.launch(K.rmsnorm, x, w[f"{i}.ln2"], h, eps=c.rms_norm_eps)
@@ -163,27 +184,22 @@ class Qwen3ForCausalLM:
         pool.release(mlp)
         pool.release(h)
 
-    def _attention(self, i: int, h: Tensor, fb: ForwardBatch, kv: KVCache) -> Tensor:
+    def _attention(self, i: int, h: Tensor, fb: ForwardBatch, kv: KVCache, meta: dict[str, Tensor]) -> Tensor:
         b, pool, c, w = self.backend, self.pool, self.cfg, self.w
         T = h.shape[0]
         nh, nkv, hd = c.num_attention_heads, c.num_key_value_heads, c.head_dim
         qkv = pool.empty((T, (nh + 2 * nkv) * hd), F32)
         b.launch(K.matmul, h, w[f"{i}.qkv_t"], qkv)
-        q, k, v = pool.empty((T, nh, hd), F32), pool.empty((T, nkv, hd), F32), pool.empty((T, nkv, hd), F32)
-        b.launch(K.split_qkv, qkv, q, k, v)
+        qk = pool.empty((T, nh + nkv, hd), F32)
+        b.launch(K.qk_norm_rope, qkv, w[f"{i}.qk_norm"], meta["rope"], qk, eps=c.rms_norm_eps)
+        b.launch(K.store_kv, qkv, qk, kv.k[i], kv.v[i], meta["write_slots"])
         pool.release(qkv)
-        b.launch(K.head_norm_rope, q, w[f"{i}.q_norm"], self.cos, self.sin, fb.positions, q, eps=c.rms_norm_eps)
-        b.launch(K.head_norm_rope, k, w[f"{i}.k_norm"], self.cos, self.sin, fb.positions, k, eps=c.rms_norm_eps)
-        b.launch(K.store_kv, k, v, kv.k[i], kv.v[i], fb.slot_mapping, trash_slot=kv.trash_slot)
         o = pool.empty((T, nh, hd), F32)
-        scale = hd**-0.5
         if fb.is_prefill:
-            b.launch(K.attention_prefill, q, kv.k[i], kv.v[i], o, scale=scale, seqs=fb.seqs)
+            b.launch(K.attention_prefill, qk, kv.k[i], kv.v[i], o, seqs=fb.seqs)
         else:
-            b.launch(K.attention_decode, q, kv.k[i], kv.v[i], fb.token_row, fb.block_tables, fb.positions, o,
-                     scale=scale)
-        for t in (q, k, v):
-            pool.release(t)
+            b.launch(K.attention_decode, qk, kv.k[i], kv.v[i], meta["kv_slots"], meta["visible"], o)
+        pool.release(qk)
         out = pool.empty((T, c.hidden_size), F32)
         b.launch(K.matmul, o.view((T, nh * hd)), w[f"{i}.o_t"], out)
         pool.release(o)

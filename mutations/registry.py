@@ -272,8 +272,8 @@ ENTRIES: list[Mutation] = [
     Mutation(
         id="rope-rotates-the-wrong-way",
         description="rotate_half with the sign on the wrong half",
-        file="models/kernels.py", old="rot = xp.concatenate([-x[..., half:], x[..., :half]], axis=-1)",
-        new="rot = xp.concatenate([x[..., half:], -x[..., :half]], axis=-1)",
+        file="models/qwen3.py", old="np.cos(ang), np.cos(ang), -np.sin(ang), np.sin(ang)",
+        new="np.cos(ang), np.cos(ang), np.sin(ang), -np.sin(ang)",
         gates=tuple(f"{ORACLE}::test_logits_match_hf_for_prefill_and_decode[{m}-{p}]"
                     for m in MODELS for p in ("eager", "graph")),
     ),
@@ -323,7 +323,7 @@ ENTRIES: list[Mutation] = [
     Mutation(
         id="driver-padding-rows-write-kv",
         description="padding rows get slot 0 instead of -1 and write another request's KV",
-        file="models/decode_graph.py", old="        slots = np.full(S * q, -1, I64)", new="        slots = np.zeros(S * q, I64)",
+        file="models/decode_graph.py", old="slots[:n], slots[n:] = inp.slots, -1", new="slots[:n], slots[n:] = inp.slots, 0",
         gates=per_model(f"{SEAMS}::test_G3_padding_rows_leave_every_other_requests_kv_untouched"),
         expect="were written",
     ),
