@@ -28,6 +28,8 @@ def test_vt_decode_step(benchmark, mode: str, batch: int) -> None:
     h = _harness(batch, graphs=mode == "graph")
     inputs = h.inputs()
     benchmark.group = f"decode step B={batch}"
+    if mode == "graph":
+        benchmark.extra_info["graph_nodes"] = h.driver.last_slot.graph.num_nodes  # type: ignore[union-attr]
     benchmark(h.driver.step, inputs)
     if mode == "graph":
         assert h.driver.num_replays > 3
@@ -58,9 +60,11 @@ def test_vt_host_overhead_per_replay(benchmark, batch: int) -> None:
     stream.handle.synchronize()
 
 
-@pytest.mark.parametrize("batch", BATCHES)
-def test_torch_cudagraph_anchor(benchmark, batch: int) -> None:
-    torch = pytest.importorskip("torch")
+def _torch_graph(batch: int):
+    """The torch anchor at `batch`, warmed on a side stream and captured; with its graph's node count."""
+    import torch
+
+    from backends import cugraph
     from benchmarks.torch_tiny import TorchTinyQwen3
 
     m = TorchTinyQwen3(batch)
@@ -73,10 +77,39 @@ def test_torch_cudagraph_anchor(benchmark, batch: int) -> None:
     torch.cuda.current_stream().wait_stream(s)
     with torch.cuda.graph(g):
         m.step()
+        kinds = cugraph.node_kinds(torch.cuda.current_stream().cuda_stream)
+    return m, g, sum(kinds.values())
+
+
+@pytest.mark.parametrize("batch", BATCHES)
+def test_torch_cudagraph_anchor(benchmark, batch: int) -> None:
+    """Replay + sync alone: the anchor for test_vt_graph_replay_only."""
+    torch = pytest.importorskip("torch")
+    _, g, nodes = _torch_graph(batch)
 
     def replay() -> None:
         g.replay()
         torch.cuda.synchronize()
 
     benchmark.group = f"decode step B={batch}"
+    benchmark.extra_info["graph_nodes"] = nodes
     benchmark(replay)
+
+
+@pytest.mark.parametrize("batch", BATCHES)
+def test_torch_graphed_step(benchmark, batch: int) -> None:
+    """The whole step in torch, as test_vt_decode_step[graph] measures vt's: stage the step's token ids
+    and positions from the host, replay, read the logits back. The anchor for vt's graphed step."""
+    torch = pytest.importorskip("torch")
+    m, g, nodes = _torch_graph(batch)
+    host = torch.zeros(batch, dtype=torch.long)
+
+    def step():
+        m.tokens.copy_(host)
+        m.pos.copy_(host + batch)
+        g.replay()
+        return m.logits.cpu()
+
+    benchmark.group = f"decode step B={batch}"
+    benchmark.extra_info["graph_nodes"] = nodes
+    benchmark(step)

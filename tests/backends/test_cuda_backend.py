@@ -88,7 +88,7 @@ def test_demand_profile_parity_cpu_and_cuda_identical(model: str, batch: int, ca
         print(f"\n[{model} B={batch}] profile {len(d_gpu)} classes / {sum(d_gpu.values())} blocks on CUDA, "
               f"{len(d_cpu)} / {sum(d_cpu.values())} on the CPU; {len(ev_gpu)} pool events; "
               f"CuPy temporaries by kernel (bytes): {hidden}")
-    out = os.environ.get("OUT")
+    out = os.environ.get("VT_GPU_LANE_OUT")
     if out:  # the GPU lane keeps the trace: tests/backends/data holds it as the CPU-lane fixture
         with open(os.path.join(out, f"cupy-trace-{model}-B{batch}.json"), "w") as f:
             json.dump({"events": ev_gpu, "demand": {str(k): v for k, v in sorted(d_gpu.items())}}, f)
