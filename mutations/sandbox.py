@@ -16,10 +16,12 @@ SKIP_DIRS = {".git", ".venv", "__pycache__", ".pytest_cache", ".hypothesis", ".m
 
 
 def tracked_files(root: Path) -> list[str]:
-    """The checkout's tracked files (git), or every file outside caches when it is no git repo."""
+    """The checkout as it is on disk, minus what git ignores: tracked files and untracked ones (a copied
+    working tree can carry an older index than its files), or every file outside caches without git."""
     try:
-        out = subprocess.run(["git", "ls-files", "-z"], cwd=root, capture_output=True, check=True)
-        files = [f for f in out.stdout.decode().split("\0") if f]
+        out = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=root,
+                             capture_output=True, check=True)
+        files = sorted({f for f in out.stdout.decode().split("\0") if f})
         if files:
             return [f for f in files if (root / f).is_file()]
     except (OSError, subprocess.CalledProcessError):
