@@ -404,8 +404,9 @@ ENTRIES: list[Mutation] = [
         id="cuda-cublas-no-preset-workspace",
         description="the cuBLAS handle keeps no workspace of ours: cuBLAS allocates one inside each capture",
         file="backends/cublas.py", old="        if ptr is not None:\n", new="        if False:\n", needs_gpu=True,
-        gates=(f"{CUDA}::test_a_captured_gemm_allocates_no_workspace",
-               *(f"{CUDA}::test_G1_cuda_capture_allocates_nothing_after_drain[{m}-single-1]" for m in MODELS)),
+        # Only the GEMM test: tiny-qwen3's decode GEMMs are small enough that cuBLAS takes no workspace
+        # for them (the G1 CUDA cases stayed green under this mutation on the H200).
+        gates=(f"{CUDA}::test_a_captured_gemm_allocates_no_workspace",),
     ),
     Mutation(
         id="cuda-query-not-guarded",
