@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from backends.cupy_model import Charger, DeviceArray, modeled_numpy, run_charged
+from backends.cupy_model import Charger, modeled_numpy
 from vt.backend import OUTSIDE_A_LAUNCH, Backend, Buffer, CaptureMode, Event, Graph, Kernel, Stream, Tensor
 from vt.errors import (
     CaptureInvalidated,
@@ -138,33 +138,34 @@ class CpuBackend(Backend):
             for a in (*args, *kw.values()):
                 if isinstance(a, Tensor):
                     self._check_access(kernel, a)
-        as_array = (lambda t: t.array().view(DeviceArray)) if charged else (lambda t: t.array())
-        self._run(kernel, args, kw, as_array, charged)
+        arrays = [a.array() if isinstance(a, Tensor) else a for a in args]
+        kwarrays = {k: (v.array() if isinstance(v, Tensor) else v) for k, v in kw.items()}
+        if charged:
+            self._charged(kernel, arrays, kwarrays, execute=True)
+        else:
+            kernel(self.xp, *arrays, **kwarrays)
 
     def _shadow_run(self, kernel: Kernel, args: tuple, kw: dict) -> None:
         """Nothing executes during a capture, but CuPy allocates a kernel's temporaries while it records
-        it: run the kernel on zero stand-ins of its tensors (a capturable kernel's allocations depend on
-        shapes only; the tensors' values may not exist yet, being written by an earlier captured
-        launch) and charge what it creates. Its results are dropped."""
+        it: charge them here too. Charging may need a run (a kernel's first launch at its signature):
+        it runs on zero stand-ins of its tensors, since a capturable kernel's allocations depend on
+        shapes only and the tensors' values may not exist yet. Its results are dropped."""
         stand_ins: dict[int, Any] = {}
 
         def stand_in(t: Tensor) -> Any:
             if id(t) not in stand_ins:  # one stand-in per tensor keeps in-place kernels in place
-                stand_ins[id(t)] = np.zeros(t.shape, t.dtype).view(DeviceArray)
+                stand_ins[id(t)] = np.zeros(t.shape, t.dtype)
             return stand_ins[id(t)]
 
+        arrays = [stand_in(a) if isinstance(a, Tensor) else a for a in args]
+        kwarrays = {k: (stand_in(v) if isinstance(v, Tensor) else v) for k, v in kw.items()}
         with np.errstate(all="ignore"):  # zeros make NaNs (all keys masked); only allocations matter here
-            self._run(kernel, args, kw, stand_in, True)
+            self._charged(kernel, arrays, kwarrays, execute=False)
 
-    def _run(self, kernel: Kernel, args: tuple, kw: dict, as_array: Any, charged: bool) -> None:
-        arrays = [as_array(a) if isinstance(a, Tensor) else a for a in args]
-        kwarrays = {k: (as_array(v) if isinstance(v, Tensor) else v) for k, v in kw.items()}
-        if not charged:
-            kernel(self.xp, *arrays, **kwarrays)
-            return
+    def _charged(self, kernel: Kernel, arrays: list, kwarrays: dict, *, execute: bool) -> None:
         self.kernel_name = getattr(kernel, "__name__", repr(kernel))
         try:
-            run_charged(self._charger, lambda: kernel(self.xp, *arrays, **kwarrays))
+            self._charger.call(kernel, self.xp, arrays, kwarrays, execute=execute)
         finally:
             self.kernel_name = OUTSIDE_A_LAUNCH
 

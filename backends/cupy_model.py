@@ -33,30 +33,89 @@ _CREATORS = ("arange", "empty", "zeros", "ones", "full", "asarray", "array", "as
 
 
 class Charger:
-    """Charges arrays to a backend's pool (inside `run_charged`); each block goes back when its array's
-    memory is freed."""
+    """Charges the arrays a kernel creates to a backend's pool; each block goes back when its array's
+    memory is freed.
+
+    A kernel's pool traffic depends on its arguments' shapes, never their values (a capturable kernel
+    has no data-dependent allocation), so the first launch at a signature runs charged and records its
+    traffic as a plan; later launches at that signature run on plain arrays and replay the plan: the
+    same gets and puts in the same order, at NumPy's speed."""
 
     def __init__(self, backend: Any) -> None:
         self.backend = backend
-        self._held: dict[int, Any] = {}  # id(memory owner) -> (weakref to it, its pool block)
+        self._held: dict[int, Any] = {}  # id(memory owner) -> (weakref to it, its pool block, log index)
+        self.plans: dict[tuple, list[tuple[str, int]]] = {}  # signature -> [("get", nbytes) | ("put", get #)]
+        self._log: list[tuple[str, int]] | None = None
+
+    def call(self, kernel: Any, xp: Any, arrays: list, kwarrays: dict, *, execute: bool = True) -> None:
+        """Runs kernel(xp, *arrays, **kwarrays) with its pool traffic; execute=False charges only."""
+        key = _signature(kernel, arrays, kwarrays)
+        plan = self.plans.get(key) if key is not None else None
+        if plan is not None:
+            self._replay(plan)
+            if execute:
+                kernel(xp, *arrays, **kwarrays)
+            return
+        log: list[tuple[str, int]] = []
+        self._log = log
+        try:
+            args = [a.view(DeviceArray) if type(a) is np.ndarray else a for a in arrays]
+            kw = {k: (v.view(DeviceArray) if type(v) is np.ndarray else v) for k, v in kwarrays.items()}
+            run_charged(self, lambda: kernel(xp, *args, **kw))
+        finally:
+            self._log = None
+        if key is not None and 2 * sum(op == "put" for op, _ in log) == len(log):
+            self.plans[key] = log  # complete: every array the kernel made died inside it
+
+    def _replay(self, plan: list[tuple[str, int]]) -> None:
+        blocks: list[Any] = [None] * len(plan)  # by plan position of the get
+        try:
+            for i, (op, n) in enumerate(plan):
+                if op == "get":
+                    blocks[i] = self.backend.hidden_get(n)
+                else:
+                    self.backend.pool.put(blocks[n])
+                    blocks[n] = None
+        except BaseException:
+            for blk in blocks:
+                if blk is not None:
+                    self.backend.pool.put(blk)
+            raise
 
     def charge(self, a: Any) -> None:
         root = _root(a)
         key = id(root)
-        if key in self._held:
-            return
-        blk = self.backend.hidden_get(root.nbytes)
-        self._held[key] = (weakref.ref(root, self._releaser(key)), blk)
+        if key not in self._held:
+            self._hold(root, key)
+
+    def new(self, r: Any) -> Any:
+        """r (an ndarray a ufunc or a creation function just made) charged, as a DeviceArray."""
+        self._hold(r, id(r))
+        return r.view(DeviceArray)
+
+    def _hold(self, owner: Any, key: int) -> None:
+        blk = self.backend.hidden_get(owner.nbytes)
+        index = self._record("get", owner.nbytes)
+        self._held[key] = (weakref.ref(owner, self._releaser(key)), blk, index)
 
     def _releaser(self, key: int) -> Any:
         return lambda _ref: self._release(key)
 
     def _release(self, key: int) -> None:
-        _, blk = self._held.pop(key)
+        _, blk, index = self._held.pop(key)
+        self._record("put", index)
         self.backend.pool.put(blk)
 
+    def _record(self, op: str, n: int) -> int:
+        if self._log is None:
+            return -1
+        self._log.append((op, n))
+        return len(self._log) - 1
+
     def cub_temp(self) -> None:
+        index = self._record("get", CUB_TEMP_BYTES)
         self.backend.pool.put(self.backend.hidden_get(CUB_TEMP_BYTES))
+        self._record("put", index)
 
     def wrap(self, r: Any, inputs: tuple = ()) -> Any:
         """r as a DeviceArray, charged if it is new memory (not a view of one of `inputs`)."""
@@ -66,6 +125,20 @@ class Charger:
         if all(_root(x) is not root for x in _arrays(inputs)):
             self.charge(root)
         return r.view(DeviceArray)
+
+
+def _signature(kernel: Any, arrays: list, kwarrays: dict) -> tuple | None:
+    """What a kernel's pool traffic depends on: its arrays' shapes, dtypes and strides and its other
+    arguments, when those are plain scalars; None (never cached) for anything else (host metadata)."""
+    parts: list[Any] = [kernel]
+    for name, v in (*enumerate(arrays), *kwarrays.items()):
+        if isinstance(v, np.ndarray):
+            parts.append((name, v.shape, v.dtype.str, v.strides))
+        elif v is None or type(v) in (int, float, bool, str):
+            parts.append((name, v))
+        else:
+            return None
+    return tuple(parts)
 
 
 _tls = threading.local()  # .charger: the charger of the kernel this thread runs now, if any
@@ -92,11 +165,19 @@ def _arrays(xs: Any) -> list:
 
 
 def _plain(x: Any) -> Any:
-    if isinstance(x, DeviceArray):
+    t = type(x)
+    if t is DeviceArray:
         return x.view(np.ndarray)
-    if isinstance(x, (list, tuple)):
-        return type(x)(_plain(y) for y in x)
+    if t is tuple or t is list:
+        return t([_plain(y) for y in x])
     return x
+
+
+def _is_basic_index(key: Any) -> bool:
+    """Ints, slices, None and Ellipsis only: the result is a view."""
+    if type(key) is not tuple:
+        key = (key,)
+    return all(k is None or k is Ellipsis or type(k) in (int, slice) for k in key)
 
 
 def _is_cub_reduction(a: Any, axis: Any) -> bool:
@@ -114,14 +195,15 @@ class DeviceArray(np.ndarray):
     def __array_ufunc__(self, ufunc: Any, method: str, *inputs: Any, **kw: Any) -> Any:
         out = kw.get("out")
         if out is not None:
-            kw["out"] = tuple(_plain(o) for o in out)
-        r = getattr(ufunc, method)(*_plain(inputs), **kw)
+            kw["out"] = tuple([_plain(o) for o in out])
+        args = [i.view(np.ndarray) if type(i) is DeviceArray else i for i in inputs]
+        r = ufunc(*args, **kw) if method == "__call__" else getattr(ufunc, method)(*args, **kw)
         if out is not None:
             return out[0] if len(out) == 1 else out
         c = _active()
-        if c is None:
+        if c is None or type(r) is not np.ndarray:
             return r
-        r = c.wrap(r)
+        r = c.new(r)  # a ufunc without `out` always makes new memory
         if method == "reduce" and ufunc in _CUB_UFUNCS and _is_cub_reduction(inputs[0], kw.get("axis", 0)):
             c.cub_temp()
         return r
@@ -144,6 +226,8 @@ class DeviceArray(np.ndarray):
         return r if c is None else c.wrap(r, (self,))
 
     def __getitem__(self, key: Any) -> Any:
+        if _is_basic_index(key):
+            return np.ndarray.__getitem__(self, key)  # a view: nothing to charge
         return self._made("__getitem__", _plain(key))
 
     def copy(self, *args: Any, **kw: Any) -> Any:  # type: ignore[override]
@@ -153,7 +237,10 @@ class DeviceArray(np.ndarray):
         return self._made("astype", *args, **kw)
 
     def reshape(self, *args: Any, **kw: Any) -> Any:  # type: ignore[override]
-        return self._made("reshape", *args, **kw)
+        r = np.ndarray.reshape(self, *args, **kw)
+        if np.may_share_memory(r, self) or (c := _active()) is None:
+            return r  # a view
+        return c.wrap(r.view(np.ndarray), (self,))
 
     def ravel(self, *args: Any, **kw: Any) -> Any:  # type: ignore[override]
         return self._made("ravel", *args, **kw)

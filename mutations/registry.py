@@ -170,8 +170,8 @@ ENTRIES: list[Mutation] = [
     Mutation(
         id="cpu-model-drops-temporaries",
         description="the CPU backend stops charging the arrays a kernel creates: its profile misses CuPy's temporaries",
-        file="backends/cupy_model.py", old="        if key in self._held:\n            return\n",
-        new="        if True:\n            return\n",
+        file="backends/cupy_model.py", old="    def _hold(self, owner: Any, key: int) -> None:\n",
+        new="    def _hold(self, owner: Any, key: int) -> None:\n        return\n",
         gates=(f"{MODEL}::test_a_kernels_arrays_are_pool_blocks_for_exactly_their_life",
                f"{MODEL}::test_a_capture_charges_temporaries_so_a_missing_pregrow_is_caught_on_the_cpu",
                f"{MODEL}::test_replay_creates_nothing", *h200_traces()),
@@ -180,7 +180,13 @@ ENTRIES: list[Mutation] = [
         id="cpu-model-forgets-cub-scratch",
         description="the CPU model leaves out CUB's temp storage for segmented reductions",
         file="backends/cupy_model.py",
-        old="        self.backend.pool.put(self.backend.hidden_get(CUB_TEMP_BYTES))", new="        pass",
+        old="    def cub_temp(self) -> None:\n", new="    def cub_temp(self) -> None:\n        return\n",
+        gates=h200_traces(), expect="cpu vs h200",
+    ),
+    Mutation(
+        id="cpu-model-replay-keeps-blocks",
+        description="a kernel's replayed plan takes its blocks and never gives them back",
+        file="backends/cupy_model.py", old="                    self.backend.pool.put(blocks[n])\n", new="",
         gates=h200_traces(), expect="cpu vs h200",
     ),
     Mutation(
