@@ -66,10 +66,12 @@ def run_gates(sandbox: Path, m: Mutation, timeout: float | None) -> Outcome:
     report = sandbox / ".mutation-junit.xml"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "VT_"))}
     env.update(dict(m.env))
-    env["PYTHONPATH"] = str(sandbox)  # import the sandbox's code, never the checkout's
-    env["PYTHONPYCACHEPREFIX"] = str(sandbox / ".pycache")  # its own bytecode cache
+    env["PYTHONPATH"] = str(sandbox)  # import the sandbox's code, never the checkout's (its bytecode
+    # lands in the sandbox's own __pycache__; the libraries' caches stay usable)
+    for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        env[var] = "1"  # mutants run in parallel, one per core: BLAS threads would only spin against them
     env["VT_MUTATION_SANDBOX"] = str(sandbox)
-    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:randomly",
+    cmd = [sys.executable, "-m", "pytest", "-q", "--tb=short", "-p", "no:cacheprovider", "-p", "no:randomly",
            f"--basetemp={sandbox / '.pytest-tmp'}", f"--junitxml={report}", "-o", "junit_family=xunit1",
            *m.gate_files]
     t0 = time.monotonic()
