@@ -60,14 +60,14 @@ def test_vt_host_overhead_per_replay(benchmark, batch: int) -> None:
     stream.handle.synchronize()
 
 
-def _torch_graph(batch: int):
+def _torch_graph(batch: int, fused: bool = False):
     """The torch anchor at `batch`, warmed on a side stream and captured; with its graph's node count."""
     import torch
 
     from backends import cugraph
-    from benchmarks.torch_tiny import TorchTinyQwen3
+    from benchmarks.torch_tiny import TorchTinyQwen3, TorchTinyQwen3Fused
 
-    m = TorchTinyQwen3(batch)
+    m = (TorchTinyQwen3Fused if fused else TorchTinyQwen3)(batch)
     g = torch.cuda.CUDAGraph()
     s = torch.cuda.Stream()
     s.wait_stream(torch.cuda.current_stream())
@@ -113,3 +113,19 @@ def test_torch_graphed_step(benchmark, batch: int) -> None:
     benchmark.group = f"decode step B={batch}"
     benchmark.extra_info["graph_nodes"] = nodes
     benchmark(step)
+
+
+@pytest.mark.parametrize("batch", BATCHES)
+def test_torch_fused_cudagraph_anchor(benchmark, batch: int) -> None:
+    """The same step written with torch's fused ops (rms_norm, SDPA, silu): replay + sync. Fewer,
+    fused kernels than vt's one-xp-source kernels can express; reported beside the plain anchor."""
+    torch = pytest.importorskip("torch")
+    _, g, nodes = _torch_graph(batch, fused=True)
+
+    def replay() -> None:
+        g.replay()
+        torch.cuda.synchronize()
+
+    benchmark.group = f"decode step B={batch}"
+    benchmark.extra_info["graph_nodes"] = nodes
+    benchmark(replay)

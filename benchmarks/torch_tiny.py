@@ -57,3 +57,30 @@ class TorchTinyQwen3:
             g, u = gu.chunk(2, -1)
             x = x + (t.nn.functional.silu(g) * u) @ L["down"]
         self.logits.copy_(self._rms(x, self.norm) @ self.lm_head)
+
+
+class TorchTinyQwen3Fused(TorchTinyQwen3):
+    """The same step as a torch user would write it with torch's fused ops: F.rms_norm,
+    F.scaled_dot_product_attention (GQA), F.silu. The leaner anchor (fewer, fused kernels)."""
+
+    def _rms(self, x: Any, w: Any) -> Any:
+        return self.t.nn.functional.rms_norm(x, (x.shape[-1],), w, 1e-6)
+
+    def step(self) -> None:
+        t, B, nh, nkv, hd = self.t, self.B, self.nh, self.nkv, self.hd
+        F = t.nn.functional
+        x = self.embed[self.tokens]
+        ar = t.arange(B, device=x.device)
+        mask = (t.arange(self.ctx, device=x.device)[None, :] <= self.pos[:, None])[:, None, None, :]
+        for L in self.layers:
+            qkv = self._rms(x, L["ln1"]) @ L["qkv"]
+            q = self._rope(self._rms(qkv[:, : nh * hd].view(B, nh, hd), L["qn"]))
+            k = self._rope(self._rms(qkv[:, nh * hd : (nh + nkv) * hd].view(B, nkv, hd), L["kn"]))
+            L["k"][ar, self.pos] = k
+            L["v"][ar, self.pos] = qkv[:, (nh + nkv) * hd :].view(B, nkv, hd)
+            a = F.scaled_dot_product_attention(q[:, :, None], L["k"].transpose(1, 2), L["v"].transpose(1, 2),
+                                               attn_mask=mask, enable_gqa=True)
+            x = x + a.reshape(B, nh * hd) @ L["o"]
+            g, u = (self._rms(x, L["ln2"]) @ L["gu"]).chunk(2, -1)
+            x = x + (F.silu(g) * u) @ L["down"]
+        self.logits.copy_(self._rms(x, self.norm) @ self.lm_head)
