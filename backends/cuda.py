@@ -79,6 +79,7 @@ class CudaGraph(Graph):
     def __init__(self, backend: CudaBackend, graph: Any, graph_buffers: list[Buffer],
                  node_kinds: dict[int, int]) -> None:
         super().__init__(backend)
+        self.cuda = backend
         self.graph = graph
         self.graph_buffers = graph_buffers
         self.node_kinds = node_kinds  # CUgraphNodeType -> count (backends/cugraph.py)
@@ -93,7 +94,12 @@ class CudaGraph(Graph):
         except Exception as e:
             raise _translate(e) from e
 
+    def __del__(self) -> None:  # a dropped graph may be collected in the middle of another capture
+        if getattr(self, "graph", None) is not None:
+            self.cuda._bury(self.graph)
+
     def _destroy(self) -> None:
+        self.cuda._bury(self.graph)
         self.graph = None
         for buf in self.graph_buffers:
             self.backend._mark_freed(buf)
@@ -112,6 +118,10 @@ class CudaBackend(Backend):
         self.cp = cupy
         super().__init__(sanitize=False)  # the poisoning sanitizer is the CPU backend's
         self._captures: list[_Capture] = []
+        # cudaGraphExecDestroy inside a global-mode capture invalidates it (seen on the H200 when a
+        # dropped graph was garbage-collected mid-capture): graphs let go while anything captures
+        # wait here until the last capture ends.
+        self._graveyard: list[Any] = []
         self._workspace = self.alloc(WORKSPACE_BYTES)  # long-lived, set on the cuBLAS handle up front
         self.blas = Cublas(self._workspace.mem, WORKSPACE_BYTES)
         xp = types.SimpleNamespace(**{k: getattr(cupy, k) for k in dir(cupy) if not k.startswith("__")})
@@ -263,8 +273,10 @@ class CudaBackend(Backend):
             graph = stream.handle.end_capture()
         except Exception as e:
             raise _translate(e) from e
+        if not self._captures:
+            self._graveyard.clear()
         if cap.invalid is not None:
-            del graph
+            self._bury(graph)
             raise CaptureInvalidated(f"first failure: {cap.invalid}")
         if census_error is not None:
             raise IllegalState(f"could not read the captured graph's nodes: {census_error}")
@@ -275,3 +287,7 @@ class CudaBackend(Backend):
         with self._lock:
             self.allocs_in_capture += max(hidden, 0)
         return CudaGraph(self, graph, cap.graph_buffers, kinds)
+
+    def _bury(self, cupy_graph: Any) -> None:
+        if self._captures:
+            self._graveyard.append(cupy_graph)  # destroyed when the last capture ends

@@ -412,9 +412,19 @@ ENTRIES: list[Mutation] = [
         id="cuda-cublas-no-preset-workspace",
         description="the cuBLAS handle keeps no workspace of ours: cuBLAS allocates one inside each capture",
         file="backends/cublas.py", old="        if ptr is not None:\n", new="        if False:\n", needs_gpu=True,
-        # Only the GEMM test: tiny-qwen3's decode GEMMs are small enough that cuBLAS takes no workspace
-        # for them (the G1 CUDA cases stayed green under this mutation on the H200).
-        gates=(f"{CUDA}::test_a_captured_gemm_allocates_no_workspace",),
+        # Measured on the H200: at B=1 (and for MoE) cuBLAS takes no workspace for tiny-qwen3's GEMMs,
+        # so those G1 cases stay green; at B=3 and 8, and in the spec keys, it does.
+        gates=(f"{CUDA}::test_a_captured_gemm_allocates_no_workspace",
+               *(f"{CUDA}::test_G1_cuda_capture_allocates_nothing_after_drain[tiny-qwen3-{db}-{b}]"
+                 for db in ("single", "double") for b in (3, 8)),
+               *(f"{CUDA}::test_G8_cuda_spec_keys_capture_nothing[{m}-{q}]"
+                 for m, q in (("tiny-qwen3", 5), ("tiny-qwen3-moe", 5), ("tiny-qwen3-draft", 1)))),
+    ),
+    Mutation(
+        id="cuda-graph-destroyed-inside-capture",
+        description="a graph let go during another capture is destroyed at once, invalidating that capture",
+        file="backends/cuda.py", old="        if self._captures:\n            self._graveyard.append", new="        if False:\n            self._graveyard.append",
+        needs_gpu=True, gates=(f"{CONF}::test_capture_rule[another graph destroyed-global-cuda]",),
     ),
     Mutation(
         id="cuda-query-not-guarded",

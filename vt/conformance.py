@@ -152,6 +152,13 @@ def _outside_event(b: Backend) -> dict:
     return {"ev": b.record_event(b.new_stream())}
 
 
+def _other_graph(b: Backend) -> dict:
+    x, s = b.empty((4,), np.float32), b.new_stream()
+    b.begin_capture(s)
+    b.launch(_add, x, x, x, stream=s)
+    return {"other": b.end_capture(s)}
+
+
 ROWS: dict[str, Callable[[Backend, CaptureMode], Answer]] = {
     "pool miss -> driver alloc": _probe(_pool_miss),
     "raw driver alloc": _probe(lambda b, ctx: b.alloc(4096)),
@@ -165,6 +172,7 @@ ROWS: dict[str, Callable[[Backend, CaptureMode], Answer]] = {
     "wait on event recorded outside": _with_setup(_outside_event, _wait_outside),
     "side stream forked, not joined": _with_setup(_x, _fork_unjoined),
     "side stream forked and joined": _with_setup(_x, _fork_and_join),
+    "another graph destroyed": _with_setup(_other_graph, lambda b, ctx: ctx["other"].destroy()),
     "nested begin_capture": _probe(lambda b, ctx: b.begin_capture(ctx["stream"], CaptureMode.GLOBAL)),
     "capture on the legacy default stream": _legacy,
 }
