@@ -48,13 +48,15 @@ def step_meta(xp: Any, rope_table: Any, positions: Any, slot_mapping: Any, rope:
     xp.copyto(write_slots, xp.where(slot_mapping >= 0, slot_mapping, trash_slot))
 
 
-def decode_meta(xp: Any, block_tables: Any, token_row: Any, positions: Any, kv_slots: Any, visible: Any,
+def decode_meta(xp: Any, block_tables: Any, token_row: Any, positions: Any, kv_index: Any, visible: Any,
                 block_size: int) -> None:
-    """Once per decode step: the cache slot of every key position of each token's block-table row,
-    kv_slots [T, L], and which of them the token sees, visible [T, L] (position <= its own)."""
-    T, L = kv_slots.shape
+    """Once per decode step: for each token, every key position of its block-table row as a row of the
+    cache seen as [slots * nkv, hd], head-major (kv_index [T, nkv, L]), and which key positions the
+    token sees (visible [T, L]: position <= its own)."""
+    T, nkv, L = kv_index.shape
     blocks = xp.take(block_tables, token_row, axis=0)  # [T, W]
-    xp.add((blocks * block_size)[:, :, None], xp.arange(block_size), out=kv_slots.reshape(T, -1, block_size))
+    slots = ((blocks * block_size)[:, :, None] + xp.arange(block_size)).reshape(T, 1, L)
+    xp.add(slots * nkv, xp.arange(nkv)[None, :, None], out=kv_index)
     xp.less_equal(xp.arange(L)[None, :], positions[:, None], out=visible)
 
 
@@ -83,19 +85,23 @@ def _softmax_rows(xp: Any, s: Any) -> Any:
     return e / e.sum(axis=-1, keepdims=True)
 
 
-def attention_decode(xp: Any, qk: Any, k_cache: Any, v_cache: Any, kv_slots: Any, visible: Any, out: Any) -> None:
-    """Static-shape paged attention: token t attends the keys at kv_slots[t] that visible[t] allows.
-    qk [T, nh + nkv, hd] (q pre-scaled, then k); caches [blocks, bs, nkv, hd]; out [T, nh, hd]."""
+def attention_decode(xp: Any, qk: Any, k_cache: Any, v_cache: Any, kv_index: Any, visible: Any, out: Any) -> None:
+    """Static-shape paged attention: token t attends the keys kv_index[t] names, where visible[t] allows.
+    qk [T, nh + nkv, hd] (q pre-scaled, then k); caches [blocks, bs, nkv, hd]; out [T, nh, hd].
+    Keys and values are gathered head-major, so both GEMMs take them as they are: only the small
+    arrays (q, the scores) are ever transposed."""
     T, nh, hd = out.shape
     nkv = k_cache.shape[2]
-    k = xp.take(k_cache.reshape(-1, nkv, hd), kv_slots, axis=0)  # [T, L, nkv, hd]
-    v = xp.take(v_cache.reshape(-1, nkv, hd), kv_slots, axis=0)
-    scores = xp.matmul(qk[:, :nh].reshape(T, nkv, nh // nkv, hd), k.transpose(0, 2, 3, 1))  # [T, nkv, g, L]
+    g = nh // nkv
+    k = xp.take(k_cache.reshape(-1, hd), kv_index, axis=0)  # [T, nkv, L, hd]
+    v = xp.take(v_cache.reshape(-1, hd), kv_index, axis=0)
+    q_t = qk[:, :nh].reshape(T, nkv, g, hd).transpose(0, 1, 3, 2)  # [T, nkv, hd, g]
+    scores = xp.ascontiguousarray(xp.matmul(k, q_t).transpose(0, 1, 3, 2))  # [T, nkv, g, L]
     p = _softmax_rows(xp, xp.where(visible[:, None, None, :], scores, -xp.inf))
     # Hidden slots (recycled blocks, the trash block) may hold anything, NaN included, and 0 * NaN is
     # NaN: zero their values so one request's garbage never reaches another's output.
-    v = xp.where(visible[:, :, None, None], v, 0.0)
-    xp.matmul(p, v.transpose(0, 2, 1, 3), out=out.reshape(T, nkv, nh // nkv, hd))
+    v = xp.where(visible[:, None, :, None], v, 0.0)
+    xp.matmul(p, v, out=out.reshape(T, nkv, g, hd))
 
 
 def attention_prefill(xp: Any, qk: Any, k_cache: Any, v_cache: Any, out: Any,

@@ -156,7 +156,7 @@ class Qwen3ForCausalLM:
 
     def _step_meta(self, fb: ForwardBatch, kv: KVCache) -> dict[str, Tensor]:
         """What every layer reads, computed once per step: rope rows and KV write slots; for decode,
-        each token's key slots and their visibility."""
+        each token's key rows in the cache and their visibility."""
         b, pool, c = self.backend, self.pool, self.cfg
         T = fb.input_ids.shape[0]
         meta = {"rope": pool.empty((T, 2 * c.head_dim), F32), "write_slots": pool.empty((T,), np.int64)}
@@ -165,8 +165,9 @@ class Qwen3ForCausalLM:
         if not fb.is_prefill:
             assert fb.block_tables is not None and fb.token_row is not None
             L = fb.block_tables.shape[1] * kv.block_size
-            meta["kv_slots"], meta["visible"] = pool.empty((T, L), np.int64), pool.empty((T, L), np.bool_)
-            b.launch(K.decode_meta, fb.block_tables, fb.token_row, fb.positions, meta["kv_slots"], meta["visible"],
+            meta["kv_index"] = pool.empty((T, c.num_key_value_heads, L), np.int64)
+            meta["visible"] = pool.empty((T, L), np.bool_)
+            b.launch(K.decode_meta, fb.block_tables, fb.token_row, fb.positions, meta["kv_index"], meta["visible"],
                      block_size=kv.block_size)
         return meta
 
@@ -198,7 +199,7 @@ class Qwen3ForCausalLM:
         if fb.is_prefill:
             b.launch(K.attention_prefill, qk, kv.k[i], kv.v[i], o, seqs=fb.seqs)
         else:
-            b.launch(K.attention_decode, qk, kv.k[i], kv.v[i], meta["kv_slots"], meta["visible"], o)
+            b.launch(K.attention_decode, qk, kv.k[i], kv.v[i], meta["kv_index"], meta["visible"], o)
         pool.release(qk)
         out = pool.empty((T, c.hidden_size), F32)
         b.launch(K.matmul, o.view((T, nh * hd)), w[f"{i}.o_t"], out)

@@ -523,7 +523,7 @@ ENTRIES: list[Mutation] = [
     Mutation(
         id="attention-reads-hidden-values",
         description="decode attention multiplies masked (zero) probabilities into hidden slots' values: 0 * NaN",
-        file="models/kernels.py", old="    v = xp.where(visible[:, :, None, None], v, 0.0)\n", new="",
+        file="models/kernels.py", old="    v = xp.where(visible[:, None, :, None], v, 0.0)\n", new="",
         gates=("tests/engine/test_failures.py::test_a_failed_requests_garbage_kv_never_reaches_its_neighbours",),
     ),
     Mutation(
