@@ -15,7 +15,18 @@ from typing import Any
 import numpy as np
 
 from backends.cupy_model import Charger, modeled_numpy
-from vt.backend import OUTSIDE_A_LAUNCH, Backend, Buffer, CaptureMode, Event, Graph, Kernel, Stream, Tensor
+from vt.backend import (
+    OUTSIDE_A_LAUNCH,
+    Backend,
+    Buffer,
+    CaptureMode,
+    CaptureSequence,
+    Event,
+    Graph,
+    Kernel,
+    Stream,
+    Tensor,
+)
 from vt.errors import (
     CaptureInvalidated,
     CaptureIsolation,
@@ -31,20 +42,15 @@ from vt.errors import (
 POISON_BYTE = 0xFF  # float32 0xFFFFFFFF is a NaN: poisoned reads show up in every result
 
 
-class _Capture:
-    """One capture sequence: the origin stream plus every stream forked into it."""
+class _Capture(CaptureSequence):
+    """A capture sequence, plus what the simulation records: its launches and its joins."""
 
     def __init__(self, origin: Stream, mode: CaptureMode) -> None:
-        self.origin = origin
-        self.mode = mode
-        self.thread = threading.get_ident()
+        super().__init__(origin, mode)
         self.ops: list[tuple[Any, tuple, dict]] = []
-        self.members: list[Stream] = [origin]
         # side stream id -> (the stream that waited on it, the side stream's num_ops covered by that wait).
         # A side stream is joined when a chain of such waits reaches the origin (B joins A, C joins B).
         self.joined: dict[int, tuple[Stream, int]] = {}
-        self.invalid: CudaError | None = None  # sticky: once set, every later capture call fails
-        self.graph_buffers: list[Buffer] = []
 
     def forbids_unsafe_calls(self) -> bool:
         if self.mode is CaptureMode.GLOBAL:
@@ -92,14 +98,10 @@ class CpuBackend(Backend):
 
     def __init__(self, *, sanitize: bool | None = None) -> None:
         super().__init__(sanitize=sanitize)
-        self._captures: list[_Capture] = []
         self._charger = Charger(self)  # the arrays a kernel creates go through the pool, as on CUDA
         self.xp = modeled_numpy(self._charger)
 
     # ---- memory -----------------------------------------------------------------------------
-    def _any_capture_active(self) -> bool:
-        return bool(self._captures)
-
     def _alloc(self, nbytes: int) -> Any:
         self._refuse_if_forbidden()
         return np.empty(nbytes, dtype=np.uint8)
@@ -249,17 +251,10 @@ class CpuBackend(Backend):
             raise CaptureOnLegacyStream()
         if stream.capture is not None:
             raise stream.capture.fail(IllegalState("begin_capture on a stream that is capturing"))
-        cap = _Capture(stream, CaptureMode(mode))
-        stream.capture = cap
-        self._captures.append(cap)
+        self._open_capture(stream, _Capture(stream, CaptureMode(mode)))
 
     def end_capture(self, stream: Stream) -> Graph:
-        cap = stream.capture
-        if cap is None or cap.origin is not stream:
-            raise IllegalState(f"end_capture on {stream!r}, which did not begin a capture")
-        self._captures.remove(cap)
-        for s in cap.members:
-            s.capture = None
+        cap: _Capture = self._close_capture(stream)
         unjoined = [s for s in cap.members[1:] if not self._is_joined(cap, s)]
         if cap.invalid is not None:
             self._drop(cap)

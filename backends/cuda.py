@@ -12,14 +12,24 @@ CUDA errors come back as vt's typed errors with CUDA's names and texts.
 
 from __future__ import annotations
 
-import threading
 import types
 from typing import Any
 
 import numpy as np
 
 from backends import cugraph
-from vt.backend import OUTSIDE_A_LAUNCH, Backend, Buffer, CaptureMode, Event, Graph, Kernel, Stream, Tensor
+from vt.backend import (
+    OUTSIDE_A_LAUNCH,
+    Backend,
+    Buffer,
+    CaptureMode,
+    CaptureSequence,
+    Event,
+    Graph,
+    Kernel,
+    Stream,
+    Tensor,
+)
 from vt.errors import (
     CaptureInvalidated,
     CaptureIsolation,
@@ -48,16 +58,6 @@ def _translate(e: BaseException) -> BaseException:
     if "H2D transfers are disallowed" in text:
         return H2DDuringCapture()
     return e
-
-
-class _Capture:
-    def __init__(self, origin: Stream, mode: CaptureMode) -> None:
-        self.origin = origin
-        self.mode = mode
-        self.thread = threading.get_ident()
-        self.invalid: CudaError | None = None  # vt-side failures (refused queries); CUDA tracks its own
-        self.graph_buffers: list[Buffer] = []
-        self.members: list[Stream] = [origin]  # streams CUDA pulled into this capture by a fork
 
 
 class _Lease:
@@ -117,7 +117,6 @@ class CudaBackend(Backend):
 
         self.cp = cupy
         super().__init__(sanitize=False)  # the poisoning sanitizer is the CPU backend's
-        self._captures: list[_Capture] = []
         # cudaGraphExecDestroy inside a global-mode capture invalidates it (seen on the H200 when a
         # dropped graph was garbage-collected mid-capture): graphs let go while anything captures
         # wait here until the last capture ends.
@@ -135,9 +134,6 @@ class CudaBackend(Backend):
 
     def _new_stream_handle(self) -> Any:
         return self.cp.cuda.Stream(non_blocking=True)
-
-    def _any_capture_active(self) -> bool:
-        return bool(self._captures)
 
     def _alloc(self, nbytes: int) -> Any:
         try:
@@ -253,17 +249,10 @@ class CudaBackend(Backend):
             if stream.capture is not None and isinstance(err, CudaError):
                 stream.capture.invalid = stream.capture.invalid or err
             raise err from e
-        cap = _Capture(stream, CaptureMode(mode))
-        stream.capture = cap
-        self._captures.append(cap)
+        self._open_capture(stream, CaptureSequence(stream, CaptureMode(mode)))
 
     def end_capture(self, stream: Stream) -> Graph:
-        cap = stream.capture
-        if cap is None or cap.origin is not stream:
-            raise IllegalState(f"end_capture on {stream!r}, which did not begin a capture")
-        self._captures.remove(cap)
-        for s in cap.members:
-            s.capture = None
+        cap = self._close_capture(stream)
         census_error: Exception | None = None
         try:
             kinds = cugraph.node_kinds(stream.handle.ptr)  # read while the capture is open

@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from vt.pool import DevicePool
 
 __all__ = [
-    "Backend", "Buffer", "Tensor", "Stream", "Event", "Graph", "CaptureMode", "Kernel",
+    "Backend", "Buffer", "Tensor", "Stream", "Event", "Graph", "CaptureMode", "CaptureSequence", "Kernel",
     "BadBufferError", "CaptureInvalidated", "CaptureIsolation", "CaptureOnLegacyStream",
     "CaptureUnjoined", "CaptureUnsupported", "CudaError", "GraphDestroyed", "H2DDuringCapture",
     "IllegalMemoryAccess", "IllegalState", "MAX_ALLOC_BYTES",
@@ -125,6 +125,18 @@ class Stream:
         return f"Stream#{self.id}{' (legacy)' if self.is_legacy else ''}"
 
 
+class CaptureSequence:
+    """One open capture: the origin stream plus every stream forked into it. Backends extend it."""
+
+    def __init__(self, origin: Stream, mode: CaptureMode) -> None:
+        self.origin = origin
+        self.mode = mode
+        self.thread = threading.get_ident()
+        self.members: list[Stream] = [origin]  # streams pulled into this capture by a fork
+        self.invalid: CudaError | None = None  # sticky: once set, every later capture call fails
+        self.graph_buffers: list[Buffer] = []  # stream-ordered allocations the graph will own
+
+
 class Event:
     __slots__ = ("backend", "stream", "seq", "capture", "handle")
 
@@ -189,6 +201,7 @@ class Backend:
         self.kernel_name = OUTSIDE_A_LAUNCH  # the kernel running now, which hidden_allocs charges
         self.hidden_allocs: dict[str, int] = {}  # kernel -> pool bytes of the arrays it created itself
         self.default_stream = Stream(self, 0, is_legacy=True, handle=self._legacy_stream_handle())
+        self._captures: list[Any] = []  # open CaptureSequences (each backend's own kind), oldest first
 
     # ---- counters ---------------------------------------------------------------------------
     def reset_counters(self) -> None:
@@ -315,7 +328,21 @@ class Backend:
         return None
 
     def _any_capture_active(self) -> bool:
-        raise NotImplementedError("need _any_capture_active")
+        return bool(self._captures)
+
+    def _open_capture(self, stream: Stream, cap: CaptureSequence) -> None:
+        stream.capture = cap
+        self._captures.append(cap)
+
+    def _close_capture(self, stream: Stream) -> Any:
+        """The capture `stream` began, closed on vt's side (its streams stop capturing); returned."""
+        cap = stream.capture
+        if cap is None or cap.origin is not stream:
+            raise IllegalState(f"end_capture on {stream!r}, which did not begin a capture")
+        self._captures.remove(cap)
+        for s in cap.members:
+            s.capture = None
+        return cap
 
     def _alloc(self, nbytes: int) -> Any:
         raise NotImplementedError("need _alloc")
