@@ -53,10 +53,12 @@ def test_G1_capture_allocates_nothing_after_drain(model: str, double_buffer: boo
         assert h.backend.allocs_in_capture == 0, f"{h.backend.allocs_in_capture} allocation(s) in capture 2"
 
 
+@pytest.mark.parametrize("backend", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
 @pytest.mark.parametrize("model", [guarantee(m, id=m) for m in MODELS])
-def test_G1_without_the_pregrow_the_capture_dies_as_on_the_gpu(model: str, monkeypatch) -> None:
-    """The production failure, reproduced: no pre-grow, global mode, the first allocation is refused."""
-    h = SeamHarness(model)
+def test_G1_without_the_pregrow_the_capture_dies_as_on_the_gpu(model: str, backend: str, monkeypatch) -> None:
+    """The production failure, predicted on the CPU and met for real on the GPU: no pre-grow, global
+    mode, the first allocation is refused with CUDA's own error."""
+    h = SeamHarness(model, backend)
     h.start(4)
     h.step()
     assert h.pool.drain() > 0
