@@ -82,10 +82,13 @@ def _torch_graph(batch: int, fused: bool = False):
 
 
 @pytest.mark.parametrize("batch", BATCHES)
-def test_torch_cudagraph_anchor(benchmark, batch: int) -> None:
-    """Replay + sync alone: the anchor for test_vt_graph_replay_only."""
+@pytest.mark.parametrize("ops", ["plain", "fused"])
+def test_torch_cudagraph_anchor(benchmark, ops: str, batch: int) -> None:
+    """Replay + sync alone: the anchor for test_vt_graph_replay_only. "plain": the step in elementwise
+    torch ops, as vt's kernels are written; "fused": with torch's fused ops (rms_norm, SDPA, silu),
+    fewer kernels than vt's one-xp-source kernels can express."""
     torch = pytest.importorskip("torch")
-    _, g, nodes = _torch_graph(batch)
+    _, g, nodes = _torch_graph(batch, fused=ops == "fused")
 
     def replay() -> None:
         g.replay()
@@ -113,19 +116,3 @@ def test_torch_graphed_step(benchmark, batch: int) -> None:
     benchmark.group = f"decode step B={batch}"
     benchmark.extra_info["graph_nodes"] = nodes
     benchmark(step)
-
-
-@pytest.mark.parametrize("batch", BATCHES)
-def test_torch_fused_cudagraph_anchor(benchmark, batch: int) -> None:
-    """The same step written with torch's fused ops (rms_norm, SDPA, silu): replay + sync. Fewer,
-    fused kernels than vt's one-xp-source kernels can express; reported beside the plain anchor."""
-    torch = pytest.importorskip("torch")
-    _, g, nodes = _torch_graph(batch, fused=True)
-
-    def replay() -> None:
-        g.replay()
-        torch.cuda.synchronize()
-
-    benchmark.group = f"decode step B={batch}"
-    benchmark.extra_info["graph_nodes"] = nodes
-    benchmark(replay)
