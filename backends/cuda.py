@@ -13,7 +13,7 @@ CUDA errors come back as vt's typed errors with CUDA's names and texts.
 from __future__ import annotations
 
 import types
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -79,10 +79,13 @@ class CudaGraph(Graph):
     def __init__(self, backend: CudaBackend, graph: Any, graph_buffers: list[Buffer],
                  node_kinds: dict[int, int]) -> None:
         super().__init__(backend)
-        self.cuda = backend
         self.graph = graph
         self.graph_buffers = graph_buffers
         self.node_kinds = node_kinds  # CUgraphNodeType -> count (backends/cugraph.py)
+
+    @property
+    def cuda(self) -> CudaBackend:
+        return cast(CudaBackend, self.backend)
 
     @property
     def num_nodes(self) -> int:
