@@ -192,6 +192,13 @@ ENTRIES: list[Mutation] = [
                f"{MODEL}::test_replay_creates_nothing"),
     ),
     Mutation(
+        id="cpu-model-plan-ignores-shapes",
+        description="a kernel's recorded pool traffic is replayed at any shape, not only at the signature it was made at",
+        file="backends/cupy_model.py", old="            parts.append((name, v.shape, v.dtype.str, v.strides))",
+        new="            parts.append((name, v.dtype.str))",
+        gates=h200_traces(), expect="cpu vs h200",
+    ),
+    Mutation(
         id="cpu-capture-skips-shadow-run",
         description="a launch in a CPU capture records without allocating what CuPy would allocate while recording",
         file="backends/cpu.py", old="            self._shadow_run(kernel, args, kw)\n", new="",
@@ -421,6 +428,13 @@ ENTRIES: list[Mutation] = [
                  for m, q in (("tiny-qwen3", 5), ("tiny-qwen3-moe", 5), ("tiny-qwen3-draft", 1)))),
     ),
     Mutation(
+        id="cuda-library-alloc-nodes-uncounted",
+        description="allocation nodes a library puts into a capture are not counted as allocations in it",
+        file="backends/cuda.py", old="            self.allocs_in_capture += max(hidden, 0)", new="            pass",
+        needs_gpu=True, gates=(f"{CUDA}::test_a_captured_gemm_allocates_no_workspace",),
+        expect="vt counts a library's allocation inside the capture",
+    ),
+    Mutation(
         id="cuda-graph-destroyed-inside-capture",
         description="a graph let go during another capture is destroyed at once, invalidating that capture",
         file="backends/cuda.py", old="        if self._captures:\n            self._graveyard.append", new="        if False:\n            self._graveyard.append",
@@ -436,6 +450,13 @@ ENTRIES: list[Mutation] = [
     ),
 
     # ---- speculative decoding (issue 7) ---------------------------------------------------------
+    Mutation(
+        id="sandbox-drops-untracked-files",
+        description="the mutation sandbox copies only files in the git index, losing new modules",
+        file="mutations/sandbox.py", old='"--cached", "--others", "--exclude-standard"', new='"--cached"',
+        gates=("tests/mutations/test_runner.py::test_the_sandbox_takes_the_tree_as_it_is_on_disk_minus_ignored_files",),
+        expect="an untracked, not ignored file belongs in the sandbox",
+    ),
     Mutation(
         id="spec-context-keyed-by-row",
         description="draft contexts are keyed by batch row: a moved request lands on its neighbour's context",

@@ -96,3 +96,26 @@ def test_unchanged_mutants_come_from_the_cache(project: Path, tmp_path: Path) ->
     assert not first.is_cached and second.is_cached and second.verdict is Verdict.KILLED
     (project / "tests/test_calc.py").write_text((project / "tests/test_calc.py").read_text() + "\n# edited\n")
     assert not run(project, entry, cache=tmp_path / "cache")["killed"].is_cached, "a gate edit invalidates"
+
+
+def test_the_sandbox_takes_the_tree_as_it_is_on_disk_minus_ignored_files(tmp_path: Path) -> None:
+    """A copied working tree can carry an older git index than its files (the GPU lane's did): files
+    git does not track yet still belong in the sandbox; ignored ones never do."""
+    import subprocess
+
+    from mutations.sandbox import tracked_files
+
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    git = lambda *a: subprocess.run(["git", *a], cwd=repo, check=True, capture_output=True)  # noqa: E731
+    git("init", "-q")
+    (repo / ".gitignore").write_text("build/\n")
+    (repo / "tracked.py").write_text("x = 1\n")
+    git("add", ".gitignore", "tracked.py")
+    (repo / "new_module.py").write_text("y = 2\n")
+    (repo / "build").mkdir()
+    (repo / "build" / "out.bin").write_text("z")
+    files = tracked_files(repo)
+    assert "tracked.py" in files, "non-vacuity: the tracked file is listed"
+    assert "new_module.py" in files, "an untracked, not ignored file belongs in the sandbox"
+    assert "build/out.bin" not in files
