@@ -14,9 +14,9 @@ from typing import Any
 
 import numpy as np
 
+from backends.attribution import KernelAttribution
 from backends.cupy_model import Charger, modeled_numpy
 from vt.backend import (
-    OUTSIDE_A_LAUNCH,
     Backend,
     Buffer,
     CaptureMode,
@@ -97,9 +97,13 @@ class CpuBackend(Backend):
     can_capture = True
 
     def __init__(self, *, sanitize: bool | None = None) -> None:
+        from vt.pool import DevicePool
+
         super().__init__(sanitize=sanitize)
+        self.attribution = KernelAttribution(self)
         self._charger = Charger(self)  # the arrays a kernel creates go through the pool, as on CUDA
         self.xp = modeled_numpy(self._charger)
+        DevicePool(self)  # attaches itself as self.pool
 
     # ---- memory -----------------------------------------------------------------------------
     def _alloc(self, nbytes: int) -> Any:
@@ -165,11 +169,8 @@ class CpuBackend(Backend):
             self._charged(kernel, arrays, kwarrays, execute=False)
 
     def _charged(self, kernel: Kernel, arrays: list, kwarrays: dict, *, execute: bool) -> None:
-        self.kernel_name = getattr(kernel, "__name__", repr(kernel))
-        try:
+        with self.attribution.running(kernel):
             self._charger.call(kernel, self.xp, arrays, kwarrays, execute=execute)
-        finally:
-            self.kernel_name = OUTSIDE_A_LAUNCH
 
     def _check_access(self, kernel: Kernel, t: Tensor) -> None:
         buf = t.buffer

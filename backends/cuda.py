@@ -4,7 +4,9 @@
 - Captures run in GLOBAL mode unless a caller names another (CuPy's default, relaxed, lets cudaMalloc
   through and hides exactly the defect this project exists to catch).
 - CuPy's own allocator is routed through the DevicePool, so CuPy's hidden temporaries are visible to
-  the demand profile, the counters and the pre-grow.
+  the demand profile, the counters and the pre-grow. The hook is scoped to this backend's launches
+  (CuPy's thread-local `using_allocator`), never set process-wide: two backends never take each
+  other's hook.
 - GEMM goes through a capture-safe cuBLAS path (backends/cublas.py).
 - Event/stream queries, which silently invalidate a capture under CuPy, are refused by name.
 CUDA errors come back as vt's typed errors with CUDA's names and texts.
@@ -18,8 +20,8 @@ from typing import Any, cast
 import numpy as np
 
 from backends import cugraph
+from backends.attribution import KernelAttribution
 from vt.backend import (
-    OUTSIDE_A_LAUNCH,
     Backend,
     Buffer,
     CaptureMode,
@@ -117,9 +119,12 @@ class CudaBackend(Backend):
 
         from backends.cublas import WORKSPACE_BYTES, Cublas
         from backends.gemm import staged_matmul
+        from vt.pool import DevicePool
 
         self.cp = cupy
         super().__init__(sanitize=False)  # the poisoning sanitizer is the CPU backend's
+        self.attribution = KernelAttribution(self)
+        DevicePool(self)  # attaches itself as self.pool
         # cudaGraphExecDestroy inside a global-mode capture invalidates it (seen on the H200 when a
         # dropped graph was garbage-collected mid-capture): graphs let go while anything captures
         # wait here until the last capture ends.
@@ -129,7 +134,7 @@ class CudaBackend(Backend):
         xp = types.SimpleNamespace(**{k: getattr(cupy, k) for k in dir(cupy) if not k.startswith("__")})
         xp.matmul = lambda a, b, out=None: staged_matmul(cupy, self.blas.sgemm, a, b, out)
         self.xp = xp
-        cupy.cuda.set_allocator(self._cupy_alloc)
+        self._allocator = self._cupy_alloc  # installed around each launch only (_call)
 
     # ---- memory -----------------------------------------------------------------------------
     def _legacy_stream_handle(self) -> Any:
@@ -160,7 +165,7 @@ class CudaBackend(Backend):
 
     def _cupy_alloc(self, nbytes: int) -> Any:
         """CuPy's allocator, routed through the pool: CuPy's hidden temporaries are pool blocks."""
-        blk = self.hidden_get(nbytes)
+        blk = self.attribution.get(nbytes)
         mem = self.cp.cuda.UnownedMemory(blk.buffer.mem, blk.nbytes, _Lease(self.pool, blk))
         return self.cp.cuda.MemoryPointer(mem, 0)
 
@@ -173,18 +178,15 @@ class CudaBackend(Backend):
         stream = stream or self.current_stream()
         arrays = [a.array() if isinstance(a, Tensor) else a for a in args]
         kwarrays = {k: (v.array() if isinstance(v, Tensor) else v) for k, v in kw.items()}
-        self.kernel_name = getattr(kernel, "__name__", repr(kernel))
-        try:
+        with self.attribution.running(kernel):
             self._call(stream, lambda: kernel(self.xp, *arrays, **kwarrays))
-        finally:
-            self.kernel_name = OUTSIDE_A_LAUNCH
         stream.num_ops += 1
 
     def _call(self, stream: Stream, fn: Any) -> Any:
         if stream.capture is not None and stream.capture.invalid is not None:
             raise CaptureInvalidated(f"first failure: {stream.capture.invalid}")
         try:
-            with stream.handle:
+            with stream.handle, self.cp.cuda.using_allocator(self._allocator):
                 return fn()
         except CudaError:
             raise

@@ -72,7 +72,7 @@ class Charger:
         try:
             for i, (op, n) in enumerate(plan):
                 if op == "get":
-                    blocks[i] = self.backend.hidden_get(n)
+                    blocks[i] = self.backend.attribution.get(n)
                 else:
                     self.backend.pool.put(blocks[n])
                     blocks[n] = None
@@ -94,7 +94,7 @@ class Charger:
         return r.view(DeviceArray)
 
     def _hold(self, owner: Any, key: int) -> None:
-        blk = self.backend.hidden_get(owner.nbytes)
+        blk = self.backend.attribution.get(owner.nbytes)
         index = self._record("get", owner.nbytes)
         self._held[key] = (weakref.ref(owner, self._releaser(key)), blk, index)
 
@@ -114,7 +114,7 @@ class Charger:
 
     def cub_temp(self) -> None:
         index = self._record("get", CUB_TEMP_BYTES)
-        self.backend.pool.put(self.backend.hidden_get(CUB_TEMP_BYTES))
+        self.backend.pool.put(self.backend.attribution.get(CUB_TEMP_BYTES))
         self._record("put", index)
 
     def wrap(self, r: Any, inputs: tuple = ()) -> Any:

@@ -5,9 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from models.registry import ARCHITECTURES
 from vt.errors import CheckpointError
-
-ARCHITECTURES = ("Qwen3ForCausalLM", "Qwen3MoeForCausalLM")
 
 
 @dataclass(slots=True)

@@ -6,48 +6,15 @@ tensor released as soon as it is dead, so a step's demand profile is what its ca
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 import numpy as np
 
 from models import kernels as K
+from models.base import ForwardBatch, KVCache, make_kv_cache
 from models.config import ModelConfig
 from models.loader import Checkpoint
 from vt.backend import Backend, Tensor
 
 F32 = np.float32
-
-
-@dataclass(slots=True)
-class ForwardBatch:
-    """One step's inputs. Device tensors, plus host metadata for the eager prefill path."""
-
-    input_ids: Tensor  # [T] int64
-    positions: Tensor  # [T] int64
-    slot_mapping: Tensor  # [T] int64; -1 = padding row, writes nothing
-    is_prefill: bool
-    # decode: each token's block-table row and the tables (static shapes, capturable)
-    token_row: Tensor | None = None  # [T] int64
-    block_tables: Tensor | None = None  # [R, W] int64
-    # prefill: (first row, num tokens, first position, block table) per sequence; logits rows
-    seqs: list[tuple[int, int, int, list[int]]] = field(default_factory=list)
-    logits_rows: Tensor | None = None  # [N] int64: which rows get logits (prefill: each seq's last)
-
-
-@dataclass(slots=True)
-class KVCache:
-    k: list[Tensor]  # per layer [num_blocks + 1, block_size, nkv, hd]; the last block is the trash block
-    v: list[Tensor]
-    num_blocks: int
-    block_size: int
-
-    @property
-    def trash_slot(self) -> int:
-        return self.num_blocks * self.block_size
-
-    def slot(self, block_ids: list[int], position: int) -> int:
-        """The flat KV slot of a token: its block (from the block table) and its offset in it."""
-        return block_ids[position // self.block_size] * self.block_size + position % self.block_size
 
 
 class Qwen3ForCausalLM:
@@ -94,44 +61,11 @@ class Qwen3ForCausalLM:
         return {k: self._upload(np.ascontiguousarray(v)) for k, v in w.items()}
 
     def make_kv_cache(self, num_blocks: int, block_size: int) -> KVCache:
-        c = self.cfg
-        shape = (num_blocks + 1, block_size, c.num_key_value_heads, c.head_dim)
-        zeros = np.zeros(shape, F32)
-        ks = [self._upload(zeros) for _ in range(c.num_hidden_layers)]
-        vs = [self._upload(zeros) for _ in range(c.num_hidden_layers)]
-        return KVCache(ks, vs, num_blocks, block_size)
-
-    # ---- prefill (eager) --------------------------------------------------------------------
-    def prefill(self, seqs: list[tuple[list[int], list[int]]], kv: KVCache) -> np.ndarray:
-        """Eager prefill of whole sequences, given as (tokens, block ids); writes their KV and returns
-        each sequence's last-token logits on the host, one row per sequence."""
-        b, pool = self.backend, self.pool
-        ids: list[int] = []
-        pos: list[int] = []
-        slots: list[int] = []
-        meta: list[tuple[int, int, int, list[int]]] = []
-        for toks, blocks in seqs:
-            meta.append((len(ids), len(toks), 0, list(blocks)))
-            ids += toks
-            pos += range(len(toks))
-            slots += [kv.slot(blocks, p) for p in range(len(toks))]
-        last = np.cumsum([m[1] for m in meta]) - 1
-        staged = []
-        for host in (ids, pos, slots, last):
-            t = pool.empty((len(host),), np.int64)
-            b.copy_h2d(t, np.asarray(host, np.int64))
-            staged.append(t)
-        logits = pool.empty((len(seqs), self.cfg.vocab_size), F32)
-        self.forward(ForwardBatch(staged[0], staged[1], staged[2], True, seqs=meta, logits_rows=staged[3]), kv, logits)
-        out = b.copy_d2h(logits)
-        for t in (*staged, logits):
-            pool.release(t)
-        return out
+        return make_kv_cache(self, num_blocks, block_size)
 
     # ---- forward ----------------------------------------------------------------------------
     def forward(self, fb: ForwardBatch, kv: KVCache, logits: Tensor, hidden: Tensor | None = None) -> None:
-        """Writes logits [N, vocab] (and, if given, the final hidden states [N, H]) for fb's logit rows
-        (prefill) or for every token (decode)."""
+        """The Model protocol's forward (models/base.py)."""
         b, pool, c = self.backend, self.pool, self.cfg
         T = fb.input_ids.shape[0]
         x = pool.empty((T, c.hidden_size), F32)

@@ -21,15 +21,15 @@ SPEC = "tests/engine/test_spec_decode.py"
 MODELS = ("tiny-qwen3", "tiny-qwen3-moe")
 
 
-def g1(*buffering: str) -> tuple[str, ...]:
-    """The G1 seam cases (zero allocations in capture) for the given buffering modes."""
-    return tuple(f"{SEAMS}::test_G1_capture_allocates_nothing_after_drain[{m}-{db}-B{b}]"
-                 for m in MODELS for db in buffering for b in (1, 3, 8, 13))
+def g1() -> tuple[str, ...]:
+    """The G1 seam cases (zero allocations in capture)."""
+    return tuple(f"{SEAMS}::test_G1_capture_allocates_nothing_after_drain[{m}-B{b}]"
+                 for m in MODELS for b in (1, 3, 8, 13))
 
 
 def g8() -> tuple[str, ...]:
     """The speculative seam cases (target verify q=5 and draft q=1 keys)."""
-    return tuple(f"{SEAMS}::test_G8_spec_keys_are_double_buffered_and_capture_nothing[{m}-q{q}-B{b}]"
+    return tuple(f"{SEAMS}::test_G8_spec_keys_capture_nothing[{m}-q{q}-B{b}]"
                  for m in (*MODELS, "tiny-qwen3-draft") for q in (1, 5) for b in (1, 3, 8))
 
 
@@ -47,13 +47,11 @@ def per_model(test: str, suffix: str = "") -> tuple[str, ...]:
 
 # Every seam case whose guarantee is false by design on the bypass lane (skipped there).
 SEAM_GUARANTEES = (
-    *g1("single", "double"),
+    *g1(),
     *per_model(f"{SEAMS}::test_G1_without_the_pregrow_the_capture_dies_as_on_the_gpu", "-cpu"),
-    *(f"{SEAMS}::test_G2_replayed_logits_equal_eager_logits_bit_for_bit[{db}-{m}]"
-      for db in ("single", "double") for m in MODELS),
+    *per_model(f"{SEAMS}::test_G2_replayed_logits_equal_eager_logits_bit_for_bit"),
     *per_model(f"{SEAMS}::test_G4_graph_is_rebuilt_not_reused_after_the_block_table_width_changes"),
     *per_model(f"{SEAMS}::test_G6_engine_tokens_identical_with_graphs_on_and_off"),
-    *per_model(f"{SEAMS}::test_G6_engine_tokens_identical_with_double_buffered_slots"),
     *per_model(f"{SEAMS}::test_G7_drain_never_frees_a_live_graphs_temporaries"),
     *g8(),
 )
@@ -239,7 +237,7 @@ ENTRIES: list[Mutation] = [
     Mutation(
         id="batch-moves-rows-without-block-table",
         description="swap_states moves every per-row field except the block table",
-        file="vt/engine/input_batch.py", old='"num_prompt", "block_table", "num_blocks"', new='"num_prompt", "num_blocks"',
+        file="vt/engine/input_batch.py", old='"num_tokens", "block_table", "num_blocks"', new='"num_tokens", "num_blocks"',
         gates=(f"{BATCH}::TestInputBatchMachine",), expect="block table moved apart",
     ),
     Mutation(
@@ -253,7 +251,8 @@ ENTRIES: list[Mutation] = [
         id="capacity-check-removed",
         description="start-up no longer refuses a max_model_len that cannot fit in the KV blocks",
         file="vt/engine/config.py", old="        if needed > self.num_blocks:", new="        if False:",
-        gates=(f"{CAP}::test_startup_refuses_a_max_model_len_that_cannot_fit",),
+        gates=(f"{CAP}::test_startup_refuses_a_max_model_len_that_cannot_fit",
+               f"{CAP}::test_startup_counts_the_drafts_kv_with_the_targets"),
     ),
     Mutation(
         id="precedence-checkpoint-beats-explicit",
@@ -302,58 +301,57 @@ ENTRIES: list[Mutation] = [
     Mutation(
         id="recompute-drops-generated-tokens",
         description="a preempted request is recomputed from its prompt only, losing its generated tokens' KV",
-        file="vt/engine/runner.py", old="            toks = r.all_ids", new="            toks = r.prompt_ids",
+        file="vt/engine/scheduler.py", old="NewRequestData(req.id, req.all_ids, blocks,", new="NewRequestData(req.id, req.prompt_ids, blocks,",
         gates=per_model(f"{CAP}::test_preemption_under_a_tiny_pool_finishes_everything_with_unconstrained_tokens"),
     ),
 
     # ---- decode graphs and seams (issue 5) --------------------------------------------------
     Mutation(
-        id="driver-pregrow-under-double-buffer",
-        description="the pre-grow sits under a double-buffer condition the default server never sets",
-        file="models/decode_graph.py",
+        id="driver-pregrow-under-a-condition",
+        description="the pre-grow sits under a condition (speculative keys only) that plain decode never meets",
+        file="vt/engine/graph_driver.py",
         old="        self.pool.pregrow_for_capture(slot.demand)  # before EVERY capture, unconditionally\n",
-        new="        if self.double_buffer:\n            self.pool.pregrow_for_capture(slot.demand)\n",
-        gates=(*g1("single"), *g8()), expect="cudaErrorStreamCaptureUnsupported",
+        new="        if slot.key[2]:\n            self.pool.pregrow_for_capture(slot.demand)\n",
+        gates=g1(), expect="cudaErrorStreamCaptureUnsupported",
     ),
     Mutation(
         id="driver-pregrow-call-deleted",
         description="the driver opens its captures with no pre-grow at all",
-        file="models/decode_graph.py",
+        file="vt/engine/graph_driver.py",
         old="        self.pool.pregrow_for_capture(slot.demand)  # before EVERY capture, unconditionally\n",
         new="",
-        gates=(*g1("single", "double"), *g8()), expect="cudaErrorStreamCaptureUnsupported",
+        gates=(*g1(), *g8()), expect="cudaErrorStreamCaptureUnsupported",
     ),
     Mutation(
         id="pool-pregrow-returns-0-in-the-engine",
         description="pregrow_for_capture returns 0 without growing: every seam capture must die",
         file="vt/pool.py", old="        grown = 0\n", new="        return 0\n        grown = 0\n",
-        gates=(*g1("single", "double"), *g8()), expect="operation not permitted when stream is capturing",
+        gates=(*g1(), *g8()), expect="operation not permitted when stream is capturing",
     ),
     Mutation(
         id="driver-no-step-boundary",
         description="the driver no longer marks the step boundary, so a slot's profile carries old peaks",
-        file="models/decode_graph.py", old="        self.pool.mark_step_boundary()\n", new="",
+        file="vt/engine/graph_driver.py", old="        self.pool.mark_step_boundary()\n", new="",
         gates=per_model(f"{SEAMS}::test_G5_demand_profile_is_the_decode_steps_own"),
     ),
     Mutation(
         id="driver-padding-rows-write-kv",
         description="padding rows get slot 0 instead of -1 and write another request's KV",
-        file="models/decode_graph.py", old="slots[:n], slots[n:] = inp.slots, -1", new="slots[:n], slots[n:] = inp.slots, 0",
+        file="vt/engine/graph_driver.py", old="slots[:n], slots[n:] = inp.slots, -1", new="slots[:n], slots[n:] = inp.slots, 0",
         gates=per_model(f"{SEAMS}::test_G3_padding_rows_leave_every_other_requests_kv_untouched"),
         expect="were written",
     ),
     Mutation(
         id="driver-reuses-graph-after-width-change",
         description="a slot keeps its graph after the block-table width changes",
-        file="models/decode_graph.py", old="        if slot.width != width:", new="        if False:",
+        file="vt/engine/graph_driver.py", old="        if slot is not None and slot.width != width:", new="        if False:",
         gates=(*per_model(f"{SEAMS}::test_G4_graph_is_rebuilt_not_reused_after_the_block_table_width_changes"),
-               *per_model(f"{SEAMS}::test_G6_engine_tokens_identical_with_graphs_on_and_off"),
-               *per_model(f"{SEAMS}::test_G6_engine_tokens_identical_with_double_buffered_slots")),
+               *per_model(f"{SEAMS}::test_G6_engine_tokens_identical_with_graphs_on_and_off")),
     ),
     Mutation(
         id="driver-returns-failed-capture",
         description="a failed capture's garbage outputs are returned instead of re-raising",
-        file="models/decode_graph.py",
+        file="vt/engine/graph_driver.py",
         old="            raise scope.error  # the capture executed nothing: its outputs are garbage",
         new="            return",
         gates=per_model(f"{SEAMS}::test_G1_without_the_pregrow_the_capture_dies_as_on_the_gpu", "-cpu"),
@@ -369,7 +367,7 @@ ENTRIES: list[Mutation] = [
         description="the seam test's drain is removed: the non-vacuity guard (allocs_in_step > 0) must fire",
         kind=Kind.TEST_SETUP, file=SEAMS,
         old="    freed = h.pool.drain()\n    assert freed > 0", new="    freed = 1  # drain removed\n    assert freed > 0",
-        gates=g1("single", "double"), expect="non-vacuity: the step did allocate",
+        gates=g1(), expect="non-vacuity: the step did allocate",
     ),
     Mutation(
         id="bypass-predicate-false",
@@ -409,7 +407,8 @@ ENTRIES: list[Mutation] = [
     Mutation(
         id="cuda-allocator-not-routed",
         description="CuPy keeps its own allocator: its hidden temporaries bypass the pool and the profile",
-        file="backends/cuda.py", old="        cupy.cuda.set_allocator(self._cupy_alloc)", new="        pass",
+        file="backends/cuda.py", old="            with stream.handle, self.cp.cuda.using_allocator(self._allocator):",
+        new="            with stream.handle:",
         needs_gpu=True,
         gates=tuple(f"{CUDA}::test_demand_profile_parity_cpu_and_cuda_identical[{m}-{b}]"
                     for m in (*MODELS, "tiny-qwen3-draft") for b in (1, 4)),
@@ -422,8 +421,7 @@ ENTRIES: list[Mutation] = [
         # Measured on the H200: at B=1 (and for MoE) cuBLAS takes no workspace for tiny-qwen3's GEMMs,
         # so those G1 cases stay green; at B=3 and 8, and in the spec keys, it does.
         gates=(f"{CUDA}::test_a_captured_gemm_allocates_no_workspace",
-               *(f"{CUDA}::test_G1_cuda_capture_allocates_nothing_after_drain[tiny-qwen3-{db}-{b}]"
-                 for db in ("single", "double") for b in (3, 8)),
+               *(f"{CUDA}::test_G1_cuda_capture_allocates_nothing_after_drain[tiny-qwen3-{b}]" for b in (3, 8)),
                *(f"{CUDA}::test_G8_cuda_spec_keys_capture_nothing[{m}-{q}]"
                  for m, q in (("tiny-qwen3", 5), ("tiny-qwen3-moe", 5), ("tiny-qwen3-draft", 1)))),
     ),
@@ -460,86 +458,67 @@ ENTRIES: list[Mutation] = [
     Mutation(
         id="spec-context-keyed-by-row",
         description="draft contexts are keyed by batch row: a moved request lands on its neighbour's context",
-        file="vt/engine/spec_decode.py",
-        old="        return r.id  # never the batch row: rows move under condense, swap and reorder",
-        new="        return str(self.runner.batch.row_of[r.id])",
+        file="vt/engine/proposers.py",
+        old="        self.contexts: dict[str, DraftContext] = {}\n\n    def _key(self, batch: InputBatch, req_id: str) -> str:\n        return req_id",
+        new="        self.contexts: dict[str, DraftContext] = {}\n\n    def _key(self, batch: InputBatch, req_id: str) -> str:\n        return str(batch.row_of[req_id])",
+        # Each moved request meets its neighbour's context: the position invariant fires wherever rows move.
         gates=(*SPEC_ROW_MOVE_GATES, f"{SPEC}::test_G3_keepers_proposals_match_a_solo_run",
-               f"{SPEC}::test_G5_preempted_and_resumed_requests_are_disabled_not_crashed"),
+               f"{SPEC}::test_G5_preempted_and_resumed_requests_are_disabled_not_crashed",
+               *(f"{SPEC}::test_G1_greedy_with_speculation_equals_greedy_without[{c}]" for c in (2, 4, 8)),
+               f"{SPEC}::test_builtin_draft_accepts_a_meaningful_share", f"{SPEC}::test_G3_the_draft_is_sensitive_to_its_context",
+               f"{SPEC}::test_G5_draft_entries_never_outnumber_live_requests_after_a_step",
+               f"{SPEC}::test_ladder_reports_the_acceptance_rate"),
     ),
     Mutation(
         id="spec-mismatch-disables-instead-of-raising",
         description="a position mismatch quietly disables the request instead of raising",
-        file="vt/engine/spec_decode.py",
-        old="                raise DraftPositionMismatch(self._mismatch(r, ctx, position))",
-        new="                self.disabled.add(r.id)\n                continue",
+        file="vt/engine/proposers.py",
+        old="        if ctx is not None and ctx.length + ctx.owed != r.position:\n",
+        new="        if ctx is not None and ctx.length + ctx.owed != r.position:\n            return None\n",
         gates=(f"{SPEC}::test_G4_a_broken_position_invariant_raises",),
     ),
     Mutation(
         id="spec-row-keyed-and-reset-context-stands",
         description="row-keyed contexts, and a missing one silently reset at the row's position: no crash, "
                     "lossless tokens, the keeper keeps proposing, but from the wrong context",
-        file="vt/engine/spec_decode.py",
-        old="""        return r.id  # never the batch row: rows move under condense, swap and reorder
-
-    def _eligible(self, reqs: list[Request]) -> list[tuple[Request, DraftContext, int]]:
-        \"\"\"Requests that speculate this step, with their context and position. The position invariant
-        is checked here and is never silenced.\"\"\"
-        out = []
-        for r in reqs:
-            ctx = self.contexts.get(self._key(r))
-""",
-        new="""        return str(self.runner.batch.row_of[r.id])
-
-    def _eligible(self, reqs: list[Request]) -> list[tuple[Request, DraftContext, int]]:
-        out = []
-        for r in reqs:
-            ctx = self.contexts.get(self._key(r))
-            if ctx is None and r.id not in self.disabled and r.num_tokens + self.k <= self.cfg.max_model_len:
-                ctx = self.contexts[self._key(r)] = DraftContext(r.id, length=r.num_tokens - 1)
-                self.blocks.allocate(ctx, r.num_tokens + self.k)
-""",
+        file="vt/engine/proposers.py",
+        old='        self.contexts: dict[str, DraftContext] = {}\n\n    def _key(self, batch: InputBatch, req_id: str) -> str:\n        return req_id  # never the batch row: rows move under condense, swap and reorder\n\n    def add(self, batch: InputBatch, reqs: list[NewRequestData]) -> None:\n        fresh = [r for r in reqs if r.can_speculate]\n        self.disabled.update(r.req_id for r in reqs if not r.can_speculate)\n        if fresh:  # the draft prefills what the target prefilled, into its own group\'s blocks\n            prefill(self.draft, [(r.token_ids, batch.blocks(r.req_id, DRAFT)) for r in fresh], self.kv)\n        for r in fresh:\n            self.contexts[self._key(batch, r.req_id)] = DraftContext(r.req_id, length=len(r.token_ids))\n\n    def drop(self, req_ids: Iterable[str]) -> None:\n        for rid in req_ids:\n            self.contexts.pop(rid, None)\n            self.disabled.discard(rid)\n\n    def _context(self, batch: InputBatch, r: SpecRequest) -> DraftContext | None:\n        """The request\'s context, with the position invariant checked: never silenced."""\n        ctx = self.contexts.get(self._key(batch, r.req_id))\n        if ctx is not None and ctx.length + ctx.owed != r.position:\n            raise DraftPositionMismatch(f"request {r.req_id}: draft context holds {ctx.length} positions "\n                                        f"(+{ctx.owed} owed) but its row is at position {r.position}")\n        return ctx\n',
+        new='        self.contexts: dict[str, DraftContext] = {}\n\n    def _key(self, batch: InputBatch, req_id: str) -> str:\n        return str(batch.row_of[req_id])\n\n    def add(self, batch: InputBatch, reqs: list[NewRequestData]) -> None:\n        fresh = [r for r in reqs if r.can_speculate]\n        self.disabled.update(r.req_id for r in reqs if not r.can_speculate)\n        if fresh:  # the draft prefills what the target prefilled, into its own group\'s blocks\n            prefill(self.draft, [(r.token_ids, batch.blocks(r.req_id, DRAFT)) for r in fresh], self.kv)\n        for r in fresh:\n            self.contexts[self._key(batch, r.req_id)] = DraftContext(r.req_id, length=len(r.token_ids))\n\n    def drop(self, req_ids: Iterable[str]) -> None:\n        for rid in req_ids:\n            self.contexts.pop(rid, None)\n            self.disabled.discard(rid)\n\n    def _context(self, batch: InputBatch, r: SpecRequest) -> DraftContext | None:\n        """The request\'s context, with the position invariant checked: never silenced."""\n        ctx = self.contexts.get(self._key(batch, r.req_id))\n        if ctx is None and r.req_id not in self.disabled:\n            ctx = self.contexts[self._key(batch, r.req_id)] = DraftContext(r.req_id, length=r.position)\n        if ctx is not None and ctx.length + ctx.owed != r.position:\n            raise DraftPositionMismatch(f"request {r.req_id}: draft context holds {ctx.length} positions "\n                                        f"(+{ctx.owed} owed) but its row is at position {r.position}")\n        return ctx\n',
         gates=(f"{SPEC}::test_G3_keepers_proposals_match_a_solo_run",
                f"{SPEC}::test_G5_preempted_and_resumed_requests_are_disabled_not_crashed",
                f"{SPEC}::test_G1_greedy_with_speculation_equals_greedy_without",
-               f"{SPEC}::test_builtin_draft_accepts_a_meaningful_share"),
+               f"{SPEC}::test_builtin_draft_accepts_a_meaningful_share", *SPEC_ROW_MOVE_GATES,
+               f"{SPEC}::test_G3_the_draft_is_sensitive_to_its_context",
+               f"{SPEC}::test_G5_draft_entries_never_outnumber_live_requests_after_a_step",
+               f"{SPEC}::test_ladder_reports_the_acceptance_rate"),
     ),
     Mutation(
         id="spec-never-prunes",
         description="draft contexts are never pruned against the batch's membership",
-        file="vt/engine/spec_decode.py", old="        keep = {self._key(r) for r in live}",
-        new="        return\n        keep = {self._key(r) for r in live}",
+        file="vt/engine/proposers.py", old="            self.contexts.pop(rid, None)\n            self.disabled.discard(rid)\n",
+        new="            pass\n",
         gates=(f"{SPEC}::test_G5_draft_entries_never_outnumber_live_requests_after_a_step",
                f"{SPEC}::test_G5_preempted_and_resumed_requests_are_disabled_not_crashed"),
     ),
     Mutation(
         id="spec-propose-call-deleted",
         description="the draft never proposes: every step is a plain decode in a verify-shaped batch",
-        file="vt/engine/spec_decode.py", old="        proposals, qs = self._propose(eligible)",
-        new="        proposals, qs = {}, {}",
+        file="vt/engine/runner.py", old="        proposals = self.proposer.propose(self.batch, asks)",
+        new="        proposals = {}",
         gates=SPEC_PROPOSAL_GATES,
     ),
     Mutation(
-        id="spec-keys-single-buffered",
-        description="speculative keys get one slot unless VT_ASYNC_EXECUTOR is set",
-        file="models/decode_graph.py",
-        old="        n = 2 if self.is_enabled and (self.double_buffer or key[2]) else 1  # spec keys: always two",
-        new="        n = 2 if self.is_enabled and self.double_buffer else 1",
-        gates=g8(),
-        expect="spec keys are always double-buffered",
-    ),
-
-    Mutation(
         id="spec-sampling-always-accepts",
         description="speculative sampling accepts every draft token: the output follows the draft, not the target",
-        file="vt/engine/spec_decode.py",
-        old="            if rng.random() < min(1.0, p[d] / max(qs[i][d], 1e-30)):", new="            if True:",
+        file="vt/engine/rejection.py",
+        old="        if rng.random() < min(1.0, p[d] / max(q[d], 1e-30)):", new="        if True:",
         gates=(f"{SPEC}::test_G6_speculative_sampling_draws_from_the_target_distribution",),
     ),
     Mutation(
         id="spec-sampling-residual-is-the-target",
         description="a rejected draft token is replaced by a draw from p instead of the residual max(p - q, 0)",
-        file="vt/engine/spec_decode.py", old="            residual = np.maximum(p - qs[i], 0.0)",
-        new="            residual = p", gates=(f"{SPEC}::test_G6_speculative_sampling_draws_from_the_target_distribution",),
+        file="vt/engine/rejection.py", old="        residual = np.maximum(p - q, 0.0)",
+        new="        residual = p", gates=(f"{SPEC}::test_G6_speculative_sampling_draws_from_the_target_distribution",),
     ),
     Mutation(
         id="attention-reads-hidden-values",
@@ -558,15 +537,64 @@ ENTRIES: list[Mutation] = [
         id="draft-position-limit-unchecked",
         description="a draft whose max_position_embeddings is below max_model_len + k is accepted at start-up",
         file="vt/engine/llm.py",
-        old="            if cfg.max_model_len + cfg.num_speculative_tokens > draft.config.max_position_embeddings:",
-        new="            if False:",
+        old="        if cfg.max_model_len + cfg.num_speculative_tokens > draft.config.max_position_embeddings:",
+        new="        if False:",
         gates=(f"{SPEC}::test_a_draft_too_short_for_max_model_len_is_refused_at_startup",),
+    ),
+
+    # ---- engine core (issue 11) ------------------------------------------------------------------
+    Mutation(
+        id="kv-draft-memory-uncounted",
+        description="the start-up capacity check counts the target's KV blocks only, not the draft's in the same pool",
+        file="vt/engine/config.py", old="        groups = self.num_kv_groups\n", new="        groups = 1\n",
+        gates=(f"{CAP}::test_startup_counts_the_drafts_kv_with_the_targets",), expect="DID NOT RAISE",
+    ),
+    Mutation(
+        id="update-keeps-a-finished-request",
+        description="the engine's update step finishes a request without handing it to the scheduler: its blocks stay taken",
+        file="vt/engine/llm.py", old="        self.scheduler.finish(r)  # its blocks, in every KV group, are free before the step ends\n",
+        new="",
+        # Every engine run in the gate file ends in the stall detector once a finished request holds its slot.
+        gates=(*(f"{CAP}::test_a_finished_request_frees_its_blocks_in_the_step_that_finished_it[{s}]"
+                 for s in ("plain", "speculative")),
+               *per_model(f"{CAP}::test_preemption_under_a_tiny_pool_finishes_everything_with_unconstrained_tokens"),
+               f"{CAP}::test_a_request_that_can_never_fit_gets_an_error_and_the_rest_finish",
+               f"{CAP}::test_generation_stops_at_max_model_len_without_overrunning_the_block_table",
+               f"{CAP}::test_a_max_length_request_runs_to_the_end_when_the_pool_holds_exactly_target_and_draft"),
+        expect="a finished request holds blocks",
+    ),
+    Mutation(
+        id="update-appends-past-a-finish",
+        description="the update step keeps appending a speculative run's tokens after the request finished",
+        file="vt/engine/llm.py", old="                    if r.is_finished:\n                        break\n", new="",
+        # A finished request that keeps tokens diverges from the same run without speculation.
+        gates=(f"{SPEC}::test_a_request_finishing_inside_an_accepted_run",
+               f"{SPEC}::test_G1_greedy_with_speculation_equals_greedy_without", *SPEC_ROW_MOVE_GATES,
+               f"{SPEC}::test_full_acceptance_with_the_target_as_its_own_draft",
+               f"{SPEC}::test_speculative_sampling_keeps_requests_reproducible_and_alive",
+               f"{SPEC}::test_G5_preempted_and_resumed_requests_are_disabled_not_crashed"),
+    ),
+    Mutation(
+        id="ngram-index-keyed-by-row",
+        description="the n-gram proposer keys its per-request index by batch row: a moved request reads its neighbour's history",
+        file="vt/engine/proposers.py",
+        old="        self.index: dict[str, NgramIndex] = {}\n\n    def _key(self, batch: InputBatch, req_id: str) -> str:\n        return req_id",
+        new="        self.index: dict[str, NgramIndex] = {}\n\n    def _key(self, batch: InputBatch, req_id: str) -> str:\n        return str(batch.row_of[req_id])",
+        gates=("tests/engine/test_ngram.py::test_ngram_proposals_are_the_lookup_over_the_requests_own_tokens",
+               "tests/engine/test_ngram.py::test_ngram_keepers_proposals_match_a_solo_run_through_row_moves"),
+    ),
+    Mutation(
+        id="backend-imports-pool",
+        description="vt/backend.py imports vt/pool.py again (for a type), closing the import circle the layers forbid",
+        file="vt/backend.py", old="from typing import Any\n",
+        new="from typing import TYPE_CHECKING, Any\n\nif TYPE_CHECKING:\n    from vt.pool import DevicePool  # noqa: F401\n",
+        gates=("tests/vt/test_layers.py::test_nothing_imports_in_a_circle",), expect="import circle",
     ),
 
     Mutation(
         id="driver-replays-over-mismatched-inputs",
         description="the driver stages inputs of any shape or dtype into a captured slot",
-        file="models/decode_graph.py", old="        _check_inputs(inp)\n", new="",
+        file="vt/engine/graph_driver.py", old="        _check_inputs(inp)\n", new="",
         gates=tuple(f"{SEAMS}::test_G9_inputs_of_another_shape_or_dtype_are_refused_by_name[{f}]"
                     for f in ("tokens", "positions", "block_tables")),
     ),

@@ -8,9 +8,10 @@ from typing import Any
 
 import numpy as np
 
-from models.decode_graph import DecodeGraphDriver, DecodeInputs
+from models.base import prefill
 from models.loader import load_checkpoint, resolve_model
-from models.qwen3 import Qwen3ForCausalLM
+from models.registry import load_model
+from vt.engine.graph_driver import DecodeInputs, GraphDriver
 from vt.registry import make_backend
 
 I64 = np.int64
@@ -23,15 +24,14 @@ class Seq:
 
 
 class SeamHarness:
-    def __init__(self, model: str = "tiny-qwen3", backend: str = "cpu", *, double_buffer: bool = False,
-                 graphs: bool = True, max_num_seqs: int = 16, num_blocks: int = 256, block_size: int = 16,
+    def __init__(self, model: str = "tiny-qwen3", backend: str = "cpu", *, graphs: bool = True,
+                 max_num_seqs: int = 16, num_blocks: int = 256, block_size: int = 16,
                  backend_obj: Any = None) -> None:
         self.backend = backend_obj or make_backend(backend)
         self.pool = self.backend.pool
-        self.model = Qwen3ForCausalLM(load_checkpoint(resolve_model(model)), self.backend)
+        self.model = load_model(load_checkpoint(resolve_model(model)), self.backend)
         self.kv = self.model.make_kv_cache(num_blocks, block_size)
-        self.driver = DecodeGraphDriver(self.model, self.kv, max_num_seqs, enabled=graphs,
-                                        double_buffer=double_buffer)
+        self.driver = GraphDriver(self.model, self.kv, max_num_seqs, enabled=graphs)
         self.block_size = block_size
         self._next_block = 0
         self.seqs: list[Seq] = []
@@ -57,7 +57,7 @@ class SeamHarness:
         return self.kv.slot(s.blocks, pos)
 
     def _prefill(self, s: Seq) -> None:
-        row = self.model.prefill([(s.ids, s.blocks)], self.kv)[0]
+        row = prefill(self.model, [(s.ids, s.blocks)], self.kv)[0]
         self.prefill_logits.append(row)
         s.ids.append(int(np.argmax(row)))
 
@@ -93,11 +93,11 @@ class SeamHarness:
 
         def traced_get(nbytes: int) -> Any:
             blk = get(nbytes)
-            events.append(["get", int(nbytes), blk.nbytes, b.kernel_name])
+            events.append(["get", int(nbytes), blk.nbytes, b.attribution.current])
             return blk
 
         def traced_put(blk: Any) -> None:
-            events.append(["put", blk.nbytes, b.kernel_name])
+            events.append(["put", blk.nbytes, b.attribution.current])
             put(blk)
 
         pool.get, pool.put = traced_get, traced_put  # type: ignore[method-assign]

@@ -13,7 +13,7 @@ class MockAllocator:
     name = "mock"
 
     def __init__(self) -> None:
-        self._pool = None
+        self.pool = None
         self.allocs: list[int] = []
         self.freed: list[Buffer] = []
         self.live: dict[int, Buffer] = {}

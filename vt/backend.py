@@ -13,7 +13,7 @@ import threading
 import traceback
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from vt.errors import (  # re-exported: DESIGN.md says vt.backend defines the typed errors
     BadBufferError,
@@ -29,9 +29,6 @@ from vt.errors import (  # re-exported: DESIGN.md says vt.backend defines the ty
     IllegalState,
 )
 
-if TYPE_CHECKING:
-    from vt.pool import DevicePool
-
 __all__ = [
     "Backend", "Buffer", "Tensor", "Stream", "Event", "Graph", "CaptureMode", "CaptureSequence", "Kernel",
     "BadBufferError", "CaptureInvalidated", "CaptureIsolation", "CaptureOnLegacyStream",
@@ -42,7 +39,6 @@ __all__ = [
 # One allocation larger than this is a bug upstream (a negative size gone unsigned, a shape
 # multiplied twice), not a request: refuse it by name instead of asking the driver.
 MAX_ALLOC_BYTES = 1 << 40
-OUTSIDE_A_LAUNCH = "<outside a launch>"
 
 Kernel = Callable[..., None]  # kernel(xp, *arrays, **kw): writes into caller-provided outputs
 
@@ -190,7 +186,7 @@ class Backend:
         self.is_sanitizing = flags().sanitize if sanitize is None else sanitize
         self._lock = threading.RLock()
         self._next_id = 1
-        self._pool: DevicePool | None = None
+        self.pool: Any = None  # its DevicePool, which attaches itself (vt/pool.py); backends make theirs
         self._tls = threading.local()
         self.allocs = 0  # driver allocations over the backend's life
         self.frees = 0
@@ -198,8 +194,6 @@ class Backend:
         self.frees_in_step = 0
         self.allocs_in_capture = 0  # driver allocations made while any stream captured (any mode)
         self.live_bytes = 0
-        self.kernel_name = OUTSIDE_A_LAUNCH  # the kernel running now, which hidden_allocs charges
-        self.hidden_allocs: dict[str, int] = {}  # kernel -> pool bytes of the arrays it created itself
         self.default_stream = Stream(self, 0, is_legacy=True, handle=self._legacy_stream_handle())
         self._captures: list[Any] = []  # open CaptureSequences (each backend's own kind), oldest first
 
@@ -207,24 +201,6 @@ class Backend:
     def reset_counters(self) -> None:
         with self._lock:
             self.allocs_in_step = self.frees_in_step = self.allocs_in_capture = 0
-
-    # ---- the pool ---------------------------------------------------------------------------
-    @property
-    def pool(self) -> DevicePool:
-        """This backend's one DevicePool (created on first use, flags from vt.env)."""
-        if self._pool is None:
-            from vt.pool import DevicePool
-
-            DevicePool(self)  # registers itself as self._pool
-        assert self._pool is not None
-        return self._pool
-
-    def hidden_get(self, nbytes: int) -> Any:
-        """A pool block for an array a kernel creates itself (CuPy's temporaries on CUDA, their model
-        on the CPU): visible to the demand profile, the pre-grow and the capture counters."""
-        blk = self.pool.get(max(int(nbytes), 1))
-        self.hidden_allocs[self.kernel_name] = self.hidden_allocs.get(self.kernel_name, 0) + blk.nbytes
-        return blk
 
     # ---- driver allocation ------------------------------------------------------------------
     def alloc(self, nbytes: int) -> Buffer:

@@ -75,8 +75,9 @@ def _engine_args(p: argparse.ArgumentParser, max_model_len: int, num_blocks: int
     p.add_argument("--max-num-seqs", type=int, default=16)
     p.add_argument("--enforce-eager", action="store_true", help="no decode graphs")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--speculative-model")
-    p.add_argument("--num-speculative-tokens", type=int, default=0)
+    p.add_argument("--speculative-model", help="a draft checkpoint (name or directory), or [ngram] for prompt "
+                                               "lookup with no second model")
+    p.add_argument("--num-speculative-tokens", type=int, default=0, help="tokens proposed per step")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -30,7 +30,6 @@ class Flags:
     pool_borrow: bool  # VT_POOL_BORROW=0: no best-fit borrow from larger classes
     pool_stats: bool  # VT_POOL_STATS=1: print pool stats at shutdown
     cudagraph: bool  # VT_CUDAGRAPH=0: capture scopes are inert, everything runs eagerly
-    async_executor: bool  # VT_ASYNC_EXECUTOR=1: double-buffered decode slots
     sanitize: bool  # VT_SANITIZE=1: CPU sanitizer (poison on free, checked launches)
     cache_dir: str  # VT_CACHE_DIR: where built-in tiny checkpoints are written on first use
 
@@ -42,7 +41,6 @@ class Flags:
             pool_borrow=_read_bool("VT_POOL_BORROW", True),
             pool_stats=_read_bool("VT_POOL_STATS", False),
             cudagraph=_read_bool("VT_CUDAGRAPH", True),
-            async_executor=_read_bool("VT_ASYNC_EXECUTOR", False),
             sanitize=_read_bool("VT_SANITIZE", False),
             cache_dir=os.environ.get("VT_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "vt"),
         )

@@ -14,7 +14,6 @@ free lists only for transient work that is dead before that graph's next replay.
 from __future__ import annotations
 
 import atexit
-import contextvars
 import threading
 from bisect import bisect_right, insort
 from collections.abc import Iterator
@@ -76,24 +75,16 @@ class Block:
         return t
 
 
-_active_pool: contextvars.ContextVar[DevicePool | None] = contextvars.ContextVar("vt_active_pool", default=None)
-
-
-def current_pool() -> DevicePool | None:
-    """The pool made active by `DevicePool.activate()` in this context, if any."""
-    return _active_pool.get()
-
-
 class DevicePool:
     def __init__(self, backend: Any, *, bypass: bool | None = None, exact: bool | None = None,
                  borrow: bool | None = None) -> None:
         from vt.env import flags
 
         f = flags()
-        if getattr(backend, "_pool", None) is not None:
+        if getattr(backend, "pool", None) is not None:
             raise PoolError(f"backend {getattr(backend, 'name', backend)!r} already has a DevicePool")
         self.backend = backend
-        backend._pool = self
+        backend.pool = self  # one pool per backend: its kernels' hidden arrays draw on it
         self.is_bypass = f.pool_bypass if bypass is None else bypass
         self.is_exact = f.pool_exact if exact is None else exact
         self.can_borrow = f.pool_borrow if borrow is None else borrow
@@ -230,15 +221,7 @@ class DevicePool:
                 if n:
                     self._pins[b] = n
 
-    # ---- scope and stats --------------------------------------------------------------------
-    @contextmanager
-    def activate(self) -> Iterator[DevicePool]:
-        token = _active_pool.set(self)
-        try:
-            yield self
-        finally:
-            _active_pool.reset(token)
-
+    # ---- stats --------------------------------------------------------------------
     def stats(self) -> dict[str, int]:
         with self._lock:
             return {

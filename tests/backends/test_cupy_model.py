@@ -37,7 +37,7 @@ def test_a_kernels_arrays_are_pool_blocks_for_exactly_their_life() -> None:
     before = b.pool.stats()["blocks_in_use"]
     b.pool.mark_step_boundary()
     b.launch(_norm, x, out, stream=s)
-    assert b.hidden_allocs.get("_norm", 0) >= 8 * 64 * 4, "non-vacuity: x * x alone is a whole [8, 64] array"
+    assert b.attribution.bytes.get("_norm", 0) >= 8 * 64 * 4, "non-vacuity: x * x alone is a whole [8, 64] array"
     assert sum(b.pool.step_demand_profile().values()) >= 2, "the temporaries were live together"
     assert b.pool.stats()["blocks_in_use"] == before, "every block went back when its array died"
 
@@ -50,7 +50,7 @@ def test_a_capture_charges_temporaries_so_a_missing_pregrow_is_caught_on_the_cpu
     b.pool.mark_step_boundary()
     b.launch(_norm, x, out, stream=s)
     demand = b.pool.step_demand_profile()
-    assert b.hidden_allocs["_norm"] >= 8 * 64 * 4, "non-vacuity: x * x is in the profile"
+    assert b.attribution.bytes["_norm"] >= 8 * 64 * 4, "non-vacuity: x * x is in the profile"
     b.copy_h2d(out, np.full((8, 64), 7.0, np.float32))
     assert b.pool.drain() > 0, "precondition: the drain emptied the free lists"
     b.reset_counters()
@@ -77,16 +77,16 @@ def test_replay_creates_nothing() -> None:
     b, x, out, s = _setup()
     b.launch(_norm, x, out, stream=s)
     eager = b.copy_d2h(out)
-    charged = dict(b.hidden_allocs)
+    charged = dict(b.attribution.bytes)
     assert charged.get("_norm", 0) >= 8 * 64 * 4, "non-vacuity: the eager launch charged x * x"
     b.begin_capture(s)
     b.launch(_norm, x, out, stream=s)
     graph = b.end_capture(s)
-    captured = dict(b.hidden_allocs)
+    captured = dict(b.attribution.bytes)
     gets = b.pool.stats()["hits"] + b.pool.stats()["misses"]
     for _ in range(3):
         graph.replay(s)
-    assert b.hidden_allocs == captured and b.pool.stats()["hits"] + b.pool.stats()["misses"] == gets
+    assert b.attribution.bytes == captured and b.pool.stats()["hits"] + b.pool.stats()["misses"] == gets
     np.testing.assert_array_equal(b.copy_d2h(out), eager)
 
 

@@ -8,7 +8,7 @@ import pytest
 
 from vt import LLM, SamplingParams
 from vt.engine.config import EngineConfig
-from vt.engine.kv_cache import BlockPool
+from vt.engine.kv_manager import KVCacheManager
 from vt.engine.request import Request
 from vt.engine.scheduler import Scheduler
 from vt.errors import CapacityError
@@ -40,27 +40,27 @@ def test_preemption_under_a_tiny_pool_finishes_everything_with_unconstrained_tok
     assert [o.token_ids for o in got] == [o.token_ids for o in want]
 
 
-def _three_running(num_blocks: int = 5) -> tuple[Scheduler, BlockPool, list[Request], EngineConfig]:
+def _three_running(num_blocks: int = 5) -> tuple[Scheduler, KVCacheManager, list[Request], EngineConfig]:
     cfg = EngineConfig(model="tiny-qwen3", max_model_len=64, num_blocks=num_blocks, block_size=16, max_num_seqs=4)
-    blocks = BlockPool(cfg.num_blocks, cfg.block_size, cfg.max_blocks_per_seq)
-    sched = Scheduler(cfg, blocks)
+    kv = KVCacheManager(cfg.num_blocks, cfg.block_size, cfg.max_blocks_per_seq)
+    sched = Scheduler(cfg, kv)
     params = SamplingParams(temperature=0).resolve({})
     reqs = [Request(f"r{i}", list(range(15)), params) for i in range(3)]
     for r in reqs:
         sched.add(r)
-    assert [r.id for r in sched.schedule().requests] == ["r0", "r1", "r2"]
-    return sched, blocks, reqs, cfg
+    assert sched.schedule().scheduled_ids == ["r0", "r1", "r2"]
+    return sched, kv, reqs, cfg
 
 
 def test_preemption_takes_the_newest_running_request_first() -> None:
-    sched, blocks, reqs, cfg = _three_running()
+    sched, kv, reqs, cfg = _three_running()
     reqs[0].output_ids += list(range(20))  # the oldest grows by two blocks: the pool runs dry
     reqs[1].output_ids += [1, 2]  # and the next one needs a block it cannot get
     out = sched.schedule()
-    assert [r.id for r in out.preempted] == ["r2"], "the newest running request is preempted first"
-    assert [r.id for r in out.requests] == ["r0", "r1"] and sched.waiting[0] is reqs[2]
-    assert reqs[2].block_ids == [] and reqs[2].num_preemptions == 1
-    assert blocks.num_free + sum(len(r.block_ids) for r in reqs) == cfg.num_blocks, "no block lost"
+    assert out.preempted_ids == ["r2"], "the newest running request is preempted first"
+    assert out.scheduled_ids == ["r0", "r1"] and sched.waiting[0] is reqs[2]
+    assert kv.block_ids("r2") == [] and reqs[2].num_preemptions == 1
+    assert kv.num_free + sum(len(kv.block_ids(r.id)) for r in reqs) == cfg.num_blocks, "no block lost"
 
 
 def test_a_step_that_preempted_admits_nothing() -> None:
@@ -68,7 +68,7 @@ def test_a_step_that_preempted_admits_nothing() -> None:
     reqs[0].output_ids += list(range(20))
     reqs[1].output_ids += [1, 2]
     out = sched.schedule()
-    assert out.preempted and not out.is_prefill and reqs[2] not in out.requests
+    assert out.preempted_ids and not out.new_reqs and "r2" not in out.scheduled_ids
 
 
 def test_a_request_that_can_never_fit_gets_an_error_and_the_rest_finish() -> None:
@@ -96,3 +96,45 @@ def test_ladder_json_rows_all_ok(capsys: pytest.CaptureFixture[str]) -> None:
     assert rc == 0 and [r["c"] for r in rows] == [1, 4]
     assert all(r["ok"] == r["n"] == 6 and r["failed"] == 0 for r in rows)
     assert set(rows[0]) == {"c", "n", "ok", "failed", "out_tok_s", "ttft_ms", "tpot_ms"}
+
+
+# ---- one KV manager: draft memory is counted like the target's ------------------------------------
+
+
+def test_startup_counts_the_drafts_kv_with_the_targets() -> None:
+    """A draft model's KV draws on the same block pool: one max_model_len request needs its blocks twice."""
+    draft = dict(speculative_model="tiny-qwen3-draft", num_speculative_tokens=4)
+    EngineConfig(model="tiny-qwen3", max_model_len=64, num_blocks=6)  # non-vacuity: fits without a draft
+    with pytest.raises(CapacityError) as ei:
+        EngineConfig(model="tiny-qwen3", max_model_len=64, num_blocks=6, **draft)
+    msg = str(ei.value)
+    assert "needs 8 KV blocks" in msg and "as many for the draft" in msg and "fits is 48" in msg, msg
+    EngineConfig(model="tiny-qwen3", max_model_len=48, num_blocks=6, **draft)  # the length it names fits
+
+
+def test_a_max_length_request_runs_to_the_end_when_the_pool_holds_exactly_target_and_draft() -> None:
+    """The exact fit the start-up check admits really serves a request to max_model_len."""
+    llm = LLM(model="tiny-qwen3", max_model_len=64, num_blocks=8, max_num_seqs=2,
+              speculative_model="tiny-qwen3-draft", num_speculative_tokens=4)
+    out = llm.generate([list(range(3, 43))], SamplingParams(temperature=0, max_tokens=100, ignore_eos=True))[0]
+    assert out.finish_reason == "length" and len(out.prompt_token_ids) + len(out.token_ids) == 64
+    assert llm.engine.runner.proposer.num_proposed > 0, "non-vacuity: it speculated, so it held draft blocks"
+
+
+@pytest.mark.parametrize("spec", [False, True], ids=["plain", "speculative"])
+def test_a_finished_request_frees_its_blocks_in_the_step_that_finished_it(spec: bool) -> None:
+    kw = dict(speculative_model="tiny-qwen3-draft", num_speculative_tokens=4) if spec else {}
+    llm = LLM(model="tiny-qwen3", max_model_len=128, num_blocks=64, max_num_seqs=4, **kw)
+    e, kv = llm.engine, llm.engine.kv_manager
+    reqs = [e.add_request(f"request {i}", SamplingParams(temperature=0, max_tokens=3 + 5 * i, ignore_eos=True))
+            for i in range(4)]
+    finished_while_others_ran = 0
+    while e.has_unfinished():
+        e.step()
+        done = [r for r in reqs if r.is_finished]
+        assert all(kv.block_ids(r.id) == [] and r.id not in kv.tables for r in done), "a finished request holds blocks"
+        held = sum(len(t) for r in e.scheduler.running for t in kv.tables[r.id])
+        assert kv.num_used == held, f"{kv.num_used} blocks in use, the running requests hold {held}"
+        finished_while_others_ran += bool(done and e.scheduler.running)
+    assert finished_while_others_ran, "non-vacuity: requests finished while others still ran"
+    assert kv.num_free == kv.num_blocks

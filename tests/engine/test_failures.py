@@ -25,7 +25,7 @@ def test_a_request_with_non_finite_logits_fails_alone(monkeypatch: pytest.Monkey
     assert outs[1].finish_reason == "error" and "non-finite" in (outs[1].error or "")
     assert [o.finish_reason for o in (outs[0], outs[2])] == ["length", "length"]
     assert all(len(o.token_ids) == 6 for o in (outs[0], outs[2]))
-    assert llm.engine.blocks.num_free == llm.engine.cfg.num_blocks, "the failed request's blocks came back"
+    assert llm.engine.kv_manager.num_free == llm.engine.cfg.num_blocks, "the failed request's blocks came back"
 
 
 def test_a_fatal_error_prints_the_traceback_and_the_requests_in_flight(monkeypatch, capsys) -> None:
@@ -34,7 +34,7 @@ def test_a_fatal_error_prints_the_traceback_and_the_requests_in_flight(monkeypat
     a = e.add_request("alpha", SamplingParams(temperature=0, max_tokens=4))
     b = e.add_request("beta", SamplingParams(temperature=0, max_tokens=4))
 
-    def boom(out, running):
+    def boom(out):
         raise RuntimeError("kernel exploded")
 
     monkeypatch.setattr(e.runner, "execute", boom)
@@ -57,8 +57,8 @@ def test_a_failed_requests_garbage_kv_never_reaches_its_neighbours(spec: bool) -
     """A fails with NaN KV; B then grows into A's recycled blocks (and, with speculation, shares the
     trash block A's padding tokens wrote). B must finish exactly as it would alone."""
     kw = dict(model="tiny-qwen3", max_model_len=64, num_blocks=4, max_num_seqs=2)
-    if spec:
-        kw |= dict(speculative_model="tiny-qwen3-draft", num_speculative_tokens=4)
+    if spec:  # the draft's KV draws on the same pool: twice the blocks for the same squeeze
+        kw |= dict(speculative_model="tiny-qwen3-draft", num_speculative_tokens=4, num_blocks=8)
     clean = LLM(**kw).generate([[5, 6, 7, 8]], SamplingParams(temperature=0, max_tokens=40, ignore_eos=True))[0]
     llm = LLM(**kw)
     _poison_token(llm, 99)

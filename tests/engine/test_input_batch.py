@@ -1,5 +1,5 @@
-"""Row moves keep every per-row field with its request: random add/finish/condense/swap/reorder
-sequences against a plain dict keyed by request id."""
+"""Row moves keep every per-row field with its request: random add/finish/append/condense/swap/reorder
+sequences against a plain dict keyed by request id, with two KV groups (target and draft tables)."""
 
 from __future__ import annotations
 
@@ -9,39 +9,28 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from vt.engine.input_batch import InputBatch
-from vt.engine.request import Request
-from vt.engine.sampling import SamplingParams
 
-ROWS, MAX_LEN, MAX_BLOCKS, TRASH = 6, 64, 4, 99
-
-
-def _req(i: int, rng: np.random.Generator) -> Request:
-    n = int(rng.integers(1, 20))
-    sp = SamplingParams(temperature=float(i % 3) / 2, top_p=1.0 - (i % 4) / 10, top_k=i % 5, max_tokens=8)
-    r = Request(f"r{i}", rng.integers(0, 500, n).tolist(), sp.resolve({}))
-    r.block_ids = rng.choice(50, size=int(rng.integers(1, MAX_BLOCKS + 1)), replace=False).tolist()
-    return r
+ROWS, MAX_LEN, MAX_BLOCKS, TRASH, GROUPS = 6, 64, 4, 99, 2
 
 
 class BatchMachine(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
-        self.batch = InputBatch(ROWS, MAX_LEN, MAX_BLOCKS, TRASH)
+        self.batch = InputBatch(ROWS, MAX_LEN, MAX_BLOCKS, TRASH, num_groups=GROUPS)
         self.model: dict[str, dict] = {}
         self.next_id = 0
         self.rng = np.random.default_rng(0)
 
-    def _expect(self, r: Request) -> dict:
-        return {"ids": list(r.all_ids), "prompt": len(r.prompt_ids), "blocks": list(r.block_ids),
-                "params": (r.params.temperature, r.params.top_p, r.params.top_k, r.params.min_p), "req": r}
-
     @precondition(lambda self: len(self.model) < ROWS)
     @rule()
     def add(self) -> None:
-        r = _req(self.next_id, self.rng)
+        rid = f"r{self.next_id}"
         self.next_id += 1
-        self.batch.add(r)
-        self.model[r.id] = self._expect(r)
+        ids = self.rng.integers(0, 500, int(self.rng.integers(1, 20))).tolist()
+        blocks = [self.rng.choice(50, size=int(self.rng.integers(0, MAX_BLOCKS)), replace=False).tolist()
+                  for _ in range(GROUPS)]
+        self.batch.add(rid, ids, blocks)
+        self.model[rid] = {"ids": list(ids), "blocks": [list(b) for b in blocks]}
 
     @precondition(lambda self: self.model)
     @rule(data=st.data())
@@ -55,8 +44,16 @@ class BatchMachine(RuleBasedStateMachine):
     def append_token(self, data, tok: int) -> None:
         rid = data.draw(st.sampled_from(sorted(self.model)))
         if len(self.model[rid]["ids"]) < MAX_LEN:
-            self.batch.append_token(rid, tok)
+            self.batch.append_tokens(rid, [tok])
             self.model[rid]["ids"].append(tok)
+
+    @precondition(lambda self: self.model)
+    @rule(data=st.data(), group=st.integers(0, GROUPS - 1), block=st.integers(50, 98))
+    def append_block(self, data, group: int, block: int) -> None:
+        rid = data.draw(st.sampled_from(sorted(self.model)))
+        if len(self.model[rid]["blocks"][group]) < MAX_BLOCKS:
+            self.batch.append_blocks(rid, group, [block])
+            self.model[rid]["blocks"][group].append(block)
 
     @rule()
     def condense(self) -> None:
@@ -72,7 +69,7 @@ class BatchMachine(RuleBasedStateMachine):
 
     @rule()
     def reorder_decode_first(self) -> None:
-        is_decode = lambda r: int(r.id[1:]) % 2 == 0  # noqa: E731
+        is_decode = lambda rid: int(rid[1:]) % 2 == 0  # noqa: E731
         self.batch.reorder_decode_first(is_decode)
         kinds = [is_decode(self.batch.requests[i]) for i in self.batch.rows()]
         assert kinds == sorted(kinds, reverse=True), "decode rows first"
@@ -83,15 +80,12 @@ class BatchMachine(RuleBasedStateMachine):
         assert set(b.row_of) == set(self.model)
         for rid, want in self.model.items():
             row = b.row_of[rid]
-            assert b.requests[row] is want["req"]
-            n = int(b.num_tokens[row])
-            assert b.token_ids[row, :n].tolist() == want["ids"], f"{rid}: tokens moved without their row"
-            assert int(b.num_prompt[row]) == want["prompt"]
-            nb = int(b.num_blocks[row])
-            assert b.block_table[row, :nb].tolist() == want["blocks"], f"{rid}: block table moved apart"
-            assert (b.block_table[row, nb:] == TRASH).all(), "unused block-table entries name the trash block"
-            got = (b.temperature[row], b.top_p[row], b.top_k[row], b.min_p[row])
-            assert tuple(float(x) for x in got) == tuple(float(x) for x in want["params"])
+            assert b.requests[row] == rid
+            assert b.tokens(rid).tolist() == want["ids"], f"{rid}: tokens moved without their row"
+            for g in range(GROUPS):
+                nb = int(b.num_blocks[row, g])
+                assert b.block_table[row, g, :nb].tolist() == want["blocks"][g], f"{rid}: block table moved apart"
+                assert (b.block_table[row, g, nb:] == TRASH).all(), "unused block-table entries name the trash block"
         for row in range(b.max_rows):
             if b.requests[row] is None:
                 assert (b.block_table[row] == TRASH).all(), f"hole row {row} keeps a stale block table"

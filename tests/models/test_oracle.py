@@ -10,10 +10,11 @@ import numpy as np
 import pytest
 
 from backends.cpu import CpuBackend
-from models.decode_graph import DecodeGraphDriver, DecodeInputs
+from models.base import ForwardBatch
 from models.loader import load_checkpoint, resolve_model
-from models.qwen3 import ForwardBatch, Qwen3ForCausalLM
+from models.registry import load_model
 from seams.lanes import GRAPHS_REASON, guarantee
+from vt.engine.graph_driver import DecodeInputs, GraphDriver
 
 TOL = 1e-4
 PROMPT = [5, 77, 300, 12, 9, 400, 33, 250, 18, 101, 7, 64, 3, 222, 45, 90, 311, 17]  # 18 tokens: 2 blocks
@@ -41,7 +42,7 @@ def test_logits_match_hf_for_prefill_and_decode(name: str, graphs: bool) -> None
     path = resolve_model(name)
     ck = load_checkpoint(path)
     b = CpuBackend()
-    model = Qwen3ForCausalLM(ck, b)
+    model = load_model(ck, b)
     kv = model.make_kv_cache(num_blocks=8, block_size=16)
     table = [3, 5]  # non-contiguous blocks: the block table is really read
     T = len(PROMPT)
@@ -52,7 +53,7 @@ def test_logits_match_hf_for_prefill_and_decode(name: str, graphs: bool) -> None
     model.forward(fb, kv, logits)
     ours = [b.copy_d2h(logits)]
 
-    driver = DecodeGraphDriver(model, kv, max_num_seqs=4, enabled=graphs)
+    driver = GraphDriver(model, kv, max_num_seqs=4, enabled=graphs)
     ids = list(PROMPT)
     for _ in range(NUM_DECODE):
         ids.append(int(np.argmax(ours[-1][-1])))

@@ -1,5 +1,5 @@
-"""Seam tests for every decode-graph driver: dense and MoE, double-buffering off and on, several
-shapes (padded ones included). DESIGN.md's pattern: cold step, drain (freed > 0), reset counters,
+"""Seam tests for the one graph driver over every model: dense and MoE (and the draft), several shapes
+(padded ones included). DESIGN.md's pattern: cold step, drain (freed > 0), reset counters,
 capture step, allocs_in_step > 0 (the pre-grow really ran, outside the capture), allocs_in_capture == 0.
 """
 
@@ -11,6 +11,7 @@ import sys
 import numpy as np
 import pytest
 
+from models.base import prefill
 from seams.harness import SeamHarness
 from seams.lanes import GRAPHS_REASON, guarantee, is_bypass_lane
 from vt.errors import CaptureUnsupported
@@ -22,18 +23,15 @@ SHAPES = [1, 3, 8, 13]  # 3 and 13 pad up to the ladder's 4 and 16
 GRAPH_MODELS = [guarantee(m, id=m, reason=GRAPHS_REASON) for m in MODELS]
 
 
-SEAM_CASES = [guarantee(m, db, S, id=f"{m}-{'double' if db else 'single'}-B{S}")
-              for m in MODELS for db in (False, True) for S in SHAPES]
+SEAM_CASES = [guarantee(m, S, id=f"{m}-B{S}") for m in MODELS for S in SHAPES]
 
 
-@pytest.mark.parametrize("model, double_buffer, batch", SEAM_CASES)
-def test_G1_capture_allocates_nothing_after_drain(model: str, double_buffer: bool, batch: int) -> None:
-    h = SeamHarness(model, double_buffer=double_buffer)
+@pytest.mark.parametrize("model, batch", SEAM_CASES)
+def test_G1_capture_allocates_nothing_after_drain(model: str, batch: int) -> None:
+    h = SeamHarness(model)
     h.start(batch)
-    num_slots = 2 if double_buffer else 1
-    for _ in range(num_slots):  # each slot's first step is cold
-        h.step()
-        assert not h.is_captured, "a slot's first step is eager"
+    h.step()
+    assert not h.is_captured, "a slot's first step is eager"
     freed = h.pool.drain()
     assert freed > 0, "precondition: the drain really emptied the free lists"
     h.backend.reset_counters()
@@ -44,13 +42,6 @@ def test_G1_capture_allocates_nothing_after_drain(model: str, double_buffer: boo
         f"non-vacuity: the step did allocate: {h.backend.allocs_in_step} driver allocations for a profile of "
         f"{needed} blocks (the pre-grow refills the drained free lists, outside the capture)")
     assert h.backend.allocs_in_capture == 0, f"{h.backend.allocs_in_capture} driver allocation(s) inside the capture"
-    if double_buffer:  # the second slot captures over the free lists the first one's pre-grow filled
-        hits = h.pool.hits
-        h.backend.reset_counters()
-        h.step()
-        assert h.is_captured and h.driver.last_slot is h.driver.slots[h.driver.last_slot.key][1]
-        assert h.pool.hits > hits, "non-vacuity: the second capture drew its temporaries from the pool"
-        assert h.backend.allocs_in_capture == 0, f"{h.backend.allocs_in_capture} allocation(s) in capture 2"
 
 
 @pytest.mark.parametrize("backend", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
@@ -71,9 +62,8 @@ def test_G1_without_the_pregrow_the_capture_dies_as_on_the_gpu(model: str, backe
 
 
 @pytest.mark.parametrize("model", GRAPH_MODELS)
-@pytest.mark.parametrize("double_buffer", [False, True], ids=["single", "double"])
-def test_G2_replayed_logits_equal_eager_logits_bit_for_bit(model: str, double_buffer: bool) -> None:
-    graphs, eager = SeamHarness(model, double_buffer=double_buffer), SeamHarness(model, graphs=False)
+def test_G2_replayed_logits_equal_eager_logits_bit_for_bit(model: str) -> None:
+    graphs, eager = SeamHarness(model), SeamHarness(model, graphs=False)
     graphs.start(5)
     eager.start(5)
     for step in range(6):
@@ -125,7 +115,7 @@ def test_G5_demand_profile_is_the_decode_steps_own(model: str) -> None:
     plain.start(4, prompt_len=8)
     after_prefill.start(4, prompt_len=8)
     after_prefill.pool.mark_step_boundary()
-    after_prefill.model.prefill([(list(range(3, 303)), list(range(200, 219)))], after_prefill.kv)
+    prefill(after_prefill.model, [(list(range(3, 303)), list(range(200, 219)))], after_prefill.kv)
     prefill_profile = after_prefill.pool.step_demand_profile()
     plain.step()
     after_prefill.step()
@@ -190,25 +180,20 @@ SPEC_CASES = [guarantee(m, q, S, id=f"{m}-q{q}-B{S}")
 
 
 @pytest.mark.parametrize("model, q, batch", SPEC_CASES)
-def test_G8_spec_keys_are_double_buffered_and_capture_nothing(model: str, q: int, batch: int) -> None:
-    """Speculative steps (draft q=1 and target verify q=k+1) go through the same driver: always two
-    slots per key, and the same seam pattern for each."""
-    h = SeamHarness(model)  # double-buffering off: spec keys must get their two slots anyway
+def test_G8_spec_keys_capture_nothing(model: str, q: int, batch: int) -> None:
+    """Speculative steps (draft q=1 and target verify q=k+1) go through the same driver and get the same
+    seam pattern."""
+    h = SeamHarness(model)
     h.start(batch, prompt_len=40)  # 41-48 tokens + lookahead stay inside one width bucket (4 blocks)
     h.step(q=q, spec=True)
-    h.step(q=q, spec=True)
     key = h.driver.last_slot.key  # type: ignore[union-attr]
-    assert key[1:] == (q, True) and len(h.driver.slots[key]) == 2, "spec keys are always double-buffered"
-    assert not any(slot.is_captured for slot in h.driver.slots[key]), "each slot's first step is cold"
+    assert key[1:] == (q, True) and not h.driver.slots[key].is_captured, "a spec key's first step is cold"
     assert h.pool.drain() > 0, "precondition: the drain really emptied the free lists"
     h.backend.reset_counters()
     h.step(q=q, spec=True)
     needed = sum(h.driver.last_slot.demand.values())  # type: ignore[union-attr]
     assert h.is_captured and h.backend.allocs_in_step >= needed > 0, "non-vacuity: the pre-grow refilled"
     assert h.backend.allocs_in_capture == 0, f"{h.backend.allocs_in_capture} allocation(s) in the capture"
-    h.backend.reset_counters()
-    h.step(q=q, spec=True)
-    assert h.is_captured and h.backend.allocs_in_capture == 0, "the second slot's capture allocates nothing"
 
 
 @pytest.mark.parametrize("field, bad", [("tokens", np.zeros(3, np.int64)), ("positions", np.zeros(4, np.float32)),
@@ -226,20 +211,3 @@ def test_G9_inputs_of_another_shape_or_dtype_are_refused_by_name(field: str, bad
     with pytest.raises(GraphInputMismatch, match=field):
         h.driver.step(inp)
     assert h.driver.step(h.inputs()) is not None, "the driver still serves well-formed steps"
-
-
-@pytest.mark.parametrize("model", GRAPH_MODELS)
-def test_G6_engine_tokens_identical_with_double_buffered_slots(model: str) -> None:
-    """Double-buffered slots (two per key, alternating, as VT_ASYNC_EXECUTOR=1 makes them) serve the
-    engine with the same greedy tokens."""
-    from vt.engine.config import EngineConfig
-    from vt.engine.ladder import run_ladder
-    from vt.engine.llm import LLMEngine
-
-    single = LLMEngine(EngineConfig(model=model, max_model_len=128, num_blocks=32, max_num_seqs=8))
-    double = LLMEngine(EngineConfig(model=model, max_model_len=128, num_blocks=32, max_num_seqs=8))
-    double.runner.decoder.double_buffer = True
-    a = [r.tokens for r in run_ladder(single, [1, 3], 12, 10, 3)]
-    b = [r.tokens for r in run_ladder(double, [1, 3], 12, 10, 3)]
-    assert a == b
-    assert any(len(pair) == 2 for pair in double.runner.decoder.slots.values()), "non-vacuity: two slots a key"

@@ -46,16 +46,3 @@ def test_pool_stats_print_at_shutdown_when_asked() -> None:
     hits = 0 if is_bypass_lane() else 1  # the second get is a hit, except on the bypass lane
     assert "vt pool stats (cpu)" in out and f"'hits': {hits}" in out, out
     assert "vt pool stats" not in run("0"), "non-vacuity: silent without the flag"
-
-
-def test_active_pool_scope_nests_and_restores() -> None:
-    from vt.pool import current_pool
-
-    a, b = DevicePool(MockAllocator(), bypass=False), DevicePool(MockAllocator(), bypass=False)
-    assert current_pool() is None
-    with a.activate():
-        assert current_pool() is a
-        with b.activate():
-            assert current_pool() is b
-        assert current_pool() is a
-    assert current_pool() is None

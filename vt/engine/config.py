@@ -6,6 +6,8 @@ from dataclasses import dataclass
 
 from vt.errors import CapacityError, ConfigError
 
+NGRAM = "[ngram]"
+
 
 def _need(cond: bool, field: str, value: object, allowed: str) -> None:
     if not cond:
@@ -22,8 +24,9 @@ class EngineConfig:
     max_num_seqs: int = 16
     max_num_batched_tokens: int = 0  # prefill tokens per step; 0 = max(8192, max_model_len)
     enforce_eager: bool = False  # no decode graphs (as VT_CUDAGRAPH=0)
-    speculative_model: str | None = None
+    speculative_model: str | None = None  # a draft checkpoint, or NGRAM for prompt lookup (no second model)
     num_speculative_tokens: int = 0
+    ngram_prompt_lookup_max: int = 3  # the longest context suffix the n-gram proposer matches
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -32,6 +35,7 @@ class EngineConfig:
         _need(self.block_size in (8, 16, 32), "block_size", self.block_size, "8, 16 or 32")
         _need(self.num_blocks >= 1, "num_blocks", self.num_blocks, ">= 1")
         _need(1 <= self.max_num_seqs <= 1024, "max_num_seqs", self.max_num_seqs, "in [1, 1024]")
+        _need(self.ngram_prompt_lookup_max >= 1, "ngram_prompt_lookup_max", self.ngram_prompt_lookup_max, ">= 1")
         _need(self.num_speculative_tokens >= 0, "num_speculative_tokens", self.num_speculative_tokens, ">= 0")
         if self.speculative_model is not None:
             _need(self.num_speculative_tokens >= 1, "num_speculative_tokens", self.num_speculative_tokens,
@@ -46,12 +50,24 @@ class EngineConfig:
     def max_blocks_per_seq(self) -> int:
         return -(-self.max_model_len // self.block_size)
 
+    @property
+    def has_draft_model(self) -> bool:
+        return self.speculative_model is not None and self.speculative_model != NGRAM
+
+    @property
+    def num_kv_groups(self) -> int:
+        """KV groups in the one block pool: the target's, and the draft model's when there is one."""
+        return 2 if self.has_draft_model else 1
+
     def check_capacity(self) -> None:
-        """Refuse a configuration in which one max_model_len request cannot fit in the KV blocks."""
-        needed = self.max_blocks_per_seq
+        """Refuse a configuration in which one max_model_len request cannot fit in the KV blocks, counting
+        every group it holds blocks in (a draft model's KV draws on the same pool)."""
+        groups = self.num_kv_groups
+        needed = self.max_blocks_per_seq * groups
         if needed > self.num_blocks:
-            largest = self.num_blocks * self.block_size
+            largest = self.num_blocks // groups * self.block_size
+            per_group = f" ({self.max_blocks_per_seq} for the target and as many for the draft)" if groups > 1 else ""
             raise CapacityError(
                 f"one max_model_len={self.max_model_len} request needs {needed} KV blocks of {self.block_size} "
-                f"tokens, but only {self.num_blocks} are available; the largest max_model_len that fits is "
-                f"{largest}. Raise num_blocks to at least {needed} or lower max_model_len to {largest} or less.")
+                f"tokens{per_group}, but only {self.num_blocks} are available; the largest max_model_len that fits "
+                f"is {largest}. Raise num_blocks to at least {needed} or lower max_model_len to {largest} or less.")

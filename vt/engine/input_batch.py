@@ -1,6 +1,10 @@
-"""Per-row state of the running requests. Rows move (condense, swap, decode-first reorder); every
-per-row field moves with its row, so anything keyed by a row must be re-read after a move. State
-that must survive moves (draft contexts) is keyed by request id, never by row."""
+"""The runner's per-row mirror of the running requests: their token ids and, per KV group, their block
+tables as the KV manager hands them out (the device inputs are staged from here).
+
+Rows move (condense, swap, decode-first reorder); every per-row field moves with its row, so anything
+keyed by a row must be re-read after a move. State that must survive moves (draft contexts, n-gram
+indexes) is keyed by request id, never by row.
+"""
 
 from __future__ import annotations
 
@@ -8,29 +12,23 @@ from collections.abc import Callable
 
 import numpy as np
 
-from vt.engine.request import Request
 from vt.errors import EngineInvariantError
 
-ROW_ARRAYS = ("token_ids", "num_tokens", "num_prompt", "block_table", "num_blocks", "temperature", "top_p",
-              "top_k", "min_p")
+ROW_ARRAYS = ("token_ids", "num_tokens", "block_table", "num_blocks")
 
 
 class InputBatch:
-    def __init__(self, max_rows: int, max_model_len: int, max_blocks: int, trash_block: int) -> None:
+    def __init__(self, max_rows: int, max_model_len: int, max_blocks: int, trash_block: int,
+                 num_groups: int = 1) -> None:
         self.max_rows = max_rows
         self.trash_block = trash_block  # unused block-table entries name it: a valid, never-owned block
-        self.requests: list[Request | None] = [None] * max_rows  # None = a hole
+        self.requests: list[str | None] = [None] * max_rows  # request id per row; None = a hole
         self.row_of: dict[str, int] = {}
         self.num_rows = 0  # rows [0, num_rows) hold live requests or holes; above is empty
         self.token_ids = np.zeros((max_rows, max_model_len), np.int64)
         self.num_tokens = np.zeros(max_rows, np.int64)
-        self.num_prompt = np.zeros(max_rows, np.int64)
-        self.block_table = np.full((max_rows, max_blocks), trash_block, np.int64)
-        self.num_blocks = np.zeros(max_rows, np.int64)
-        self.temperature = np.zeros(max_rows, np.float64)
-        self.top_p = np.ones(max_rows, np.float64)
-        self.top_k = np.zeros(max_rows, np.int64)
-        self.min_p = np.zeros(max_rows, np.float64)
+        self.block_table = np.full((max_rows, num_groups, max_blocks), trash_block, np.int64)
+        self.num_blocks = np.zeros((max_rows, num_groups), np.int64)
 
     def __len__(self) -> int:
         return len(self.row_of)
@@ -38,31 +36,27 @@ class InputBatch:
     def rows(self) -> list[int]:
         return [i for i in range(self.num_rows) if self.requests[i] is not None]
 
-    def add(self, req: Request) -> int:
-        if req.id in self.row_of:
-            raise EngineInvariantError(f"request {req.id} is already in the batch at row {self.row_of[req.id]}")
+    def add(self, req_id: str, token_ids: list[int], block_ids: list[list[int]]) -> int:
+        if req_id in self.row_of:
+            raise EngineInvariantError(f"request {req_id} is already in the batch at row {self.row_of[req_id]}")
         holes = [i for i in range(self.num_rows) if self.requests[i] is None]
         row = holes[0] if holes else self.num_rows
         if row >= self.max_rows:
-            raise EngineInvariantError(f"input batch is full ({self.max_rows} rows) adding {req.id}")
+            raise EngineInvariantError(f"input batch is full ({self.max_rows} rows) adding {req_id}")
         self.num_rows = max(self.num_rows, row + 1)
-        self.requests[row] = req
-        self.row_of[req.id] = row
-        ids = req.all_ids
-        self.token_ids[row, : len(ids)] = ids
-        self.num_tokens[row] = len(ids)
-        self.num_prompt[row] = len(req.prompt_ids)
-        p = req.params
-        self.temperature[row], self.top_p[row], self.top_k[row], self.min_p[row] = (p.temperature, p.top_p,
-                                                                                    p.top_k, p.min_p)
-        self.set_blocks(req)
+        self.requests[row] = req_id
+        self.row_of[req_id] = row
+        self.append_tokens(req_id, token_ids)
+        for group, ids in enumerate(block_ids):
+            self.append_blocks(req_id, group, ids)
         return row
 
     def remove(self, req_id: str) -> int:
-        """Leaves a hole; the row's fields are cleared (block table back to the trash block)."""
+        """Leaves a hole; the row's fields are cleared (block tables back to the trash block)."""
         row = self.row_of.pop(req_id)
         self.requests[row] = None
-        self.num_tokens[row] = self.num_prompt[row] = self.num_blocks[row] = 0
+        self.num_tokens[row] = 0
+        self.num_blocks[row] = 0
         self.block_table[row] = self.trash_block
         self._trim()
         return row
@@ -71,17 +65,31 @@ class InputBatch:
         while self.num_rows and self.requests[self.num_rows - 1] is None:
             self.num_rows -= 1
 
-    def set_blocks(self, req: Request) -> None:
-        row = self.row_of[req.id]
-        n = len(req.block_ids)
-        self.block_table[row, :n] = req.block_ids
-        self.block_table[row, n:] = self.trash_block
-        self.num_blocks[row] = n
-
-    def append_token(self, req_id: str, token: int) -> None:
+    def append_tokens(self, req_id: str, token_ids: list[int]) -> None:
         row = self.row_of[req_id]
-        self.token_ids[row, self.num_tokens[row]] = token
-        self.num_tokens[row] += 1
+        n = int(self.num_tokens[row])
+        self.token_ids[row, n : n + len(token_ids)] = token_ids
+        self.num_tokens[row] = n + len(token_ids)
+
+    def append_blocks(self, req_id: str, group: int, block_ids: list[int]) -> None:
+        row = self.row_of[req_id]
+        n = int(self.num_blocks[row, group])
+        self.block_table[row, group, n : n + len(block_ids)] = block_ids
+        self.num_blocks[row, group] = n + len(block_ids)
+
+    def tokens(self, req_id: str) -> np.ndarray:
+        row = self.row_of[req_id]
+        return self.token_ids[row, : self.num_tokens[row]]
+
+    def blocks(self, req_id: str, group: int = 0) -> np.ndarray:
+        row = self.row_of[req_id]
+        return self.block_table[row, group, : self.num_blocks[row, group]]
+
+    def tables(self, req_ids: list[str], group: int = 0) -> np.ndarray:
+        """[len(req_ids), width] block tables, as wide as the widest of them (trash block beyond)."""
+        rows = [self.row_of[r] for r in req_ids]
+        width = max(1, int(self.num_blocks[rows, group].max()))
+        return self.block_table[rows, group, :width]
 
     def swap_states(self, i: int, j: int) -> None:
         for name in ROW_ARRAYS:
@@ -91,7 +99,7 @@ class InputBatch:
         for row in (i, j):
             r = self.requests[row]
             if r is not None:
-                self.row_of[r.id] = row
+                self.row_of[r] = row
         self._trim()
 
     def condense(self) -> list[tuple[int, int]]:
@@ -110,7 +118,7 @@ class InputBatch:
         self._trim()
         return moves
 
-    def reorder_decode_first(self, is_decode: Callable[[Request], bool]) -> list[tuple[int, int]]:
+    def reorder_decode_first(self, is_decode: Callable[[str], bool]) -> list[tuple[int, int]]:
         """Rows of decoding requests first, then the rest (vLLM's decode-first order), by swaps."""
         swaps = []
         lo, hi = 0, self.num_rows - 1

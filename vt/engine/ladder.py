@@ -44,7 +44,7 @@ def run_rung(engine: LLMEngine, c: int, prompts: list[list[int]], output_len: in
              on_done: Any = None) -> Rung:
     """Keep c requests in flight until every prompt ran; output_len may differ per prompt."""
     lens = output_len if isinstance(output_len, list) else [output_len] * len(prompts)
-    spec = engine.runner.spec
+    spec = engine.runner.proposer
     proposed0, accepted0 = (spec.num_proposed, spec.num_accepted) if spec else (0, 0)
     queue = list(enumerate(prompts))
     in_flight: dict[str, tuple[int, Request]] = {}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import sys
+import time
 import traceback
 from collections.abc import Sequence
 from typing import Any
@@ -11,18 +12,22 @@ from typing import Any
 import numpy as np
 
 from vt.engine.config import EngineConfig
+from vt.engine.outputs import RunnerOutput, SchedulerOutput
 from vt.engine.request import Request, RequestOutput
 from vt.engine.sampling import SamplingParams
-from vt.errors import ConfigError, RequestError
+from vt.errors import ConfigError, EngineInvariantError, RequestError
 
 Prompt = str | list[int]
 
 
 class LLMEngine:
+    """The engine core: `step()` schedules, runs the runner, and applies its output in the update step,
+    the only place a request's tokens, stops and lifetime change."""
+
     def __init__(self, cfg: EngineConfig) -> None:
         from models.loader import load_checkpoint, resolve_model
-        from models.qwen3 import Qwen3ForCausalLM
-        from vt.engine.kv_cache import BlockPool
+        from models.registry import load_model
+        from vt.engine.kv_manager import KVCacheManager
         from vt.engine.runner import ModelRunner
         from vt.engine.scheduler import Scheduler
         from vt.registry import make_backend
@@ -37,29 +42,35 @@ class LLMEngine:
         self.eos_ids = set(ckpt.config.eos_token_ids) | set(_as_list(ckpt.generation_config.get("eos_token_id")))
         self.vocab_size = ckpt.config.vocab_size
         self.backend = make_backend(cfg.backend)
-        self.model = Qwen3ForCausalLM(ckpt, self.backend)
-        self.blocks = BlockPool(cfg.num_blocks, cfg.block_size, cfg.max_blocks_per_seq)
-        self.scheduler = Scheduler(cfg, self.blocks, lookahead=self._lookahead)
-        self.runner = ModelRunner(self.model, cfg)
-        if cfg.speculative_model:
-            from vt.engine.spec_decode import SpecDecoder
-
-            draft = load_checkpoint(resolve_model(cfg.speculative_model))
-            if draft.config.vocab_size != ckpt.config.vocab_size:
-                raise ConfigError(f"speculative_model={cfg.speculative_model!r}: vocab_size "
-                                  f"{draft.config.vocab_size} != the target's {ckpt.config.vocab_size}")
-            if cfg.max_model_len + cfg.num_speculative_tokens > draft.config.max_position_embeddings:
-                raise ConfigError(f"max_model_len={cfg.max_model_len} + num_speculative_tokens: must be <= the "
-                                  f"draft's max_position_embeddings ({draft.config.max_position_embeddings})")
-            self.runner.spec = SpecDecoder(self.runner, draft, cfg.num_speculative_tokens)
+        self.model = load_model(ckpt, self.backend)
+        stream = self.backend.new_stream()  # one compute stream for the target and the draft
+        proposer = self._make_proposer(ckpt, stream)
+        self.kv_manager = KVCacheManager(cfg.num_blocks, cfg.block_size, cfg.max_blocks_per_seq, cfg.num_kv_groups)
+        self.scheduler = Scheduler(cfg, self.kv_manager, proposer.k if proposer is not None else 0)
+        self.runner = ModelRunner(self.model, cfg, proposer, stream)
         self._ids = itertools.count()
         self._rng = np.random.default_rng(cfg.seed)
         self.requests: dict[str, Request] = {}
 
-    def _lookahead(self, req: Request) -> int:
-        """KV slots beyond the next token that a request's decode step writes: k when it speculates."""
-        spec = self.runner.spec
-        return spec.k if spec is not None and spec.has_context(req) else 0
+    def _make_proposer(self, ckpt: Any, stream: Any) -> Any:
+        from models.loader import load_checkpoint, resolve_model
+        from models.registry import load_model
+        from vt.engine.config import NGRAM
+        from vt.engine.proposers import DraftModelProposer, NgramProposer
+
+        cfg = self.cfg
+        if cfg.speculative_model is None:
+            return None
+        if cfg.speculative_model == NGRAM:
+            return NgramProposer(cfg.num_speculative_tokens, cfg.ngram_prompt_lookup_max)
+        draft = load_checkpoint(resolve_model(cfg.speculative_model))
+        if draft.config.vocab_size != ckpt.config.vocab_size:
+            raise ConfigError(f"speculative_model={cfg.speculative_model!r}: vocab_size "
+                              f"{draft.config.vocab_size} != the target's {ckpt.config.vocab_size}")
+        if cfg.max_model_len + cfg.num_speculative_tokens > draft.config.max_position_embeddings:
+            raise ConfigError(f"max_model_len={cfg.max_model_len} + num_speculative_tokens: must be <= the "
+                              f"draft's max_position_embeddings ({draft.config.max_position_embeddings})")
+        return DraftModelProposer(load_model(draft, self.backend), cfg, stream)
 
     # ---- requests ---------------------------------------------------------------------------
     def tokenize(self, prompt: Prompt) -> list[int]:
@@ -104,36 +115,48 @@ class LLMEngine:
     def step(self) -> list[Request]:
         """One engine step; returns the requests that got a token (or finished) in it."""
         try:
-            return self._step()
+            so = self.scheduler.schedule()
+            if so.is_empty:
+                self._check_stall()
+                return []
+            return self._update(so, self.runner.execute(so))
         except Exception:
             in_flight = [r.id for r in self.scheduler.running] + [r.id for r in self.scheduler.waiting]
             traceback.print_exc()
             print(f"vt: fatal engine error; requests in flight: {in_flight}", file=sys.stderr)
             raise
 
-    def _step(self) -> list[Request]:
-        out = self.scheduler.schedule()
-        if not out.requests:
-            return []
-        results = self.runner.execute(out, self.scheduler.running)
-        for r in out.requests:
-            res = results[r.id]
-            if isinstance(res, str):  # this request fails; its neighbours carry on
-                self._finish(r, "error", res)
-                continue
-            for token in res:  # a speculative step may bring several; stop at the first finish
-                self._append(r, token)
-                if r.is_finished:
-                    break
-        if self.runner.spec is not None:  # draft entries never outnumber live requests after a step
-            self.runner.spec.prune(self.scheduler.running, unfinished=set(self.requests))
-        return out.requests
+    def _check_stall(self) -> None:
+        """Nothing was scheduled, yet requests are in flight: no later step will differ. Raise, naming the
+        numbers, rather than spin (a request that holds blocks without running is the usual cause)."""
+        sched, kv = self.scheduler, self.kv_manager
+        if sched.waiting or sched.running:
+            waiting = [f"{r.id} ({r.num_tokens} tokens)" for r in list(sched.waiting)[:3]]
+            raise EngineInvariantError(
+                f"stalled: nothing can be scheduled; waiting {waiting or 'none'}, running but not scheduled "
+                f"{[r.id for r in sched.running] or 'none'}; {kv.num_free} of {kv.num_blocks} KV blocks are free")
+
+    def _update(self, so: SchedulerOutput, out: RunnerOutput) -> list[Request]:
+        """The update step: the only place tokens are appended, stops checked, requests finished."""
+        stepped = []
+        for rid in so.scheduled_ids:
+            r = self.requests.get(rid)
+            if r is None or r.is_finished:  # the scheduler runs only requests in flight
+                raise EngineInvariantError(f"request {rid} was scheduled but is not in flight (finished or unknown)")
+            if rid in out.errors:  # this request fails; its neighbours carry on
+                self._finish(r, "error", out.errors[rid])
+            else:
+                tokens = out.sampled[rid]
+                r.num_computed -= so.spec_tokens.get(rid, 0) - (len(tokens) - 1)  # rejected positions' KV is stale
+                for token in tokens:  # a speculative step may bring several; stop at the first finish
+                    self._append(r, token)
+                    if r.is_finished:
+                        break
+            stepped.append(r)
+        return stepped
 
     def _append(self, r: Request, token: int) -> None:
-        import time
-
         r.output_ids.append(token)
-        self.runner.batch.append_token(r.id, token)
         if r.first_token_time is None:
             r.first_token_time = time.monotonic()
         p = r.params
@@ -157,7 +180,7 @@ class LLMEngine:
         if reason != "stop" or not r.params.stop:
             self._text(r)
         r.finish(reason, error)
-        self.scheduler.finish(r)
+        self.scheduler.finish(r)  # its blocks, in every KV group, are free before the step ends
         self.requests.pop(r.id, None)  # ids are unique among requests in flight
 
 

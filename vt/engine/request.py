@@ -26,8 +26,8 @@ class Request:
     arrival: float = field(default_factory=time.monotonic)
     output_ids: list[int] = field(default_factory=list)
     status: Status = Status.WAITING
-    block_ids: list[int] = field(default_factory=list)
-    num_computed: int = 0  # tokens whose K/V are in the cache (0 again after a preemption)
+    num_computed: int = 0  # tokens whose K/V are in the cache (0 again after a preemption); the scheduler's
+    can_speculate: bool = True  # False for life once (re)admitted with generated tokens (draft KV is gone)
     num_preemptions: int = 0
     first_token_time: float | None = None
     finish_time: float | None = None

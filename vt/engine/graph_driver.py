@@ -1,6 +1,6 @@
-"""THE decode-graph driver: every model's decode steps (target dense, target MoE, draft) go through
-this one class. A driver per model is how a real engine came to have seven drivers opening captures
-over pools nobody had pre-grown.
+"""THE graph driver: every model's decode steps (target dense, target MoE, draft) go through this one
+class, over any `Model` (models/base.py). A driver per model is how a real engine came to have seven
+drivers opening captures over pools nobody had pre-grown.
 
 Per step, unconditionally: `pool.mark_step_boundary()`. A slot's first step is cold (eager) and
 records the step's demand profile. Before EVERY capture, unconditionally and in one place
@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from models.base import ForwardBatch, KVCache, Model
 from vt.backend import Graph, Tensor
 from vt.capture import GraphCaptureScope
 from vt.errors import GraphInputMismatch
@@ -63,7 +64,7 @@ def _check_inputs(inp: DecodeInputs) -> None:
 class Slot:
     """A captured decode shape: persistent step inputs, its graph, retained outputs, for its life."""
 
-    def __init__(self, driver: DecodeGraphDriver, key: tuple[int, int, bool], width: int) -> None:
+    def __init__(self, driver: GraphDriver, key: tuple[int, int, bool], width: int) -> None:
         S, q, _ = key
         b, c = driver.backend, driver.model.cfg
         self.key, self.width = key, width
@@ -89,9 +90,9 @@ class Slot:
         return [self.inputs, self.logits, self.hidden]
 
 
-class DecodeGraphDriver:
-    def __init__(self, model: Any, kv: Any, max_num_seqs: int, *, enabled: bool = True,
-                 double_buffer: bool | None = None, stream: Any = None) -> None:
+class GraphDriver:
+    def __init__(self, model: Model, kv: KVCache, max_num_seqs: int, *, enabled: bool = True,
+                 stream: Any = None) -> None:
         from vt.env import flags
 
         self.model, self.kv = model, kv
@@ -100,10 +101,8 @@ class DecodeGraphDriver:
         # The bypass lane has no free lists to pre-grow: every get is a driver allocation, which a
         # global-mode capture refuses. Graphs are off there; the lane exists for real lifetimes.
         self.is_enabled = enabled and flags().cudagraph and self.backend.can_capture and not self.pool.is_bypass
-        self.double_buffer = flags().async_executor if double_buffer is None else double_buffer
         self.stream = stream or self.backend.new_stream()  # the engine's one compute stream
-        self.slots: dict[tuple[int, int, bool], list[Slot]] = {}
-        self._turn: dict[tuple[int, int, bool], int] = {}
+        self.slots: dict[tuple[int, int, bool], Slot] = {}  # one per key: its graph, inputs and outputs
         self.last_slot: Slot | None = None
         self.num_eager = self.num_captures = self.num_replays = 0
 
@@ -136,16 +135,13 @@ class DecodeGraphDriver:
 
     # ---- slots ------------------------------------------------------------------------------
     def _slot(self, key: tuple[int, int, bool], width: int) -> Slot:
-        # Graphs off: one slot per shape, run eagerly every step (same padding, same kernels).
-        n = 2 if self.is_enabled and (self.double_buffer or key[2]) else 1  # spec keys: always two
-        pair = self.slots.setdefault(key, [])
-        turn = self._turn[key] = (self._turn.get(key, -1) + 1) % n
-        if turn >= len(pair):
-            pair.append(Slot(self, key, width))
-        slot = pair[turn]
-        if slot.width != width:  # a new block-table width invalidates the graph: rebuild, never reuse
-            self._retire(slot)
-            slot = pair[turn] = Slot(self, key, width)
+        # Graphs off: one slot per shape all the same, run eagerly every step (same padding, same kernels).
+        slot = self.slots.get(key)
+        if slot is not None and slot.width != width:  # a new block-table width invalidates the graph:
+            self._retire(slot)  # rebuild, never reuse
+            slot = None
+        if slot is None:
+            slot = self.slots[key] = Slot(self, key, width)
         return slot
 
     def _retire(self, slot: Slot) -> None:
@@ -171,8 +167,6 @@ class DecodeGraphDriver:
         self.backend.copy_h2d(slot.inputs, slot.staged)
 
     def _forward(self, slot: Slot) -> None:
-        from models.qwen3 import ForwardBatch
-
         fb = ForwardBatch(slot.tokens, slot.positions, slot.slots, False, token_row=slot.token_row,
                           block_tables=slot.block_tables)
         self.model.forward(fb, self.kv, slot.logits, slot.hidden)
@@ -199,8 +193,6 @@ class DecodeGraphDriver:
         slot.graph.replay(self.stream)
 
     def _eager(self, inp: DecodeInputs) -> np.ndarray:
-        from models.qwen3 import ForwardBatch
-
         b, pool = self.backend, self.pool
         B, q = inp.block_tables.shape[0], inp.q
         staged = []

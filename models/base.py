@@ -1,0 +1,107 @@
+"""What every model shares with the engine: the Model protocol, the neutral ForwardBatch it runs, the
+paged KV cache it writes, and one prefill mechanism written over `forward` (so no model carries its own).
+
+The engine (runner, graph driver, proposers) sees a model only through this module: a new architecture
+implements `forward` over a ForwardBatch and registers its HF architecture name in models/registry.py.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import numpy as np
+
+from models.config import ModelConfig
+from vt.backend import Backend, Tensor
+
+I64, F32 = np.int64, np.float32
+
+
+@dataclass(slots=True)
+class ForwardBatch:
+    """One step's inputs. Device tensors, plus host metadata for the eager prefill path."""
+
+    input_ids: Tensor  # [T] int64
+    positions: Tensor  # [T] int64
+    slot_mapping: Tensor  # [T] int64; -1 = padding row, writes nothing
+    is_prefill: bool
+    # decode: each token's block-table row and the tables (static shapes, capturable)
+    token_row: Tensor | None = None  # [T] int64
+    block_tables: Tensor | None = None  # [R, W] int64
+    # prefill: (first row, num tokens, first position, block table) per sequence; logits rows
+    seqs: list[tuple[int, int, int, list[int]]] = field(default_factory=list)
+    logits_rows: Tensor | None = None  # [N] int64: which rows get logits (prefill: each seq's last)
+
+
+@dataclass(slots=True)
+class KVCache:
+    k: list[Tensor]  # per layer [num_blocks + 1, block_size, nkv, hd]; the last block is the trash block
+    v: list[Tensor]
+    num_blocks: int
+    block_size: int
+
+    @property
+    def trash_slot(self) -> int:
+        return self.num_blocks * self.block_size
+
+    def slot(self, block_ids: list[int] | np.ndarray, position: int) -> int:
+        """The flat KV slot of a token: its block (from the block table) and its offset in it."""
+        return int(block_ids[position // self.block_size]) * self.block_size + position % self.block_size
+
+
+class Model(Protocol):
+    """A causal LM on a vt Backend: long-lived weights, a paged KV layout, and one forward."""
+
+    cfg: ModelConfig
+    backend: Backend
+
+    def make_kv_cache(self, num_blocks: int, block_size: int) -> KVCache: ...
+
+    def forward(self, fb: ForwardBatch, kv: KVCache, logits: Tensor, hidden: Tensor | None = None) -> None:
+        """Writes logits [N, vocab] (and, if given, the final hidden states [N, H]) for fb's logit rows
+        (prefill) or for every token (decode)."""
+        ...
+
+
+def make_kv_cache(model: Model, num_blocks: int, block_size: int) -> KVCache:
+    """Per layer K and V of [num_blocks + 1, block_size, kv heads, head_dim] (the last block is trash)."""
+    c, b = model.cfg, model.backend
+    shape = (num_blocks + 1, block_size, c.num_key_value_heads, c.head_dim)
+    zeros = np.zeros(shape, F32)
+
+    def upload() -> Tensor:
+        t = b.empty(shape, F32)
+        b.copy_h2d(t, zeros)
+        return t
+
+    return KVCache([upload() for _ in range(c.num_hidden_layers)], [upload() for _ in range(c.num_hidden_layers)],
+                   num_blocks, block_size)
+
+
+def prefill(model: Model, seqs: Sequence[tuple[list[int], list[int] | np.ndarray]], kv: KVCache) -> np.ndarray:
+    """Eager prefill of whole sequences, given as (tokens, block ids); writes their KV and returns each
+    sequence's last-token logits on the host, one row per sequence."""
+    b, pool = model.backend, model.backend.pool
+    ids: list[int] = []
+    pos: list[int] = []
+    slots: list[int] = []
+    meta: list[tuple[int, int, int, list[int]]] = []
+    for toks, blocks in seqs:
+        meta.append((len(ids), len(toks), 0, [int(x) for x in blocks]))
+        ids += toks
+        pos += range(len(toks))
+        slots += [kv.slot(blocks, p) for p in range(len(toks))]
+    last = np.cumsum([m[1] for m in meta]) - 1
+    staged = []
+    for host in (ids, pos, slots, last):
+        t = pool.empty((len(host),), I64)
+        b.copy_h2d(t, np.asarray(host, I64))
+        staged.append(t)
+    logits = pool.empty((len(seqs), model.cfg.vocab_size), F32)
+    model.forward(ForwardBatch(staged[0], staged[1], staged[2], True, seqs=meta, logits_rows=staged[3]), kv, logits)
+    out = b.copy_d2h(logits)
+    for t in (*staged, logits):
+        pool.release(t)
+    return out

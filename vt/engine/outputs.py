@@ -1,0 +1,57 @@
+"""The seams of the engine core, in vLLM v1's shape: the scheduler's output goes into the runner, the
+runner's output goes into the engine's update step. Nothing else crosses."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from vt.engine.sampling import ResolvedParams
+
+
+@dataclass(slots=True)
+class NewRequestData:
+    """A request the runner has not seen (or has dropped: a preempted request comes back as new)."""
+
+    req_id: str
+    token_ids: list[int]  # every token to compute: the prompt, plus the generated ones on a recompute
+    block_ids: list[list[int]]  # per KV group
+    params: ResolvedParams
+    rng: np.random.Generator | None
+    can_speculate: bool  # False for life once a request is first seen with committed tokens
+
+
+@dataclass(slots=True)
+class CachedRequestData:
+    """A request the runner holds: what changed since its last step."""
+
+    req_id: str
+    new_token_ids: list[int]  # tokens the engine appended since the last step; the last one is computed now
+    new_block_ids: list[list[int]]  # per KV group, appended to its tables
+    num_computed_tokens: int  # tokens whose KV is in the cache before this step: the first position computed
+
+
+@dataclass(slots=True)
+class SchedulerOutput:
+    new_reqs: list[NewRequestData] = field(default_factory=list)
+    cached_reqs: list[CachedRequestData] = field(default_factory=list)
+    num_scheduled_tokens: dict[str, int] = field(default_factory=dict)  # by request id, speculative ones included
+    spec_tokens: dict[str, int] = field(default_factory=dict)  # speculative positions reserved, by request id
+    preempted_ids: list[str] = field(default_factory=list)
+    finished_ids: set[str] = field(default_factory=set)  # left since the last step: the runner drops them
+
+    @property
+    def scheduled_ids(self) -> list[str]:
+        return [r.req_id for r in self.new_reqs] + [r.req_id for r in self.cached_reqs]
+
+    @property
+    def is_empty(self) -> bool:
+        """Nothing to compute and nothing for the runner to drop."""
+        return not (self.num_scheduled_tokens or self.finished_ids or self.preempted_ids)
+
+
+@dataclass(slots=True)
+class RunnerOutput:
+    sampled: dict[str, list[int]] = field(default_factory=dict)  # by request id; several after a verify
+    errors: dict[str, str] = field(default_factory=dict)  # by request id: this request fails, the rest go on
