@@ -1,4 +1,9 @@
-"""The model configuration, read from an HF config.json (Qwen3ForCausalLM / Qwen3MoeForCausalLM)."""
+"""The model configuration, read from an HF config.json as transformers 4 or 5 writes it.
+
+transformers 5 renamed keys vt reads: the MoE expert count (`num_experts` -> `num_local_experts`), the
+rope layout (`rope_theta` + `rope_scaling` -> one `rope_parameters` dict holding both) and the dtype
+(`torch_dtype` -> `dtype`). Both layouts are read; what vt cannot serve is refused by name.
+"""
 
 from __future__ import annotations
 
@@ -33,6 +38,9 @@ class ModelConfig:
     norm_topk_prob: bool = True
     decoder_sparse_step: int = 1
     mlp_only_layers: list[int] = field(default_factory=list)
+    rope_type: str = "default"  # default, llama3 (Llama 3.x) or yarn (Qwen3 long context)
+    rope_scaling: dict[str, Any] = field(default_factory=dict)  # the rope type's own parameters
+    dtype: str = "float32"  # the checkpoint's declared dtype (torch_dtype / dtype)
 
     def __post_init__(self) -> None:
         if self.architecture not in ARCHITECTURES:
@@ -48,9 +56,26 @@ class ModelConfig:
             raise CheckpointError(f"config.json: num_experts_per_tok={self.num_experts_per_tok} must be in "
                                   f"[1, num_experts={self.num_experts}]")
 
+        if self.rope_type not in ROPE_TYPES:
+            raise CheckpointError(f"config.json: rope type {self.rope_type!r} is not supported (supported: "
+                                  f"{', '.join(ROPE_TYPES)})")
+
     @property
     def is_moe(self) -> bool:
         return self.num_experts > 0
+
+    @property
+    def has_qk_norm(self) -> bool:
+        """Qwen3 normalizes q and k per head; Qwen2 and Llama do not."""
+        return self.architecture.startswith("Qwen3")
+
+    @property
+    def has_qkv_bias(self) -> bool:
+        return self.architecture == "Qwen2ForCausalLM" or self.attention_bias  # Qwen2: always, by design
+
+    @property
+    def has_o_bias(self) -> bool:
+        return self.attention_bias and self.architecture != "Qwen2ForCausalLM"
 
     def is_sparse_layer(self, i: int) -> bool:
         return self.is_moe and i not in self.mlp_only_layers and (i + 1) % self.decoder_sparse_step == 0
@@ -63,8 +88,9 @@ class ModelConfig:
         try:
             heads = int(d["num_attention_heads"])
             hidden = int(d["hidden_size"])
-            rope = d.get("rope_parameters") or {}
             eos = d.get("eos_token_id")
+            rope_type, rope_theta, scaling = _rope(d)
+            _refuse_unsupported(d)
             return cls(
                 architecture=archs[0],
                 vocab_size=int(d["vocab_size"]),
@@ -75,18 +101,49 @@ class ModelConfig:
                 num_key_value_heads=int(d.get("num_key_value_heads") or heads),
                 head_dim=int(d.get("head_dim") or hidden // heads),
                 rms_norm_eps=float(d.get("rms_norm_eps", 1e-6)),
-                rope_theta=float(d.get("rope_theta", rope.get("rope_theta", 1_000_000.0))),
+                rope_theta=rope_theta,
                 max_position_embeddings=int(d.get("max_position_embeddings", 32768)),
                 tie_word_embeddings=bool(d.get("tie_word_embeddings", False)),
                 attention_bias=bool(d.get("attention_bias", False)),
                 bos_token_id=d.get("bos_token_id"),
-                eos_token_ids=tuple(eos if isinstance(eos, list) else ([] if eos is None else [eos])),
-                num_experts=int(d.get("num_experts", 0) or 0),
+                eos_token_ids=tuple(int(x) for x in (eos if isinstance(eos, list) else ([] if eos is None else [eos]))),
+                num_experts=int(d.get("num_experts", d.get("num_local_experts", 0)) or 0),
                 num_experts_per_tok=int(d.get("num_experts_per_tok", 0) or 0),
                 moe_intermediate_size=int(d.get("moe_intermediate_size", 0) or 0),
                 norm_topk_prob=bool(d.get("norm_topk_prob", True)),
                 decoder_sparse_step=int(d.get("decoder_sparse_step", 1) or 1),
-                mlp_only_layers=list(d.get("mlp_only_layers") or []),
+                mlp_only_layers=[int(x) for x in d.get("mlp_only_layers") or []],
+                rope_type=rope_type,
+                rope_scaling=scaling,
+                dtype=str(d.get("dtype") or d.get("torch_dtype") or "float32"),
             )
-        except (KeyError, TypeError, ValueError) as e:
+        except (KeyError, TypeError, ValueError, AttributeError) as e:
             raise CheckpointError(f"config.json is malformed: {type(e).__name__}: {e}") from None
+
+
+ROPE_TYPES = ("default", "llama3", "yarn")
+
+
+def _rope(d: dict[str, Any]) -> tuple[str, float, dict[str, Any]]:
+    """(rope type, theta, the type's parameters) from either layout: transformers 5's `rope_parameters`
+    (theta inside) or transformers 4's `rope_theta` beside an optional `rope_scaling`."""
+    params = d.get("rope_parameters")
+    if params is None:
+        params = dict(d.get("rope_scaling") or {})
+        params.setdefault("rope_theta", d.get("rope_theta", 1_000_000.0))
+    if not isinstance(params, dict):
+        raise TypeError(f"rope parameters must be an object, got {type(params).__name__}")
+    params = dict(params)
+    kind = str(params.pop("rope_type", None) or params.pop("type", None) or "default")
+    params.pop("type", None)
+    theta = float(params.pop("rope_theta", d.get("rope_theta", 1_000_000.0)))
+    return kind, theta, params
+
+
+def _refuse_unsupported(d: dict[str, Any]) -> None:
+    layer_types = d.get("layer_types") or []
+    if d.get("use_sliding_window") or any(t != "full_attention" for t in layer_types):
+        raise CheckpointError("config.json: sliding-window attention (use_sliding_window / layer_types) is not "
+                              "supported: vt serves full attention only")
+    if d.get("mlp_bias"):
+        raise CheckpointError("config.json: mlp_bias=true is not supported")

@@ -60,12 +60,15 @@ def decode_meta(xp: Any, block_tables: Any, token_row: Any, positions: Any, kv_i
     xp.less_equal(xp.arange(L)[None, :], positions[:, None], out=visible)
 
 
-def qk_norm_rope(xp: Any, qkv: Any, w: Any, rope: Any, out: Any, eps: float) -> None:
+def qk_norm_rope(xp: Any, qkv: Any, w: Any, rope: Any, out: Any, eps: float, norm: bool = True) -> None:
     """Qwen3's per-head RMSNorm of q and k (over head_dim; w [nh + nkv, hd] holds q_norm per q head,
     pre-multiplied by the attention scale, and k_norm per k head), then RoPE, straight from the fused
-    qkv projection into out [T, nh + nkv, hd]."""
+    qkv projection into out [T, nh + nkv, hd]. Without norm (Qwen2, Llama) w only scales q."""
     T, heads, hd = out.shape
-    rmsnorm(xp, qkv[:, : heads * hd].reshape(T, heads, hd), w, out, eps)
+    if norm:
+        rmsnorm(xp, qkv[:, : heads * hd].reshape(T, heads, hd), w, out, eps)
+    else:
+        xp.multiply(qkv[:, : heads * hd].reshape(T, heads, hd), w, out=out)
     half = hd // 2
     rot = xp.concatenate([out[..., half:], out[..., :half]], axis=-1)  # rotate_half, its sign in the sin
     xp.add(out * rope[:, None, :hd], rot * rope[:, None, hd:], out=out)

@@ -1,5 +1,8 @@
 """Load an HF checkpoint directory: config.json, generation_config.json, single or sharded
-*.safetensors, and tokenizer.json (through the `tokenizers` library)."""
+*.safetensors (memory-mapped, F32 / F16 / BF16), and tokenizer.json (through the `tokenizers` library).
+
+Before any weight is read, the tensors the config implies (names and shapes) are compared with the
+checkpoint's headers: one CheckpointError lists what is missing, unexpected or mis-shaped."""
 
 from __future__ import annotations
 
@@ -8,17 +11,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from models.config import ModelConfig
+from models.safetensors_io import LazyWeights, TensorInfo, check_dtype, read_header
 from vt.errors import CheckpointError
 
+IGNORED = (".rotary_emb.inv_freq",)  # buffers some exporters write; recomputed from the config
+SHOW = 5  # names listed per kind of mismatch
 
 @dataclass(slots=True)
 class Checkpoint:
     path: Path
     config: ModelConfig
-    weights: dict[str, np.ndarray]
+    weights: LazyWeights  # name -> float32 array, read from the memory map on access
     tokenizer: Any  # tokenizers.Tokenizer
     generation_config: dict[str, Any] = field(default_factory=dict)
 
@@ -34,24 +38,45 @@ def _read_json(path: Path, required: bool = True) -> dict[str, Any]:
         raise CheckpointError(f"{path} is not valid JSON: {e}") from None
 
 
-def _load_weights(path: Path) -> dict[str, np.ndarray]:
-    from safetensors import SafetensorError
-    from safetensors.numpy import load_file
-
+def _headers(path: Path) -> dict[str, TensorInfo]:
     index = path / "model.safetensors.index.json"
     if index.is_file():
-        files = sorted(set(_read_json(index)["weight_map"].values()))
+        try:
+            files = sorted(set(_read_json(index)["weight_map"].values()))
+        except (KeyError, AttributeError, TypeError) as e:
+            raise CheckpointError(f"{index}: no weight_map ({e})") from None
     else:
         files = sorted(p.name for p in path.glob("*.safetensors"))
     if not files:
         raise CheckpointError(f"no *.safetensors in {path}")
-    weights: dict[str, np.ndarray] = {}
+    infos: dict[str, TensorInfo] = {}
     for name in files:
-        try:
-            weights.update(load_file(str(path / name)))
-        except (SafetensorError, OSError) as e:
-            raise CheckpointError(f"{path / name}: {e}") from None
-    return weights
+        if not (path / name).is_file():
+            raise CheckpointError(f"{path / name} is missing (named by the index)")
+        infos.update(read_header(path / name))
+    return infos
+
+
+def check_manifest(config: ModelConfig, infos: dict[str, TensorInfo]) -> None:
+    """The checkpoint holds exactly the tensors the config implies, at their shapes, in a supported dtype."""
+    from models.registry import expected_tensors
+
+    want = expected_tensors(config)
+    have = {k: v for k, v in infos.items() if not k.endswith(IGNORED)}
+    if config.tie_word_embeddings:
+        have.pop("lm_head.weight", None)  # tied: the embedding is the head; a saved copy is ignored
+    missing = sorted(set(want) - set(have))
+    unexpected = sorted(set(have) - set(want))
+    misshaped = sorted(f"{k} {have[k].shape} (expected {want[k]})" for k in set(want) & set(have)
+                       if have[k].shape != want[k])
+    parts = [f"{len(names)} {kind}: {', '.join(names[:SHOW])}{' ...' if len(names) > SHOW else ''}"
+             for kind, names in (("missing", missing), ("unexpected", unexpected), ("mis-shaped", misshaped))
+             if names]
+    if parts:
+        raise CheckpointError(f"the checkpoint does not match its config.json ({config.architecture}, "
+                              f"{config.num_hidden_layers} layers): " + "; ".join(parts))
+    for k in want:
+        check_dtype(k, have[k])
 
 
 def load_checkpoint(path: str | Path) -> Checkpoint:
@@ -61,7 +86,11 @@ def load_checkpoint(path: str | Path) -> Checkpoint:
     if not path.is_dir():
         raise CheckpointError(f"checkpoint directory {path} does not exist")
     config = ModelConfig.from_hf(_read_json(path / "config.json"))
+    infos = _headers(path)
+    check_manifest(config, infos)  # before any weight is read
     gen = _read_json(path / "generation_config.json", required=False)
+    if not isinstance(gen, dict):
+        raise CheckpointError(f"{path / 'generation_config.json'}: not a JSON object")
     tok_path = path / "tokenizer.json"
     if not tok_path.is_file():
         raise CheckpointError(f"tokenizer.json is missing from {path}")
@@ -72,7 +101,7 @@ def load_checkpoint(path: str | Path) -> Checkpoint:
     if not config.eos_token_ids and gen.get("eos_token_id") is not None:
         eos = gen["eos_token_id"]
         config.eos_token_ids = tuple(eos if isinstance(eos, list) else [eos])
-    return Checkpoint(path, config, _load_weights(path), tokenizer, gen)
+    return Checkpoint(path, config, LazyWeights(infos), tokenizer, gen)
 
 
 def resolve_model(name_or_path: str) -> Path:

@@ -8,9 +8,11 @@ from typing import Any
 
 from vt.errors import CheckpointError
 
-MODELS: dict[str, str] = {
-    "Qwen3ForCausalLM": "models.qwen3:Qwen3ForCausalLM",
-    "Qwen3MoeForCausalLM": "models.qwen3:Qwen3ForCausalLM",  # dense or MoE by the config
+MODELS: dict[str, str] = {  # one decoder family: the config says which parts each has
+    "Qwen3ForCausalLM": "models.decoder:DecoderForCausalLM",
+    "Qwen3MoeForCausalLM": "models.decoder:DecoderForCausalLM",
+    "Qwen2ForCausalLM": "models.decoder:DecoderForCausalLM",
+    "LlamaForCausalLM": "models.decoder:DecoderForCausalLM",
 }
 ARCHITECTURES = tuple(MODELS)
 
@@ -22,7 +24,13 @@ def model_class(architecture: str) -> Any:
     return getattr(importlib.import_module(module), attr)
 
 
-def load_model(ckpt: Any, backend: Any) -> Any:
+def load_model(ckpt: Any, backend: Any, dtype: str = "float32") -> Any:
     """The checkpoint's architecture (a models.base.Model), built on `backend` with the checkpoint's
     weights uploaded. (Typed loosely: this table imports no model module, so nothing imports in a circle.)"""
-    return model_class(ckpt.config.architecture)(ckpt, backend)
+    return model_class(ckpt.config.architecture)(ckpt, backend, dtype)
+
+
+def expected_tensors(config: Any) -> dict[str, tuple[int, ...]]:
+    """The tensors (HF names and shapes) a config implies, from its architecture's module."""
+    module, _, _ = MODELS[config.architecture].partition(":")
+    return importlib.import_module(module).expected_tensors(config)  # type: ignore[no-any-return]

@@ -19,6 +19,9 @@ CUDA = "tests/backends/test_cuda_backend.py"
 MODEL = "tests/backends/test_cupy_model.py"
 SPEC = "tests/engine/test_spec_decode.py"
 MODELS = ("tiny-qwen3", "tiny-qwen3-moe")
+ARCH = "tests/models/test_architectures.py"
+ARCH_ERR = "tests/models/test_checkpoint_errors.py"
+ARCH_NAMES = ("qwen3-yarn", "qwen3-moe", "qwen2", "llama3")
 
 
 def g1() -> tuple[str, ...]:
@@ -286,8 +289,8 @@ ENTRIES: list[Mutation] = [
     Mutation(
         id="rope-rotates-the-wrong-way",
         description="rotate_half with the sign on the wrong half",
-        file="models/qwen3.py", old="np.cos(ang), np.cos(ang), -np.sin(ang), np.sin(ang)",
-        new="np.cos(ang), np.cos(ang), np.sin(ang), -np.sin(ang)",
+        file="models/rope.py", old="np.concatenate([cos, cos, -sin, sin], axis=-1)",
+        new="np.concatenate([cos, cos, sin, -sin], axis=-1)",
         gates=tuple(f"{ORACLE}::test_logits_match_hf_for_prefill_and_decode[{m}-{p}]"
                     for m in MODELS for p in ("eager", "graph")),
     ),
@@ -540,6 +543,83 @@ ENTRIES: list[Mutation] = [
         old="        if cfg.max_model_len + cfg.num_speculative_tokens > draft.config.max_position_embeddings:",
         new="        if False:",
         gates=(f"{SPEC}::test_a_draft_too_short_for_max_model_len_is_refused_at_startup",),
+    ),
+
+    # ---- real checkpoints (issue 12) ----------------------------------------------------------
+    Mutation(
+        id="manifest-check-removed",
+        description="the loader reads weights without comparing the checkpoint's tensors with what the config implies",
+        file="models/loader.py", old="    check_manifest(config, infos)  # before any weight is read\n", new="",
+        gates=(f"{ARCH_ERR}::test_the_manifest_names_missing_unexpected_and_misshaped_tensors",
+               f"{ARCH_ERR}::test_more_layers_in_the_config_than_in_the_weights",
+               f"{ARCH_ERR}::test_an_unsupported_dtype_is_refused_by_name",
+               f"{ARCH_ERR}::test_a_damaged_checkpoint_raises_only_typed_errors"),
+    ),
+    Mutation(
+        id="bf16-read-as-float16",
+        description="BF16 tensors are read with float16's bit layout instead of widened from bfloat16",
+        file="models/safetensors_io.py", old='"BF16": np.dtype(ml_dtypes.bfloat16)', new='"BF16": np.dtype(np.float16)',
+        gates=(*(f"{ARCH}::test_a_bf16_checkpoint_widens_exactly[{a}]" for a in ("qwen3-yarn", "llama3")),
+               f"{ARCH}::test_dtype_bfloat16_rounds_float32_weights_as_torch_does"),
+    ),
+    Mutation(
+        id="config-alias-num-local-experts",
+        description="transformers 5's num_local_experts is not read: a Qwen3-MoE config reads as dense",
+        file="models/config.py", old='int(d.get("num_experts", d.get("num_local_experts", 0)) or 0)',
+        new='int(d.get("num_experts", 0) or 0)',
+        gates=(f"{ARCH}::test_both_config_layouts_read_the_same[qwen3-moe-float32]",
+               f"{ARCH}::test_greedy_tokens_and_logits_match_transformers[qwen3-moe]"),
+    ),
+    Mutation(
+        id="config-alias-rope-parameters",
+        description="transformers 5's rope_parameters is not read: theta and the rope type fall back to defaults",
+        file="models/config.py", old='    params = d.get("rope_parameters")\n', new='    params = None\n',
+        gates=(*(f"{ARCH}::test_both_config_layouts_read_the_same[{a}-float32]" for a in ARCH_NAMES),
+               f"{ARCH}::test_both_config_layouts_read_the_same[llama3-bfloat16]",
+               *(f"{ARCH}::test_greedy_tokens_and_logits_match_transformers[{a}]" for a in ARCH_NAMES),
+               *(f"{ARCH}::test_a_bf16_checkpoint_widens_exactly[{a}]" for a in ("qwen3-yarn", "llama3"))),
+    ),
+    Mutation(
+        id="config-alias-torch-dtype",
+        description="transformers 4's torch_dtype is not read: a bf16 checkpoint declares float32",
+        file="models/config.py", old='str(d.get("dtype") or d.get("torch_dtype") or "float32")',
+        new='str(d.get("dtype") or "float32")',
+        gates=(f"{ARCH}::test_both_config_layouts_read_the_same[llama3-bfloat16]",),
+    ),
+    Mutation(
+        id="rope-llama3-ignored",
+        description="llama3 rope scaling is read but not applied: plain RoPE frequencies",
+        file="models/rope.py", old='    if c.rope_type == "llama3":\n', new='    if False:\n',
+        gates=(f"{ARCH}::test_greedy_tokens_and_logits_match_transformers[llama3]",
+               f"{ARCH}::test_a_bf16_checkpoint_widens_exactly[llama3]"),
+    ),
+    Mutation(
+        id="rope-yarn-ignored",
+        description="YaRN rope scaling is read but not applied: plain RoPE frequencies, no attention factor",
+        file="models/rope.py", old='    if c.rope_type == "yarn":\n', new='    if False:\n',
+        gates=(f"{ARCH}::test_greedy_tokens_and_logits_match_transformers[qwen3-yarn]",
+               f"{ARCH}::test_a_bf16_checkpoint_widens_exactly[qwen3-yarn]"),
+    ),
+    Mutation(
+        id="qwen2-qkv-bias-skipped",
+        description="Qwen2's q/k/v biases are loaded but never added",
+        file="models/decoder.py", old="        if c.has_qkv_bias:\n            b.launch(K.add, qkv", new="        if False:\n            b.launch(K.add, qkv",
+        gates=(f"{ARCH}::test_greedy_tokens_and_logits_match_transformers[qwen2]",),
+    ),
+    Mutation(
+        id="generation-config-unvalidated",
+        description="generation_config.json's sampling defaults are taken without validation",
+        file="vt/engine/llm.py", old="        return validate_generation_config(ckpt.generation_config)\n",
+        new="        return dict(ckpt.generation_config)\n",
+        gates=tuple(f"{ARCH_ERR}::test_generation_config_is_validated_like_sampling_params[{g}]"
+                    for g in ("top_p", "temperature", "max_new_tokens", "top_k")),
+    ),
+    Mutation(
+        id="generation-config-max-new-tokens-ignored",
+        description="a checkpoint's max_new_tokens is not the default max_tokens",
+        file="vt/engine/sampling.py", old='        max_tokens = self.max_tokens or gen.get("max_new_tokens") or DEFAULT_MAX_TOKENS',
+        new="        max_tokens = self.max_tokens or DEFAULT_MAX_TOKENS",
+        gates=(f"{ARCH_ERR}::test_generation_config_max_new_tokens_is_the_default_max_tokens",),
     ),
 
     # ---- engine core (issue 11) ------------------------------------------------------------------

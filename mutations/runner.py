@@ -15,7 +15,7 @@ from mutations.judge import Outcome, judge, run_gates
 from mutations.model import Mutation, Result, Verdict
 from mutations.sandbox import apply, make_sandbox, manifest, tracked_files
 
-CACHE_SHARED = ("tests/conftest.py", "tests/helpers.py")  # every gate file leans on these
+CACHE_SHARED = ("tests", "seams")  # helper modules here (not test_*.py) may back any gate file
 
 
 def _covers(gate: str, ids: set[str]) -> bool:
@@ -101,7 +101,9 @@ class Runner:
     # ---- cache ------------------------------------------------------------------------------
     def _cache_key(self, m: Mutation) -> str:
         h = hashlib.sha256(m.fingerprint().encode())
-        for rel in sorted({m.file, *m.gate_files, *CACHE_SHARED}):
+        helpers = {str(p.relative_to(self.cfg.root)) for d in CACHE_SHARED for p in (self.cfg.root / d).rglob("*.py")
+                   if not p.name.startswith("test_")}
+        for rel in sorted({m.file, *m.gate_files, *helpers}):
             p = self.cfg.root / rel
             h.update(rel.encode() + b"\0" + (p.read_bytes() if p.is_file() else b"<missing>"))
         return h.hexdigest()

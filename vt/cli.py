@@ -28,7 +28,7 @@ def _conformance(args: argparse.Namespace) -> int:
 
 def _engine_kwargs(args: argparse.Namespace) -> dict:
     kw = dict(backend=args.backend, max_model_len=args.max_model_len, num_blocks=args.num_blocks,
-              max_num_seqs=args.max_num_seqs, enforce_eager=args.enforce_eager, seed=args.seed)
+              max_num_seqs=args.max_num_seqs, enforce_eager=args.enforce_eager, seed=args.seed, dtype=args.dtype)
     if getattr(args, "speculative_model", None):
         kw.update(speculative_model=args.speculative_model, num_speculative_tokens=args.num_speculative_tokens)
     return kw
@@ -75,6 +75,9 @@ def _engine_args(p: argparse.ArgumentParser, max_model_len: int, num_blocks: int
     p.add_argument("--max-num-seqs", type=int, default=16)
     p.add_argument("--enforce-eager", action="store_true", help="no decode graphs")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--dtype", default="auto", choices=["auto", "bfloat16", "float16", "float32"],
+                   help="weights' dtype: auto is the checkpoint's on CUDA; the CPU computes in float32 "
+                        "(bfloat16/float16 round the weights through that dtype) (default: auto)")
     p.add_argument("--speculative-model", help="a draft checkpoint (name or directory), or [ngram] for prompt "
                                                "lookup with no second model")
     p.add_argument("--num-speculative-tokens", type=int, default=0, help="tokens proposed per step")

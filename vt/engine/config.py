@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from vt.errors import CapacityError, ConfigError
 
 NGRAM = "[ngram]"
+DTYPES = ("auto", "bfloat16", "float16", "float32")
 
 
 def _need(cond: bool, field: str, value: object, allowed: str) -> None:
@@ -28,9 +29,11 @@ class EngineConfig:
     num_speculative_tokens: int = 0
     ngram_prompt_lookup_max: int = 3  # the longest context suffix the n-gram proposer matches
     seed: int = 0
+    dtype: str = "auto"  # auto: the checkpoint's dtype on CUDA, float32 compute on the CPU (see resolve_dtype)
 
     def __post_init__(self) -> None:
         _need(isinstance(self.model, str) and bool(self.model), "model", self.model, "a model name or path")
+        _need(self.dtype in DTYPES, "dtype", self.dtype, f"one of {', '.join(DTYPES)}")
         _need(self.max_model_len >= 2, "max_model_len", self.max_model_len, ">= 2")
         _need(self.block_size in (8, 16, 32), "block_size", self.block_size, "8, 16 or 32")
         _need(self.num_blocks >= 1, "num_blocks", self.num_blocks, ">= 1")
@@ -71,3 +74,19 @@ class EngineConfig:
                 f"one max_model_len={self.max_model_len} request needs {needed} KV blocks of {self.block_size} "
                 f"tokens{per_group}, but only {self.num_blocks} are available; the largest max_model_len that fits "
                 f"is {largest}. Raise num_blocks to at least {needed} or lower max_model_len to {largest} or less.")
+
+
+def resolve_dtype(requested: str, checkpoint_dtype: str, backend: str) -> str:
+    """The dtype weights are held in. The CPU backend computes in float32 (NumPy has no bfloat16
+    arithmetic, and the CPU is the oracle): auto keeps a checkpoint's values exactly (bf16 and fp16 widen
+    to float32 without loss); bfloat16 / float16 round the weights through that dtype. The CUDA backend
+    has float32 kernels only so far: anything else is refused by name rather than run as something else."""
+    ckpt = {"bf16": "bfloat16", "fp16": "float16", "half": "float16", "float": "float32"}.get(checkpoint_dtype,
+                                                                                                 checkpoint_dtype)
+    if backend == "cpu":
+        return "float32" if requested == "auto" else requested
+    dtype = (ckpt if ckpt in DTYPES else "float32") if requested == "auto" else requested
+    if dtype != "float32":
+        raise ConfigError(f"dtype={dtype!r} on the {backend} backend: its bf16/fp16 kernels are not built yet; "
+                          f"--dtype float32 runs this checkpoint's weights (widened exactly) in float32")
+    return dtype

@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from vt.engine.config import EngineConfig
+from vt.engine.config import EngineConfig, resolve_dtype
 from vt.engine.outputs import RunnerOutput, SchedulerOutput
 from vt.engine.request import Request, RequestOutput
 from vt.engine.sampling import SamplingParams
@@ -38,11 +38,12 @@ class LLMEngine:
             raise ConfigError(f"max_model_len={cfg.max_model_len}: must be <= the model's "
                               f"max_position_embeddings ({ckpt.config.max_position_embeddings})")
         self.tokenizer = ckpt.tokenizer
-        self.generation_config = ckpt.generation_config
+        self.generation_config = _generation_config(ckpt)
         self.eos_ids = set(ckpt.config.eos_token_ids) | set(_as_list(ckpt.generation_config.get("eos_token_id")))
         self.vocab_size = ckpt.config.vocab_size
+        self.dtype = resolve_dtype(cfg.dtype, ckpt.config.dtype, cfg.backend)
         self.backend = make_backend(cfg.backend)
-        self.model = load_model(ckpt, self.backend)
+        self.model = load_model(ckpt, self.backend, self.dtype)
         stream = self.backend.new_stream()  # one compute stream for the target and the draft
         proposer = self._make_proposer(ckpt, stream)
         self.kv_manager = KVCacheManager(cfg.num_blocks, cfg.block_size, cfg.max_blocks_per_seq, cfg.num_kv_groups)
@@ -70,7 +71,7 @@ class LLMEngine:
         if cfg.max_model_len + cfg.num_speculative_tokens > draft.config.max_position_embeddings:
             raise ConfigError(f"max_model_len={cfg.max_model_len} + num_speculative_tokens: must be <= the "
                               f"draft's max_position_embeddings ({draft.config.max_position_embeddings})")
-        return DraftModelProposer(load_model(draft, self.backend), cfg, stream)
+        return DraftModelProposer(load_model(draft, self.backend, self.dtype), cfg, stream)
 
     # ---- requests ---------------------------------------------------------------------------
     def tokenize(self, prompt: Prompt) -> list[int]:
@@ -182,6 +183,17 @@ class LLMEngine:
         r.finish(reason, error)
         self.scheduler.finish(r)  # its blocks, in every KV group, are free before the step ends
         self.requests.pop(r.id, None)  # ids are unique among requests in flight
+
+
+def _generation_config(ckpt: Any) -> dict[str, Any]:
+    """The checkpoint's sampling defaults, validated as SamplingParams are (CheckpointError names the field)."""
+    from vt.engine.sampling import validate_generation_config
+    from vt.errors import CheckpointError
+
+    try:
+        return validate_generation_config(ckpt.generation_config)
+    except ConfigError as e:
+        raise CheckpointError(f"{ckpt.path / 'generation_config.json'}: {e}") from None
 
 
 def _as_list(x: Any) -> list[int]:

@@ -1,6 +1,8 @@
 """SamplingParams, and their resolution against the checkpoint's generation_config.json.
 
 Precedence: explicit > checkpoint > neutral. Temperature 0 is greedy and clears top_k/top_p/min_p.
+A checkpoint's `max_new_tokens` is the default max_tokens (else 16, as vLLM's). generation_config.json
+is validated like SamplingParams: a bad value is named, never carried into a request.
 """
 
 from __future__ import annotations
@@ -11,6 +13,8 @@ from typing import Any
 from vt.errors import ConfigError
 
 NEUTRAL = {"temperature": 1.0, "top_p": 1.0, "top_k": 0, "min_p": 0.0}
+DEFAULT_MAX_TOKENS = 16
+GENERATION_KEYS = ("temperature", "top_p", "top_k", "min_p", "max_new_tokens")
 
 
 @dataclass(slots=True)
@@ -19,7 +23,7 @@ class SamplingParams:
     top_p: float | None = None
     top_k: int | None = None  # 0 (or -1) disables
     min_p: float | None = None
-    max_tokens: int = 16
+    max_tokens: int | None = None  # None: the checkpoint's max_new_tokens, else DEFAULT_MAX_TOKENS
     stop: list[str] = field(default_factory=list)
     seed: int | None = None
     ignore_eos: bool = False
@@ -28,6 +32,12 @@ class SamplingParams:
         if isinstance(self.stop, str):
             self.stop = [self.stop]
         t, p, k, m = self.temperature, self.top_p, self.top_k, self.min_p
+        for name in ("temperature", "top_p", "min_p"):
+            v = getattr(self, name)
+            if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))):
+                raise ConfigError(f"{name}={v!r}: must be a number")
+        if k is not None and (isinstance(k, bool) or not isinstance(k, int)):
+            raise ConfigError(f"top_k={k!r}: must be an int")
         if t is not None and not (0.0 <= t <= 100.0):
             raise ConfigError(f"temperature={t}: must be in [0, 100]")
         if p is not None and not (0.0 < p <= 1.0):
@@ -36,7 +46,8 @@ class SamplingParams:
             raise ConfigError(f"top_k={k}: must be -1, 0 (disabled) or a positive count")
         if m is not None and not (0.0 <= m <= 1.0):
             raise ConfigError(f"min_p={m}: must be in [0, 1]")
-        if not isinstance(self.max_tokens, int) or self.max_tokens < 1:
+        mt = self.max_tokens
+        if mt is not None and (isinstance(mt, bool) or not isinstance(mt, int) or mt < 1):
             raise ConfigError(f"max_tokens={self.max_tokens}: must be an int >= 1")
         if any(not isinstance(s, str) or not s for s in self.stop):
             raise ConfigError(f"stop={self.stop!r}: must be non-empty strings")
@@ -51,8 +62,9 @@ class SamplingParams:
             picked["top_k"] = 0
         if float(picked["temperature"]) == 0.0:
             picked.update(top_p=1.0, top_k=0, min_p=0.0)
+        max_tokens = self.max_tokens or gen.get("max_new_tokens") or DEFAULT_MAX_TOKENS
         return ResolvedParams(float(picked["temperature"]), float(picked["top_p"]), int(picked["top_k"]),
-                              float(picked["min_p"]), self.max_tokens, list(self.stop), self.seed, self.ignore_eos)
+                              float(picked["min_p"]), int(max_tokens), list(self.stop), self.seed, self.ignore_eos)
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,3 +81,12 @@ class ResolvedParams:
     @property
     def is_greedy(self) -> bool:
         return self.temperature == 0.0
+
+
+def validate_generation_config(gen: dict[str, Any]) -> dict[str, Any]:
+    """The sampling defaults of a generation_config.json, validated as SamplingParams are; null is unset.
+    Raises ConfigError naming the field."""
+    picked = {k: gen[k] for k in GENERATION_KEYS if gen.get(k) is not None}
+    SamplingParams(**{k: v for k, v in picked.items() if k != "max_new_tokens"},
+                   max_tokens=picked.get("max_new_tokens"))
+    return {**{k: v for k, v in gen.items() if k not in GENERATION_KEYS}, **picked}

@@ -1,4 +1,7 @@
-"""Qwen3ForCausalLM and Qwen3MoeForCausalLM, as the HF architectures define them, on a vt Backend.
+"""One decoder family on a vt Backend, as the HF architectures define it: Qwen3ForCausalLM and
+Qwen3MoeForCausalLM (q/k norm per head), Qwen2ForCausalLM (q/k/v bias, no q/k norm) and
+LlamaForCausalLM (Llama 3.x: no norm, no bias, llama3 rope scaling). The config says which parts a
+checkpoint has; `expected_tensors` is the manifest the loader checks before reading any weight.
 
 Weights and the KV cache are long-lived (`Backend.empty`); every intermediate is a transient pool
 tensor released as soon as it is dead, so a step's demand profile is what its capture needs.
@@ -6,29 +9,62 @@ tensor released as soon as it is dead, so a step's demand profile is what its ca
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from models import kernels as K
 from models.base import ForwardBatch, KVCache, make_kv_cache
 from models.config import ModelConfig
-from models.loader import Checkpoint
+from models.rope import rope_table
 from vt.backend import Backend, Tensor
 
 F32 = np.float32
+ROUNDING = {"bfloat16": "bfloat16", "float16": "float16"}  # dtype -> what weights are rounded through
 
 
-class Qwen3ForCausalLM:
-    """Dense or MoE by the config (Qwen3MoeForCausalLM has num_experts > 0)."""
+def expected_tensors(c: ModelConfig) -> dict[str, tuple[int, ...]]:
+    """Every tensor the config implies, with its shape (HF names)."""
+    H, V, nh, nkv, hd = c.hidden_size, c.vocab_size, c.num_attention_heads, c.num_key_value_heads, c.head_dim
+    out: dict[str, tuple[int, ...]] = {"model.embed_tokens.weight": (V, H), "model.norm.weight": (H,)}
+    if not c.tie_word_embeddings:
+        out["lm_head.weight"] = (V, H)
+    for i in range(c.num_hidden_layers):
+        p, a = f"model.layers.{i}.", f"model.layers.{i}.self_attn."
+        out |= {p + "input_layernorm.weight": (H,), p + "post_attention_layernorm.weight": (H,),
+                a + "q_proj.weight": (nh * hd, H), a + "k_proj.weight": (nkv * hd, H),
+                a + "v_proj.weight": (nkv * hd, H), a + "o_proj.weight": (H, nh * hd)}
+        if c.has_qk_norm:
+            out |= {a + "q_norm.weight": (hd,), a + "k_norm.weight": (hd,)}
+        if c.has_qkv_bias:
+            out |= {a + "q_proj.bias": (nh * hd,), a + "k_proj.bias": (nkv * hd,), a + "v_proj.bias": (nkv * hd,)}
+        if c.has_o_bias:
+            out[a + "o_proj.bias"] = (H,)
+        if c.is_sparse_layer(i):
+            out[p + "mlp.gate.weight"] = (c.num_experts, H)
+            for e in range(c.num_experts):
+                q, MI = f"{p}mlp.experts.{e}.", c.moe_intermediate_size
+                out |= {q + "gate_proj.weight": (MI, H), q + "up_proj.weight": (MI, H), q + "down_proj.weight": (H, MI)}
+        else:
+            out |= {p + "mlp.gate_proj.weight": (c.intermediate_size, H), p + "mlp.up_proj.weight":
+                    (c.intermediate_size, H), p + "mlp.down_proj.weight": (H, c.intermediate_size)}
+    return out
 
-    def __init__(self, ckpt: Checkpoint, backend: Backend) -> None:
+
+class DecoderForCausalLM:
+    """Dense or MoE by the config (Qwen3MoeForCausalLM has num_experts > 0).
+
+    Compute is float32 on every backend today. `dtype` bfloat16 / float16 rounds each weight through that
+    dtype as it loads (a float32 checkpoint then carries the weights a bf16 deployment would); a bf16 or
+    fp16 checkpoint's weights widen to float32 exactly, so auto and float32 keep them as they are."""
+
+    def __init__(self, ckpt: Any, backend: Backend, dtype: str = "float32") -> None:
         self.cfg: ModelConfig = ckpt.config
         self.backend = backend
         self.pool = backend.pool
+        self.rounding = ROUNDING.get(dtype)
         self.w = self._load(ckpt.weights)
-        inv = 1.0 / (self.cfg.rope_theta ** (np.arange(0, self.cfg.head_dim, 2, dtype=np.int64) / self.cfg.head_dim))
-        ang = np.outer(np.arange(self.cfg.max_position_embeddings, dtype=F32), inv.astype(F32))
-        # One row per position: cos | sin with rotate_half's sign folded in (-sin on the first half).
-        self.rope_table = self._upload(np.concatenate([np.cos(ang), np.cos(ang), -np.sin(ang), np.sin(ang)], axis=-1))
+        self.rope_table = self._upload(rope_table(self.cfg))
 
     # ---- weights ----------------------------------------------------------------------------
     def _upload(self, a: np.ndarray) -> Tensor:
@@ -36,29 +72,55 @@ class Qwen3ForCausalLM:
         self.backend.copy_h2d(t, a)
         return t
 
-    def _load(self, hf: dict[str, np.ndarray]) -> dict[str, Tensor]:
-        c = self.cfg
-        get = lambda k: np.asarray(hf[k], dtype=F32)  # noqa: E731
-        w = {"embed": get("model.embed_tokens.weight"), "norm": get("model.norm.weight")}
-        w["lm_head_t"] = (get("model.embed_tokens.weight") if c.tie_word_embeddings else get("lm_head.weight")).T
+    def _load(self, hf: Any) -> dict[str, Tensor]:
+        """Each device weight is built and uploaded in turn: host memory holds one layer's pieces at a
+        time, never the whole model in float32."""
+        c, w = self.cfg, {}
+
+        def get(name: str) -> np.ndarray:
+            a = np.asarray(hf[name], dtype=F32)
+            if self.rounding is not None:
+                import ml_dtypes
+
+                a = a.astype(getattr(ml_dtypes, self.rounding) if self.rounding == "bfloat16" else np.float16)
+            return a.astype(F32)
+
+        def put(key: str, a: np.ndarray) -> None:
+            w[key] = self._upload(np.ascontiguousarray(a))
+
+        put("embed", get("model.embed_tokens.weight"))
+        put("norm", get("model.norm.weight"))
+        put("lm_head_t", (get("model.embed_tokens.weight") if c.tie_word_embeddings else get("lm_head.weight")).T)
         for i in range(c.num_hidden_layers):
             p, a = f"model.layers.{i}.", f"model.layers.{i}.self_attn."
-            w[f"{i}.ln1"], w[f"{i}.ln2"] = get(p + "input_layernorm.weight"), get(p + "post_attention_layernorm.weight")
-            w[f"{i}.qkv_t"] = np.concatenate([get(a + f"{n}_proj.weight") for n in "qkv"]).T
-            w[f"{i}.o_t"] = get(a + "o_proj.weight").T
-            # Per-head norm weights for q then k; q's carries the attention scale (rope is linear).
-            q_norm = np.tile(get(a + "q_norm.weight") * c.head_dim**-0.5, (c.num_attention_heads, 1))
-            w[f"{i}.qk_norm"] = np.concatenate([q_norm, np.tile(get(a + "k_norm.weight"), (c.num_key_value_heads, 1))])
+            put(f"{i}.ln1", get(p + "input_layernorm.weight"))
+            put(f"{i}.ln2", get(p + "post_attention_layernorm.weight"))
+            put(f"{i}.qkv_t", np.concatenate([get(a + f"{n}_proj.weight") for n in "qkv"]).T)
+            if c.has_qkv_bias:
+                put(f"{i}.qkv_b", np.concatenate([get(a + f"{n}_proj.bias") for n in "qkv"]))
+            put(f"{i}.o_t", get(a + "o_proj.weight").T)
+            if c.has_o_bias:
+                put(f"{i}.o_b", get(a + "o_proj.bias"))
+            put(f"{i}.qk_norm", self._qk_scale(get, a))
             if c.is_sparse_layer(i):
                 ex = [f"{p}mlp.experts.{e}." for e in range(c.num_experts)]
-                w[f"{i}.router_t"] = get(p + "mlp.gate.weight").T
-                w[f"{i}.experts_gu"] = np.stack([np.concatenate([get(e + "gate_proj.weight"),
-                                                                 get(e + "up_proj.weight")]).T for e in ex])
-                w[f"{i}.experts_down"] = np.stack([get(e + "down_proj.weight").T for e in ex])
+                put(f"{i}.router_t", get(p + "mlp.gate.weight").T)
+                put(f"{i}.experts_gu", np.stack([np.concatenate([get(e + "gate_proj.weight"),
+                                                                 get(e + "up_proj.weight")]).T for e in ex]))
+                put(f"{i}.experts_down", np.stack([get(e + "down_proj.weight").T for e in ex]))
             else:
-                w[f"{i}.gu_t"] = np.concatenate([get(p + "mlp.gate_proj.weight"), get(p + "mlp.up_proj.weight")]).T
-                w[f"{i}.down_t"] = get(p + "mlp.down_proj.weight").T
-        return {k: self._upload(np.ascontiguousarray(v)) for k, v in w.items()}
+                put(f"{i}.gu_t", np.concatenate([get(p + "mlp.gate_proj.weight"), get(p + "mlp.up_proj.weight")]).T)
+                put(f"{i}.down_t", get(p + "mlp.down_proj.weight").T)
+        return w
+
+    def _qk_scale(self, get: Any, a: str) -> np.ndarray:
+        """Per-head weights for q then k, [nh + nkv, hd]: Qwen3's q_norm / k_norm, or ones where the model
+        has no norm; q's row carries the attention scale (rope is linear)."""
+        c = self.cfg
+        ones = np.ones(c.head_dim, F32)
+        q = (get(a + "q_norm.weight") if c.has_qk_norm else ones) * c.head_dim**-0.5
+        k = get(a + "k_norm.weight") if c.has_qk_norm else ones
+        return np.concatenate([np.tile(q, (c.num_attention_heads, 1)), np.tile(k, (c.num_key_value_heads, 1))])
 
     def make_kv_cache(self, num_blocks: int, block_size: int) -> KVCache:
         return make_kv_cache(self, num_blocks, block_size)
@@ -125,8 +187,10 @@ class Qwen3ForCausalLM:
         nh, nkv, hd = c.num_attention_heads, c.num_key_value_heads, c.head_dim
         qkv = pool.empty((T, (nh + 2 * nkv) * hd), F32)
         b.launch(K.matmul, h, w[f"{i}.qkv_t"], qkv)
+        if c.has_qkv_bias:
+            b.launch(K.add, qkv, w[f"{i}.qkv_b"], qkv)
         qk = pool.empty((T, nh + nkv, hd), F32)
-        b.launch(K.qk_norm_rope, qkv, w[f"{i}.qk_norm"], meta["rope"], qk, eps=c.rms_norm_eps)
+        b.launch(K.qk_norm_rope, qkv, w[f"{i}.qk_norm"], meta["rope"], qk, eps=c.rms_norm_eps, norm=c.has_qk_norm)
         b.launch(K.store_kv, qkv, qk, kv.k[i], kv.v[i], meta["write_slots"])
         pool.release(qkv)
         o = pool.empty((T, nh, hd), F32)
@@ -137,6 +201,8 @@ class Qwen3ForCausalLM:
         pool.release(qk)
         out = pool.empty((T, c.hidden_size), F32)
         b.launch(K.matmul, o.view((T, nh * hd)), w[f"{i}.o_t"], out)
+        if c.has_o_bias:
+            b.launch(K.add, out, w[f"{i}.o_b"], out)
         pool.release(o)
         return out
 

@@ -1,0 +1,121 @@
+"""Every supported architecture against HF transformers on checkpoints transformers made: Qwen3 (YaRN
+rope), Qwen3-MoE, Qwen2 (q/k/v bias) and Llama 3 (llama3 rope scaling); both config layouts; BF16
+checkpoints; the dtype choice."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from backends.cpu import CpuBackend
+from models.base import prefill
+from models.config import ModelConfig
+from models.loader import load_checkpoint
+from models.registry import load_model
+from tests.models.hf_checkpoints import ARCHS, as_transformers4, make
+from vt.engine.graph_driver import DecodeInputs, GraphDriver
+
+TOL = 1e-4
+PROMPT = [5, 77, 300, 12, 9, 400, 33, 250, 18, 101, 7, 64, 3, 222, 45, 90, 311, 17]
+NUM_TOKENS = 24
+
+
+@pytest.fixture(scope="module")
+def root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("hf")
+
+
+def hf_greedy(path: Path, n: int, dtype: str = "float32") -> tuple[list[int], np.ndarray]:
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(str(path), dtype=getattr(torch, dtype)).eval()
+    ids, rows = list(PROMPT), []
+    with torch.no_grad():
+        for _ in range(n):
+            rows.append(model(torch.tensor([ids])).logits[0, -1].float().numpy())
+            ids.append(int(rows[-1].argmax()))
+    return ids[len(PROMPT):], np.stack(rows)
+
+
+def vt_greedy(path: Path, n: int, dtype: str = "float32") -> tuple[list[int], np.ndarray]:
+    """Prefill, then decode steps replayed from captured graphs (the engine's path)."""
+    model = load_model(load_checkpoint(path), CpuBackend(), dtype)
+    kv = model.make_kv_cache(num_blocks=8, block_size=16)
+    table = [5, 2, 7, 0]  # non-contiguous: the block table is really read
+    rows = [prefill(model, [(PROMPT, table)], kv)[0]]
+    driver = GraphDriver(model, kv, max_num_seqs=2)
+    ids = [*PROMPT, int(rows[0].argmax())]
+    for _ in range(n - 1):
+        p = len(ids) - 1
+        inp = DecodeInputs(np.array([ids[-1]]), np.array([p]), np.array([kv.slot(table, p)]), np.array([table]))
+        rows.append(driver.step(inp)[0])
+        ids.append(int(rows[-1].argmax()))
+    assert driver.num_replays > 0, "non-vacuity: decode steps replayed a graph"
+    return ids[len(PROMPT):], np.stack(rows)
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_greedy_tokens_and_logits_match_transformers(arch: str, root: Path) -> None:
+    path = make(arch, root)
+    want_tokens, want = hf_greedy(path, NUM_TOKENS)
+    got_tokens, got = vt_greedy(path, NUM_TOKENS)
+    assert len(set(want_tokens)) > 3, "non-vacuity: the model does not just repeat one token"
+    err = np.abs(got - want).max(axis=-1)
+    assert (err < TOL).all(), f"{arch}: logits differ from transformers by {err.max():.2e} (step {err.argmax()})"
+    assert got_tokens == want_tokens
+
+
+@pytest.mark.parametrize("arch, dtype", [(a, "float32") for a in ARCHS] + [("llama3", "bfloat16")])
+def test_both_config_layouts_read_the_same(arch: str, dtype: str, root: Path) -> None:
+    """transformers 5 writes rope_parameters, num_local_experts and dtype; transformers 4 wrote
+    rope_theta + rope_scaling, num_experts and torch_dtype. Both must read as one config."""
+    t5 = make(arch, root, dtype)
+    t4 = as_transformers4(t5, root / f"{arch}-{dtype}-t4")
+    d5, d4 = (json.loads((p / "config.json").read_text()) for p in (t5, t4))
+    assert "rope_parameters" in d5 and "rope_parameters" not in d4 and "torch_dtype" in d4, "non-vacuity"
+    c5, c4 = ModelConfig.from_hf(d5), ModelConfig.from_hf(d4)
+    assert c5 == c4
+    assert c5.dtype == dtype and (c5.num_experts > 0) == (arch == "qwen3-moe")
+
+
+@pytest.mark.parametrize("arch", ["qwen3-yarn", "llama3"])
+def test_a_bf16_checkpoint_widens_exactly(arch: str, root: Path) -> None:
+    """vt computes a BF16 checkpoint in float32 on the CPU: against transformers on the same bf16 weights
+    in float32 it agrees as tightly as a float32 checkpoint does; against transformers in bf16 the first
+    tokens agree and the logit difference is reported."""
+    path = make(arch, root, "bfloat16")
+    assert json.loads((path / "config.json").read_text())["dtype"] == "bfloat16", "non-vacuity: a bf16 checkpoint"
+    got_tokens, got = vt_greedy(path, NUM_TOKENS)
+    want_tokens, want = hf_greedy(path, NUM_TOKENS, "float32")
+    assert np.abs(got - want).max() < TOL and got_tokens == want_tokens
+    bf_tokens, bf = hf_greedy(path, 4, "bfloat16")
+    diff = float(np.abs(got[:4] - bf).max())
+    print(f"\n[{arch} bf16] vt float32 compute vs transformers bf16: first tokens {got_tokens[:4]} vs {bf_tokens}, "
+          f"max logit difference {diff:.3e}")
+    assert got_tokens[:2] == bf_tokens[:2]
+
+
+def test_dtype_bfloat16_rounds_float32_weights_as_torch_does(root: Path) -> None:
+    """dtype=bfloat16 on the CPU: a float32 checkpoint's weights go through bf16 (round to nearest even, as
+    torch's cast does), so it runs exactly as the same checkpoint saved in bf16."""
+    f32, bf16 = make("qwen2", root), make("qwen2", root, "bfloat16")
+    _, rounded = vt_greedy(f32, 4, dtype="bfloat16")
+    _, saved = vt_greedy(bf16, 4)
+    _, exact = vt_greedy(f32, 4)
+    assert np.array_equal(rounded, saved)
+    assert not np.array_equal(rounded, exact), "non-vacuity: the rounding changed the logits"
+
+
+def test_dtype_choice_is_resolved_per_backend_and_refused_where_not_built() -> None:
+    from vt.engine.config import resolve_dtype
+    from vt.errors import ConfigError
+
+    assert resolve_dtype("auto", "bfloat16", "cpu") == "float32"
+    assert resolve_dtype("bfloat16", "float32", "cpu") == "bfloat16"
+    assert resolve_dtype("float32", "bfloat16", "cuda") == "float32"
+    with pytest.raises(ConfigError, match="dtype='bfloat16' on the cuda backend"):
+        resolve_dtype("auto", "bfloat16", "cuda")

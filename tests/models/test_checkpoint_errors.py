@@ -1,0 +1,164 @@
+"""A damaged checkpoint is one typed error naming what is wrong, found before any weight is read; never
+a raw KeyError, a garbage model or a hang."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from backends.cpu import CpuBackend
+from models.loader import load_checkpoint, resolve_model
+from models.registry import load_model
+from vt.errors import CheckpointError, ConfigError
+
+LAYER0 = "model.layers.0.self_attn.q_proj.weight"
+
+
+def _copy(tmp_path: Path, name: str = "ckpt") -> Path:
+    dest = tmp_path / name
+    shutil.copytree(resolve_model("tiny-qwen3"), dest)
+    return dest
+
+
+def _rewrite(d: Path, edit) -> None:
+    from safetensors.numpy import load_file, save_file
+
+    w = load_file(str(d / "model.safetensors"))
+    edit(w)
+    save_file(w, str(d / "model.safetensors"))
+
+
+def _edit_config(d: Path, edit) -> None:
+    cfg = json.loads((d / "config.json").read_text())
+    edit(cfg)
+    (d / "config.json").write_text(json.dumps(cfg))
+
+
+def _error(d: Path) -> CheckpointError:
+    with pytest.raises(Exception) as ei:
+        load_checkpoint(d)
+    assert isinstance(ei.value, CheckpointError), f"{type(ei.value).__name__}: {ei.value}"
+    return ei.value
+
+
+def test_the_manifest_names_missing_unexpected_and_misshaped_tensors(tmp_path: Path) -> None:
+    d = _copy(tmp_path)
+
+    def damage(w: dict) -> None:
+        w["model.layers.1.self_attn.q_proj.wieght"] = w.pop("model.layers.1.self_attn.q_proj.weight")
+        del w["model.layers.2.mlp.up_proj.weight"]
+        w[LAYER0] = w[LAYER0][:, :32].copy()
+
+    _rewrite(d, damage)
+    msg = str(_error(d))
+    assert "2 missing: model.layers.1.self_attn.q_proj.weight, model.layers.2.mlp.up_proj.weight" in msg, msg
+    assert "1 unexpected: model.layers.1.self_attn.q_proj.wieght" in msg, msg
+    assert f"1 mis-shaped: {LAYER0} (64, 32) (expected (64, 64))" in msg, msg
+
+
+def test_more_layers_in_the_config_than_in_the_weights(tmp_path: Path) -> None:
+    d = _copy(tmp_path)
+    _edit_config(d, lambda c: c.update(num_hidden_layers=6))
+    msg = str(_error(d))
+    assert "6 layers" in msg and "missing: model.layers.4." in msg and " ..." in msg, msg
+
+
+def test_an_unsupported_dtype_is_refused_by_name(tmp_path: Path) -> None:
+    d = _copy(tmp_path)
+    _rewrite(d, lambda w: w.update({LAYER0: w[LAYER0].astype(np.int32)}))
+    assert f"tensor '{LAYER0}' is I32: only F32, F16, BF16" in str(_error(d))
+
+
+def test_a_truncated_file_is_named(tmp_path: Path) -> None:
+    d = _copy(tmp_path)
+    data = (d / "model.safetensors").read_bytes()
+    (d / "model.safetensors").write_bytes(data[: len(data) // 2])
+    assert "outside the file (truncated?)" in str(_error(d))
+
+
+@pytest.mark.parametrize("kind", ["linear", "dynamic", "longrope"])
+def test_rope_types_vt_does_not_implement_are_refused_by_name(tmp_path: Path, kind: str) -> None:
+    d = _copy(tmp_path)
+    _edit_config(d, lambda c: c.update(rope_scaling={"rope_type": kind, "factor": 2.0}))
+    assert f"rope type {kind!r} is not supported" in str(_error(d))
+
+
+def test_sliding_windows_are_refused_clearly(tmp_path: Path) -> None:
+    d = _copy(tmp_path)
+    _edit_config(d, lambda c: c.update(use_sliding_window=True, sliding_window=4096))
+    assert "sliding-window attention" in str(_error(d))
+
+
+@pytest.mark.parametrize("gen, match", [({"top_p": 1.5}, "top_p=1.5"), ({"temperature": "hot"}, "temperature"),
+                                        ({"max_new_tokens": 0}, "max_tokens=0"), ({"top_k": -3}, "top_k=-3")],
+                         ids=["top_p", "temperature", "max_new_tokens", "top_k"])
+def test_generation_config_is_validated_like_sampling_params(tmp_path: Path, gen: dict, match: str) -> None:
+    from vt import LLM
+
+    d = _copy(tmp_path)
+    (d / "generation_config.json").write_text(json.dumps(gen))
+    with pytest.raises(CheckpointError, match=match):
+        LLM(model=str(d), max_model_len=64, num_blocks=8)
+
+
+def test_generation_config_max_new_tokens_is_the_default_max_tokens(tmp_path: Path) -> None:
+    from vt import LLM, SamplingParams
+
+    d = _copy(tmp_path)
+    (d / "generation_config.json").write_text(json.dumps({"max_new_tokens": 7, "temperature": None}))
+    llm = LLM(model=str(d), max_model_len=64, num_blocks=8)
+    out = llm.generate(["Hello"], SamplingParams(temperature=0, ignore_eos=True))[0]
+    assert len(out.token_ids) == 7 and out.finish_reason == "length"
+    assert len(llm.generate(["Hello"], SamplingParams(temperature=0, max_tokens=3, ignore_eos=True))[0].token_ids) == 3
+
+
+# ---- any damage: a typed error, nothing else ------------------------------------------------------
+
+TENSOR_DAMAGE = ["drop", "rename", "reshape", "retype", "truncate"]
+CONFIG_DAMAGE = ["delete", "string", "negative", "null", "list"]
+CONFIG_KEYS = ["vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
+               "head_dim", "intermediate_size", "rope_theta", "rms_norm_eps", "tie_word_embeddings", "architectures",
+               "max_position_embeddings", "eos_token_id"]
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_a_damaged_checkpoint_raises_only_typed_errors(tmp_path: Path, data: st.DataObject) -> None:
+    import tempfile
+
+    d = Path(tempfile.mkdtemp(dir=tmp_path)) / "ckpt"
+    shutil.copytree(resolve_model("tiny-qwen3"), d)
+    if data.draw(st.booleans()):
+        kind = data.draw(st.sampled_from(TENSOR_DAMAGE))
+        if kind == "truncate":
+            blob = (d / "model.safetensors").read_bytes()
+            (d / "model.safetensors").write_bytes(blob[: data.draw(st.integers(0, len(blob) - 1))])
+        else:
+            name = data.draw(st.sampled_from(sorted(load_checkpoint(resolve_model("tiny-qwen3")).weights)))
+            _rewrite(d, lambda w: _damage_tensor(w, name, kind))
+    else:
+        key, kind = data.draw(st.sampled_from(CONFIG_KEYS)), data.draw(st.sampled_from(CONFIG_DAMAGE))
+        bad = {"string": "x", "negative": -1, "null": None, "list": [1, 2]}
+        _edit_config(d, lambda c: c.pop(key, None) if kind == "delete" else c.update({key: bad[kind]}))
+    try:
+        model = load_model(load_checkpoint(d), CpuBackend())
+    except (CheckpointError, ConfigError):
+        return
+    assert model.cfg.num_hidden_layers > 0  # loaded: a harmless damage (a default filled the gap)
+
+
+def _damage_tensor(w: dict, name: str, kind: str) -> None:
+    if kind == "drop":
+        del w[name]
+    elif kind == "rename":
+        w[name + ".x"] = w.pop(name)
+    elif kind == "reshape":
+        w[name] = w[name].reshape(-1)[:-1].copy()
+    else:
+        w[name] = w[name].astype(np.int32)
