@@ -33,10 +33,24 @@ class KernelAttribution:
         finally:
             self._tls.kernel = prev
 
+    @contextmanager
+    def collecting(self) -> Iterator[list]:
+        """Every block `get` hands out on this thread inside the window (what a capture bakes in)."""
+        prev = getattr(self._tls, "sink", None)
+        sink: list[Any] = []
+        self._tls.sink = sink
+        try:
+            yield sink
+        finally:
+            self._tls.sink = prev
+
     def get(self, nbytes: int) -> Any:
         """A pool block for an array the current kernel creates: visible to the demand profile, the
         pre-grow and the capture counters."""
         blk = self.backend.pool.get(max(int(nbytes), 1))
+        sink = getattr(self._tls, "sink", None)
+        if sink is not None:
+            sink.append(blk)
         name = self.current
         with self._lock:
             self.bytes[name] = self.bytes.get(name, 0) + blk.nbytes

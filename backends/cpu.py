@@ -48,6 +48,10 @@ class _Capture(CaptureSequence):
     def __init__(self, origin: Stream, mode: CaptureMode) -> None:
         super().__init__(origin, mode)
         self.ops: list[tuple[Any, tuple, dict]] = []
+        # Buffers of the temporaries kernels drew while recording: on CUDA their addresses are baked into
+        # the graph (CuPy allocated them during capture), so a replay after they were freed is a
+        # use-after-free even though no recorded argument names them.
+        self.hidden: list[Buffer] = []
         # side stream id -> (the stream that waited on it, the side stream's num_ops covered by that wait).
         # A side stream is joined when a chain of such waits reaches the origin (B joins A, C joins B).
         self.joined: dict[int, tuple[Stream, int]] = {}
@@ -64,10 +68,11 @@ class _Capture(CaptureSequence):
 
 
 class CpuGraph(Graph):
-    def __init__(self, backend: CpuBackend, ops: list, graph_buffers: list[Buffer]) -> None:
+    def __init__(self, backend: CpuBackend, ops: list, graph_buffers: list[Buffer], hidden: list[Buffer]) -> None:
         super().__init__(backend)
         self.ops = ops
         self.graph_buffers = graph_buffers
+        self.hidden = hidden
 
     @property
     def num_nodes(self) -> int:
@@ -79,6 +84,12 @@ class CpuGraph(Graph):
             backend._check_capture_call(stream)
             stream.capture.ops.extend(self.ops)
             return
+        if backend.is_sanitizing:
+            for buf in self.hidden:
+                if buf.is_freed:
+                    raise IllegalMemoryAccess(
+                        f"a graph replayed over {buf!r}, a temporary its capture drew, freed since\n"
+                        f"--- allocated at:\n{buf.alloc_stack}--- freed at:\n{buf.free_stack}")
         for kernel, args, kw in self.ops:
             backend._execute(kernel, args, kw)
 
@@ -131,7 +142,7 @@ class CpuBackend(Backend):
         stream = stream or self.current_stream()
         if stream.capture is not None:
             self._check_capture_call(stream)
-            self._shadow_run(kernel, args, kw)
+            self._shadow_run(kernel, args, kw, stream.capture)
             stream.capture.ops.append((kernel, args, kw))
         else:
             self._execute(kernel, args, kw, charged=True)
@@ -151,7 +162,7 @@ class CpuBackend(Backend):
         else:
             kernel(self.xp, *arrays, **kwarrays)
 
-    def _shadow_run(self, kernel: Kernel, args: tuple, kw: dict) -> None:
+    def _shadow_run(self, kernel: Kernel, args: tuple, kw: dict, cap: _Capture) -> None:
         """Nothing executes during a capture, but CuPy allocates a kernel's temporaries while it records
         it: charge them here too. Charging may need a run (a kernel's first launch at its signature):
         it runs on zero stand-ins of its tensors, since a capturable kernel's allocations depend on
@@ -165,8 +176,9 @@ class CpuBackend(Backend):
 
         arrays = [stand_in(a) if isinstance(a, Tensor) else a for a in args]
         kwarrays = {k: (stand_in(v) if isinstance(v, Tensor) else v) for k, v in kw.items()}
-        with np.errstate(all="ignore"):  # zeros make NaNs (all keys masked); only allocations matter here
-            self._charged(kernel, arrays, kwarrays, execute=False)
+        with np.errstate(all="ignore"), self.attribution.collecting() as drawn:  # zeros make NaNs: only
+            self._charged(kernel, arrays, kwarrays, execute=False)  # the allocations matter here
+        cap.hidden.extend(blk.buffer for blk in drawn)
 
     def _charged(self, kernel: Kernel, arrays: list, kwarrays: dict, *, execute: bool) -> None:
         with self.attribution.running(kernel):
@@ -263,7 +275,7 @@ class CpuBackend(Backend):
         if unjoined:
             self._drop(cap)
             raise CaptureUnjoined(", ".join(repr(s) for s in unjoined))
-        return CpuGraph(self, cap.ops, cap.graph_buffers)
+        return CpuGraph(self, cap.ops, cap.graph_buffers, cap.hidden)
 
     @staticmethod
     def _is_joined(cap: _Capture, s: Stream) -> bool:

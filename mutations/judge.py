@@ -11,7 +11,7 @@ import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from mutations.model import Mutation, Verdict
+from mutations.model import META_TESTS, Mutation, Verdict
 
 
 @dataclass(slots=True)
@@ -96,8 +96,9 @@ def judge(m: Mutation, o: Outcome) -> tuple[Verdict, str, list[str], list[str]]:
     if o.errors or o.rc in (2, 3, 4, 5) or not (o.passed or o.failed):
         first = next(iter(o.errors.values()), "") or o.log
         return Verdict.ERROR, f"pytest rc={o.rc}: {first.strip()[:600]}", [], []
-    failed_gates = [t for t in o.failed if any(_matches(g, t) for g in m.gates)]
-    others = [t for t in o.failed if t not in failed_gates]
+    failed = [t for t in o.failed if not any(_matches(meta, t) for meta in META_TESTS)]
+    failed_gates = [t for t in failed if any(_matches(g, t) for g in m.gates)]
+    others = [t for t in failed if t not in failed_gates]
     red = [g for g in m.gates if any(_matches(g, t) for t in failed_gates)]
     green = [g for g in m.gates if g not in red]
     if green:

@@ -22,6 +22,7 @@ MODELS = ("tiny-qwen3", "tiny-qwen3-moe")
 ARCH = "tests/models/test_architectures.py"
 ARCH_ERR = "tests/models/test_checkpoint_errors.py"
 ARCH_NAMES = ("qwen3-yarn", "qwen3-moe", "qwen2", "llama3")
+GUAR = "tests/engine/test_guarantees.py"
 
 
 def g1() -> tuple[str, ...]:
@@ -56,6 +57,7 @@ SEAM_GUARANTEES = (
     *per_model(f"{SEAMS}::test_G4_graph_is_rebuilt_not_reused_after_the_block_table_width_changes"),
     *per_model(f"{SEAMS}::test_G6_engine_tokens_identical_with_graphs_on_and_off"),
     *per_model(f"{SEAMS}::test_G7_drain_never_frees_a_live_graphs_temporaries"),
+    *per_model(f"{SEAMS}::test_G7_retiring_one_of_two_graphs_keeps_the_pins_the_other_holds"),
     *g8(),
 )
 
@@ -202,7 +204,7 @@ ENTRIES: list[Mutation] = [
     Mutation(
         id="cpu-capture-skips-shadow-run",
         description="a launch in a CPU capture records without allocating what CuPy would allocate while recording",
-        file="backends/cpu.py", old="            self._shadow_run(kernel, args, kw)\n", new="",
+        file="backends/cpu.py", old="            self._shadow_run(kernel, args, kw, stream.capture)\n", new="",
         gates=(f"{MODEL}::test_a_capture_charges_temporaries_so_a_missing_pregrow_is_caught_on_the_cpu",),
         expect="DID NOT RAISE",
     ),
@@ -363,7 +365,8 @@ ENTRIES: list[Mutation] = [
         id="pool-drain-ignores-graph-pins",
         description="drain frees blocks a live graph uses as temporaries",
         file="vt/pool.py", old="for b in sc.free if b not in self._pins]", new="for b in sc.free]",
-        gates=per_model(f"{SEAMS}::test_G7_drain_never_frees_a_live_graphs_temporaries"),
+        gates=(*per_model(f"{SEAMS}::test_G7_drain_never_frees_a_live_graphs_temporaries"),
+               *per_model(f"{SEAMS}::test_G7_retiring_one_of_two_graphs_keeps_the_pins_the_other_holds")),
     ),
     Mutation(
         id="test-seam-drain-removed",
@@ -620,6 +623,78 @@ ENTRIES: list[Mutation] = [
         file="vt/engine/sampling.py", old='        max_tokens = self.max_tokens or gen.get("max_new_tokens") or DEFAULT_MAX_TOKENS',
         new="        max_tokens = self.max_tokens or DEFAULT_MAX_TOKENS",
         gates=(f"{ARCH_ERR}::test_generation_config_max_new_tokens_is_the_default_max_tokens",),
+    ),
+
+    # ---- guarantees no test guarded (issue 19) --------------------------------------------------
+    Mutation(
+        id="capacity-one-block-short",
+        description="start-up accepts a pool one block short of one max_model_len request",
+        file="vt/engine/config.py", old="        if needed > self.num_blocks:", new="        if needed > self.num_blocks + 1:",
+        gates=(f"{GUAR}::test_startup_refuses_a_pool_one_block_short_of_one_max_model_len_request",),
+        expect="DID NOT RAISE",
+    ),
+    Mutation(
+        id="cpu-side-stream-alloc-allowed",
+        description="the CPU backend refuses a driver allocation only on the capturing stream itself, not on a side stream forked into it",
+        file="backends/cpu.py", old="        forbidding = [c for c in self._captures if c.forbids_unsafe_calls()]",
+        new="        forbidding = [c for c in self._captures if c.forbids_unsafe_calls() and c.origin is self.current_stream()]",
+        gates=tuple(f"{CONF}::test_capture_rule[driver alloc on a forked side stream-{m}-cpu]" for m in ("global", "thread_local")),
+    ),
+    Mutation(
+        id="cpu-relaxed-refuses-side-stream-alloc",
+        description="the CPU backend refuses an allocation on a forked side stream even in relaxed mode",
+        file="backends/cpu.py", old="        forbidding = [c for c in self._captures if c.forbids_unsafe_calls()]",
+        new="        forbidding = [c for c in self._captures if c.forbids_unsafe_calls() or self.current_stream() in c.members[1:]]",
+        gates=(f"{CONF}::test_capture_rule[driver alloc on a forked side stream-relaxed-cpu]",),
+    ),
+    Mutation(
+        id="pool-unpin-drops-every-pin",
+        description="retiring one graph drops every pin on its blocks, though another live graph still holds them",
+        file="vt/pool.py", old="                n = self._pins.pop(b) - 1\n                if n:\n                    self._pins[b] = n",
+        new="                self._pins.pop(b, None)",
+        gates=per_model(f"{SEAMS}::test_G7_retiring_one_of_two_graphs_keeps_the_pins_the_other_holds"),
+        expect="the surviving graph replayed over blocks the drain freed",
+    ),
+    Mutation(
+        id="spec-draft-keyed-by-prompt",
+        description="draft contexts are keyed by the prompt's tokens: two identical prompts share one context",
+        file="vt/engine/proposers.py",
+        old="        self.contexts: dict[str, DraftContext] = {}\n\n    def _key(self, batch: InputBatch, req_id: str) -> str:\n        return req_id",
+        new="        self.contexts: dict[str, DraftContext] = {}\n\n    def _key(self, batch: InputBatch, req_id: str) -> str:\n        return str(batch.tokens(req_id)[:4].tolist())",
+        gates=(f"{GUAR}::test_identical_prompts_keep_their_own_draft_state",),
+        expect="two identical prompts shared draft state",
+    ),
+    Mutation(
+        id="preempted-requeued-at-the-back",
+        description="a preempted request goes to the back of the queue, behind later arrivals",
+        file="vt/engine/scheduler.py", old="        self.waiting.appendleft(req)", new="        self.waiting.append(req)",
+        gates=(f"{GUAR}::test_a_preempted_request_goes_back_to_the_front_of_the_queue",),
+        expect="waits ahead of the later arrival",
+    ),
+    Mutation(
+        id="spec-lookahead-unclamped",
+        description="speculative lookahead is not clamped at max_model_len: the last steps overrun the block table",
+        file="vt/engine/scheduler.py",
+        old="return k if k and req.can_speculate and req.num_tokens + k <= self.cfg.max_model_len else 0",
+        new="return k if k and req.can_speculate else 0",
+        gates=tuple(f"{GUAR}::test_speculation_near_max_model_len_finishes_with_length[{s}]" for s in ("draft", "ngram")),
+        expect="broke an engine invariant",
+    ),
+    Mutation(
+        id="checkpoint-zero-read-as-unset",
+        description="a generation_config.json value of 0 is read as unset: temperature 0 samples at 1.0",
+        file="vt/engine/sampling.py",
+        old="picked[name] = explicit if explicit is not None else gen.get(name, neutral)",
+        new="picked[name] = explicit if explicit is not None else (gen.get(name) or neutral)",
+        gates=(f"{GUAR}::test_a_checkpoint_temperature_of_zero_is_greedy",),
+    ),
+    Mutation(
+        id="driver-stages-first-block-only",
+        description="the slot's staging copies only each row's first block: graphed and eager steps agree, both wrong",
+        file="vt/engine/graph_driver.py", old="        tables[:B, :W] = inp.block_tables",
+        new="        tables[:B, :1] = inp.block_tables[:, :1]",
+        gates=per_model(f"{SEAMS}::test_G4_graph_is_rebuilt_not_reused_after_the_block_table_width_changes"),
+        expect="disagrees with an independent forward",
     ),
 
     # ---- engine core (issue 11) ------------------------------------------------------------------

@@ -124,6 +124,16 @@ def _fork_and_join(b: Backend, ctx: dict) -> None:
     b.wait_event(ctx["stream"], b.record_event(side))
 
 
+def _side_stream_alloc(b: Backend, ctx: dict) -> None:
+    """A pool miss while a side stream forked into the capture is current, then the join."""
+    side = b.new_stream()
+    b.wait_event(side, b.record_event(ctx["stream"]))
+    with b.use_stream(side):
+        b.pool.get(12345)
+        b.launch(_add, ctx["x"], ctx["x"], ctx["x"], stream=side)
+    b.wait_event(ctx["stream"], b.record_event(side))
+
+
 def _legacy(b: Backend, mode: CaptureMode) -> Answer:
     try:
         b.begin_capture(b.default_stream, mode)
@@ -172,6 +182,7 @@ ROWS: dict[str, Callable[[Backend, CaptureMode], Answer]] = {
     "wait on event recorded outside": _with_setup(_outside_event, _wait_outside),
     "side stream forked, not joined": _with_setup(_x, _fork_unjoined),
     "side stream forked and joined": _with_setup(_x, _fork_and_join),
+    "driver alloc on a forked side stream": _with_setup(_x, _side_stream_alloc),
     "another graph destroyed": _with_setup(_other_graph, lambda b, ctx: ctx["other"].destroy()),
     "nested begin_capture": _probe(lambda b, ctx: b.begin_capture(ctx["stream"], CaptureMode.GLOBAL)),
     "capture on the legacy default stream": _legacy,

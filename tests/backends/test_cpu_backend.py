@@ -129,9 +129,11 @@ def test_sanitizer_catches_an_out_of_range_write() -> None:
     small = b.empty((4,), np.float32)
     x = _tensor(b, np.ones(8, np.float32))
     overrun = small.view((8,))  # 32 bytes over a 16-byte buffer
-    with pytest.raises(IllegalMemoryAccess, match="out of range") as ei:
+    with pytest.raises(Exception) as ei:  # whatever escapes, the sanitizer must have named it first
         b.launch(k_add, x, x, overrun)
+    assert isinstance(ei.value, IllegalMemoryAccess), f"the sanitizer let it through: {ei.value!r}"
     msg = str(ei.value)
+    assert "out of range" in msg
     assert "allocated at:" in msg and "launched at:" in msg and "test_sanitizer_catches_an_out_of_range" in msg
 
 

@@ -119,3 +119,20 @@ def test_the_sandbox_takes_the_tree_as_it_is_on_disk_minus_ignored_files(tmp_pat
     assert "tracked.py" in files, "non-vacuity: the tracked file is listed"
     assert "new_module.py" in files, "an untracked, not ignored file belongs in the sandbox"
     assert "build/out.bin" not in files
+
+
+def test_the_registry_self_check_never_counts_in_a_verdict() -> None:
+    """An edited anchor line turns the well-formedness test red whatever the edit does: it is neither a
+    gate nor an 'other' failure, so a kill is a kill of behaviour."""
+    from mutations.judge import Outcome, judge
+    from mutations.model import META_TESTS
+
+    gate = "tests/x.py::test_gate"
+    m = Mutation(id="m", description="d", file="f.py", old="a", new="b", gates=(gate,))
+    o = Outcome(rc=1, seconds=0.1, failed={gate: "AssertionError: the gate", META_TESTS[0]: "anchor matches 0 places"})
+    verdict, reason, _, others = judge(m, o)
+    assert verdict is Verdict.KILLED and others == [], (verdict, reason)
+    o.failed["tests/x.py::test_other"] = "AssertionError"
+    assert judge(m, o)[0] is Verdict.OVERREACH, "non-vacuity: another failure still reads as overreach"
+    with pytest.raises(ValueError, match="no gate of behaviour"):
+        Mutation(id="m2", description="d", file="f.py", old="a", new="b", gates=(META_TESTS[0],))
