@@ -129,6 +129,7 @@ ENTRIES: list[Mutation] = [
         file="backends/cpu.py", old="        if self.mode is CaptureMode.GLOBAL:\n            return True",
         new="        if self.mode is CaptureMode.GLOBAL:\n            return False",
         gates=(f"{CONF}::test_capture_rule[pool miss -> driver alloc-global-cpu]",
+               f"{CONF}::test_capture_rule[driver alloc on a forked side stream-global-cpu]",
                f"{CONF}::test_capture_rule[raw driver alloc-global-cpu]",
                f"{CPU}::test_global_capture_refuses_the_first_allocation_and_counts_it",
                f"{SCOPE}::test_failure_inside_is_marked_kept_and_exit_does_not_raise"),
