@@ -409,6 +409,7 @@ ENTRIES: list[Mutation] = [
         new="{CaptureMode.GLOBAL: rt.streamCaptureModeRelaxed,", needs_gpu=True,
         gates=(f"{CONF}::test_capture_rule[pool miss -> driver alloc-global-cuda]",
                f"{CONF}::test_capture_rule[raw driver alloc-global-cuda]",
+               f"{CONF}::test_capture_rule[driver alloc on a forked side stream-global-cuda]",
                *per_model(f"{SEAMS}::test_G1_without_the_pregrow_the_capture_dies_as_on_the_gpu", "-cuda")),
     ),
     Mutation(
@@ -427,7 +428,7 @@ ENTRIES: list[Mutation] = [
         file="backends/cublas.py", old="        if ptr is not None:\n", new="        if False:\n", needs_gpu=True,
         # Measured on the H200: at B=1 (and for MoE) cuBLAS takes no workspace for tiny-qwen3's GEMMs,
         # so those G1 cases stay green; at B=3 and 8, and in the spec keys, it does.
-        gates=(f"{CUDA}::test_a_captured_gemm_allocates_no_workspace",
+        gates=(f"{CUDA}::test_a_captured_gemm_allocates_no_workspace", f"{CUDA}::test_cublas_draws_no_device_memory_of_its_own",
                *(f"{CUDA}::test_G1_cuda_capture_allocates_nothing_after_drain[tiny-qwen3-{b}]" for b in (3, 8)),
                *(f"{CUDA}::test_G8_cuda_spec_keys_capture_nothing[{m}-{q}]"
                  for m, q in (("tiny-qwen3", 5), ("tiny-qwen3-moe", 5), ("tiny-qwen3-draft", 1)))),
