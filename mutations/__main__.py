@@ -10,7 +10,7 @@ from pathlib import Path
 
 from mutations.model import Verdict
 from mutations.registry import ENTRIES
-from mutations.reports import markdown, write_all
+from mutations.reports import summary, write_all
 from mutations.runner import BaselineError, CheckoutChanged, RunConfig, Runner
 
 
@@ -24,12 +24,16 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--report-dir", type=Path, default=Path("reports/mutations"))
     r.add_argument("--root", type=Path, default=Path.cwd())
     r.add_argument("--no-cache", action="store_true")
+    r.add_argument("--since", metavar="REF", help="run only the mutants a diff against REF touches (their file, "
+                                                  "gate files, or a shared test helper)")
     r.add_argument("--lane", choices=["auto", "cpu", "gpu"], default="auto",
                    help="gpu runs the needs_gpu entries too; auto picks gpu when CuPy sees a GPU")
     args = p.parse_args(argv)
     if args.cmd == "list":
         for m in ENTRIES:
-            print(f"{m.id}\t{m.kind.value}\t{m.file}\t{m.description}")
+            lane = "gpu" if m.needs_gpu else "cpu"
+            print(f"{m.id}\t{lane}\t{m.kind.value}\t{m.file}\t{m.description}\tgates: {len(m.gates)} "
+                  f"({m.gates[0]}{', ...' if len(m.gates) > 1 else ''})")
         return 0
     entries = ENTRIES
     lane = args.lane if args.lane != "auto" else ("gpu" if _has_gpu() else "cpu")
@@ -46,6 +50,13 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         entries = [m for m in entries if m.id in args.only]
     root = args.root.resolve()
+    if args.since:
+        try:
+            entries = touched_since(entries, root, args.since)
+        except ValueError as e:
+            print(f"--since {args.since}: {e}", file=sys.stderr)
+            return 2
+        print(f"--since {args.since}: {len(entries)} mutant(s) touched by the diff")
     cache = None if args.no_cache else root / ".vt-cache" / "mutations"
     t0 = time.monotonic()
     try:
@@ -54,9 +65,27 @@ def main(argv: list[str] | None = None) -> int:
         print(f"mutation run aborted: {e}", file=sys.stderr)
         return 2
     paths = write_all(results, root, args.report_dir)
-    print(markdown(results))
+    print(summary(results))
     print(f"wall time {time.monotonic() - t0:.1f}s; reports: {', '.join(str(p) for p in paths)}")
     return 0 if all(r.verdict is Verdict.KILLED for r in results) else 1
+
+
+def touched_since(entries: list, root: Path, ref: str) -> list:
+    """The entries whose mutated file or gate files differ from REF (committed, staged, unstaged or new); all
+    of them when a shared helper (tests/ or seams/ outside a test_*.py) or the registry changed."""
+    import subprocess
+
+    def git(*a: str) -> list[str]:
+        proc = subprocess.run(["git", *a], cwd=root, capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise ValueError(proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else "git failed")
+        return proc.stdout.split()
+
+    changed = set(git("diff", "--name-only", ref)) | set(git("ls-files", "--others", "--exclude-standard"))
+    shared = {c for c in changed if c.startswith(("tests/", "seams/")) and not Path(c).name.startswith("test_")}
+    if shared or "mutations/registry.py" in changed:
+        return entries
+    return [m for m in entries if {m.file, *m.gate_files} & changed]
 
 
 def _has_gpu() -> bool:

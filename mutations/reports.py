@@ -1,13 +1,14 @@
-"""The four reports: Markdown table, Stryker-schema JSON, a self-contained HTML page, JUnit XML."""
+"""The four reports: Markdown (score first), Stryker-schema JSON, the HTML report in the viewer the
+ecosystem uses (mutation-testing-elements, vendored at a pinned version so the page is one file that opens
+offline), JUnit XML."""
 
 from __future__ import annotations
 
-import html
 import json
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-from mutations.model import Result, Verdict
+from mutations.model import Mutation, Result, Verdict
 from mutations.sandbox import anchor_location
 
 # vt's verdicts in Stryker's status enum; vt's own word is kept in the extra field "vtVerdict".
@@ -25,14 +26,47 @@ def _cell(s: str) -> str:
     return s.replace("|", "\\|").replace("\n", " ")
 
 
+AREAS = (  # (path prefix, area) in order: the first match names a mutant's area
+    ("vt/pool.py", "pool"), ("vt/capture.py", "capture"), ("vt/conformance.py", "capture"),
+    ("backends/cuda.py", "cuda"), ("backends/cublas.py", "cuda"), ("backends/", "cpu backend"),
+    ("vt/engine/graph_driver.py", "graphs"), ("vt/engine/proposers.py", "speculation"),
+    ("vt/engine/rejection.py", "speculation"), ("vt/engine/", "engine"), ("models/", "models"),
+    ("vt/backend.py", "layers"), ("seams/", "seams"), ("mutations/", "mutation runner"), ("tests/", "test setup"),
+    ("vt/server", "server"),
+)
+
+
+def area(m: Mutation) -> str:
+    return next((name for prefix, name in AREAS if m.file.startswith(prefix)), "other")
+
+
+def _score(results: list[Result], key) -> list[str]:
+    groups: dict[str, list[Result]] = {}
+    for r in results:
+        groups.setdefault(key(r.mutation), []).append(r)
+    return [f"| {k} | {sum(r.verdict is Verdict.KILLED for r in g)}/{len(g)} |" for k, g in sorted(groups.items())]
+
+
+def summary(results: list[Result]) -> str:
+    """The score first (overall, by lane, by area), then every mutant that is not Killed."""
+    killed = sum(r.verdict is Verdict.KILLED for r in results)
+    pct = 100.0 * killed / len(results) if results else 0.0
+    lines = [f"# Mutation report: {killed}/{len(results)} killed (score {pct:.1f}%)", "",
+             "| lane | killed |", "|---|---|", *_score(results, lambda m: "gpu" if m.needs_gpu else "cpu"), "",
+             "| area | killed |", "|---|---|", *_score(results, area), ""]
+    missed = [r for r in results if r.verdict is not Verdict.KILLED]
+    lines += ["## Not killed", ""] + ([f"- {r.mutation.id}: {r.verdict.value}: {r.reason[:300]}" for r in missed]
+                                      or ["(none)"])
+    return "\n".join([*lines, ""])
+
+
 def markdown(results: list[Result]) -> str:
     rows = ["| id | description | gate | verdict | failing assertion | seconds |", "|---|---|---|---|---|---|"]
     for r in results:
         m = r.mutation
         rows.append(f"| {m.id} | {_cell(m.description)} | {_cell(', '.join(m.gates))} | {r.verdict.value} | "
                     f"{_cell(r.reason)} | {r.seconds:.1f}{' (cached)' if r.is_cached else ''} |")
-    killed = sum(r.verdict is Verdict.KILLED for r in results)
-    return "\n".join([f"# Mutation report: {killed}/{len(results)} killed", "", *rows, ""])
+    return "\n".join([summary(results), "## Every mutant", "", *rows, ""])
 
 
 def stryker(results: list[Result], root: Path) -> dict:
@@ -51,38 +85,46 @@ def stryker(results: list[Result], root: Path) -> dict:
             "location": {"start": {"line": sl, "column": sc}, "end": {"line": el, "column": ec}},
             "status": STRYKER_STATUS[r.verdict],
             "statusReason": r.reason,
-            "killedBy": r.failed_gates,
+            "killedBy": [g for g in m.gates if any(t == g or t.startswith(g + "[") for t in r.failed_gates)],
             "coveredBy": list(m.gates),
             "duration": round(r.seconds * 1000),
             "expectedGate": list(m.gates),  # extra field: which gate must go red
             "vtVerdict": r.verdict.value,
         })
     return {"schemaVersion": "2", "thresholds": {"high": 100, "low": 100}, "files": files,
-            "framework": {"name": "vt-mutations"}, "projectRoot": str(root)}
+            "testFiles": _test_files(results, root), "framework": {"name": "vt-mutations"},
+            "projectRoot": str(root)}
 
 
-def html_page(results: list[Result]) -> str:
-    colors = {"Killed": "#1a7f37", "Survived": "#cf222e", "Overreach": "#9a6700"}
-    parts = ["<!doctype html><html><head><meta charset='utf-8'><title>vt mutation report</title><style>",
-             "body{font-family:sans-serif;margin:2em}pre{background:#f6f8fa;padding:.6em;overflow:auto}",
-             "table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:.3em .6em}",
-             "</style></head><body>", f"<h1>vt mutation report: {len(results)} mutants</h1><table>",
-             "<tr><th>id</th><th>verdict</th><th>gate</th><th>seconds</th></tr>"]
+def _test_files(results: list[Result], root: Path) -> dict:
+    """Each gate file with its source and the gates in it: the viewer shows which test killed what."""
+    out: dict[str, dict] = {}
     for r in results:
-        c = colors.get(r.verdict.value, "#57606a")
-        parts.append(f"<tr><td><a href='#{html.escape(r.mutation.id)}'>{html.escape(r.mutation.id)}</a></td>"
-                     f"<td style='color:{c}'><b>{r.verdict.value}</b></td>"
-                     f"<td>{html.escape(', '.join(r.mutation.gates))}</td><td>{r.seconds:.1f}</td></tr>")
-    parts.append("</table>")
-    for r in results:
-        m = r.mutation
-        parts += [f"<h2 id='{html.escape(m.id)}'>{html.escape(m.id)}: {r.verdict.value}</h2>",
-                  f"<p>{html.escape(m.description)} ({m.kind.value}, {html.escape(m.file)})</p>",
-                  f"<p>gates: {html.escape(', '.join(m.gates))}</p>",
-                  f"<pre>{html.escape(r.diff or m.old + chr(10) + '->' + chr(10) + m.new)}</pre>",
-                  f"<p>failing assertion: <code>{html.escape(r.reason)}</code></p>"]
-    parts.append("</body></html>")
-    return "\n".join(parts)
+        for gate in r.mutation.gates:
+            path = gate.split("::")[0]
+            entry = out.setdefault(path, {"source": _read(root / path), "tests": []})
+            if all(t["id"] != gate for t in entry["tests"]):
+                entry["tests"].append({"id": gate, "name": gate.split("::", 1)[-1]})
+    return out
+
+
+def _read(p: Path) -> str:
+    return p.read_text() if p.is_file() else ""
+
+
+VIEWER = Path(__file__).parent / "vendor" / "mutation-test-elements.js"  # mutation-testing-elements 3.9.0
+
+
+def html_page(report: dict) -> str:
+    """The report in the viewer Stryker, PIT and Infection users know, with the JSON inline: one file."""
+    data = json.dumps(report).replace("</", "<\\/")  # nothing in the JSON may close the script
+    script = VIEWER.read_text().replace("</script", "<\\/script")
+    return "\n".join([
+        "<!doctype html><html><head><meta charset='utf-8'><title>vt mutation report</title></head><body>",
+        "<mutation-test-report-app title-postfix='vt'></mutation-test-report-app>",
+        f"<script>{script}</script>",
+        f"<script>document.querySelector('mutation-test-report-app').report = {data};</script>",
+        "</body></html>"])
 
 
 def junit(results: list[Result]) -> str:
@@ -100,10 +142,11 @@ def junit(results: list[Result]) -> str:
 
 def write_all(results: list[Result], root: Path, out_dir: Path) -> list[Path]:
     out_dir.mkdir(parents=True, exist_ok=True)
+    report = stryker(results, root)
     paths = {
         "mutations.md": markdown(results),
-        "mutation-report.json": json.dumps(stryker(results, root), indent=1),
-        "mutation-report.html": html_page(results),
+        "mutation-report.json": json.dumps(report, indent=1),
+        "mutation-report.html": html_page(report),
         "mutations-junit.xml": junit(results),
     }
     for name, text in paths.items():

@@ -136,3 +136,27 @@ def test_the_registry_self_check_never_counts_in_a_verdict() -> None:
     assert judge(m, o)[0] is Verdict.OVERREACH, "non-vacuity: another failure still reads as overreach"
     with pytest.raises(ValueError, match="no gate of behaviour"):
         Mutation(id="m2", description="d", file="f.py", old="a", new="b", gates=(META_TESTS[0],))
+
+
+def test_since_runs_only_the_mutants_a_diff_touches(project: Path) -> None:
+    import subprocess
+
+    from mutations.__main__ import touched_since
+
+    def git(*a: str) -> None:
+        subprocess.run(["git", *a], cwd=project, check=True, capture_output=True)
+
+    git("init", "-q")
+    git("-c", "user.email=t@t", "-c", "user.name=t", "commit", "-q", "--allow-empty", "-m", "empty")
+    git("add", "-A")
+    git("-c", "user.email=t@t", "-c", "user.name=t", "commit", "-q", "-m", "base")
+    on_calc = M("calc", gates=(f"{T}::test_scale",), **BREAK_SCALE)
+    elsewhere = Mutation(id="other", description="d", file="other.py", old="a", new="b",
+                         gates=("tests/test_other.py::t",))
+    assert touched_since([on_calc, elsewhere], project, "HEAD") == [], "non-vacuity: a clean tree touches nothing"
+    (project / "calc.py").write_text((project / "calc.py").read_text() + "\n# touched\n")
+    assert touched_since([on_calc, elsewhere], project, "HEAD") == [on_calc]
+    (project / "tests" / "helpers_new.py").write_text("X = 1\n")
+    assert touched_since([on_calc, elsewhere], project, "HEAD") == [on_calc, elsewhere], "a shared helper: all"
+    with pytest.raises(ValueError):
+        touched_since([on_calc], project, "no-such-ref")
