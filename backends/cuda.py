@@ -115,7 +115,12 @@ class CudaBackend(Backend):
     can_capture = True
 
     def __init__(self, *, sanitize: bool | None = None) -> None:
-        import cupy
+        try:
+            import cupy
+        except ImportError as e:
+            from vt.errors import ConfigError
+
+            raise ConfigError(f"backend='cuda' needs CuPy with a CUDA GPU (pip install 'vt[cuda]'): {e}") from None
 
         from backends.cublas import WORKSPACE_BYTES, Cublas
         from backends.gemm import staged_matmul

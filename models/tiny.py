@@ -133,8 +133,14 @@ def ensure(name: str, cache_dir: str | None = None) -> Path:
     final = root / name
     if (final / "model.safetensors").is_file():
         return final
-    root.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=root))
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=root))
+    except OSError as e:
+        from vt.errors import ConfigError
+
+        raise ConfigError(f"VT_CACHE_DIR: cannot write the built-in checkpoint {name!r} under {root}: "
+                          f"{e.strerror or e}") from None
     try:
         _write(name, tmp)
         try:

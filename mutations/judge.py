@@ -76,7 +76,8 @@ def run_gates(sandbox: Path, m: Mutation, timeout: float | None) -> Outcome:
            *m.gate_files]
     t0 = time.monotonic()
     try:
-        proc = subprocess.run(cmd, cwd=sandbox, env=env, capture_output=True, text=True, timeout=timeout)
+        proc = subprocess.run(cmd, cwd=sandbox, env=env, capture_output=True, text=True, errors="replace",
+                              timeout=timeout)  # a test may print bytes that are not UTF-8
     except subprocess.TimeoutExpired as e:
         return Outcome(rc=-1, seconds=time.monotonic() - t0, is_timeout=True, log=str(e.stdout or "")[-4000:])
     out = Outcome(rc=proc.returncode, seconds=time.monotonic() - t0, log=(proc.stdout + proc.stderr)[-6000:])

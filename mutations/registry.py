@@ -23,6 +23,7 @@ ARCH = "tests/models/test_architectures.py"
 ARCH_ERR = "tests/models/test_checkpoint_errors.py"
 ARCH_NAMES = ("qwen3-yarn", "qwen3-moe", "qwen2", "llama3")
 GUAR = "tests/engine/test_guarantees.py"
+CLI = "tests/vt/test_cli.py"
 
 
 def g1() -> tuple[str, ...]:
@@ -717,6 +718,46 @@ ENTRIES: list[Mutation] = [
         new="    if \"mutations/registry.py\" in changed:",
         gates=("tests/mutations/test_runner.py::test_since_runs_only_the_mutants_a_diff_touches",),
         expect="a shared helper: all",
+    ),
+
+    # ---- no hangs, no raw tracebacks (issue 18, in part) ---------------------------------------
+    Mutation(
+        id="stall-detector-removed",
+        description="an engine step that can schedule nothing with requests in flight returns quietly: the caller spins",
+        file="vt/engine/llm.py", old="                self._check_stall()\n", new="",
+        gates=(f"{GUAR}::test_a_request_that_can_never_be_admitted_stalls_loudly_not_forever",),
+        expect="DID NOT RAISE",
+    ),
+    Mutation(
+        id="ladder-level-unchecked",
+        description="a concurrency level below 1 is not refused by name",
+        file="vt/engine/ladder.py", old="    if bad or not concurrency:", new="    if not concurrency:",
+        gates=tuple(f"{CLI}::test_bad_input_is_one_typed_line_and_exit_2[{c}]"
+                    for c in ("concurrency-0", "concurrency-negative")),
+    ),
+    Mutation(
+        id="engine-seed-unchecked",
+        description="a negative engine seed reaches NumPy, which raises a raw ValueError",
+        file="vt/engine/config.py",
+        old='        _need(isinstance(self.seed, int) and 0 <= self.seed < 2**63, "seed", self.seed, "an int in [0, 2**63)")\n',
+        new="",
+        gates=tuple(f"{CLI}::test_bad_input_is_one_typed_line_and_exit_2[{c}]"
+                    for c in ("negative-ladder-seed", "negative-seed")),
+        expect="raw ValueError escaped",
+    ),
+    Mutation(
+        id="prompt-utf8-unchecked",
+        description="a prompt with undecodable bytes reaches the tokenizer, which raises a raw TypeError",
+        file="vt/engine/llm.py", old='            try:\n                prompt.encode("utf-8")\n',
+        new='            try:\n                pass\n',
+        gates=(f"{CLI}::test_bad_input_is_one_typed_line_and_exit_2[non-utf8-prompt]",),
+        expect="raw TypeError escaped",
+    ),
+    Mutation(
+        id="env-flags-case-sensitive",
+        description="VT_* flags accept only lowercase words: VT_CUDAGRAPH=True is refused",
+        file="vt/env.py", old="    if raw.strip().lower() in TRUE:", new="    if raw in TRUE:",
+        gates=(f"{CLI}::test_flag_values_are_read_in_any_case_and_bad_ones_named[True-True]",),
     ),
 
     # ---- engine core (issue 11) ------------------------------------------------------------------

@@ -32,7 +32,7 @@ AREAS = (  # (path prefix, area) in order: the first match names a mutant's area
     ("vt/engine/graph_driver.py", "graphs"), ("vt/engine/proposers.py", "speculation"),
     ("vt/engine/rejection.py", "speculation"), ("vt/engine/", "engine"), ("models/", "models"),
     ("vt/backend.py", "layers"), ("seams/", "seams"), ("mutations/", "mutation runner"), ("tests/", "test setup"),
-    ("vt/server", "server"),
+    ("vt/server", "server"), ("vt/env.py", "flags"), ("vt/cli.py", "cli"),
 )
 
 

@@ -26,6 +26,17 @@ def _conformance(args: argparse.Namespace) -> int:
     return 0
 
 
+def _concurrency(text: str) -> list[int]:
+    """A comma-separated list of ints: '1,2,4,8' (run_ladder checks the levels)."""
+    from vt.errors import ConfigError
+
+    try:
+        conc = [int(c) for c in text.split(",")]
+    except ValueError:
+        raise ConfigError(f"--concurrency {text!r}: expected positive integers separated by commas (1,2,4)") from None
+    return conc
+
+
 def _engine_kwargs(args: argparse.Namespace) -> dict:
     kw = dict(backend=args.backend, max_model_len=args.max_model_len, num_blocks=args.num_blocks,
               max_num_seqs=args.max_num_seqs, enforce_eager=args.enforce_eager, seed=args.seed, dtype=args.dtype)
@@ -37,13 +48,15 @@ def _engine_kwargs(args: argparse.Namespace) -> dict:
 def _generate(args: argparse.Namespace) -> int:
     from vt.engine.llm import LLM
     from vt.engine.sampling import SamplingParams
+    from vt.errors import RequestError
 
+    if args.max_tokens > args.max_model_len:
+        raise RequestError(f"--max-tokens {args.max_tokens}: more than --max-model-len {args.max_model_len} allows")
     llm = LLM(args.model, **_engine_kwargs(args))
     params = SamplingParams(temperature=args.temperature, max_tokens=args.max_tokens, seed=args.seed)
     out = llm.generate([args.prompt], params)[0]
     if out.error:
-        print(f"vt: request failed: {out.error}", file=sys.stderr)
-        return 1
+        raise RequestError(out.error)
     print(out.text)
     return 0
 
@@ -52,8 +65,12 @@ def _ladder(args: argparse.Namespace) -> int:
     from vt.engine.config import EngineConfig
     from vt.engine.ladder import run_ladder
     from vt.engine.llm import LLMEngine
+    from vt.errors import ConfigError
 
-    conc = [int(c) for c in args.concurrency.split(",")]
+    conc = _concurrency(args.concurrency)
+    for name in ("input_len", "output_len", "num_prompts"):
+        if getattr(args, name) < 1:
+            raise ConfigError(f"--{name.replace('_', '-')} {getattr(args, name)}: must be >= 1")
     engine = LLMEngine(EngineConfig(model=args.model, **_engine_kwargs(args)))
     rungs = run_ladder(engine, conc, args.input_len, args.output_len, args.num_prompts, args.seed,
                        show_progress=not args.json)
@@ -68,13 +85,16 @@ def _ladder(args: argparse.Namespace) -> int:
 
 
 def _engine_args(p: argparse.ArgumentParser, max_model_len: int, num_blocks: int) -> None:
-    p.add_argument("--model", required=True)
-    p.add_argument("--backend", default="cpu")
-    p.add_argument("--max-model-len", type=int, default=max_model_len)
-    p.add_argument("--num-blocks", type=int, default=num_blocks)
-    p.add_argument("--max-num-seqs", type=int, default=16)
-    p.add_argument("--enforce-eager", action="store_true", help="no decode graphs")
-    p.add_argument("--seed", type=int, default=0)
+    from models.tiny import SPECS
+    from vt.registry import BACKENDS
+
+    p.add_argument("--model", required=True, help=f"a built-in ({', '.join(SPECS)}) or an HF checkpoint directory")
+    p.add_argument("--backend", default="cpu", help=f"one of {', '.join(BACKENDS)}")
+    p.add_argument("--max-model-len", type=int, default=max_model_len, help="longest prompt + output, in tokens")
+    p.add_argument("--num-blocks", type=int, default=num_blocks, help="KV cache blocks (block size 16)")
+    p.add_argument("--max-num-seqs", type=int, default=16, help="requests in one step at most")
+    p.add_argument("--enforce-eager", action="store_true", help="no decode graphs (as VT_CUDAGRAPH=0)")
+    p.add_argument("--seed", type=int, default=0, help="engine seed, and the request seed for generate")
     p.add_argument("--dtype", default="auto", choices=["auto", "bfloat16", "float16", "float32"],
                    help="weights' dtype: auto is the checkpoint's on CUDA; the CPU computes in float32 "
                         "(bfloat16/float16 round the weights through that dtype) (default: auto)")
@@ -84,24 +104,32 @@ def _engine_args(p: argparse.ArgumentParser, max_model_len: int, num_blocks: int
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="vt", description=__doc__)
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        ver = version("vt")
+    except PackageNotFoundError:
+        ver = "(not installed)"
+    fmt = argparse.ArgumentDefaultsHelpFormatter
+    p = argparse.ArgumentParser(prog="vt", description=__doc__, formatter_class=fmt)
+    p.add_argument("--version", action="version", version=f"vt {ver}")
     sub = p.add_subparsers(dest="cmd", required=True)
-    c = sub.add_parser("conformance", help="print the capture-rule table as a backend answers it")
-    c.add_argument("--backend", default="cpu")
+    c = sub.add_parser("conformance", help="print the capture-rule table as a backend answers it", formatter_class=fmt)
+    c.add_argument("--backend", default="cpu", help="cpu or cuda")
     c.set_defaults(fn=_conformance)
-    g = sub.add_parser("generate", help="generate from one prompt")
+    g = sub.add_parser("generate", help="generate from one prompt", formatter_class=fmt)
     _engine_args(g, 2048, 512)
-    g.add_argument("--prompt", required=True)
-    g.add_argument("--max-tokens", type=int, default=32)
-    g.add_argument("--temperature", type=float, default=None)
+    g.add_argument("--prompt", required=True, help="the prompt text")
+    g.add_argument("--max-tokens", type=int, default=32, help="tokens to generate at most")
+    g.add_argument("--temperature", type=float, default=None, help="0 is greedy; unset: the checkpoint's default")
     g.set_defaults(fn=_generate)
-    lad = sub.add_parser("ladder", help="run a concurrency ladder like a serving benchmark")
+    lad = sub.add_parser("ladder", help="run a concurrency ladder like a serving benchmark", formatter_class=fmt)
     _engine_args(lad, 2048, 3744)
-    lad.add_argument("--concurrency", default="1,2,4,8")
-    lad.add_argument("--input-len", type=int, default=128)
-    lad.add_argument("--output-len", type=int, default=64)
-    lad.add_argument("--num-prompts", type=int, default=16)
-    lad.add_argument("--json", action="store_true")
+    lad.add_argument("--concurrency", default="1,2,4,8", help="requests kept in flight, one rung per level")
+    lad.add_argument("--input-len", type=int, default=128, help="prompt tokens per request")
+    lad.add_argument("--output-len", type=int, default=64, help="generated tokens per request")
+    lad.add_argument("--num-prompts", type=int, default=16, help="requests per rung")
+    lad.add_argument("--json", action="store_true", help="one JSON array of rows instead of the table")
     lad.set_defaults(fn=_ladder)
     return p
 

@@ -11,16 +11,20 @@ import functools
 import os
 from dataclasses import dataclass
 
+TRUE, FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
+
 
 def _read_bool(name: str, default: bool) -> bool:
     raw = os.environ.get(name)
     if raw is None or raw == "":
         return default
-    if raw in ("1", "true", "yes", "on"):
+    if raw.strip().lower() in TRUE:
         return True
-    if raw in ("0", "false", "no", "off"):
+    if raw.strip().lower() in FALSE:
         return False
-    raise ValueError(f"{name}={raw!r}: expected 0 or 1")
+    from vt.errors import ConfigError
+
+    raise ConfigError(f"{name}={raw!r}: expected one of {', '.join(TRUE)} or {', '.join(FALSE)} (any case)")
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,7 +21,11 @@ def _load(path: str) -> Any:
 def backend_class(name: str) -> Any:
     if name not in BACKENDS:
         raise ConfigError(f"backend={name!r}: expected one of {sorted(BACKENDS)}")
-    return _load(BACKENDS[name])
+    try:
+        return _load(BACKENDS[name])
+    except ImportError as e:  # the CUDA backend without CuPy (or without a CUDA driver to load it)
+        raise ConfigError(f"backend={name!r} needs {e.name or 'a module'} importable here "
+                          f"(pip install 'vt[cuda]' on a machine with a CUDA GPU): {e}") from None
 
 
 def make_backend(name: str, **kw: Any) -> Any:

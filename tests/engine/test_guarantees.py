@@ -101,3 +101,17 @@ def test_a_checkpoint_temperature_of_zero_is_greedy(tmp_path: Path) -> None:
     assert [o.token_ids for o in zero.generate(prompts, unset)] == want
     hot = LLM(model=_with_generation_config(tmp_path, {"temperature": 1.0}), max_model_len=64, num_blocks=16)
     assert [o.token_ids for o in hot.generate(prompts, unset)] != want, "non-vacuity: 1.0 samples"
+
+
+def test_a_request_that_can_never_be_admitted_stalls_loudly_not_forever() -> None:
+    """Blocks held by no request in flight (a leak) leave the queue head unable to fit: the engine raises,
+    naming the numbers, within a bounded number of steps instead of spinning."""
+    from vt.engine.llm import LLMEngine
+
+    e = LLMEngine(EngineConfig(model="tiny-qwen3", max_model_len=64, num_blocks=4, block_size=16))
+    e.kv_manager.allocate("leaked", [48])  # three of four blocks held by nobody in flight
+    e.add_request(list(range(3, 40)), greedy(4))  # needs three
+    with pytest.raises(EngineInvariantError, match="stalled: nothing can be scheduled") as ei:
+        for _ in range(100):
+            e.step()
+    assert "1 of 4 KV blocks are free" in str(ei.value)

@@ -33,6 +33,7 @@ class EngineConfig:
 
     def __post_init__(self) -> None:
         _need(isinstance(self.model, str) and bool(self.model), "model", self.model, "a model name or path")
+        _need(isinstance(self.seed, int) and 0 <= self.seed < 2**63, "seed", self.seed, "an int in [0, 2**63)")
         _need(self.dtype in DTYPES, "dtype", self.dtype, f"one of {', '.join(DTYPES)}")
         _need(self.max_model_len >= 2, "max_model_len", self.max_model_len, ">= 2")
         _need(self.block_size in (8, 16, 32), "block_size", self.block_size, "8, 16 or 32")

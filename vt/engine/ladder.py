@@ -12,6 +12,7 @@ import numpy as np
 from vt.engine.llm import LLMEngine
 from vt.engine.request import Request
 from vt.engine.sampling import SamplingParams
+from vt.errors import ConfigError, EngineInvariantError
 
 
 @dataclass(slots=True)
@@ -40,10 +41,17 @@ def prompts_for(vocab: int, num_prompts: int, input_len: int, seed: int) -> list
     return [rng.integers(3, vocab, size=input_len).tolist() for _ in range(num_prompts)]
 
 
+def check_levels(concurrency: list[int]) -> None:
+    bad = [c for c in concurrency if c < 1]
+    if bad or not concurrency:
+        raise ConfigError(f"concurrency {','.join(map(str, concurrency))}: every level must be >= 1")
+
+
 def run_rung(engine: LLMEngine, c: int, prompts: list[list[int]], output_len: int | list[int],
              on_done: Any = None) -> Rung:
     """Keep c requests in flight until every prompt ran; output_len may differ per prompt."""
     lens = output_len if isinstance(output_len, list) else [output_len] * len(prompts)
+    check_levels([c])
     spec = engine.runner.proposer
     proposed0, accepted0 = (spec.num_proposed, spec.num_accepted) if spec else (0, 0)
     queue = list(enumerate(prompts))
@@ -55,6 +63,8 @@ def run_rung(engine: LLMEngine, c: int, prompts: list[list[int]], output_len: in
             i, p = queue.pop(0)
             req = engine.add_request(p, SamplingParams(temperature=0.0, max_tokens=lens[i], ignore_eos=True))
             in_flight[req.id] = (i, req)
+        if not in_flight:  # a bounded wait: a rung that can never admit a request fails, never spins
+            raise EngineInvariantError(f"concurrency {c}: no request in flight and {len(queue)} waiting")
         engine.step()
         for rid, (i, req) in list(in_flight.items()):
             if req.is_finished:
@@ -81,6 +91,7 @@ def run_rung(engine: LLMEngine, c: int, prompts: list[list[int]], output_len: in
 
 def run_ladder(engine: LLMEngine, concurrency: list[int], input_len: int, output_len: int, num_prompts: int,
                seed: int = 0, show_progress: bool = False) -> list[Rung]:
+    check_levels(concurrency)
     prompts = prompts_for(engine.vocab_size, num_prompts, input_len, seed)
     rungs = []
     if not show_progress:

@@ -78,6 +78,10 @@ class LLMEngine:
         if isinstance(prompt, str):
             if not prompt:
                 raise RequestError("prompt is empty")
+            try:
+                prompt.encode("utf-8")
+            except UnicodeEncodeError as e:
+                raise RequestError(f"prompt is not valid UTF-8 text (at character {e.start})") from None
             ids = self.tokenizer.encode(prompt).ids
         else:
             ids = [int(t) for t in prompt]

@@ -46,6 +46,9 @@ class SamplingParams:
             raise ConfigError(f"top_k={k}: must be -1, 0 (disabled) or a positive count")
         if m is not None and not (0.0 <= m <= 1.0):
             raise ConfigError(f"min_p={m}: must be in [0, 1]")
+        if self.seed is not None and (isinstance(self.seed, bool) or not isinstance(self.seed, int)
+                                      or not 0 <= self.seed < 2**63):
+            raise ConfigError(f"seed={self.seed!r}: must be an int in [0, 2**63)")
         mt = self.max_tokens
         if mt is not None and (isinstance(mt, bool) or not isinstance(mt, int) or mt < 1):
             raise ConfigError(f"max_tokens={self.max_tokens}: must be an int >= 1")

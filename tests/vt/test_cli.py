@@ -1,0 +1,108 @@
+"""The `vt` command with bad input: one typed line and exit status 2, never a traceback or a hang; help
+with defaults for every option; --version."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from vt.cli import build_parser, main
+
+SMALL = ["--max-model-len", "64", "--num-blocks", "16"]
+
+
+def run_cli(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
+    """(exit status, stderr); a raw exception escaping `main` is a failure of this gate, not a crash."""
+    try:
+        rc = main(argv)
+    except SystemExit as e:  # argparse: usage errors exit 2, --help/--version exit 0
+        rc = int(e.code or 0)
+    except Exception as e:  # noqa: BLE001 - what the gate exists to catch
+        pytest.fail(f"vt {' '.join(argv)}: raw {type(e).__name__} escaped: {e}")
+    return rc, capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv, names", [
+    (["ladder", "--model", "tiny-qwen3", "--concurrency", "0"], "concurrency 0: every level must be >= 1"),
+    (["ladder", "--model", "tiny-qwen3", "--concurrency", "1,-1"], "every level must be >= 1"),
+    (["ladder", "--model", "tiny-qwen3", "--concurrency", "a,b"], "--concurrency 'a,b'"),
+    (["ladder", "--model", "tiny-qwen3", "--num-prompts", "0"], "--num-prompts 0"),
+    (["generate", "--model", "tiny-qwen3", "--prompt", "hi", "--seed", "-1"], "seed=-1"),
+    (["ladder", "--model", "tiny-qwen3", "--seed", "-1", "--num-prompts", "1"], "seed=-1"),
+    (["generate", "--model", "tiny-qwen3", "--prompt", "hi", "--max-tokens", "100000000000"], "--max-tokens"),
+    (["generate", "--model", "tiny-qwen3", "--prompt", "bad \udcff bytes", *SMALL], "not valid UTF-8"),
+    (["generate", "--model", "tiny-qwen3", "--prompt", "hello world " * 40, "--max-model-len", "32", "--num-blocks",
+      "4"], "max_model_len=32"),
+    (["generate", "--model", "no-such-model", "--prompt", "hi"], "CheckpointError"),
+], ids=["concurrency-0", "concurrency-negative", "concurrency-words", "no-prompts", "negative-seed",
+        "negative-ladder-seed", "huge-max-tokens", "non-utf8-prompt", "prompt-too-long", "unknown-model"])
+def test_bad_input_is_one_typed_line_and_exit_2(argv: list[str], names: str, capsys) -> None:
+    rc, err = run_cli(argv, capsys)
+    assert rc == 2, (rc, err)
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("vt: error: ") and names in lines[0], err
+
+
+def test_every_option_shows_its_default_and_there_is_a_version(capsys) -> None:
+    parser = build_parser()
+    sub = next(a for a in parser._actions if a.dest == "cmd").choices  # type: ignore[attr-defined]
+    for name, p in sub.items():
+        assert all(a.help for a in p._actions if a.dest != "help"), f"vt {name}: an option without help"
+        text = p.format_help()
+        options = [a for a in p._actions if a.option_strings and a.dest != "help" and not a.required]
+        assert options and text.count("(default:") >= len(options), f"vt {name} --help shows every default"
+    rc, _ = run_cli(["--version"], capsys)
+    assert rc == 0
+
+
+@pytest.mark.parametrize("value, ok", [("True", True), ("OFF", True), ("maybe", False)])
+def test_flag_values_are_read_in_any_case_and_bad_ones_named(value: str, ok: bool) -> None:
+    cmd = [sys.executable, "-m", "vt.cli", "generate", "--model", "tiny-qwen3", "--prompt", "hi", "--max-tokens",
+           "2", *SMALL]
+    proc = subprocess.run(cmd, env={**os.environ, "VT_CUDAGRAPH": value}, capture_output=True, text=True, timeout=120)
+    assert "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    if ok:
+        assert proc.returncode == 0, proc.stderr
+    else:
+        assert proc.returncode == 2 and f"VT_CUDAGRAPH='{value}'" in proc.stderr, proc.stderr
+
+
+OPTIONS = {
+    "--concurrency": st.sampled_from(["1", "2,1", "0", "-1", "x", "1,,2", ""]),
+    "--num-prompts": st.sampled_from(["1", "2", "0", "-5", "z"]),
+    "--input-len": st.sampled_from(["1", "8", "0", "-1", "1e3"]),
+    "--output-len": st.sampled_from(["1", "4", "0", "nan"]),
+    "--max-model-len": st.sampled_from(["16", "64", "1", "0", "-64", "99999999"]),
+    "--num-blocks": st.sampled_from(["8", "16", "0", "-1"]),
+    "--seed": st.sampled_from(["0", "7", "-1", "1.5"]),
+    "--temperature": st.sampled_from(["0", "0.7", "-1", "500", "inf"]),
+    "--max-tokens": st.sampled_from(["1", "4", "0", "-3"]),
+    "--backend": st.sampled_from(["cpu", "gpu", ""]),
+    "--dtype": st.sampled_from(["auto", "bfloat16", "int8"]),
+    "--speculative-model": st.sampled_from(["[ngram]", "tiny-qwen3-draft", "nope"]),
+    "--num-speculative-tokens": st.sampled_from(["0", "2", "-2"]),
+    "--max-num-seqs": st.sampled_from(["1", "4", "0", "5000"]),
+}
+COMMON = ["--max-model-len", "--num-blocks", "--seed", "--backend", "--dtype", "--speculative-model",
+          "--num-speculative-tokens", "--max-num-seqs"]
+ONLY = {"ladder": ["--concurrency", "--num-prompts", "--input-len", "--output-len"],
+        "generate": ["--temperature", "--max-tokens"]}
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_any_argv_exits_0_or_2_with_no_traceback(data: st.DataObject, capsys) -> None:
+    cmd = data.draw(st.sampled_from(["ladder", "generate"]))
+    names = data.draw(st.lists(st.sampled_from(COMMON + ONLY[cmd]), unique=True, max_size=5))
+    argv = [cmd, "--model", "tiny-qwen3"] + (["--prompt", "hi"] if cmd == "generate" else ["--num-prompts", "2",
+                                                                                            "--input-len", "4"])
+    for name in names:
+        argv += [name, data.draw(OPTIONS[name])]
+    rc, err = run_cli(argv, capsys)
+    assert rc in (0, 2), (argv, rc, err)
+    assert "Traceback" not in err, (argv, err)
