@@ -59,6 +59,7 @@ SEAM_GUARANTEES = (
     *per_model(f"{SEAMS}::test_G6_engine_tokens_identical_with_graphs_on_and_off"),
     *per_model(f"{SEAMS}::test_G7_drain_never_frees_a_live_graphs_temporaries"),
     *per_model(f"{SEAMS}::test_G7_retiring_one_of_two_graphs_keeps_the_pins_the_other_holds"),
+    f"{SEAMS}::test_G6_vt_generate_identical_under_VT_CUDAGRAPH_0[pool-lane]",
     *g8(),
 )
 
@@ -239,7 +240,8 @@ ENTRIES: list[Mutation] = [
         description="under KV pressure the scheduler preempts the oldest running request, not the newest",
         file="vt/engine/scheduler.py", old="                victim = self.running[-1]", new="                victim = self.running[0]",
         gates=(f"{CAP}::test_preemption_takes_the_newest_running_request_first",
-               f"{CAP}::test_a_step_that_preempted_admits_nothing"),
+               f"{CAP}::test_a_step_that_preempted_admits_nothing",
+               "tests/engine/test_scheduler_machine.py::TestSchedulerMachine"),
     ),
     Mutation(
         id="batch-moves-rows-without-block-table",
@@ -758,6 +760,24 @@ ENTRIES: list[Mutation] = [
         description="VT_* flags accept only lowercase words: VT_CUDAGRAPH=True is refused",
         file="vt/env.py", old="    if raw.strip().lower() in TRUE:", new="    if raw in TRUE:",
         gates=(f"{CLI}::test_flag_values_are_read_in_any_case_and_bad_ones_named[True-True]",),
+    ),
+
+    # ---- the scheduler and KV manager against a reference (issue 18) ------------------------------
+    Mutation(
+        id="scheduler-ignores-max-num-seqs",
+        description="admission ignores max_num_seqs: more requests run than the batch has rows",
+        file="vt/engine/scheduler.py",
+        old="        while self.waiting and len(self.running) < self.cfg.max_num_seqs:",
+        new="        while self.waiting:",
+        gates=("tests/engine/test_scheduler_machine.py::TestSchedulerMachine",),
+        expect="max_num_seqs",
+    ),
+    Mutation(
+        id="kv-release-loses-a-block",
+        description="releasing a request's blocks drops the last one: the pool shrinks a block at a time",
+        file="vt/engine/kv_manager.py", old="        self.free.extend(ids)", new="        self.free.extend(ids[:-1])",
+        gates=("tests/engine/test_scheduler_machine.py::TestSchedulerMachine",),
+        expect="a block lost or duplicated",
     ),
 
     # ---- engine core (issue 11) ------------------------------------------------------------------
