@@ -91,7 +91,7 @@ class CpuGraph(Graph):
                         f"a graph replayed over {buf!r}, a temporary its capture drew, freed since\n"
                         f"--- allocated at:\n{buf.alloc_stack}--- freed at:\n{buf.free_stack}")
         for kernel, args, kw in self.ops:
-            backend._execute(kernel, args, kw)
+            backend._execute(kernel, args, kw, replay=True)
 
     def _destroy(self) -> None:
         for buf in self.graph_buffers:
@@ -125,6 +125,9 @@ class CpuBackend(Backend):
         if self.is_sanitizing:
             buf.mem.fill(POISON_BYTE)  # keep the memory: a later touch must read poison, not reuse
 
+    def poison(self, buf: Buffer) -> None:
+        buf.mem.fill(POISON_BYTE)
+
     def _alloc_async(self, nbytes: int, stream: Stream) -> tuple[Any, bool]:
         if stream.capture is not None:
             self._check_capture_call(stream)
@@ -148,13 +151,13 @@ class CpuBackend(Backend):
             self._execute(kernel, args, kw, charged=True)
         stream.num_ops += 1
 
-    def _execute(self, kernel: Kernel, args: tuple, kw: dict, *, charged: bool = False) -> None:
+    def _execute(self, kernel: Kernel, args: tuple, kw: dict, *, charged: bool = False, replay: bool = False) -> None:
         """Runs a kernel on its tensors' memory. Charged (an eager launch): the arrays it creates go
         through the pool, as CuPy's do; a replay creates nothing, as a CUDA graph replay allocates nothing."""
         if self.is_sanitizing:
             for a in (*args, *kw.values()):
                 if isinstance(a, Tensor):
-                    self._check_access(kernel, a)
+                    self._check_access(kernel, a, owned_by_graph=replay)
         arrays = [a.array() if isinstance(a, Tensor) else a for a in args]
         kwarrays = {k: (v.array() if isinstance(v, Tensor) else v) for k, v in kw.items()}
         if charged:
@@ -184,10 +187,18 @@ class CpuBackend(Backend):
         with self.attribution.running(kernel):
             self._charger.call(kernel, self.xp, arrays, kwarrays, execute=execute)
 
-    def _check_access(self, kernel: Kernel, t: Tensor) -> None:
+    def _check_access(self, kernel: Kernel, t: Tensor, owned_by_graph: bool = False) -> None:
+        """A freed or out-of-range buffer is always illegal; a released pool block is illegal unless a graph
+        replays over its own temporaries (pinned for its life; check_idle keeps others off them)."""
         buf = t.buffer
         name = getattr(kernel, "__name__", repr(kernel))
         here = "".join(traceback.format_stack(limit=10)[:-3])
+        blk = t.block
+        if not owned_by_graph and blk is not None and (not blk.is_live or blk.generation != t.generation):
+            state = "released" if not blk.is_live else "released and handed to another owner"
+            raise IllegalMemoryAccess(
+                f"kernel {name!r} touched {t!r}, a pool block {state}\n"
+                f"--- handed out at:\n{blk.owner_stack}--- released at:\n{blk.release_stack}--- launched at:\n{here}")
         if buf.is_freed:
             raise IllegalMemoryAccess(
                 f"kernel {name!r} touched freed {buf!r} via {t!r}\n"

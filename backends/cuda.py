@@ -161,6 +161,9 @@ class CudaBackend(Backend):
     def _free(self, buf: Buffer) -> None:
         self.cp.cuda.runtime.free(buf.mem)
 
+    def poison(self, buf: Buffer) -> None:
+        self.cp.cuda.runtime.memset(buf.mem, 0xFF, buf.nbytes)
+
     def _alloc_async(self, nbytes: int, stream: Stream) -> tuple[Any, bool]:
         try:
             ptr = self.cp.cuda.runtime.mallocAsync(nbytes, stream.handle.ptr)

@@ -49,6 +49,9 @@ class ModelConfig:
                      "num_key_value_heads"):
             if getattr(self, name) <= 0:
                 raise CheckpointError(f"config.json: {name} must be > 0, got {getattr(self, name)}")
+        for name in ("rope_theta", "rms_norm_eps", "max_position_embeddings"):
+            if not getattr(self, name) > 0:  # also refuses NaN
+                raise CheckpointError(f"config.json: {name} must be > 0, got {getattr(self, name)}")
         if self.num_attention_heads % self.num_key_value_heads:
             raise CheckpointError(f"config.json: num_attention_heads={self.num_attention_heads} is not a multiple "
                                   f"of num_key_value_heads={self.num_key_value_heads}")

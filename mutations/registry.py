@@ -161,7 +161,9 @@ ENTRIES: list[Mutation] = [
         new="        if False:\n            for a in (*args, *kw.values()):",
         gates=(f"{CPU}::test_sanitizer_catches_use_after_free_with_both_stack_traces",
                f"{CPU}::test_sanitizer_catches_an_out_of_range_write",
-               f"{CPU}::test_sanitizer_catches_use_after_free_on_replay"),
+               f"{CPU}::test_sanitizer_catches_use_after_free_on_replay",
+               f"{CPU}::test_sanitizer_names_a_kernel_reading_a_released_pool_block_with_both_stacks",
+               f"{CPU}::test_sanitizer_names_a_stale_tensor_whose_block_another_owner_holds_now"),
     ),
     Mutation(
         id="cpu-launch-executes-during-capture",
@@ -214,8 +216,8 @@ ENTRIES: list[Mutation] = [
     Mutation(
         id="cpu-replay-charges-temporaries",
         description="a CPU graph replay charges temporaries to the pool, which a CUDA graph replay never does",
-        file="backends/cpu.py", old="            backend._execute(kernel, args, kw)\n",
-        new="            backend._execute(kernel, args, kw, charged=True)\n",
+        file="backends/cpu.py", old="            backend._execute(kernel, args, kw, replay=True)\n",
+        new="            backend._execute(kernel, args, kw, charged=True, replay=True)\n",
         gates=(f"{MODEL}::test_replay_creates_nothing",),
     ),
     # ---- capture scope ----------------------------------------------------------------------
@@ -778,6 +780,42 @@ ENTRIES: list[Mutation] = [
         file="vt/engine/kv_manager.py", old="        self.free.extend(ids)", new="        self.free.extend(ids[:-1])",
         gates=("tests/engine/test_scheduler_machine.py::TestSchedulerMachine",),
         expect="a block lost or duplicated",
+    ),
+
+    # ---- the sanitizer as DESIGN states it (issue 18) ------------------------------------------
+    Mutation(
+        id="sanitizer-ignores-released-blocks",
+        description="the sanitizer checks freed buffers only: a kernel reading a released pool block runs silently",
+        file="backends/cpu.py",
+        old="        if not owned_by_graph and blk is not None and (not blk.is_live or blk.generation != t.generation):",
+        new="        if False:",
+        gates=(f"{CPU}::test_sanitizer_names_a_kernel_reading_a_released_pool_block_with_both_stacks",
+               f"{CPU}::test_sanitizer_names_a_stale_tensor_whose_block_another_owner_holds_now"),
+        expect="DID NOT RAISE",
+    ),
+    Mutation(
+        id="sanitizer-ignores-other-owners",
+        description="the sanitizer does not tell a block's owners apart: a stale tensor reads its successor's data",
+        file="backends/cpu.py",
+        old="        if not owned_by_graph and blk is not None and (not blk.is_live or blk.generation != t.generation):",
+        new="        if not owned_by_graph and blk is not None and not blk.is_live:",
+        gates=(f"{CPU}::test_sanitizer_names_a_stale_tensor_whose_block_another_owner_holds_now",),
+        expect="DID NOT RAISE",
+    ),
+    Mutation(
+        id="sanitizer-aliasing-unchecked",
+        description="a graph replays over a temporary that a long-lived tensor still holds, unreported",
+        file="vt/engine/graph_driver.py", old="                self.pool.check_idle(slot.pinned, f\"the graph of slot {slot.key}\")\n",
+        new="                pass\n",
+        gates=(f"{CPU}::test_sanitizer_refuses_a_replay_over_a_temporary_someone_still_holds[pool-lane]",),
+        expect="DID NOT RAISE",
+    ),
+    Mutation(
+        id="pool-release-not-poisoned",
+        description="a released pool block keeps its contents: a stale read sees plausible numbers",
+        file="vt/pool.py", old="                self.backend.poison(blk.buffer)\n", new="                pass\n",
+        gates=(f"{CPU}::test_sanitizer_names_a_kernel_reading_a_released_pool_block_with_both_stacks",),
+        expect="a released block is poisoned",
     ),
 
     # ---- engine core (issue 11) ------------------------------------------------------------------

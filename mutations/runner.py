@@ -5,7 +5,9 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import sys
 import tempfile
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -44,12 +46,23 @@ class Runner:
         self.cfg = cfg
         self.files = tracked_files(cfg.root)
         self.baseline: dict[tuple, float] = {}  # (gate files, env) -> seconds
+        self._lock = threading.Lock()
 
     def run(self, entries: list[Mutation]) -> list[Result]:
         before = manifest(self.cfg.root)
         self._check_baselines(entries)
+        done = [0]
+
+        def one(m: Mutation) -> Result:
+            r = self._run_one(m)
+            with self._lock:  # one plain line per mutant as it ends: progress a log file can show too
+                done[0] += 1
+                print(f"[{done[0]}/{len(entries)}] {m.id}: {r.verdict.value} ({r.seconds:.1f}s"
+                      f"{', cached' if r.is_cached else ''})", file=sys.stderr, flush=True)
+            return r
+
         with ThreadPoolExecutor(max_workers=max(1, self.cfg.jobs)) as ex:
-            results = list(ex.map(self._run_one, entries))
+            results = list(ex.map(one, entries))
         if manifest(self.cfg.root) != before:
             raise CheckoutChanged("the checkout's sha256 manifest changed during the mutation run")
         return results

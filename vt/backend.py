@@ -73,7 +73,7 @@ class Buffer:
 class Tensor:
     """A typed view into a Buffer. Creating one checks nothing (like a raw pointer); a launch does."""
 
-    __slots__ = ("buffer", "offset", "shape", "dtype", "nbytes", "_array", "block")
+    __slots__ = ("buffer", "offset", "shape", "dtype", "nbytes", "_array", "block", "generation")
 
     def __init__(self, buffer: Buffer, shape: tuple[int, ...], dtype: Any, offset: int = 0) -> None:
         import numpy as np
@@ -88,6 +88,7 @@ class Tensor:
         self.nbytes = n * self.dtype.itemsize
         self._array: Any = None
         self.block: Any = None  # the pool block it lives on, if it came from a DevicePool
+        self.generation = 0  # the block's hand-out it belongs to: another number means another owner now
 
     @property
     def is_in_range(self) -> bool:
@@ -100,7 +101,9 @@ class Tensor:
         return self._array
 
     def view(self, shape: tuple[int, ...], dtype: Any = None, offset: int = 0) -> Tensor:
-        return Tensor(self.buffer, shape, self.dtype if dtype is None else dtype, self.offset + offset)
+        t = Tensor(self.buffer, shape, self.dtype if dtype is None else dtype, self.offset + offset)
+        t.block, t.generation = self.block, self.generation  # a view belongs to the same owner
+        return t
 
     def __repr__(self) -> str:
         return f"Tensor({self.shape}, {self.dtype}, {self.buffer!r}+{self.offset})"
@@ -328,6 +331,10 @@ class Backend:
 
     def _alloc_async(self, nbytes: int, stream: Stream) -> tuple[Any, bool]:
         raise NotImplementedError("need _alloc_async")
+
+    def poison(self, buf: Buffer) -> None:
+        """Sanitizer: overwrite a released block so a stale read shows (NaN in float32)."""
+        raise NotImplementedError("need poison")
 
     def launch(self, kernel: Kernel, *args: Any, stream: Stream | None = None, **kw: Any) -> None:
         raise NotImplementedError("need launch")

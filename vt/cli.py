@@ -37,6 +37,17 @@ def _concurrency(text: str) -> list[int]:
     return conc
 
 
+def _loaded(build, model: str):
+    """Builds the engine, saying so on stderr: loading a real checkpoint takes seconds, not nothing."""
+    import time
+
+    t0 = time.monotonic()
+    print(f"vt: loading {model} ...", file=sys.stderr, flush=True)
+    engine = build()
+    print(f"vt: loaded {model} in {time.monotonic() - t0:.1f}s", file=sys.stderr, flush=True)
+    return engine
+
+
 def _engine_kwargs(args: argparse.Namespace) -> dict:
     kw = dict(backend=args.backend, max_model_len=args.max_model_len, num_blocks=args.num_blocks,
               max_num_seqs=args.max_num_seqs, enforce_eager=args.enforce_eager, seed=args.seed, dtype=args.dtype)
@@ -52,7 +63,7 @@ def _generate(args: argparse.Namespace) -> int:
 
     if args.max_tokens > args.max_model_len:
         raise RequestError(f"--max-tokens {args.max_tokens}: more than --max-model-len {args.max_model_len} allows")
-    llm = LLM(args.model, **_engine_kwargs(args))
+    llm = _loaded(lambda: LLM(args.model, **_engine_kwargs(args)), args.model)
     params = SamplingParams(temperature=args.temperature, max_tokens=args.max_tokens, seed=args.seed)
     out = llm.generate([args.prompt], params)[0]
     if out.error:
@@ -71,7 +82,7 @@ def _ladder(args: argparse.Namespace) -> int:
     for name in ("input_len", "output_len", "num_prompts"):
         if getattr(args, name) < 1:
             raise ConfigError(f"--{name.replace('_', '-')} {getattr(args, name)}: must be >= 1")
-    engine = LLMEngine(EngineConfig(model=args.model, **_engine_kwargs(args)))
+    engine = _loaded(lambda: LLMEngine(EngineConfig(model=args.model, **_engine_kwargs(args))), args.model)
     rungs = run_ladder(engine, conc, args.input_len, args.output_len, args.num_prompts, args.seed,
                        show_progress=not args.json)
     if args.json:

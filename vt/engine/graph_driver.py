@@ -127,6 +127,8 @@ class GraphDriver:
         elif slot.graph is None:
             self._capture(slot)
         else:
+            if self.backend.is_sanitizing:
+                self.pool.check_idle(slot.pinned, f"the graph of slot {slot.key}")
             slot.graph.replay(self.stream)
             slot.num_replays += 1
             self.num_replays += 1

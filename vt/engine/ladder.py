@@ -91,14 +91,26 @@ def run_rung(engine: LLMEngine, c: int, prompts: list[list[int]], output_len: in
 
 def run_ladder(engine: LLMEngine, concurrency: list[int], input_len: int, output_len: int, num_prompts: int,
                seed: int = 0, show_progress: bool = False) -> list[Rung]:
+    """One rung per level. Progress (show_progress): a bar on a terminal, else one plain line per rung."""
+    import sys
+    import time
+
     check_levels(concurrency)
     prompts = prompts_for(engine.vocab_size, num_prompts, input_len, seed)
-    rungs = []
     if not show_progress:
         return [run_rung(engine, c, prompts, output_len) for c in concurrency]
+    if not sys.stderr.isatty():
+        rungs = []
+        for c in concurrency:
+            t0 = time.monotonic()
+            rungs.append(run_rung(engine, c, prompts, output_len))
+            print(f"vt ladder: c={c} done: {num_prompts} requests in {time.monotonic() - t0:.1f}s",
+                  file=sys.stderr, flush=True)
+        return rungs
     from rich.console import Console
     from rich.progress import Progress
 
+    rungs = []
     with Progress(console=Console(stderr=True), transient=True) as bar:
         for c in concurrency:
             task = bar.add_task(f"c={c}", total=num_prompts)
