@@ -92,6 +92,9 @@ def _ladder(args: argparse.Namespace) -> int:
     print("  ".join(f"{k:>10}" for k in keys))
     for r in rungs:
         print("  ".join(f"{v:>10}" for v in r.row().values()))
+    for r in rungs:  # a failed request says why, once per distinct reason
+        for reason in dict.fromkeys(r.errors):
+            print(f"vt: c={r.c}: {r.errors.count(reason)} request(s) failed: {reason}", file=sys.stderr)
     return 0 if all(r.failed == 0 for r in rungs) else 1
 
 
@@ -146,7 +149,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    import logging
+
     args = build_parser().parse_args(argv)
+    logging.basicConfig(format="vt: %(message)s", level=logging.INFO, stream=sys.stderr, force=True)  # capture
     try:
         return int(args.fn(args) or 0)
     except VtError as e:

@@ -108,3 +108,14 @@ def test_any_argv_exits_0_or_2_with_no_traceback(data: st.DataObject, capsys) ->
     rc, err = run_cli(argv, capsys)
     assert rc in (0, 2), (argv, rc, err)
     assert "Traceback" not in err, (argv, err)
+
+
+@settings(max_examples=6, deadline=None)
+@given(flag=st.sampled_from(["VT_CUDAGRAPH", "VT_POOL_BYPASS", "VT_POOL_EXACT", "VT_POOL_BORROW", "VT_POOL_STATS",
+                             "VT_SANITIZE"]),
+       value=st.sampled_from(["1", "0", "TRUE", "Off", "yes ", "2", "", "nope", "-1"]))
+def test_any_flag_value_exits_0_or_2_with_no_traceback(flag: str, value: str) -> None:
+    cmd = [sys.executable, "-m", "vt.cli", "generate", "--model", "tiny-qwen3", "--prompt", "hi", "--max-tokens",
+           "2", *SMALL]
+    proc = subprocess.run(cmd, env={**os.environ, flag: value}, capture_output=True, text=True, timeout=120)
+    assert proc.returncode in (0, 2) and "Traceback" not in proc.stderr, (flag, value, proc.stderr[-1500:])

@@ -10,6 +10,8 @@ inputs into the slot's persistent buffers outside the graph and replay.
 
 from __future__ import annotations
 
+import logging
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,6 +23,7 @@ from vt.capture import GraphCaptureScope
 from vt.errors import GraphInputMismatch
 
 I64, F32 = np.int64, np.float32
+log = logging.getLogger("vt")
 
 
 def capture_ladder(max_num_seqs: int) -> list[int]:
@@ -180,6 +183,7 @@ class GraphDriver:
 
     def _capture(self, slot: Slot) -> None:
         assert slot.demand is not None
+        t0 = time.monotonic()
         self.pool.pregrow_for_capture(slot.demand)  # before EVERY capture, unconditionally
         scope = GraphCaptureScope(self.backend, self.stream, enabled=True)
         with self.pool.recording() as used, scope:
@@ -192,6 +196,8 @@ class GraphDriver:
         self.pool.pin(used)  # the graph's temporaries outlive drains for as long as the graph lives
         self.num_captures += 1
         assert slot.graph is not None
+        log.info("captured a graph for %s rows x q=%s%s, width %s, in %.0f ms", slot.key[0], slot.key[1],
+                 " (speculative)" if slot.key[2] else "", slot.width, 1e3 * (time.monotonic() - t0))
         slot.graph.replay(self.stream)
 
     def _eager(self, inp: DecodeInputs) -> np.ndarray:
