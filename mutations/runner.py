@@ -50,7 +50,8 @@ class Runner:
 
     def run(self, entries: list[Mutation]) -> list[Result]:
         before = manifest(self.cfg.root)
-        self._check_baselines(entries)
+        # Baselines only for the gates of mutants that will run: a cached mutant's gates were green then.
+        self._check_baselines([m for m in entries if self._cache_get(self._cache_key(m), m) is None])
         done = [0]
 
         def one(m: Mutation) -> Result:
@@ -69,6 +70,8 @@ class Runner:
 
     # ---- baseline ---------------------------------------------------------------------------
     def _check_baselines(self, entries: list[Mutation]) -> None:
+        if not entries:
+            return
         groups = {(m.gate_files, m.env, m.baseline_skipped): m for m in entries}
         with ThreadPoolExecutor(max_workers=max(1, self.cfg.jobs)) as ex:
             outs = list(ex.map(self._baseline_one, groups.values()))
