@@ -433,7 +433,9 @@ ENTRIES: list[Mutation] = [
         file="backends/cublas.py", old="        if ptr is not None:\n", new="        if False:\n", needs_gpu=True,
         # Measured on the H200: at B=1 (and for MoE) cuBLAS takes no workspace for tiny-qwen3's GEMMs,
         # so those G1 cases stay green; at B=3 and 8, and in the spec keys, it does.
-        gates=(f"{CUDA}::test_a_captured_gemm_allocates_no_workspace", f"{CUDA}::test_cublas_draws_no_device_memory_of_its_own",
+        # test_cublas_draws_no_device_memory_of_its_own went red under this mutant in one H200 run and stayed
+        # green in the next (cuBLAS's lazy eager-mode workspace): not a gate, it would make the verdict flaky.
+        gates=(f"{CUDA}::test_a_captured_gemm_allocates_no_workspace",
                *(f"{CUDA}::test_G1_cuda_capture_allocates_nothing_after_drain[tiny-qwen3-{b}]" for b in (3, 8)),
                *(f"{CUDA}::test_G8_cuda_spec_keys_capture_nothing[{m}-{q}]"
                  for m, q in (("tiny-qwen3", 5), ("tiny-qwen3-moe", 5), ("tiny-qwen3-draft", 1)))),
