@@ -813,6 +813,13 @@ ENTRIES: list[Mutation] = [
         expect="DID NOT RAISE",
     ),
     Mutation(
+        id="sanitizer-no-quarantine",
+        description="a released block is handed out again first (LIFO) even when the sanitizer runs",
+        file="vt/pool.py", old="            elif self.is_sanitizing:  # quarantine", new="            elif False:  # quarantine",
+        gates=(f"{CPU}::test_sanitizer_quarantines_a_released_block_behind_every_other_free_one",),
+        expect="sanitize=True",
+    ),
+    Mutation(
         id="pool-release-not-poisoned",
         description="a released pool block keeps its contents: a stale read sees plausible numbers",
         file="vt/pool.py", old="                self.backend.poison(blk.buffer)\n", new="                pass\n",

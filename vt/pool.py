@@ -147,6 +147,8 @@ class DevicePool:
                 self.backend.poison(blk.buffer)
             if self.is_bypass or blk.home is None:
                 self.backend.free(blk.buffer)
+            elif self.is_sanitizing:  # quarantine: reused last, after every block free longer
+                blk.home.free.insert(0, blk)
             else:
                 blk.home.free.append(blk)
 

@@ -119,3 +119,22 @@ def test_any_flag_value_exits_0_or_2_with_no_traceback(flag: str, value: str) ->
            "2", *SMALL]
     proc = subprocess.run(cmd, env={**os.environ, flag: value}, capture_output=True, text=True, timeout=120)
     assert proc.returncode in (0, 2) and "Traceback" not in proc.stderr, (flag, value, proc.stderr[-1500:])
+
+
+def test_an_unwritable_cache_dir_is_one_typed_line(tmp_path) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")  # a directory cannot be made under a file
+    cmd = [sys.executable, "-m", "vt.cli", "generate", "--model", "tiny-qwen3", "--prompt", "hi", *SMALL]
+    proc = subprocess.run(cmd, env={**os.environ, "VT_CACHE_DIR": str(blocker / "cache")}, capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-1500:]
+    assert "vt: error: ConfigError: VT_CACHE_DIR: cannot write the built-in checkpoint" in proc.stderr
+
+
+def test_the_cuda_backend_without_cupy_is_one_typed_line(capsys) -> None:
+    import importlib.util
+
+    if importlib.util.find_spec("cupy") is not None:
+        pytest.skip("cupy is installed here: the CUDA backend would start")
+    rc, err = run_cli(["generate", "--model", "tiny-qwen3", "--prompt", "hi", "--backend", "cuda", *SMALL], capsys)
+    assert rc == 2 and "vt: error: ConfigError: backend='cuda' needs CuPy" in err, err
