@@ -742,6 +742,13 @@ ENTRIES: list[Mutation] = [
                     for c in ("concurrency-0", "concurrency-negative")),
     ),
     Mutation(
+        id="ladder-progress-only-on-a-terminal",
+        description="the ladder shows progress only as a terminal bar: a CI log sees nothing for minutes",
+        file="vt/engine/ladder.py", old="    if not sys.stderr.isatty():", new="    if False:",
+        gates=(f"{CLI}::test_long_work_shows_progress_as_plain_lines_off_a_terminal",),
+        expect="vt ladder: c=1 done",
+    ),
+    Mutation(
         id="engine-seed-unchecked",
         description="a negative engine seed reaches NumPy, which raises a raw ValueError",
         file="vt/engine/config.py",

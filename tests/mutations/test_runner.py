@@ -35,7 +35,7 @@ BREAK_SCALE = dict(old="    return x * k", new="    return x + k")
 BREAK_ADD = dict(old="    return a + b", new="    return a - b")
 
 
-def test_killed_noop_survived_overreach_and_the_checkout_untouched(project: Path) -> None:
+def test_killed_noop_survived_overreach_and_the_checkout_untouched(project: Path, capfd) -> None:
     before = manifest(project)
     res = run(
         project,
@@ -53,6 +53,8 @@ def test_killed_noop_survived_overreach_and_the_checkout_untouched(project: Path
     assert res["overreach"].verdict is Verdict.OVERREACH and f"{T}::test_total" in res["overreach"].failed_others
     assert res["survived"].verdict is Verdict.SURVIVED
     assert manifest(project) == before, "the checkout must be byte-identical after the run"
+    progress = [ln for ln in capfd.readouterr().err.splitlines() if ln.startswith("[")]
+    assert len(progress) == 6 and progress[-1].startswith("[6/6] "), "one progress line per mutant as it ends"
 
 
 def test_a_red_baseline_aborts(project: Path) -> None:

@@ -138,3 +138,15 @@ def test_the_cuda_backend_without_cupy_is_one_typed_line(capsys) -> None:
         pytest.skip("cupy is installed here: the CUDA backend would start")
     rc, err = run_cli(["generate", "--model", "tiny-qwen3", "--prompt", "hi", "--backend", "cuda", *SMALL], capsys)
     assert rc == 2 and "vt: error: ConfigError: backend='cuda' needs CuPy" in err, err
+
+
+def test_long_work_shows_progress_as_plain_lines_off_a_terminal() -> None:
+    """Loading, each graph capture and each ladder rung print a line when stderr is no terminal (CI logs)."""
+    cmd = [sys.executable, "-m", "vt.cli", "ladder", "--model", "tiny-qwen3", "--concurrency", "1,2",
+           "--num-prompts", "2", "--input-len", "4", "--output-len", "3", *SMALL]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    err = proc.stderr
+    assert "vt: loading tiny-qwen3" in err and "vt: loaded tiny-qwen3 in" in err
+    assert "vt: captured a graph for 1 rows" in err
+    assert "vt ladder: c=1 done: 2 requests" in err and "vt ladder: c=2 done: 2 requests" in err
