@@ -25,6 +25,8 @@ class Checkpoint:
     weights: LazyWeights  # name -> float32 array, read from the memory map on access
     tokenizer: Any  # tokenizers.Tokenizer
     generation_config: dict[str, Any] = field(default_factory=dict)
+    tokenizer_config: dict[str, Any] = field(default_factory=dict)
+    chat_template: str | None = None  # chat_template.jinja, else tokenizer_config.json's chat_template
 
 
 def _read_json(path: Path, required: bool = True) -> dict[str, Any]:
@@ -101,7 +103,20 @@ def load_checkpoint(path: str | Path) -> Checkpoint:
     if not config.eos_token_ids and gen.get("eos_token_id") is not None:
         eos = gen["eos_token_id"]
         config.eos_token_ids = tuple(eos if isinstance(eos, list) else [eos])
-    return Checkpoint(path, config, LazyWeights(infos), tokenizer, gen)
+    tok_cfg = _read_json(path / "tokenizer_config.json", required=False)
+    return Checkpoint(path, config, LazyWeights(infos), tokenizer, gen, tok_cfg, _chat_template(path, tok_cfg))
+
+
+def _chat_template(path: Path, tok_cfg: Any) -> str | None:
+    """The chat template as transformers finds it: chat_template.jinja beside the tokenizer, else the
+    tokenizer config's chat_template (a string, or a list of named templates: the 'default' one)."""
+    jinja = path / "chat_template.jinja"
+    if jinja.is_file():
+        return jinja.read_text()
+    t = tok_cfg.get("chat_template") if isinstance(tok_cfg, dict) else None
+    if isinstance(t, list):
+        t = next((x.get("template") for x in t if isinstance(x, dict) and x.get("name") == "default"), None)
+    return t if isinstance(t, str) else None
 
 
 def resolve_model(name_or_path: str) -> Path:

@@ -24,6 +24,7 @@ ARCH_ERR = "tests/models/test_checkpoint_errors.py"
 ARCH_NAMES = ("qwen3-yarn", "qwen3-moe", "qwen2", "llama3")
 GUAR = "tests/engine/test_guarantees.py"
 CLI = "tests/vt/test_cli.py"
+API = "tests/engine/test_offline_api.py"
 
 
 def g1() -> tuple[str, ...]:
@@ -832,6 +833,37 @@ ENTRIES: list[Mutation] = [
         file="vt/pool.py", old="                self.backend.poison(blk.buffer)\n", new="                pass\n",
         gates=(f"{CPU}::test_sanitizer_names_a_kernel_reading_a_released_pool_block_with_both_stacks",),
         expect="a released block is poisoned",
+    ),
+
+    # ---- the offline API (issue 13, in part) -----------------------------------------------------
+    Mutation(
+        id="prompt-dict-iterated-as-a-list",
+        description="a single {'prompt': ...} dict is taken as a list of prompts: vt generates for the word 'prompt'",
+        file="vt/engine/api.py", old="    is_single = isinstance(prompts, (str, dict)) or",
+        new="    prompts = list(prompts) if isinstance(prompts, dict) else prompts\n    is_single = isinstance(prompts, str) or",
+        gates=(f"{API}::test_every_prompt_shape_vllm_accepts_generates_the_same",
+               f"{API}::test_a_prompt_of_another_shape_is_a_typed_error_and_queues_nothing[both-keys]",
+               f"{API}::test_a_prompt_of_another_shape_is_a_typed_error_and_queues_nothing[unknown-key]"),
+    ),
+    Mutation(
+        id="chat-template-without-trim-blocks",
+        description="chat templates render without trim_blocks: every block tag leaves its newline behind",
+        file="vt/engine/chat.py", old="ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)",
+        new="ImmutableSandboxedEnvironment(trim_blocks=False, lstrip_blocks=True)",
+        gates=tuple(f"{API}::test_chat_renders_the_template_as_transformers_does[{g}-layered]" for g in ("True", "False")),
+    ),
+    Mutation(
+        id="chat-template-without-lstrip-blocks",
+        description="chat templates render without lstrip_blocks: indented block tags leave their indentation",
+        file="vt/engine/chat.py", old="ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)",
+        new="ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=False)",
+        gates=tuple(f"{API}::test_chat_renders_the_template_as_transformers_does[{g}-layered]" for g in ("True", "False")),
+    ),
+    Mutation(
+        id="stop-reason-unset",
+        description="a request stopped by a stop string does not say which",
+        file="vt/engine/llm.py", old="            r.stop_reason = next(s for s in p.stop if s in r.text)\n", new="",
+        gates=(f"{API}::test_a_stop_string_names_itself_as_the_stop_reason",),
     ),
 
     # ---- engine core (issue 11) ------------------------------------------------------------------

@@ -10,7 +10,7 @@ __all__ = ["LLM", "SamplingParams"]
 def __getattr__(name: str) -> Any:
     # Lazy: `import vt` must not pull the engine, models or backends in (DESIGN.md, Layout).
     if name == "LLM":
-        from vt.engine.llm import LLM
+        from vt.engine.api import LLM
 
         return LLM
     if name == "SamplingParams":

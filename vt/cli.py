@@ -57,7 +57,7 @@ def _engine_kwargs(args: argparse.Namespace) -> dict:
 
 
 def _generate(args: argparse.Namespace) -> int:
-    from vt.engine.llm import LLM
+    from vt.engine.api import LLM
     from vt.engine.sampling import SamplingParams
     from vt.errors import RequestError
 

@@ -1,4 +1,4 @@
-"""LLMEngine (add_request / step) and the offline API `vt.LLM(model=...).generate(prompts, params)`."""
+"""LLMEngine: add_request, and step (schedule, run, update). The offline API is vt/engine/api.py."""
 
 from __future__ import annotations
 
@@ -6,14 +6,13 @@ import itertools
 import sys
 import time
 import traceback
-from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
 from vt.engine.config import EngineConfig, resolve_dtype
 from vt.engine.outputs import RunnerOutput, SchedulerOutput
-from vt.engine.request import Request, RequestOutput
+from vt.engine.request import Request
 from vt.engine.sampling import SamplingParams
 from vt.errors import ConfigError, EngineInvariantError, RequestError
 
@@ -38,6 +37,8 @@ class LLMEngine:
             raise ConfigError(f"max_model_len={cfg.max_model_len}: must be <= the model's "
                               f"max_position_embeddings ({ckpt.config.max_position_embeddings})")
         self.tokenizer = ckpt.tokenizer
+        self.chat_template = ckpt.chat_template
+        self.special_tokens = _special_tokens(ckpt.tokenizer_config)
         self.generation_config = _generation_config(ckpt)
         self.eos_ids = set(ckpt.config.eos_token_ids) | set(_as_list(ckpt.generation_config.get("eos_token_id")))
         self.vocab_size = ckpt.config.vocab_size
@@ -168,6 +169,7 @@ class LLMEngine:
         if not p.ignore_eos and token in self.eos_ids:
             self._finish(r, "stop")
         elif p.stop and any(s in self._text(r) for s in p.stop):
+            r.stop_reason = next(s for s in p.stop if s in r.text)
             self._finish(r, "stop")
             r.text = self._cut_at_stop(r.text, p.stop)
         elif len(r.output_ids) >= p.max_tokens or r.num_tokens >= self.cfg.max_model_len:
@@ -200,27 +202,17 @@ def _generation_config(ckpt: Any) -> dict[str, Any]:
         raise CheckpointError(f"{ckpt.path / 'generation_config.json'}: {e}") from None
 
 
+def _special_tokens(tok_cfg: dict[str, Any]) -> dict[str, str]:
+    """bos_token, eos_token, ... as a chat template sees them (tokenizer_config.json writes a string or
+    an AddedToken dict)."""
+    out = {}
+    for name in ("bos_token", "eos_token", "pad_token", "unk_token"):
+        v = tok_cfg.get(name)
+        v = v.get("content") if isinstance(v, dict) else v
+        if isinstance(v, str):
+            out[name] = v
+    return out
+
+
 def _as_list(x: Any) -> list[int]:
     return [] if x is None else (list(x) if isinstance(x, list) else [x])
-
-
-class LLM:
-    """Offline generation: `LLM(model="tiny-qwen3").generate(["Hello"], SamplingParams(max_tokens=8))`."""
-
-    def __init__(self, model: str, backend: str = "cpu", **kw: Any) -> None:
-        self.engine = LLMEngine(EngineConfig(model=model, backend=backend, **kw))
-
-    def generate(self, prompts: Prompt | Sequence[Prompt],
-                 params: SamplingParams | Sequence[SamplingParams] | None = None) -> list[RequestOutput]:
-        if isinstance(prompts, str) or (isinstance(prompts, list) and prompts and isinstance(prompts[0], int)):
-            prompts = [prompts]  # type: ignore[list-item]
-        prompts = list(prompts)  # type: ignore[arg-type]
-        plist = list(params) if isinstance(params, Sequence) else [params] * len(prompts)
-        if len(plist) != len(prompts):
-            raise RequestError(f"{len(prompts)} prompts but {len(plist)} SamplingParams")
-        for p in prompts:  # validate everything before queueing anything: bad input loses nothing
-            self.engine.tokenize(p)  # type: ignore[arg-type]
-        reqs = [self.engine.add_request(p, sp) for p, sp in zip(prompts, plist)]  # type: ignore[arg-type]
-        while self.engine.has_unfinished():
-            self.engine.step()
-        return [RequestOutput.of(r) for r in reqs]

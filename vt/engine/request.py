@@ -32,6 +32,7 @@ class Request:
     first_token_time: float | None = None
     finish_time: float | None = None
     finish_reason: str | None = None  # "stop", "length", "error"
+    stop_reason: int | str | None = None  # the stop string or stop token id that ended it
     error: str | None = None
     text: str = ""
     rng: np.random.Generator | None = None
@@ -56,21 +57,76 @@ class Request:
 
 
 @dataclass(frozen=True, slots=True)
+class CompletionOutput:
+    """One completion of a request, as vLLM's: index, text, token_ids, cumulative_logprob, logprobs,
+    finish_reason ("stop", "length", "error"; None while running) and stop_reason (the stop string or
+    stop token id that ended it; None for EOS, length or error)."""
+
+    index: int
+    text: str
+    token_ids: list[int]
+    cumulative_logprob: float | None
+    logprobs: list | None
+    finish_reason: str | None
+    stop_reason: int | str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RequestMetrics:
+    arrival_time: float
+    first_token_time: float | None
+    finished_time: float | None
+    num_preemptions: int
+
+    @property
+    def ttft_s(self) -> float | None:
+        return None if self.first_token_time is None else self.first_token_time - self.arrival_time
+
+    @property
+    def latency_s(self) -> float | None:
+        return None if self.finished_time is None else self.finished_time - self.arrival_time
+
+
+@dataclass(frozen=True, slots=True)
 class RequestOutput:
+    """vLLM's RequestOutput: request_id, prompt, prompt_token_ids, outputs, finished, metrics; plus `error`
+    (why a request failed, if it did). For the usual single completion, token_ids / text / finish_reason and
+    the metrics' figures read through to outputs[0] and metrics."""
+
     request_id: str
     prompt: str | None
     prompt_token_ids: list[int]
-    token_ids: list[int]
-    text: str
-    finish_reason: str | None
-    error: str | None
-    ttft_s: float | None
-    latency_s: float | None
-    num_preemptions: int
+    outputs: list[CompletionOutput]
+    finished: bool
+    metrics: RequestMetrics
+    error: str | None = None
+
+    @property
+    def token_ids(self) -> list[int]:
+        return self.outputs[0].token_ids
+
+    @property
+    def text(self) -> str:
+        return self.outputs[0].text
+
+    @property
+    def finish_reason(self) -> str | None:
+        return self.outputs[0].finish_reason
+
+    @property
+    def ttft_s(self) -> float | None:
+        return self.metrics.ttft_s
+
+    @property
+    def latency_s(self) -> float | None:
+        return self.metrics.latency_s
+
+    @property
+    def num_preemptions(self) -> int:
+        return self.metrics.num_preemptions
 
     @classmethod
     def of(cls, r: Request) -> RequestOutput:
-        ttft = None if r.first_token_time is None else r.first_token_time - r.arrival
-        lat = None if r.finish_time is None else r.finish_time - r.arrival
-        return cls(r.id, r.prompt, list(r.prompt_ids), list(r.output_ids), r.text, r.finish_reason, r.error,
-                   ttft, lat, r.num_preemptions)
+        done = CompletionOutput(0, r.text, list(r.output_ids), None, None, r.finish_reason, r.stop_reason)
+        metrics = RequestMetrics(r.arrival, r.first_token_time, r.finish_time, r.num_preemptions)
+        return cls(r.id, r.prompt, list(r.prompt_ids), [done], r.is_finished, metrics, r.error)

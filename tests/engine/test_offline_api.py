@@ -1,0 +1,99 @@
+"""The offline API as a vLLM user calls it: prompt shapes, sampling_params=, RequestOutput with outputs[0],
+chat() with the checkpoint's template as transformers renders it, get_tokenizer()."""
+
+from __future__ import annotations
+
+import pytest
+
+from models.loader import resolve_model
+from vt import LLM, SamplingParams
+from vt.errors import RequestError
+
+SP = SamplingParams(temperature=0, max_tokens=6, ignore_eos=True)
+
+
+@pytest.fixture(scope="module")
+def llm() -> LLM:
+    return LLM("tiny-qwen3", max_model_len=128, num_blocks=32)
+
+
+def test_every_prompt_shape_vllm_accepts_generates_the_same(llm: LLM) -> None:
+    ids = llm.get_tokenizer().encode("Hello world").ids
+    want = llm.generate("Hello world", SP)[0]
+    assert want.outputs[0].token_ids and want.outputs[0].text == want.text, "non-vacuity: it generated"
+    shapes = [["Hello world"], {"prompt": "Hello world"}, [{"prompt": "Hello world"}], ids, [ids],
+              {"prompt_token_ids": ids}, [{"prompt_token_ids": ids}]]
+    for shape in shapes:
+        got = llm.generate(shape, sampling_params=SP)
+        assert len(got) == 1 and got[0].outputs[0].token_ids == want.outputs[0].token_ids, shape
+    assert got[0].prompt_token_ids == ids and got[0].finished and got[0].outputs[0].index == 0
+
+
+@pytest.mark.parametrize("bad, names", [
+    ({"text": "Hi"}, "a dict with keys ['text']"),
+    ({"prompt": "Hi", "prompt_token_ids": [5]}, "exactly one of"),
+    (3, "a int"),
+    ([], "(empty)"),
+    ([[1, "a"]], "list of ints"),
+    (["fine", {"prompt": 7}], "expected a string"),
+], ids=["unknown-key", "both-keys", "int", "empty", "mixed-ids", "non-string-prompt"])
+def test_a_prompt_of_another_shape_is_a_typed_error_and_queues_nothing(llm: LLM, bad, names: str) -> None:
+    with pytest.raises(RequestError, match=__import__("re").escape(names)):
+        llm.generate(bad, SP)
+    assert not llm.engine.has_unfinished(), "nothing was queued"
+
+
+def test_a_stop_string_names_itself_as_the_stop_reason(llm: LLM) -> None:
+    text = llm.generate("Once upon a time", SamplingParams(temperature=0, max_tokens=12, ignore_eos=True))[0].text
+    stop = text[2:4]
+    assert stop.strip(), "non-vacuity: a real piece of the text"
+    out = llm.generate("Once upon a time", SamplingParams(temperature=0, max_tokens=12, ignore_eos=True,
+                                                          stop=[stop]))[0].outputs[0]
+    assert out.finish_reason == "stop" and out.stop_reason == stop and stop not in out.text
+
+
+# A template written the way published ones are: block tags on their own lines (trim_blocks and
+# lstrip_blocks matter), whitespace control, raise_exception, tojson and a special token.
+LAYERED = """{{ bos_token }}
+{% for m in messages %}
+    {% if m['role'] not in ['system', 'user', 'assistant'] %}
+        {{ raise_exception('unknown role ' + m['role']) }}
+    {% endif %}
+<|im_start|>{{ m['role'] }}
+{% if m['content'] is string %}{{ m['content'] }}{% else %}{{ m['content'] | tojson }}{% endif %}<|im_end|>
+{% endfor %}
+{%- if add_generation_prompt %}
+<|im_start|>assistant
+{% endif %}"""
+
+
+@pytest.mark.parametrize("template", ["checkpoint", "layered"])
+@pytest.mark.parametrize("add_generation_prompt", [True, False])
+def test_chat_renders_the_template_as_transformers_does(llm: LLM, add_generation_prompt: bool, template: str) -> None:
+    from transformers import AutoTokenizer
+
+    from vt.engine.chat import render
+
+    messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi there"},
+                {"role": "assistant", "content": "Hello."}, {"role": "user", "content": ["a", {"b": 1}]}]
+    hf = AutoTokenizer.from_pretrained(str(resolve_model("tiny-qwen3")))
+    text = llm.engine.chat_template if template == "checkpoint" else LAYERED
+    want = hf.apply_chat_template(messages, tokenize=False, add_generation_prompt=add_generation_prompt,
+                                  chat_template=text)
+    got = render(text, messages, llm.engine.special_tokens, add_generation_prompt)
+    assert got == want
+    assert got.endswith("<|im_start|>assistant\n") == add_generation_prompt and got.count("<|im_start|>") >= 4
+
+
+def test_chat_generates_from_the_rendered_conversation(llm: LLM) -> None:
+    messages = [{"role": "user", "content": "Hi there"}]
+    got = llm.chat(messages, sampling_params=SP)[0]
+    from vt.engine.chat import render
+
+    text = render(llm.engine.chat_template, messages, llm.engine.special_tokens, True)
+    assert got.outputs[0].token_ids == llm.generate(text, SP)[0].outputs[0].token_ids
+    assert got.prompt == text
+    with pytest.raises(RequestError, match="messages must be"):
+        llm.chat([{"content": "no role"}], SP)
+    with pytest.raises(RequestError, match="unknown role tool"):
+        llm.chat([{"role": "tool", "content": "x"}], SP, chat_template=LAYERED)

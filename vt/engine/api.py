@@ -1,0 +1,127 @@
+"""The offline API a vLLM user already knows: `LLM(model, dtype=..., max_model_len=...)`,
+`generate(prompts, sampling_params=...)`, `chat(messages, ...)`, `get_tokenizer()`.
+
+Prompts: a string, a list of token ids, `{"prompt": str}`, `{"prompt_token_ids": [...]}`, or a list of
+those. Any other shape is a RequestError naming it; every prompt is checked before any is queued, so bad
+input loses nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from vt.engine.config import EngineConfig
+from vt.engine.llm import LLMEngine
+from vt.engine.request import RequestOutput
+from vt.engine.sampling import SamplingParams
+from vt.errors import RequestError
+
+PROMPT_KEYS = ("prompt", "prompt_token_ids")
+
+
+def _shape(x: Any) -> str:
+    if isinstance(x, dict):
+        return f"a dict with keys {sorted(map(str, x))}"
+    return f"a {type(x).__name__}"
+
+
+def _one_prompt(p: Any) -> str | list[int]:
+    """One prompt as the engine takes it (text or token ids), or a RequestError naming its shape."""
+    if isinstance(p, str):
+        return p
+    if isinstance(p, dict):
+        keys = [k for k in PROMPT_KEYS if k in p]
+        if len(keys) != 1 or set(p) - set(PROMPT_KEYS):
+            raise RequestError(f"prompt is {_shape(p)}: expected exactly one of {PROMPT_KEYS}")
+        return _one_prompt(p[keys[0]]) if keys[0] == "prompt" and isinstance(p["prompt"], str) else (
+            _token_ids(p["prompt_token_ids"]) if keys[0] == "prompt_token_ids" else _bad(p))
+    if isinstance(p, (list, tuple)):
+        return _token_ids(p)
+    return _bad(p)
+
+
+def _token_ids(p: Any) -> list[int]:
+    if not isinstance(p, (list, tuple)) or not all(isinstance(t, int) and not isinstance(t, bool) for t in p):
+        raise RequestError(f"prompt token ids must be a list of ints, got {_shape(p)}")
+    return list(p)
+
+
+def _bad(p: Any) -> Any:
+    raise RequestError(f"prompt is {_shape(p)}: expected a string, a list of token ids, "
+                       f"{{'prompt': str}} or {{'prompt_token_ids': [int, ...]}}")
+
+
+def parse_prompts(prompts: Any) -> list[str | list[int]]:
+    """A single prompt of any accepted shape, or a list of them."""
+    is_single = isinstance(prompts, (str, dict)) or (isinstance(prompts, (list, tuple)) and bool(prompts)
+                                                       and all(isinstance(t, int) for t in prompts))
+    if is_single:
+        return [_one_prompt(prompts)]
+    if not isinstance(prompts, (list, tuple)) or not prompts:
+        raise RequestError(f"prompts is {_shape(prompts)}{' (empty)' if prompts == [] else ''}: expected a prompt "
+                           f"or a non-empty list of prompts")
+    return [_one_prompt(p) for p in prompts]
+
+
+class LLM:
+    """Offline generation: `LLM(model="tiny-qwen3").generate(["Hello"], SamplingParams(max_tokens=8))`."""
+
+    def __init__(self, model: str, backend: str = "cpu", **kw: Any) -> None:
+        self.engine = LLMEngine(EngineConfig(model=model, backend=backend, **kw))
+
+    def get_tokenizer(self) -> Any:
+        return self.engine.tokenizer
+
+    def generate(self, prompts: Any, sampling_params: SamplingParams | Sequence[SamplingParams] | None = None,
+                 use_tqdm: bool = False) -> list[RequestOutput]:
+        parsed = parse_prompts(prompts)
+        plist = (list(sampling_params) if isinstance(sampling_params, Sequence)
+                 else [sampling_params] * len(parsed))
+        if len(plist) != len(parsed):
+            raise RequestError(f"{len(parsed)} prompts but {len(plist)} SamplingParams")
+        if any(sp is not None and not isinstance(sp, SamplingParams) for sp in plist):
+            raise RequestError("sampling_params must be SamplingParams or a list of them")
+        for p in parsed:  # validate everything before queueing anything: bad input loses nothing
+            self.engine.tokenize(p)
+        reqs = [self.engine.add_request(p, sp) for p, sp in zip(parsed, plist)]
+        with _progress(use_tqdm, len(reqs)) as advance:
+            while self.engine.has_unfinished():
+                advance(sum(r.is_finished for r in self.engine.step()))
+        return [RequestOutput.of(r) for r in reqs]
+
+    def chat(self, messages: Any, sampling_params: SamplingParams | Sequence[SamplingParams] | None = None,
+             use_tqdm: bool = False, add_generation_prompt: bool = True,
+             chat_template: str | None = None) -> list[RequestOutput]:
+        """One conversation (a list of {"role", "content"} dicts) or a list of them, rendered with the
+        checkpoint's chat template as transformers renders it."""
+        from vt.engine.chat import render
+
+        convs = messages if messages and isinstance(messages, list) and isinstance(messages[0], list) else [messages]
+        texts = [render(self.engine.chat_template if chat_template is None else chat_template, c,
+                        self.engine.special_tokens, add_generation_prompt) for c in convs]
+        return self.generate(texts, sampling_params, use_tqdm)
+
+
+class _progress:
+    """A bar on a terminal when asked (use_tqdm); nothing otherwise."""
+
+    def __init__(self, on: bool, total: int) -> None:
+        import sys
+
+        self.on, self.total = on and sys.stderr.isatty(), total
+        self.bar: Any = None
+
+    def __enter__(self) -> Any:
+        if not self.on:
+            return lambda n: None
+        from rich.progress import Progress
+
+        bar = self.bar = Progress(transient=True)
+        bar.start()
+        task = bar.add_task("requests", total=self.total)
+        return lambda n: bar.advance(task, n)
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.bar is not None:
+            self.bar.stop()

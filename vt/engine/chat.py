@@ -1,0 +1,35 @@
+"""Chat templates rendered as transformers renders them: the checkpoint's Jinja template
+(tokenizer_config.json's chat_template) in a sandboxed jinja2 environment with trim_blocks and
+lstrip_blocks, `raise_exception` and a `tojson` filter, given the messages, add_generation_prompt and the
+special tokens."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from vt.errors import RequestError
+
+
+def _raise(message: str) -> None:
+    raise RequestError(f"chat template: {message}")
+
+
+def render(template: str | None, messages: Any, special_tokens: dict[str, str], add_generation_prompt: bool) -> str:
+    from jinja2 import TemplateError
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+    if not template:
+        raise RequestError("this checkpoint has no chat_template in tokenizer_config.json")
+    if not isinstance(messages, list) or not messages or not all(
+            isinstance(m, dict) and isinstance(m.get("role"), str) and "content" in m for m in messages):
+        raise RequestError("messages must be a non-empty list of {'role': str, 'content': ...} dicts")
+    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
+    env.filters["tojson"] = lambda x, indent=None, ensure_ascii=False: json.dumps(x, indent=indent,
+                                                                                   ensure_ascii=ensure_ascii)
+    env.globals["raise_exception"] = _raise
+    try:
+        return env.from_string(template).render(messages=messages, add_generation_prompt=add_generation_prompt,
+                                                **special_tokens)
+    except TemplateError as e:
+        raise RequestError(f"chat template: {e}") from None
