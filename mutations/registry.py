@@ -25,6 +25,7 @@ ARCH_NAMES = ("qwen3-yarn", "qwen3-moe", "qwen2", "llama3")
 GUAR = "tests/engine/test_guarantees.py"
 CLI = "tests/vt/test_cli.py"
 API = "tests/engine/test_offline_api.py"
+DETOK = "tests/engine/test_detokenizer.py"
 
 
 def g1() -> tuple[str, ...]:
@@ -860,9 +861,36 @@ ENTRIES: list[Mutation] = [
         gates=tuple(f"{API}::test_chat_renders_the_template_as_transformers_does[{g}-layered]" for g in ("True", "False")),
     ),
     Mutation(
+        id="detok-releases-partial-characters",
+        description="the detokenizer releases text that ends in half a character (U+FFFD)",
+        file="vt/engine/detokenizer.py", old="        if len(full) <= len(prefix) or full.endswith(REPLACEMENT):",
+        new="        if len(full) <= len(prefix):",
+        gates=(f"{DETOK}::test_the_released_text_is_the_whole_decode_and_never_ends_in_a_partial_character",
+               f"{DETOK}::test_a_stop_string_is_found_wherever_it_falls_and_cut_before",
+               *(f"{DETOK}::test_a_stop_string_of_multibyte_characters_splitting_across_tokens[{i}]"
+                 for i in ("euro", "e-acute-space-c", "emoji"))),
+    ),
+    Mutation(
+        id="detok-window-never-advances",
+        description="the decode window never moves on: every token re-decodes the whole output (quadratic)",
+        file="vt/engine/detokenizer.py", old="        self.prefix_offset, self.read_offset = self.read_offset, len(self.ids)",
+        new="        self.read_offset = len(self.ids)",
+        gates=(f"{DETOK}::test_the_cost_stays_linear_on_a_long_output",
+               f"{DETOK}::test_the_released_text_is_the_whole_decode_and_never_ends_in_a_partial_character"),
+        expect="linear",
+    ),
+    Mutation(
+        id="stop-search-misses-straddlers",
+        description="stop strings are searched in the new text only: one straddling two releases is missed",
+        file="vt/engine/detokenizer.py", old="        start = max(0, len(self.text) - self.max_stop + 1)",
+        new="        start = len(self.text)",
+        gates=(f"{DETOK}::test_a_stop_string_is_found_wherever_it_falls_and_cut_before",
+               f"{DETOK}::test_a_stop_string_of_multibyte_characters_splitting_across_tokens[e-acute-space-c]"),
+    ),
+    Mutation(
         id="stop-reason-unset",
         description="a request stopped by a stop string does not say which",
-        file="vt/engine/llm.py", old="            r.stop_reason = next(s for s in p.stop if s in r.text)\n", new="",
+        file="vt/engine/llm.py", old="            r.stop_reason = stop\n", new="",
         gates=(f"{API}::test_a_stop_string_names_itself_as_the_stop_reason",),
     ),
 

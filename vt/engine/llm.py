@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from vt.engine.config import EngineConfig, resolve_dtype
+from vt.engine.detokenizer import IncrementalDetokenizer
 from vt.engine.outputs import RunnerOutput, SchedulerOutput
 from vt.engine.request import Request
 from vt.engine.sampling import SamplingParams
@@ -105,6 +106,7 @@ class LLMEngine:
         rng = None if resolved.is_greedy else np.random.default_rng(
             resolved.seed if resolved.seed is not None else self._rng.integers(1 << 62))
         req = Request(rid, ids, resolved, prompt if isinstance(prompt, str) else None, rng=rng)
+        req.detok = IncrementalDetokenizer(self.tokenizer, resolved.stop)
         self.requests[rid] = req
         if len(ids) >= self.cfg.max_model_len:
             req.finish("error", f"prompt has {len(ids)} tokens; max_model_len={self.cfg.max_model_len} leaves "
@@ -166,26 +168,17 @@ class LLMEngine:
         if r.first_token_time is None:
             r.first_token_time = time.monotonic()
         p = r.params
+        stop = r.detok.add(token)
         if not p.ignore_eos and token in self.eos_ids:
             self._finish(r, "stop")
-        elif p.stop and any(s in self._text(r) for s in p.stop):
-            r.stop_reason = next(s for s in p.stop if s in r.text)
+        elif stop is not None:
+            r.stop_reason = stop
             self._finish(r, "stop")
-            r.text = self._cut_at_stop(r.text, p.stop)
         elif len(r.output_ids) >= p.max_tokens or r.num_tokens >= self.cfg.max_model_len:
             self._finish(r, "length")
 
-    def _text(self, r: Request) -> str:
-        r.text = self.tokenizer.decode(r.output_ids, skip_special_tokens=True)
-        return r.text
-
-    @staticmethod
-    def _cut_at_stop(text: str, stops: list[str]) -> str:
-        return text[: min(text.find(s) for s in stops if s in text)]
-
     def _finish(self, r: Request, reason: str, error: str | None = None) -> None:
-        if reason != "stop" or not r.params.stop:
-            self._text(r)
+        r.text = r.detok.text if r.stop_reason is not None else r.detok.flush()
         r.finish(reason, error)
         self.scheduler.finish(r)  # its blocks, in every KV group, are free before the step ends
         self.requests.pop(r.id, None)  # ids are unique among requests in flight

@@ -5,6 +5,7 @@ from __future__ import annotations
 import enum
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -36,6 +37,7 @@ class Request:
     error: str | None = None
     text: str = ""
     rng: np.random.Generator | None = None
+    detok: Any = None  # its IncrementalDetokenizer (the engine's, set when the request is added)
 
     @property
     def num_tokens(self) -> int:

@@ -1,0 +1,61 @@
+"""Incremental detokenization: the text equals a whole decode, costs linear work, never ends in a partial
+character; stop strings are found across token boundaries and inside multi-byte characters' neighbours."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from models.loader import load_checkpoint, resolve_model
+from vt.engine.detokenizer import REPLACEMENT, IncrementalDetokenizer
+
+TOK = load_checkpoint(resolve_model("tiny-qwen3")).tokenizer
+TEXTS = st.lists(st.sampled_from(list("ab cé€😀\n,.ü") + ["the", " engine"]), min_size=1, max_size=30).map("".join)
+
+
+def _feed(text: str, stop: list[str]) -> tuple[IncrementalDetokenizer, str | None]:
+    d = IncrementalDetokenizer(TOK, stop)
+    hit = None
+    for t in TOK.encode(text).ids:
+        hit = d.add(t)
+        if hit is not None:
+            break
+    return d, hit
+
+
+@settings(max_examples=150, deadline=None, derandomize=True)
+@given(text=TEXTS)
+def test_the_released_text_is_the_whole_decode_and_never_ends_in_a_partial_character(text: str) -> None:
+    d, _ = _feed(text, [])
+    assert d.flush() == TOK.decode(TOK.encode(text).ids, skip_special_tokens=True)
+    assert not d.text.endswith(REPLACEMENT), "released text never ends in a partial character"
+    assert d.num_decoded <= 8 * len(d.ids) + 8, f"linear: {d.num_decoded} tokens decoded for {len(d.ids)}"
+
+
+def test_the_cost_stays_linear_on_a_long_output() -> None:
+    d, _ = _feed("the engine schedules requests in steps. " * 60, [])
+    assert len(d.ids) > 200, "non-vacuity: a long output"
+    assert d.num_decoded <= 8 * len(d.ids), f"{d.num_decoded} tokens decoded for {len(d.ids)}: quadratic?"
+
+
+@settings(max_examples=150, deadline=None, derandomize=True)
+@given(text=TEXTS, data=st.data())
+def test_a_stop_string_is_found_wherever_it_falls_and_cut_before(text: str, data) -> None:
+    full = TOK.decode(TOK.encode(text).ids, skip_special_tokens=True)
+    i = data.draw(st.integers(0, len(full) - 1))
+    stop = full[i : i + data.draw(st.integers(1, 4))]
+    if REPLACEMENT in stop or not stop.strip():
+        return
+    d, hit = _feed(text, [stop])
+    assert hit == stop, f"{stop!r} in {full!r} was not found"
+    assert d.text == full[: full.find(stop)], "the text ends right before the first occurrence"
+
+
+@pytest.mark.parametrize("stop", ["€", "é c", "😀"], ids=["euro", "e-acute-space-c", "emoji"])
+def test_a_stop_string_of_multibyte_characters_splitting_across_tokens(stop: str) -> None:
+    text = "ab " + stop + " cd"
+    ids = TOK.encode(text).ids
+    assert any(REPLACEMENT in TOK.decode([t]) for t in ids), "non-vacuity: a character spans tokens"
+    d, hit = _feed(text, [stop])
+    assert hit == stop and d.text == "ab "
