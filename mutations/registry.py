@@ -888,6 +888,18 @@ ENTRIES: list[Mutation] = [
                f"{DETOK}::test_a_stop_string_of_multibyte_characters_splitting_across_tokens[e-acute-space-c]"),
     ),
     Mutation(
+        id="stop-token-ids-ignored",
+        description="stop_token_ids are accepted and never stop anything",
+        file="vt/engine/llm.py", old="        elif token in p.stop_token_ids:", new="        elif False:",
+        gates=(f"{API}::test_a_stop_token_id_finishes_with_its_id_as_the_stop_reason",),
+    ),
+    Mutation(
+        id="include-stop-str-ignored",
+        description="include_stop_str_in_output is accepted and the stop string is cut anyway",
+        file="vt/engine/detokenizer.py", old="(len(s) if self.include_stop else 0)", new="0",
+        gates=(f"{API}::test_include_stop_str_in_output_keeps_the_stop_string",),
+    ),
+    Mutation(
         id="stop-reason-unset",
         description="a request stopped by a stop string does not say which",
         file="vt/engine/llm.py", old="            r.stop_reason = stop\n", new="",

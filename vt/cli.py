@@ -64,7 +64,9 @@ def _generate(args: argparse.Namespace) -> int:
     if args.max_tokens > args.max_model_len:
         raise RequestError(f"--max-tokens {args.max_tokens}: more than --max-model-len {args.max_model_len} allows")
     llm = _loaded(lambda: LLM(args.model, **_engine_kwargs(args)), args.model)
-    params = SamplingParams(temperature=args.temperature, max_tokens=args.max_tokens, seed=args.seed)
+    params = SamplingParams(temperature=args.temperature, top_p=args.top_p, top_k=args.top_k, min_p=args.min_p,
+                            max_tokens=args.max_tokens, seed=args.seed, stop=args.stop or [],
+                            ignore_eos=args.ignore_eos)
     out = llm.generate([args.prompt], params)[0]
     if out.error:
         raise RequestError(out.error)
@@ -136,6 +138,11 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--prompt", required=True, help="the prompt text")
     g.add_argument("--max-tokens", type=int, default=32, help="tokens to generate at most")
     g.add_argument("--temperature", type=float, default=None, help="0 is greedy; unset: the checkpoint's default")
+    g.add_argument("--top-p", type=float, default=None, help="nucleus sampling; unset: the checkpoint's default")
+    g.add_argument("--top-k", type=int, default=None, help="0 or -1 disables; unset: the checkpoint's default")
+    g.add_argument("--min-p", type=float, default=None, help="unset: the checkpoint's default")
+    g.add_argument("--stop", action="append", help="a stop string (repeat for several)")
+    g.add_argument("--ignore-eos", action="store_true", help="keep generating past the EOS token")
     g.set_defaults(fn=_generate)
     lad = sub.add_parser("ladder", help="run a concurrency ladder like a serving benchmark", formatter_class=fmt)
     _engine_args(lad, 2048, 3744)

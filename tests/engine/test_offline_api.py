@@ -97,3 +97,33 @@ def test_chat_generates_from_the_rendered_conversation(llm: LLM) -> None:
         llm.chat([{"content": "no role"}], SP)
     with pytest.raises(RequestError, match="unknown role tool"):
         llm.chat([{"role": "tool", "content": "x"}], SP, chat_template=LAYERED)
+
+
+def test_a_stop_token_id_finishes_with_its_id_as_the_stop_reason(llm: LLM) -> None:
+    free = llm.generate("Once upon a time", SamplingParams(temperature=0, max_tokens=12, ignore_eos=True))[0]
+    stop = free.token_ids[3]
+    assert stop not in free.token_ids[:3], "non-vacuity: it first appears at index 3"
+    out = llm.generate("Once upon a time", SamplingParams(temperature=0, max_tokens=12, ignore_eos=True,
+                                                          stop_token_ids=[stop]))[0].outputs[0]
+    assert out.finish_reason == "stop" and out.stop_reason == stop and out.token_ids == free.token_ids[:4]
+    with pytest.raises(RequestError, match="outside the vocabulary"):
+        llm.generate("x", SamplingParams(stop_token_ids=[10**6]))
+
+
+def test_include_stop_str_in_output_keeps_the_stop_string(llm: LLM) -> None:
+    text = llm.generate("Once upon a time", SamplingParams(temperature=0, max_tokens=12, ignore_eos=True))[0].text
+    stop = text[2:4]
+    kept = llm.generate("Once upon a time", SamplingParams(temperature=0, max_tokens=12, ignore_eos=True, stop=[stop],
+                                                           include_stop_str_in_output=True))[0]
+    assert kept.text == text[: text.find(stop) + len(stop)] and kept.outputs[0].stop_reason == stop
+
+
+def test_vt_generate_takes_the_sampling_options(capsys) -> None:
+    from vt.cli import main
+
+    argv = ["generate", "--model", "tiny-qwen3", "--prompt", "Once upon", "--max-tokens", "8", "--temperature",
+            "0.8", "--top-k", "5", "--top-p", "0.9", "--min-p", "0.01", "--seed", "3", "--stop", "zzz",
+            "--ignore-eos", "--max-model-len", "64", "--num-blocks", "8"]
+    assert main(argv) == 0
+    first = capsys.readouterr().out
+    assert main(argv) == 0 and capsys.readouterr().out == first, "seeded: the same text twice"

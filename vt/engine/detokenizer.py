@@ -11,9 +11,10 @@ REPLACEMENT = "\ufffd"
 
 
 class IncrementalDetokenizer:
-    def __init__(self, tokenizer: Any, stop: list[str]) -> None:
+    def __init__(self, tokenizer: Any, stop: list[str], include_stop: bool = False) -> None:
         self.tokenizer = tokenizer
         self.stop = stop
+        self.include_stop = include_stop  # keep the stop string at the end of the text
         self.max_stop = max((len(s) for s in stop), default=0)
         self.ids: list[int] = []
         self.prefix_offset = 0  # tokens before this were released and are no longer decoded
@@ -39,7 +40,7 @@ class IncrementalDetokenizer:
         for s in self.stop:
             at = self.text.find(s, start)
             if at >= 0:
-                self.text = self.text[:at]
+                self.text = self.text[: at + (len(s) if self.include_stop else 0)]
                 return s
         return None
 

@@ -100,13 +100,16 @@ class LLMEngine:
         returned already finished with an error; the engine carries on with the rest."""
         ids = self.tokenize(prompt)
         resolved = (params or SamplingParams()).resolve(self.generation_config)
+        if any(t >= self.vocab_size for t in resolved.stop_token_ids):
+            raise RequestError(f"stop_token_ids {list(resolved.stop_token_ids)}: outside the vocabulary "
+                               f"[0, {self.vocab_size})")
         rid = request_id or f"req-{next(self._ids)}"
         if rid in self.requests:
             raise RequestError(f"request id {rid!r} is already in use")
         rng = None if resolved.is_greedy else np.random.default_rng(
             resolved.seed if resolved.seed is not None else self._rng.integers(1 << 62))
         req = Request(rid, ids, resolved, prompt if isinstance(prompt, str) else None, rng=rng)
-        req.detok = IncrementalDetokenizer(self.tokenizer, resolved.stop)
+        req.detok = IncrementalDetokenizer(self.tokenizer, resolved.stop, resolved.include_stop_str_in_output)
         self.requests[rid] = req
         if len(ids) >= self.cfg.max_model_len:
             req.finish("error", f"prompt has {len(ids)} tokens; max_model_len={self.cfg.max_model_len} leaves "
@@ -170,6 +173,9 @@ class LLMEngine:
         p = r.params
         stop = r.detok.add(token)
         if not p.ignore_eos and token in self.eos_ids:
+            self._finish(r, "stop")
+        elif token in p.stop_token_ids:
+            r.stop_reason = token
             self._finish(r, "stop")
         elif stop is not None:
             r.stop_reason = stop

@@ -27,6 +27,8 @@ class SamplingParams:
     stop: list[str] = field(default_factory=list)
     seed: int | None = None
     ignore_eos: bool = False
+    stop_token_ids: list[int] = field(default_factory=list)  # finish "stop" on these; stop_reason is the id
+    include_stop_str_in_output: bool = False
 
     def __post_init__(self) -> None:
         if isinstance(self.stop, str):
@@ -54,6 +56,8 @@ class SamplingParams:
             raise ConfigError(f"max_tokens={self.max_tokens}: must be an int >= 1")
         if any(not isinstance(s, str) or not s for s in self.stop):
             raise ConfigError(f"stop={self.stop!r}: must be non-empty strings")
+        if any(isinstance(t, bool) or not isinstance(t, int) or t < 0 for t in self.stop_token_ids):
+            raise ConfigError(f"stop_token_ids={self.stop_token_ids!r}: must be token ids (ints >= 0)")
 
     def resolve(self, generation_config: dict[str, Any] | None = None) -> ResolvedParams:
         gen = generation_config or {}
@@ -67,7 +71,8 @@ class SamplingParams:
             picked.update(top_p=1.0, top_k=0, min_p=0.0)
         max_tokens = self.max_tokens or gen.get("max_new_tokens") or DEFAULT_MAX_TOKENS
         return ResolvedParams(float(picked["temperature"]), float(picked["top_p"]), int(picked["top_k"]),
-                              float(picked["min_p"]), int(max_tokens), list(self.stop), self.seed, self.ignore_eos)
+                              float(picked["min_p"]), int(max_tokens), list(self.stop), self.seed, self.ignore_eos,
+                              tuple(self.stop_token_ids), self.include_stop_str_in_output)
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,6 +85,8 @@ class ResolvedParams:
     stop: list[str]
     seed: int | None
     ignore_eos: bool
+    stop_token_ids: tuple[int, ...] = ()
+    include_stop_str_in_output: bool = False
 
     @property
     def is_greedy(self) -> bool:
