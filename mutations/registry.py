@@ -26,6 +26,7 @@ GUAR = "tests/engine/test_guarantees.py"
 CLI = "tests/vt/test_cli.py"
 API = "tests/engine/test_offline_api.py"
 DETOK = "tests/engine/test_detokenizer.py"
+PEN = "tests/engine/test_penalties.py"
 
 
 def g1() -> tuple[str, ...]:
@@ -314,7 +315,8 @@ ENTRIES: list[Mutation] = [
     Mutation(
         id="recompute-drops-generated-tokens",
         description="a preempted request is recomputed from its prompt only, losing its generated tokens' KV",
-        file="vt/engine/scheduler.py", old="NewRequestData(req.id, req.all_ids, blocks,", new="NewRequestData(req.id, req.prompt_ids, blocks,",
+        file="vt/engine/scheduler.py", old="NewRequestData(req.id, req.all_ids, len(req.prompt_ids), blocks,",
+        new="NewRequestData(req.id, req.prompt_ids, len(req.prompt_ids), blocks,",
         gates=per_model(f"{CAP}::test_preemption_under_a_tiny_pool_finishes_everything_with_unconstrained_tokens"),
     ),
 
@@ -898,6 +900,37 @@ ENTRIES: list[Mutation] = [
         description="include_stop_str_in_output is accepted and the stop string is cut anyway",
         file="vt/engine/detokenizer.py", old="(len(s) if self.include_stop else 0)", new="0",
         gates=(f"{API}::test_include_stop_str_in_output_keeps_the_stop_string",),
+    ),
+    Mutation(
+        id="repetition-penalty-multiplies-positive-logits",
+        description="the repetition penalty multiplies every seen token's logit, raising positive ones",
+        file="vt/engine/sampler.py",
+        old="x[seen] = np.where(x[seen] > 0, x[seen] / p.repetition_penalty, x[seen] * p.repetition_penalty)",
+        new="x[seen] = x[seen] * p.repetition_penalty",
+        gates=(f"{PEN}::test_repetition_penalty_matches_transformers",
+               f"{PEN}::test_a_strong_repetition_penalty_changes_greedy_output_in_the_engine"),
+    ),
+    Mutation(
+        id="presence-penalty-per-occurrence",
+        description="the presence penalty is charged per occurrence, like the frequency penalty",
+        file="vt/engine/sampler.py", old="p.presence_penalty * (counts > 0)", new="p.presence_penalty * counts",
+        gates=tuple(f"{PEN}::test_presence_and_frequency_follow_openai_on_output_tokens_only[{c}]"
+                    for c in ("0.8-0.0", "-0.4-1.3")),
+    ),
+    Mutation(
+        id="frequency-penalty-counts-the-prompt",
+        description="the frequency penalty counts prompt tokens too, not only the output's",
+        file="vt/engine/sampler.py",
+        old="        counts = np.bincount(output_ids.astype(np.int64), minlength=x.size)[: x.size]",
+        new="        counts = np.bincount(np.concatenate([prompt_ids, output_ids]).astype(np.int64), minlength=x.size)[: x.size]",
+        gates=tuple(f"{PEN}::test_presence_and_frequency_follow_openai_on_output_tokens_only[{c}]"
+                    for c in ("0.8-0.0", "0.0-0.5", "-0.4-1.3")),
+    ),
+    Mutation(
+        id="penalties-never-applied",
+        description="penalties are validated and carried, never applied to the logits",
+        file="vt/engine/runner.py", old="                if st.params.has_penalties:", new="                if False:",
+        gates=(f"{PEN}::test_a_strong_repetition_penalty_changes_greedy_output_in_the_engine",),
     ),
     Mutation(
         id="stop-reason-unset",

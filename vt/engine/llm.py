@@ -100,6 +100,8 @@ class LLMEngine:
         returned already finished with an error; the engine carries on with the rest."""
         ids = self.tokenize(prompt)
         resolved = (params or SamplingParams()).resolve(self.generation_config)
+        if resolved.has_penalties and self.scheduler.num_spec_tokens:
+            raise RequestError("repetition/presence/frequency penalties are not supported with speculative decoding")
         if any(t >= self.vocab_size for t in resolved.stop_token_ids):
             raise RequestError(f"stop_token_ids {list(resolved.stop_token_ids)}: outside the vocabulary "
                                f"[0, {self.vocab_size})")

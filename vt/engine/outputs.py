@@ -16,6 +16,7 @@ class NewRequestData:
 
     req_id: str
     token_ids: list[int]  # every token to compute: the prompt, plus the generated ones on a recompute
+    num_prompt_tokens: int  # of token_ids, the prompt's (penalties tell prompt from output)
     block_ids: list[list[int]]  # per KV group
     params: ResolvedParams
     rng: np.random.Generator | None

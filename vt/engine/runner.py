@@ -20,7 +20,7 @@ from vt.engine.kv_manager import TARGET
 from vt.engine.outputs import RunnerOutput, SchedulerOutput
 from vt.engine.proposers import Proposer, SpecRequest
 from vt.engine.rejection import rejection_sample
-from vt.engine.sampler import sample
+from vt.engine.sampler import apply_penalties, sample
 from vt.engine.sampling import ResolvedParams
 
 I64 = np.int64
@@ -31,6 +31,7 @@ NON_FINITE = "the model produced non-finite logits"
 class RequestState:
     params: ResolvedParams
     rng: np.random.Generator | None
+    num_prompt_tokens: int
 
 
 class ModelRunner:
@@ -59,7 +60,7 @@ class ModelRunner:
             self.proposer.drop(gone)
         for req in so.new_reqs:
             self.batch.add(req.req_id, req.token_ids, req.block_ids)
-            self.states[req.req_id] = RequestState(req.params, req.rng)
+            self.states[req.req_id] = RequestState(req.params, req.rng, req.num_prompt_tokens)
         for c in so.cached_reqs:
             self.batch.append_tokens(c.req_id, c.new_token_ids)
             for group, ids in enumerate(c.new_block_ids):
@@ -92,6 +93,9 @@ class ModelRunner:
             if not np.isfinite(row).all():  # this request fails; its neighbours carry on
                 out.errors[rid] = NON_FINITE
             else:
+                if st.params.has_penalties:
+                    toks = self.batch.tokens(rid)
+                    row = apply_penalties(row, st.params, toks[: st.num_prompt_tokens], toks[st.num_prompt_tokens :])
                 out.sampled[rid] = [sample(row, st.params, st.rng)]
 
     def _prefill(self, req_ids: list[str]) -> dict[str, np.ndarray]:

@@ -7,6 +7,23 @@ import numpy as np
 from vt.engine.sampling import ResolvedParams
 
 
+def apply_penalties(logits: np.ndarray, p: ResolvedParams, prompt_ids: np.ndarray,
+                    output_ids: np.ndarray) -> np.ndarray:
+    """Penalties as vLLM applies them, before temperature: repetition as HF's RepetitionPenaltyLogitsProcessor
+    (divide a positive logit, multiply a negative one, for every token of the prompt or the output); presence
+    and frequency as OpenAI defines them (subtract, for tokens of the output only)."""
+    if not p.has_penalties:
+        return logits
+    x = logits.astype(np.float64)
+    if p.repetition_penalty != 1.0:
+        seen = np.unique(np.concatenate([prompt_ids, output_ids]).astype(np.int64))
+        x[seen] = np.where(x[seen] > 0, x[seen] / p.repetition_penalty, x[seen] * p.repetition_penalty)
+    if output_ids.size and (p.presence_penalty or p.frequency_penalty):
+        counts = np.bincount(output_ids.astype(np.int64), minlength=x.size)[: x.size]
+        x -= p.frequency_penalty * counts + p.presence_penalty * (counts > 0)
+    return x
+
+
 def _filter(logits: np.ndarray, p: ResolvedParams) -> np.ndarray:
     """Temperature-scaled logits with everything outside top_k / top_p / min_p set to -inf."""
     x = logits.astype(np.float64) / p.temperature

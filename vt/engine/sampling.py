@@ -29,6 +29,9 @@ class SamplingParams:
     ignore_eos: bool = False
     stop_token_ids: list[int] = field(default_factory=list)  # finish "stop" on these; stop_reason is the id
     include_stop_str_in_output: bool = False
+    repetition_penalty: float = 1.0  # > 1 discourages any token of the prompt or the output (HF's rule)
+    presence_penalty: float = 0.0  # subtracted once from each token the output holds (OpenAI's rule)
+    frequency_penalty: float = 0.0  # subtracted per occurrence in the output (OpenAI's rule)
 
     def __post_init__(self) -> None:
         if isinstance(self.stop, str):
@@ -56,6 +59,11 @@ class SamplingParams:
             raise ConfigError(f"max_tokens={self.max_tokens}: must be an int >= 1")
         if any(not isinstance(s, str) or not s for s in self.stop):
             raise ConfigError(f"stop={self.stop!r}: must be non-empty strings")
+        for name, lo, hi in (("repetition_penalty", 0.0, 100.0), ("presence_penalty", -2.0, 2.0),
+                             ("frequency_penalty", -2.0, 2.0)):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not (lo <= v <= hi) or v == lo == 0.0:
+                raise ConfigError(f"{name}={v!r}: must be a number in {'(' if lo == 0 else '['}{lo}, {hi}]")
         if any(isinstance(t, bool) or not isinstance(t, int) or t < 0 for t in self.stop_token_ids):
             raise ConfigError(f"stop_token_ids={self.stop_token_ids!r}: must be token ids (ints >= 0)")
 
@@ -72,7 +80,9 @@ class SamplingParams:
         max_tokens = self.max_tokens or gen.get("max_new_tokens") or DEFAULT_MAX_TOKENS
         return ResolvedParams(float(picked["temperature"]), float(picked["top_p"]), int(picked["top_k"]),
                               float(picked["min_p"]), int(max_tokens), list(self.stop), self.seed, self.ignore_eos,
-                              tuple(self.stop_token_ids), self.include_stop_str_in_output)
+                              tuple(self.stop_token_ids), self.include_stop_str_in_output,
+                              float(self.repetition_penalty), float(self.presence_penalty),
+                              float(self.frequency_penalty))
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,10 +97,17 @@ class ResolvedParams:
     ignore_eos: bool
     stop_token_ids: tuple[int, ...] = ()
     include_stop_str_in_output: bool = False
+    repetition_penalty: float = 1.0
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
 
     @property
     def is_greedy(self) -> bool:
         return self.temperature == 0.0
+
+    @property
+    def has_penalties(self) -> bool:
+        return self.repetition_penalty != 1.0 or self.presence_penalty != 0.0 or self.frequency_penalty != 0.0
 
 
 def validate_generation_config(gen: dict[str, Any]) -> dict[str, Any]:
