@@ -27,6 +27,7 @@ CLI = "tests/vt/test_cli.py"
 API = "tests/engine/test_offline_api.py"
 DETOK = "tests/engine/test_detokenizer.py"
 PEN = "tests/engine/test_penalties.py"
+FIL = "tests/engine/test_filters.py"
 
 
 def g1() -> tuple[str, ...]:
@@ -931,6 +932,33 @@ ENTRIES: list[Mutation] = [
         description="penalties are validated and carried, never applied to the logits",
         file="vt/engine/runner.py", old="                if st.params.has_penalties:", new="                if False:",
         gates=(f"{PEN}::test_a_strong_repetition_penalty_changes_greedy_output_in_the_engine",),
+    ),
+    Mutation(
+        id="top-k-off",
+        description="top_k is accepted and never applied",
+        file="vt/engine/sampler.py", old="    if 0 < p.top_k < x.size:", new="    if False:",
+        gates=(*(f"{FIL}::test_top_k_keeps_the_k_most_likely[{k}]" for k in (1, 3, 7)),
+               f"{FIL}::test_top_p_applies_to_the_top_k_survivors",
+               f"{FIL}::test_draws_land_in_the_support_at_its_renormalized_probabilities"),
+    ),
+    Mutation(
+        id="top-p-off",
+        description="top_p is accepted and never applied",
+        file="vt/engine/sampler.py", old="        if p.top_p < 1.0:  # sort the survivors", new="        if False:  # sort the survivors",
+        gates=(*(f"{FIL}::test_top_p_keeps_the_smallest_set_reaching_p[{p}]" for p in (0.3, 0.5, 0.6, 0.9)),
+               f"{FIL}::test_top_p_applies_to_the_top_k_survivors"),
+    ),
+    Mutation(
+        id="top-p-one-short",
+        description="top_p keeps the largest set below p instead of the smallest set reaching it",
+        file="vt/engine/sampler.py", old="int(np.searchsorted(cum, p.top_p)) + 1]", new="max(1, int(np.searchsorted(cum, p.top_p)))]",
+        gates=tuple(f"{FIL}::test_top_p_keeps_the_smallest_set_reaching_p[{p}]" for p in (0.5, 0.6, 0.9)),
+    ),
+    Mutation(
+        id="min-p-off",
+        description="min_p is accepted and never applied",
+        file="vt/engine/sampler.py", old="        if p.min_p > 0.0:\n            x = np.where", new="        if False:\n            x = np.where",
+        gates=(*(f"{FIL}::test_min_p_keeps_tokens_at_least_min_p_times_the_top[{m}]" for m in (0.3, 0.6)),),
     ),
     Mutation(
         id="stop-reason-unset",

@@ -35,8 +35,9 @@ def _filter(logits: np.ndarray, p: ResolvedParams) -> np.ndarray:
         probs /= probs.sum()
         if p.min_p > 0.0:
             x = np.where(probs >= p.min_p * probs.max(), x, -np.inf)
-        if p.top_p < 1.0:
-            order = np.argsort(-probs, kind="stable")
+        if p.top_p < 1.0:  # sort the survivors only (after top-k: k of them, not the vocabulary)
+            alive = np.flatnonzero(np.isfinite(x))
+            order = alive[np.argsort(-probs[alive], kind="stable")]
             cum = np.cumsum(probs[order])
             keep = order[: int(np.searchsorted(cum, p.top_p)) + 1]  # smallest set reaching top_p
             mask = np.full(x.shape, -np.inf)
