@@ -961,6 +961,20 @@ ENTRIES: list[Mutation] = [
         gates=(*(f"{FIL}::test_min_p_keeps_tokens_at_least_min_p_times_the_top[{m}]" for m in (0.3, 0.6)),),
     ),
     Mutation(
+        id="logprobs-from-the-penalized-row",
+        description="logprobs are taken after the sampler's own processing instead of from the model's logits",
+        file="vt/engine/sampler.py", old="    x = logits.astype(np.float64)\n    lse = x.max()", new="    x = logits.astype(np.float64) / 2\n    lse = x.max()",
+        gates=tuple(f"{API}::test_logprobs_are_the_models_log_softmax_as_transformers_computes_it[{s}]"
+                    for s in ("plain", "ngram")),
+    ),
+    Mutation(
+        id="logprobs-of-an-accepted-run-misaligned",
+        description="after a verify, every accepted token gets the first position's logprobs",
+        file="vt/engine/runner.py", old="out.logprobs[rid] = [top_logprobs(rows[i], st.params.logprobs, t)",
+        new="out.logprobs[rid] = [top_logprobs(rows[0], st.params.logprobs, t)",
+        gates=(f"{API}::test_logprobs_are_the_models_log_softmax_as_transformers_computes_it[ngram]",),
+    ),
+    Mutation(
         id="stop-reason-unset",
         description="a request stopped by a stop string does not say which",
         file="vt/engine/llm.py", old="            r.stop_reason = stop\n", new="",

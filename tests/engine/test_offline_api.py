@@ -127,3 +127,28 @@ def test_vt_generate_takes_the_sampling_options(capsys) -> None:
     assert main(argv) == 0
     first = capsys.readouterr().out
     assert main(argv) == 0 and capsys.readouterr().out == first, "seeded: the same text twice"
+
+
+@pytest.mark.parametrize("spec", [None, "[ngram]"], ids=["plain", "ngram"])
+def test_logprobs_are_the_models_log_softmax_as_transformers_computes_it(spec) -> None:
+    import numpy as np
+
+    from tests.models.test_oracle import hf_logits
+
+    kw = dict(speculative_model=spec, num_speculative_tokens=3) if spec else {}
+    llm = LLM("tiny-qwen3", max_model_len=128, num_blocks=32, **kw)
+    prompt = [7, 8, 9, 10] * 5
+    out = llm.generate([prompt], SamplingParams(temperature=0, max_tokens=10, ignore_eos=True, logprobs=3))[0]
+    c = out.outputs[0]
+    assert c.logprobs is not None and len(c.logprobs) == len(c.token_ids) == 10
+    ref = hf_logits(resolve_model("tiny-qwen3"), prompt + c.token_ids)
+    lsm = ref - np.log(np.exp(ref - ref.max(-1, keepdims=True)).sum(-1, keepdims=True)) - ref.max(-1, keepdims=True)
+    for i, (tok, lp) in enumerate(zip(c.token_ids, c.logprobs)):
+        row = lsm[len(prompt) - 1 + i]
+        assert tok in lp and len(lp) in (3, 4), "the top 3 and the sampled token"
+        assert set(np.argsort(-row)[:3]) <= set(lp), f"step {i}: the top-3 tokens"
+        for t, v in lp.items():
+            assert abs(v - row[t]) < 1e-4, f"step {i} token {t}: {v} vs {row[t]}"
+    assert abs(c.cumulative_logprob - sum(lp[t] for t, lp in zip(c.token_ids, c.logprobs))) < 1e-9
+    if spec:
+        assert llm.engine.runner.proposer.num_accepted > 0, "non-vacuity: accepted runs carried logprobs"

@@ -161,12 +161,22 @@ class LLMEngine:
             else:
                 tokens = out.sampled[rid]
                 r.num_computed -= so.spec_tokens.get(rid, 0) - (len(tokens) - 1)  # rejected positions' KV is stale
-                for token in tokens:  # a speculative step may bring several; stop at the first finish
+                logprobs = out.logprobs.get(rid)
+                for i, token in enumerate(tokens):  # a speculative step may bring several; stop at the first finish
+                    if logprobs is not None:
+                        self._log(r, logprobs[i], token)
                     self._append(r, token)
                     if r.is_finished:
                         break
             stepped.append(r)
         return stepped
+
+    @staticmethod
+    def _log(r: Request, logprobs: dict[int, float], token: int) -> None:
+        if r.logprobs is None:
+            r.logprobs = []
+        r.logprobs.append(logprobs)
+        r.cumulative_logprob = (r.cumulative_logprob or 0.0) + logprobs[token]
 
     def _append(self, r: Request, token: int) -> None:
         r.output_ids.append(token)

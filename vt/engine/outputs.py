@@ -56,3 +56,5 @@ class SchedulerOutput:
 class RunnerOutput:
     sampled: dict[str, list[int]] = field(default_factory=dict)  # by request id; several after a verify
     errors: dict[str, str] = field(default_factory=dict)  # by request id: this request fails, the rest go on
+    # by request id, one {token id: logprob} per sampled token: the top-n and the sampled one (when asked)
+    logprobs: dict[str, list[dict[int, float]]] = field(default_factory=dict)

@@ -37,6 +37,8 @@ class Request:
     error: str | None = None
     text: str = ""
     rng: np.random.Generator | None = None
+    logprobs: list[dict[int, float]] | None = None  # one per output token, when the request asked
+    cumulative_logprob: float | None = None
     detok: Any = None  # its IncrementalDetokenizer (the engine's, set when the request is added)
 
     @property
@@ -129,6 +131,7 @@ class RequestOutput:
 
     @classmethod
     def of(cls, r: Request) -> RequestOutput:
-        done = CompletionOutput(0, r.text, list(r.output_ids), None, None, r.finish_reason, r.stop_reason)
+        done = CompletionOutput(0, r.text, list(r.output_ids), r.cumulative_logprob,
+                                None if r.logprobs is None else list(r.logprobs), r.finish_reason, r.stop_reason)
         metrics = RequestMetrics(r.arrival, r.first_token_time, r.finish_time, r.num_preemptions)
         return cls(r.id, r.prompt, list(r.prompt_ids), [done], r.is_finished, metrics, r.error)

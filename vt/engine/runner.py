@@ -20,7 +20,7 @@ from vt.engine.kv_manager import TARGET
 from vt.engine.outputs import RunnerOutput, SchedulerOutput
 from vt.engine.proposers import Proposer, SpecRequest
 from vt.engine.rejection import rejection_sample
-from vt.engine.sampler import apply_penalties, sample
+from vt.engine.sampler import apply_penalties, sample, top_logprobs
 from vt.engine.sampling import ResolvedParams
 
 I64 = np.int64
@@ -97,6 +97,8 @@ class ModelRunner:
                     toks = self.batch.tokens(rid)
                     row = apply_penalties(row, st.params, toks[: st.num_prompt_tokens], toks[st.num_prompt_tokens :])
                 out.sampled[rid] = [sample(row, st.params, st.rng)]
+                if st.params.logprobs is not None:
+                    out.logprobs[rid] = [top_logprobs(logits[rid], st.params.logprobs, out.sampled[rid][0])]
 
     def _prefill(self, req_ids: list[str]) -> dict[str, np.ndarray]:
         # a recompute after preemption re-prefills its generated tokens too: the batch holds them all
@@ -136,6 +138,9 @@ class ModelRunner:
                 toks = rejection_sample(rows, p.tokens, p.probs if p.probs else None, st.params, st.rng)
                 self.proposer.accepted(self.batch, rid, self._position(rid), len(toks) - 1)
                 out.sampled[rid] = toks
+            if rid in out.sampled and st.params.logprobs is not None:  # row i scored the i-th token
+                out.logprobs[rid] = [top_logprobs(rows[i], st.params.logprobs, t)
+                                     for i, t in enumerate(out.sampled[rid])]
 
     def _verify(self, req_ids: list[str], proposals: dict[str, list[int]]) -> dict[str, np.ndarray]:
         """The target's forward over q = k+1 tokens per request. Rows without proposals carry k inert

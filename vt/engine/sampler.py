@@ -55,3 +55,12 @@ def sample(logits: np.ndarray, p: ResolvedParams, rng: np.random.Generator | Non
     u = rng.random(x.shape[0])
     gumbel = -np.log(-np.log(np.clip(u, 1e-300, 1.0 - 1e-16)))
     return int(np.argmax(x + gumbel))
+
+
+def top_logprobs(logits: np.ndarray, n: int, token: int) -> dict[int, float]:
+    """The model's log-probabilities (log-softmax of the raw logits, as vLLM returns by default) of the n
+    most likely tokens and of the sampled one."""
+    x = logits.astype(np.float64)
+    lse = x.max() + np.log(np.exp(x - x.max()).sum())
+    top = np.argpartition(-x, n)[:n] if 0 < n < x.size else np.arange(x.size if n else 0)
+    return {int(t): float(x[t] - lse) for t in (*top, token)}

@@ -29,6 +29,7 @@ class SamplingParams:
     ignore_eos: bool = False
     stop_token_ids: list[int] = field(default_factory=list)  # finish "stop" on these; stop_reason is the id
     include_stop_str_in_output: bool = False
+    logprobs: int | None = None  # per sampled token, the log-probabilities of the top-n tokens and of it
     repetition_penalty: float = 1.0  # > 1 discourages any token of the prompt or the output (HF's rule)
     presence_penalty: float = 0.0  # subtracted once from each token the output holds (OpenAI's rule)
     frequency_penalty: float = 0.0  # subtracted per occurrence in the output (OpenAI's rule)
@@ -64,6 +65,9 @@ class SamplingParams:
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not (lo <= v <= hi) or v == lo == 0.0:
                 raise ConfigError(f"{name}={v!r}: must be a number in {'(' if lo == 0 else '['}{lo}, {hi}]")
+        lp = self.logprobs
+        if lp is not None and (isinstance(lp, bool) or not isinstance(lp, int) or not 0 <= lp <= 20):
+            raise ConfigError(f"logprobs={lp!r}: must be an int in [0, 20]")
         if any(isinstance(t, bool) or not isinstance(t, int) or t < 0 for t in self.stop_token_ids):
             raise ConfigError(f"stop_token_ids={self.stop_token_ids!r}: must be token ids (ints >= 0)")
 
@@ -82,7 +86,7 @@ class SamplingParams:
                               float(picked["min_p"]), int(max_tokens), list(self.stop), self.seed, self.ignore_eos,
                               tuple(self.stop_token_ids), self.include_stop_str_in_output,
                               float(self.repetition_penalty), float(self.presence_penalty),
-                              float(self.frequency_penalty))
+                              float(self.frequency_penalty), self.logprobs)
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,6 +104,7 @@ class ResolvedParams:
     repetition_penalty: float = 1.0
     presence_penalty: float = 0.0
     frequency_penalty: float = 0.0
+    logprobs: int | None = None
 
     @property
     def is_greedy(self) -> bool:
