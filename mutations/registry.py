@@ -946,13 +946,15 @@ ENTRIES: list[Mutation] = [
         description="top_p is accepted and never applied",
         file="vt/engine/sampler.py", old="        if p.top_p < 1.0:  # sort the survivors", new="        if False:  # sort the survivors",
         gates=(*(f"{FIL}::test_top_p_keeps_the_smallest_set_reaching_p[{p}]" for p in (0.3, 0.5, 0.6, 0.9)),
-               f"{FIL}::test_top_p_applies_to_the_top_k_survivors"),
+               f"{FIL}::test_top_p_applies_to_the_top_k_survivors",
+               f"{FIL}::test_draws_land_in_the_support_at_its_renormalized_probabilities"),
     ),
     Mutation(
         id="top-p-one-short",
         description="top_p keeps the largest set below p instead of the smallest set reaching it",
         file="vt/engine/sampler.py", old="int(np.searchsorted(cum, p.top_p)) + 1]", new="max(1, int(np.searchsorted(cum, p.top_p)))]",
-        gates=tuple(f"{FIL}::test_top_p_keeps_the_smallest_set_reaching_p[{p}]" for p in (0.5, 0.6, 0.9)),
+        gates=(*(f"{FIL}::test_top_p_keeps_the_smallest_set_reaching_p[{p}]" for p in (0.5, 0.6, 0.9)),
+               f"{FIL}::test_draws_land_in_the_support_at_its_renormalized_probabilities"),
     ),
     Mutation(
         id="min-p-off",
@@ -978,7 +980,8 @@ ENTRIES: list[Mutation] = [
         id="stop-reason-unset",
         description="a request stopped by a stop string does not say which",
         file="vt/engine/llm.py", old="            r.stop_reason = stop\n", new="",
-        gates=(f"{API}::test_a_stop_string_names_itself_as_the_stop_reason",),
+        gates=(f"{API}::test_a_stop_string_names_itself_as_the_stop_reason",
+               f"{API}::test_include_stop_str_in_output_keeps_the_stop_string"),
     ),
 
     # ---- engine core (issue 11) ------------------------------------------------------------------
