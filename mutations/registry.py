@@ -754,6 +754,27 @@ ENTRIES: list[Mutation] = [
         expect="vt ladder: c=1 done",
     ),
     Mutation(
+        id="ladder-failures-unexplained",
+        description="a ladder rung reports failed requests without saying why",
+        file="vt/cli.py", old="            print(f\"vt: c={r.c}: {r.errors.count(reason)} request(s) failed: {reason}\", file=sys.stderr)",
+        new="            pass",
+        gates=(f"{CLI}::test_a_ladder_with_failed_requests_says_why",),
+    ),
+    Mutation(
+        id="no-cupy-unexplained",
+        description="--backend cuda without CuPy ends in a raw ModuleNotFoundError",
+        file="backends/cuda.py", old="        try:\n            import cupy\n        except ImportError as e:",
+        new="        import cupy\n\n        try:\n            pass\n        except ImportError as e:",
+        gates=(f"{CLI}::test_the_cuda_backend_without_cupy_is_one_typed_line",),
+        expect="raw ModuleNotFoundError escaped",
+    ),
+    Mutation(
+        id="cache-dir-error-unexplained",
+        description="an unwritable VT_CACHE_DIR ends in a raw OSError traceback",
+        file="models/tiny.py", old="    except OSError as e:\n        from vt.errors import ConfigError", new="    except ZeroDivisionError as e:\n        from vt.errors import ConfigError",
+        gates=(f"{CLI}::test_an_unwritable_cache_dir_is_one_typed_line",),
+    ),
+    Mutation(
         id="engine-seed-unchecked",
         description="a negative engine seed reaches NumPy, which raises a raw ValueError",
         file="vt/engine/config.py",
