@@ -148,7 +148,9 @@ def test_long_work_shows_progress_as_plain_lines_off_a_terminal() -> None:
     assert proc.returncode == 0, proc.stderr
     err = proc.stderr
     assert "vt: loading tiny-qwen3" in err and "vt: loaded tiny-qwen3 in" in err
-    assert "vt: captured a graph for 1 rows" in err
+    from seams.lanes import is_bypass_lane
+
+    assert "vt: captured a graph for 1 rows" in err or is_bypass_lane(), "captures show (no graphs on the bypass lane)"
     assert "vt ladder: c=1 done: 2 requests" in err and "vt ladder: c=2 done: 2 requests" in err
 
 
