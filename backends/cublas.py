@@ -17,6 +17,10 @@ from typing import Any
 
 OP_N = 0
 WORKSPACE_BYTES = 32 << 20
+CUDA_R_32F, CUDA_R_16F, CUDA_R_16BF = 0, 2, 14
+CUBLAS_COMPUTE_32F = 68
+CUBLAS_GEMM_DEFAULT = -1
+_CUDA_TYPE = {"float16": CUDA_R_16F, "uint16": CUDA_R_16BF}  # uint16 holds bf16 bits (models/kernels.py)
 
 
 def _load() -> ctypes.CDLL:
@@ -49,6 +53,12 @@ class Cublas:
                       ctypes.POINTER(ctypes.c_float), ctypes.c_void_p, ctypes.c_int, ctypes.c_longlong,
                       ctypes.c_void_p, ctypes.c_int, ctypes.c_longlong, ctypes.POINTER(ctypes.c_float),
                       ctypes.c_void_p, ctypes.c_int, ctypes.c_longlong, ctypes.c_int]
+        g = self.lib.cublasGemmStridedBatchedEx
+        g.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int,
+                      ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int, ctypes.c_int, ctypes.c_longlong,
+                      ctypes.c_void_p, ctypes.c_int, ctypes.c_int, ctypes.c_longlong, ctypes.c_void_p,
+                      ctypes.c_void_p, ctypes.c_int, ctypes.c_int, ctypes.c_longlong, ctypes.c_int, ctypes.c_int,
+                      ctypes.c_int]
         self._one, self._zero = ctypes.c_float(1.0), ctypes.c_float(0.0)
 
     @staticmethod
@@ -76,9 +86,22 @@ class Cublas:
             ctypes.c_void_p(a), k, stride_a, ctypes.byref(self._zero), ctypes.c_void_p(c), n, stride_c, batch),
             "cublasSgemmStridedBatched")
 
+    def gemm_ex_batched(self, dtype: int, a: int, b: int, c: int, m: int, n: int, k: int, batch: int,
+                        stride_a: int, stride_b: int, stride_c: int) -> None:
+        """As sgemm_batched with bf16 / fp16 operands (`dtype`), float32 C, float32 accumulation."""
+        self._check(self.lib.cublasGemmStridedBatchedEx(
+            self.handle, OP_N, OP_N, n, m, k, ctypes.byref(self._one), ctypes.c_void_p(b), dtype, n, stride_b,
+            ctypes.c_void_p(a), dtype, k, stride_a, ctypes.byref(self._zero), ctypes.c_void_p(c), CUDA_R_32F, n,
+            stride_c, batch, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT), "cublasGemmStridedBatchedEx")
+
     def sgemm(self, a: Any, b: Any, c: Any, m: int, n: int, k: int, batch: int, stride_a: int, stride_b: int) -> None:
-        """backends.gemm's StridedSgemm over CuPy arrays, on CuPy's current stream."""
+        """backends.gemm's StridedSgemm over CuPy arrays, on CuPy's current stream: float32 operands through
+        Sgemm, bf16 / fp16 ones through GemmEx."""
         import cupy
 
         self.bind(cupy.cuda.get_current_stream().ptr)
-        self.sgemm_batched(a.data.ptr, b.data.ptr, c.data.ptr, m, n, k, batch, stride_a, stride_b, m * n)
+        if a.dtype.name in _CUDA_TYPE:
+            self.gemm_ex_batched(_CUDA_TYPE[a.dtype.name], a.data.ptr, b.data.ptr, c.data.ptr, m, n, k, batch,
+                                 stride_a, stride_b, m * n)
+        else:
+            self.sgemm_batched(a.data.ptr, b.data.ptr, c.data.ptr, m, n, k, batch, stride_a, stride_b, m * n)

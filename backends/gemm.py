@@ -1,4 +1,7 @@
-"""np.matmul semantics (float32, batch dims broadcast) over one strided-batched GEMM call.
+"""np.matmul semantics (float32 out, batch dims broadcast) over one strided-batched GEMM call.
+
+A bf16 (uint16 bits) or fp16 right operand (the weights) makes a mixed-precision GEMM: the left
+operand is rounded to that dtype and the products accumulate in float32, as cuBLAS's GemmEx does.
 
 Both backends stage a GEMM here, in the same order, so the arrays it creates (an operand made
 contiguous, an output staged when `out` cannot take the result directly) are the same arrays on
@@ -18,8 +21,12 @@ class StridedSgemm(Protocol):
 
 
 def staged_matmul(xp: Any, sgemm: StridedSgemm, a: Any, b: Any, out: Any = None) -> Any:
+    from vt.dtypes import narrow
+
     m, k = a.shape[-2], a.shape[-1]
     n = b.shape[-1]
+    if b.dtype != xp.float32:
+        a = narrow(xp, a, b.dtype)
     batch_shape = tuple(xp.broadcast_shapes(a.shape[:-2], b.shape[:-2]))
     batch = 1
     for d in batch_shape:
@@ -37,7 +44,7 @@ def staged_matmul(xp: Any, sgemm: StridedSgemm, a: Any, b: Any, out: Any = None)
 
 
 def _operand(xp: Any, x: Any, batch_shape: tuple, rows: int, cols: int) -> tuple[Any, int]:
-    if x.dtype != xp.float32:
+    if x.dtype not in (xp.float32, xp.float16, xp.uint16):
         x = x.astype(xp.float32)
     if x.ndim == 2 and x.flags.c_contiguous:
         return x, 0  # one matrix broadcast over the batch: stride 0, no copy
@@ -45,9 +52,14 @@ def _operand(xp: Any, x: Any, batch_shape: tuple, rows: int, cols: int) -> tuple
 
 
 def numpy_sgemm(a: Any, b: Any, c: Any, m: int, n: int, k: int, batch: int, stride_a: int, stride_b: int) -> None:
-    """The CPU backend's GEMM: NumPy over the staged operands, writing C in place."""
+    """The CPU backend's GEMM: NumPy over the staged operands, writing C in place. Low-precision operands
+    widen exactly to float32 here, on plain arrays: cuBLAS reads them as they are, so the widened copies
+    are the CPU's own and not part of the modeled demand."""
     import numpy as np
 
+    from vt.dtypes import widen
+
+    a, b = widen(np, np.asarray(a)), widen(np, np.asarray(b))
     A = a.reshape(batch, m, k) if stride_a else a
     B = b.reshape(batch, k, n) if stride_b else b
     np.matmul(A, B, out=c.reshape(batch, m, n))

@@ -56,6 +56,7 @@ class Model(Protocol):
 
     cfg: ModelConfig
     backend: Backend
+    kv_dtype: np.dtype  # the KV cache's storage dtype (vt/dtypes.py)
 
     def make_kv_cache(self, num_blocks: int, block_size: int) -> KVCache: ...
 
@@ -69,10 +70,11 @@ def make_kv_cache(model: Model, num_blocks: int, block_size: int) -> KVCache:
     """Per layer K and V of [num_blocks + 1, block_size, kv heads, head_dim] (the last block is trash)."""
     c, b = model.cfg, model.backend
     shape = (num_blocks + 1, block_size, c.num_key_value_heads, c.head_dim)
-    zeros = np.zeros(shape, F32)
+    dtype = model.kv_dtype
+    zeros = np.zeros(shape, dtype)
 
     def upload() -> Tensor:
-        t = b.empty(shape, F32)
+        t = b.empty(shape, dtype)
         b.copy_h2d(t, zeros)
         return t
 

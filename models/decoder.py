@@ -18,9 +18,9 @@ from models.base import ForwardBatch, KVCache, make_kv_cache
 from models.config import ModelConfig
 from models.rope import rope_table
 from vt.backend import Backend, Tensor
+from vt.dtypes import STORAGE, to_storage, widen
 
 F32 = np.float32
-ROUNDING = {"bfloat16": "bfloat16", "float16": "float16"}  # dtype -> what weights are rounded through
 
 
 def expected_tensors(c: ModelConfig) -> dict[str, tuple[int, ...]]:
@@ -54,15 +54,17 @@ def expected_tensors(c: ModelConfig) -> dict[str, tuple[int, ...]]:
 class DecoderForCausalLM:
     """Dense or MoE by the config (Qwen3MoeForCausalLM has num_experts > 0).
 
-    Compute is float32 on every backend today. `dtype` bfloat16 / float16 rounds each weight through that
-    dtype as it loads (a float32 checkpoint then carries the weights a bf16 deployment would); a bf16 or
-    fp16 checkpoint's weights widen to float32 exactly, so auto and float32 keep them as they are."""
+    `dtype` is what every Linear weight, the embedding and the KV cache are held in (bfloat16 / float16
+    round to nearest even as torch's cast does; a bf16 checkpoint's values are kept exactly). GEMMs take
+    their left operand in that dtype and accumulate in float32; activations, norms, biases, softmax and
+    rope stay float32. The same on both backends, so the CPU is the CUDA path's oracle."""
 
     def __init__(self, ckpt: Any, backend: Backend, dtype: str = "float32") -> None:
         self.cfg: ModelConfig = ckpt.config
         self.backend = backend
         self.pool = backend.pool
-        self.rounding = ROUNDING.get(dtype)
+        self.dtype = dtype
+        self.kv_dtype = STORAGE[dtype]
         self.w = self._load(ckpt.weights)
         self.rope_table = self._upload(rope_table(self.cfg))
 
@@ -78,39 +80,39 @@ class DecoderForCausalLM:
         c, w = self.cfg, {}
 
         def get(name: str) -> np.ndarray:
-            a = np.asarray(hf[name], dtype=F32)
-            if self.rounding is not None:
-                import ml_dtypes
+            """The checkpoint's values rounded to the model dtype, in float32 (a bf16 model's norms are
+            bf16 numbers too)."""
+            return widen(np, to_storage(np.asarray(hf[name], dtype=F32), self.dtype))
 
-                a = a.astype(getattr(ml_dtypes, self.rounding) if self.rounding == "bfloat16" else np.float16)
-            return a.astype(F32)
+        def put(key: str, a: np.ndarray, low: bool = False) -> None:
+            """low: a GEMM weight or the embedding, held in the model dtype (exactly: get rounded it)."""
+            w[key] = self._upload(to_storage(a, self.dtype) if low else np.ascontiguousarray(a, dtype=F32))
 
-        def put(key: str, a: np.ndarray) -> None:
-            w[key] = self._upload(np.ascontiguousarray(a))
-
-        put("embed", get("model.embed_tokens.weight"))
+        put("embed", get("model.embed_tokens.weight"), low=True)
         put("norm", get("model.norm.weight"))
-        put("lm_head_t", (get("model.embed_tokens.weight") if c.tie_word_embeddings else get("lm_head.weight")).T)
+        put("lm_head_t", (get("model.embed_tokens.weight") if c.tie_word_embeddings else get("lm_head.weight")).T,
+            low=True)
         for i in range(c.num_hidden_layers):
             p, a = f"model.layers.{i}.", f"model.layers.{i}.self_attn."
             put(f"{i}.ln1", get(p + "input_layernorm.weight"))
             put(f"{i}.ln2", get(p + "post_attention_layernorm.weight"))
-            put(f"{i}.qkv_t", np.concatenate([get(a + f"{n}_proj.weight") for n in "qkv"]).T)
+            put(f"{i}.qkv_t", np.concatenate([get(a + f"{n}_proj.weight") for n in "qkv"]).T, low=True)
             if c.has_qkv_bias:
                 put(f"{i}.qkv_b", np.concatenate([get(a + f"{n}_proj.bias") for n in "qkv"]))
-            put(f"{i}.o_t", get(a + "o_proj.weight").T)
+            put(f"{i}.o_t", get(a + "o_proj.weight").T, low=True)
             if c.has_o_bias:
                 put(f"{i}.o_b", get(a + "o_proj.bias"))
             put(f"{i}.qk_norm", self._qk_scale(get, a))
             if c.is_sparse_layer(i):
                 ex = [f"{p}mlp.experts.{e}." for e in range(c.num_experts)]
-                put(f"{i}.router_t", get(p + "mlp.gate.weight").T)
+                put(f"{i}.router_t", get(p + "mlp.gate.weight").T, low=True)
                 put(f"{i}.experts_gu", np.stack([np.concatenate([get(e + "gate_proj.weight"),
-                                                                 get(e + "up_proj.weight")]).T for e in ex]))
-                put(f"{i}.experts_down", np.stack([get(e + "down_proj.weight").T for e in ex]))
+                                                                 get(e + "up_proj.weight")]).T for e in ex]), low=True)
+                put(f"{i}.experts_down", np.stack([get(e + "down_proj.weight").T for e in ex]), low=True)
             else:
-                put(f"{i}.gu_t", np.concatenate([get(p + "mlp.gate_proj.weight"), get(p + "mlp.up_proj.weight")]).T)
-                put(f"{i}.down_t", get(p + "mlp.down_proj.weight").T)
+                put(f"{i}.gu_t", np.concatenate([get(p + "mlp.gate_proj.weight"), get(p + "mlp.up_proj.weight")]).T,
+                    low=True)
+                put(f"{i}.down_t", get(p + "mlp.down_proj.weight").T, low=True)
         return w
 
     def _qk_scale(self, get: Any, a: str) -> np.ndarray:

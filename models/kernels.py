@@ -4,17 +4,23 @@ Every kernel writes into caller-provided outputs and takes Tensors (as arrays) a
 launch can be recorded into a graph. Kernels that run inside a decode graph use static shapes only
 (masks, never data-dependent slicing); `attention_prefill` is eager-only and may loop over host
 metadata. GEMMs go through `xp.matmul`, the one entry point a backend can make capture-safe.
+Activations are float32; weights and the KV cache may be held in bf16 or fp16 (`widen` / `narrow`).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from vt.dtypes import narrow, widen
+
 PREFILL_CHUNK = 512
 
 
 def embed(xp: Any, table: Any, ids: Any, out: Any) -> None:
-    xp.take(table, ids, axis=0, out=out)
+    if table.dtype == out.dtype:
+        xp.take(table, ids, axis=0, out=out)
+    else:
+        out[...] = widen(xp, xp.take(table, ids, axis=0))
 
 
 def rmsnorm(xp: Any, x: Any, w: Any, out: Any, eps: float) -> None:
@@ -78,8 +84,8 @@ def store_kv(xp: Any, qkv: Any, qk: Any, k_cache: Any, v_cache: Any, write_slots
     """Write the new keys (normed and rotated, in qk) and values (raw, in qkv) at their slots."""
     nkv, hd = k_cache.shape[2], k_cache.shape[3]
     T, heads = qk.shape[0], qk.shape[1]
-    k_cache.reshape(-1, nkv, hd)[write_slots] = qk[:, heads - nkv :]
-    v_cache.reshape(-1, nkv, hd)[write_slots] = qkv[:, heads * hd :].reshape(T, nkv, hd)
+    k_cache.reshape(-1, nkv, hd)[write_slots] = narrow(xp, qk[:, heads - nkv :], k_cache.dtype)
+    v_cache.reshape(-1, nkv, hd)[write_slots] = narrow(xp, qkv[:, heads * hd :].reshape(T, nkv, hd), v_cache.dtype)
 
 
 def _softmax_rows(xp: Any, s: Any) -> Any:
@@ -96,8 +102,8 @@ def attention_decode(xp: Any, qk: Any, k_cache: Any, v_cache: Any, kv_index: Any
     T, nh, hd = out.shape
     nkv = k_cache.shape[2]
     g = nh // nkv
-    k = xp.take(k_cache.reshape(-1, hd), kv_index, axis=0)  # [T, nkv, L, hd]
-    v = xp.take(v_cache.reshape(-1, hd), kv_index, axis=0)
+    k = widen(xp, xp.take(k_cache.reshape(-1, hd), kv_index, axis=0))  # [T, nkv, L, hd]
+    v = widen(xp, xp.take(v_cache.reshape(-1, hd), kv_index, axis=0))
     q_t = qk[:, :nh].reshape(T, nkv, g, hd).transpose(0, 1, 3, 2)  # [T, nkv, hd, g]
     scores = xp.ascontiguousarray(xp.matmul(k, q_t).transpose(0, 1, 3, 2))  # [T, nkv, g, L]
     p = _softmax_rows(xp, xp.where(visible[:, None, None, :], scores, -xp.inf))
@@ -118,8 +124,8 @@ def attention_prefill(xp: Any, qk: Any, k_cache: Any, v_cache: Any, out: Any,
     for row0, n, pos0, table in seqs:
         L = pos0 + n
         blocks = xp.asarray(table[: (L + bs - 1) // bs])
-        k = k_cache[blocks].reshape(-1, nkv, hd)[:L]  # [L, nkv, hd]
-        v = v_cache[blocks].reshape(-1, nkv, hd)[:L]
+        k = widen(xp, k_cache[blocks].reshape(-1, nkv, hd)[:L])  # [L, nkv, hd]
+        v = widen(xp, v_cache[blocks].reshape(-1, nkv, hd)[:L])
         kt, vt = k.transpose(1, 2, 0)[:, None], v.transpose(1, 0, 2)[:, None]
         for c0 in range(0, n, PREFILL_CHUNK):  # query chunks bound the [.., chunk, L] score tensor
             m = min(PREFILL_CHUNK, n - c0)

@@ -22,6 +22,11 @@ MODELS = ("tiny-qwen3", "tiny-qwen3-moe")
 ARCH = "tests/models/test_architectures.py"
 ARCH_ERR = "tests/models/test_checkpoint_errors.py"
 ARCH_NAMES = ("qwen3-yarn", "qwen3-moe", "qwen2", "llama3")
+DTYPES = "tests/vt/test_dtypes.py"
+
+
+def bf16_vs_hf(*archs: str) -> tuple[str, ...]:
+    return tuple(f"{ARCH}::test_dtype_bfloat16_computes_as_transformers_bf16_does[{a}]" for a in archs)
 GUAR = "tests/engine/test_guarantees.py"
 CLI = "tests/vt/test_cli.py"
 API = "tests/engine/test_offline_api.py"
@@ -577,7 +582,7 @@ ENTRIES: list[Mutation] = [
         description="BF16 tensors are read with float16's bit layout instead of widened from bfloat16",
         file="models/safetensors_io.py", old='"BF16": np.dtype(ml_dtypes.bfloat16)', new='"BF16": np.dtype(np.float16)',
         gates=(*(f"{ARCH}::test_a_bf16_checkpoint_widens_exactly[{a}]" for a in ("qwen3-yarn", "llama3")),
-               f"{ARCH}::test_dtype_bfloat16_rounds_float32_weights_as_torch_does"),
+               f"{ARCH}::test_dtype_bfloat16_rounds_float32_weights_as_torch_does", *bf16_vs_hf(*ARCH_NAMES)),
     ),
     Mutation(
         id="config-alias-num-local-experts",
@@ -585,7 +590,7 @@ ENTRIES: list[Mutation] = [
         file="models/config.py", old='int(d.get("num_experts", d.get("num_local_experts", 0)) or 0)',
         new='int(d.get("num_experts", 0) or 0)',
         gates=(f"{ARCH}::test_both_config_layouts_read_the_same[qwen3-moe-float32]",
-               f"{ARCH}::test_greedy_tokens_and_logits_match_transformers[qwen3-moe]"),
+               f"{ARCH}::test_greedy_tokens_and_logits_match_transformers[qwen3-moe]", *bf16_vs_hf("qwen3-moe")),
     ),
     Mutation(
         id="config-alias-rope-parameters",
@@ -594,7 +599,8 @@ ENTRIES: list[Mutation] = [
         gates=(*(f"{ARCH}::test_both_config_layouts_read_the_same[{a}-float32]" for a in ARCH_NAMES),
                f"{ARCH}::test_both_config_layouts_read_the_same[llama3-bfloat16]",
                *(f"{ARCH}::test_greedy_tokens_and_logits_match_transformers[{a}]" for a in ARCH_NAMES),
-               *(f"{ARCH}::test_a_bf16_checkpoint_widens_exactly[{a}]" for a in ("qwen3-yarn", "llama3"))),
+               *(f"{ARCH}::test_a_bf16_checkpoint_widens_exactly[{a}]" for a in ("qwen3-yarn", "llama3")),
+               *bf16_vs_hf("qwen3-yarn", "qwen3-moe", "qwen2")),
     ),
     Mutation(
         id="config-alias-torch-dtype",
@@ -615,13 +621,42 @@ ENTRIES: list[Mutation] = [
         description="YaRN rope scaling is read but not applied: plain RoPE frequencies, no attention factor",
         file="models/rope.py", old='    if c.rope_type == "yarn":\n', new='    if False:\n',
         gates=(f"{ARCH}::test_greedy_tokens_and_logits_match_transformers[qwen3-yarn]",
-               f"{ARCH}::test_a_bf16_checkpoint_widens_exactly[qwen3-yarn]"),
+               f"{ARCH}::test_a_bf16_checkpoint_widens_exactly[qwen3-yarn]", *bf16_vs_hf("qwen3-yarn")),
     ),
     Mutation(
         id="qwen2-qkv-bias-skipped",
         description="Qwen2's q/k/v biases are loaded but never added",
         file="models/decoder.py", old="        if c.has_qkv_bias:\n            b.launch(K.add, qkv", new="        if False:\n            b.launch(K.add, qkv",
-        gates=(f"{ARCH}::test_greedy_tokens_and_logits_match_transformers[qwen2]",),
+        gates=(f"{ARCH}::test_greedy_tokens_and_logits_match_transformers[qwen2]", *bf16_vs_hf("qwen2")),
+    ),
+    Mutation(
+        id="bf16-narrow-truncates",
+        description="float32 -> bf16 truncates instead of rounding to nearest even (the KV cache and every GEMM operand)",
+        file="vt/dtypes.py", old="        rne = (u + ((u >> 16) & 1) + 0x7FFF) >> 16\n", new="        rne = u >> 16\n",
+        gates=(f"{DTYPES}::test_narrow_rounds_every_float32_class_as_ml_dtypes_does",
+               f"{DTYPES}::test_widen_is_exact_and_to_storage_agrees_with_narrow",
+               *(f"{DTYPES}::test_a_low_precision_gemm_rounds_its_left_operand_and_accumulates_in_float32[{d}]"
+                 for d in ("bfloat16",))),
+    ),
+    Mutation(
+        id="gemm-left-operand-not-rounded",
+        description="a bf16 GEMM takes its float32 activations unrounded (cuBLAS GemmEx would read them as bf16 bits)",
+        file="backends/gemm.py", old="        a = narrow(xp, a, b.dtype)\n", new="        pass\n",
+        gates=tuple(f"{DTYPES}::test_a_low_precision_gemm_rounds_its_left_operand_and_accumulates_in_float32[{d}]"
+                    for d in ("bfloat16", "float16")),
+    ),
+    Mutation(
+        id="kv-cache-ignores-model-dtype",
+        description="the KV cache is float32 whatever the model dtype: a bf16 model's cache takes twice the memory",
+        file="models/base.py", old="    dtype = model.kv_dtype\n", new="    dtype = np.dtype(F32)\n",
+        gates=tuple(f"{ARCH}::test_a_low_precision_model_holds_half_the_bytes[{d}]" for d in ("bfloat16", "float16")),
+    ),
+    Mutation(
+        id="low-precision-weights-kept-float32",
+        description="dtype=bfloat16 keeps every weight in float32 (no rounding, twice the bytes)",
+        file="models/decoder.py", old="            return widen(np, to_storage(np.asarray(hf[name], dtype=F32), self.dtype))\n",
+        new="            return np.asarray(hf[name], dtype=F32)\n",
+        gates=(f"{ARCH}::test_dtype_bfloat16_rounds_float32_weights_as_torch_does",),
     ),
     Mutation(
         id="generation-config-unvalidated",

@@ -112,8 +112,8 @@ def _engine_args(p: argparse.ArgumentParser, max_model_len: int, num_blocks: int
     p.add_argument("--enforce-eager", action="store_true", help="no decode graphs (as VT_CUDAGRAPH=0)")
     p.add_argument("--seed", type=int, default=0, help="engine seed, and the request seed for generate")
     p.add_argument("--dtype", default="auto", choices=["auto", "bfloat16", "float16", "float32"],
-                   help="weights' dtype: auto is the checkpoint's on CUDA; the CPU computes in float32 "
-                        "(bfloat16/float16 round the weights through that dtype) (default: auto)")
+                   help="what weights and the KV cache are held in (GEMMs accumulate in float32): auto is the "
+                        "checkpoint's dtype on CUDA and float32 on the CPU (default: auto)")
     p.add_argument("--speculative-model", help="a draft checkpoint (name or directory), or [ngram] for prompt "
                                                "lookup with no second model")
     p.add_argument("--num-speculative-tokens", type=int, default=0, help="tokens proposed per step")

@@ -102,8 +102,9 @@ def test_the_cpu_step_makes_the_pool_traffic_an_h200_recorded(trace: Path) -> No
     CuPy 14.2): one cold decode step's pool traffic, event for event. A kernel change needs them
     re-recorded there."""
     want = json.loads(trace.read_text())
-    model, batch = trace.stem.removeprefix("cupy-trace-").rsplit("-B", 1)
-    h = SeamHarness(model, "cpu")
+    model, shape = trace.stem.removeprefix("cupy-trace-").rsplit("-B", 1)
+    batch, _, dtype = shape.partition("-")
+    h = SeamHarness(model, "cpu", dtype=dtype or "float32")
     h.start(int(batch))
     got = h.traced_step()
     assert got == want["events"], "cpu vs h200: " + first_difference(got, want["events"])

@@ -78,16 +78,13 @@ class EngineConfig:
 
 
 def resolve_dtype(requested: str, checkpoint_dtype: str, backend: str) -> str:
-    """The dtype weights are held in. The CPU backend computes in float32 (NumPy has no bfloat16
-    arithmetic, and the CPU is the oracle): auto keeps a checkpoint's values exactly (bf16 and fp16 widen
-    to float32 without loss); bfloat16 / float16 round the weights through that dtype. The CUDA backend
-    has float32 kernels only so far: anything else is refused by name rather than run as something else."""
+    """The dtype weights and the KV cache are held in (models/decoder.py). auto is the checkpoint's dtype
+    on CUDA. On the CPU auto is float32: NumPy has no bf16 GEMM, so a bf16 model there widens every
+    weight per GEMM and runs several times slower, and the CPU is the float32 oracle; bf16 and fp16
+    widen to float32 exactly, so the checkpoint's values are kept. An explicit bfloat16 / float16 on the
+    CPU runs the CUDA path's numerics (rounded GEMM operands and KV cache), to check them without a GPU."""
     ckpt = {"bf16": "bfloat16", "fp16": "float16", "half": "float16", "float": "float32"}.get(checkpoint_dtype,
                                                                                                  checkpoint_dtype)
-    if backend == "cpu":
-        return "float32" if requested == "auto" else requested
-    dtype = (ckpt if ckpt in DTYPES else "float32") if requested == "auto" else requested
-    if dtype != "float32":
-        raise ConfigError(f"dtype={dtype!r} on the {backend} backend: its bf16/fp16 kernels are not built yet; "
-                          f"--dtype float32 runs this checkpoint's weights (widened exactly) in float32")
-    return dtype
+    if requested != "auto":
+        return requested
+    return ckpt if backend != "cpu" and ckpt in DTYPES else "float32"
