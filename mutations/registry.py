@@ -433,8 +433,8 @@ ENTRIES: list[Mutation] = [
         file="backends/cuda.py", old="            with stream.handle, self.cp.cuda.using_allocator(self._allocator):",
         new="            with stream.handle:",
         needs_gpu=True,
-        gates=tuple(f"{CUDA}::test_demand_profile_parity_cpu_and_cuda_identical[{m}-{b}]"
-                    for m in (*MODELS, "tiny-qwen3-draft") for b in (1, 4)),
+        gates=tuple(f"{CUDA}::test_demand_profile_parity_cpu_and_cuda_identical[{m}-{b}-{d}]"
+                    for m in (*MODELS, "tiny-qwen3-draft") for b in (1, 4) for d in ("float32", "bfloat16")),
         expect="hidden temporaries went through the pool",
     ),
     Mutation(
@@ -446,7 +446,8 @@ ENTRIES: list[Mutation] = [
         # test_cublas_draws_no_device_memory_of_its_own went red under this mutant in one H200 run and stayed
         # green in the next (cuBLAS's lazy eager-mode workspace): not a gate, it would make the verdict flaky.
         gates=(f"{CUDA}::test_a_captured_gemm_allocates_no_workspace",
-               *(f"{CUDA}::test_G1_cuda_capture_allocates_nothing_after_drain[tiny-qwen3-{b}]" for b in (3, 8)),
+               *(f"{CUDA}::test_G1_cuda_capture_allocates_nothing_after_drain[tiny-qwen3-{b}-{d}]" for b in (3, 8)
+                 for d in ("float32", "bfloat16")),
                *(f"{CUDA}::test_G8_cuda_spec_keys_capture_nothing[{m}-{q}]"
                  for m, q in (("tiny-qwen3", 5), ("tiny-qwen3-moe", 5), ("tiny-qwen3-draft", 1)))),
     ),
@@ -632,11 +633,18 @@ ENTRIES: list[Mutation] = [
     Mutation(
         id="bf16-narrow-truncates",
         description="float32 -> bf16 truncates instead of rounding to nearest even (the KV cache and every GEMM operand)",
-        file="vt/dtypes.py", old="        rne = (u + ((u >> 16) & 1) + 0x7FFF) >> 16\n", new="        rne = u >> 16\n",
+        file="vt/dtypes.py", old="    rne = (u + ((u >> 16) & 1) + 0x7FFF) >> 16\n", new="    rne = u >> 16\n",
         gates=(f"{DTYPES}::test_narrow_rounds_every_float32_class_as_ml_dtypes_does",
                f"{DTYPES}::test_widen_is_exact_and_to_storage_agrees_with_narrow",
                *(f"{DTYPES}::test_a_low_precision_gemm_rounds_its_left_operand_and_accumulates_in_float32[{d}]"
                  for d in ("bfloat16",))),
+    ),
+    Mutation(
+        id="cuda-bf16-narrow-truncates",
+        description="the CUDA float32 -> bf16 kernel truncates instead of rounding to nearest even",
+        file="vt/dtypes.py", old=": (unsigned short)((u + ((u >> 16) & 1u) + 0x7FFFu) >> 16);",
+        new=": (unsigned short)(u >> 16);", needs_gpu=True,
+        gates=(f"{DTYPES}::test_the_cuda_conversion_kernels_equal_the_numpy_ones",),
     ),
     Mutation(
         id="gemm-left-operand-not-rounded",

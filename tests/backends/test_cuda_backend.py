@@ -84,7 +84,8 @@ def test_demand_profile_parity_cpu_and_cuda_identical(model: str, batch: int, dt
               f"CuPy temporaries by kernel (bytes): {hidden}")
     out = os.environ.get("VT_GPU_LANE_OUT")
     if out:  # the GPU lane keeps the trace: tests/backends/data holds it as the CPU-lane fixture
-        with open(os.path.join(out, f"cupy-trace-{model}-B{batch}{'' if dtype == 'float32' else '-' + dtype}.json"), "w") as f:
+        suffix = "" if dtype == "float32" else "-" + dtype
+        with open(os.path.join(out, f"cupy-trace-{model}-B{batch}{suffix}.json"), "w") as f:
             json.dump({"events": ev_gpu, "demand": {str(k): v for k, v in sorted(d_gpu.items())}}, f)
     assert hidden, "non-vacuity: CuPy's hidden temporaries went through the pool"
     assert ev_cpu == ev_gpu, "cpu vs cuda: " + first_difference(ev_cpu, ev_gpu)

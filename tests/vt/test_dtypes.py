@@ -53,3 +53,15 @@ def test_a_low_precision_gemm_rounds_its_left_operand_and_accumulates_in_float32
     assert np.abs(got - want).max() < 1e-4
     unrounded = a.astype(np.float64) @ widen(np, w).astype(np.float64)
     assert np.abs(got - unrounded).max() > 1e-3, "non-vacuity: rounding A changed the product"
+
+
+@pytest.mark.gpu
+def test_the_cuda_conversion_kernels_equal_the_numpy_ones() -> None:
+    """CUDA narrows and widens with one kernel each (vt/dtypes.py): bit for bit what NumPy computes."""
+    import cupy
+
+    x = _every_bf16_boundary()
+    want = narrow(np, x, np.dtype(np.uint16))
+    got = narrow(cupy, cupy.asarray(x), np.dtype(np.uint16)).get()
+    assert np.array_equal(got, want)
+    assert np.array_equal(widen(cupy, cupy.asarray(want)).get().view(np.uint32), widen(np, want).view(np.uint32))
