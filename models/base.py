@@ -84,7 +84,17 @@ def make_kv_cache(model: Model, num_blocks: int, block_size: int) -> KVCache:
 
 def prefill(model: Model, seqs: Sequence[tuple[list[int], list[int] | np.ndarray]], kv: KVCache) -> np.ndarray:
     """Eager prefill of whole sequences, given as (tokens, block ids); writes their KV and returns each
-    sequence's last-token logits on the host, one row per sequence."""
+    sequence's last-token logits on the host, one row per sequence (tests and tools; the engine samples
+    on the device from `prefill_logits`)."""
+    logits = prefill_logits(model, seqs, kv)
+    out = model.backend.copy_d2h(logits)
+    model.backend.pool.release(logits)
+    return out
+
+
+def prefill_logits(model: Model, seqs: Sequence[tuple[list[int], list[int] | np.ndarray]], kv: KVCache) -> Tensor:
+    """As `prefill`, leaving the logits [len(seqs), vocab] on the device in a pool tensor the caller
+    releases."""
     b, pool = model.backend, model.backend.pool
     ids: list[int] = []
     pos: list[int] = []
@@ -103,7 +113,6 @@ def prefill(model: Model, seqs: Sequence[tuple[list[int], list[int] | np.ndarray
         staged.append(t)
     logits = pool.empty((len(seqs), model.cfg.vocab_size), F32)
     model.forward(ForwardBatch(staged[0], staged[1], staged[2], True, seqs=meta, logits_rows=staged[3]), kv, logits)
-    out = b.copy_d2h(logits)
-    for t in (*staged, logits):
+    for t in staged:
         pool.release(t)
-    return out
+    return logits

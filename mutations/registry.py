@@ -25,6 +25,10 @@ ARCH_NAMES = ("qwen3-yarn", "qwen3-moe", "qwen2", "llama3")
 DTYPES = "tests/vt/test_dtypes.py"
 
 
+def FILC(test: str, *ids: str) -> tuple[str, ...]:
+    return tuple(f"{FIL}::{test}[{i}]" for i in ids)
+
+
 def bf16_vs_hf(*archs: str) -> tuple[str, ...]:
     return tuple(f"{ARCH}::test_dtype_bfloat16_computes_as_transformers_bf16_does[{a}]" for a in archs)
 GUAR = "tests/engine/test_guarantees.py"
@@ -291,10 +295,10 @@ ENTRIES: list[Mutation] = [
         gates=(f"{GEN}::test_temperature_zero_is_greedy_and_clears_the_filters",),
     ),
     Mutation(
-        id="sampler-shares-one-generator",
-        description="seeded requests draw from the engine's shared generator instead of their own",
-        file="vt/engine/llm.py", old="        rng = None if resolved.is_greedy else np.random.default_rng(\n",
-        new="        rng = None if resolved.is_greedy else self._rng\n        _unused = (\n",
+        id="sampler-seed-not-the-requests",
+        description="every request samples with the engine's seed instead of its own",
+        file="vt/engine/llm.py", old="        seed = resolved.seed if resolved.seed is not None else int(self._rng.integers(1 << 62))\n",
+        new="        seed = self.cfg.seed\n",
         gates=per_model(f"{GEN}::test_seeded_sampling_is_reproducible_and_batch_invariant"),
     ),
     Mutation(
@@ -402,10 +406,11 @@ ENTRIES: list[Mutation] = [
     # ---- failures -----------------------------------------------------------------------------
     Mutation(
         id="nonfinite-logits-sampled-anyway",
-        description="a request whose logits are NaN is sampled as if nothing happened",
-        file="vt/engine/runner.py", old="            if not np.isfinite(row).all():", new="            if False:",
+        description="a request whose logits are NaN is sampled as if nothing happened (the CPU sampler skips the check)",
+        file="vt/engine/sampler.py", old="    if not np.isfinite(row).all():\n        return -1\n", new="",
         gates=("tests/engine/test_failures.py::test_a_request_with_non_finite_logits_fails_alone",
-               "tests/engine/test_failures.py::test_a_failed_requests_garbage_kv_never_reaches_its_neighbours[plain]"),
+               "tests/engine/test_failures.py::test_a_failed_requests_garbage_kv_never_reaches_its_neighbours[plain]",
+               f"{FIL}::test_banned_tokens_are_never_drawn_and_non_finite_rows_fail_alone[cpu]"),
     ),
     Mutation(
         id="fatal-error-hides-requests-in-flight",
@@ -535,16 +540,19 @@ ENTRIES: list[Mutation] = [
     ),
     Mutation(
         id="spec-sampling-always-accepts",
-        description="speculative sampling accepts every draft token: the output follows the draft, not the target",
-        file="vt/engine/rejection.py",
-        old="        if rng.random() < min(1.0, p[d] / max(q[d], 1e-30)):", new="        if True:",
-        gates=(f"{SPEC}::test_G6_speculative_sampling_draws_from_the_target_distribution",),
+        description="verification accepts a draft token the target did not sample: the output follows the draft",
+        file="vt/engine/rejection.py", old="        if d != t:\n", new="        if False:\n",
+        gates=(f"{SPEC}::test_G6_speculative_sampling_draws_from_the_target_distribution",
+               f"{SPEC}::test_accept_keeps_the_agreeing_prefix_then_the_targets_token",
+               "tests/engine/test_ngram.py::test_sampled_requests_draw_the_same_tokens_with_and_without_ngram_speculation"),
     ),
     Mutation(
-        id="spec-sampling-residual-is-the-target",
-        description="a rejected draft token is replaced by a draw from p instead of the residual max(p - q, 0)",
-        file="vt/engine/rejection.py", old="        residual = np.maximum(p - q, 0.0)",
-        new="        residual = p", gates=(f"{SPEC}::test_G6_speculative_sampling_draws_from_the_target_distribution",),
+        id="spec-rejection-emits-the-proposal",
+        description="at the first mismatch the draft's token is emitted instead of the target's own draw",
+        file="vt/engine/rejection.py", old="            return [*out, t]\n", new="            return [*out, d]\n",
+        gates=(f"{SPEC}::test_G6_speculative_sampling_draws_from_the_target_distribution",
+               f"{SPEC}::test_accept_keeps_the_agreeing_prefix_then_the_targets_token",
+               "tests/engine/test_ngram.py::test_sampled_requests_draw_the_same_tokens_with_and_without_ngram_speculation"),
     ),
     Mutation(
         id="attention-reads-hidden-values",
@@ -957,7 +965,7 @@ ENTRIES: list[Mutation] = [
     Mutation(
         id="stop-token-ids-ignored",
         description="stop_token_ids are accepted and never stop anything",
-        file="vt/engine/llm.py", old="        elif token in p.stop_token_ids:", new="        elif False:",
+        file="vt/engine/llm.py", old="        elif can_stop and token in p.stop_token_ids:", new="        elif False:",
         gates=(f"{API}::test_a_stop_token_id_finishes_with_its_id_as_the_stop_reason",),
     ),
     Mutation(
@@ -969,75 +977,123 @@ ENTRIES: list[Mutation] = [
     Mutation(
         id="repetition-penalty-multiplies-positive-logits",
         description="the repetition penalty multiplies every seen token's logit, raising positive ones",
-        file="vt/engine/sampler.py",
-        old="x[seen] = np.where(x[seen] > 0, x[seen] / p.repetition_penalty, x[seen] * p.repetition_penalty)",
-        new="x[seen] = x[seen] * p.repetition_penalty",
-        gates=(f"{PEN}::test_repetition_penalty_matches_transformers",
+        file="vt/engine/sampler.py", old="        v = np.where(v > 0, v / F32(rep), v * F32(rep)).astype(F32)\n",
+        new="        v = (v * F32(rep)).astype(F32)\n",
+        gates=(f"{PEN}::test_repetition_penalty_matches_transformers[cpu]",
                f"{PEN}::test_a_strong_repetition_penalty_changes_greedy_output_in_the_engine"),
+    ),
+    Mutation(
+        id="cuda-repetition-penalty-multiplies-positive-logits",
+        description="the CUDA sampler's repetition penalty multiplies every seen token's logit",
+        file="vt/engine/sampler_cuda.py", old="v = v > 0.0f ? __fdiv_rn(v, rep) : __fmul_rn(v, rep);",
+        new="v = __fmul_rn(v, rep);", needs_gpu=True,
+        gates=(f"{PEN}::test_repetition_penalty_matches_transformers[cuda]",),
     ),
     Mutation(
         id="presence-penalty-per-occurrence",
         description="the presence penalty is charged per occurrence, like the frequency penalty",
-        file="vt/engine/sampler.py", old="p.presence_penalty * (counts > 0)", new="p.presence_penalty * counts",
-        gates=tuple(f"{PEN}::test_presence_and_frequency_follow_openai_on_output_tokens_only[{c}]"
+        file="vt/engine/sampler.py", old="(F32(freq) * counts[hit].astype(F32) + F32(pres))",
+        new="(F32(freq) * counts[hit].astype(F32) + F32(pres) * counts[hit].astype(F32))",
+        gates=tuple(f"{PEN}::test_presence_and_frequency_follow_openai_on_output_tokens_only[{c}-cpu]"
                     for c in ("0.8-0.0", "-0.4-1.3")),
     ),
     Mutation(
         id="frequency-penalty-counts-the-prompt",
         description="the frequency penalty counts prompt tokens too, not only the output's",
-        file="vt/engine/sampler.py",
-        old="        counts = np.bincount(output_ids.astype(np.int64), minlength=x.size)[: x.size]",
-        new="        counts = np.bincount(np.concatenate([prompt_ids, output_ids]).astype(np.int64), minlength=x.size)[: x.size]",
-        gates=tuple(f"{PEN}::test_presence_and_frequency_follow_openai_on_output_tokens_only[{c}]"
+        file="vt/engine/sampler.py", old="np.unique(hist[num_prompt:], return_counts=True)",
+        new="np.unique(hist, return_counts=True)",
+        gates=tuple(f"{PEN}::test_presence_and_frequency_follow_openai_on_output_tokens_only[{c}-cpu]"
+                    for c in ("0.8-0.0", "0.0-0.5", "-0.4-1.3")),
+    ),
+    Mutation(
+        id="cuda-frequency-penalty-counts-the-prompt",
+        description="the CUDA sampler counts prompt tokens too for presence and frequency",
+        file="vt/engine/sampler_cuda.py", old="for (int k = num_prompt; k < num_hist; k++) cnt += h[k] == t;",
+        new="for (int k = 0; k < num_hist; k++) cnt += h[k] == t;", needs_gpu=True,
+        gates=tuple(f"{PEN}::test_presence_and_frequency_follow_openai_on_output_tokens_only[{c}-cuda]"
                     for c in ("0.8-0.0", "0.0-0.5", "-0.4-1.3")),
     ),
     Mutation(
         id="penalties-never-applied",
-        description="penalties are validated and carried, never applied to the logits",
-        file="vt/engine/runner.py", old="                if st.params.has_penalties:", new="                if False:",
+        description="penalties are validated and carried, never staged for the sampler",
+        file="vt/engine/runner.py", old="                       toks if p.has_penalties else None,", new="                       None,",
         gates=(f"{PEN}::test_a_strong_repetition_penalty_changes_greedy_output_in_the_engine",),
     ),
     Mutation(
         id="top-k-off",
         description="top_k is accepted and never applied",
-        file="vt/engine/sampler.py", old="    if 0 < p.top_k < x.size:", new="    if False:",
+        file="vt/engine/sampler.py", old="    if 0 < top_k < x.size:", new="    if False:",
         gates=(*(f"{FIL}::test_top_k_keeps_the_k_most_likely[{k}]" for k in (1, 3, 7)),
                f"{FIL}::test_top_p_applies_to_the_top_k_survivors",
-               f"{FIL}::test_draws_land_in_the_support_at_its_renormalized_probabilities"),
+               *FILC("test_draws_follow_the_renormalized_support_chi_square", "top_k-cpu", "all-cpu")),
+    ),
+    Mutation(
+        id="cuda-top-k-off",
+        description="the CUDA sampler never applies top_k",
+        file="vt/engine/sampler_cuda.py", old="if (top_k > 0 && top_k < V) f.kmin", new="if (false) f.kmin", needs_gpu=True,
+        gates=FILC("test_draws_follow_the_renormalized_support_chi_square", "top_k-cuda", "all-cuda"),
     ),
     Mutation(
         id="top-p-off",
         description="top_p is accepted and never applied",
-        file="vt/engine/sampler.py", old="        if p.top_p < 1.0:  # sort the survivors", new="        if False:  # sort the survivors",
+        file="vt/engine/sampler.py", old="    if top_p < 1.0:\n", new="    if False:\n",
         gates=(*(f"{FIL}::test_top_p_keeps_the_smallest_set_reaching_p[{p}]" for p in (0.3, 0.5, 0.6, 0.9)),
                f"{FIL}::test_top_p_applies_to_the_top_k_survivors",
-               f"{FIL}::test_draws_land_in_the_support_at_its_renormalized_probabilities"),
+               *FILC("test_draws_follow_the_renormalized_support_chi_square", "top_p-cpu", "all-cpu")),
+    ),
+    Mutation(
+        id="cuda-top-p-off",
+        description="the CUDA sampler never applies top_p",
+        file="vt/engine/sampler_cuda.py", old="        if (top_p < 1.0f) {", new="        if (false) {", needs_gpu=True,
+        gates=FILC("test_draws_follow_the_renormalized_support_chi_square", "top_p-cuda", "all-cuda"),
     ),
     Mutation(
         id="top-p-one-short",
         description="top_p keeps the largest set below p instead of the smallest set reaching it",
-        file="vt/engine/sampler.py", old="int(np.searchsorted(cum, p.top_p)) + 1]", new="max(1, int(np.searchsorted(cum, p.top_p)))]",
-        gates=(*(f"{FIL}::test_top_p_keeps_the_smallest_set_reaching_p[{p}]" for p in (0.5, 0.6, 0.9)),
-               f"{FIL}::test_draws_land_in_the_support_at_its_renormalized_probabilities"),
+        file="vt/engine/sampler.py", old='np.searchsorted(cum, target, side="left")', new='np.searchsorted(cum, target, side="left") - 1',
+        gates=(*(f"{FIL}::test_top_p_keeps_the_smallest_set_reaching_p[{p}]" for p in (0.3, 0.5, 0.6, 0.9)),
+               f"{FIL}::test_top_p_applies_to_the_top_k_survivors",
+               *FILC("test_draws_follow_the_renormalized_support_chi_square", "top_p-cpu", "all-cpu")),
     ),
     Mutation(
         id="min-p-off",
         description="min_p is accepted and never applied",
-        file="vt/engine/sampler.py", old="        if p.min_p > 0.0:\n            x = np.where", new="        if False:\n            x = np.where",
-        gates=(*(f"{FIL}::test_min_p_keeps_tokens_at_least_min_p_times_the_top[{m}]" for m in (0.3, 0.6)),),
+        file="vt/engine/sampler.py", old="    if min_p > 0.0:\n", new="    if False:\n",
+        gates=(*(f"{FIL}::test_min_p_keeps_tokens_at_least_min_p_times_the_top[{m}]" for m in (0.3, 0.6)),
+               *FILC("test_draws_follow_the_renormalized_support_chi_square", "min_p-cpu", "all-cpu")),
+    ),
+    Mutation(
+        id="cuda-min-p-off",
+        description="the CUDA sampler never applies min_p",
+        file="vt/engine/sampler_cuda.py", old="f.weighted = 1; f.min_p = min_p;", new="f.weighted = 1; f.min_p = 0.0f;",
+        needs_gpu=True, gates=FILC("test_draws_follow_the_renormalized_support_chi_square", "min_p-cuda", "all-cuda"),
+    ),
+    Mutation(
+        id="seed-counter-ignored",
+        description="draws depend on the seed only, not on the output position: every position draws the same uniform",
+        file="vt/engine/sampler.py", old="GOLDEN * (counter.astype(np.uint64) + np.uint64(1))", new="GOLDEN",
+        gates=FILC("test_draws_follow_the_renormalized_support_chi_square", *(f"{k}-cpu" for k in
+                                                                              ("plain", "top_k", "top_p", "min_p", "all"))),
+    ),
+    Mutation(
+        id="cuda-seed-counter-ignored",
+        description="the CUDA sampler's draws depend on the seed only, not on the output position",
+        file="vt/engine/sampler_cuda.py", old="mix64(seed + 0x9E3779B97F4A7C15ull * (counter + 1ull))",
+        new="mix64(seed + 0x9E3779B97F4A7C15ull)", needs_gpu=True,
+        gates=FILC("test_draws_follow_the_renormalized_support_chi_square", *(f"{k}-cuda" for k in
+                                                                              ("plain", "top_k", "top_p", "min_p", "all"))),
     ),
     Mutation(
         id="logprobs-from-the-penalized-row",
-        description="logprobs are taken after the sampler's own processing instead of from the model's logits",
-        file="vt/engine/sampler.py", old="    x = logits.astype(np.float64)\n    lse = x.max()", new="    x = logits.astype(np.float64) / 2\n    lse = x.max()",
+        description="logprobs are taken from a rescaled row instead of the model's logits",
+        file="vt/engine/sampler.py", old="    x = row.astype(np.float64)\n", new="    x = row.astype(np.float64) / 2\n",
         gates=tuple(f"{API}::test_logprobs_are_the_models_log_softmax_as_transformers_computes_it[{s}]"
                     for s in ("plain", "ngram")),
     ),
     Mutation(
         id="logprobs-of-an-accepted-run-misaligned",
         description="after a verify, every accepted token gets the first position's logprobs",
-        file="vt/engine/runner.py", old="out.logprobs[rid] = [top_logprobs(rows[i], st.params.logprobs, t)",
-        new="out.logprobs[rid] = [top_logprobs(rows[0], st.params.logprobs, t)",
+        file="vt/engine/runner.py", old="[i * q + j for j in range(len(toks))]", new="[i * q for _ in range(len(toks))]",
         gates=(f"{API}::test_logprobs_are_the_models_log_softmax_as_transformers_computes_it[ngram]",),
     ),
     Mutation(

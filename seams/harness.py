@@ -78,9 +78,11 @@ class SeamHarness:
     # ---- one step ---------------------------------------------------------------------------
     def step(self, tokens: list[int] | None = None, q: int = 1, spec: bool = False) -> np.ndarray:
         """One decode step for every sequence; appends `tokens` (default: greedy on each sequence's first
-        row) and returns the real rows' logits. Passing tokens lets two backends walk one trajectory."""
-        logits = self.driver.step(self.inputs(q), spec=spec)
-        chosen = tokens if tokens is not None else [int(np.argmax(row)) for row in logits[::q]]
+        row, as the step's greedy sampler picked it) and returns the real rows' logits. Passing tokens lets
+        two backends walk one trajectory."""
+        sampled = self.driver.step(self.inputs(q), spec=spec).ids
+        logits = self.driver.last_logits()
+        chosen = tokens if tokens is not None else [int(t) for t in sampled[::q]]
         for s, t in zip(self.seqs, chosen):
             s.ids.append(int(t))
         return logits

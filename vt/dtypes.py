@@ -12,7 +12,8 @@ from typing import Any
 import numpy as np
 
 BF16_BITS = np.dtype(np.uint16)
-STORAGE = {"float32": np.dtype(np.float32), "bfloat16": BF16_BITS, "float16": np.dtype(np.float16)}
+STORAGE: dict[str, np.dtype] = {"float32": np.dtype(np.float32), "bfloat16": BF16_BITS,
+                                 "float16": np.dtype(np.float16)}
 
 
 def to_storage(a: np.ndarray, dtype: str) -> np.ndarray:

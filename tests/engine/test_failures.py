@@ -10,21 +10,31 @@ from vt import LLM, SamplingParams
 
 
 def test_a_request_with_non_finite_logits_fails_alone(monkeypatch: pytest.MonkeyPatch) -> None:
+    """After its prefill, one request's KV blocks are poisoned with NaN: at its next decode step its logits
+    are NaN (the device sampler returns -1 for that row) and it fails; its neighbours, in the same graph
+    replay, never read those blocks and finish."""
     llm = LLM(model="tiny-qwen3", max_model_len=128, num_blocks=32, max_num_seqs=4)
-    real = llm.engine.runner._decode
+    runner = llm.engine.runner
+    real = runner._prefill
     victim = "req-1"
 
     def poisoned(reqs):
-        logits = real(reqs)
-        if victim in logits:
-            logits[victim] = np.full_like(logits[victim], np.nan)
-        return logits
+        res = real(reqs)
+        if victim in reqs:
+            b = runner.backend
+            for cache in runner.kv.k:
+                host = b.copy_d2h(cache)
+                host[runner.batch.blocks(victim)] = np.nan
+                b.copy_h2d(cache, host)
+        return res
 
-    monkeypatch.setattr(llm.engine.runner, "_decode", poisoned)
+    monkeypatch.setattr(runner, "_prefill", poisoned)
     outs = llm.generate(["one", "two", "three"], SamplingParams(temperature=0, max_tokens=6, ignore_eos=True))
     assert outs[1].finish_reason == "error" and "non-finite" in (outs[1].error or "")
+    assert len(outs[1].token_ids) == 1, "it failed at its first decode step"
     assert [o.finish_reason for o in (outs[0], outs[2])] == ["length", "length"]
     assert all(len(o.token_ids) == 6 for o in (outs[0], outs[2]))
+    assert runner.decoder.num_replays > 0, "non-vacuity: the decode steps were graph replays"
     assert llm.engine.kv_manager.num_free == llm.engine.cfg.num_blocks, "the failed request's blocks came back"
 
 

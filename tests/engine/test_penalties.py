@@ -1,13 +1,15 @@
-"""Repetition, presence and frequency penalties: repetition against transformers' own logits processor,
-presence and frequency against OpenAI's definition; and in the engine, on the tokens they should touch."""
+"""Repetition, presence and frequency penalties, applied by the batched sampler kernel on each backend:
+repetition against transformers' own logits processor, presence and frequency against OpenAI's
+definition; and in the engine, on the tokens they should touch."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
+from tests.engine.sampler_rig import BACKENDS, run_sampler
 from vt import LLM, SamplingParams
-from vt.engine.sampler import apply_penalties
+from vt.engine.sampler import RowSpec
 from vt.errors import ConfigError, RequestError
 
 V = 64
@@ -17,27 +19,34 @@ OUTPUT = np.array([3, 3, 3, 7, 9, 9, 12, 40, 63])  # repeats: presence and frequ
 LOGITS = RNG.standard_normal(V).astype(np.float32) * 3
 
 
-def test_repetition_penalty_matches_transformers() -> None:
+def penalized(backend: str, **kw) -> np.ndarray:
+    """The logits after the sampler's penalty pass (greedy, so nothing else touches them)."""
+    spec = RowSpec(temperature=0.0, history=np.concatenate([PROMPT, OUTPUT]), num_prompt=PROMPT.size, **kw)
+    return run_sampler(backend, LOGITS[None], [spec]).logits[0]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_repetition_penalty_matches_transformers(backend: str) -> None:
     import torch
     from transformers import RepetitionPenaltyLogitsProcessor
 
-    p = SamplingParams(repetition_penalty=1.7).resolve({})
-    got = apply_penalties(LOGITS, p, PROMPT, OUTPUT)
+    got = penalized(backend, repetition=1.7)
     ids = torch.from_numpy(np.concatenate([PROMPT, OUTPUT])[None])
     want = RepetitionPenaltyLogitsProcessor(1.7)(ids, torch.from_numpy(LOGITS[None]).double())[0].numpy()
-    np.testing.assert_allclose(got, want, rtol=1e-12)
+    np.testing.assert_allclose(got, want, rtol=1e-6)
     assert not np.allclose(got, LOGITS), "non-vacuity: the penalty changed something"
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("presence, frequency", [(0.8, 0.0), (0.0, 0.5), (-0.4, 1.3)])
-def test_presence_and_frequency_follow_openai_on_output_tokens_only(presence: float, frequency: float) -> None:
-    p = SamplingParams(presence_penalty=presence, frequency_penalty=frequency).resolve({})
-    got = apply_penalties(LOGITS, p, PROMPT, OUTPUT)
+def test_presence_and_frequency_follow_openai_on_output_tokens_only(presence: float, frequency: float,
+                                                                     backend: str) -> None:
+    got = penalized(backend, presence=presence, frequency=frequency)
     want = LOGITS.astype(np.float64).copy()
     for t in range(V):  # mu[j] - c[j] * alpha_frequency - float(c[j] > 0) * alpha_presence
         c = int((OUTPUT == t).sum())
         want[t] -= c * frequency + (c > 0) * presence
-    np.testing.assert_allclose(got, want, rtol=1e-12)
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
     assert np.bincount(OUTPUT).max() > 1, "non-vacuity: a token repeats in the output"
     only_prompt = sorted(set(PROMPT) - set(OUTPUT))
     assert only_prompt and np.array_equal(got[only_prompt], LOGITS[only_prompt]), "prompt tokens untouched"

@@ -53,8 +53,10 @@ def vt_greedy(path: Path, n: int, dtype: str = "float32") -> tuple[list[int], np
     for _ in range(n - 1):
         p = len(ids) - 1
         inp = DecodeInputs(np.array([ids[-1]]), np.array([p]), np.array([kv.slot(table, p)]), np.array([table]))
-        rows.append(driver.step(inp)[0])
-        ids.append(int(rows[-1].argmax()))
+        sampled = int(driver.step(inp).ids[0])  # the device sampler, greedy
+        rows.append(driver.last_logits()[0])
+        assert sampled == int(rows[-1].argmax())
+        ids.append(sampled)
     assert driver.num_replays > 0 or is_bypass_lane(), "non-vacuity: decode steps replayed a graph"
     return ids[len(PROMPT):], np.stack(rows)
 

@@ -26,8 +26,9 @@ class IncrementalDetokenizer:
         self.num_decoded += len(ids)
         return self.tokenizer.decode(ids, skip_special_tokens=True)
 
-    def add(self, token: int) -> str | None:
-        """Appends a token; returns the stop string it completed, if any (the text is then cut before it)."""
+    def add(self, token: int, can_stop: bool = True) -> str | None:
+        """Appends a token; returns the stop string it completed, if any (the text is then cut before it).
+        can_stop False (before min_tokens): the text grows, no stop string is searched."""
         self.ids.append(token)
         prefix = self._decode(self.ids[self.prefix_offset : self.read_offset])
         full = self._decode(self.ids[self.prefix_offset :])
@@ -37,7 +38,7 @@ class IncrementalDetokenizer:
         start = max(0, len(self.text) - self.max_stop + 1)
         self.text += new
         self.prefix_offset, self.read_offset = self.read_offset, len(self.ids)
-        for s in self.stop:
+        for s in self.stop if can_stop else ():
             at = self.text.find(s, start)
             if at >= 0:
                 self.text = self.text[: at + (len(s) if self.include_stop else 0)]

@@ -2,6 +2,10 @@
 class, over any `Model` (models/base.py). A driver per model is how a real engine came to have seven
 drivers opening captures over pools nobody had pre-grown.
 
+A step is the forward and the batched sampler (vt/engine/sampler.py), captured together: the host
+stages tokens, positions, block tables and each row's sampling parameters, and reads back only the
+sampled ids (and logprobs, when a row asks), never logits.
+
 Per step, unconditionally: `pool.mark_step_boundary()`. A slot's first step is cold (eager) and
 records the step's demand profile. Before EVERY capture, unconditionally and in one place
 (`_capture`): `pool.pregrow_for_capture(slot.demand)`. Then capture, replay once; later steps stage
@@ -20,6 +24,7 @@ import numpy as np
 from models.base import ForwardBatch, KVCache, Model
 from vt.backend import Graph, Tensor
 from vt.capture import GraphCaptureScope
+from vt.engine.sampler import NF, NI, NLP, SamplingRows, pack, sample_tokens
 from vt.errors import GraphInputMismatch
 
 I64, F32 = np.int64, np.float32
@@ -47,6 +52,17 @@ class DecodeInputs:
     slots: np.ndarray  # [B*q] KV slot of each token
     block_tables: np.ndarray  # [B, W]
     q: int = 1
+    sampling: SamplingRows | None = None  # [B*q] rows; None: greedy, no logprobs
+
+
+@dataclass(slots=True)
+class StepResult:
+    """What a step hands back: the sampled id per row (-1: non-finite logits), and per row the raw
+    logprobs (values and ids, [B*q, NLP]) when any row asked for them."""
+
+    ids: np.ndarray
+    logprob_vals: np.ndarray | None = None
+    logprob_ids: np.ndarray | None = None
 
 
 def _check_inputs(inp: DecodeInputs) -> None:
@@ -62,6 +78,8 @@ def _check_inputs(inp: DecodeInputs) -> None:
     if inp.block_tables.ndim != 2 or inp.block_tables.dtype.kind not in "iu":
         raise GraphInputMismatch(f"decode input block_tables: shape {inp.block_tables.shape} dtype "
                                  f"{inp.block_tables.dtype}, expected [rows, width] integers")
+    if inp.sampling is not None and inp.sampling.num_rows != want:
+        raise GraphInputMismatch(f"decode input sampling: {inp.sampling.num_rows} rows, expected {want}")
 
 
 class Slot:
@@ -71,15 +89,23 @@ class Slot:
         S, q, _ = key
         b, c = driver.backend, driver.model.cfg
         self.key, self.width = key, width
-        # The five step inputs are views of one buffer, staged from one host array in one copy.
+        # The integer step inputs are views of one buffer, staged from one host array in one copy; the
+        # sampling floats take a second copy, the penalty history a third (only when a row has penalties).
         n = S * q
-        self.staged = np.zeros(4 * n + S * width, I64)
+        self.staged = np.zeros(4 * n + S * width + n * NI, I64)
         self.inputs = b.empty(self.staged.shape, I64)
         self.tokens, self.positions, self.slots, self.token_row = (self.inputs.view((n,), offset=8 * i * n)
                                                                    for i in range(4))
         self.block_tables = self.inputs.view((S, width), offset=8 * 4 * n)
-        self.logits = b.empty((S * q, c.vocab_size), F32)  # retained [S, vocab] output
+        self.iparams = self.inputs.view((n, NI), offset=8 * (4 * n + S * width))
+        self.fparams = b.empty((n, NF), F32)
+        self.hist_width = width * driver.kv.block_size
+        self.hist = b.empty((n, self.hist_width), I64)
+        self.hist_raw = b.empty((n, self.hist_width), F32)  # the sampler's scratch
+        self.logits = b.empty((S * q, c.vocab_size), F32)  # retained [S, vocab] output (stays on the device)
         self.hidden = b.empty((S * q, c.hidden_size), F32)  # retained [S, H] output
+        self.out_ids = b.empty((n,), I64)
+        self.lp_vals, self.lp_ids = b.empty((n, NLP), F32), b.empty((n, NLP), I64)
         self.demand: dict[int, int] | None = None  # the cold step's profile
         self.graph: Graph | None = None
         self.pinned: set = set()  # pool blocks the graph uses as temporaries
@@ -90,7 +116,8 @@ class Slot:
         return self.graph is not None
 
     def buffers(self) -> list[Tensor]:
-        return [self.inputs, self.logits, self.hidden]
+        return [self.inputs, self.fparams, self.hist, self.hist_raw, self.logits, self.hidden, self.out_ids,
+                self.lp_vals, self.lp_ids]
 
 
 class GraphDriver:
@@ -108,20 +135,27 @@ class GraphDriver:
         self.slots: dict[tuple[int, int, bool], Slot] = {}  # one per key: its graph, inputs and outputs
         self.last_slot: Slot | None = None
         self.num_eager = self.num_captures = self.num_replays = 0
+        self._last_rows = 0
 
     # ---- public -----------------------------------------------------------------------------
-    def step(self, inp: DecodeInputs, spec: bool = False) -> np.ndarray:
-        """Runs one decode step; returns host logits [B*q, vocab]."""
+    def step(self, inp: DecodeInputs, spec: bool = False) -> StepResult:
+        """Runs one decode step (forward and sampler); returns the sampled ids of its B*q rows."""
         with self.backend.use_stream(self.stream):  # staging, replay and read-back stay in order
             return self._step(inp, spec)
 
-    def _step(self, inp: DecodeInputs, spec: bool) -> np.ndarray:
+    def last_logits(self) -> np.ndarray:
+        """The last step's logits [B*q, vocab] after penalties and bans: a diagnostic copy for tests; the
+        engine never reads logits back."""
+        assert self.last_slot is not None and self._last_rows
+        with self.backend.use_stream(self.stream):
+            return self.backend.copy_d2h(self.last_slot.logits)[: self._last_rows]
+
+    def _step(self, inp: DecodeInputs, spec: bool) -> StepResult:
         _check_inputs(inp)
         self.pool.mark_step_boundary()
         B = inp.block_tables.shape[0]
-        if B > self.ladder[-1]:  # above the capture ladder: eager, on transient inputs
-            self.last_slot = None
-            return self._eager(inp)
+        if B > self.ladder[-1]:
+            raise GraphInputMismatch(f"{B} rows: above max_num_seqs={self.ladder[-1]}, the top of the capture ladder")
         S = next(s for s in self.ladder if s >= B)
         slot = self._slot((S, inp.q, spec), width_bucket(inp.block_tables.shape[1]))
         self._stage(slot, inp)
@@ -135,8 +169,14 @@ class GraphDriver:
             slot.graph.replay(self.stream)
             slot.num_replays += 1
             self.num_replays += 1
-        self.last_slot = slot
-        return self.backend.copy_d2h(slot.logits)[: B * inp.q]
+        self.last_slot, self._last_rows = slot, B * inp.q
+        return self._read(slot, B * inp.q, inp.sampling is not None and inp.sampling.wants_logprobs)
+
+    def _read(self, slot: Slot, n: int, logprobs: bool) -> StepResult:
+        ids = self.backend.copy_d2h(slot.out_ids)[:n]
+        if not logprobs:
+            return StepResult(ids)
+        return StepResult(ids, self.backend.copy_d2h(slot.lp_vals)[:n], self.backend.copy_d2h(slot.lp_ids)[:n])
 
     # ---- slots ------------------------------------------------------------------------------
     def _slot(self, key: tuple[int, int, bool], width: int) -> Slot:
@@ -166,15 +206,30 @@ class GraphDriver:
         positions[:n], positions[n:] = inp.positions, 0
         slots[:n], slots[n:] = inp.slots, -1
         token_row[:] = np.repeat(np.arange(S, dtype=I64), q)
-        tables = slot.staged[4 * S * q :].reshape(S, slot.width)
+        tables = slot.staged[4 * S * q : 4 * S * q + S * slot.width].reshape(S, slot.width)
         tables.fill(self.kv.num_blocks)
         tables[:B, :W] = inp.block_tables
+        rows = inp.sampling if inp.sampling is not None else pack([], n, 0)
+        iparams = slot.staged[4 * S * q + S * slot.width :].reshape(S * q, NI)
+        iparams[:n], iparams[n:] = rows.iparams, 0  # padding rows: greedy, no history, no logprobs
+        fparams = np.zeros((S * q, NF), F32)
+        fparams[:n] = rows.fparams
         self.backend.copy_h2d(slot.inputs, slot.staged)
+        self.backend.copy_h2d(slot.fparams, fparams)
+        if rows.hist is not None:
+            if rows.hist.shape[1] > slot.hist_width:
+                raise GraphInputMismatch(f"penalty history of {rows.hist.shape[1]} tokens; the slot holds "
+                                         f"{slot.hist_width}")
+            hist = np.zeros((S * q, slot.hist_width), I64)
+            hist[:n, : rows.hist.shape[1]] = rows.hist
+            self.backend.copy_h2d(slot.hist, hist)
 
     def _forward(self, slot: Slot) -> None:
         fb = ForwardBatch(slot.tokens, slot.positions, slot.slots, False, token_row=slot.token_row,
                           block_tables=slot.block_tables)
         self.model.forward(fb, self.kv, slot.logits, slot.hidden)
+        self.backend.launch(sample_tokens, slot.logits, slot.fparams, slot.iparams, slot.hist, slot.hist_raw,
+                            slot.out_ids, slot.lp_vals, slot.lp_ids)
 
     def _run_cold(self, slot: Slot) -> None:
         self._forward(slot)
@@ -199,20 +254,3 @@ class GraphDriver:
         log.info("captured a graph for %s rows x q=%s%s, width %s, in %.0f ms", slot.key[0], slot.key[1],
                  " (speculative)" if slot.key[2] else "", slot.width, 1e3 * (time.monotonic() - t0))
         slot.graph.replay(self.stream)
-
-    def _eager(self, inp: DecodeInputs) -> np.ndarray:
-        b, pool = self.backend, self.pool
-        B, q = inp.block_tables.shape[0], inp.q
-        staged = []
-        for host in (inp.tokens, inp.positions, inp.slots, np.repeat(np.arange(B, dtype=I64), q), inp.block_tables):
-            t = pool.empty(host.shape, I64)
-            b.copy_h2d(t, host)
-            staged.append(t)
-        logits = pool.empty((B * q, self.model.cfg.vocab_size), F32)
-        fb = ForwardBatch(staged[0], staged[1], staged[2], False, token_row=staged[3], block_tables=staged[4])
-        self.model.forward(fb, self.kv, logits)
-        out = b.copy_d2h(logits)
-        for t in (*staged, logits):
-            pool.release(t)
-        self.num_eager += 1
-        return out

@@ -50,7 +50,7 @@ class LLMEngine:
         proposer = self._make_proposer(ckpt, stream)
         self.kv_manager = KVCacheManager(cfg.num_blocks, cfg.block_size, cfg.max_blocks_per_seq, cfg.num_kv_groups)
         self.scheduler = Scheduler(cfg, self.kv_manager, proposer.k if proposer is not None else 0)
-        self.runner = ModelRunner(self.model, cfg, proposer, stream)
+        self.runner = ModelRunner(self.model, cfg, proposer, stream, eos_ids=tuple(sorted(self.eos_ids)))
         self._ids = itertools.count()
         self._rng = np.random.default_rng(cfg.seed)
         self.requests: dict[str, Request] = {}
@@ -108,9 +108,8 @@ class LLMEngine:
         rid = request_id or f"req-{next(self._ids)}"
         if rid in self.requests:
             raise RequestError(f"request id {rid!r} is already in use")
-        rng = None if resolved.is_greedy else np.random.default_rng(
-            resolved.seed if resolved.seed is not None else self._rng.integers(1 << 62))
-        req = Request(rid, ids, resolved, prompt if isinstance(prompt, str) else None, rng=rng)
+        seed = resolved.seed if resolved.seed is not None else int(self._rng.integers(1 << 62))
+        req = Request(rid, ids, resolved, prompt if isinstance(prompt, str) else None, seed=seed)
         req.detok = IncrementalDetokenizer(self.tokenizer, resolved.stop, resolved.include_stop_str_in_output)
         self.requests[rid] = req
         if len(ids) >= self.cfg.max_model_len:
@@ -183,10 +182,11 @@ class LLMEngine:
         if r.first_token_time is None:
             r.first_token_time = time.monotonic()
         p = r.params
-        stop = r.detok.add(token)
-        if not p.ignore_eos and token in self.eos_ids:
+        can_stop = len(r.output_ids) >= p.min_tokens  # the sampler bans EOS and stop ids until then
+        stop = r.detok.add(token, can_stop)
+        if can_stop and not p.ignore_eos and token in self.eos_ids:
             self._finish(r, "stop")
-        elif token in p.stop_token_ids:
+        elif can_stop and token in p.stop_token_ids:
             r.stop_reason = token
             self._finish(r, "stop")
         elif stop is not None:

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-import numpy as np
-
 from vt.engine.sampling import ResolvedParams
 
 
@@ -19,7 +17,7 @@ class NewRequestData:
     num_prompt_tokens: int  # of token_ids, the prompt's (penalties tell prompt from output)
     block_ids: list[list[int]]  # per KV group
     params: ResolvedParams
-    rng: np.random.Generator | None
+    seed: int  # the request's seed (drawn by the engine when the request named none)
     can_speculate: bool  # False for life once a request is first seen with committed tokens
 
 

@@ -4,8 +4,8 @@ Every piece of proposer state is keyed by REQUEST ID, never by batch row: rows m
 live request into a finished neighbour's hole; the decode-first reorder swaps rows). State is created on
 first sight of an id and dropped when the scheduler says the request left (finished or preempted). A
 request first seen with committed tokens (resumed after preemption) may not speculate for its life; the
-scheduler decides that (`can_speculate`) and the proposers record it. Verification is
-vt/engine/rejection.py, the same for both.
+scheduler decides that (`can_speculate`) and the proposers record it. Proposals are deterministic (the
+draft proposes its argmax), so verification is vt/engine/rejection.py's exact rule, the same for both.
 """
 
 from __future__ import annotations
@@ -23,7 +23,6 @@ from vt.engine.graph_driver import DecodeInputs, GraphDriver
 from vt.engine.input_batch import InputBatch
 from vt.engine.kv_manager import DRAFT
 from vt.engine.outputs import NewRequestData
-from vt.engine.rejection import draw, probs
 from vt.engine.sampling import ResolvedParams
 from vt.errors import DraftPositionMismatch
 
@@ -36,13 +35,11 @@ class SpecRequest:
     req_id: str
     position: int  # of the last committed token: the first position the target verifies
     params: ResolvedParams
-    rng: np.random.Generator | None
 
 
 @dataclass(slots=True)
 class Proposal:
-    tokens: list[int]
-    probs: list[np.ndarray] | None = None  # the proposer's distribution per token; None: deterministic
+    tokens: list[int]  # deterministic: the draft's distribution is one-hot at each
 
 
 class Proposer(Protocol):
@@ -193,7 +190,7 @@ class DraftModelProposer(ProposerStats):
 
     def propose(self, batch: InputBatch, reqs: list[SpecRequest]) -> dict[str, Proposal]:
         items = [(r, ctx) for r in reqs if (ctx := self._context(batch, r)) is not None]
-        out: dict[str, Proposal] = {r.req_id: Proposal([], []) for r, _ in items}
+        out: dict[str, Proposal] = {r.req_id: Proposal([]) for r, _ in items}
         owed = [(ctx, r.req_id, batch.tokens(r.req_id)[r.position - 1], r.position - 1) for r, ctx in items if ctx.owed]
         if owed:  # the previous step accepted everything: feed the last proposal first
             self._draft_step(batch, owed)
@@ -202,31 +199,22 @@ class DraftModelProposer(ProposerStats):
         for j in range(self.k):
             last = [batch.tokens(r.req_id)[-1] if j == 0 else out[r.req_id].tokens[-1] for r, _ in items]
             step = [(ctx, r.req_id, t, r.position + j) for (r, ctx), t in zip(items, last)]
-            for (r, _), row in zip(items, self._draft_step(batch, step) if step else []):
-                self._choose(out[r.req_id], row, r)
+            for (r, _), tok in zip(items, self._draft_step(batch, step) if step else []):
+                out[r.req_id].tokens.append(int(tok))
         self._record(out)
         return out
 
-    @staticmethod
-    def _choose(p: Proposal, logits: np.ndarray, r: SpecRequest) -> None:
-        if r.params.is_greedy:
-            p.tokens.append(int(np.argmax(logits)))
-            return
-        q = probs(logits, r.params)
-        p.probs.append(q)  # type: ignore[union-attr]
-        p.tokens.append(draw(q, r.rng))  # type: ignore[arg-type]
-
     def _draft_step(self, batch: InputBatch, items: list[tuple[DraftContext, str, int, int]]) -> np.ndarray:
         """One draft decode step: (context, request id, token, position) per request, through the one
-        driver, into the request's own draft-group blocks."""
-        ids = [rid for _, rid, _, _ in items]
+        driver (its sampler greedy), into the request's own draft-group blocks. Returns the argmax ids."""
+        req_ids = [rid for _, rid, _, _ in items]
         slots = [self.kv.slot(batch.blocks(rid, DRAFT), p) for _, rid, _, p in items]
         inp = DecodeInputs(np.asarray([t for _, _, t, _ in items], I64), np.asarray([p for *_, p in items], I64),
-                           np.asarray(slots, I64), batch.tables(ids, DRAFT))
-        logits = self.driver.step(inp, spec=True)
+                           np.asarray(slots, I64), batch.tables(req_ids, DRAFT))
+        ids = self.driver.step(inp, spec=True).ids
         for c, _, _, p in items:
             c.length = p + 1
-        return logits
+        return ids
 
     def _advance(self, batch: InputBatch, req_id: str, position: int, num_accepted: int) -> None:
         """After verification: the draft's KV is valid through the accepted tokens; after a full accept

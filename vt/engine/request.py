@@ -7,8 +7,6 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
-
 from vt.engine.sampling import ResolvedParams
 
 
@@ -36,7 +34,7 @@ class Request:
     stop_reason: int | str | None = None  # the stop string or stop token id that ended it
     error: str | None = None
     text: str = ""
-    rng: np.random.Generator | None = None
+    seed: int = 0  # its sampling seed: draws are a function of (seed, output position) only
     logprobs: list[dict[int, float]] | None = None  # one per output token, when the request asked
     cumulative_logprob: float | None = None
     detok: Any = None  # its IncrementalDetokenizer (the engine's, set when the request is added)

@@ -2,8 +2,9 @@
 
 It mirrors the scheduled requests in its input batch (tokens, and per KV group the block tables the KV
 manager handed out), runs the model (prefill eager; decode through the graph driver), lets the proposer
-propose and the rejection sampler verify, and samples. It never touches a Request: only the engine's
-update step appends tokens, checks stops and finishes requests.
+propose, and samples on the device (vt/engine/sampler.py): only sampled ids (and requested logprobs)
+come back to the host. It never touches a Request: only the engine's update step appends tokens,
+checks stops and finishes requests.
 """
 
 from __future__ import annotations
@@ -12,30 +13,31 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from models.base import Model, prefill
+from models.base import Model, prefill_logits
 from vt.engine.config import EngineConfig
-from vt.engine.graph_driver import DecodeInputs, GraphDriver
+from vt.engine.graph_driver import DecodeInputs, GraphDriver, StepResult
 from vt.engine.input_batch import InputBatch
 from vt.engine.kv_manager import TARGET
 from vt.engine.outputs import RunnerOutput, SchedulerOutput
 from vt.engine.proposers import Proposer, SpecRequest
-from vt.engine.rejection import rejection_sample
-from vt.engine.sampler import apply_penalties, sample, top_logprobs
+from vt.engine.rejection import accept
+from vt.engine.sampler import NF, NI, NLP, RowSpec, logprobs_of, pack, sample_tokens
 from vt.engine.sampling import ResolvedParams
 
-I64 = np.int64
+I64, F32 = np.int64, np.float32
 NON_FINITE = "the model produced non-finite logits"
 
 
 @dataclass(slots=True)
 class RequestState:
     params: ResolvedParams
-    rng: np.random.Generator | None
+    seed: int
     num_prompt_tokens: int
 
 
 class ModelRunner:
-    def __init__(self, model: Model, cfg: EngineConfig, proposer: Proposer | None = None, stream=None) -> None:
+    def __init__(self, model: Model, cfg: EngineConfig, proposer: Proposer | None = None, stream=None,
+                 eos_ids: tuple[int, ...] = ()) -> None:
         self.model = model
         self.cfg = cfg
         self.backend = model.backend
@@ -46,6 +48,7 @@ class ModelRunner:
         self.decoder = GraphDriver(model, self.kv, cfg.max_num_seqs, enabled=not cfg.enforce_eager,
                                    stream=self.stream)
         self.proposer = proposer
+        self.eos_ids = eos_ids
         self.states: dict[str, RequestState] = {}
 
     # ---- the input batch follows the scheduler output --------------------------------------
@@ -60,7 +63,7 @@ class ModelRunner:
             self.proposer.drop(gone)
         for req in so.new_reqs:
             self.batch.add(req.req_id, req.token_ids, req.block_ids)
-            self.states[req.req_id] = RequestState(req.params, req.rng, req.num_prompt_tokens)
+            self.states[req.req_id] = RequestState(req.params, req.seed, req.num_prompt_tokens)
         for c in so.cached_reqs:
             self.batch.append_tokens(c.req_id, c.new_token_ids)
             for group, ids in enumerate(c.new_block_ids):
@@ -76,7 +79,7 @@ class ModelRunner:
         with self.backend.use_stream(self.stream):
             new = [r.req_id for r in so.new_reqs]
             if new:
-                self._sample(new, self._prefill(new), out)
+                self._collect(new, 1, self._prefill(new), out)
                 if self.proposer is not None:
                     self.proposer.add(self.batch, so.new_reqs)
             cached = {c.req_id for c in so.cached_reqs}
@@ -84,65 +87,95 @@ class ModelRunner:
             if decodes and self.proposer is not None and any(so.spec_tokens.get(r) for r in decodes):
                 self._speculate(decodes, so, out)
             elif decodes:
-                self._sample(decodes, self._decode(decodes), out)
+                self._collect(decodes, 1, self._decode(decodes), out)
         return out
 
-    def _sample(self, req_ids: list[str], logits: dict[str, np.ndarray], out: RunnerOutput) -> None:
-        for rid in req_ids:
-            row, st = logits[rid], self.states[rid]
-            if not np.isfinite(row).all():  # this request fails; its neighbours carry on
-                out.errors[rid] = NON_FINITE
-            else:
-                if st.params.has_penalties:
-                    toks = self.batch.tokens(rid)
-                    row = apply_penalties(row, st.params, toks[: st.num_prompt_tokens], toks[st.num_prompt_tokens :])
-                out.sampled[rid] = [sample(row, st.params, st.rng)]
-                if st.params.logprobs is not None:
-                    out.logprobs[rid] = [top_logprobs(logits[rid], st.params.logprobs, out.sampled[rid][0])]
+    # ---- sampling rows ----------------------------------------------------------------------
+    def row_spec(self, rid: str, ahead: int = 0) -> RowSpec:
+        """What request rid's next token (or, verifying, the one `ahead` positions later) samples with.
+        Its draw is keyed by (seed, output position): nothing about the row it sits in."""
+        st, toks = self.states[rid], self.batch.tokens(rid)
+        p = st.params
+        counter = len(toks) - st.num_prompt_tokens + ahead
+        banned = () if counter >= p.min_tokens else (*(() if p.ignore_eos else self.eos_ids), *p.stop_token_ids)
+        return RowSpec(p.temperature, p.top_p, p.top_k, p.min_p, p.repetition_penalty, p.presence_penalty,
+                       p.frequency_penalty, st.seed, counter, 0 if p.logprobs is None else p.logprobs + 1,
+                       toks if p.has_penalties else None, st.num_prompt_tokens, tuple(dict.fromkeys(banned)))
 
-    def _prefill(self, req_ids: list[str]) -> dict[str, np.ndarray]:
+    def _collect(self, req_ids: list[str], q: int, res: StepResult, out: RunnerOutput) -> None:
+        """Row i*q of the result is request i's next token (non-speculative steps: q = 1)."""
+        for i, rid in enumerate(req_ids):
+            tok = int(res.ids[i * q])
+            if tok < 0:  # this request fails; its neighbours carry on
+                out.errors[rid] = NON_FINITE
+                continue
+            out.sampled[rid] = [tok]
+            self._logprobs(rid, res, [i * q], out)
+
+    def _logprobs(self, rid: str, res: StepResult, rows: list[int], out: RunnerOutput) -> None:
+        n = self.states[rid].params.logprobs
+        if n is not None and res.logprob_vals is not None and res.logprob_ids is not None:
+            out.logprobs[rid] = [logprobs_of(res.logprob_vals[r], res.logprob_ids[r], n) for r in rows]
+
+    def _prefill(self, req_ids: list[str]) -> StepResult:
+        """Eager prefill, then the sampler on its last-token logits, in transient pool tensors."""
         # a recompute after preemption re-prefills its generated tokens too: the batch holds them all
         seqs = [(self.batch.tokens(rid).tolist(), self.batch.blocks(rid)) for rid in req_ids]
-        host = prefill(self.model, seqs, self.kv)
-        return {rid: host[i] for i, rid in enumerate(req_ids)}
+        logits = prefill_logits(self.model, seqs, self.kv)
+        rows = pack([self.row_spec(rid) for rid in req_ids], len(req_ids), max(len(s[0]) for s in seqs))
+        b, pool, n = self.backend, self.backend.pool, len(req_ids)
+        width = rows.hist.shape[1] if rows.hist is not None else 1
+        t = {"f": pool.empty((n, NF), F32), "i": pool.empty((n, NI), I64), "h": pool.empty((n, width), I64),
+             "hr": pool.empty((n, width), F32), "ids": pool.empty((n,), I64), "lv": pool.empty((n, NLP), F32),
+             "li": pool.empty((n, NLP), I64)}
+        b.copy_h2d(t["f"], rows.fparams)
+        b.copy_h2d(t["i"], rows.iparams)
+        b.copy_h2d(t["h"], rows.hist if rows.hist is not None else np.zeros((n, 1), I64))
+        b.launch(sample_tokens, logits, t["f"], t["i"], t["h"], t["hr"], t["ids"], t["lv"], t["li"])
+        res = StepResult(b.copy_d2h(t["ids"]))
+        if rows.wants_logprobs:
+            res.logprob_vals, res.logprob_ids = b.copy_d2h(t["lv"]), b.copy_d2h(t["li"])
+        for x in (logits, *t.values()):
+            pool.release(x)
+        return res
 
     def _position(self, rid: str) -> int:
         return int(self.batch.num_tokens[self.batch.row_of[rid]]) - 1  # the last token: computed now
 
-    def _decode(self, req_ids: list[str]) -> dict[str, np.ndarray]:
+    def _decode(self, req_ids: list[str]) -> StepResult:
         pos = [self._position(rid) for rid in req_ids]
+        tables = self.batch.tables(req_ids, TARGET)
         inputs = DecodeInputs(
             tokens=np.asarray([self.batch.tokens(rid)[p] for rid, p in zip(req_ids, pos)], I64),
             positions=np.asarray(pos, I64),
             slots=np.asarray([self.kv.slot(self.batch.blocks(rid), p) for rid, p in zip(req_ids, pos)], I64),
-            block_tables=self.batch.tables(req_ids, TARGET),
+            block_tables=tables,
+            sampling=pack([self.row_spec(rid) for rid in req_ids], len(req_ids), tables.shape[1] * self.kv.block_size),
         )
-        logits = self.decoder.step(inputs)
-        return {rid: logits[i] for i, rid in enumerate(req_ids)}
+        return self.decoder.step(inputs)
 
     # ---- speculative decoding ---------------------------------------------------------------
     def _speculate(self, req_ids: list[str], so: SchedulerOutput, out: RunnerOutput) -> None:
+        """The target samples every verified position with the request's own (seed, output position)
+        draws; proposals are accepted while they equal those samples (vt/engine/rejection.py)."""
         assert self.proposer is not None
-        asks = [SpecRequest(rid, self._position(rid), self.states[rid].params, self.states[rid].rng)
+        asks = [SpecRequest(rid, self._position(rid), self.states[rid].params)
                 for rid in req_ids if so.spec_tokens.get(rid)]
         proposals = self.proposer.propose(self.batch, asks)
-        verify = self._verify(req_ids, {rid: p.tokens for rid, p in proposals.items()})
-        for rid in req_ids:
-            rows, st = verify[rid], self.states[rid]
-            if not np.isfinite(rows).all():
+        q = self.proposer.k + 1
+        res = self._verify(req_ids, {rid: p.tokens for rid, p in proposals.items()})
+        for i, rid in enumerate(req_ids):
+            sampled = [int(t) for t in res.ids[i * q : (i + 1) * q]]
+            if min(sampled) < 0:
                 out.errors[rid] = NON_FINITE
-            elif rid not in proposals:
-                out.sampled[rid] = [sample(rows[0], st.params, st.rng)]
-            else:
-                p = proposals[rid]
-                toks = rejection_sample(rows, p.tokens, p.probs if p.probs else None, st.params, st.rng)
+                continue
+            toks = accept(sampled, proposals[rid].tokens) if rid in proposals else sampled[:1]
+            if rid in proposals:
                 self.proposer.accepted(self.batch, rid, self._position(rid), len(toks) - 1)
-                out.sampled[rid] = toks
-            if rid in out.sampled and st.params.logprobs is not None:  # row i scored the i-th token
-                out.logprobs[rid] = [top_logprobs(rows[i], st.params.logprobs, t)
-                                     for i, t in enumerate(out.sampled[rid])]
+            out.sampled[rid] = toks
+            self._logprobs(rid, res, [i * q + j for j in range(len(toks))], out)  # row j scored token j
 
-    def _verify(self, req_ids: list[str], proposals: dict[str, list[int]]) -> dict[str, np.ndarray]:
+    def _verify(self, req_ids: list[str], proposals: dict[str, list[int]]) -> StepResult:
         """The target's forward over q = k+1 tokens per request. Rows without proposals carry k inert
         padding tokens (slot -1), so every request shares one shape and one graph."""
         k = self.proposer.k  # type: ignore[union-attr]
@@ -150,9 +183,11 @@ class ModelRunner:
         toks: list[int] = []
         pos: list[int] = []
         slots: list[int] = []
+        specs: list[RowSpec] = []
         for rid in req_ids:
             p0, blocks = self._position(rid), self.batch.blocks(rid)
             last = int(self.batch.tokens(rid)[p0])
+            specs += [self.row_spec(rid, j) for j in range(q)]
             if rid in proposals:
                 toks += [last, *proposals[rid]]
                 pos += range(p0, p0 + q)
@@ -161,7 +196,7 @@ class ModelRunner:
                 toks += [last] + [0] * k
                 pos += [p0] * q
                 slots += [self.kv.slot(blocks, p0)] + [-1] * k
-        inp = DecodeInputs(np.asarray(toks, I64), np.asarray(pos, I64), np.asarray(slots, I64),
-                           self.batch.tables(req_ids, TARGET), q=q)
-        logits = self.decoder.step(inp, spec=True)
-        return {rid: logits[i * q : (i + 1) * q] for i, rid in enumerate(req_ids)}
+        tables = self.batch.tables(req_ids, TARGET)
+        inp = DecodeInputs(np.asarray(toks, I64), np.asarray(pos, I64), np.asarray(slots, I64), tables, q=q,
+                           sampling=pack(specs, len(specs), tables.shape[1] * self.kv.block_size))
+        return self.decoder.step(inp, spec=True)

@@ -1,66 +1,222 @@
-"""Greedy argmax, and a seeded Gumbel-max draw for random sampling (same lowest-index tie rule)."""
+"""The batched sampler: one launch samples every row of a step, on the device, inside the decode graph.
+
+Each row reads its parameters from two arrays the input batch stages (`SamplingRows`): floats
+(temperature, top_p, min_p, penalties) and ints (seed, output position, top_k, prompt and history
+lengths, logprobs, banned tokens). The host copies back the sampled ids (and requested logprobs), never
+logits. NumPy runs it on the CPU backend (`_sample_numpy`, the reference); CUDA runs it as one kernel
+per row block (vt/engine/sampler_cuda.py). Both define the same draw:
+
+1. Penalties, as vLLM applies them, on the raw logits: for each distinct token of the prompt or the
+   output, repetition (HF's rule: divide a positive logit, multiply a negative one), then presence and
+   frequency for tokens of the output (OpenAI's rule: subtract presence + frequency * count).
+2. Banned tokens (EOS and stop ids while `min_tokens` is not reached) to -inf. Temperature 0: argmax
+   (lowest index on ties). Else x = logits / temperature, then the filters, ties at a threshold kept:
+   top-k keeps keys >= the k-th largest; min-p keeps exp(x - max) >= min_p; top-p keeps the largest
+   threshold whose kept mass reaches top_p of the survivors' (found by radix selection: no sort).
+3. The draw is by inverse CDF over fixed-point masses (exp(x - max) * 2**40 as integers, summed in
+   index order, so it is exact and order-free): one uniform per row from a counter-based hash of
+   (seed, output position). A seeded request draws the same tokens in any row, beside any neighbours,
+   with graphs on or off, after preemption, and with or without speculation.
+A row whose raw logits hold a NaN or an infinity samples -1 (the runner fails that request alone).
+"""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Any
+
 import numpy as np
 
-from vt.engine.sampling import ResolvedParams
+F32, I64 = np.float32, np.int64
+MAX_LOGPROBS = 20
+MAX_BANNED = 16
+FIELDS_F = ("temperature", "top_p", "min_p", "repetition", "presence", "frequency")
+FIELDS_I = ("seed", "counter", "top_k", "num_prompt", "num_hist", "num_logprobs", "num_banned")
+NF, NI = len(FIELDS_F), len(FIELDS_I) + MAX_BANNED
+NLP = MAX_LOGPROBS + 1  # the top-n, then the sampled token's
+MASS_SCALE = np.float32(2.0**40)
+GOLDEN, MIX1, MIX2 = np.uint64(0x9E3779B97F4A7C15), np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
 
 
-def apply_penalties(logits: np.ndarray, p: ResolvedParams, prompt_ids: np.ndarray,
-                    output_ids: np.ndarray) -> np.ndarray:
-    """Penalties as vLLM applies them, before temperature: repetition as HF's RepetitionPenaltyLogitsProcessor
-    (divide a positive logit, multiply a negative one, for every token of the prompt or the output); presence
-    and frequency as OpenAI defines them (subtract, for tokens of the output only)."""
-    if not p.has_penalties:
-        return logits
-    x = logits.astype(np.float64)
-    if p.repetition_penalty != 1.0:
-        seen = np.unique(np.concatenate([prompt_ids, output_ids]).astype(np.int64))
-        x[seen] = np.where(x[seen] > 0, x[seen] / p.repetition_penalty, x[seen] * p.repetition_penalty)
-    if output_ids.size and (p.presence_penalty or p.frequency_penalty):
-        counts = np.bincount(output_ids.astype(np.int64), minlength=x.size)[: x.size]
-        x -= p.frequency_penalty * counts + p.presence_penalty * (counts > 0)
-    return x
+@dataclass(slots=True)
+class SamplingRows:
+    """Host arrays for one step's rows (row i samples logits row i). hist is None when no row has
+    penalties: the history is then neither staged nor read."""
+
+    fparams: np.ndarray  # [n, NF] float32
+    iparams: np.ndarray  # [n, NI] int64
+    hist: np.ndarray | None  # [n, L] int64: prompt then output tokens (penalized rows only)
+
+    @property
+    def num_rows(self) -> int:
+        return self.fparams.shape[0]
+
+    @property
+    def wants_logprobs(self) -> bool:
+        return bool((self.iparams[:, FIELDS_I.index("num_logprobs")] > 0).any())
 
 
-def _filter(logits: np.ndarray, p: ResolvedParams) -> np.ndarray:
-    """Temperature-scaled logits with everything outside top_k / top_p / min_p set to -inf."""
-    x = logits.astype(np.float64) / p.temperature
-    if 0 < p.top_k < x.size:
-        kth = np.partition(x, -p.top_k)[-p.top_k]
-        x = np.where(x >= kth, x, -np.inf)
-    if p.top_p < 1.0 or p.min_p > 0.0:
-        probs = np.exp(x - x.max())
-        probs /= probs.sum()
-        if p.min_p > 0.0:
-            x = np.where(probs >= p.min_p * probs.max(), x, -np.inf)
-        if p.top_p < 1.0:  # sort the survivors only (after top-k: k of them, not the vocabulary)
-            alive = np.flatnonzero(np.isfinite(x))
-            order = alive[np.argsort(-probs[alive], kind="stable")]
-            cum = np.cumsum(probs[order])
-            keep = order[: int(np.searchsorted(cum, p.top_p)) + 1]  # smallest set reaching top_p
-            mask = np.full(x.shape, -np.inf)
-            mask[keep] = 0.0
-            x = x + mask
-    return x
+@dataclass(slots=True)
+class RowSpec:
+    """What one row samples with (the runner builds these from a request's ResolvedParams)."""
+
+    temperature: float
+    top_p: float = 1.0
+    top_k: int = 0
+    min_p: float = 0.0
+    repetition: float = 1.0
+    presence: float = 0.0
+    frequency: float = 0.0
+    seed: int = 0
+    counter: int = 0  # the output position this row's token will take
+    num_logprobs: int = 0  # 0: none; n: the top n-1 and the sampled one (see logprobs_of)
+    history: Any = None  # prompt + output token ids, when penalties are on
+    num_prompt: int = 0
+    banned: tuple[int, ...] = ()
+
+    @property
+    def has_penalties(self) -> bool:
+        return self.repetition != 1.0 or self.presence != 0.0 or self.frequency != 0.0
 
 
-def sample(logits: np.ndarray, p: ResolvedParams, rng: np.random.Generator | None) -> int:
-    """One token from one row of logits. np.argmax takes the lowest index among ties, in both paths."""
-    if p.is_greedy:
-        return int(np.argmax(logits))
-    assert rng is not None, "random sampling needs the request's generator"
-    x = _filter(logits, p)
-    u = rng.random(x.shape[0])
-    gumbel = -np.log(-np.log(np.clip(u, 1e-300, 1.0 - 1e-16)))
-    return int(np.argmax(x + gumbel))
+GREEDY = RowSpec(temperature=0.0)
 
 
-def top_logprobs(logits: np.ndarray, n: int, token: int) -> dict[int, float]:
-    """The model's log-probabilities (log-softmax of the raw logits, as vLLM returns by default) of the n
-    most likely tokens and of the sampled one."""
-    x = logits.astype(np.float64)
-    lse = x.max() + np.log(np.exp(x - x.max()).sum())
-    top = np.argpartition(-x, n)[:n] if 0 < n < x.size else np.arange(x.size if n else 0)
-    return {int(t): float(x[t] - lse) for t in (*top, token)}
+def pack(rows: list[RowSpec], num_rows: int, hist_width: int) -> SamplingRows:
+    """Rows beyond len(rows) (padding) are greedy and read nothing."""
+    fp = np.zeros((num_rows, NF), F32)
+    ip = np.zeros((num_rows, NI), I64)
+    penalized = any(r.has_penalties for r in rows)
+    hist = np.zeros((num_rows, hist_width), I64) if penalized else None
+    for i, r in enumerate(rows):
+        fp[i] = (r.temperature, r.top_p, r.min_p, r.repetition, r.presence, r.frequency)
+        n_hist = len(r.history) if (r.has_penalties and r.history is not None) else 0
+        if len(r.banned) > MAX_BANNED:
+            from vt.errors import ConfigError
+
+            raise ConfigError(f"min_tokens bans {len(r.banned)} token ids (EOS and stop_token_ids); at most "
+                              f"{MAX_BANNED} are supported")
+        ip[i, : len(FIELDS_I)] = (r.seed, r.counter, r.top_k, r.num_prompt, n_hist, r.num_logprobs, len(r.banned))
+        ip[i, len(FIELDS_I) : len(FIELDS_I) + len(r.banned)] = r.banned
+        if n_hist:
+            assert hist is not None
+            hist[i, :n_hist] = r.history
+    return SamplingRows(fp, ip, hist)
+
+
+# ---- the kernel's entry point (both backends) ----------------------------------------------------
+def sample_tokens(xp: Any, logits: Any, fparams: Any, iparams: Any, hist: Any, hist_raw: Any, out_ids: Any,
+                  lp_vals: Any, lp_ids: Any) -> None:
+    """Samples every row of logits [n, V] into out_ids [n]; rows asking for logprobs also get the raw
+    log-softmax of their top tokens and of the sampled one (lp_vals / lp_ids [n, NLP]). Writes only its
+    outputs and, in place, the logits (penalties, bans) and hist_raw [n, L] (scratch): no allocation, so
+    it runs inside a captured graph."""
+    if hasattr(xp, "RawKernel"):
+        from vt.engine.sampler_cuda import launch
+
+        launch(xp, logits, fparams, iparams, hist, hist_raw, out_ids, lp_vals, lp_ids, len(FIELDS_I))
+        return
+    _sample_numpy(*(np.asarray(a) for a in (logits, fparams, iparams, hist, out_ids, lp_vals, lp_ids)))
+
+
+# ---- the NumPy reference ---------------------------------------------------------------------------
+def mix64(z: np.ndarray) -> np.ndarray:
+    z = (z ^ (z >> np.uint64(30))) * MIX1
+    z = (z ^ (z >> np.uint64(27))) * MIX2
+    return z ^ (z >> np.uint64(31))
+
+
+def uniform(seed: np.ndarray, counter: np.ndarray) -> np.ndarray:
+    """The row's one uniform in [0, 1): a hash of (seed, output position), 53 bits."""
+    with np.errstate(over="ignore"):
+        z = mix64(seed.astype(np.uint64) + GOLDEN * (counter.astype(np.uint64) + np.uint64(1)))
+    return (z >> np.uint64(11)).astype(np.float64) * 2.0**-53
+
+
+def keys(x: np.ndarray) -> np.ndarray:
+    """Order-preserving uint32 keys of float32 values (larger value, larger key)."""
+    b = x.astype(F32).view(np.uint32)
+    return np.where(b & np.uint32(0x80000000), ~b, b | np.uint32(0x80000000))
+
+
+def apply_penalties(row: np.ndarray, hist: np.ndarray, num_prompt: int, rep: float, pres: float,
+                    freq: float) -> None:
+    """In place, in float32, once per distinct token of the history (the CUDA kernel's arithmetic)."""
+    tokens = np.unique(hist)
+    counts = np.zeros(tokens.size, np.int64)
+    out_tokens, out_counts = np.unique(hist[num_prompt:], return_counts=True)
+    counts[np.searchsorted(tokens, out_tokens)] = out_counts
+    v = row[tokens]
+    if rep != 1.0:
+        v = np.where(v > 0, v / F32(rep), v * F32(rep)).astype(F32)
+    hit = counts > 0
+    v[hit] = v[hit] - (F32(freq) * counts[hit].astype(F32) + F32(pres))
+    row[tokens] = v
+
+
+def support(x: np.ndarray, top_k: int, top_p: float, min_p: float) -> tuple[np.ndarray, np.ndarray]:
+    """The filters on tempered logits x [V]: (kept mask, fixed-point masses of the kept tokens)."""
+    m = x.max()
+    k = keys(x)
+    keep = np.ones(x.size, bool)
+    if 0 < top_k < x.size:
+        keep &= k >= np.partition(k, x.size - top_k)[x.size - top_k]
+    e = np.exp(x - m).astype(F32)
+    if min_p > 0.0:
+        keep &= e >= F32(min_p)
+    w = np.where(keep, (e * MASS_SCALE).astype(np.uint64), np.uint64(0))
+    if top_p < 1.0:
+        target = np.uint64(float(top_p) * float(w.sum(dtype=np.uint64)))
+        alive = np.flatnonzero(keep)
+        order = alive[np.argsort(-k[alive].astype(np.int64), kind="stable")]
+        cum = np.cumsum(w[order], dtype=np.uint64)
+        cut = k[order[min(int(np.searchsorted(cum, target, side="left")), order.size - 1)]]
+        keep &= k >= cut
+        w = np.where(keep, w, np.uint64(0))
+    return keep, w
+
+
+def _raw_logprobs(row: np.ndarray, n: int) -> tuple[float, np.ndarray]:
+    x = row.astype(np.float64)
+    lse = float(x.max() + np.log(np.exp(x - x.max()).sum()))
+    top = np.lexsort((np.arange(x.size), -x))[:n]  # value descending, then index ascending
+    return lse, top
+
+
+def _sample_numpy(logits: np.ndarray, fp: np.ndarray, ip: np.ndarray, hist: np.ndarray, out_ids: np.ndarray,
+                  lp_vals: np.ndarray, lp_ids: np.ndarray) -> None:
+    u = uniform(ip[:, 0], ip[:, 1])
+    for r in range(logits.shape[0]):
+        out_ids[r] = _sample_row(logits[r], fp[r], ip[r], hist[r], float(u[r]), lp_vals[r], lp_ids[r])
+
+
+def _sample_row(row: np.ndarray, f: np.ndarray, p: np.ndarray, hist: np.ndarray, u: float, lp_vals: np.ndarray,
+                lp_ids: np.ndarray) -> int:
+    temp, top_p, min_p, rep, pres, freq = (float(v) for v in f)
+    _, _, top_k, num_prompt, num_hist, num_lp, num_banned = (int(v) for v in p[: len(FIELDS_I)])
+    if not np.isfinite(row).all():
+        return -1
+    raw = row.copy() if num_lp else row
+    if num_lp:
+        lse, top = _raw_logprobs(row, num_lp - 1)
+        lp_vals[: top.size], lp_ids[: top.size] = row[top] - lse, top
+    if num_hist:
+        apply_penalties(row, hist[:num_hist], num_prompt, rep, pres, freq)
+    row[p[len(FIELDS_I) : len(FIELDS_I) + num_banned]] = -np.inf
+    if temp == 0.0:
+        tok = int(np.argmax(row))
+    else:
+        _, w = support((row / F32(temp)).astype(F32), top_k, top_p, min_p)
+        cum = np.cumsum(w, dtype=np.uint64)
+        target = min(np.uint64(u * float(cum[-1])), cum[-1] - np.uint64(1))  # u * Z may round up to Z
+        tok = int(np.searchsorted(cum, target, side="right"))
+    if num_lp:
+        lp_vals[NLP - 1], lp_ids[NLP - 1] = raw[tok] - lse, tok
+    return tok
+
+
+def logprobs_of(vals: np.ndarray, ids: np.ndarray, n: int) -> dict[int, float]:
+    """A row's logprobs as the API returns them: the top n tokens and the sampled one."""
+    out = {int(t): float(v) for t, v in zip(ids[:n], vals[:n])}
+    out[int(ids[NLP - 1])] = float(vals[NLP - 1])
+    return out

@@ -30,6 +30,7 @@ class SamplingParams:
     stop_token_ids: list[int] = field(default_factory=list)  # finish "stop" on these; stop_reason is the id
     include_stop_str_in_output: bool = False
     logprobs: int | None = None  # per sampled token, the log-probabilities of the top-n tokens and of it
+    min_tokens: int = 0  # no EOS, stop token or stop string ends the output before this many tokens
     repetition_penalty: float = 1.0  # > 1 discourages any token of the prompt or the output (HF's rule)
     presence_penalty: float = 0.0  # subtracted once from each token the output holds (OpenAI's rule)
     frequency_penalty: float = 0.0  # subtracted per occurrence in the output (OpenAI's rule)
@@ -68,6 +69,9 @@ class SamplingParams:
         lp = self.logprobs
         if lp is not None and (isinstance(lp, bool) or not isinstance(lp, int) or not 0 <= lp <= 20):
             raise ConfigError(f"logprobs={lp!r}: must be an int in [0, 20]")
+        mn = self.min_tokens
+        if isinstance(mn, bool) or not isinstance(mn, int) or mn < 0 or (mt is not None and mn > mt):
+            raise ConfigError(f"min_tokens={mn!r}: must be an int in [0, max_tokens]")
         if any(isinstance(t, bool) or not isinstance(t, int) or t < 0 for t in self.stop_token_ids):
             raise ConfigError(f"stop_token_ids={self.stop_token_ids!r}: must be token ids (ints >= 0)")
 
@@ -86,7 +90,7 @@ class SamplingParams:
                               float(picked["min_p"]), int(max_tokens), list(self.stop), self.seed, self.ignore_eos,
                               tuple(self.stop_token_ids), self.include_stop_str_in_output,
                               float(self.repetition_penalty), float(self.presence_penalty),
-                              float(self.frequency_penalty), self.logprobs)
+                              float(self.frequency_penalty), self.logprobs, self.min_tokens)
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,6 +109,7 @@ class ResolvedParams:
     presence_penalty: float = 0.0
     frequency_penalty: float = 0.0
     logprobs: int | None = None
+    min_tokens: int = 0
 
     @property
     def is_greedy(self) -> bool:

@@ -65,7 +65,7 @@ class Scheduler:
             req.status, req.num_computed = Status.RUNNING, n
             self.running.append(req)
             self._num_sent[req.id] = n
-            out.new_reqs.append(NewRequestData(req.id, req.all_ids, len(req.prompt_ids), blocks, req.params, req.rng,
+            out.new_reqs.append(NewRequestData(req.id, req.all_ids, len(req.prompt_ids), blocks, req.params, req.seed,
                                                req.can_speculate))
             out.num_scheduled_tokens[req.id] = n
             budget -= n

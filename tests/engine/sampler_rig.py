@@ -1,0 +1,50 @@
+"""Runs the batched sampler kernel as the engine launches it: rows packed by `pack`, tensors on a backend,
+one `launch` (tests for the sampler; not a test module)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pytest
+
+from vt.engine.sampler import NF, NI, NLP, RowSpec, pack, sample_tokens
+from vt.registry import make_backend
+
+BACKENDS = ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)]
+_backends: dict[str, object] = {}
+
+
+@dataclass(slots=True)
+class Sampled:
+    ids: np.ndarray
+    logits: np.ndarray  # after the sampler's in-place penalties and bans
+    lp_vals: np.ndarray
+    lp_ids: np.ndarray
+
+
+def run_sampler(backend: str, logits: np.ndarray, specs: list[RowSpec]) -> Sampled:
+    b = _backends.setdefault(backend, make_backend(backend))
+    n, V = logits.shape
+    width = max([len(s.history) for s in specs if s.history is not None] or [1])
+    rows = pack(specs, n, width)
+    t = [b.empty(shape, dt) for shape, dt in (((n, V), np.float32), ((n, NF), np.float32), ((n, NI), np.int64),
+                                               ((n, width), np.int64), ((n, width), np.float32), ((n,), np.int64),
+                                               ((n, NLP), np.float32), ((n, NLP), np.int64))]
+    b.copy_h2d(t[0], logits.astype(np.float32))
+    b.copy_h2d(t[1], rows.fparams)
+    b.copy_h2d(t[2], rows.iparams)
+    b.copy_h2d(t[3], rows.hist if rows.hist is not None else np.zeros((n, width), np.int64))
+    b.launch(sample_tokens, *t)
+    out = Sampled(*(b.copy_d2h(t[i]) for i in (5, 0, 6, 7)))
+    for x in t:
+        b.free(x.buffer)
+    return out
+
+
+def chi_square_critical(dof: int, z: float = 3.719) -> float:
+    """The chi-square quantile at one-sided normal z (3.719: p = 1e-4), by Wilson-Hilferty."""
+    if dof == 0:
+        return 1e-9
+    h = 2.0 / (9.0 * dof)
+    return dof * (1.0 - h + z * h**0.5) ** 3

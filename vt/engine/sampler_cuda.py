@@ -1,0 +1,274 @@
+"""The batched sampler as one CUDA kernel (CuPy RawKernel): a block of 512 threads per row.
+
+Semantics are vt/engine/sampler.py's (the NumPy reference). Thresholds come from radix selection over
+order-preserving float keys (4 passes of 8 bits, histograms in shared memory): the k-th largest key
+for top-k and for the logprobs' top-n, and the largest key whose kept mass reaches top_p. Masses are
+fixed-point integers, so every sum (and so every decision) is the same whatever order threads add in.
+The kernel allocates nothing: it runs inside a captured decode graph.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+THREADS = 512
+_SOURCE = r"""
+typedef unsigned long long u64;
+typedef unsigned int u32;
+#define T %(threads)d
+#define NF %(nf)d
+#define NI %(ni)d
+#define NFI %(nfi)d
+#define NLP %(nlp)d
+#define MASS_SCALE 1099511627776.0f
+
+__device__ __forceinline__ u32 fkey(float x) {
+    u32 b = __float_as_uint(x);
+    return (b & 0x80000000u) ? ~b : (b | 0x80000000u);
+}
+__device__ __forceinline__ u64 mix64(u64 z) {
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+__device__ float block_max(float v, float* sh) {
+    sh[threadIdx.x] = v; __syncthreads();
+    for (int s = T / 2; s > 0; s >>= 1) {
+        if (threadIdx.x < s) sh[threadIdx.x] = fmaxf(sh[threadIdx.x], sh[threadIdx.x + s]);
+        __syncthreads();
+    }
+    float r = sh[0]; __syncthreads();
+    return r;
+}
+__device__ float block_sum_f(float v, float* sh) {
+    sh[threadIdx.x] = v; __syncthreads();
+    for (int s = T / 2; s > 0; s >>= 1) {
+        if (threadIdx.x < s) sh[threadIdx.x] += sh[threadIdx.x + s];
+        __syncthreads();
+    }
+    float r = sh[0]; __syncthreads();
+    return r;
+}
+__device__ u64 block_sum_u(u64 v, u64* sh) {
+    sh[threadIdx.x] = v; __syncthreads();
+    for (int s = T / 2; s > 0; s >>= 1) {
+        if (threadIdx.x < s) sh[threadIdx.x] += sh[threadIdx.x + s];
+        __syncthreads();
+    }
+    u64 r = sh[0]; __syncthreads();
+    return r;
+}
+// Exclusive prefix sum over the block (thread order), by one thread: T adds, deterministic.
+__device__ u64 block_exclusive_scan(u64 v, u64* sh) {
+    sh[threadIdx.x] = v; __syncthreads();
+    if (threadIdx.x == 0) { u64 acc = 0; for (int i = 0; i < T; i++) { u64 t = sh[i]; sh[i] = acc; acc += t; } }
+    __syncthreads();
+    u64 r = sh[threadIdx.x]; __syncthreads();
+    return r;
+}
+__device__ void block_argmax(float v, int i, float* shv, int* shi, float* outv, int* outi) {
+    shv[threadIdx.x] = v; shi[threadIdx.x] = i; __syncthreads();
+    for (int s = T / 2; s > 0; s >>= 1) {
+        if (threadIdx.x < s) {
+            float a = shv[threadIdx.x], b = shv[threadIdx.x + s];
+            int ia = shi[threadIdx.x], ib = shi[threadIdx.x + s];
+            if (b > a || (b == a && ib < ia)) { shv[threadIdx.x] = b; shi[threadIdx.x] = ib; }
+        }
+        __syncthreads();
+    }
+    *outv = shv[0]; *outi = shi[0]; __syncthreads();
+}
+
+struct Filter { float temp, m, min_p; u32 kmin; int weighted; };
+
+// Token i's tempered value, whether the filters so far keep it, and its fixed-point mass.
+__device__ __forceinline__ float tempered(const float* row, int i, float temp) { return __fdiv_rn(row[i], temp); }
+__device__ __forceinline__ u64 weight(const float* row, int i, const Filter& f, u32* key_out) {
+    float x = tempered(row, i, f.temp);
+    u32 k = fkey(x);
+    *key_out = k;
+    if (!f.weighted) return 1;
+    if (k < f.kmin) return 0;
+    float e = expf(x - f.m);
+    if (f.min_p > 0.0f && e < f.min_p) return 0;
+    return (u64)(e * MASS_SCALE);
+}
+
+// The largest key K with (sum of weights of keys >= K) >= want, over keys >= f.kmin when weighted.
+__device__ u32 radix_select(const float* row, int V, const Filter& f, u64 want, u64* hist, u64* shared_u) {
+    u32 prefix = 0, pmask = 0;
+    for (int shift = 24; shift >= 0; shift -= 8) {
+        for (int b = threadIdx.x; b < 256; b += T) hist[b] = 0;
+        __syncthreads();
+        for (int i = threadIdx.x; i < V; i += T) {
+            u32 k; u64 w = weight(row, i, f, &k);
+            if (w && (k & pmask) == prefix) atomicAdd(&hist[(k >> shift) & 255u], w);
+        }
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            u32 sel = 0;
+            for (int b = 255; b >= 0; b--) {
+                if (hist[b] >= want) { sel = (u32)b; break; }
+                want -= hist[b];
+            }
+            shared_u[0] = sel; shared_u[1] = want;
+        }
+        __syncthreads();
+        prefix |= (u32)shared_u[0] << shift; pmask |= 255u << shift;
+        want = shared_u[1];
+        __syncthreads();
+    }
+    return prefix;
+}
+
+extern "C" __global__ void vt_sample(float* logits, const float* fparams, const long long* iparams,
+                                     const long long* hist, float* hist_raw, long long* out_ids,
+                                     float* lp_vals, long long* lp_ids, int V, int L) {
+    __shared__ float shf[T];
+    __shared__ int shi[T];
+    __shared__ u64 shu[T];
+    __shared__ u64 hist256[256];
+    __shared__ u64 shx[2];
+    const int r = blockIdx.x, tid = threadIdx.x;
+    float* row = logits + (long long)r * V;
+    const float* fp = fparams + r * NF;
+    const long long* ip = iparams + r * NI;
+    const long long* h = hist + (long long)r * L;
+    float* hr = hist_raw + (long long)r * L;
+    const float temp = fp[0], top_p = fp[1], min_p = fp[2], rep = fp[3], pres = fp[4], freq = fp[5];
+    const u64 seed = (u64)ip[0], counter = (u64)ip[1];
+    const long long top_k = ip[2];
+    const int num_prompt = (int)ip[3], num_hist = (int)ip[4], num_lp = (int)ip[5], num_banned = (int)ip[6];
+
+    int bad = 0;
+    for (int i = tid; i < V; i += T) bad |= !isfinite(row[i]);
+    if (block_max((float)bad, shf) > 0.0f) { if (tid == 0) out_ids[r] = -1; return; }
+
+    float lse = 0.0f;
+    if (num_lp > 0) {  // the raw log-softmax: its normalizer and the top n tokens, before anything changes
+        float m = -INFINITY;
+        for (int i = tid; i < V; i += T) m = fmaxf(m, row[i]);
+        m = block_max(m, shf);
+        float s = 0.0f;
+        for (int i = tid; i < V; i += T) s += expf(row[i] - m);
+        lse = m + logf(block_sum_f(s, shf));
+        int n = num_lp - 1;
+        if (n > 0) {
+            Filter raw = {1.0f, m, 0.0f, 0u, 0};
+            u32 kn = radix_select(row, V, raw, (u64)n, hist256, shx);
+            // the n picks: keys above kn, then keys equal to kn in index order (contiguous chunks)
+            int chunk = (V + T - 1) / T, lo = tid * chunk, hi = min(V, lo + chunk);
+            u64 gt = 0, eq = 0;
+            for (int i = lo; i < hi; i++) { u32 k = fkey(row[i]); gt += k > kn; eq += k == kn; }
+            u64 gt_off = block_exclusive_scan(gt, shu);
+            u64 n_gt = block_sum_u(gt, shu);
+            u64 eq_off = block_exclusive_scan(eq, shu);
+            for (int i = lo; i < hi; i++) {
+                u32 k = fkey(row[i]);
+                long long slot = -1;
+                if (k > kn) slot = (long long)gt_off++;
+                else if (k == kn) { slot = (long long)(n_gt + eq_off); eq_off++; }
+                if (slot >= 0 && slot < n) { lp_ids[r * NLP + slot] = i; lp_vals[r * NLP + slot] = row[i]; }
+            }
+            __syncthreads();
+            if (tid == 0) {  // order the n by value, then index (insertion sort of at most 20)
+                float* lv = lp_vals + r * NLP;
+                long long* li = lp_ids + r * NLP;
+                for (int a = 1; a < n; a++) {
+                    float v = lv[a]; long long id = li[a]; int b = a - 1;
+                    while (b >= 0 && (lv[b] < v || (lv[b] == v && li[b] > id))) {
+                        lv[b + 1] = lv[b]; li[b + 1] = li[b]; b--;
+                    }
+                    lv[b + 1] = v; li[b + 1] = id;
+                }
+                for (int a = 0; a < n; a++) lv[a] -= lse;
+            }
+            __syncthreads();
+        }
+    }
+
+    if (num_hist > 0) {  // penalties: every history token's raw value saved, then one write per distinct token
+        for (int j = tid; j < num_hist; j += T) hr[j] = row[h[j]];
+        __syncthreads();
+        for (int j = tid; j < num_hist; j += T) {
+            long long t = h[j];
+            bool first = true;
+            for (int k = 0; k < j; k++) if (h[k] == t) { first = false; break; }
+            if (!first) continue;
+            float v = hr[j];
+            if (rep != 1.0f) v = v > 0.0f ? __fdiv_rn(v, rep) : __fmul_rn(v, rep);
+            int cnt = 0;
+            for (int k = num_prompt; k < num_hist; k++) cnt += h[k] == t;
+            if (cnt > 0) v = __fsub_rn(v, __fadd_rn(__fmul_rn(freq, (float)cnt), pres));
+            row[t] = v;
+        }
+        __syncthreads();
+    }
+    if (tid < num_banned) row[ip[NFI + tid]] = -INFINITY;
+    __syncthreads();
+
+    int tok;
+    if (temp == 0.0f) {
+        float bv = -INFINITY; int bi = V;
+        for (int i = tid; i < V; i += T) { float v = row[i]; if (v > bv || (v == bv && i < bi)) { bv = v; bi = i; } }
+        float mv; block_argmax(bv, bi, shf, shi, &mv, &tok);
+    } else {
+        float m = -INFINITY;
+        for (int i = tid; i < V; i += T) m = fmaxf(m, tempered(row, i, temp));
+        m = block_max(m, shf);
+        Filter f = {temp, m, 0.0f, 0u, 0};
+        if (top_k > 0 && top_k < V) f.kmin = radix_select(row, V, f, (u64)top_k, hist256, shx);
+        f.weighted = 1; f.min_p = min_p;
+        u64 z = 0; u32 k;
+        for (int i = tid; i < V; i += T) z += weight(row, i, f, &k);
+        z = block_sum_u(z, shu);
+        if (top_p < 1.0f) {
+            f.kmin = radix_select(row, V, f, (u64)((double)top_p * (double)z), hist256, shx);
+            z = 0;
+            for (int i = tid; i < V; i += T) z += weight(row, i, f, &k);
+            z = block_sum_u(z, shu);
+        }
+        u64 key = mix64(seed + 0x9E3779B97F4A7C15ull * (counter + 1ull));
+        double u = (double)(key >> 11) * 1.1102230246251565e-16;  // 2**-53
+        u64 target = (u64)(u * (double)z);
+        if (target >= z) target = z - 1;
+        int chunk = (V + T - 1) / T, lo = tid * chunk, hi = min(V, lo + chunk);
+        u64 s = 0;
+        for (int i = lo; i < hi; i++) s += weight(row, i, f, &k);
+        u64 pre = block_exclusive_scan(s, shu);
+        if (tid == 0) shi[0] = V - 1;
+        __syncthreads();
+        if (target >= pre && target < pre + s) {
+            u64 acc = pre;
+            for (int i = lo; i < hi; i++) { acc += weight(row, i, f, &k); if (acc > target) { shi[0] = i; break; } }
+        }
+        __syncthreads();
+        tok = shi[0];
+        __syncthreads();
+    }
+    if (tid == 0) {
+        out_ids[r] = tok;
+        if (num_lp > 0) {  // the sampled token's raw logit: saved if the penalties changed it
+            float raw = row[tok];
+            for (int j = 0; j < num_hist; j++) if (h[j] == tok) { raw = hr[j]; break; }
+            lp_ids[r * NLP + NLP - 1] = tok; lp_vals[r * NLP + NLP - 1] = raw - lse;
+        }
+    }
+}
+"""
+_kernel: dict[str, Any] = {}
+
+
+def launch(cp: Any, logits: Any, fparams: Any, iparams: Any, hist: Any, hist_raw: Any, out_ids: Any, lp_vals: Any,
+           lp_ids: Any, num_int_fields: int) -> None:
+    """The row layout (vt/engine/sampler.py) comes from the arrays: fparams [n, NF], iparams [n, NI] whose
+    first num_int_fields are the named fields and the rest the banned ids, lp_vals [n, NLP]."""
+    if "k" not in _kernel:
+        src = _SOURCE % {"threads": THREADS, "nf": fparams.shape[1], "ni": iparams.shape[1], "nfi": num_int_fields,
+                         "nlp": lp_vals.shape[1]}
+        _kernel["k"] = cp.RawKernel(src, "vt_sample")
+    n, V = logits.shape
+    _kernel["k"]((n,), (THREADS,), (logits, fparams, iparams, hist, hist_raw, out_ids, lp_vals, lp_ids,
+                                    np.int32(V), np.int32(hist.shape[1])))
