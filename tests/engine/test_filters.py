@@ -119,7 +119,8 @@ def test_the_cuda_sampler_draws_what_the_numpy_reference_draws_at_a_real_vocabul
              dict(temperature=0.8, repetition=1.3, presence=0.5, frequency=0.2), dict(temperature=0.0, repetition=2.0),
              dict(temperature=1.0, num_logprobs=6)]
     hist = rng.integers(0, V, 300)
-    specs = [RowSpec(**kinds[i % len(kinds)], seed=1000 + i, counter=i, history=hist, num_prompt=200) for i in range(32)]
+    specs = [RowSpec(**kinds[i % len(kinds)], seed=1000 + i, counter=i, history=hist, num_prompt=200)
+             for i in range(32)]
     cpu, gpu = run_sampler("cpu", logits, specs), run_sampler("cuda", logits, specs)
     same = cpu.ids == gpu.ids
     assert same.sum() >= 31, f"rows that differ: {np.flatnonzero(~same).tolist()} {cpu.ids[~same]} vs {gpu.ids[~same]}"
