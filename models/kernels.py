@@ -166,3 +166,8 @@ def moe_experts(xp: Any, x: Any, w_gate_up: Any, w_down: Any, route: Any, out: A
 
 def gather_rows(xp: Any, x: Any, rows: Any, out: Any) -> None:
     xp.take(x, rows, axis=0, out=out)
+
+
+def copy_block(xp: Any, cache: Any, src: int, dst: int) -> None:
+    """One KV block's contents into another (a forked sample's own copy of its prompt's partial block)."""
+    cache[dst] = cache[src]

@@ -4,6 +4,9 @@ Group 0 is the target model; group 1, when the engine speculates with a draft mo
 Both draw on the same pool (vLLM v1's shape: one block pool, a coordinator over groups), so every
 capacity check, the start-up refusal and preemption count draft memory with the target's. Each
 model's KV tensor is indexed by the same block ids.
+
+Blocks are reference-counted: the n samples of one request (`n` > 1) share the full blocks of their
+prompt (`fork`), and a block returns to the pool when its last table lets go of it.
 """
 
 from __future__ import annotations
@@ -22,8 +25,9 @@ class KVCacheManager:
         self.block_size = block_size
         self.max_blocks_per_seq = max_blocks_per_seq  # a block table's width: never overrun
         self.num_groups = num_groups
-        # Invariant: every block id is either here or in exactly one table of exactly one request.
+        # Invariant: a block is free, or its refcount is the number of table entries naming it (> 0).
         self.free: deque[int] = deque(range(num_blocks))
+        self.refs = [0] * num_blocks
         self.tables: dict[str, list[list[int]]] = {}  # request id -> block ids per group
 
     @property
@@ -65,13 +69,31 @@ class KVCacheManager:
         added: list[list[int]] = []
         for n, table in zip(need, tables):
             new = [self.free.popleft() for _ in range(n - len(table))]
+            for b in new:
+                self.refs[b] = 1
             table.extend(new)
             added.append(new)
         return added
 
+    def fork(self, src_id: str, dst_id: str, num_blocks: int) -> list[int]:
+        """dst's target table starts with src's first num_blocks blocks, shared (read-only from now: full
+        blocks of a prompt both hold); returns them. dst must hold no blocks yet."""
+        if dst_id in self.tables:
+            raise EngineInvariantError(f"request {dst_id}: forked from {src_id} but already holds blocks")
+        shared = self.tables[src_id][TARGET][:num_blocks]
+        for b in shared:
+            self.refs[b] += 1
+        self.tables[dst_id] = [list(shared) if g == TARGET else [] for g in range(self.num_groups)]
+        return list(shared)
+
     def release(self, req_id: str) -> int:
-        """Every block of the request, in every group, back to the pool; returns how many."""
+        """The request lets go of every block it holds, in every group; returns how many went back to
+        the pool (a block shared with a sibling stays until the last of them lets go)."""
         tables = self.tables.pop(req_id, None) or []
-        ids = [b for t in tables for b in t]
-        self.free.extend(ids)
-        return len(ids)
+        freed = 0
+        for b in (b for t in tables for b in t):
+            self.refs[b] -= 1
+            if self.refs[b] == 0:
+                self.free.append(b)
+                freed += 1
+        return freed

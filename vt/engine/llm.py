@@ -106,19 +106,22 @@ class LLMEngine:
             raise RequestError(f"stop_token_ids {list(resolved.stop_token_ids)}: outside the vocabulary "
                                f"[0, {self.vocab_size})")
         rid = request_id or f"req-{next(self._ids)}"
-        if rid in self.requests:
+        ids_n = [rid] + [f"{rid}#{i}" for i in range(1, resolved.n)]
+        if any(i in self.requests for i in ids_n):
             raise RequestError(f"request id {rid!r} is already in use")
         seed = resolved.seed if resolved.seed is not None else int(self._rng.integers(1 << 62))
-        req = Request(rid, ids, resolved, prompt if isinstance(prompt, str) else None, seed=seed)
-        req.detok = IncrementalDetokenizer(self.tokenizer, resolved.stop, resolved.include_stop_str_in_output)
-        self.requests[rid] = req
-        if len(ids) >= self.cfg.max_model_len:
-            req.finish("error", f"prompt has {len(ids)} tokens; max_model_len={self.cfg.max_model_len} leaves "
-                                f"no room for one generated token")
-            del self.requests[rid]
-        else:
-            self.scheduler.add(req)
-        return req
+        samples = [Request(i, ids, resolved, prompt if isinstance(prompt, str) else None, seed=(seed + k) % (1 << 63),
+                           index=k) for k, i in enumerate(ids_n)]
+        for req in samples:
+            req.siblings = samples if resolved.n > 1 else None
+            req.detok = IncrementalDetokenizer(self.tokenizer, resolved.stop, resolved.include_stop_str_in_output)
+            if len(ids) >= self.cfg.max_model_len:
+                req.finish("error", f"prompt has {len(ids)} tokens; max_model_len={self.cfg.max_model_len} leaves "
+                                    f"no room for one generated token")
+            else:
+                self.requests[req.id] = req
+                self.scheduler.add(req)
+        return samples[0]
 
     def has_unfinished(self) -> bool:
         return self.scheduler.has_work()

@@ -19,6 +19,7 @@ class NewRequestData:
     params: ResolvedParams
     seed: int  # the request's seed (drawn by the engine when the request named none)
     can_speculate: bool  # False for life once a request is first seen with committed tokens
+    fork_of: str | None = None  # a sibling prefilled in this step: share its prompt blocks and logits row
 
 
 @dataclass(slots=True)

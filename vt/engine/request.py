@@ -38,6 +38,9 @@ class Request:
     logprobs: list[dict[int, float]] | None = None  # one per output token, when the request asked
     cumulative_logprob: float | None = None
     detok: Any = None  # its IncrementalDetokenizer (the engine's, set when the request is added)
+    index: int = 0  # which of the request's n samples
+    siblings: list[Request] | None = None  # all n samples, this one included (n > 1)
+    prompt_logprobs: list[dict[int, float] | None] | None = None  # per prompt token (None for the first)
 
     @property
     def num_tokens(self) -> int:
@@ -127,9 +130,21 @@ class RequestOutput:
     def num_preemptions(self) -> int:
         return self.metrics.num_preemptions
 
+    prompt_logprobs: list[dict[int, float] | None] | None = None
+
     @classmethod
     def of(cls, r: Request) -> RequestOutput:
-        done = CompletionOutput(0, r.text, list(r.output_ids), r.cumulative_logprob,
-                                None if r.logprobs is None else list(r.logprobs), r.finish_reason, r.stop_reason)
-        metrics = RequestMetrics(r.arrival, r.first_token_time, r.finish_time, r.num_preemptions)
-        return cls(r.id, r.prompt, list(r.prompt_ids), [done], r.is_finished, metrics, r.error)
+        """One request's output; for n > 1 (r is any of the samples), all n as outputs[0..n-1]."""
+        samples = r.siblings or [r]
+        outs = [CompletionOutput(s.index, s.text, list(s.output_ids), s.cumulative_logprob,
+                                 None if s.logprobs is None else list(s.logprobs), s.finish_reason, s.stop_reason)
+                for s in samples]
+        first = samples[0]
+        times = [s.first_token_time for s in samples if s.first_token_time is not None]
+        ends = [s.finish_time for s in samples]
+        metrics = RequestMetrics(first.arrival, min(times) if times else None,
+                                 None if None in ends else max(e for e in ends if e is not None),
+                                 sum(s.num_preemptions for s in samples))
+        errors = [s.error for s in samples if s.error]
+        return cls(first.id, first.prompt, list(first.prompt_ids), outs, all(s.is_finished for s in samples),
+                   metrics, errors[0] if errors else None, first.prompt_logprobs)

@@ -13,15 +13,17 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from models import kernels as K
 from models.base import Model, prefill_logits
+from vt.backend import Tensor
 from vt.engine.config import EngineConfig
 from vt.engine.graph_driver import DecodeInputs, GraphDriver, StepResult
 from vt.engine.input_batch import InputBatch
 from vt.engine.kv_manager import TARGET
-from vt.engine.outputs import RunnerOutput, SchedulerOutput
+from vt.engine.outputs import NewRequestData, RunnerOutput, SchedulerOutput
 from vt.engine.proposers import Proposer, SpecRequest
 from vt.engine.rejection import accept
-from vt.engine.sampler import NF, NI, NLP, RowSpec, logprobs_of, pack, sample_tokens
+from vt.engine.sampler import NF, NI, NLP, RowSpec, SamplingRows, logprobs_of, pack, sample_tokens
 from vt.engine.sampling import ResolvedParams
 
 I64, F32 = np.int64, np.float32
@@ -79,7 +81,7 @@ class ModelRunner:
         with self.backend.use_stream(self.stream):
             new = [r.req_id for r in so.new_reqs]
             if new:
-                self._collect(new, 1, self._prefill(new), out)
+                self._collect(new, 1, self._prefill(so.new_reqs), out)
                 if self.proposer is not None:
                     self.proposer.add(self.batch, so.new_reqs)
             cached = {c.req_id for c in so.cached_reqs}
@@ -117,13 +119,40 @@ class ModelRunner:
         if n is not None and res.logprob_vals is not None and res.logprob_ids is not None:
             out.logprobs[rid] = [logprobs_of(res.logprob_vals[r], res.logprob_ids[r], n) for r in rows]
 
-    def _prefill(self, req_ids: list[str]) -> StepResult:
-        """Eager prefill, then the sampler on its last-token logits, in transient pool tensors."""
+    def _prefill(self, reqs: list[NewRequestData]) -> StepResult:
+        """Eager prefill, then the sampler on the last-token logits, in transient pool tensors. A forked
+        sample (n > 1) computes nothing: it copies its leader's partial prompt block and samples the
+        leader's logits row with its own seed."""
         # a recompute after preemption re-prefills its generated tokens too: the batch holds them all
-        seqs = [(self.batch.tokens(rid).tolist(), self.batch.blocks(rid)) for rid in req_ids]
+        computed = [r.req_id for r in reqs if r.fork_of is None]
+        seqs = [(self.batch.tokens(rid).tolist(), self.batch.blocks(rid)) for rid in computed]
         logits = prefill_logits(self.model, seqs, self.kv)
+        forks = [r for r in reqs if r.fork_of is not None]
+        if forks:
+            logits = self._fork(forks, logits, [computed.index(r.fork_of or r.req_id) for r in reqs])
+        req_ids = [r.req_id for r in reqs]
         rows = pack([self.row_spec(rid) for rid in req_ids], len(req_ids), max(len(s[0]) for s in seqs))
-        b, pool, n = self.backend, self.backend.pool, len(req_ids)
+        return self._sample_eager(logits, rows)
+
+    def _fork(self, forks: list[NewRequestData], logits: Tensor, rows: list[int]) -> Tensor:
+        b, pool, bs = self.backend, self.backend.pool, self.kv.block_size
+        for r in forks:
+            n = len(r.token_ids)
+            assert r.fork_of is not None
+            if n % bs:  # the partial last block: the fork's own copy, which it goes on writing
+                src, dst = int(self.batch.blocks(r.fork_of)[n // bs]), int(self.batch.blocks(r.req_id)[n // bs])
+                for cache in (*self.kv.k, *self.kv.v):
+                    b.launch(K.copy_block, cache, src=src, dst=dst)
+        idx = pool.empty((len(rows),), I64)
+        b.copy_h2d(idx, np.asarray(rows, I64))
+        out = pool.empty((len(rows), logits.shape[1]), F32)
+        b.launch(K.gather_rows, logits, idx, out)
+        for t in (idx, logits):
+            pool.release(t)
+        return out
+
+    def _sample_eager(self, logits: Tensor, rows: SamplingRows) -> StepResult:
+        b, pool, n = self.backend, self.backend.pool, rows.num_rows
         width = rows.hist.shape[1] if rows.hist is not None else 1
         t = {"f": pool.empty((n, NF), F32), "i": pool.empty((n, NI), I64), "h": pool.empty((n, width), I64),
              "hr": pool.empty((n, width), F32), "ids": pool.empty((n,), I64), "lv": pool.empty((n, NLP), F32),

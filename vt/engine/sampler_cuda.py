@@ -23,6 +23,7 @@ typedef unsigned int u32;
 #define NFI %(nfi)d
 #define NLP %(nlp)d
 #define MASS_SCALE 1099511627776.0f
+#define VT_INF __int_as_float(0x7f800000)
 
 __device__ __forceinline__ u32 fkey(float x) {
     u32 b = __float_as_uint(x);
@@ -148,7 +149,7 @@ extern "C" __global__ void vt_sample(float* logits, const float* fparams, const 
 
     float lse = 0.0f;
     if (num_lp > 0) {  // the raw log-softmax: its normalizer and the top n tokens, before anything changes
-        float m = -INFINITY;
+        float m = -VT_INF;
         for (int i = tid; i < V; i += T) m = fmaxf(m, row[i]);
         m = block_max(m, shf);
         float s = 0.0f;
@@ -206,16 +207,16 @@ extern "C" __global__ void vt_sample(float* logits, const float* fparams, const 
         }
         __syncthreads();
     }
-    if (tid < num_banned) row[ip[NFI + tid]] = -INFINITY;
+    if (tid < num_banned) row[ip[NFI + tid]] = -VT_INF;
     __syncthreads();
 
     int tok;
     if (temp == 0.0f) {
-        float bv = -INFINITY; int bi = V;
+        float bv = -VT_INF; int bi = V;
         for (int i = tid; i < V; i += T) { float v = row[i]; if (v > bv || (v == bv && i < bi)) { bv = v; bi = i; } }
         float mv; block_argmax(bv, bi, shf, shi, &mv, &tok);
     } else {
-        float m = -INFINITY;
+        float m = -VT_INF;
         for (int i = tid; i < V; i += T) m = fmaxf(m, tempered(row, i, temp));
         m = block_max(m, shf);
         Filter f = {temp, m, 0.0f, 0u, 0};

@@ -31,6 +31,8 @@ class SamplingParams:
     include_stop_str_in_output: bool = False
     logprobs: int | None = None  # per sampled token, the log-probabilities of the top-n tokens and of it
     min_tokens: int = 0  # no EOS, stop token or stop string ends the output before this many tokens
+    n: int = 1  # parallel samples of the prompt: they share its KV blocks; seeds seed, seed + 1, ...
+    prompt_logprobs: int | None = None  # per prompt token, the top-n and the prompt's own token
     repetition_penalty: float = 1.0  # > 1 discourages any token of the prompt or the output (HF's rule)
     presence_penalty: float = 0.0  # subtracted once from each token the output holds (OpenAI's rule)
     frequency_penalty: float = 0.0  # subtracted per occurrence in the output (OpenAI's rule)
@@ -69,6 +71,11 @@ class SamplingParams:
         lp = self.logprobs
         if lp is not None and (isinstance(lp, bool) or not isinstance(lp, int) or not 0 <= lp <= 20):
             raise ConfigError(f"logprobs={lp!r}: must be an int in [0, 20]")
+        for name, hi in (("n", 256), ("prompt_logprobs", 20)):
+            v = getattr(self, name)
+            lo = 1 if name == "n" else 0
+            if v is not None and (isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi):
+                raise ConfigError(f"{name}={v!r}: must be an int in [{lo}, {hi}]")
         mn = self.min_tokens
         if isinstance(mn, bool) or not isinstance(mn, int) or mn < 0 or (mt is not None and mn > mt):
             raise ConfigError(f"min_tokens={mn!r}: must be an int in [0, max_tokens]")
@@ -90,7 +97,8 @@ class SamplingParams:
                               float(picked["min_p"]), int(max_tokens), list(self.stop), self.seed, self.ignore_eos,
                               tuple(self.stop_token_ids), self.include_stop_str_in_output,
                               float(self.repetition_penalty), float(self.presence_penalty),
-                              float(self.frequency_penalty), self.logprobs, self.min_tokens)
+                              float(self.frequency_penalty), self.logprobs, self.min_tokens, self.n,
+                              self.prompt_logprobs)
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,6 +118,8 @@ class ResolvedParams:
     frequency_penalty: float = 0.0
     logprobs: int | None = None
     min_tokens: int = 0
+    n: int = 1
+    prompt_logprobs: int | None = None
 
     @property
     def is_greedy(self) -> bool:

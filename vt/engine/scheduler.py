@@ -50,25 +50,39 @@ class Scheduler:
         k = self.num_spec_tokens
         return k if k and req.can_speculate and req.num_tokens + k <= self.cfg.max_model_len else 0
 
+    def _leader(self, req: Request, out: SchedulerOutput) -> str | None:
+        """A sibling sample prefilled in this very step, whose prompt blocks and logits req can share."""
+        if req.siblings is None or req.output_ids:
+            return None
+        ids = {s.id for s in req.siblings}
+        return next((r.req_id for r in out.new_reqs if r.req_id in ids and r.fork_of is None
+                     and len(r.token_ids) == r.num_prompt_tokens), None)
+
     def _admit(self, out: SchedulerOutput) -> None:
         budget = self.cfg.max_num_batched_tokens
         while self.waiting and len(self.running) < self.cfg.max_num_seqs:
             req = self.waiting[0]
             n = req.num_tokens
             req.can_speculate = req.can_speculate and not req.output_ids  # the draft's KV did not survive
+            leader = self._leader(req, out)
+            shared = self.kv.fork(leader, req.id, n // self.kv.block_size) if leader else []
             # keep a block per running request and group free, so admitting does not force a preemption
             reserve = len(self.running) * self.kv.num_groups
-            if n > budget or not self.kv.can_allocate(req.id, self._need(req, n), reserve=reserve):
+            cost = 0 if leader else n  # a fork computes nothing: it shares the leader's prefill
+            if cost > budget or not self.kv.can_allocate(req.id, self._need(req, n), reserve=reserve):
+                if leader:
+                    self.kv.release(req.id)
                 break
             self.waiting.popleft()
             blocks = self.kv.allocate(req.id, self._need(req, n))
+            blocks[0] = shared + blocks[0]
             req.status, req.num_computed = Status.RUNNING, n
             self.running.append(req)
             self._num_sent[req.id] = n
             out.new_reqs.append(NewRequestData(req.id, req.all_ids, len(req.prompt_ids), blocks, req.params, req.seed,
-                                               req.can_speculate))
+                                               req.can_speculate, leader))
             out.num_scheduled_tokens[req.id] = n
-            budget -= n
+            budget -= cost
 
     def _decode(self, out: SchedulerOutput) -> None:
         for req in list(self.running):
