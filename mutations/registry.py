@@ -37,6 +37,7 @@ API = "tests/engine/test_offline_api.py"
 DETOK = "tests/engine/test_detokenizer.py"
 PEN = "tests/engine/test_penalties.py"
 FIL = "tests/engine/test_filters.py"
+PAR = "tests/engine/test_parallel_samples.py"
 
 
 def g1() -> tuple[str, ...]:
@@ -409,7 +410,8 @@ ENTRIES: list[Mutation] = [
         description="a request whose logits are NaN is sampled as if nothing happened (the CPU sampler skips the check)",
         file="vt/engine/sampler.py", old="    if not np.isfinite(row).all():\n        return -1\n", new="",
         gates=("tests/engine/test_failures.py::test_a_request_with_non_finite_logits_fails_alone",
-               "tests/engine/test_failures.py::test_a_failed_requests_garbage_kv_never_reaches_its_neighbours[plain]",
+               *(f"tests/engine/test_failures.py::test_a_failed_requests_garbage_kv_never_reaches_its_neighbours[{k}]"
+                 for k in ("plain", "speculative")),
                f"{FIL}::test_banned_tokens_are_never_drawn_and_non_finite_rows_fail_alone[cpu]"),
     ),
     Mutation(
@@ -863,9 +865,34 @@ ENTRIES: list[Mutation] = [
     Mutation(
         id="kv-release-loses-a-block",
         description="releasing a request's blocks drops the last one: the pool shrinks a block at a time",
-        file="vt/engine/kv_manager.py", old="        self.free.extend(ids)", new="        self.free.extend(ids[:-1])",
+        file="vt/engine/kv_manager.py", old="        for b in (b for t in tables for b in t):",
+        new="        for b in [b for t in tables for b in t][:-1]:",
         gates=("tests/engine/test_scheduler_machine.py::TestSchedulerMachine",),
         expect="a block lost or duplicated",
+    ),
+
+    # ---- n > 1: shared prompt blocks (issue 13) ------------------------------------------------
+    Mutation(
+        id="fork-shares-the-partial-block",
+        description="the samples share the prompt's partial last block too, and overwrite each other's tokens in it",
+        file="vt/engine/scheduler.py", old="self.kv.fork(leader, req.id, n // self.kv.block_size)",
+        new="self.kv.fork(leader, req.id, -(-n // self.kv.block_size))",
+        gates=(f"{PAR}::test_each_sample_is_the_request_it_would_be_alone",
+               f"{PAR}::test_the_samples_share_the_prompts_full_blocks"),
+    ),
+    Mutation(
+        id="fork-partial-block-not-copied",
+        description="a forked sample's own partial prompt block is never filled from its leader's",
+        file="vt/engine/runner.py", old="            if n % bs:  # the partial last block", new="            if False:  # the partial last block",
+        gates=(f"{PAR}::test_each_sample_is_the_request_it_would_be_alone",
+               f"{PAR}::test_a_sample_that_finishes_early_leaves_the_shared_blocks_to_the_others"),
+    ),
+    Mutation(
+        id="release-ignores-the-refcount",
+        description="a sample that finishes frees the prompt blocks its siblings still read",
+        file="vt/engine/kv_manager.py", old="            if self.refs[b] == 0:\n", new="            if True:\n",
+        gates=(f"{PAR}::test_a_sample_that_finishes_early_leaves_the_shared_blocks_to_the_others",
+               f"{PAR}::test_the_samples_share_the_prompts_full_blocks"),
     ),
 
     # ---- the sanitizer as DESIGN states it (issue 18) ------------------------------------------

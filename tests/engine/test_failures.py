@@ -20,7 +20,7 @@ def test_a_request_with_non_finite_logits_fails_alone(monkeypatch: pytest.Monkey
 
     def poisoned(reqs):
         res = real(reqs)
-        if victim in reqs:
+        if victim in [r.req_id for r in reqs]:
             b = runner.backend
             for cache in runner.kv.k:
                 host = b.copy_d2h(cache)

@@ -49,9 +49,13 @@ def test_a_sample_that_finishes_early_leaves_the_shared_blocks_to_the_others(llm
     mixed = llm.engine
     r = mixed.add_request(PROMPT, sp(n=3, stop_token_ids=[first]))
     filler = None
+    kv = mixed.kv_manager
     while mixed.has_unfinished():
         mixed.step()
         if r.is_finished and filler is None:
+            live = {b for rid in mixed.requests for b in kv.block_ids(rid)}
+            assert set(kv.block_ids(r.siblings[1].id)[:2]) <= live and kv.num_used == len(live), (
+                "the shared blocks stay out of the pool while a sibling holds them")
             filler = mixed.add_request(list(range(200, 260)), sp(seed=9, max_tokens=4))
     assert r.output_ids == [first] and r.finish_reason == "stop", "sample 0 stopped at once"
     assert filler is not None, "non-vacuity: a new request took blocks while the other samples ran"
