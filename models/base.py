@@ -92,9 +92,10 @@ def prefill(model: Model, seqs: Sequence[tuple[list[int], list[int] | np.ndarray
     return out
 
 
-def prefill_logits(model: Model, seqs: Sequence[tuple[list[int], list[int] | np.ndarray]], kv: KVCache) -> Tensor:
-    """As `prefill`, leaving the logits [len(seqs), vocab] on the device in a pool tensor the caller
-    releases."""
+def prefill_logits(model: Model, seqs: Sequence[tuple[list[int], list[int] | np.ndarray]], kv: KVCache,
+                   all_rows: Sequence[int] = ()) -> Tensor:
+    """As `prefill`, leaving the logits on the device in a pool tensor the caller releases: one row per
+    sequence, or every position's row for the sequences named in all_rows (prompt logprobs), in order."""
     b, pool = model.backend, model.backend.pool
     ids: list[int] = []
     pos: list[int] = []
@@ -105,13 +106,15 @@ def prefill_logits(model: Model, seqs: Sequence[tuple[list[int], list[int] | np.
         ids += toks
         pos += range(len(toks))
         slots += [kv.slot(blocks, p) for p in range(len(toks))]
-    last = np.cumsum([m[1] for m in meta]) - 1
+    ends = np.cumsum([m[1] for m in meta])
+    last = np.concatenate([np.arange(e - m[1], e) if i in all_rows else [e - 1]
+                           for i, (e, m) in enumerate(zip(ends, meta))]).astype(I64)
     staged = []
     for host in (ids, pos, slots, last):
         t = pool.empty((len(host),), I64)
         b.copy_h2d(t, np.asarray(host, I64))
         staged.append(t)
-    logits = pool.empty((len(seqs), model.cfg.vocab_size), F32)
+    logits = pool.empty((len(last), model.cfg.vocab_size), F32)
     model.forward(ForwardBatch(staged[0], staged[1], staged[2], True, seqs=meta, logits_rows=staged[3]), kv, logits)
     for t in staged:
         pool.release(t)

@@ -38,6 +38,10 @@ DETOK = "tests/engine/test_detokenizer.py"
 PEN = "tests/engine/test_penalties.py"
 FIL = "tests/engine/test_filters.py"
 PAR = "tests/engine/test_parallel_samples.py"
+SEEDS = "tests/engine/test_seeds.py"
+SPEC_LOSSLESS = (*(f"tests/engine/test_spec_decode.py::test_G1_greedy_with_speculation_equals_greedy_without[{c}]"
+                   for c in (1, 2, 4, 8)),
+                 "tests/engine/test_ngram.py::test_ngram_greedy_with_speculation_equals_greedy_without")
 
 
 def g1() -> tuple[str, ...]:
@@ -546,7 +550,14 @@ ENTRIES: list[Mutation] = [
         file="vt/engine/rejection.py", old="        if d != t:\n", new="        if False:\n",
         gates=(f"{SPEC}::test_G6_speculative_sampling_draws_from_the_target_distribution",
                f"{SPEC}::test_accept_keeps_the_agreeing_prefix_then_the_targets_token",
-               "tests/engine/test_ngram.py::test_sampled_requests_draw_the_same_tokens_with_and_without_ngram_speculation"),
+               "tests/engine/test_ngram.py::test_sampled_requests_draw_the_same_tokens_with_and_without_ngram_speculation",
+               f"{SPEC}::test_almost_no_acceptance_with_a_shuffled_draft",
+               f"{SPEC}::test_builtin_draft_accepts_a_meaningful_share",
+               f"{SPEC}::test_G2_keeper_keeps_proposing_after_the_leaver_finishes_and_the_batch_condenses",
+               f"{SPEC}::test_G2_keeper_keeps_proposing_when_the_decode_first_reorder_swaps_rows",
+               f"{SPEC}::test_G5_preempted_and_resumed_requests_are_disabled_not_crashed",
+               f"{SPEC}::test_ladder_reports_the_acceptance_rate",
+               *SPEC_LOSSLESS),
     ),
     Mutation(
         id="spec-rejection-emits-the-proposal",
@@ -554,7 +565,12 @@ ENTRIES: list[Mutation] = [
         file="vt/engine/rejection.py", old="            return [*out, t]\n", new="            return [*out, d]\n",
         gates=(f"{SPEC}::test_G6_speculative_sampling_draws_from_the_target_distribution",
                f"{SPEC}::test_accept_keeps_the_agreeing_prefix_then_the_targets_token",
-               "tests/engine/test_ngram.py::test_sampled_requests_draw_the_same_tokens_with_and_without_ngram_speculation"),
+               "tests/engine/test_ngram.py::test_sampled_requests_draw_the_same_tokens_with_and_without_ngram_speculation",
+               f"{SPEC}::test_almost_no_acceptance_with_a_shuffled_draft",
+               f"{SPEC}::test_G2_keeper_keeps_proposing_after_the_leaver_finishes_and_the_batch_condenses",
+               f"{SPEC}::test_G2_keeper_keeps_proposing_when_the_decode_first_reorder_swaps_rows",
+               f"{SPEC}::test_G5_preempted_and_resumed_requests_are_disabled_not_crashed",
+               *SPEC_LOSSLESS),
     ),
     Mutation(
         id="attention-reads-hidden-values",
@@ -871,6 +887,37 @@ ENTRIES: list[Mutation] = [
         expect="a block lost or duplicated",
     ),
 
+    # ---- seeds: draws keyed by (seed, output position) (issue 13) -----------------------------
+    Mutation(
+        id="seed-counter-keyed-by-row",
+        description="a request's draw position is keyed by its batch row: neighbours and row moves change its tokens",
+        file="vt/engine/runner.py", old="        counter = len(toks) - st.num_prompt_tokens + ahead\n",
+        new="        counter = len(toks) - st.num_prompt_tokens + ahead + 7 * self.batch.row_of[rid]\n",
+        gates=(f"{SEEDS}::test_a_seeded_request_draws_the_same_tokens_whatever_runs_beside_it",
+               f"{SEEDS}::test_the_target_really_moves_rows_and_still_draws_the_same",
+               f"{SEEDS}::test_a_preempted_seeded_request_resumes_the_same_draws"),
+    ),
+    Mutation(
+        id="seed-counter-restarts-on-recompute",
+        description="a recomputed request is readmitted with all its tokens counted as prompt: its draws restart",
+        file="vt/engine/scheduler.py", old="NewRequestData(req.id, req.all_ids, len(req.prompt_ids), blocks,",
+        new="NewRequestData(req.id, req.all_ids, len(req.all_ids), blocks,",
+        gates=(f"{SEEDS}::test_a_preempted_seeded_request_resumes_the_same_draws",),
+    ),
+    Mutation(
+        id="min-tokens-bans-nothing",
+        description="min_tokens is accepted but EOS and stop ids are never banned: the output may stop early",
+        file="vt/engine/runner.py", old="        banned = () if counter >= p.min_tokens else",
+        new="        banned = () if True else",
+        gates=(f"{API}::test_min_tokens_holds_off_eos_and_stop_ids_then_lets_them_stop",),
+    ),
+    Mutation(
+        id="prompt-logprobs-off-by-one",
+        description="prompt logprobs score each position's own token instead of the next one",
+        file="vt/engine/runner.py", old="for t in toks[1:]]", new="for t in toks[:-1]]",
+        gates=(f"{API}::test_prompt_logprobs_score_each_prompt_token_as_transformers_does",),
+    ),
+
     # ---- n > 1: shared prompt blocks (issue 13) ------------------------------------------------
     Mutation(
         id="fork-shares-the-partial-block",
@@ -993,7 +1040,8 @@ ENTRIES: list[Mutation] = [
         id="stop-token-ids-ignored",
         description="stop_token_ids are accepted and never stop anything",
         file="vt/engine/llm.py", old="        elif can_stop and token in p.stop_token_ids:", new="        elif False:",
-        gates=(f"{API}::test_a_stop_token_id_finishes_with_its_id_as_the_stop_reason",),
+        gates=(f"{API}::test_a_stop_token_id_finishes_with_its_id_as_the_stop_reason",
+               f"{API}::test_min_tokens_holds_off_eos_and_stop_ids_then_lets_them_stop"),
     ),
     Mutation(
         id="include-stop-str-ignored",
@@ -1087,35 +1135,40 @@ ENTRIES: list[Mutation] = [
         description="min_p is accepted and never applied",
         file="vt/engine/sampler.py", old="    if min_p > 0.0:\n", new="    if False:\n",
         gates=(*(f"{FIL}::test_min_p_keeps_tokens_at_least_min_p_times_the_top[{m}]" for m in (0.3, 0.6)),
-               *FILC("test_draws_follow_the_renormalized_support_chi_square", "min_p-cpu", "all-cpu")),
+               *FILC("test_draws_follow_the_renormalized_support_chi_square", "min_p-cpu")),
     ),
     Mutation(
         id="cuda-min-p-off",
         description="the CUDA sampler never applies min_p",
         file="vt/engine/sampler_cuda.py", old="f.weighted = 1; f.min_p = min_p;", new="f.weighted = 1; f.min_p = 0.0f;",
-        needs_gpu=True, gates=FILC("test_draws_follow_the_renormalized_support_chi_square", "min_p-cuda", "all-cuda"),
+        needs_gpu=True, gates=FILC("test_draws_follow_the_renormalized_support_chi_square", "min_p-cuda"),
     ),
     Mutation(
         id="seed-counter-ignored",
         description="draws depend on the seed only, not on the output position: every position draws the same uniform",
         file="vt/engine/sampler.py", old="GOLDEN * (counter.astype(np.uint64) + np.uint64(1))", new="GOLDEN",
-        gates=FILC("test_draws_follow_the_renormalized_support_chi_square", *(f"{k}-cpu" for k in
-                                                                              ("plain", "top_k", "top_p", "min_p", "all"))),
+        gates=(*FILC("test_draws_follow_the_renormalized_support_chi_square", *(f"{k}-cpu" for k in
+                                                                               ("plain", "top_k", "top_p", "min_p", "all"))),
+               *FILC("test_temperature_sharpens_and_zero_is_argmax_with_the_lowest_index_on_ties", "cpu"),
+               *FILC("test_banned_tokens_are_never_drawn_and_non_finite_rows_fail_alone", "cpu")),
     ),
     Mutation(
         id="cuda-seed-counter-ignored",
         description="the CUDA sampler's draws depend on the seed only, not on the output position",
         file="vt/engine/sampler_cuda.py", old="mix64(seed + 0x9E3779B97F4A7C15ull * (counter + 1ull))",
         new="mix64(seed + 0x9E3779B97F4A7C15ull)", needs_gpu=True,
-        gates=FILC("test_draws_follow_the_renormalized_support_chi_square", *(f"{k}-cuda" for k in
-                                                                              ("plain", "top_k", "top_p", "min_p", "all"))),
+        gates=(*FILC("test_draws_follow_the_renormalized_support_chi_square", *(f"{k}-cuda" for k in
+                                                                               ("plain", "top_k", "top_p", "min_p", "all"))),
+               *FILC("test_temperature_sharpens_and_zero_is_argmax_with_the_lowest_index_on_ties", "cuda"),
+               *FILC("test_banned_tokens_are_never_drawn_and_non_finite_rows_fail_alone", "cuda")),
     ),
     Mutation(
         id="logprobs-from-the-penalized-row",
         description="logprobs are taken from a rescaled row instead of the model's logits",
         file="vt/engine/sampler.py", old="    x = row.astype(np.float64)\n", new="    x = row.astype(np.float64) / 2\n",
-        gates=tuple(f"{API}::test_logprobs_are_the_models_log_softmax_as_transformers_computes_it[{s}]"
-                    for s in ("plain", "ngram")),
+        gates=(*(f"{API}::test_logprobs_are_the_models_log_softmax_as_transformers_computes_it[{s}]"
+                 for s in ("plain", "ngram")),
+               f"{API}::test_prompt_logprobs_score_each_prompt_token_as_transformers_does"),
     ),
     Mutation(
         id="logprobs-of-an-accepted-run-misaligned",

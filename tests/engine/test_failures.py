@@ -18,8 +18,8 @@ def test_a_request_with_non_finite_logits_fails_alone(monkeypatch: pytest.Monkey
     real = runner._prefill
     victim = "req-1"
 
-    def poisoned(reqs):
-        res = real(reqs)
+    def poisoned(reqs, out):
+        res = real(reqs, out)
         if victim in [r.req_id for r in reqs]:
             b = runner.backend
             for cache in runner.kv.k:

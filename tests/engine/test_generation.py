@@ -42,6 +42,8 @@ def test_seeded_sampling_is_reproducible_and_batch_invariant(llm: LLM) -> None:
     assert other != a, "non-vacuity: another seed samples other tokens"
     greedy = [o.token_ids[:16] for o in llm.generate(PROMPTS, GREEDY)]
     assert greedy != a, "non-vacuity: sampling is not greedy"
+    twins = [o.token_ids for o in llm.generate([PROMPTS[0]] * 3, [sp[0], sp[1], sp[0]])]
+    assert twins[0] == twins[2] != twins[1], "one prompt: its seed, and only its seed, picks the draws"
 
 
 def test_max_tokens_and_eos_finish_reasons(llm: LLM) -> None:

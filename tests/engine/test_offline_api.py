@@ -152,3 +152,43 @@ def test_logprobs_are_the_models_log_softmax_as_transformers_computes_it(spec) -
     assert abs(c.cumulative_logprob - sum(lp[t] for t, lp in zip(c.token_ids, c.logprobs))) < 1e-9
     if spec:
         assert llm.engine.runner.proposer.num_accepted > 0, "non-vacuity: accepted runs carried logprobs"
+
+
+def test_prompt_logprobs_score_each_prompt_token_as_transformers_does() -> None:
+    """prompt_logprobs=k: for every prompt token after the first, the model's log-softmax of its top k
+    and of the token itself (None for the first, as vLLM returns); with n = 2 the samples share them."""
+    import numpy as np
+
+    from tests.models.test_oracle import hf_logits
+
+    llm = LLM("tiny-qwen3", max_model_len=128, num_blocks=32)
+    prompt = [5, 77, 300, 12, 9, 400, 33, 250, 18, 101, 7, 64]
+    out = llm.generate([prompt], SamplingParams(temperature=0.7, max_tokens=3, prompt_logprobs=2, n=2, seed=1))[0]
+    plp = out.prompt_logprobs
+    assert plp is not None and len(plp) == len(prompt) and plp[0] is None
+    ref = hf_logits(resolve_model("tiny-qwen3"), prompt)
+    lsm = ref - ref.max(-1, keepdims=True)
+    lsm -= np.log(np.exp(lsm).sum(-1, keepdims=True))
+    for j in range(1, len(prompt)):
+        got, row = plp[j], lsm[j - 1]
+        assert got is not None and prompt[j] in got and set(np.argsort(-row)[:2]) <= set(got), f"position {j}"
+        for t, v in got.items():
+            assert abs(v - row[t]) < 1e-4, f"position {j} token {t}: {v} vs {row[t]}"
+    assert any(prompt[j] not in set(np.argsort(-lsm[j - 1])[:2]) for j in range(1, len(prompt))), (
+        "non-vacuity: some prompt tokens are outside the top 2, so their own entry is really looked up")
+    assert len(out.outputs) == 2
+
+
+def test_min_tokens_holds_off_eos_and_stop_ids_then_lets_them_stop() -> None:
+    llm = LLM("tiny-qwen3", max_model_len=128, num_blocks=32)
+    base = SamplingParams(temperature=0, max_tokens=12)
+    first = llm.generate(["Hello"], base)[0].token_ids[0]
+    stop_at_once = llm.generate(["Hello"], SamplingParams(temperature=0, max_tokens=12, stop_token_ids=[first]))[0]
+    assert stop_at_once.token_ids == [first] and stop_at_once.finish_reason == "stop", "non-vacuity: it stops at once"
+    held = llm.generate(["Hello"], SamplingParams(temperature=0, max_tokens=12, stop_token_ids=[first],
+                                                  min_tokens=4))[0]
+    assert len(held.token_ids) >= 4 and first not in held.token_ids[:4], held.token_ids
+    eos = sorted(llm.engine.eos_ids)
+    no_eos = llm.generate(["Hello"] * 4, [SamplingParams(temperature=1.0, max_tokens=6, min_tokens=6, seed=s)
+                                         for s in range(4)])
+    assert all(len(o.token_ids) == 6 and not set(o.token_ids) & set(eos) for o in no_eos)

@@ -211,7 +211,7 @@ class GraphDriver:
         tables[:B, :W] = inp.block_tables
         rows = inp.sampling if inp.sampling is not None else pack([], n, 0)
         iparams = slot.staged[4 * S * q + S * slot.width :].reshape(S * q, NI)
-        iparams[:n], iparams[n:] = rows.iparams, 0  # padding rows: greedy, no history, no logprobs
+        iparams[:n], iparams[n:] = rows.iparams, pack([], 1, 0).iparams  # padding: greedy, reads nothing
         fparams = np.zeros((S * q, NF), F32)
         fparams[:n] = rows.fparams
         self.backend.copy_h2d(slot.inputs, slot.staged)

@@ -161,6 +161,8 @@ class LLMEngine:
             if rid in out.errors:  # this request fails; its neighbours carry on
                 self._finish(r, "error", out.errors[rid])
             else:
+                if rid in out.prompt_logprobs:
+                    r.prompt_logprobs = [None, *out.prompt_logprobs[rid]]
                 tokens = out.sampled[rid]
                 r.num_computed -= so.spec_tokens.get(rid, 0) - (len(tokens) - 1)  # rejected positions' KV is stale
                 logprobs = out.logprobs.get(rid)

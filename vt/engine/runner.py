@@ -81,7 +81,7 @@ class ModelRunner:
         with self.backend.use_stream(self.stream):
             new = [r.req_id for r in so.new_reqs]
             if new:
-                self._collect(new, 1, self._prefill(so.new_reqs), out)
+                self._collect(new, 1, self._prefill(so.new_reqs, out), out)
                 if self.proposer is not None:
                     self.proposer.add(self.batch, so.new_reqs)
             cached = {c.req_id for c in so.cached_reqs}
@@ -119,23 +119,38 @@ class ModelRunner:
         if n is not None and res.logprob_vals is not None and res.logprob_ids is not None:
             out.logprobs[rid] = [logprobs_of(res.logprob_vals[r], res.logprob_ids[r], n) for r in rows]
 
-    def _prefill(self, reqs: list[NewRequestData]) -> StepResult:
-        """Eager prefill, then the sampler on the last-token logits, in transient pool tensors. A forked
+    def _prefill(self, reqs: list[NewRequestData], out: RunnerOutput) -> StepResult:
+        """Eager prefill, then the sampler on the last-token logits (and, for prompt logprobs, on every
+        prompt position with the prompt's own next token forced), in transient pool tensors. A forked
         sample (n > 1) computes nothing: it copies its leader's partial prompt block and samples the
         leader's logits row with its own seed."""
         # a recompute after preemption re-prefills its generated tokens too: the batch holds them all
-        computed = [r.req_id for r in reqs if r.fork_of is None]
-        seqs = [(self.batch.tokens(rid).tolist(), self.batch.blocks(rid)) for rid in computed]
-        logits = prefill_logits(self.model, seqs, self.kv)
-        forks = [r for r in reqs if r.fork_of is not None]
-        if forks:
-            logits = self._fork(forks, logits, [computed.index(r.fork_of or r.req_id) for r in reqs])
-        req_ids = [r.req_id for r in reqs]
-        rows = pack([self.row_spec(rid) for rid in req_ids], len(req_ids), max(len(s[0]) for s in seqs))
-        return self._sample_eager(logits, rows)
+        computed = [r for r in reqs if r.fork_of is None]
+        scored = [i for i, r in enumerate(computed)
+                  if r.params.prompt_logprobs is not None and len(r.token_ids) == r.num_prompt_tokens]
+        seqs = [(self.batch.tokens(r.req_id).tolist(), self.batch.blocks(r.req_id)) for r in computed]
+        logits = prefill_logits(self.model, seqs, self.kv, scored)
+        starts = np.cumsum([0] + [len(s[0]) if i in scored else 1 for i, s in enumerate(seqs)])
+        last = {r.req_id: int(starts[i + 1]) - 1 for i, r in enumerate(computed)}
+        rows = [last[r.fork_of or r.req_id] for r in reqs]
+        specs = [self.row_spec(r.req_id) for r in reqs]
+        for i in scored:  # row j of a scored prompt predicts its token j + 1
+            toks, k = seqs[i][0], computed[i].params.prompt_logprobs
+            rows += range(int(starts[i]), int(starts[i + 1]) - 1)
+            specs += [RowSpec(0.0, num_logprobs=k + 1, forced=t) for t in toks[1:]]  # type: ignore[operator]
+        self._fork([r for r in reqs if r.fork_of is not None])
+        res = self._sample_eager(self._gather(logits, rows), pack(specs, len(specs), max(len(s[0]) for s in seqs)))
+        at = len(reqs)
+        for i in scored:
+            n, k = len(seqs[i][0]) - 1, computed[i].params.prompt_logprobs
+            assert res.logprob_vals is not None and res.logprob_ids is not None and k is not None
+            out.prompt_logprobs[computed[i].req_id] = [logprobs_of(res.logprob_vals[r], res.logprob_ids[r], k)
+                                                        for r in range(at, at + n)]
+            at += n
+        return res
 
-    def _fork(self, forks: list[NewRequestData], logits: Tensor, rows: list[int]) -> Tensor:
-        b, pool, bs = self.backend, self.backend.pool, self.kv.block_size
+    def _fork(self, forks: list[NewRequestData]) -> None:
+        b, bs = self.backend, self.kv.block_size
         for r in forks:
             n = len(r.token_ids)
             assert r.fork_of is not None
@@ -143,6 +158,12 @@ class ModelRunner:
                 src, dst = int(self.batch.blocks(r.fork_of)[n // bs]), int(self.batch.blocks(r.req_id)[n // bs])
                 for cache in (*self.kv.k, *self.kv.v):
                     b.launch(K.copy_block, cache, src=src, dst=dst)
+
+    def _gather(self, logits: Tensor, rows: list[int]) -> Tensor:
+        """The sampler's rows, in order, from the prefill's logits (a fork reads its leader's row)."""
+        if rows == list(range(logits.shape[0])):
+            return logits
+        b, pool = self.backend, self.backend.pool
         idx = pool.empty((len(rows),), I64)
         b.copy_h2d(idx, np.asarray(rows, I64))
         out = pool.empty((len(rows), logits.shape[1]), F32)

@@ -9,10 +9,11 @@ per row block (vt/engine/sampler_cuda.py). Both define the same draw:
 1. Penalties, as vLLM applies them, on the raw logits: for each distinct token of the prompt or the
    output, repetition (HF's rule: divide a positive logit, multiply a negative one), then presence and
    frequency for tokens of the output (OpenAI's rule: subtract presence + frequency * count).
-2. Banned tokens (EOS and stop ids while `min_tokens` is not reached) to -inf. Temperature 0: argmax
-   (lowest index on ties). Else x = logits / temperature, then the filters, ties at a threshold kept:
-   top-k keeps keys >= the k-th largest; min-p keeps exp(x - max) >= min_p; top-p keeps the largest
-   threshold whose kept mass reaches top_p of the survivors' (found by radix selection: no sort).
+2. Banned tokens (EOS and stop ids while `min_tokens` is not reached) to -inf. A forced token (prompt
+   logprobs) is taken as drawn. Temperature 0: argmax (lowest index on ties). Else x = logits /
+   temperature, then the filters, ties at a threshold kept: top-k keeps keys >= the k-th largest;
+   min-p keeps exp(x - max) >= min_p; top-p keeps the largest threshold whose kept mass reaches
+   top_p of the survivors' (found by radix selection: no sort).
 3. The draw is by inverse CDF over fixed-point masses (exp(x - max) * 2**40 as integers, summed in
    index order, so it is exact and order-free): one uniform per row from a counter-based hash of
    (seed, output position). A seeded request draws the same tokens in any row, beside any neighbours,
@@ -31,8 +32,9 @@ F32, I64 = np.float32, np.int64
 MAX_LOGPROBS = 20
 MAX_BANNED = 16
 FIELDS_F = ("temperature", "top_p", "min_p", "repetition", "presence", "frequency")
-FIELDS_I = ("seed", "counter", "top_k", "num_prompt", "num_hist", "num_logprobs", "num_banned")
+FIELDS_I = ("seed", "counter", "top_k", "num_prompt", "num_hist", "num_logprobs", "num_banned", "forced")
 NF, NI = len(FIELDS_F), len(FIELDS_I) + MAX_BANNED
+FORCED = FIELDS_I.index("forced")
 NLP = MAX_LOGPROBS + 1  # the top-n, then the sampled token's
 MASS_SCALE = np.float32(2.0**40)
 GOLDEN, MIX1, MIX2 = np.uint64(0x9E3779B97F4A7C15), np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
@@ -73,6 +75,7 @@ class RowSpec:
     history: Any = None  # prompt + output token ids, when penalties are on
     num_prompt: int = 0
     banned: tuple[int, ...] = ()
+    forced: int = -1  # >= 0: no draw; this token is "sampled" (prompt logprobs score the prompt's own)
 
     @property
     def has_penalties(self) -> bool:
@@ -86,6 +89,7 @@ def pack(rows: list[RowSpec], num_rows: int, hist_width: int) -> SamplingRows:
     """Rows beyond len(rows) (padding) are greedy and read nothing."""
     fp = np.zeros((num_rows, NF), F32)
     ip = np.zeros((num_rows, NI), I64)
+    ip[:, FORCED] = -1
     penalized = any(r.has_penalties for r in rows)
     hist = np.zeros((num_rows, hist_width), I64) if penalized else None
     for i, r in enumerate(rows):
@@ -96,7 +100,8 @@ def pack(rows: list[RowSpec], num_rows: int, hist_width: int) -> SamplingRows:
 
             raise ConfigError(f"min_tokens bans {len(r.banned)} token ids (EOS and stop_token_ids); at most "
                               f"{MAX_BANNED} are supported")
-        ip[i, : len(FIELDS_I)] = (r.seed, r.counter, r.top_k, r.num_prompt, n_hist, r.num_logprobs, len(r.banned))
+        ip[i, : len(FIELDS_I)] = (r.seed, r.counter, r.top_k, r.num_prompt, n_hist, r.num_logprobs, len(r.banned),
+                                  r.forced)
         ip[i, len(FIELDS_I) : len(FIELDS_I) + len(r.banned)] = r.banned
         if n_hist:
             assert hist is not None
@@ -193,7 +198,7 @@ def _sample_numpy(logits: np.ndarray, fp: np.ndarray, ip: np.ndarray, hist: np.n
 def _sample_row(row: np.ndarray, f: np.ndarray, p: np.ndarray, hist: np.ndarray, u: float, lp_vals: np.ndarray,
                 lp_ids: np.ndarray) -> int:
     temp, top_p, min_p, rep, pres, freq = (float(v) for v in f)
-    _, _, top_k, num_prompt, num_hist, num_lp, num_banned = (int(v) for v in p[: len(FIELDS_I)])
+    _, _, top_k, num_prompt, num_hist, num_lp, num_banned, forced = (int(v) for v in p[: len(FIELDS_I)])
     if not np.isfinite(row).all():
         return -1
     raw = row.copy() if num_lp else row
@@ -203,7 +208,9 @@ def _sample_row(row: np.ndarray, f: np.ndarray, p: np.ndarray, hist: np.ndarray,
     if num_hist:
         apply_penalties(row, hist[:num_hist], num_prompt, rep, pres, freq)
     row[p[len(FIELDS_I) : len(FIELDS_I) + num_banned]] = -np.inf
-    if temp == 0.0:
+    if forced >= 0:
+        tok = forced
+    elif temp == 0.0:
         tok = int(np.argmax(row))
     else:
         _, w = support((row / F32(temp)).astype(F32), top_k, top_p, min_p)

@@ -142,6 +142,7 @@ extern "C" __global__ void vt_sample(float* logits, const float* fparams, const 
     const u64 seed = (u64)ip[0], counter = (u64)ip[1];
     const long long top_k = ip[2];
     const int num_prompt = (int)ip[3], num_hist = (int)ip[4], num_lp = (int)ip[5], num_banned = (int)ip[6];
+    const long long forced = ip[7];
 
     int bad = 0;
     for (int i = tid; i < V; i += T) bad |= !isfinite(row[i]);
@@ -211,7 +212,9 @@ extern "C" __global__ void vt_sample(float* logits, const float* fparams, const 
     __syncthreads();
 
     int tok;
-    if (temp == 0.0f) {
+    if (forced >= 0) {
+        tok = (int)forced;
+    } else if (temp == 0.0f) {
         float bv = -VT_INF; int bi = V;
         for (int i = tid; i < V; i += T) { float v = row[i]; if (v > bv || (v == bv && i < bi)) { bv = v; bi = i; } }
         float mv; block_argmax(bv, bi, shf, shi, &mv, &tok);
