@@ -31,7 +31,7 @@ class SeamHarness:
         self.pool = self.backend.pool
         self.model = load_model(load_checkpoint(resolve_model(model)), self.backend, dtype)
         self.kv = self.model.make_kv_cache(num_blocks, block_size)
-        self.driver = GraphDriver(self.model, self.kv, max_num_seqs, enabled=graphs)
+        self.driver = GraphDriver(self.model, self.kv, max_num_seqs, enabled=graphs, max_q=8)
         self.block_size = block_size
         self._next_block = 0
         self.seqs: list[Seq] = []

@@ -102,8 +102,10 @@ class Slot:
         self.hist_width = width * driver.kv.block_size
         self.hist = b.empty((n, self.hist_width), I64)
         self.hist_raw = b.empty((n, self.hist_width), F32)  # the sampler's scratch
-        self.logits = b.empty((S * q, c.vocab_size), F32)  # retained [S, vocab] output (stays on the device)
-        self.hidden = b.empty((S * q, c.hidden_size), F32)  # retained [S, H] output
+        # Outputs: views of the driver's one logits / hidden buffer (slots replay one at a time, on one
+        # stream), so a ladder of slots holds one [max rows, vocab] buffer, not one per slot.
+        self.logits = driver.logits.view((n, c.vocab_size))
+        self.hidden = driver.hidden.view((n, c.hidden_size))
         self.out_ids = b.empty((n,), I64)
         self.lp_vals, self.lp_ids = b.empty((n, NLP), F32), b.empty((n, NLP), I64)
         self.demand: dict[int, int] | None = None  # the cold step's profile
@@ -116,18 +118,21 @@ class Slot:
         return self.graph is not None
 
     def buffers(self) -> list[Tensor]:
-        return [self.inputs, self.fparams, self.hist, self.hist_raw, self.logits, self.hidden, self.out_ids,
-                self.lp_vals, self.lp_ids]
+        return [self.inputs, self.fparams, self.hist, self.hist_raw, self.out_ids, self.lp_vals, self.lp_ids]
 
 
 class GraphDriver:
     def __init__(self, model: Model, kv: KVCache, max_num_seqs: int, *, enabled: bool = True,
-                 stream: Any = None) -> None:
+                 stream: Any = None, max_q: int = 1) -> None:
         from vt.env import flags
 
         self.model, self.kv = model, kv
         self.backend, self.pool = model.backend, model.backend.pool
         self.ladder = capture_ladder(max_num_seqs)
+        self.max_q = max_q  # tokens per row at most (k + 1 when verifying k proposals)
+        c, rows = model.cfg, max_num_seqs * max_q
+        self.logits = self.backend.empty((rows, c.vocab_size), F32)  # the slots' shared outputs (see Slot)
+        self.hidden = self.backend.empty((rows, c.hidden_size), F32)
         # The bypass lane has no free lists to pre-grow: every get is a driver allocation, which a
         # global-mode capture refuses. Graphs are off there; the lane exists for real lifetimes.
         self.is_enabled = enabled and flags().cudagraph and self.backend.can_capture and not self.pool.is_bypass
@@ -154,8 +159,9 @@ class GraphDriver:
         _check_inputs(inp)
         self.pool.mark_step_boundary()
         B = inp.block_tables.shape[0]
-        if B > self.ladder[-1]:
-            raise GraphInputMismatch(f"{B} rows: above max_num_seqs={self.ladder[-1]}, the top of the capture ladder")
+        if B > self.ladder[-1] or inp.q > self.max_q:
+            raise GraphInputMismatch(f"{B} rows x q={inp.q}: above max_num_seqs={self.ladder[-1]} x "
+                                     f"max_q={self.max_q}, the driver's output buffers")
         S = next(s for s in self.ladder if s >= B)
         slot = self._slot((S, inp.q, spec), width_bucket(inp.block_tables.shape[1]))
         self._stage(slot, inp)

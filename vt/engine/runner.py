@@ -48,7 +48,7 @@ class ModelRunner:
                                 cfg.num_kv_groups)
         self.stream = stream or self.backend.new_stream()  # one compute stream: prefill and decode stay ordered
         self.decoder = GraphDriver(model, self.kv, cfg.max_num_seqs, enabled=not cfg.enforce_eager,
-                                   stream=self.stream)
+                                   stream=self.stream, max_q=1 + (proposer.k if proposer is not None else 0))
         self.proposer = proposer
         self.eos_ids = eos_ids
         self.states: dict[str, RequestState] = {}
