@@ -412,7 +412,7 @@ ENTRIES: list[Mutation] = [
     Mutation(
         id="nonfinite-logits-sampled-anyway",
         description="a request whose logits are NaN is sampled as if nothing happened (the CPU sampler skips the check)",
-        file="vt/engine/sampler.py", old="    if not np.isfinite(row).all():\n        return -1\n", new="",
+        file="vt/engine/sampler.py", old="    out_ids[bad] = -1\n", new="",
         gates=("tests/engine/test_failures.py::test_a_request_with_non_finite_logits_fails_alone",
                *(f"tests/engine/test_failures.py::test_a_failed_requests_garbage_kv_never_reaches_its_neighbours[{k}]"
                  for k in ("plain", "speculative")),
@@ -918,6 +918,14 @@ ENTRIES: list[Mutation] = [
         gates=(f"{API}::test_prompt_logprobs_score_each_prompt_token_as_transformers_does",),
     ),
 
+    Mutation(
+        id="slot-owns-its-logits",
+        description="every graph slot allocates its own [rows, vocab] logits buffer",
+        file="vt/engine/graph_driver.py", old="        self.logits = driver.logits.view((n, c.vocab_size))\n",
+        new="        self.logits = b.empty((n, c.vocab_size), F32)\n",
+        gates=(f"{SEAMS}::test_the_graph_slots_share_one_logits_buffer",),
+    ),
+
     # ---- n > 1: shared prompt blocks (issue 13) ------------------------------------------------
     Mutation(
         id="fork-shares-the-partial-block",
@@ -1097,7 +1105,7 @@ ENTRIES: list[Mutation] = [
     Mutation(
         id="top-k-off",
         description="top_k is accepted and never applied",
-        file="vt/engine/sampler.py", old="    if 0 < top_k < x.size:", new="    if False:",
+        file="vt/engine/sampler.py", old="    if 0 < top_k < x.size:\n        idx = np.flatnonzero", new="    if False:\n        idx = np.flatnonzero",
         gates=(*(f"{FIL}::test_top_k_keeps_the_k_most_likely[{k}]" for k in (1, 3, 7)),
                f"{FIL}::test_top_p_applies_to_the_top_k_survivors",
                *FILC("test_draws_follow_the_renormalized_support_chi_square", "top_k-cpu", "all-cpu")),
@@ -1111,7 +1119,7 @@ ENTRIES: list[Mutation] = [
     Mutation(
         id="top-p-off",
         description="top_p is accepted and never applied",
-        file="vt/engine/sampler.py", old="    if top_p < 1.0:\n", new="    if False:\n",
+        file="vt/engine/sampler.py", old="    if top_p < 1.0:\n        k = keys(x[idx])\n", new="    if False:\n        k = keys(x[idx])\n",
         gates=(*(f"{FIL}::test_top_p_keeps_the_smallest_set_reaching_p[{p}]" for p in (0.3, 0.5, 0.6, 0.9)),
                f"{FIL}::test_top_p_applies_to_the_top_k_survivors",
                *FILC("test_draws_follow_the_renormalized_support_chi_square", "top_p-cpu", "all-cpu")),
@@ -1133,7 +1141,7 @@ ENTRIES: list[Mutation] = [
     Mutation(
         id="min-p-off",
         description="min_p is accepted and never applied",
-        file="vt/engine/sampler.py", old="    if min_p > 0.0:\n", new="    if False:\n",
+        file="vt/engine/sampler.py", old="    if min_p > 0.0:\n        w *= e", new="    if False:\n        w *= e",
         gates=(*(f"{FIL}::test_min_p_keeps_tokens_at_least_min_p_times_the_top[{m}]" for m in (0.3, 0.6)),
                *FILC("test_draws_follow_the_renormalized_support_chi_square", "min_p-cpu")),
     ),

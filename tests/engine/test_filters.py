@@ -18,8 +18,8 @@ NUM_DRAWS = 20_000
 
 
 def kept(**kw) -> set[int]:
-    keep, w = support(LOGITS, kw.get("top_k", 0), kw.get("top_p", 1.0), kw.get("min_p", 0.0))
-    return {int(i) for i in np.flatnonzero(keep & (w > 0))}
+    idx, w = support(LOGITS, kw.get("top_k", 0), kw.get("top_p", 1.0), kw.get("min_p", 0.0))
+    return {int(i) for i in idx[w > 0]}
 
 
 def by_definition(top_k: int = 0, top_p: float = 1.0, min_p: float = 0.0) -> list[int]:

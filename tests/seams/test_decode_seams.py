@@ -257,3 +257,18 @@ def test_G7_retiring_one_of_two_graphs_keeps_the_pins_the_other_holds(model: str
     except IllegalMemoryAccess as e:
         pytest.fail(f"the surviving graph replayed over blocks the drain freed: {e}".splitlines()[0])
     assert h.driver.last_slot is second and second.num_replays == 1, "non-vacuity: the survivor really replayed"
+
+
+def test_the_graph_slots_share_one_logits_buffer() -> None:
+    """A ladder of slots holds one [max rows, vocab] logits buffer (the driver's), not one per slot: at
+    Qwen3's vocabulary and 256 rows that is 155 MB once instead of per slot."""
+    h = SeamHarness("tiny-qwen3")
+    for batch in (1, 3, 8):
+        h.start(batch)
+        h.step()
+    slots = list(h.driver.slots.values())
+    assert len(slots) == 3, "non-vacuity: three slots of three shapes"
+    assert {s.logits.buffer for s in slots} == {h.driver.logits.buffer}
+    vocab_bytes = h.model.cfg.vocab_size * 4
+    assert all(sum(t.nbytes for t in s.buffers()) < vocab_bytes * s.key[0] for s in slots), (
+        "no slot holds logits of its own")

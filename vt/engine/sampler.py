@@ -14,7 +14,7 @@ per row block (vt/engine/sampler_cuda.py). Both define the same draw:
    temperature, then the filters, ties at a threshold kept: top-k keeps keys >= the k-th largest;
    min-p keeps exp(x - max) >= min_p; top-p keeps the largest threshold whose kept mass reaches
    top_p of the survivors' (found by radix selection: no sort).
-3. The draw is by inverse CDF over fixed-point masses (exp(x - max) * 2**40 as integers, summed in
+3. The draw is by inverse CDF over fixed-point masses (exp(x - max) * 2**32 as integers, summed in
    index order, so it is exact and order-free): one uniform per row from a counter-based hash of
    (seed, output position). A seeded request draws the same tokens in any row, beside any neighbours,
    with graphs on or off, after preemption, and with or without speculation.
@@ -36,7 +36,8 @@ FIELDS_I = ("seed", "counter", "top_k", "num_prompt", "num_hist", "num_logprobs"
 NF, NI = len(FIELDS_F), len(FIELDS_I) + MAX_BANNED
 FORCED = FIELDS_I.index("forced")
 NLP = MAX_LOGPROBS + 1  # the top-n, then the sampled token's
-MASS_SCALE = np.float32(2.0**40)
+MASS_SCALE = np.float32(2.0**32)  # masses below 2**32 each, so V of them sum exactly in float64
+DRAW_CHUNK = 1024
 GOLDEN, MIX1, MIX2 = np.uint64(0x9E3779B97F4A7C15), np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
 
 
@@ -160,66 +161,94 @@ def apply_penalties(row: np.ndarray, hist: np.ndarray, num_prompt: int, rep: flo
 
 
 def support(x: np.ndarray, top_k: int, top_p: float, min_p: float) -> tuple[np.ndarray, np.ndarray]:
-    """The filters on tempered logits x [V]: (kept mask, fixed-point masses of the kept tokens)."""
+    """The filters on tempered logits x [V]: (the candidate token ids, ascending, and their fixed-point
+    masses: floor(exp(x - max) * 2**32), integers held exactly in float32, 0 for a filtered token; what
+    the CUDA kernel truncates to). With top-k the candidates are the k survivors, not the vocabulary."""
     m = x.max()
-    k = keys(x)
-    keep = np.ones(x.size, bool)
+    idx = np.arange(x.size)
     if 0 < top_k < x.size:
-        keep &= k >= np.partition(k, x.size - top_k)[x.size - top_k]
-    e = np.exp(x - m).astype(F32)
+        idx = np.flatnonzero(x >= np.partition(x, x.size - top_k)[x.size - top_k])  # ties (and +-0) kept here,
+        k = keys(x[idx])
+        idx = idx[k >= np.partition(k, k.size - top_k)[k.size - top_k]]  # then cut on keys, as CUDA does
+    e = np.exp(x[idx] - m).astype(F32)
+    w = np.floor(e * MASS_SCALE)
     if min_p > 0.0:
-        keep &= e >= F32(min_p)
-    w = np.where(keep, (e * MASS_SCALE).astype(np.uint64), np.uint64(0))
+        w *= e >= F32(min_p)
     if top_p < 1.0:
-        target = np.uint64(float(top_p) * float(w.sum(dtype=np.uint64)))
-        alive = np.flatnonzero(keep)
+        k = keys(x[idx])
+        target = np.floor(top_p * w.sum(dtype=np.float64))  # exact: the masses sum below 2**53
+        alive = np.flatnonzero(w > 0)
         order = alive[np.argsort(-k[alive].astype(np.int64), kind="stable")]
-        cum = np.cumsum(w[order], dtype=np.uint64)
+        cum = np.cumsum(w[order], dtype=np.float64)
         cut = k[order[min(int(np.searchsorted(cum, target, side="left")), order.size - 1)]]
-        keep &= k >= cut
-        w = np.where(keep, w, np.uint64(0))
-    return keep, w
+        w *= k >= cut
+    return idx, w
+
+
+def _draw(w: np.ndarray, u: np.ndarray) -> np.ndarray:
+    """Inverse CDF over rows of fixed-point masses [n, V]: the first index whose running sum exceeds
+    floor(u * total). Sums of chunks first, then one chunk's running sum: exact (integers below 2**53)
+    in any order, and two short passes instead of a float64 running sum over the vocabulary."""
+    starts = np.arange(0, w.shape[1], DRAW_CHUNK)
+    cum = np.cumsum(np.add.reduceat(w, starts, axis=1, dtype=np.float64), axis=1)
+    total = cum[:, -1]
+    target = np.minimum(np.floor(u * total), total - 1)  # u * total may round up to total
+    out = np.empty(w.shape[0], np.int64)
+    for i in range(w.shape[0]):
+        c = int(np.searchsorted(cum[i], target[i], side="right"))
+        run = np.cumsum(w[i, starts[c] : starts[c] + DRAW_CHUNK], dtype=np.float64) + (cum[i, c - 1] if c else 0.0)
+        out[i] = starts[c] + int(np.searchsorted(run, target[i], side="right"))
+    return out
 
 
 def _raw_logprobs(row: np.ndarray, n: int) -> tuple[float, np.ndarray]:
+    """The log-softmax normalizer and the n largest tokens (value descending, then index ascending)."""
     x = row.astype(np.float64)
     lse = float(x.max() + np.log(np.exp(x - x.max()).sum()))
-    top = np.lexsort((np.arange(x.size), -x))[:n]  # value descending, then index ascending
+    if n == 0:
+        return lse, np.zeros(0, np.int64)
+    nth = np.partition(x, x.size - n)[x.size - n]
+    top = np.concatenate([np.flatnonzero(x > nth), np.flatnonzero(x == nth)])
+    top = top[np.lexsort((top, -x[top]))][:n]
     return lse, top
 
 
 def _sample_numpy(logits: np.ndarray, fp: np.ndarray, ip: np.ndarray, hist: np.ndarray, out_ids: np.ndarray,
                   lp_vals: np.ndarray, lp_ids: np.ndarray) -> None:
+    """Row by row where a row needs its own work (logprobs, penalties, bans, filters); the plain draws of
+    the rest in one batched pass."""
     u = uniform(ip[:, 0], ip[:, 1])
-    for r in range(logits.shape[0]):
-        out_ids[r] = _sample_row(logits[r], fp[r], ip[r], hist[r], float(u[r]), lp_vals[r], lp_ids[r])
-
-
-def _sample_row(row: np.ndarray, f: np.ndarray, p: np.ndarray, hist: np.ndarray, u: float, lp_vals: np.ndarray,
-                lp_ids: np.ndarray) -> int:
-    temp, top_p, min_p, rep, pres, freq = (float(v) for v in f)
-    _, _, top_k, num_prompt, num_hist, num_lp, num_banned, forced = (int(v) for v in p[: len(FIELDS_I)])
-    if not np.isfinite(row).all():
-        return -1
-    raw = row.copy() if num_lp else row
-    if num_lp:
-        lse, top = _raw_logprobs(row, num_lp - 1)
-        lp_vals[: top.size], lp_ids[: top.size] = row[top] - lse, top
-    if num_hist:
-        apply_penalties(row, hist[:num_hist], num_prompt, rep, pres, freq)
-    row[p[len(FIELDS_I) : len(FIELDS_I) + num_banned]] = -np.inf
-    if forced >= 0:
-        tok = forced
-    elif temp == 0.0:
-        tok = int(np.argmax(row))
-    else:
-        _, w = support((row / F32(temp)).astype(F32), top_k, top_p, min_p)
-        cum = np.cumsum(w, dtype=np.uint64)
-        target = min(np.uint64(u * float(cum[-1])), cum[-1] - np.uint64(1))  # u * Z may round up to Z
-        tok = int(np.searchsorted(cum, target, side="right"))
-    if num_lp:
-        lp_vals[NLP - 1], lp_ids[NLP - 1] = raw[tok] - lse, tok
-    return tok
+    temp, top_p, min_p = fp[:, 0], fp[:, 1], fp[:, 2]
+    top_k, num_hist, num_lp, num_banned, forced = (ip[:, FIELDS_I.index(f)] for f in
+                                                   ("top_k", "num_hist", "num_logprobs", "num_banned", "forced"))
+    bad = ~np.isfinite(logits).all(axis=1)
+    raw = {r: logits[r].copy() for r in np.flatnonzero((num_lp > 0) & ~bad)}
+    for r in raw:
+        lse, top = _raw_logprobs(logits[r], int(num_lp[r]) - 1)
+        lp_vals[r, : top.size], lp_ids[r, : top.size] = logits[r, top] - lse, top
+        lp_vals[r, NLP - 1] = lse  # held here until the draw is known
+    for r in np.flatnonzero((num_hist > 0) & ~bad):
+        apply_penalties(logits[r], hist[r, : num_hist[r]], int(ip[r, 3]), *(float(v) for v in fp[r, 3:6]))
+    for r in np.flatnonzero(num_banned > 0):
+        logits[r, ip[r, len(FIELDS_I) : len(FIELDS_I) + num_banned[r]]] = -np.inf
+    out_ids[:] = np.where(forced >= 0, forced, -1)
+    greedy = (temp == 0.0) & (forced < 0)
+    out_ids[greedy] = np.argmax(logits[greedy], axis=1)
+    drawn = ~greedy & (forced < 0) & ~bad
+    filtered = drawn & ((top_k > 0) | (top_p < 1.0) | (min_p > 0.0))
+    for r in np.flatnonzero(filtered):
+        idx, w = support((logits[r] / F32(temp[r])).astype(F32), int(top_k[r]), float(top_p[r]), float(min_p[r]))
+        out_ids[r] = idx[_draw(w[None], u[r : r + 1])[0]]
+    plain = np.flatnonzero(drawn & ~filtered)
+    for g in range(0, plain.size, 4):  # a few rows at a time: their temporaries stay in cache
+        rows = plain[g : g + 4]
+        x = (logits[rows] / temp[rows, None]).astype(F32)
+        e = np.exp(x - x.max(axis=1, keepdims=True)).astype(F32)
+        out_ids[rows] = _draw(np.floor(e * MASS_SCALE), u[rows])
+    out_ids[bad] = -1
+    for r, row in raw.items():
+        tok = int(out_ids[r])
+        lp_vals[r, NLP - 1], lp_ids[r, NLP - 1] = row[tok] - lp_vals[r, NLP - 1], tok
 
 
 def logprobs_of(vals: np.ndarray, ids: np.ndarray, n: int) -> dict[int, float]:

@@ -22,7 +22,7 @@ typedef unsigned int u32;
 #define NI %(ni)d
 #define NFI %(nfi)d
 #define NLP %(nlp)d
-#define MASS_SCALE 1099511627776.0f
+#define MASS_SCALE 4294967296.0f
 #define VT_INF __int_as_float(0x7f800000)
 
 __device__ __forceinline__ u32 fkey(float x) {

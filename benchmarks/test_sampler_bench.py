@@ -1,0 +1,135 @@
+"""Sampling cost per decode step at Qwen3's vocabulary (151,936) and B = 1, 8, 32, before and after the
+device sampler (issue 13), ratios read off one run.
+
+- before: what the engine did until the device sampler: the [B, vocab] float32 logits copied to the
+  host, then one request at a time filtered and drawn in NumPy (`legacy_sample`, that code as it was).
+- after: one launch of the batched sampler over the B rows (vt/engine/sampler.py); the host reads back
+  B ids. On the CPU backend the launch is the NumPy kernel (the host does the device's work there); on
+  CUDA (gpu marker) it is the kernel inside a captured graph, and the host pays the replay and B ids.
+Two parameter sets: temperature only, and Qwen3's defaults (temperature 0.6, top-k 20, top-p 0.95).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from vt.engine.sampler import NF, NI, NLP, RowSpec, pack, sample_tokens
+from vt.registry import make_backend
+
+VOCAB = 151_936
+BATCHES = [1, 8, 32]
+PARAMS = {"temperature": dict(temperature=1.0), "qwen3": dict(temperature=0.6, top_k=20, top_p=0.95)}
+
+
+def legacy_sample(row: np.ndarray, temperature: float, top_k: int, top_p: float, rng: np.random.Generator) -> int:
+    """The host sampler as it was before the device sampler (per request, float64, a Gumbel draw over
+    the whole vocabulary)."""
+    x = row.astype(np.float64) / temperature
+    if 0 < top_k < x.size:
+        kth = np.partition(x, -top_k)[-top_k]
+        x = np.where(x >= kth, x, -np.inf)
+    if top_p < 1.0:
+        probs = np.exp(x - x.max())
+        probs /= probs.sum()
+        alive = np.flatnonzero(np.isfinite(x))
+        order = alive[np.argsort(-probs[alive], kind="stable")]
+        keep = order[: int(np.searchsorted(np.cumsum(probs[order]), top_p)) + 1]
+        mask = np.full(x.shape, -np.inf)
+        mask[keep] = 0.0
+        x = x + mask
+    u = rng.random(x.shape[0])
+    return int(np.argmax(x - np.log(-np.log(np.clip(u, 1e-300, 1.0 - 1e-16)))))
+
+
+def _logits(batch: int) -> np.ndarray:
+    return (np.random.default_rng(batch).standard_normal((batch, VOCAB)) * 3).astype(np.float32)
+
+
+class DeviceRows:
+    """The sampler's device tensors for one batch, staged once (a decode step restages only params)."""
+
+    def __init__(self, backend: str, batch: int, params: dict) -> None:
+        b = self.backend = make_backend(backend)
+        rows = pack([RowSpec(**params, seed=i, counter=0) for i in range(batch)], batch, 1)
+        shapes = [((batch, VOCAB), np.float32), ((batch, NF), np.float32), ((batch, NI), np.int64),
+                  ((batch, 1), np.int64), ((batch, 1), np.float32), ((batch,), np.int64),
+                  ((batch, NLP), np.float32), ((batch, NLP), np.int64)]
+        self.t = [b.empty(s, d) for s, d in shapes]
+        self.host_logits = _logits(batch)
+        for i, host in ((1, rows.fparams), (2, rows.iparams), (3, np.zeros((batch, 1), np.int64))):
+            b.copy_h2d(self.t[i], host)
+
+    def step(self) -> np.ndarray:
+        b = self.backend
+        b.copy_h2d(self.t[0], self.host_logits)  # the forward's output (the sampler penalizes in place)
+        b.launch(sample_tokens, *self.t)
+        return b.copy_d2h(self.t[5])
+
+
+@pytest.mark.parametrize("batch", BATCHES)
+@pytest.mark.parametrize("params", list(PARAMS))
+def test_before_host_sampling(benchmark, params: str, batch: int) -> None:
+    logits, p, rng = _logits(batch), PARAMS[params], np.random.default_rng(0)
+    benchmark.group = f"sampling {params} B={batch}"
+
+    def step() -> list[int]:
+        host = logits.copy()  # the [B, vocab] read-back
+        return [legacy_sample(host[i], p["temperature"], p.get("top_k", 0), p.get("top_p", 1.0), rng)
+                for i in range(batch)]
+
+    assert len(benchmark(step)) == batch
+
+
+@pytest.mark.parametrize("batch", BATCHES)
+@pytest.mark.parametrize("params", list(PARAMS))
+def test_after_batched_sampler_cpu(benchmark, params: str, batch: int) -> None:
+    rows = DeviceRows("cpu", batch, PARAMS[params])
+    benchmark.group = f"sampling {params} B={batch}"
+    ids = benchmark(rows.step)
+    assert ids.shape == (batch,) and (ids >= 0).all()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("batch", BATCHES)
+@pytest.mark.parametrize("params", list(PARAMS))
+def test_after_batched_sampler_cuda_graph(benchmark, params: str, batch: int) -> None:
+    """The sampler captured in a CUDA graph, as it runs in the decode graph: replay, then read back B ids."""
+    from vt.capture import GraphCaptureScope
+
+    rows = DeviceRows("cuda", batch, PARAMS[params])
+    b = rows.backend
+    stream = b.new_stream()
+    with b.use_stream(stream):
+        rows.step()  # compile and warm, outside the capture
+        scope = GraphCaptureScope(b, stream, enabled=True)
+        with scope:
+            b.launch(sample_tokens, *rows.t)
+    assert scope.graph is not None
+
+    def step() -> np.ndarray:
+        scope.graph.replay(stream)  # type: ignore[union-attr]
+        with b.use_stream(stream):
+            return b.copy_d2h(rows.t[5])
+
+    benchmark.group = f"sampling {params} B={batch}"
+    ids = benchmark(step)
+    assert ids.shape == (batch,) and (ids >= 0).all()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("batch", BATCHES)
+@pytest.mark.parametrize("params", list(PARAMS))
+def test_before_host_sampling_after_a_cuda_readback(benchmark, params: str, batch: int) -> None:
+    """The old CUDA path: copy [B, vocab] logits to the host, then sample there request by request."""
+    rows, p, rng = DeviceRows("cuda", batch, PARAMS[params]), PARAMS[params], np.random.default_rng(0)
+    b = rows.backend
+    b.copy_h2d(rows.t[0], rows.host_logits)
+
+    def step() -> list[int]:
+        host = b.copy_d2h(rows.t[0])
+        return [legacy_sample(host[i], p["temperature"], p.get("top_k", 0), p.get("top_p", 1.0), rng)
+                for i in range(batch)]
+
+    benchmark.group = f"sampling {params} B={batch}"
+    assert len(benchmark(step)) == batch
