@@ -104,12 +104,12 @@ def test_temperature_sharpens_and_zero_is_argmax_with_the_lowest_index_on_ties(b
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_banned_tokens_are_never_drawn_and_non_finite_rows_fail_alone(backend: str) -> None:
-    logits = np.tile(LOGITS, (3, 1))
-    logits[1, 4] = np.nan
+    logits = np.tile(LOGITS, (4, 1))
+    logits[1, 4] = logits[3, 6] = np.nan
     specs = [RowSpec(temperature=0.0, banned=(DESC[0], DESC[1])), RowSpec(temperature=1.0),
-             RowSpec(temperature=0.0)]
+             RowSpec(temperature=0.0), RowSpec(temperature=0.0)]
     ids = run_sampler(backend, logits, specs).ids.tolist()
-    assert ids == [DESC[2], -1, DESC[0]]
+    assert ids == [DESC[2], -1, DESC[0], -1]
     draws = _draws(backend, RowSpec(temperature=1.0, seed=1, banned=(DESC[0],)), 2000)
     assert DESC[0] not in set(draws.tolist()) and len(set(draws.tolist())) > 3
 
