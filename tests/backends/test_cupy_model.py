@@ -112,4 +112,4 @@ def test_the_cpu_step_makes_the_pool_traffic_an_h200_recorded(trace: Path) -> No
 
 
 def test_the_h200_traces_are_here() -> None:
-    assert len(TRACES) == 6, f"GPU-lane fixtures missing from {DATA}"
+    assert len(TRACES) == 12, f"GPU-lane fixtures missing from {DATA}"

@@ -18,6 +18,7 @@ _SOURCE = r"""
 typedef unsigned long long u64;
 typedef unsigned int u32;
 #define T %(threads)d
+#define WARPS (T / 32)
 #define NF %(nf)d
 #define NI %(ni)d
 #define NFI %(nfi)d
@@ -98,14 +99,25 @@ __device__ __forceinline__ u64 weight(const float* row, int i, const Filter& f, 
 }
 
 // The largest key K with (sum of weights of keys >= K) >= want, over keys >= f.kmin when weighted.
-__device__ u32 radix_select(const float* row, int V, const Filter& f, u64 want, u64* hist, u64* shared_u) {
+// Each warp counts into its own histogram (most keys share their top byte: one shared histogram would
+// serialize the whole block on two or three bins; measured on the H200, 2.1 ms -> 1.0 ms for Qwen3's
+// top-k 20 + top-p 0.95 at 151,936 tokens), then the 256 bins are summed across the warps.
+__device__ u32 radix_select(const float* row, int V, const Filter& f, u64 want, u64* whist, u64* hist,
+                            u64* shared_u) {
     u32 prefix = 0, pmask = 0;
+    u64* mine = whist + (threadIdx.x / 32) * 256;
     for (int shift = 24; shift >= 0; shift -= 8) {
-        for (int b = threadIdx.x; b < 256; b += T) hist[b] = 0;
+        for (int b = threadIdx.x; b < WARPS * 256; b += T) whist[b] = 0;
         __syncthreads();
         for (int i = threadIdx.x; i < V; i += T) {
             u32 k; u64 w = weight(row, i, f, &k);
-            if (w && (k & pmask) == prefix) atomicAdd(&hist[(k >> shift) & 255u], w);
+            if (w && (k & pmask) == prefix) atomicAdd(&mine[(k >> shift) & 255u], w);
+        }
+        __syncthreads();
+        for (int b = threadIdx.x; b < 256; b += T) {
+            u64 s = 0;
+            for (int w = 0; w < WARPS; w++) s += whist[w * 256 + b];
+            hist[b] = s;
         }
         __syncthreads();
         if (threadIdx.x == 0) {
@@ -131,6 +143,7 @@ extern "C" __global__ void vt_sample(float* logits, const float* fparams, const 
     __shared__ int shi[T];
     __shared__ u64 shu[T];
     __shared__ u64 hist256[256];
+    __shared__ u64 whist[WARPS * 256];
     __shared__ u64 shx[2];
     const int r = blockIdx.x, tid = threadIdx.x;
     float* row = logits + (long long)r * V;
@@ -159,7 +172,7 @@ extern "C" __global__ void vt_sample(float* logits, const float* fparams, const 
         int n = num_lp - 1;
         if (n > 0) {
             Filter raw = {1.0f, m, 0.0f, 0u, 0};
-            u32 kn = radix_select(row, V, raw, (u64)n, hist256, shx);
+            u32 kn = radix_select(row, V, raw, (u64)n, whist, hist256, shx);
             // the n picks: keys above kn, then keys equal to kn in index order (contiguous chunks)
             int chunk = (V + T - 1) / T, lo = tid * chunk, hi = min(V, lo + chunk);
             u64 gt = 0, eq = 0;
@@ -223,13 +236,13 @@ extern "C" __global__ void vt_sample(float* logits, const float* fparams, const 
         for (int i = tid; i < V; i += T) m = fmaxf(m, tempered(row, i, temp));
         m = block_max(m, shf);
         Filter f = {temp, m, 0.0f, 0u, 0};
-        if (top_k > 0 && top_k < V) f.kmin = radix_select(row, V, f, (u64)top_k, hist256, shx);
+        if (top_k > 0 && top_k < V) f.kmin = radix_select(row, V, f, (u64)top_k, whist, hist256, shx);
         f.weighted = 1; f.min_p = min_p;
         u64 z = 0; u32 k;
         for (int i = tid; i < V; i += T) z += weight(row, i, f, &k);
         z = block_sum_u(z, shu);
         if (top_p < 1.0f) {
-            f.kmin = radix_select(row, V, f, (u64)((double)top_p * (double)z), hist256, shx);
+            f.kmin = radix_select(row, V, f, (u64)((double)top_p * (double)z), whist, hist256, shx);
             z = 0;
             for (int i = tid; i < V; i += T) z += weight(row, i, f, &k);
             z = block_sum_u(z, shu);
