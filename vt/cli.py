@@ -66,11 +66,13 @@ def _generate(args: argparse.Namespace) -> int:
     llm = _loaded(lambda: LLM(args.model, **_engine_kwargs(args)), args.model)
     params = SamplingParams(temperature=args.temperature, top_p=args.top_p, top_k=args.top_k, min_p=args.min_p,
                             max_tokens=args.max_tokens, seed=args.seed, stop=args.stop or [],
-                            ignore_eos=args.ignore_eos)
+                            ignore_eos=args.ignore_eos, n=args.n, min_tokens=args.min_tokens,
+                            repetition_penalty=args.repetition_penalty)
     out = llm.generate([args.prompt], params)[0]
     if out.error:
         raise RequestError(out.error)
-    print(out.text)
+    for c in out.outputs:
+        print(c.text if len(out.outputs) == 1 else f"--- sample {c.index}\n{c.text}")
     return 0
 
 
@@ -143,6 +145,9 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--min-p", type=float, default=None, help="unset: the checkpoint's default")
     g.add_argument("--stop", action="append", help="a stop string (repeat for several)")
     g.add_argument("--ignore-eos", action="store_true", help="keep generating past the EOS token")
+    g.add_argument("--n", type=int, default=1, help="parallel samples of the prompt (seeds seed, seed+1, ...)")
+    g.add_argument("--min-tokens", type=int, default=0, help="no EOS or stop before this many tokens")
+    g.add_argument("--repetition-penalty", type=float, default=1.0, help="> 1 discourages repeats (HF's rule)")
     g.set_defaults(fn=_generate)
     lad = sub.add_parser("ladder", help="run a concurrency ladder like a serving benchmark", formatter_class=fmt)
     _engine_args(lad, 2048, 3744)

@@ -178,11 +178,24 @@ def support(x: np.ndarray, top_k: int, top_p: float, min_p: float) -> tuple[np.n
         k = keys(x[idx])
         target = np.floor(top_p * w.sum(dtype=np.float64))  # exact: the masses sum below 2**53
         alive = np.flatnonzero(w > 0)
-        order = alive[np.argsort(-k[alive].astype(np.int64), kind="stable")]
-        cum = np.cumsum(w[order], dtype=np.float64)
+        order, cum = _nucleus(alive, -k[alive].astype(np.int64), w, target)
         cut = k[order[min(int(np.searchsorted(cum, target, side="left")), order.size - 1)]]
         w *= k >= cut
     return idx, w
+
+
+def _nucleus(alive: np.ndarray, neg_keys: np.ndarray, w: np.ndarray, target: float) -> tuple[np.ndarray, np.ndarray]:
+    """The largest tokens, in order, until their running mass reaches target: the top 1024 by partition,
+    then four times as many while they fall short; never a sort of the whole vocabulary unless the
+    nucleus is most of it."""
+    m = min(alive.size, 1024)
+    while True:
+        part = np.arange(alive.size) if m >= alive.size else np.argpartition(neg_keys, m - 1)[:m]
+        part = part[np.argsort(neg_keys[part], kind="stable")]
+        cum = np.cumsum(w[alive[part]], dtype=np.float64)
+        if cum[-1] >= target or m >= alive.size:
+            return alive[part], cum
+        m = min(alive.size, 4 * m)
 
 
 def _draw(w: np.ndarray, u: np.ndarray) -> np.ndarray:
