@@ -101,6 +101,7 @@ SPEC_PROPOSAL_GATES = tuple(f"{SPEC}::{t}" for t in (
     "test_G5_draft_entries_never_outnumber_live_requests_after_a_step",
     "test_G5_preempted_and_resumed_requests_are_disabled_not_crashed",
     "test_ladder_reports_the_acceptance_rate",
+    "test_G6_speculative_sampling_draws_from_the_target_distribution",
 ))
 
 ENTRIES: list[Mutation] = [
@@ -499,7 +500,8 @@ ENTRIES: list[Mutation] = [
         old="        self.contexts: dict[str, DraftContext] = {}\n\n    def _key(self, batch: InputBatch, req_id: str) -> str:\n        return req_id",
         new="        self.contexts: dict[str, DraftContext] = {}\n\n    def _key(self, batch: InputBatch, req_id: str) -> str:\n        return str(batch.row_of[req_id])",
         # Each moved request meets its neighbour's context: the position invariant fires wherever rows move.
-        gates=(*SPEC_ROW_MOVE_GATES, f"{SPEC}::test_G3_keepers_proposals_match_a_solo_run",
+        gates=(f"{SPEC}::test_G6_speculative_sampling_draws_from_the_target_distribution", f"{SPEC}::test_speculative_sampling_keeps_requests_reproducible_and_alive",
+               *SPEC_ROW_MOVE_GATES, f"{SPEC}::test_G3_keepers_proposals_match_a_solo_run",
                f"{SPEC}::test_G5_preempted_and_resumed_requests_are_disabled_not_crashed",
                *(f"{SPEC}::test_G1_greedy_with_speculation_equals_greedy_without[{c}]" for c in (2, 4, 8)),
                f"{SPEC}::test_builtin_draft_accepts_a_meaningful_share", f"{SPEC}::test_G3_the_draft_is_sensitive_to_its_context",
@@ -521,7 +523,8 @@ ENTRIES: list[Mutation] = [
         file="vt/engine/proposers.py",
         old='        self.contexts: dict[str, DraftContext] = {}\n\n    def _key(self, batch: InputBatch, req_id: str) -> str:\n        return req_id  # never the batch row: rows move under condense, swap and reorder\n\n    def add(self, batch: InputBatch, reqs: list[NewRequestData]) -> None:\n        fresh = [r for r in reqs if r.can_speculate]\n        self.disabled.update(r.req_id for r in reqs if not r.can_speculate)\n        if fresh:  # the draft prefills what the target prefilled, into its own group\'s blocks\n            prefill(self.draft, [(r.token_ids, batch.blocks(r.req_id, DRAFT)) for r in fresh], self.kv)\n        for r in fresh:\n            self.contexts[self._key(batch, r.req_id)] = DraftContext(r.req_id, length=len(r.token_ids))\n\n    def drop(self, req_ids: Iterable[str]) -> None:\n        for rid in req_ids:\n            self.contexts.pop(rid, None)\n            self.disabled.discard(rid)\n\n    def _context(self, batch: InputBatch, r: SpecRequest) -> DraftContext | None:\n        """The request\'s context, with the position invariant checked: never silenced."""\n        ctx = self.contexts.get(self._key(batch, r.req_id))\n        if ctx is not None and ctx.length + ctx.owed != r.position:\n            raise DraftPositionMismatch(f"request {r.req_id}: draft context holds {ctx.length} positions "\n                                        f"(+{ctx.owed} owed) but its row is at position {r.position}")\n        return ctx\n',
         new='        self.contexts: dict[str, DraftContext] = {}\n\n    def _key(self, batch: InputBatch, req_id: str) -> str:\n        return str(batch.row_of[req_id])\n\n    def add(self, batch: InputBatch, reqs: list[NewRequestData]) -> None:\n        fresh = [r for r in reqs if r.can_speculate]\n        self.disabled.update(r.req_id for r in reqs if not r.can_speculate)\n        if fresh:  # the draft prefills what the target prefilled, into its own group\'s blocks\n            prefill(self.draft, [(r.token_ids, batch.blocks(r.req_id, DRAFT)) for r in fresh], self.kv)\n        for r in fresh:\n            self.contexts[self._key(batch, r.req_id)] = DraftContext(r.req_id, length=len(r.token_ids))\n\n    def drop(self, req_ids: Iterable[str]) -> None:\n        for rid in req_ids:\n            self.contexts.pop(rid, None)\n            self.disabled.discard(rid)\n\n    def _context(self, batch: InputBatch, r: SpecRequest) -> DraftContext | None:\n        """The request\'s context, with the position invariant checked: never silenced."""\n        ctx = self.contexts.get(self._key(batch, r.req_id))\n        if ctx is None and r.req_id not in self.disabled:\n            ctx = self.contexts[self._key(batch, r.req_id)] = DraftContext(r.req_id, length=r.position)\n        if ctx is not None and ctx.length + ctx.owed != r.position:\n            raise DraftPositionMismatch(f"request {r.req_id}: draft context holds {ctx.length} positions "\n                                        f"(+{ctx.owed} owed) but its row is at position {r.position}")\n        return ctx\n',
-        gates=(f"{SPEC}::test_G3_keepers_proposals_match_a_solo_run",
+        gates=(f"{SPEC}::test_G6_speculative_sampling_draws_from_the_target_distribution", f"{SPEC}::test_speculative_sampling_keeps_requests_reproducible_and_alive",
+               f"{SPEC}::test_G3_keepers_proposals_match_a_solo_run",
                f"{SPEC}::test_G5_preempted_and_resumed_requests_are_disabled_not_crashed",
                f"{SPEC}::test_G1_greedy_with_speculation_equals_greedy_without",
                f"{SPEC}::test_builtin_draft_accepts_a_meaningful_share", *SPEC_ROW_MOVE_GATES,
@@ -1218,7 +1221,8 @@ ENTRIES: list[Mutation] = [
         description="the update step keeps appending a speculative run's tokens after the request finished",
         file="vt/engine/llm.py", old="                    if r.is_finished:\n                        break\n", new="",
         # A finished request that keeps tokens diverges from the same run without speculation.
-        gates=(f"{SPEC}::test_a_request_finishing_inside_an_accepted_run",
+        gates=(f"{SPEC}::test_G6_speculative_sampling_draws_from_the_target_distribution",
+               f"{SPEC}::test_a_request_finishing_inside_an_accepted_run",
                f"{SPEC}::test_G1_greedy_with_speculation_equals_greedy_without", *SPEC_ROW_MOVE_GATES,
                f"{SPEC}::test_full_acceptance_with_the_target_as_its_own_draft",
                f"{SPEC}::test_speculative_sampling_keeps_requests_reproducible_and_alive",
