@@ -76,6 +76,64 @@ def _generate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _serve(args: argparse.Namespace) -> int:
+    from vt.server.serve import make_server, uvicorn_server
+
+    _, app = _loaded(lambda: make_server(args.model, args.served_model_name, **_engine_kwargs(args)), args.model)
+    print(f"vt: serving {args.served_model_name or args.model} on http://{args.host}:{args.port} "
+          f"(OpenAI API under /v1; /health, /metrics)", file=sys.stderr, flush=True)
+    import signal
+
+    stopped: list[int] = []
+    # uvicorn drains on SIGTERM / SIGINT, then re-raises the signal into the handler found before it ran:
+    # this one, so a clean drain exits 0 and says so.
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda signum, frame: stopped.append(signum))
+    uvicorn_server(app, args.host, args.port).run()
+    print(f"vt: stopped{' on ' + signal.Signals(stopped[0]).name if stopped else ''}: connections drained, "
+          f"the engine shut down", file=sys.stderr, flush=True)
+    return 0
+
+
+def _bench_serve(args: argparse.Namespace) -> int:
+    import asyncio
+    import contextlib
+
+    from vt.errors import ConfigError
+    from vt.server import bench
+    from vt.server.serve import running_server
+
+    levels = _concurrency(args.max_concurrency)
+    for name in ("input_len", "output_len", "num_prompts"):
+        if getattr(args, name) < 1:
+            raise ConfigError(f"--{name.replace('_', '-')} {getattr(args, name)}: must be >= 1")
+    if args.base_url is None and args.model is None:
+        raise ConfigError("vt bench serve: give --base-url of a running server, or --model to start one")
+    if args.request_rate <= 0:
+        raise ConfigError(f"--request-rate {args.request_rate}: must be > 0 (inf: all at once)")
+    with contextlib.ExitStack() as stack:
+        url, name = args.base_url, args.served_model_name or args.model
+        if url is None:
+            print(f"vt: starting a server on {args.model} ...", file=sys.stderr, flush=True)
+            _, url = stack.enter_context(running_server(args.model, **_engine_kwargs(args)))
+            print(f"vt: serving on {url}", file=sys.stderr, flush=True)
+        if name is None:
+            import httpx
+
+            name = httpx.get(url.rstrip("/") + "/v1/models", timeout=30).json()["data"][0]["id"]
+        rng = __import__("numpy").random.default_rng(args.seed)
+        results = []
+        for c in levels:
+            prompts = [rng.integers(3, 500, args.input_len).tolist() for _ in range(args.num_prompts)]
+            r = asyncio.run(bench.run_level(url, name, prompts, args.output_len, c, args.request_rate, args.seed))
+            print(bench.table(r), flush=True)
+            results.append(r)
+        if args.save_result:
+            for path in bench.save(results, args.save_result):
+                print(f"vt: wrote {path}", file=sys.stderr)
+    return 0 if all(r.failed == 0 for r in results) else 1
+
+
 def _ladder(args: argparse.Namespace) -> int:
     from vt.engine.config import EngineConfig
     from vt.engine.ladder import run_ladder
@@ -102,11 +160,17 @@ def _ladder(args: argparse.Namespace) -> int:
     return 0 if all(r.failed == 0 for r in rungs) else 1
 
 
-def _engine_args(p: argparse.ArgumentParser, max_model_len: int, num_blocks: int) -> None:
+def _engine_args(p: argparse.ArgumentParser, max_model_len: int, num_blocks: int, model: str = "required") -> None:
+    """model: "required" (--model), "positional" (vt serve MODEL) or "optional" (vt bench serve)."""
     from models.tiny import SPECS
     from vt.registry import BACKENDS
 
-    p.add_argument("--model", required=True, help=f"a built-in ({', '.join(SPECS)}) or an HF checkpoint directory")
+    what = f"a built-in ({', '.join(SPECS)}) or an HF checkpoint directory"
+    if model == "positional":
+        p.add_argument("model", help=what)
+    else:
+        p.add_argument("--model", required=model == "required", help=what + (
+            "; with no --base-url, a server on it is started" if model == "optional" else ""))
     p.add_argument("--backend", default="cpu", help=f"one of {', '.join(BACKENDS)}")
     p.add_argument("--max-model-len", type=int, default=max_model_len, help="longest prompt + output, in tokens")
     p.add_argument("--num-blocks", type=int, default=num_blocks, help="KV cache blocks (block size 16)")
@@ -157,6 +221,28 @@ def build_parser() -> argparse.ArgumentParser:
     lad.add_argument("--num-prompts", type=int, default=16, help="requests per rung")
     lad.add_argument("--json", action="store_true", help="one JSON array of rows instead of the table")
     lad.set_defaults(fn=_ladder)
+    srv = sub.add_parser("serve", help="serve the OpenAI API (completions, chat, models, health, metrics)",
+                         formatter_class=fmt)
+    _engine_args(srv, 2048, 2048, model="positional")
+    srv.add_argument("--host", default="127.0.0.1", help="address to listen on")
+    srv.add_argument("--port", type=int, default=8000, help="port to listen on")
+    srv.add_argument("--served-model-name", help="the model name clients use (default: MODEL as given)")
+    srv.set_defaults(fn=_serve)
+    bench = sub.add_parser("bench", help="benchmarks", formatter_class=fmt)
+    bsub = bench.add_subparsers(dest="bench_cmd", required=True, help="what to benchmark")
+    bs = bsub.add_parser("serve", help="a serving benchmark against an OpenAI-compatible server (vLLM's shape)",
+                         formatter_class=fmt)
+    _engine_args(bs, 2048, 2048, model="optional")
+    bs.add_argument("--base-url", help="a running server (default: start one on --model)")
+    bs.add_argument("--served-model-name", help="the model name to ask for (default: --model, or the server's)")
+    bs.add_argument("--input-len", type=int, default=128, help="prompt tokens per request")
+    bs.add_argument("--output-len", type=int, default=128, help="generated tokens per request")
+    bs.add_argument("--num-prompts", type=int, default=64, help="requests per concurrency level")
+    bs.add_argument("--max-concurrency", default="1,8", help="requests in flight at most, one run per level")
+    bs.add_argument("--request-rate", type=float, default=float("inf"), help="arrivals per second (Poisson); inf: "
+                                                                            "all at once")
+    bs.add_argument("--save-result", help="write the rows as JSON here, and a PNG plot beside it")
+    bs.set_defaults(fn=_bench_serve)
     return p
 
 

@@ -123,6 +123,17 @@ class LLMEngine:
                 self.scheduler.add(req)
         return samples[0]
 
+    def abort(self, request_id: str) -> list[Request]:
+        """Finishes every sample of the request with reason "abort": its blocks (all groups) are free
+        now; the runner drops it next step. Returns the requests aborted (none if already finished)."""
+        out = []
+        for rid in [request_id, *(k for k in self.requests if k.startswith(request_id + "#"))]:
+            r = self.requests.get(rid)
+            if r is not None and not r.is_finished:
+                self._finish(r, "abort")
+                out.append(r)
+        return out
+
     def has_unfinished(self) -> bool:
         return self.scheduler.has_work()
 

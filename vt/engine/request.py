@@ -136,7 +136,8 @@ class RequestOutput:
     def of(cls, r: Request) -> RequestOutput:
         """One request's output; for n > 1 (r is any of the samples), all n as outputs[0..n-1]."""
         samples = r.siblings or [r]
-        outs = [CompletionOutput(s.index, s.text, list(s.output_ids), s.cumulative_logprob,
+        outs = [CompletionOutput(s.index, s.text if s.is_finished or s.detok is None else s.detok.text,
+                                 list(s.output_ids), s.cumulative_logprob,
                                  None if s.logprobs is None else list(s.logprobs), s.finish_reason, s.stop_reason)
                 for s in samples]
         first = samples[0]

@@ -1,0 +1,48 @@
+"""`vt bench serve`: vLLM's result table, --save-result JSON and PNG, and a client TTFT that agrees with the
+engine's first-token time (the stream delivers the first token while the request is still running)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import numpy as np
+
+from vt.cli import main
+from vt.server import bench
+from vt.server.serve import running_server
+
+
+def test_bench_serve_starts_its_own_server_and_reports_every_level(tmp_path, capsys) -> None:
+    out = tmp_path / "result.json"
+    argv = ["bench", "serve", "--model", "tiny-qwen3", "--input-len", "16", "--output-len", "8", "--num-prompts", "12",
+            "--max-concurrency", "1,4", "--max-model-len", "128", "--num-blocks", "64", "--save-result", str(out)]
+    assert main(argv) == 0
+    text = capsys.readouterr().out
+    for line in ("Serving Benchmark Result", "Successful requests:", "Mean TTFT (ms):", "P99 TPOT (ms):",
+                 "Median ITL (ms):", "Output token throughput (tok/s):"):
+        assert line in text
+    rows = json.loads(out.read_text())
+    assert [r["max_concurrency"] for r in rows] == [1, 4]
+    assert all(r["completed"] == 12 and r["failed"] == 0 and r["total_output_tokens"] == 96 for r in rows)
+    assert out.with_suffix(".png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_the_clients_ttft_agrees_with_the_engines_first_token_time() -> None:
+    with running_server("tiny-qwen3", max_model_len=256, num_blocks=64) as (server, url):
+        engine_ttft: list[float] = []
+        engine_e2e: list[float] = []
+        prev = server.llm.on_finished
+
+        def record(r) -> None:
+            engine_ttft.append(r.first_token_time - r.arrival)
+            engine_e2e.append(r.finish_time - r.arrival)
+            prev(r)
+
+        server.llm.on_finished = record
+        prompts = [list(range(10 + i, 40 + i)) for i in range(6)]
+        result = asyncio.run(bench.run_level(url, "tiny-qwen3", prompts, 32, 1, float("inf")))
+    assert result.completed == 6 and len(engine_ttft) == 6
+    client = result.median_ttft_ms / 1e3
+    assert client >= np.median(engine_ttft), "the client cannot see a token before the engine made it"
+    assert client < np.median(engine_e2e), "the first token reached the client while its request still ran"

@@ -1,0 +1,253 @@
+"""The OpenAI-compatible server, driven by the real `openai` client (sync and async, streaming and not),
+httpx and a raw SSE parser, over a real uvicorn server on loopback."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import httpx
+import pytest
+from openai import AsyncOpenAI, OpenAI
+
+from vt.server.serve import running_server
+
+MODEL = "tiny-qwen3"
+
+
+@pytest.fixture(scope="module")
+def served():
+    with running_server(MODEL, max_model_len=256, num_blocks=256, max_num_seqs=16) as (server, url):
+        yield server, url
+
+
+@pytest.fixture(scope="module")
+def client(served) -> OpenAI:
+    return OpenAI(base_url=served[1] + "/v1", api_key="unused", max_retries=0)
+
+
+def sse(lines: list[str]) -> list[dict | str]:
+    """Raw SSE frames: JSON objects, and the final '[DONE]'."""
+    out: list[dict | str] = []
+    for line in lines:
+        if not line:
+            continue
+        assert line.startswith("data: "), f"not an SSE data line: {line!r}"
+        data = line[6:]
+        out.append(data if data == "[DONE]" else json.loads(data))
+    return out
+
+
+def stream_raw(url: str, path: str, body: dict) -> tuple[int, list[dict | str]]:
+    with httpx.stream("POST", url + path, json=body, timeout=60) as r:
+        lines = list(r.iter_lines())
+        return r.status_code, sse(lines) if r.status_code == 200 else [json.loads("".join(lines))]
+
+
+def test_models_lists_the_served_model(client: OpenAI) -> None:
+    assert [m.id for m in client.models.list().data] == [MODEL]
+
+
+def test_a_completion_is_the_offline_apis_completion(client: OpenAI) -> None:
+    from vt import LLM, SamplingParams
+
+    got = client.completions.create(model=MODEL, prompt="Hello there", max_tokens=12, temperature=0)
+    want = LLM(MODEL, max_model_len=256, num_blocks=64).generate("Hello there", SamplingParams(temperature=0,
+                                                                                               max_tokens=12))[0]
+    assert got.choices[0].text == want.text and got.choices[0].text, "non-vacuity: text was generated"
+    assert got.usage.prompt_tokens == len(want.prompt_token_ids)
+    assert got.usage.completion_tokens == len(want.token_ids)
+    streamed = "".join(c.choices[0].text for c in client.completions.create(
+        model=MODEL, prompt="Hello there", max_tokens=12, temperature=0, stream=True) if c.choices)
+    assert streamed == want.text, "streamed deltas add up to the whole"
+
+
+def test_chat_streams_a_role_frame_then_content_then_done(served) -> None:
+    status, frames = stream_raw(served[1], "/v1/chat/completions", {
+        "model": MODEL, "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 8, "stream": True,
+        "temperature": 0, "stream_options": {"include_usage": True}})
+    assert status == 200 and frames[-1] == "[DONE]"
+    chunks = [f for f in frames if isinstance(f, dict)]
+    assert chunks[0]["choices"][0]["delta"] == {"role": "assistant", "content": ""}
+    assert all(c["object"] == "chat.completion.chunk" for c in chunks)
+    content = "".join(c["choices"][0]["delta"].get("content", "") for c in chunks if c["choices"])
+    usage = chunks[-1]["usage"]
+    assert chunks[-1]["choices"] == [] and usage["completion_tokens"] == 8 or content, "usage closes the stream"
+    assert usage["total_tokens"] == usage["prompt_tokens"] + usage["completion_tokens"]
+
+
+def test_continuous_usage_counts_every_token_so_far(served) -> None:
+    _, frames = stream_raw(served[1], "/v1/completions", {
+        "model": MODEL, "prompt": [5, 6, 7, 8], "max_tokens": 10, "stream": True, "ignore_eos": True,
+        "stream_options": {"include_usage": True, "continuous_usage_stats": True}})
+    counts = [f["usage"]["completion_tokens"] for f in frames if isinstance(f, dict) and f["choices"]]
+    assert counts == sorted(counts) and counts[-1] == 10 and len(counts) > 1
+    assert all(f["usage"]["prompt_tokens"] == 4 for f in frames if isinstance(f, dict))
+
+
+def test_n_samples_logprobs_stop_and_seed(client: OpenAI) -> None:
+    kw = dict(model=MODEL, prompt="Once upon", max_tokens=8, temperature=1.0, seed=7, n=3, logprobs=2)
+    a, b = client.completions.create(**kw), client.completions.create(**kw)
+    assert [c.text for c in a.choices] == [c.text for c in b.choices], "seeded: the same samples twice"
+    assert sorted(c.index for c in a.choices) == [0, 1, 2] and len({c.text for c in a.choices}) > 1
+    assert a.usage.completion_tokens == sum(len(c.logprobs.tokens) for c in a.choices)
+    assert all(len(c.logprobs.top_logprobs[0]) >= 1 for c in a.choices)
+    stop_at = a.choices[0].text[2:4]
+    if stop_at.strip():
+        cut = client.completions.create(**{**kw, "n": 1, "stop": [stop_at], "logprobs": None})
+        assert stop_at not in cut.choices[0].text
+
+
+def test_chat_with_max_completion_tokens_and_logprobs(client: OpenAI) -> None:
+    r = client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "Hello"}],
+                                       max_completion_tokens=6, temperature=0, logprobs=True, top_logprobs=2)
+    c = r.choices[0]
+    assert c.message.role == "assistant" and r.usage.completion_tokens <= 6
+    assert len(c.logprobs.content) == r.usage.completion_tokens and len(c.logprobs.content[0].top_logprobs) == 2
+
+
+def test_the_async_client_streams_concurrently(served) -> None:
+    async def main() -> list[int]:
+        aclient = AsyncOpenAI(base_url=served[1] + "/v1", api_key="unused", max_retries=0)
+
+        async def one(i: int) -> int:
+            tokens = 0
+            async for chunk in await aclient.completions.create(
+                    model=MODEL, prompt=[10 + i, 20, 30], max_tokens=6, temperature=0, stream=True,
+                    stream_options={"include_usage": True}, extra_body={"ignore_eos": True}):
+                tokens = chunk.usage.completion_tokens if chunk.usage else tokens
+            return tokens
+
+        out = await asyncio.gather(*(one(i) for i in range(8)))
+        await aclient.close()
+        return out
+
+    assert asyncio.run(main()) == [6] * 8
+
+
+# ---- bad input: a 4xx with the OpenAI error shape, never a 500 -----------------------------------
+BAD = [
+    ("malformed JSON", b"{not json", 400),
+    ("not an object", b"[1, 2]", 400),
+    ("unknown model", {"model": "gpt-9", "prompt": "hi"}, 404),
+    ("prompt missing", {"model": MODEL}, 400),
+    ("prompt a number", {"model": MODEL, "prompt": 5}, 400),
+    ("negative max_tokens", {"model": MODEL, "prompt": "hi", "max_tokens": -1}, 400),
+    ("huge max_tokens", {"model": MODEL, "prompt": "hi", "max_tokens": 10**9}, 400),
+    ("max_tokens a string", {"model": MODEL, "prompt": "hi", "max_tokens": "8"}, 400),
+    ("prompt beyond max_model_len", {"model": MODEL, "prompt": [5] * 300}, 400),
+    ("negative temperature", {"model": MODEL, "prompt": "hi", "temperature": -0.5}, 400),
+    ("top_p out of range", {"model": MODEL, "prompt": "hi", "top_p": 3}, 400),
+    ("stream_options without stream", {"model": MODEL, "prompt": "hi", "stream_options": {"include_usage": True}},
+     400),
+    ("token id outside the vocabulary", {"model": MODEL, "prompt": [10**7]}, 400),
+]
+CHAT_BAD = [
+    ("messages not a list", {"model": MODEL, "messages": "hi"}, 400),
+    ("message without role", {"model": MODEL, "messages": [{"content": "hi"}]}, 400),
+    ("top_logprobs without logprobs", {"model": MODEL, "messages": [{"role": "user", "content": "hi"}],
+                                       "top_logprobs": 2}, 400),
+]
+
+
+def _check_error(r: httpx.Response, status: int) -> None:
+    assert r.status_code == status, r.text
+    err = r.json()["error"]
+    assert isinstance(err["message"], str) and err["message"] and err["type"] and err["code"] == status
+
+
+@pytest.mark.parametrize("what, body, status", BAD, ids=[b[0] for b in BAD])
+def test_bad_completion_requests_get_a_4xx_with_the_openai_error_body(served, what, body, status) -> None:
+    for stream in (False, True):
+        content = body if isinstance(body, bytes) else json.dumps({**body, **({"stream": True} if stream and
+                                                                                "stream_options" not in body
+                                                                                else {})}).encode()
+        r = httpx.post(served[1] + "/v1/completions", content=content, headers={"content-type": "application/json"},
+                       timeout=30)
+        _check_error(r, status)
+
+
+@pytest.mark.parametrize("what, body, status", CHAT_BAD, ids=[b[0] for b in CHAT_BAD])
+def test_bad_chat_requests_get_a_4xx_with_the_openai_error_body(served, what, body, status) -> None:
+    _check_error(httpx.post(served[1] + "/v1/chat/completions", json=body, timeout=30), status)
+
+
+def test_an_oversize_body_is_413_and_unknown_routes_are_json_errors(served) -> None:
+    big = b'{"model": "' + b"x" * (5 << 20) + b'"}'
+    _check_error(httpx.post(served[1] + "/v1/completions", content=big, timeout=60), 413)
+    _check_error(httpx.get(served[1] + "/v1/nothing", timeout=30), 404)
+    _check_error(httpx.get(served[1] + "/v1/completions", timeout=30), 405)
+    assert httpx.get(served[1] + "/health", timeout=30).status_code == 200
+
+
+def test_the_openai_client_raises_its_typed_errors(client: OpenAI) -> None:
+    import openai
+
+    with pytest.raises(openai.NotFoundError):
+        client.completions.create(model="nope", prompt="hi")
+    with pytest.raises(openai.BadRequestError, match="max_tokens"):
+        client.completions.create(model=MODEL, prompt="hi", max_tokens=100_000)
+
+
+# ---- metrics ---------------------------------------------------------------------------------------
+def test_metrics_are_prometheus_text_with_the_engine_figures(served, client: OpenAI) -> None:
+    client.completions.create(model=MODEL, prompt="count me", max_tokens=4, temperature=0,
+                              extra_body={"ignore_eos": True})
+    text = httpx.get(served[1] + "/metrics", timeout=30).text
+    from prometheus_client.parser import text_string_to_metric_families
+
+    fams = {f.name: f for f in text_string_to_metric_families(text)}
+    for name in ("vt_num_requests_running", "vt_num_requests_waiting", "vt_kv_blocks_used",
+                 "vt_time_to_first_token_seconds", "vt_time_per_output_token_seconds",
+                 "vt_e2e_request_latency_seconds", "vt_prompt_tokens", "vt_generation_tokens", "vt_num_preemptions",
+                 "vt_graph_replays", "vt_eager_steps", "vt_pool_misses"):
+        assert name in fams, f"{name} missing from /metrics"
+    gen = next(s.value for s in fams["vt_generation_tokens"].samples if s.name.endswith("_total"))
+    ttft_count = next(s.value for s in fams["vt_time_to_first_token_seconds"].samples if s.name.endswith("_count"))
+    assert gen >= 4 and ttft_count >= 1
+    assert next(s.value for s in fams["vt_graph_replays"].samples) > 0, "non-vacuity: decode steps replayed"
+
+
+# ---- fuzzed bodies ----------------------------------------------------------------------------------
+def _json_values():
+    from hypothesis import strategies as st
+
+    scalars = (st.none() | st.booleans() | st.integers(-10, 300) | st.floats(-5, 5, allow_nan=False)
+               | st.text(max_size=8))
+    return st.recursive(scalars, lambda c: st.lists(c, max_size=4) | st.dictionaries(st.text(max_size=6), c,
+                                                                                        max_size=3), max_leaves=8)
+
+
+FIELDS = ["model", "prompt", "messages", "max_tokens", "max_completion_tokens", "temperature", "top_p", "top_k",
+          "n", "stop", "seed", "logprobs", "top_logprobs", "stream", "stream_options", "min_tokens",
+          "presence_penalty", "ignore_eos"]
+
+
+def test_fuzzed_bodies_get_a_200_or_a_4xx_never_a_500(served) -> None:
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    url = served[1]
+    statuses: set[int] = set()
+
+    @settings(max_examples=120, deadline=None, suppress_health_check=list(HealthCheck))
+    @given(path=st.sampled_from(["/v1/completions", "/v1/chat/completions"]),
+           changes=st.dictionaries(st.sampled_from(FIELDS), _json_values(), max_size=3),
+           from_valid=st.booleans())
+    def check(path: str, changes: dict, from_valid: bool) -> None:
+        """A valid body with a few fields fuzzed, or fuzzed fields alone."""
+        valid = {"model": MODEL, "max_tokens": 4, "prompt": "Hi", "messages": [{"role": "user", "content": "Hi"}]}
+        body = {**(valid if from_valid else {}), **changes}
+        if isinstance(body.get("max_tokens"), int) or isinstance(body.get("max_completion_tokens"), int):
+            body["n"] = 1  # keep an example's work small; n is fuzzed where max_tokens is not
+        r = httpx.post(url + path, json=body, timeout=120)
+        statuses.add(r.status_code)
+        assert r.status_code in (200, 400, 404), (r.status_code, body, r.text[:300])
+        if r.status_code != 200:
+            err = r.json()["error"]
+            assert err["message"] and err["code"] == r.status_code
+        elif body.get("stream") is True:
+            assert r.text.rstrip().endswith("data: [DONE]")
+
+    check()
+    assert {200, 400} <= statuses, f"non-vacuity: the fuzz reached both answers ({sorted(statuses)})"

@@ -1,0 +1,255 @@
+"""The server rule (DESIGN.md, Server): no response byte before the engine produced the request's first
+result or its error; an error before the first token is the whole response; a failure after it is one
+error frame and then [DONE]; a client that goes away frees its blocks within one engine step. Then load
+(200 requests at concurrency 64, one in ten walking away mid-stream) and SIGTERM."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import httpx
+import numpy as np
+import pytest
+
+from vt.server.serve import free_port, running_server
+
+MODEL = "tiny-qwen3"
+GRACE_S = 0.5  # how long a held engine must keep the response silent (not a performance bound)
+MARK = 499  # a victim's prompt starts with this token
+
+
+@pytest.fixture
+def served():
+    with running_server(MODEL, max_model_len=256, num_blocks=256, max_num_seqs=16) as (server, url):
+        yield server, url
+
+
+def frames_of(lines: list[str]) -> list:
+    return [line[6:] if line == "data: [DONE]" else json.loads(line[6:]) for line in lines if line]
+
+
+def test_no_byte_is_sent_while_the_engine_is_held_inside_sampling(served) -> None:
+    server, url = served
+    runner, held, seen = server.llm.engine.runner, threading.Event(), {}
+    real = runner._sample_eager
+    entered = threading.Event()
+
+    def sample_held(*a, **kw):
+        entered.set()
+        assert held.wait(30), "the test never released the engine"
+        return real(*a, **kw)
+
+    runner._sample_eager = sample_held
+    first_token: dict[str, float] = {}
+    server.llm.on_finished = lambda r, prev=server.llm.on_finished: (first_token.setdefault("t", r.first_token_time),
+                                                                      prev(r))
+
+    def client() -> None:
+        body = {"model": MODEL, "prompt": "Hello", "max_tokens": 4, "stream": True, "temperature": 0}
+        with httpx.stream("POST", url + "/v1/completions", json=body, timeout=60) as r:
+            seen["headers"] = time.monotonic()
+            for line in r.iter_lines():
+                if line.startswith("data: {") and json.loads(line[6:]).get("choices"):
+                    seen.setdefault("first_chunk", time.monotonic())
+                seen.setdefault("lines", []).append(line)
+
+    t = threading.Thread(target=client)
+    t.start()
+    assert entered.wait(30), "non-vacuity: the engine reached sampling for this request"
+    time.sleep(GRACE_S)
+    assert "headers" not in seen, "the response began while the engine was held, before any result"
+    held.set()
+    t.join(60)
+    runner._sample_eager = real
+    frames = frames_of(seen["lines"])
+    assert frames[-1] == "[DONE]" and frames[0]["choices"], "the first frame carries the first result"
+    assert seen["headers"] >= first_token["t"] and seen["first_chunk"] >= first_token["t"], (
+        "the client saw its first chunk after the engine's first token (TTFT cannot lie)")
+
+
+def _fail_first_sample(server) -> None:
+    runner = server.llm.engine.runner
+    real = runner._sample_eager
+
+    def failing(*a, **kw):
+        res = real(*a, **kw)
+        res.ids[:] = -1  # as a row of non-finite logits
+        runner._sample_eager = real
+        return res
+
+    runner._sample_eager = failing
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
+def test_an_error_before_the_first_token_is_the_whole_response(served, stream: bool) -> None:
+    server, url = served
+    _fail_first_sample(server)
+    r = httpx.post(url + "/v1/completions", json={"model": MODEL, "prompt": "Hi", "max_tokens": 4, "stream": stream},
+                   timeout=60)
+    assert r.status_code == 500 and "non-finite" in r.json()["error"]["message"]
+    assert not r.text.startswith("data:"), "no SSE frame"
+    ok = httpx.post(url + "/v1/completions", json={"model": MODEL, "prompt": "Hi", "max_tokens": 4}, timeout=60)
+    assert ok.status_code == 200, "the next request is served"
+
+
+def test_a_failure_after_the_first_token_is_one_error_frame_then_done(served) -> None:
+    server, url = served
+    runner = server.llm.engine.runner
+    real, calls = runner._decode, {"n": 0}
+
+    def decode(req_ids):
+        res = real(req_ids)
+        for i, rid in enumerate(req_ids):
+            if int(runner.batch.tokens(rid)[0]) == MARK:
+                calls["n"] += 1
+                if calls["n"] == 3:
+                    res.ids[i] = -1
+        return res
+
+    runner._decode = decode
+    results: dict[str, list] = {}
+
+    def stream(name: str, prompt: list[int]) -> None:
+        body = {"model": MODEL, "prompt": prompt, "max_tokens": 12, "stream": True, "ignore_eos": True}
+        with httpx.stream("POST", url + "/v1/completions", json=body, timeout=60) as r:
+            results[name] = [r.status_code, frames_of(list(r.iter_lines()))]
+
+    threads = [threading.Thread(target=stream, args=(n, p)) for n, p in (("victim", [MARK, 7, 8]),
+                                                                           ("neighbour", [9, 7, 8]))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    runner._decode = real
+    status, frames = results["victim"]
+    assert status == 200 and frames[-1] == "[DONE]" and "error" in frames[-2], frames[-3:]
+    assert any(f["choices"] and f["choices"][0]["text"] is not None for f in frames[:-2]), "tokens came first"
+    assert "non-finite" in frames[-2]["error"]["message"]
+    n_status, n_frames = results["neighbour"]
+    assert n_status == 200 and n_frames[-1] == "[DONE]" and not any("error" in f for f in n_frames[:-1])
+    assert calls["n"] >= 3, "non-vacuity: the victim reached its third decode step"
+
+
+def test_a_client_that_goes_away_frees_its_blocks_within_one_engine_step(served) -> None:
+    server, url = served
+    llm, kv = server.llm, server.llm.engine.kv_manager
+    body = {"model": MODEL, "prompt": [5] * 40, "max_tokens": 200, "stream": True, "ignore_eos": True}
+    with httpx.stream("POST", url + "/v1/completions", json=body, timeout=60) as r:
+        for line in r.iter_lines():
+            if line.startswith("data: {"):
+                break
+        assert kv.num_used > 0, "non-vacuity: the request holds blocks while it streams"
+        steps_at_close = llm.num_steps
+    deadline = time.monotonic() + 30
+    while kv.num_used and time.monotonic() < deadline:
+        time.sleep(0.005)
+    assert kv.num_used == 0 and llm.num_aborted >= 1
+    assert llm.num_steps - steps_at_close <= 2, (f"{llm.num_steps - steps_at_close} engine steps ran before the "
+                                                 f"blocks were freed (the step in flight, then the abort)")
+    metrics = httpx.get(url + "/metrics", timeout=30).text
+    assert "vt_kv_blocks_used 0.0" in metrics and "vt_requests_aborted_total 1.0" in metrics
+
+
+def test_load_200_requests_at_concurrency_64_with_walkaways(served) -> None:
+    server, url = served
+    rng = np.random.default_rng(0)
+
+    async def one(client: httpx.AsyncClient, i: int, sem: asyncio.Semaphore) -> tuple[str, int]:
+        n = int(rng.integers(2, 12))
+        body = {"model": MODEL, "prompt": [int(t) for t in rng.integers(3, 500, int(rng.integers(4, 40)))],
+                "max_tokens": n, "ignore_eos": True, "temperature": 0.8, "seed": i}
+        async with sem:
+            if i % 2:  # not streamed
+                r = await client.post(url + "/v1/completions", json=body)
+                return ("ok" if r.json()["usage"]["completion_tokens"] == n else "wrong count"), r.status_code
+            body |= {"stream": True, "stream_options": {"include_usage": True}}
+            async with client.stream("POST", url + "/v1/completions", json=body) as r:
+                got = -1
+                async for line in r.aiter_lines():
+                    if i % 10 == 0 and line.startswith("data: {"):
+                        return "walked away", r.status_code  # mid-stream: the request must be aborted
+                    if line.startswith("data: {") and json.loads(line[6:]).get("usage"):
+                        got = json.loads(line[6:])["usage"]["completion_tokens"]
+                return ("ok" if got == n else "wrong count"), r.status_code
+
+    async def main() -> list[tuple[str, int]]:
+        sem = asyncio.Semaphore(64)
+        limits = httpx.Limits(max_connections=80)
+        async with httpx.AsyncClient(timeout=120, limits=limits) as client:
+            return await asyncio.gather(*(one(client, i, sem) for i in range(200)))
+
+    results = asyncio.run(main())
+    assert all(status == 200 for _, status in results)
+    assert sum(r == "walked away" for r, _ in results) == 20
+    assert all(r in ("ok", "walked away") for r, _ in results), [r for r, _ in results if r == "wrong count"][:3]
+    deadline = time.monotonic() + 30
+    kv = server.llm.engine.kv_manager
+    while (kv.num_used or server.llm.engine.requests) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert kv.num_used == 0 and not server.llm.engine.requests, "no KV block left in use, no request left"
+    assert httpx.get(url + "/health", timeout=30).status_code == 200
+
+
+def test_sigterm_drains_the_stream_in_flight_then_exits_cleanly(tmp_path) -> None:
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "vt.cli", "serve", MODEL, "--port", str(port), "--max-model-len",
+                             "256", "--num-blocks", "64"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                if httpx.get(url + "/health", timeout=1).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            assert time.monotonic() < deadline and proc.poll() is None, "the server did not come up"
+            time.sleep(0.1)
+        body = {"model": MODEL, "prompt": [5, 6, 7], "max_tokens": 120, "stream": True, "ignore_eos": True,
+                "stream_options": {"include_usage": True}}
+        with httpx.stream("POST", url + "/v1/completions", json=body, timeout=60) as r:
+            lines = []
+            for line in r.iter_lines():
+                lines.append(line)
+                if len(lines) == 2:
+                    proc.send_signal(signal.SIGTERM)
+        frames = frames_of(lines)
+        assert frames[-1] == "[DONE]", "the stream in flight ended properly"
+        done = [f for f in frames[:-1] if f.get("usage")]
+        assert done and done[-1]["usage"]["completion_tokens"] == 120 or any("error" in f for f in frames[:-1])
+        assert proc.wait(timeout=60) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+
+def test_a_fatal_engine_error_mid_stream_is_an_error_frame_then_done_and_health_goes_503(served, capsys) -> None:
+    server, url = served
+    runner = server.llm.engine.runner
+    real, calls = runner.execute, {"n": 0}
+
+    def execute(so):
+        calls["n"] += 1
+        if calls["n"] == 4:
+            raise RuntimeError("injected: the device fell over")
+        return real(so)
+
+    runner.execute = execute
+    body = {"model": MODEL, "prompt": [5, 6, 7], "max_tokens": 50, "stream": True, "ignore_eos": True}
+    with httpx.stream("POST", url + "/v1/completions", json=body, timeout=60) as r:
+        status, frames = r.status_code, frames_of(list(r.iter_lines()))
+    assert status == 200 and frames[-1] == "[DONE]" and "error" in frames[-2]
+    assert "injected" in frames[-2]["error"]["message"] and frames[0].get("choices"), "tokens, then the error"
+    assert httpx.get(url + "/health", timeout=30).status_code == 503
+    late = httpx.post(url + "/v1/completions", json={"model": MODEL, "prompt": "hi"}, timeout=30)
+    assert late.status_code == 503 and late.json()["error"]["message"]
+    err = capsys.readouterr().err
+    assert "Traceback" in err and "requests in flight" in err, "the fatal error printed its traceback and requests"

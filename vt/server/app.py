@@ -1,0 +1,303 @@
+"""The OpenAI-compatible HTTP API on Starlette (served by uvicorn): /v1/models, /v1/completions,
+/v1/chat/completions (streaming or not), /health, /metrics.
+
+The rule (DESIGN.md, Server): the first byte of a streaming response is written only after the engine
+produced the request's first result or its error. A handler awaits that first output before it builds
+any response, so an error before the first token is the whole response (an HTTP error with the OpenAI
+error body: no 200, no frame). After it, a failure is one `data: {"error": ...}` frame, then
+`data: [DONE]`. A client that goes away aborts its request (the generators' finally), and its blocks
+are free within one engine step.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import time
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from vt.engine.request import RequestOutput
+from vt.errors import RequestError
+from vt.server.async_llm import AsyncLLM, EngineDeadError
+from vt.server.metrics import Metrics
+from vt.server.protocol import ApiError, Parsed, bad, check_model, parse_messages, parse_prompt, parse_sampling
+
+MAX_BODY_BYTES = 4 << 20
+
+
+class Server:
+    def __init__(self, llm: AsyncLLM, model_name: str, max_body_bytes: int = MAX_BODY_BYTES) -> None:
+        self.llm, self.model_name, self.max_body_bytes = llm, model_name, max_body_bytes
+        self.metrics = Metrics(llm)
+        llm.on_finished = self.metrics.observe
+        self.created = int(time.time())
+
+    # ---- plumbing ---------------------------------------------------------------------------
+    async def _body(self, request: Request) -> dict[str, Any]:
+        size = request.headers.get("content-length")
+        if size is not None and size.isdigit() and int(size) > self.max_body_bytes:
+            raise ApiError(413, f"request body of {size} bytes is over the limit of {self.max_body_bytes}")
+        raw = b""
+        async for chunk in request.stream():
+            raw += chunk
+            if len(raw) > self.max_body_bytes:
+                raise ApiError(413, f"request body is over the limit of {self.max_body_bytes} bytes")
+        try:
+            body = json.loads(raw)
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            raise bad(f"the body is not valid JSON: {e}") from None
+        if not isinstance(body, dict):
+            raise bad(f"the body must be a JSON object, got {type(body).__name__}")
+        return body
+
+    def _tokenize(self, prompt: str | list[int], parsed: Parsed) -> list[int]:
+        e = self.llm.engine
+        try:
+            ids = e.tokenize(prompt)
+        except RequestError as err:
+            raise bad(str(err), "prompt") from None
+        room = e.cfg.max_model_len - len(ids)
+        if room < 1:
+            raise bad(f"the prompt has {len(ids)} tokens; max_model_len={e.cfg.max_model_len} leaves no room for "
+                      f"one generated token", "prompt")
+        if parsed.max_tokens is not None and parsed.max_tokens > room:
+            raise bad(f"max_tokens={parsed.max_tokens} is too large: the prompt has {len(ids)} tokens and "
+                      f"max_model_len is {e.cfg.max_model_len} (at most {room})", "max_tokens")
+        return ids
+
+    # ---- endpoints --------------------------------------------------------------------------
+    async def models(self, request: Request) -> Response:
+        return JSONResponse({"object": "list", "data": [{"id": self.model_name, "object": "model",
+                                                          "created": self.created, "owned_by": "vt",
+                                                          "max_model_len": self.llm.cfg.max_model_len}]})
+
+    async def health(self, request: Request) -> Response:
+        if not self.llm.is_alive:
+            return JSONResponse(ApiError(503, f"the engine stopped: {self.llm.dead}").body(), status_code=503)
+        return Response(status_code=200)
+
+    async def prometheus(self, request: Request) -> Response:
+        return Response(self.metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
+
+    async def completions(self, request: Request) -> Response:
+        return await self._serve(request, chat=False)
+
+    async def chat(self, request: Request) -> Response:
+        return await self._serve(request, chat=True)
+
+    async def _serve(self, request: Request, chat: bool) -> Response:
+        try:
+            body = await self._body(request)
+            check_model(body, self.model_name)
+            parsed = parse_sampling(body, chat)
+            if chat:
+                from vt.engine.chat import render
+
+                e = self.llm.engine
+                try:
+                    prompts: list[str | list[int]] = [render(e.chat_template, parse_messages(body), e.special_tokens,
+                                                             True)]
+                except ApiError:
+                    raise
+                except Exception as err:  # noqa: BLE001 - a template that cannot render this conversation
+                    raise bad(f"messages: the chat template could not render them: {err}", "messages") from None
+            else:
+                prompts = parse_prompt(body)
+            token_ids = [self._tokenize(p, parsed) for p in prompts]
+            rid = f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex}"
+            answer = Answer(self, rid, chat, parsed, prompts, token_ids)
+            return await (answer.stream(request) if parsed.stream else answer.whole(request))
+        except ApiError as e:
+            return JSONResponse(e.body(), status_code=e.status)
+
+
+class Answer:
+    """One request's response: its engine requests (one per prompt) and how their outputs become OpenAI
+    objects, whole or as server-sent events."""
+
+    def __init__(self, server: Server, rid: str, chat: bool, parsed: Parsed, prompts: list, token_ids: list) -> None:
+        self.server, self.rid, self.chat, self.parsed = server, rid, chat, parsed
+        self.token_ids = token_ids
+        self.gens = [server.llm.generate(ids, parsed.params, f"{rid}-{i}") for i, ids in enumerate(token_ids)]
+        self.sent: dict[tuple[int, int], tuple[int, int]] = {}  # (prompt, sample) -> (chars, tokens) sent
+        self.max_stop = max((len(s) for s in parsed.params.stop), default=0)
+        self.created = int(time.time())
+        self.tokenizer = server.llm.engine.tokenizer
+
+    async def _first(self) -> list[RequestOutput]:
+        """Every prompt's first output, or the error that is then the whole response."""
+        try:
+            firsts = [await g.__anext__() for g in self.gens]
+        except RequestError as e:
+            await self.close()
+            raise bad(str(e), "prompt") from None
+        except EngineDeadError as e:
+            await self.close()
+            raise ApiError(503, str(e)) from None
+        for out in firsts:
+            failed = next((c for c in out.outputs if c.finish_reason == "error"), None)
+            if failed is not None and not failed.token_ids:
+                await self.close()
+                raise ApiError(500, f"the engine failed this request: {out.error}")
+        return firsts
+
+    async def close(self) -> None:
+        for g in self.gens:
+            await g.aclose()
+
+    async def whole(self, request: Request) -> Response:
+        async def run() -> list[RequestOutput]:
+            last = await self._first()
+            for i, g in enumerate(self.gens):
+                async for out in g:
+                    last[i] = out
+            return last
+
+        task = asyncio.ensure_future(run())
+        while not task.done():  # a client that goes away aborts its request
+            done, _ = await asyncio.wait({task}, timeout=0.05)
+            if not done and await request.is_disconnected():
+                task.cancel()
+                await self.close()
+                return Response(status_code=499)
+        try:
+            outs = task.result()
+        except ApiError as e:
+            return JSONResponse(e.body(), status_code=e.status)
+        except EngineDeadError as e:
+            return JSONResponse(ApiError(503, str(e)).body(), status_code=503)
+        choices = [self._choice(i, out, c, whole=True) for i, out in enumerate(outs) for c in out.outputs]
+        return JSONResponse({"id": self.rid, "object": "chat.completion" if self.chat else "text_completion",
+                             "created": self.created, "model": self.server.model_name, "choices": choices,
+                             "usage": self._usage(outs)})
+
+    async def stream(self, request: Request) -> Response:
+        firsts = await self._first()  # before any byte: an error here is the whole response
+        return StreamingResponse(self._events(firsts), media_type="text/event-stream",
+                                 headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+
+    async def _events(self, firsts: list[RequestOutput] | None) -> AsyncIterator[str]:
+        try:
+            if firsts is None:  # (never, by the rule above: the stream would have begun before the engine)
+                firsts = await self._first()
+            latest = list(firsts)
+            if self.chat:  # the role frame, now that the engine has produced something
+                yield _sse(self._chunk([{"index": c.index + i * len(out.outputs), "delta": {"role": "assistant",
+                                                                                           "content": ""},
+                                         "logprobs": None, "finish_reason": None}
+                                        for i, out in enumerate(firsts) for c in out.outputs]))
+            for i, out in enumerate(firsts):
+                for frame in self._deltas(i, out, latest):
+                    yield frame
+            for i, g in enumerate(self.gens):
+                async for out in g:
+                    latest[i] = out
+                    for frame in self._deltas(i, out, latest):
+                        yield frame
+            if self.parsed.include_usage:
+                yield _sse(self._chunk([], usage=self._usage(latest)))
+        except (EngineDeadError, RequestError, ApiError) as e:
+            err = e if isinstance(e, ApiError) else ApiError(503 if isinstance(e, EngineDeadError) else 400, str(e))
+            yield _sse(err.body())
+        finally:
+            await self.close()
+        yield "data: [DONE]\n\n"
+
+    def _deltas(self, i: int, out: RequestOutput, latest: list[RequestOutput]) -> list[str]:
+        frames = []
+        for c in out.outputs:
+            choice = self._choice(i, out, c, whole=False)
+            if choice is None:
+                continue
+            usage = self._usage(latest) if self.parsed.continuous_usage else None
+            frames.append(_sse(self._chunk([choice], usage=usage)))
+            if c.finish_reason == "error":
+                frames.append(_sse(ApiError(500, f"the engine failed this request: {out.error}").body()))
+        return frames
+
+    def _choice(self, i: int, out: RequestOutput, c: Any, whole: bool) -> dict[str, Any] | None:
+        """The choice for sample c of prompt i: all of it (whole), or what is new since the last frame."""
+        index = i * len(out.outputs) + c.index
+        chars, toks = (0, 0) if whole else self.sent.get((i, c.index), (0, 0))
+        done = c.finish_reason is not None
+        # hold back what could still turn out to be the start of a stop string
+        upto = len(c.text) if done or not self.max_stop else max(chars, len(c.text) - self.max_stop + 1)
+        new_toks = c.token_ids[toks:]
+        if not whole and upto == chars and not new_toks and not done:
+            return None
+        self.sent[(i, c.index)] = (upto, len(c.token_ids))
+        text = c.text[chars:upto]
+        lp = self._logprobs(c.token_ids[toks:], (c.logprobs or [])[toks:]) if c.logprobs is not None else None
+        reason = None if not done else ("stop" if c.finish_reason == "stop" else
+                                        "length" if c.finish_reason == "length" else c.finish_reason)
+        if self.chat:
+            body = {"message": {"role": "assistant", "content": text}} if whole else {"delta": {"content": text}}
+            return {"index": index, **body, "logprobs": lp, "finish_reason": reason}
+        return {"index": index, "text": text, "logprobs": lp, "finish_reason": reason,
+                **({"stop_reason": c.stop_reason} if done else {})}
+
+    def _logprobs(self, ids: list[int], lps: list[dict[int, float]]) -> dict[str, Any]:
+        tok = self.tokenizer
+
+        def s(t: int) -> str:
+            return tok.decode([t], skip_special_tokens=False)
+
+        if self.chat:
+            return {"content": [{"token": s(t), "logprob": lp[t], "bytes": list(s(t).encode()),
+                                 "top_logprobs": [{"token": s(k), "logprob": v, "bytes": list(s(k).encode())}
+                                                  for k, v in sorted(lp.items(), key=lambda kv: -kv[1])
+                                                  ][: self.parsed.logprobs]} for t, lp in zip(ids, lps)]}
+        return {"tokens": [s(t) for t in ids], "token_logprobs": [lp[t] for t, lp in zip(ids, lps)],
+                "top_logprobs": [{s(k): v for k, v in sorted(lp.items(), key=lambda kv: -kv[1])
+                                  [: self.parsed.logprobs]} for lp in lps],
+                "text_offset": []}
+
+    def _usage(self, outs: list[RequestOutput]) -> dict[str, int]:
+        prompt = sum(len(ids) for ids in self.token_ids)
+        completion = sum(len(c.token_ids) for out in outs for c in out.outputs)
+        return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+
+    def _chunk(self, choices: list, usage: dict | None = None) -> dict[str, Any]:
+        body: dict[str, Any] = {"id": self.rid, "object": "chat.completion.chunk" if self.chat else "text_completion",
+                "created": self.created, "model": self.server.model_name, "choices": choices}
+        if usage is not None:
+            body["usage"] = usage
+        return body
+
+
+def _sse(obj: Any) -> str:
+    return f"data: {json.dumps(obj, separators=(',', ':'))}\n\n"
+
+
+async def _http_error(request: Request, exc: Exception) -> Response:
+    status = getattr(exc, "status_code", 500)
+    detail = getattr(exc, "detail", "") or "error"
+    return JSONResponse(ApiError(status, f"{request.method} {request.url.path}: {detail}").body(), status_code=status)
+
+
+async def _internal_error(request: Request, exc: Exception) -> Response:
+    return JSONResponse(ApiError(500, f"internal error: {type(exc).__name__}: {exc}").body(), status_code=500)
+
+
+def build_app(server: Server) -> Starlette:
+    routes = [Route("/v1/models", server.models, methods=["GET"]),
+              Route("/v1/completions", server.completions, methods=["POST"]),
+              Route("/v1/chat/completions", server.chat, methods=["POST"]),
+              Route("/health", server.health, methods=["GET"]),
+              Route("/metrics", server.prometheus, methods=["GET"])]
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        yield
+        server.llm.shutdown()  # after uvicorn drained the connections: fail what is left, stop the engine
+
+    return Starlette(routes=routes, exception_handlers={HTTPException: _http_error, Exception: _internal_error},
+                     lifespan=lifespan)

@@ -1,0 +1,178 @@
+"""The async front of the engine: `async for out in llm.generate(prompt, params, request_id)`.
+
+One engine thread runs the batching loop for every request; the event loop never computes. Commands
+(add, abort) reach the engine thread through a queue and are applied between steps, the only time the
+engine is not stepping; each step's outputs go back to their requests' asyncio queues. A request's
+first `__anext__` raises its RequestError (bad input, a prompt that can never fit) before anything is
+produced, which is what lets the server answer with an HTTP error instead of a 200.
+
+A fatal engine error prints its traceback and the requests in flight (LLMEngine.step), fails every
+request in flight with that error and marks the front dead (/health answers 503).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import queue
+import threading
+from collections.abc import AsyncGenerator
+from dataclasses import dataclass, field
+from typing import Any
+
+from vt.engine.config import EngineConfig
+from vt.engine.llm import LLMEngine
+from vt.engine.request import Request, RequestOutput
+from vt.engine.sampling import SamplingParams
+from vt.errors import RequestError
+
+
+class EngineDeadError(RuntimeError):
+    """The engine loop stopped on a fatal error: every request in flight failed with it."""
+
+
+@dataclass(slots=True)
+class _Stream:
+    loop: asyncio.AbstractEventLoop
+    outputs: asyncio.Queue = field(default_factory=asyncio.Queue)
+    request: Request | None = None
+
+    def put(self, item: Any) -> None:
+        self.loop.call_soon_threadsafe(self.outputs.put_nowait, item)
+
+
+class AsyncLLM:
+    def __init__(self, cfg: EngineConfig) -> None:
+        self.engine = LLMEngine(cfg)
+        self.cfg = cfg
+        self._commands: queue.Queue = queue.Queue()
+        self._streams: dict[str, _Stream] = {}
+        self.num_steps = 0
+        self.num_aborted = 0
+        self.num_preempted_done = 0  # preemptions of requests that have left (running ones are counted live)
+        self.on_finished: Any = _noop  # called on the engine thread with each request that finishes
+        self.dead: BaseException | None = None
+        self._running = True
+        self._thread = threading.Thread(target=self._loop, name="vt-engine", daemon=True)
+        self._thread.start()
+
+    # ---- the event loop's side --------------------------------------------------------------
+    async def generate(self, prompt: Any, params: SamplingParams,
+                       request_id: str) -> AsyncGenerator[RequestOutput, None]:
+        """Yields the request's output after every engine step that changed it; the last one is finished.
+        Raises RequestError before the first output if the engine refuses the request."""
+        if self.dead is not None:
+            raise EngineDeadError(f"the engine stopped: {self.dead}")
+        stream = _Stream(asyncio.get_running_loop())
+        self._streams[request_id] = stream
+        added: asyncio.Future = stream.loop.create_future()
+        self._commands.put(("add", request_id, (prompt, params, added)))
+        try:
+            await added  # raises the engine's RequestError: nothing was queued
+            while True:
+                item = await stream.outputs.get()
+                if isinstance(item, BaseException):
+                    raise item
+                yield item
+                if item.finished:
+                    return
+        finally:
+            self._streams.pop(request_id, None)
+            if stream.request is not None and not _all_finished(stream.request):
+                self.abort(request_id)  # the consumer went away (a client disconnect): free its blocks
+
+    def abort(self, request_id: str) -> None:
+        self._commands.put(("abort", request_id, None))
+
+    def shutdown(self, reason: str = "the server is shutting down") -> None:
+        """Fails whatever is still in flight, then stops the engine thread."""
+        self._commands.put(("stop", reason, None))
+        self._thread.join(timeout=30)
+
+    @property
+    def is_alive(self) -> bool:
+        return self.dead is None and self._thread.is_alive()
+
+    # ---- the engine thread ------------------------------------------------------------------
+    def _loop(self) -> None:
+        while self._running:
+            try:  # idle: sleep until a command comes; busy: take what is there and step
+                cmd = self._commands.get_nowait() if self.engine.has_unfinished() else self._commands.get()
+            except queue.Empty:
+                cmd = None
+            while cmd is not None:
+                self._apply(*cmd)
+                try:
+                    cmd = self._commands.get_nowait()
+                except queue.Empty:
+                    cmd = None
+            if self._running and self.engine.has_unfinished():
+                self._step()
+
+    def _apply(self, kind: str, rid: str, arg: Any) -> None:
+        if kind == "add":
+            prompt, params, added = arg
+            stream = self._streams.get(rid)
+            if stream is None:
+                return  # the consumer left before the engine saw it
+            try:
+                req = self.engine.add_request(prompt, params, request_id=rid)
+                if req.is_finished:  # can never fit: refused as bad input, nothing held
+                    raise RequestError(req.error or "request refused")
+            except RequestError as e:
+                stream.loop.call_soon_threadsafe(_settle, added, e)
+                return
+            stream.request = req
+            stream.loop.call_soon_threadsafe(_settle, added, None)
+        elif kind == "abort":
+            for r in self.engine.abort(rid):
+                self.num_aborted += 1
+                self._finished(r)
+        elif kind == "stop":
+            for r in list(self.engine.requests.values()):
+                for a in self.engine.abort(r.id):
+                    self._finished(a)
+            for stream in list(self._streams.values()):
+                stream.put(EngineDeadError(rid))
+            self._running = False
+
+    def _finished(self, r: Request) -> None:
+        self.num_preempted_done += r.num_preemptions
+        self.on_finished(r)
+
+    def _step(self) -> None:
+        try:
+            stepped = self.engine.step()
+        except BaseException as e:  # noqa: BLE001 - fatal: LLMEngine.step printed the traceback
+            self.dead = e
+            self._running = False
+            for stream in list(self._streams.values()):
+                stream.put(EngineDeadError(f"the engine stopped on a fatal error: {type(e).__name__}: {e}"))
+            return
+        self.num_steps += 1
+        seen: set[str] = set()
+        for r in stepped:
+            if r.is_finished:
+                self._finished(r)
+            head = (r.siblings or [r])[0]
+            out = self._streams.get(head.id)
+            if out is not None and head.id not in seen:
+                seen.add(head.id)
+                out.put(RequestOutput.of(r))
+
+
+def _noop(req: Request) -> None:
+    pass
+
+
+def _all_finished(r: Request) -> bool:
+    return all(s.is_finished for s in (r.siblings or [r]))
+
+
+def _settle(fut: asyncio.Future, error: BaseException | None) -> None:
+    if fut.done():
+        return
+    if error is None:
+        fut.set_result(None)
+    else:
+        fut.set_exception(error)
+

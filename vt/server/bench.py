@@ -1,0 +1,179 @@
+"""`vt bench serve`: a serving benchmark in the shape of vLLM's, against any OpenAI-compatible server.
+
+Random prompts of --input-len token ids, --output-len tokens each (ignore_eos), streamed from
+/v1/completions at each --max-concurrency level, arrivals at --request-rate (Poisson; inf: all at once).
+TTFT is the first chunk that carries choices; ITL the gaps between chunks; TPOT (latency - TTFT) /
+(tokens - 1). Prints vLLM's result table per level; --save-result writes the rows as JSON and a PNG of
+throughput and TTFT against concurrency (matplotlib).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+
+
+@dataclass(slots=True)
+class One:
+    ok: bool
+    ttft: float = 0.0
+    latency: float = 0.0
+    itl: list[float] = field(default_factory=list)
+    output_tokens: int = 0
+    error: str = ""
+
+
+@dataclass(slots=True)
+class Result:
+    max_concurrency: int
+    request_rate: float
+    completed: int
+    failed: int
+    duration_s: float
+    total_input_tokens: int
+    total_output_tokens: int
+    request_throughput: float
+    output_throughput: float
+    total_token_throughput: float
+    mean_ttft_ms: float
+    median_ttft_ms: float
+    p99_ttft_ms: float
+    mean_tpot_ms: float
+    median_tpot_ms: float
+    p99_tpot_ms: float
+    mean_itl_ms: float
+    median_itl_ms: float
+    p99_itl_ms: float
+    errors: list[str] = field(default_factory=list)
+
+
+async def _one(client: Any, url: str, model: str, prompt: list[int], output_len: int) -> One:
+    body = {"model": model, "prompt": prompt, "max_tokens": output_len, "ignore_eos": True, "temperature": 0,
+            "stream": True, "stream_options": {"include_usage": True}}
+    t0 = time.perf_counter()
+    first = last = 0.0
+    out = One(ok=False)
+    try:
+        async with client.stream("POST", url, json=body) as r:
+            if r.status_code != 200:
+                out.error = f"HTTP {r.status_code}: {(await r.aread()).decode()[:200]}"
+                return out
+            async for line in r.aiter_lines():
+                if not line.startswith("data: ") or line == "data: [DONE]":
+                    continue
+                chunk = json.loads(line[6:])
+                if "error" in chunk:
+                    out.error = chunk["error"].get("message", "error")
+                    return out
+                now = time.perf_counter()
+                if chunk.get("choices"):
+                    if not first:
+                        first = now
+                    else:
+                        out.itl.append(now - last)
+                    last = now
+                if chunk.get("usage"):
+                    out.output_tokens = chunk["usage"]["completion_tokens"]
+    except Exception as e:  # noqa: BLE001 - a failed request is counted, not fatal
+        out.error = f"{type(e).__name__}: {e}"
+        return out
+    out.ok, out.ttft, out.latency = True, first - t0, time.perf_counter() - t0
+    return out
+
+
+def _quiet_httpx() -> None:
+    import logging
+
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # one INFO line per request otherwise
+
+
+async def run_level(base_url: str, model: str, prompts: list[list[int]], output_len: int, concurrency: int,
+                    rate: float, seed: int = 0) -> Result:
+    import httpx
+
+    _quiet_httpx()
+    url = base_url.rstrip("/") + "/v1/completions"
+    sem = asyncio.Semaphore(concurrency)
+    rng = np.random.default_rng(seed)
+    limits = httpx.Limits(max_connections=concurrency + 4, max_keepalive_connections=concurrency + 4)
+    async with httpx.AsyncClient(timeout=httpx.Timeout(600.0), limits=limits) as client:
+        async def gated(p: list[int]) -> One:
+            async with sem:
+                return await _one(client, url, model, p, output_len)
+
+        t0 = time.perf_counter()
+        tasks = []
+        for p in prompts:
+            tasks.append(asyncio.ensure_future(gated(p)))
+            if rate != float("inf"):
+                await asyncio.sleep(float(rng.exponential(1.0 / rate)))
+        done = await asyncio.gather(*tasks)
+        duration = time.perf_counter() - t0
+    return summarize(done, concurrency, rate, duration, sum(len(p) for p, d in zip(prompts, done) if d.ok))
+
+
+def summarize(done: list[One], concurrency: int, rate: float, duration: float, input_tokens: int) -> Result:
+    ok = [d for d in done if d.ok]
+    ttft = np.array([d.ttft for d in ok] or [0.0]) * 1e3
+    tpot = np.array([(d.latency - d.ttft) / (d.output_tokens - 1) for d in ok if d.output_tokens > 1] or [0.0]) * 1e3
+    itl = np.array([x for d in ok for x in d.itl] or [0.0]) * 1e3
+    out_tokens = sum(d.output_tokens for d in ok)
+
+    def stats(a: np.ndarray) -> tuple[float, float, float]:
+        return float(a.mean()), float(np.median(a)), float(np.percentile(a, 99))
+
+    return Result(concurrency, rate, len(ok), len(done) - len(ok), duration, input_tokens, out_tokens,
+                  len(ok) / duration, out_tokens / duration, (input_tokens + out_tokens) / duration,
+                  *stats(ttft), *stats(tpot), *stats(itl), errors=sorted({d.error for d in done if not d.ok})[:5])
+
+
+def table(r: Result) -> str:
+    rows = [("Successful requests:", r.completed), ("Failed requests:", r.failed),
+            ("Maximum request concurrency:", r.max_concurrency), ("Benchmark duration (s):", f"{r.duration_s:.2f}"),
+            ("Total input tokens:", r.total_input_tokens), ("Total generated tokens:", r.total_output_tokens),
+            ("Request throughput (req/s):", f"{r.request_throughput:.2f}"),
+            ("Output token throughput (tok/s):", f"{r.output_throughput:.2f}"),
+            ("Total Token throughput (tok/s):", f"{r.total_token_throughput:.2f}")]
+    lines = ["{s:{c}^50}".format(s=" Serving Benchmark Result ", c="=")]
+    lines += [f"{k:<40}{v:<10}" for k, v in rows]
+    for title, key in (("Time to First Token", "ttft"), ("Time per Output Token (excl. 1st token)", "tpot"),
+                       ("Inter-token Latency", "itl")):
+        lines.append("{s:{c}^50}".format(s=f" {title} ", c="-"))
+        for stat in ("mean", "median", "p99"):
+            name = {"mean": "Mean", "median": "Median", "p99": "P99"}[stat]
+            lines.append(f"{f'{name} {key.upper()} (ms):':<40}{getattr(r, f'{stat}_{key}_ms'):<10.2f}")
+    lines.append("=" * 50)
+    if r.errors:
+        lines.append("errors: " + "; ".join(r.errors))
+    return "\n".join(lines)
+
+
+def save(results: list[Result], path: str) -> list[str]:
+    """The rows as JSON, and a PNG of throughput and TTFT against concurrency beside it."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    with open(path, "w") as f:
+        json.dump([asdict(r) for r in results], f, indent=2)
+    png = path.rsplit(".", 1)[0] + ".png"
+    c = [r.max_concurrency for r in results]
+    fig, (a, b) = plt.subplots(1, 2, figsize=(10, 4))
+    a.plot(c, [r.output_throughput for r in results], marker="o")
+    a.set(xlabel="max concurrency", ylabel="output tokens/s", title="throughput", xscale="log", xticks=c)
+    a.set_xticklabels(c)
+    b.plot(c, [r.median_ttft_ms for r in results], marker="o", label="median")
+    b.plot(c, [r.p99_ttft_ms for r in results], marker="x", label="p99")
+    b.set(xlabel="max concurrency", ylabel="ms", title="TTFT", xscale="log", xticks=c)
+    b.set_xticklabels(c)
+    b.legend()
+    fig.tight_layout()
+    fig.savefig(png, dpi=100)
+    plt.close(fig)
+    return [path, png]

@@ -1,0 +1,87 @@
+"""/metrics in Prometheus's text format (prometheus_client), on a registry of the server's own.
+
+Gauges are read from the engine at scrape time (requests running and waiting, KV blocks in use);
+counters and histograms are fed as requests finish (TTFT, TPOT, end-to-end latency, prompt and
+generation tokens) and from the engine's own counters (preemptions, graph replays against eager steps,
+pool misses).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+
+
+class EngineCollector:
+    """What the engine knows now, read on every scrape (ints read across threads: a snapshot)."""
+
+    def __init__(self, llm: Any) -> None:
+        self.llm = llm
+
+    def collect(self) -> Any:
+        e = self.llm.engine
+        sched, kv, driver = e.scheduler, e.kv_manager, e.runner.decoder
+        yield _gauge("vt_num_requests_running", "Requests in the running batch.", len(sched.running))
+        yield _gauge("vt_num_requests_waiting", "Requests waiting to be admitted.", len(sched.waiting))
+        yield _gauge("vt_kv_blocks_used", "KV cache blocks in use.", kv.num_used)
+        yield _gauge("vt_kv_blocks_total", "KV cache blocks in the pool.", kv.num_blocks)
+        yield _gauge("vt_engine_alive", "1 while the engine loop runs.", int(self.llm.is_alive))
+        yield _counter("vt_num_preemptions", "Requests preempted (to be recomputed).",
+                       sum(r.num_preemptions for r in e.requests.values()) + self.llm.num_preempted_done)
+        yield _counter("vt_graph_replays", "Decode steps replayed from a captured graph.", driver.num_replays)
+        yield _counter("vt_eager_steps", "Decode steps run eagerly (cold or graphs off).", driver.num_eager)
+        yield _counter("vt_pool_misses", "Device-pool requests that went to the driver.", e.backend.pool.stats().get(
+            "misses", 0))
+        yield _counter("vt_engine_steps", "Engine steps run.", self.llm.num_steps)
+        yield _counter("vt_requests_aborted", "Requests aborted (a client went away).", self.llm.num_aborted)
+
+
+def _gauge(name: str, doc: str, value: float) -> GaugeMetricFamily:
+    g = GaugeMetricFamily(name, doc)
+    g.add_metric([], value)
+    return g
+
+
+def _counter(name: str, doc: str, value: float) -> CounterMetricFamily:
+    c = CounterMetricFamily(name, doc)
+    c.add_metric([], value)
+    return c
+
+
+class Metrics:
+    def __init__(self, llm: Any) -> None:
+        self.registry = CollectorRegistry()
+        self.registry.register(EngineCollector(llm))
+        r = self.registry
+        self.ttft = Histogram("vt_time_to_first_token_seconds", "Time to first token.", registry=r,
+                              buckets=LATENCY_BUCKETS)
+        self.tpot = Histogram("vt_time_per_output_token_seconds", "Time per output token after the first.",
+                              registry=r, buckets=LATENCY_BUCKETS)
+        self.e2e = Histogram("vt_e2e_request_latency_seconds", "Arrival to finish.", registry=r,
+                             buckets=LATENCY_BUCKETS)
+        self.prompt_tokens = Counter("vt_prompt_tokens", "Prompt tokens of finished requests.", registry=r)
+        self.generation_tokens = Counter("vt_generation_tokens", "Generated tokens of finished requests.",
+                                         registry=r)
+        self.finished = Counter("vt_requests_finished", "Requests finished, by reason.", ["finish_reason"],
+                                registry=r)
+
+    def observe(self, req: Any) -> None:
+        """A finished request (called on the engine thread)."""
+        n = len(req.output_ids)
+        if req.first_token_time is not None:
+            self.ttft.observe(req.first_token_time - req.arrival)
+            if req.finish_time is not None and n > 1:
+                self.tpot.observe((req.finish_time - req.first_token_time) / (n - 1))
+        if req.finish_time is not None:
+            self.e2e.observe(req.finish_time - req.arrival)
+        if req.index == 0:
+            self.prompt_tokens.inc(len(req.prompt_ids))
+        self.generation_tokens.inc(n)
+        self.finished.labels(req.finish_reason or "unknown").inc()
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)

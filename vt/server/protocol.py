@@ -1,0 +1,140 @@
+"""The OpenAI request bodies vt serves, parsed into SamplingParams, and the OpenAI error shape.
+
+Bad input is an ApiError: an HTTP status and the body OpenAI's clients parse,
+{"error": {"message", "type", "param", "code"}}; never a 500. Unknown fields are ignored, as OpenAI's
+own server ignores fields it does not use.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from vt.engine.sampling import SamplingParams
+from vt.errors import ConfigError
+
+MAX_LOGPROBS = 20
+
+
+class ApiError(Exception):
+    def __init__(self, status: int, message: str, param: str | None = None, kind: str | None = None) -> None:
+        super().__init__(message)
+        self.status, self.message, self.param = status, message, param
+        self.kind = kind or {400: "invalid_request_error", 404: "not_found_error", 413: "invalid_request_error",
+                             503: "service_unavailable"}.get(status, "internal_server_error")
+
+    def body(self) -> dict[str, Any]:
+        return {"error": {"message": self.message, "type": self.kind, "param": self.param, "code": self.status}}
+
+
+def bad(message: str, param: str | None = None) -> ApiError:
+    return ApiError(400, message, param)
+
+
+@dataclass(slots=True)
+class Parsed:
+    """One request: its prompts (text or token ids; chat: the rendered conversation), the sampling
+    parameters, and how to answer."""
+
+    prompts: list[str | list[int]]
+    params: SamplingParams
+    stream: bool
+    include_usage: bool
+    continuous_usage: bool
+    logprobs: int | None  # completions: top-n per token; chat: top_logprobs when logprobs is true
+    max_tokens: int | None  # None: whatever max_model_len leaves
+
+
+def _get(body: dict, name: str, kinds: tuple[type, ...], default: Any = None) -> Any:
+    v = body.get(name, default)
+    if v is None:
+        return default
+    if isinstance(v, bool) and bool not in kinds:
+        raise bad(f"{name}: expected {' or '.join(k.__name__ for k in kinds)}, got a boolean", name)
+    if not isinstance(v, kinds):
+        raise bad(f"{name}: expected {' or '.join(k.__name__ for k in kinds)}, got {type(v).__name__}", name)
+    return v
+
+
+def check_model(body: dict, served: str) -> None:
+    model = _get(body, "model", (str,))
+    if model is not None and model != served:
+        raise ApiError(404, f"The model `{model}` does not exist. This server serves `{served}`.", "model",
+                       "model_not_found")
+
+
+def parse_prompt(body: dict) -> list[str | list[int]]:
+    p = body.get("prompt")
+    if isinstance(p, str) and p:
+        return [p]
+    if isinstance(p, list) and p and all(isinstance(t, int) and not isinstance(t, bool) for t in p):
+        return [list(p)]
+    if isinstance(p, list) and p and all(isinstance(x, str) and x for x in p):
+        return list(p)
+    if isinstance(p, list) and p and all(isinstance(x, list) and x and all(isinstance(t, int) and not
+                                                                          isinstance(t, bool) for t in x) for x in p):
+        return [list(x) for x in p]
+    raise bad("prompt: expected a non-empty string, a list of token ids, or a list of either", "prompt")
+
+
+def parse_messages(body: dict) -> list[dict[str, str]]:
+    msgs = body.get("messages")
+    if not isinstance(msgs, list) or not msgs:
+        raise bad("messages: expected a non-empty list of {role, content} objects", "messages")
+    out = []
+    for i, m in enumerate(msgs):
+        if not isinstance(m, dict) or not isinstance(m.get("role"), str):
+            raise bad(f"messages[{i}]: expected an object with a string role", "messages")
+        content = m.get("content")
+        if isinstance(content, list):  # content parts: text only
+            if not all(isinstance(c, dict) and c.get("type") == "text" and isinstance(c.get("text"), str)
+                       for c in content):
+                raise bad(f"messages[{i}].content: only text parts are supported", "messages")
+            content = "".join(c["text"] for c in content)
+        if not isinstance(content, str):
+            raise bad(f"messages[{i}].content: expected a string or a list of text parts", "messages")
+        out.append({"role": m["role"], "content": content})
+    return out
+
+
+def parse_sampling(body: dict, chat: bool) -> Parsed:
+    """Everything but the prompt: sampling parameters, stream options, logprobs, max_tokens."""
+    stream = _get(body, "stream", (bool,), False)
+    opts = _get(body, "stream_options", (dict,))
+    if opts is not None and not stream:
+        raise bad("stream_options: only allowed when stream is true", "stream_options")
+    opts = opts or {}
+    name = "max_completion_tokens" if chat and body.get("max_completion_tokens") is not None else "max_tokens"
+    max_tokens = _get(body, name, (int,))
+    if max_tokens is not None and max_tokens < 1:
+        raise bad(f"{name}: must be at least 1, got {max_tokens}", name)
+    if chat:
+        want = _get(body, "logprobs", (bool,), False)
+        top = _get(body, "top_logprobs", (int,))
+        if top is not None and not want:
+            raise bad("top_logprobs: only allowed when logprobs is true", "top_logprobs")
+        logprobs = (top or 0) if want else None
+    else:
+        logprobs = _get(body, "logprobs", (int,))
+    if logprobs is not None and not 0 <= logprobs <= MAX_LOGPROBS:
+        raise bad(f"logprobs: must be in [0, {MAX_LOGPROBS}], got {logprobs}", "top_logprobs" if chat else "logprobs")
+    stop = body.get("stop")
+    stop = [stop] if isinstance(stop, str) else stop
+    if stop is not None and not (isinstance(stop, list) and all(isinstance(s, str) for s in stop)):
+        raise bad("stop: expected a string or a list of strings", "stop")
+    kw: dict[str, Any] = {}
+    for field, kinds in (("temperature", (int, float)), ("top_p", (int, float)), ("top_k", (int,)),
+                         ("min_p", (int, float)), ("seed", (int,)), ("n", (int,)), ("presence_penalty", (int, float)),
+                         ("frequency_penalty", (int, float)), ("repetition_penalty", (int, float)),
+                         ("min_tokens", (int,)), ("ignore_eos", (bool,)), ("stop_token_ids", (list,))):
+        v = _get(body, field, kinds)
+        if v is not None:
+            kw[field] = v
+    if kw.get("temperature") is not None and kw["temperature"] < 0:
+        raise bad(f"temperature: must be >= 0, got {kw['temperature']}", "temperature")
+    try:
+        params = SamplingParams(max_tokens=max_tokens, stop=stop or [], logprobs=logprobs, **kw)
+    except (ConfigError, TypeError) as e:
+        raise bad(str(e), str(e).split("=", 1)[0] if "=" in str(e) else None) from None
+    return Parsed([], params, stream, bool(opts.get("include_usage")), bool(opts.get("continuous_usage_stats")),
+                  logprobs, max_tokens)

@@ -1,0 +1,59 @@
+"""Starting the server: `vt serve` runs uvicorn in the foreground (SIGTERM drains the connections,
+then fails what is left); `running_server` runs one in a thread on a free port (tests, `vt bench serve
+--model`)."""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+from vt.engine.config import EngineConfig
+from vt.server.app import Server, build_app
+from vt.server.async_llm import AsyncLLM
+
+GRACEFUL_SHUTDOWN_S = 30
+
+
+def make_server(model: str, served_name: str | None = None, max_body_bytes: int | None = None,
+                **engine_kwargs: Any) -> tuple[Server, Any]:
+    llm = AsyncLLM(EngineConfig(model=model, **engine_kwargs))
+    server = Server(llm, served_name or model, **({"max_body_bytes": max_body_bytes} if max_body_bytes else {}))
+    return server, build_app(server)
+
+
+def uvicorn_server(app: Any, host: str, port: int) -> Any:
+    import uvicorn
+
+    config = uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on",
+                            timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S)
+    return uvicorn.Server(config)
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+@contextlib.contextmanager
+def running_server(model: str, host: str = "127.0.0.1", **kwargs: Any) -> Iterator[tuple[Server, str]]:
+    """A server in a background thread; yields (server, base URL) once it accepts connections."""
+    server, app = make_server(model, **kwargs)
+    port = free_port(host)
+    uv = uvicorn_server(app, host, port)
+    thread = threading.Thread(target=uv.run, name="vt-uvicorn", daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 60
+    while not uv.started:
+        if not thread.is_alive() or time.monotonic() > deadline:
+            raise RuntimeError(f"the server did not start on {host}:{port}")
+        time.sleep(0.01)
+    try:
+        yield server, f"http://{host}:{port}"
+    finally:
+        uv.should_exit = True
+        thread.join(timeout=GRACEFUL_SHUTDOWN_S + 10)
