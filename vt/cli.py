@@ -122,6 +122,9 @@ def _bench_serve(args: argparse.Namespace) -> int:
 
             name = httpx.get(url.rstrip("/") + "/v1/models", timeout=30).json()["data"][0]["id"]
         rng = __import__("numpy").random.default_rng(args.seed)
+        # one request first, not counted (as vLLM's benchmark does): the server's cold start is not a level's
+        asyncio.run(bench.run_level(url, name, [rng.integers(3, 500, args.input_len).tolist()], args.output_len, 1,
+                                    float("inf")))
         results = []
         for c in levels:
             prompts = [rng.integers(3, 500, args.input_len).tolist() for _ in range(args.num_prompts)]

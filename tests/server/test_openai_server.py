@@ -205,7 +205,10 @@ def test_metrics_are_prometheus_text_with_the_engine_figures(served, client: Ope
     gen = next(s.value for s in fams["vt_generation_tokens"].samples if s.name.endswith("_total"))
     ttft_count = next(s.value for s in fams["vt_time_to_first_token_seconds"].samples if s.name.endswith("_count"))
     assert gen >= 4 and ttft_count >= 1
-    assert next(s.value for s in fams["vt_graph_replays"].samples) > 0, "non-vacuity: decode steps replayed"
+    from seams.lanes import is_bypass_lane
+
+    replays = next(s.value for s in fams["vt_graph_replays"].samples)
+    assert replays > 0 or is_bypass_lane(), "non-vacuity: decode steps replayed (graphs are off in the bypass lane)"
 
 
 # ---- fuzzed bodies ----------------------------------------------------------------------------------
