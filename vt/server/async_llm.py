@@ -48,6 +48,7 @@ class AsyncLLM:
         self._streams: dict[str, _Stream] = {}
         self.num_steps = 0
         self.num_aborted = 0
+        self.aborts: dict[str, tuple[int, int | None]] = {}  # request id -> (steps when asked, when applied)
         self.num_preempted_done = 0  # preemptions of requests that have left (running ones are counted live)
         self.on_finished: Any = _noop  # called on the engine thread with each request that finishes
         self.dead: BaseException | None = None
@@ -81,6 +82,7 @@ class AsyncLLM:
                 self.abort(request_id)  # the consumer went away (a client disconnect): free its blocks
 
     def abort(self, request_id: str) -> None:
+        self.aborts[request_id] = (self.num_steps, None)  # the engine step count when asked, when applied
         self._commands.put(("abort", request_id, None))
 
     def shutdown(self, reason: str = "the server is shutting down") -> None:
@@ -124,6 +126,8 @@ class AsyncLLM:
             stream.request = req
             stream.loop.call_soon_threadsafe(_settle, added, None)
         elif kind == "abort":
+            if rid in self.aborts:
+                self.aborts[rid] = (self.aborts[rid][0], self.num_steps)
             for r in self.engine.abort(rid):
                 self.num_aborted += 1
                 self._finished(r)
