@@ -92,20 +92,22 @@ def prefill(model: Model, seqs: Sequence[tuple[list[int], list[int] | np.ndarray
     return out
 
 
-def prefill_logits(model: Model, seqs: Sequence[tuple[list[int], list[int] | np.ndarray]], kv: KVCache,
-                   all_rows: Sequence[int] = ()) -> Tensor:
+def prefill_logits(model: Model, seqs: Sequence[tuple], kv: KVCache, all_rows: Sequence[int] = ()) -> Tensor:
     """As `prefill`, leaving the logits on the device in a pool tensor the caller releases: one row per
-    sequence, or every position's row for the sequences named in all_rows (prompt logprobs), in order."""
+    sequence, or every position's row for the sequences named in all_rows (prompt logprobs), in order.
+    A sequence may be a chunk: (tokens, block ids, position of its first token), its earlier positions'
+    KV already in the cache."""
     b, pool = model.backend, model.backend.pool
     ids: list[int] = []
     pos: list[int] = []
     slots: list[int] = []
     meta: list[tuple[int, int, int, list[int]]] = []
-    for toks, blocks in seqs:
-        meta.append((len(ids), len(toks), 0, [int(x) for x in blocks]))
+    for seq in seqs:
+        toks, blocks, pos0 = seq[0], seq[1], (seq[2] if len(seq) > 2 else 0)  # type: ignore[misc]
+        meta.append((len(ids), len(toks), pos0, [int(x) for x in blocks]))
         ids += toks
-        pos += range(len(toks))
-        slots += [kv.slot(blocks, p) for p in range(len(toks))]
+        pos += range(pos0, pos0 + len(toks))
+        slots += [kv.slot(blocks, p) for p in range(pos0, pos0 + len(toks))]
     ends = np.cumsum([m[1] for m in meta])
     last = np.concatenate([np.arange(e - m[1], e) if i in all_rows else [e - 1]
                            for i, (e, m) in enumerate(zip(ends, meta))]).astype(I64)

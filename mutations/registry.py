@@ -40,6 +40,7 @@ FIL = "tests/engine/test_filters.py"
 PAR = "tests/engine/test_parallel_samples.py"
 SEEDS = "tests/engine/test_seeds.py"
 RULE = "tests/server/test_server_rule.py"
+CHUNK = "tests/engine/test_chunked_prefill.py"
 OAI = "tests/server/test_openai_server.py"
 SPEC_LOSSLESS = (*(f"tests/engine/test_spec_decode.py::test_G1_greedy_with_speculation_equals_greedy_without[{c}]"
                    for c in (1, 2, 4, 8)),
@@ -919,7 +920,7 @@ ENTRIES: list[Mutation] = [
     Mutation(
         id="prompt-logprobs-off-by-one",
         description="prompt logprobs score each position's own token instead of the next one",
-        file="vt/engine/runner.py", old="for t in toks[1:]]", new="for t in toks[:-1]]",
+        file="vt/engine/runner.py", old="for t in toks[c.start + 1 : upto + 1]]", new="for t in toks[c.start : upto]]",
         gates=(f"{API}::test_prompt_logprobs_score_each_prompt_token_as_transformers_does",),
     ),
 
@@ -929,6 +930,26 @@ ENTRIES: list[Mutation] = [
         file="vt/engine/graph_driver.py", old="        self.logits = driver.logits.view((n, c.vocab_size))\n",
         new="        self.logits = b.empty((n, c.vocab_size), F32)\n",
         gates=(f"{SEAMS}::test_the_graph_slots_share_one_logits_buffer",),
+    ),
+
+    # ---- chunked prefill (issue 15) ------------------------------------------------------------
+    Mutation(
+        id="chunk-budget-off-by-one",
+        description="a prefill chunk takes one token more than the step's budget leaves",
+        file="vt/engine/scheduler.py", old="        return 0 if self.num_spec_tokens else max(budget, 0)",
+        new="        return 0 if self.num_spec_tokens else max(budget + 1, 0)",
+        gates=tuple(f"{CHUNK}::test_chunked_runs_generate_what_the_unchunked_run_does[{b}]" for b in (16, 33, 64)),
+    ),
+    Mutation(
+        id="prefill-chunks-before-decodes",
+        description="prefill chunks take the budget before the decodes: a long prompt starves decoding requests",
+        file="vt/engine/scheduler.py",
+        old="        budget = self.cfg.max_num_batched_tokens - self._decode(out)\n        budget = self._continue_prefills(out, budget)\n",
+        new="        budget = self._continue_prefills(out, self.cfg.max_num_batched_tokens)\n        if budget > 0:\n            budget -= self._decode(out)\n",
+        gates=(f"{CHUNK}::test_decodes_go_first_and_are_never_starved_by_a_long_prompt",
+               *(f"{CHUNK}::test_chunked_runs_generate_what_the_unchunked_run_does[{b}]" for b in (16, 33, 64)),
+               f"{CHUNK}::test_prompt_logprobs_come_chunk_by_chunk",
+               f"{CHUNK}::test_a_preempted_chunked_prefill_recomputes_to_the_same_tokens"),
     ),
 
     # ---- the server rule (issue 14) ------------------------------------------------------------

@@ -16,14 +16,14 @@ from vt.engine.request import Request, Status
 from vt.engine.sampling import SamplingParams
 from vt.engine.scheduler import Scheduler
 
-MAX_LEN, BLOCKS, SEQS, BS = 64, 16, 3, 8
+MAX_LEN, BLOCKS, SEQS, BS, BUDGET = 64, 16, 3, 8, 24  # a budget below max_model_len: prompts get chunked
 
 
 class SchedulerMachine(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
         self.cfg = EngineConfig(model="tiny-qwen3", max_model_len=MAX_LEN, num_blocks=BLOCKS, block_size=BS,
-                                max_num_seqs=SEQS)
+                                max_num_seqs=SEQS, max_num_batched_tokens=BUDGET)
         self.kv = KVCacheManager(BLOCKS, BS, self.cfg.max_blocks_per_seq)
         self.sched = Scheduler(self.cfg, self.kv)
         self.params = SamplingParams(temperature=0).resolve({})
@@ -47,8 +47,11 @@ class SchedulerMachine(RuleBasedStateMachine):
             assert [r.id for r in list(self.sched.waiting)[:k]] == out.preempted_ids[::-1], "requeued at the front"
             assert not out.new_reqs, "a step that preempted admits nothing"
         assert len(out.scheduled_ids) <= SEQS
+        assert sum(out.num_scheduled_tokens.values()) <= BUDGET, "a step computes at most the token budget"
         for rid in out.scheduled_ids:  # the runner's stand-in: one token each, finishing at max_model_len
             r = next(x for x in self.sched.running if x.id == rid)
+            if r.num_computed < r.num_prefill:
+                continue  # a prefill chunk short of the end: no token yet
             r.output_ids.append(1)
             if r.num_tokens >= MAX_LEN:
                 r.status = Status.FINISHED

@@ -23,7 +23,7 @@ class EngineConfig:
     num_blocks: int = 1024  # KV blocks in the pool
     block_size: int = 16
     max_num_seqs: int = 16
-    max_num_batched_tokens: int = 0  # prefill tokens per step; 0 = max(8192, max_model_len)
+    max_num_batched_tokens: int = 0  # tokens a step computes (decodes first, then prefill chunks); 0: 8192 or more
     enforce_eager: bool = False  # no decode graphs (as VT_CUDAGRAPH=0)
     speculative_model: str | None = None  # a draft checkpoint, or NGRAM for prompt lookup (no second model)
     num_speculative_tokens: int = 0
@@ -46,8 +46,10 @@ class EngineConfig:
                   ">= 1 when speculative_model is set")
         if self.max_num_batched_tokens == 0:
             self.max_num_batched_tokens = max(8192, self.max_model_len)
-        _need(self.max_num_batched_tokens >= self.max_model_len, "max_num_batched_tokens",
-              self.max_num_batched_tokens, f">= max_model_len ({self.max_model_len}): prefill is not chunked")
+        _need(self.max_num_batched_tokens >= (self.max_model_len if self.speculative_model else 1),
+              "max_num_batched_tokens", self.max_num_batched_tokens,
+              f">= max_model_len ({self.max_model_len}) with a speculative model (the draft prefills whole prompts)"
+              if self.speculative_model else ">= 1")
         self.check_capacity()
 
     @property

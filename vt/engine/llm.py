@@ -172,8 +172,10 @@ class LLMEngine:
             if rid in out.errors:  # this request fails; its neighbours carry on
                 self._finish(r, "error", out.errors[rid])
             else:
-                if rid in out.prompt_logprobs:
-                    r.prompt_logprobs = [None, *out.prompt_logprobs[rid]]
+                if rid in out.prompt_logprobs:  # chunk by chunk
+                    r.prompt_logprobs = [*(r.prompt_logprobs or [None]), *out.prompt_logprobs[rid]]
+                if rid not in out.sampled:
+                    continue  # a prefill chunk short of the prompt's end: nothing sampled yet
                 tokens = out.sampled[rid]
                 r.num_computed -= so.spec_tokens.get(rid, 0) - (len(tokens) - 1)  # rejected positions' KV is stale
                 logprobs = out.logprobs.get(rid)

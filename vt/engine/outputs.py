@@ -38,6 +38,8 @@ class SchedulerOutput:
     cached_reqs: list[CachedRequestData] = field(default_factory=list)
     num_scheduled_tokens: dict[str, int] = field(default_factory=dict)  # by request id, speculative ones included
     spec_tokens: dict[str, int] = field(default_factory=dict)  # speculative positions reserved, by request id
+    # by request id, for a prefill chunk (its length is num_scheduled_tokens): the position it starts at
+    prefill_chunks: dict[str, int] = field(default_factory=dict)
     preempted_ids: list[str] = field(default_factory=list)
     finished_ids: set[str] = field(default_factory=set)  # left since the last step: the runner drops them
 

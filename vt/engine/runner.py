@@ -20,7 +20,7 @@ from vt.engine.config import EngineConfig
 from vt.engine.graph_driver import DecodeInputs, GraphDriver, StepResult
 from vt.engine.input_batch import InputBatch
 from vt.engine.kv_manager import TARGET
-from vt.engine.outputs import NewRequestData, RunnerOutput, SchedulerOutput
+from vt.engine.outputs import RunnerOutput, SchedulerOutput
 from vt.engine.proposers import Proposer, SpecRequest
 from vt.engine.rejection import accept
 from vt.engine.sampler import NF, NI, NLP, RowSpec, SamplingRows, logprobs_of, pack, sample_tokens
@@ -28,6 +28,20 @@ from vt.engine.sampling import ResolvedParams
 
 I64, F32 = np.int64, np.float32
 NON_FINITE = "the model produced non-finite logits"
+
+
+@dataclass(slots=True)
+class Chunk:
+    """A prefill this step: tokens [start, start + length) of a request (a fork computes nothing)."""
+
+    req_id: str
+    start: int
+    length: int
+    fork_of: str | None
+
+    @property
+    def end(self) -> int:
+        return self.start + self.length
 
 
 @dataclass(slots=True)
@@ -79,12 +93,15 @@ class ModelRunner:
         self._update_states(so)
         out = RunnerOutput()
         with self.backend.use_stream(self.stream):
-            new = [r.req_id for r in so.new_reqs]
-            if new:
-                self._collect(new, 1, self._prefill(so.new_reqs, out), out)
-                if self.proposer is not None:
+            chunks = [Chunk(r.req_id, 0, so.num_scheduled_tokens[r.req_id], r.fork_of) for r in so.new_reqs]
+            chunks += [Chunk(rid, start, so.num_scheduled_tokens[rid], None) for rid, start in so.prefill_chunks.items()
+                       if rid not in self.batch.row_of or start > 0]
+            if chunks:
+                done = [c.req_id for c in chunks if c.start + c.length == len(self.batch.tokens(c.req_id))]
+                self._collect(done, 1, self._prefill(chunks, out), out)
+                if self.proposer is not None and so.new_reqs:
                     self.proposer.add(self.batch, so.new_reqs)
-            cached = {c.req_id for c in so.cached_reqs}
+            cached = {c.req_id for c in so.cached_reqs if c.req_id not in so.prefill_chunks}
             decodes = [rid for rid in (self.batch.requests[i] for i in self.batch.rows()) if rid in cached]
             if decodes and self.proposer is not None and any(so.spec_tokens.get(r) for r in decodes):
                 self._speculate(decodes, so, out)
@@ -119,40 +136,49 @@ class ModelRunner:
         if n is not None and res.logprob_vals is not None and res.logprob_ids is not None:
             out.logprobs[rid] = [logprobs_of(res.logprob_vals[r], res.logprob_ids[r], n) for r in rows]
 
-    def _prefill(self, reqs: list[NewRequestData], out: RunnerOutput) -> StepResult:
-        """Eager prefill, then the sampler on the last-token logits (and, for prompt logprobs, on every
-        prompt position with the prompt's own next token forced), in transient pool tensors. A forked
-        sample (n > 1) computes nothing: it copies its leader's partial prompt block and samples the
-        leader's logits row with its own seed."""
-        # a recompute after preemption re-prefills its generated tokens too: the batch holds them all
-        computed = [r for r in reqs if r.fork_of is None]
-        scored = [i for i, r in enumerate(computed)
-                  if r.params.prompt_logprobs is not None and len(r.token_ids) == r.num_prompt_tokens]
-        seqs = [(self.batch.tokens(r.req_id).tolist(), self.batch.blocks(r.req_id)) for r in computed]
-        logits = prefill_logits(self.model, seqs, self.kv, scored)
-        starts = np.cumsum([0] + [len(s[0]) if i in scored else 1 for i, s in enumerate(seqs)])
-        last = {r.req_id: int(starts[i + 1]) - 1 for i, r in enumerate(computed)}
-        rows = [last[r.fork_of or r.req_id] for r in reqs]
-        specs = [self.row_spec(r.req_id) for r in reqs]
-        for i in scored:  # row j of a scored prompt predicts its token j + 1
-            toks, k = seqs[i][0], computed[i].params.prompt_logprobs
-            rows += range(int(starts[i]), int(starts[i + 1]) - 1)
-            specs += [RowSpec(0.0, num_logprobs=k + 1, forced=t) for t in toks[1:]]  # type: ignore[operator]
-        self._fork([r for r in reqs if r.fork_of is not None])
-        res = self._sample_eager(self._gather(logits, rows), pack(specs, len(specs), max(len(s[0]) for s in seqs)))
-        at = len(reqs)
-        for i in scored:
-            n, k = len(seqs[i][0]) - 1, computed[i].params.prompt_logprobs
-            assert res.logprob_vals is not None and res.logprob_ids is not None and k is not None
-            out.prompt_logprobs[computed[i].req_id] = [logprobs_of(res.logprob_vals[r], res.logprob_ids[r], k)
-                                                        for r in range(at, at + n)]
-            at += n
+    def _prefill(self, chunks: list[Chunk], out: RunnerOutput) -> StepResult:
+        """Eager prefill of each chunk (a whole prompt, or a piece of it over the KV of the pieces before),
+        then the sampler on the last-token logits of the chunks that end their sequence, in transient pool
+        tensors; for prompt logprobs, also on each prompt position with the prompt's next token forced. A
+        forked sample (n > 1) computes nothing: it copies its leader's partial prompt block and samples the
+        leader's logits row with its own seed. Returns the sampled rows of the ending chunks, in order."""
+        computed = {c.req_id: c for c in chunks if c.fork_of is None}
+        scored = {rid for rid, c in computed.items() if self._scores_prompt(c)}
+        seqs = [(self.batch.tokens(rid)[c.start : c.end].tolist(), self.batch.blocks(rid), c.start)
+                for rid, c in computed.items()]
+        logits = prefill_logits(self.model, seqs, self.kv, [i for i, rid in enumerate(computed) if rid in scored])
+        first = dict(zip(computed, np.cumsum([0] + [c.length if rid in scored else 1 for rid, c in computed.items()])))
+        ends = [c for c in chunks if c.end == len(self.batch.tokens(c.req_id))]
+        rows = [int(first[c.fork_of or c.req_id]) + (c.length - 1 if (c.fork_of or c.req_id) in scored else 0)
+                for c in ends]
+        specs = [self.row_spec(c.req_id) for c in ends]
+        spans = {}
+        for rid in scored:  # row j of a scored chunk predicts the prompt's token j + 1
+            c, toks = computed[rid], self.batch.tokens(rid)
+            upto = min(c.end, self.states[rid].num_prompt_tokens - 1)
+            k = self.states[rid].params.prompt_logprobs or 0
+            spans[rid] = (len(rows), upto - c.start, k)
+            rows += range(int(first[rid]), int(first[rid]) + upto - c.start)
+            specs += [RowSpec(0.0, num_logprobs=k + 1, forced=int(t)) for t in toks[c.start + 1 : upto + 1]]
+        self._fork([c for c in chunks if c.fork_of is not None])
+        width = max(len(self.batch.tokens(c.req_id)) for c in chunks)
+        res = self._sample_eager(self._gather(logits, rows), pack(specs, len(specs), width))
+        for rid, (at, n, k) in spans.items():
+            assert res.logprob_vals is not None and res.logprob_ids is not None
+            out.prompt_logprobs[rid] = [logprobs_of(res.logprob_vals[r], res.logprob_ids[r], k)
+                                        for r in range(at, at + n)]
         return res
 
-    def _fork(self, forks: list[NewRequestData]) -> None:
+    def _scores_prompt(self, c: Chunk) -> bool:
+        """Prompt logprobs come from a request's first prefill (not a recompute), chunk by chunk."""
+        st = self.states[c.req_id]
+        return (st.params.prompt_logprobs is not None and len(self.batch.tokens(c.req_id)) == st.num_prompt_tokens
+                and c.start < st.num_prompt_tokens - 1)
+
+    def _fork(self, forks: list[Chunk]) -> None:
         b, bs = self.backend, self.kv.block_size
         for r in forks:
-            n = len(r.token_ids)
+            n = r.length
             assert r.fork_of is not None
             if n % bs:  # the partial last block: the fork's own copy, which it goes on writing
                 src, dst = int(self.batch.blocks(r.fork_of)[n // bs]), int(self.batch.blocks(r.req_id)[n // bs])

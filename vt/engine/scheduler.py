@@ -1,9 +1,11 @@
-"""Continuous batching with preemption (newest running request first, recomputed later).
+"""Continuous batching with chunked prefill and preemption (newest running request first, recomputed).
 
-`schedule()` returns one SchedulerOutput: either the newly admitted requests (a prefill step) or one
-decode token, plus its speculative positions, for every running request. A step that preempted admits
-nothing. The scheduler moves `num_computed` forward as it schedules; the engine's update step takes
-back the rejected speculative positions.
+`schedule()` returns one SchedulerOutput under a token budget (`max_num_batched_tokens`), vLLM v1's
+order: first one decode token (plus its speculative positions) for every running request past its
+prefill, then the next chunk of every running request still prefilling, then new requests' first
+chunks. A prompt longer than what is left of the budget is split across steps (`prefill_chunks`: where
+each chunk starts). A step that preempted admits nothing. The scheduler moves `num_computed` forward as
+it schedules; the engine's update step takes back the rejected speculative positions.
 """
 
 from __future__ import annotations
@@ -36,10 +38,18 @@ class Scheduler:
     def schedule(self) -> SchedulerOutput:
         out = SchedulerOutput(finished_ids=self._finished)
         self._finished = set()
-        self._admit(out)
-        if not out.new_reqs:
-            self._decode(out)
+        budget = self.cfg.max_num_batched_tokens - self._decode(out)
+        budget = self._continue_prefills(out, budget)
+        if not out.preempted_ids:
+            self._admit(out, budget)
         return out
+
+    def _chunk(self, remaining: int, budget: int) -> int:
+        """Tokens of a prefill this step: all that remain if they fit, else what the budget leaves, but
+        never a split when speculating (the draft prefills whole prompts)."""
+        if remaining <= budget:
+            return remaining
+        return 0 if self.num_spec_tokens else max(budget, 0)
 
     def _need(self, req: Request, num_tokens: int) -> list[int]:
         """Tokens each KV group must hold: the draft's group only while the request may speculate."""
@@ -56,10 +66,9 @@ class Scheduler:
             return None
         ids = {s.id for s in req.siblings}
         return next((r.req_id for r in out.new_reqs if r.req_id in ids and r.fork_of is None
-                     and len(r.token_ids) == r.num_prompt_tokens), None)
+                     and len(r.token_ids) == r.num_prompt_tokens == out.num_scheduled_tokens[r.req_id]), None)
 
-    def _admit(self, out: SchedulerOutput) -> None:
-        budget = self.cfg.max_num_batched_tokens
+    def _admit(self, out: SchedulerOutput, budget: int) -> None:
         while self.waiting and len(self.running) < self.cfg.max_num_seqs:
             req = self.waiting[0]
             n = req.num_tokens
@@ -68,26 +77,45 @@ class Scheduler:
             shared = self.kv.fork(leader, req.id, n // self.kv.block_size) if leader else []
             # keep a block per running request and group free, so admitting does not force a preemption
             reserve = len(self.running) * self.kv.num_groups
-            cost = 0 if leader else n  # a fork computes nothing: it shares the leader's prefill
-            if cost > budget or not self.kv.can_allocate(req.id, self._need(req, n), reserve=reserve):
+            chunk = n if leader else self._chunk(n, budget)  # a fork computes nothing: it shares the leader's
+            if chunk < 1 or not self.kv.can_allocate(req.id, self._need(req, chunk), reserve=reserve):
                 if leader:
                     self.kv.release(req.id)
                 break
             self.waiting.popleft()
-            blocks = self.kv.allocate(req.id, self._need(req, n))
+            blocks = self.kv.allocate(req.id, self._need(req, chunk))
             blocks[0] = shared + blocks[0]
-            req.status, req.num_computed = Status.RUNNING, n
+            req.status, req.num_computed, req.num_prefill = Status.RUNNING, chunk, n
             self.running.append(req)
             self._num_sent[req.id] = n
             out.new_reqs.append(NewRequestData(req.id, req.all_ids, len(req.prompt_ids), blocks, req.params, req.seed,
                                                req.can_speculate, leader))
-            out.num_scheduled_tokens[req.id] = n
-            budget -= cost
+            out.num_scheduled_tokens[req.id] = chunk
+            out.prefill_chunks[req.id] = 0
+            budget -= 0 if leader else chunk
 
-    def _decode(self, out: SchedulerOutput) -> None:
+    def _continue_prefills(self, out: SchedulerOutput, budget: int) -> int:
+        """The next chunk of every running request whose prefill is not done, oldest first, while the
+        budget lasts."""
+        for req in [r for r in self.running if r.num_computed < r.num_prefill]:
+            chunk = self._chunk(req.num_prefill - req.num_computed, budget)
+            if chunk < 1 or not self.kv.can_allocate(req.id, self._need(req, req.num_computed + chunk)):
+                break
+            blocks = self.kv.allocate(req.id, self._need(req, req.num_computed + chunk))
+            out.cached_reqs.append(CachedRequestData(req.id, [], blocks, req.num_computed))
+            out.num_scheduled_tokens[req.id] = chunk
+            out.prefill_chunks[req.id] = req.num_computed
+            req.num_computed += chunk
+            budget -= chunk
+        return budget
+
+    def _decode(self, out: SchedulerOutput) -> int:
+        """One token (and its speculative positions) for every running request past its prefill;
+        returns the tokens scheduled."""
+        num_tokens = 0
         for req in list(self.running):
-            if req.status is not Status.RUNNING:
-                continue  # preempted earlier in this loop
+            if req.status is not Status.RUNNING or req.num_computed < req.num_prefill:
+                continue  # preempted earlier in this loop, or still prefilling
             spec = self._num_spec(req)
             need = self._need(req, req.num_tokens + spec)  # the KV slots this step writes
             while not self.kv.can_allocate(req.id, need):
@@ -104,10 +132,13 @@ class Scheduler:
                 if spec:
                     out.spec_tokens[req.id] = spec
                 req.num_computed += 1 + spec
+                num_tokens += 1 + spec
+        return num_tokens
 
     def _preempt(self, req: Request, out: SchedulerOutput) -> None:
         if out.num_scheduled_tokens.pop(req.id, None) is not None:  # a victim already scheduled: unschedule
             out.cached_reqs = [c for c in out.cached_reqs if c.req_id != req.id]
+            out.prefill_chunks.pop(req.id, None)
             out.spec_tokens.pop(req.id, None)
         out.preempted_ids.append(req.id)
         self.running.remove(req)
