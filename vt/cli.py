@@ -50,7 +50,8 @@ def _loaded(build, model: str):
 
 def _engine_kwargs(args: argparse.Namespace) -> dict:
     kw = dict(backend=args.backend, max_model_len=args.max_model_len, num_blocks=args.num_blocks,
-              max_num_seqs=args.max_num_seqs, enforce_eager=args.enforce_eager, seed=args.seed, dtype=args.dtype)
+              max_num_seqs=args.max_num_seqs, enforce_eager=args.enforce_eager, seed=args.seed, dtype=args.dtype,
+              max_num_batched_tokens=args.max_num_batched_tokens)
     if getattr(args, "speculative_model", None):
         kw.update(speculative_model=args.speculative_model, num_speculative_tokens=args.num_speculative_tokens)
     return kw
@@ -178,6 +179,9 @@ def _engine_args(p: argparse.ArgumentParser, max_model_len: int, num_blocks: int
     p.add_argument("--max-model-len", type=int, default=max_model_len, help="longest prompt + output, in tokens")
     p.add_argument("--num-blocks", type=int, default=num_blocks, help="KV cache blocks (block size 16)")
     p.add_argument("--max-num-seqs", type=int, default=16, help="requests in one step at most")
+    p.add_argument("--max-num-batched-tokens", type=int, default=0, help="tokens one step computes at most "
+                                                                          "(prompts beyond it are chunked); 0: 8192 "
+                                                                          "or max-model-len if larger")
     p.add_argument("--enforce-eager", action="store_true", help="no decode graphs (as VT_CUDAGRAPH=0)")
     p.add_argument("--seed", type=int, default=0, help="engine seed, and the request seed for generate")
     p.add_argument("--dtype", default="auto", choices=["auto", "bfloat16", "float16", "float32"],

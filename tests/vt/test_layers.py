@@ -7,7 +7,7 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-CORE = {"vt.backend", "vt.pool", "vt.capture", "vt.env", "vt.errors", "vt.registry"}
+CORE = {"vt.backend", "vt.pool", "vt.capture", "vt.env", "vt.errors", "vt.registry", "vt.dtypes"}
 TOP = {"vt.cli", "vt.conformance", "vt"}  # the command, its tables, and the package's lazy public names
 HARNESS = ("tests", "seams", "mutations")
 
