@@ -88,6 +88,9 @@ def load_checkpoint(path: str | Path) -> Checkpoint:
     if not path.is_dir():
         raise CheckpointError(f"checkpoint directory {path} does not exist")
     config = ModelConfig.from_hf(_read_json(path / "config.json"))
+    from models.rope import inv_freq_and_scale
+
+    inv_freq_and_scale(config)  # a rope_scaling it cannot use is refused now, by name, before any weight is read
     infos = _headers(path)
     check_manifest(config, infos)  # before any weight is read
     gen = _read_json(path / "generation_config.json", required=False)

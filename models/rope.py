@@ -25,9 +25,26 @@ def inv_freq_and_scale(c: ModelConfig) -> tuple[np.ndarray, float]:
     return inv, 1.0
 
 
+def _num(p: dict, key: str, kind: str, default: float | None = None) -> float:
+    """A rope parameter as a positive number, or a CheckpointError naming it."""
+    from vt.errors import CheckpointError
+
+    v = p.get(key, default)
+    if v is None:
+        raise CheckpointError(f"config.json: {kind} rope scaling needs {key!r}")
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0 or not math.isfinite(v):
+        raise CheckpointError(f"config.json: {kind} rope scaling {key}={v!r}: expected a positive number")
+    return float(v)
+
+
 def _llama3(inv: np.ndarray, p: dict) -> np.ndarray:
-    factor, low, high = float(p["factor"]), float(p["low_freq_factor"]), float(p["high_freq_factor"])
-    old_len = float(p["original_max_position_embeddings"])
+    factor, low, high = (_num(p, k, "llama3") for k in ("factor", "low_freq_factor", "high_freq_factor"))
+    old_len = _num(p, "original_max_position_embeddings", "llama3")
+    if high <= low:
+        from vt.errors import CheckpointError
+
+        raise CheckpointError(f"config.json: llama3 rope scaling high_freq_factor={high} must exceed "
+                              f"low_freq_factor={low}")
     wavelen = 2 * math.pi / inv
     scaled = np.where(wavelen > old_len / low, inv / factor, inv)  # long wavelengths: interpolate fully
     smooth = (old_len / wavelen - low) / (high - low)
@@ -38,14 +55,16 @@ def _llama3(inv: np.ndarray, p: dict) -> np.ndarray:
 
 def _yarn(dim: int, base: float, c: ModelConfig) -> tuple[np.ndarray, float]:
     p = c.rope_scaling
-    old_len = float(p["original_max_position_embeddings"])
-    factor = float(p.get("factor") or c.max_position_embeddings / old_len)
-    scale = p.get("attention_factor")
+    # as transformers reads YaRN: the original context defaults to max_position_embeddings
+    old_len = _num(p, "original_max_position_embeddings", "yarn", c.max_position_embeddings)
+    factor = _num(p, "factor", "yarn", c.max_position_embeddings / old_len)
+    scale = _num(p, "attention_factor", "yarn") if p.get("attention_factor") is not None else None
     if scale is None:
-        mscale, mscale_all = p.get("mscale"), p.get("mscale_all_dim")
+        mscale, mscale_all = (_num(p, k, "yarn") if p.get(k) is not None else None
+                              for k in ("mscale", "mscale_all_dim"))
         m = (lambda s, k=1.0: 1.0 if s <= 1 else 0.1 * k * math.log(s) + 1.0)  # noqa: E731
         scale = m(factor, mscale) / m(factor, mscale_all) if mscale and mscale_all else m(factor)
-    beta_fast, beta_slow = float(p.get("beta_fast") or 32), float(p.get("beta_slow") or 1)
+    beta_fast, beta_slow = _num(p, "beta_fast", "yarn", 32), _num(p, "beta_slow", "yarn", 1)
 
     def correction_dim(rotations: float) -> float:
         return dim * math.log(old_len / (rotations * 2 * math.pi)) / (2 * math.log(base))

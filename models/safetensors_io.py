@@ -77,20 +77,21 @@ def check_dtype(name: str, info: TensorInfo) -> np.dtype:
 
 
 class LazyWeights(Mapping[str, np.ndarray]):
-    """name -> float32 array, read from a memory map on access (never all at once)."""
+    """name -> float32 array, read from a memory map on access (never all at once). Each access maps the
+    file anew and the map goes with the view, so the pages of tensors already read (of any shard) leave
+    the process once their copies are made: host memory holds one tensor's pages, not every shard's."""
 
     def __init__(self, infos: dict[str, TensorInfo]) -> None:
         self.infos = infos
-        self._maps: dict[Path, np.memmap] = {}
 
     def raw(self, name: str) -> np.ndarray:
-        """The tensor in its stored dtype, as a view of the memory map."""
+        """The tensor in its stored dtype, as a view of a memory map of its file."""
         info = self.infos[name]
         dtype = check_dtype(name, info)
-        mm = self._maps.get(info.file)
-        if mm is None:
-            mm = self._maps[info.file] = np.memmap(info.file, dtype=np.uint8, mode="r")
-        return mm[info.begin : info.end].view(dtype).reshape(info.shape)
+        if info.end == info.begin:  # an empty tensor: nothing to map
+            return np.zeros(info.shape, dtype)
+        mm = np.memmap(info.file, dtype=np.uint8, mode="r", offset=info.begin, shape=(info.end - info.begin,))
+        return mm.view(dtype).reshape(info.shape)
 
     def __getitem__(self, name: str) -> np.ndarray:
         return self.raw(name).astype(np.float32)  # exact for F16 and BF16

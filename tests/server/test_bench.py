@@ -46,3 +46,13 @@ def test_the_clients_ttft_agrees_with_the_engines_first_token_time() -> None:
     client = result.median_ttft_ms / 1e3
     assert client >= np.median(engine_ttft), "the client cannot see a token before the engine made it"
     assert client < np.median(engine_e2e), "the first token reached the client while its request still ran"
+
+
+def test_bench_serve_against_a_running_server_at_a_finite_rate(capsys) -> None:
+    with running_server("tiny-qwen3", max_model_len=128, num_blocks=64) as (_, url):
+        argv = ["bench", "serve", "--base-url", url, "--input-len", "8", "--output-len", "4", "--num-prompts", "10",
+                "--max-concurrency", "4", "--request-rate", "40"]
+        assert main(argv) == 0
+    text = capsys.readouterr().out
+    assert "Successful requests:                    10" in text
+    assert "Failed requests:                        0" in text

@@ -65,15 +65,16 @@ def test_a_completion_is_the_offline_apis_completion(client: OpenAI) -> None:
 def test_chat_streams_a_role_frame_then_content_then_done(served) -> None:
     status, frames = stream_raw(served[1], "/v1/chat/completions", {
         "model": MODEL, "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 8, "stream": True,
-        "temperature": 0, "stream_options": {"include_usage": True}})
+        "temperature": 0, "ignore_eos": True, "stream_options": {"include_usage": True}})
     assert status == 200 and frames[-1] == "[DONE]"
     chunks = [f for f in frames if isinstance(f, dict)]
     assert chunks[0]["choices"][0]["delta"] == {"role": "assistant", "content": ""}
     assert all(c["object"] == "chat.completion.chunk" for c in chunks)
     content = "".join(c["choices"][0]["delta"].get("content", "") for c in chunks if c["choices"])
     usage = chunks[-1]["usage"]
-    assert chunks[-1]["choices"] == [] and usage["completion_tokens"] == 8 or content, "usage closes the stream"
+    assert chunks[-1]["choices"] == [] and usage["completion_tokens"] == 8, "usage closes the stream"
     assert usage["total_tokens"] == usage["prompt_tokens"] + usage["completion_tokens"]
+    assert content == "".join(c["choices"][0]["delta"].get("content", "") for c in chunks[1:-1])
 
 
 def test_continuous_usage_counts_every_token_so_far(served) -> None:
@@ -119,10 +120,12 @@ def test_the_async_client_streams_concurrently(served) -> None:
             return tokens
 
         out = await asyncio.gather(*(one(i) for i in range(8)))
+        whole = await aclient.completions.create(model=MODEL, prompt=[10, 20, 30], max_tokens=6, temperature=0,
+                                                 extra_body={"ignore_eos": True})
         await aclient.close()
-        return out
+        return [*out, whole.usage.completion_tokens]
 
-    assert asyncio.run(main()) == [6] * 8
+    assert asyncio.run(main()) == [6] * 9
 
 
 # ---- bad input: a 4xx with the OpenAI error shape, never a 500 -----------------------------------
@@ -141,6 +144,9 @@ BAD = [
     ("stream_options without stream", {"model": MODEL, "prompt": "hi", "stream_options": {"include_usage": True}},
      400),
     ("token id outside the vocabulary", {"model": MODEL, "prompt": [10**7]}, 400),
+    ("top_k past int64", {"model": MODEL, "prompt": "hi", "top_k": 2**63}, 400),
+    ("min_tokens holding off too many stop ids", {"model": MODEL, "prompt": "hi", "min_tokens": 2,
+                                                  "stop_token_ids": list(range(40))}, 400),
 ]
 CHAT_BAD = [
     ("messages not a list", {"model": MODEL, "messages": "hi"}, 400),
@@ -151,9 +157,13 @@ CHAT_BAD = [
 
 
 def _check_error(r: httpx.Response, status: int) -> None:
+    """OpenAI's error object: a message, the type invalid_request_error for a client's mistake, param, and
+    code (model_not_found for an unknown model, else null)."""
     assert r.status_code == status, r.text
     err = r.json()["error"]
-    assert isinstance(err["message"], str) and err["message"] and err["type"] and err["code"] == status
+    assert isinstance(err["message"], str) and err["message"] and {"type", "param", "code"} <= set(err)
+    assert err["type"] == "invalid_request_error" and err["code"] == ("model_not_found" if status == 404 and
+                                                                       "model" in err["message"] else None)
 
 
 @pytest.mark.parametrize("what, body, status", BAD, ids=[b[0] for b in BAD])
@@ -215,8 +225,8 @@ def test_metrics_are_prometheus_text_with_the_engine_figures(served, client: Ope
 def _json_values():
     from hypothesis import strategies as st
 
-    scalars = (st.none() | st.booleans() | st.integers(-10, 300) | st.floats(-5, 5, allow_nan=False)
-               | st.text(max_size=8))
+    scalars = (st.none() | st.booleans() | st.integers(-10, 300) | st.sampled_from([2**31, 2**63, -(2**63), 10**30])
+               | st.floats(-5, 5, allow_nan=False) | st.text(max_size=8))
     return st.recursive(scalars, lambda c: st.lists(c, max_size=4) | st.dictionaries(st.text(max_size=6), c,
                                                                                         max_size=3), max_leaves=8)
 
@@ -248,9 +258,10 @@ def test_fuzzed_bodies_get_a_200_or_a_4xx_never_a_500(served) -> None:
         assert r.status_code in (200, 400, 404), (r.status_code, body, r.text[:300])
         if r.status_code != 200:
             err = r.json()["error"]
-            assert err["message"] and err["code"] == r.status_code
+            assert err["message"] and err["type"] == "invalid_request_error"
         elif body.get("stream") is True:
             assert r.text.rstrip().endswith("data: [DONE]")
 
     check()
     assert {200, 400} <= statuses, f"non-vacuity: the fuzz reached both answers ({sorted(statuses)})"
+    assert httpx.get(url + "/health", timeout=30).status_code == 200, "no fuzzed body took the engine down"

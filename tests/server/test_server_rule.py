@@ -153,9 +153,9 @@ def test_a_client_that_goes_away_frees_its_blocks_within_one_engine_step(served)
     while (kv.num_used or not llm.aborts) and time.monotonic() < deadline:
         time.sleep(0.005)
     assert kv.num_used == 0 and llm.num_aborted == 1, "the disconnect was noticed and the request aborted"
-    (asked, applied), = llm.aborts.values()
-    assert applied is not None and applied - asked <= 1, (
-        f"{applied - asked} engine steps ran between the abort and the blocks coming back")
+    (asked, applied, used_after), = llm.aborts.values()
+    assert applied is not None and applied - asked <= 1, f"{applied - asked} steps ran before the abort was applied"
+    assert used_after == 0, f"{used_after} blocks still in use right after the abort"
     assert llm.num_steps - steps_at_close < 190, "aborted, not run to its 200 tokens"
     metrics = httpx.get(url + "/metrics", timeout=30).text
     assert "vt_kv_blocks_used 0.0" in metrics and "vt_requests_aborted_total 1.0" in metrics
@@ -257,3 +257,66 @@ def test_a_fatal_engine_error_mid_stream_is_an_error_frame_then_done_and_health_
     assert late.status_code == 503 and late.json()["error"]["message"]
     err = capsys.readouterr().err
     assert "Traceback" in err and "requests in flight" in err, "the fatal error printed its traceback and requests"
+
+
+def test_a_non_streaming_client_that_goes_away_is_aborted_too(served) -> None:
+    server, url = served
+    llm, kv = server.llm, server.llm.engine.kv_manager
+    body = {"model": MODEL, "prompt": [5] * 16, "max_tokens": 235, "ignore_eos": True}
+    with pytest.raises(httpx.ReadTimeout):  # the client gives up and closes the connection mid-generation
+        httpx.post(url + "/v1/completions", json=body, timeout=httpx.Timeout(5.0, read=0.05))
+    deadline = time.monotonic() + 30
+    while (kv.num_used or llm.num_aborted == 0) and time.monotonic() < deadline:
+        time.sleep(0.005)
+    assert llm.num_aborted == 1 and kv.num_used == 0, "the request was aborted and its blocks freed"
+    (asked, applied, used_after), = llm.aborts.values()
+    assert applied is not None and applied - asked <= 1 and used_after == 0
+    assert httpx.get(url + "/health", timeout=30).status_code == 200
+
+
+def test_a_request_queued_when_the_engine_dies_fails_fast_instead_of_hanging(served) -> None:
+    server, url = served
+    runner = server.llm.engine.runner
+    real, go, inside = runner.execute, threading.Event(), threading.Event()
+
+    def execute(so):
+        if runner.decoder.num_replays + runner.decoder.num_eager >= 2:  # mid-stream
+            inside.set()
+            go.wait(30)
+            raise RuntimeError("injected: the device fell over")
+        return real(so)
+
+    runner.execute = execute
+    first = threading.Thread(target=lambda: httpx.post(url + "/v1/completions", json={
+        "model": MODEL, "prompt": [5, 6], "max_tokens": 50, "ignore_eos": True}, timeout=60))
+    first.start()
+    assert inside.wait(30), "non-vacuity: the engine is inside the step that will fail"
+    late: dict[str, httpx.Response] = {}
+    t = threading.Thread(target=lambda: late.setdefault("r", httpx.post(url + "/v1/completions", json={
+        "model": MODEL, "prompt": "queued while the engine fails", "max_tokens": 4}, timeout=60)))
+    t.start()
+    time.sleep(0.3)  # its add is queued behind the failing step
+    go.set()
+    t.join(30)
+    first.join(30)
+    assert "r" in late, "the queued request got an answer (no hang)"
+    assert late["r"].status_code == 503 and "fell over" in late["r"].json()["error"]["message"]
+
+
+def test_a_disconnect_frees_the_draft_state_too() -> None:
+    with running_server(MODEL, max_model_len=256, num_blocks=256, speculative_model="tiny-qwen3-draft",
+                        num_speculative_tokens=2) as (server, url):
+        llm, proposer, kv = server.llm, server.llm.engine.runner.proposer, server.llm.engine.kv_manager
+        body = {"model": MODEL, "prompt": [5] * 20, "max_tokens": 200, "stream": True, "ignore_eos": True}
+        with httpx.stream("POST", url + "/v1/completions", json=body, timeout=60) as r:
+            for line in r.iter_lines():
+                if line.startswith("data: {"):
+                    break
+            assert proposer.contexts and kv.num_used > 0, "non-vacuity: draft state and blocks while streaming"
+        deadline = time.monotonic() + 30
+        while (proposer.contexts or kv.num_used) and time.monotonic() < deadline:
+            time.sleep(0.005)
+        assert not proposer.contexts and kv.num_used == 0, "the draft's context and both KV groups are free"
+        (asked, applied, used_after), = llm.aborts.values()
+        assert applied - asked <= 1 and used_after == 0
+        assert llm.num_steps - applied <= 1, "the runner dropped the draft context at the next engine step"

@@ -82,8 +82,8 @@ class LLM:
             raise RequestError(f"{len(parsed)} prompts but {len(plist)} SamplingParams")
         if any(sp is not None and not isinstance(sp, SamplingParams) for sp in plist):
             raise RequestError("sampling_params must be SamplingParams or a list of them")
-        for p in parsed:  # validate everything before queueing anything: bad input loses nothing
-            self.engine.tokenize(p)
+        for p, sp in zip(parsed, plist):  # validate everything before queueing anything: bad input loses nothing
+            self.engine.check_request(p, sp)
         reqs = [self.engine.add_request(p, sp) for p, sp in zip(parsed, plist)]
         with _progress(use_tqdm, len(reqs)) as advance:
             while self.engine.has_unfinished():

@@ -94,10 +94,11 @@ class LLMEngine:
             raise RequestError("prompt is empty")
         return ids
 
-    def add_request(self, prompt: Prompt, params: SamplingParams | None = None,
-                    request_id: str | None = None) -> Request:
-        """Bad input raises RequestError (nothing is queued). A request that can never fit is
-        returned already finished with an error; the engine carries on with the rest."""
+    def check_request(self, prompt: Prompt, params: SamplingParams | None = None) -> tuple[list[int], Any]:
+        """The prompt's token ids and the resolved parameters, or the RequestError add_request would raise
+        (nothing is queued either way: LLM.generate checks every request before it queues any)."""
+        from vt.engine.sampler import MAX_BANNED
+
         ids = self.tokenize(prompt)
         resolved = (params or SamplingParams()).resolve(self.generation_config)
         if resolved.has_penalties and self.scheduler.num_spec_tokens:
@@ -105,6 +106,17 @@ class LLMEngine:
         if any(t >= self.vocab_size for t in resolved.stop_token_ids):
             raise RequestError(f"stop_token_ids {list(resolved.stop_token_ids)}: outside the vocabulary "
                                f"[0, {self.vocab_size})")
+        banned = set(resolved.stop_token_ids) | (set() if resolved.ignore_eos else self.eos_ids)
+        if resolved.min_tokens and len(banned) > MAX_BANNED:
+            raise RequestError(f"min_tokens={resolved.min_tokens} holds off {len(banned)} token ids (EOS and "
+                               f"stop_token_ids); at most {MAX_BANNED} are supported")
+        return ids, resolved
+
+    def add_request(self, prompt: Prompt, params: SamplingParams | None = None,
+                    request_id: str | None = None) -> Request:
+        """Bad input raises RequestError (nothing is queued). A request that can never fit is
+        returned already finished with an error; the engine carries on with the rest."""
+        ids, resolved = self.check_request(prompt, params)
         rid = request_id or f"req-{next(self._ids)}"
         ids_n = [rid] + [f"{rid}#{i}" for i in range(1, resolved.n)]
         if any(i in self.requests for i in ids_n):

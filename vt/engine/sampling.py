@@ -51,8 +51,8 @@ class SamplingParams:
             raise ConfigError(f"temperature={t}: must be in [0, 100]")
         if p is not None and not (0.0 < p <= 1.0):
             raise ConfigError(f"top_p={p}: must be in (0, 1]")
-        if k is not None and k < -1:
-            raise ConfigError(f"top_k={k}: must be -1, 0 (disabled) or a positive count")
+        if k is not None and not -1 <= k < 2**31:
+            raise ConfigError(f"top_k={k}: must be -1, 0 (disabled) or a positive count below 2**31")
         if m is not None and not (0.0 <= m <= 1.0):
             raise ConfigError(f"min_p={m}: must be in [0, 1]")
         if self.seed is not None and (isinstance(self.seed, bool) or not isinstance(self.seed, int)

@@ -19,6 +19,7 @@ import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
+import numpy as np
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
@@ -72,6 +73,8 @@ class Server:
         if parsed.max_tokens is not None and parsed.max_tokens > room:
             raise bad(f"max_tokens={parsed.max_tokens} is too large: the prompt has {len(ids)} tokens and "
                       f"max_model_len is {e.cfg.max_model_len} (at most {room})", "max_tokens")
+        if parsed.max_tokens is None and parsed.is_chat:
+            parsed.params.max_tokens = room  # chat, as OpenAI's: no max_tokens means the rest of the context
         return ids
 
     # ---- endpoints --------------------------------------------------------------------------
@@ -130,6 +133,7 @@ class Answer:
         self.gens = [server.llm.generate(ids, parsed.params, f"{rid}-{i}") for i, ids in enumerate(token_ids)]
         self.sent: dict[tuple[int, int], tuple[int, int]] = {}  # (prompt, sample) -> (chars, tokens) sent
         self.max_stop = max((len(s) for s in parsed.params.stop), default=0)
+        self.sent_chars = 0
         self.created = int(time.time())
         self.tokenizer = server.llm.engine.tokenizer
 
@@ -166,7 +170,9 @@ class Answer:
         while not task.done():  # a client that goes away aborts its request
             done, _ = await asyncio.wait({task}, timeout=0.05)
             if not done and await request.is_disconnected():
-                task.cancel()
+                task.cancel()  # the generators' finally asks the engine to abort
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await task
                 await self.close()
                 return Response(status_code=499)
         try:
@@ -235,6 +241,7 @@ class Answer:
         if not whole and upto == chars and not new_toks and not done:
             return None
         self.sent[(i, c.index)] = (upto, len(c.token_ids))
+        self.sent_chars = chars  # where this choice's new text starts: its tokens' text_offset base
         text = c.text[chars:upto]
         lp = self._logprobs(c.token_ids[toks:], (c.logprobs or [])[toks:]) if c.logprobs is not None else None
         reason = None if not done else ("stop" if c.finish_reason == "stop" else
@@ -256,10 +263,13 @@ class Answer:
                                  "top_logprobs": [{"token": s(k), "logprob": v, "bytes": list(s(k).encode())}
                                                   for k, v in sorted(lp.items(), key=lambda kv: -kv[1])
                                                   ][: self.parsed.logprobs]} for t, lp in zip(ids, lps)]}
-        return {"tokens": [s(t) for t in ids], "token_logprobs": [lp[t] for t, lp in zip(ids, lps)],
+        strings = [s(t) for t in ids]
+        offsets = [int(x) for x in np.cumsum([0] + [len(x) for x in strings[:-1]])] if strings else []
+        base = self.sent_chars
+        return {"tokens": strings, "token_logprobs": [lp[t] for t, lp in zip(ids, lps)],
                 "top_logprobs": [{s(k): v for k, v in sorted(lp.items(), key=lambda kv: -kv[1])
                                   [: self.parsed.logprobs]} for lp in lps],
-                "text_offset": []}
+                "text_offset": [base + o for o in offsets]}
 
     def _usage(self, outs: list[RequestOutput]) -> dict[str, int]:
         prompt = sum(len(ids) for ids in self.token_ids)

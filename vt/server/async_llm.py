@@ -25,6 +25,8 @@ from vt.engine.request import Request, RequestOutput
 from vt.engine.sampling import SamplingParams
 from vt.errors import RequestError
 
+POLL_S = 0.25  # how often a request waiting to be added checks that the engine still runs
+
 
 class EngineDeadError(RuntimeError):
     """The engine loop stopped on a fatal error: every request in flight failed with it."""
@@ -48,7 +50,8 @@ class AsyncLLM:
         self._streams: dict[str, _Stream] = {}
         self.num_steps = 0
         self.num_aborted = 0
-        self.aborts: dict[str, tuple[int, int | None]] = {}  # request id -> (steps when asked, when applied)
+        # request id -> (engine steps when the abort was asked, when applied, KV blocks in use right after)
+        self.aborts: dict[str, tuple[int, int | None, int | None]] = {}
         self.num_preempted_done = 0  # preemptions of requests that have left (running ones are counted live)
         self.on_finished: Any = _noop  # called on the engine thread with each request that finishes
         self.dead: BaseException | None = None
@@ -67,22 +70,28 @@ class AsyncLLM:
         self._streams[request_id] = stream
         added: asyncio.Future = stream.loop.create_future()
         self._commands.put(("add", request_id, (prompt, params, added)))
+        finished = False
         try:
-            await added  # raises the engine's RequestError: nothing was queued
+            while not added.done():  # the engine may die (or stop) with this add still queued: never hang
+                await asyncio.wait({added}, timeout=POLL_S)
+                if not added.done() and not self.is_alive:
+                    raise EngineDeadError(f"the engine stopped: {self.dead or 'shut down'}")
+            added.result()  # raises the engine's RequestError: nothing was queued
             while True:
                 item = await stream.outputs.get()
                 if isinstance(item, BaseException):
                     raise item
+                finished = item.finished
                 yield item
-                if item.finished:
+                if finished:
                     return
         finally:
             self._streams.pop(request_id, None)
-            if stream.request is not None and not _all_finished(stream.request):
-                self.abort(request_id)  # the consumer went away (a client disconnect): free its blocks
+            if not finished:  # the consumer went away (a client disconnect), maybe mid-add: free its blocks
+                self.abort(request_id)  # queued after its add, so applied after it; a no-op if it never ran
 
     def abort(self, request_id: str) -> None:
-        self.aborts[request_id] = (self.num_steps, None)  # the engine step count when asked, when applied
+        self.aborts[request_id] = (self.num_steps, None, None)  # steps when asked; when applied; blocks then
         self._commands.put(("abort", request_id, None))
 
     def shutdown(self, reason: str = "the server is shutting down") -> None:
@@ -126,18 +135,32 @@ class AsyncLLM:
             stream.request = req
             stream.loop.call_soon_threadsafe(_settle, added, None)
         elif kind == "abort":
-            if rid in self.aborts:
-                self.aborts[rid] = (self.aborts[rid][0], self.num_steps)
-            for r in self.engine.abort(rid):
+            aborted = self.engine.abort(rid)
+            for r in aborted:
                 self.num_aborted += 1
                 self._finished(r)
+            if rid in self.aborts and aborted:
+                self.aborts[rid] = (self.aborts[rid][0], self.num_steps, self.engine.kv_manager.num_used)
+            else:
+                self.aborts.pop(rid, None)  # it had finished, or never ran
         elif kind == "stop":
             for r in list(self.engine.requests.values()):
                 for a in self.engine.abort(r.id):
                     self._finished(a)
-            for stream in list(self._streams.values()):
-                stream.put(EngineDeadError(rid))
             self._running = False
+            self._fail_all(rid)
+
+    def _fail_all(self, why: str) -> None:
+        """Every request in flight, and every add still queued, fails with why."""
+        for stream in list(self._streams.values()):
+            stream.put(EngineDeadError(why))
+        while True:
+            try:
+                kind, rid, arg = self._commands.get_nowait()
+            except queue.Empty:
+                return
+            if kind == "add" and rid in self._streams:
+                self._streams[rid].loop.call_soon_threadsafe(_settle, arg[2], EngineDeadError(why))
 
     def _finished(self, r: Request) -> None:
         self.num_preempted_done += r.num_preemptions
@@ -149,8 +172,7 @@ class AsyncLLM:
         except BaseException as e:  # noqa: BLE001 - fatal: LLMEngine.step printed the traceback
             self.dead = e
             self._running = False
-            for stream in list(self._streams.values()):
-                stream.put(EngineDeadError(f"the engine stopped on a fatal error: {type(e).__name__}: {e}"))
+            self._fail_all(f"the engine stopped on a fatal error: {type(e).__name__}: {e}")
             return
         self.num_steps += 1
         seen: set[str] = set()
@@ -166,10 +188,6 @@ class AsyncLLM:
 
 def _noop(req: Request) -> None:
     pass
-
-
-def _all_finished(r: Request) -> bool:
-    return all(s.is_finished for s in (r.siblings or [r]))
 
 
 def _settle(fut: asyncio.Future, error: BaseException | None) -> None:

@@ -17,7 +17,8 @@ LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
 
 
 class EngineCollector:
-    """What the engine knows now, read on every scrape (ints read across threads: a snapshot)."""
+    """What the engine knows now, read on every scrape: ints and a tuple() of the request table, which
+    CPython copies without letting the engine thread run in between (a snapshot, never a changing dict)."""
 
     def __init__(self, llm: Any) -> None:
         self.llm = llm
@@ -31,7 +32,7 @@ class EngineCollector:
         yield _gauge("vt_kv_blocks_total", "KV cache blocks in the pool.", kv.num_blocks)
         yield _gauge("vt_engine_alive", "1 while the engine loop runs.", int(self.llm.is_alive))
         yield _counter("vt_num_preemptions", "Requests preempted (to be recomputed).",
-                       sum(r.num_preemptions for r in e.requests.values()) + self.llm.num_preempted_done)
+                       sum(r.num_preemptions for r in tuple(e.requests.values())) + self.llm.num_preempted_done)
         yield _counter("vt_graph_replays", "Decode steps replayed from a captured graph.", driver.num_replays)
         yield _counter("vt_eager_steps", "Decode steps run eagerly (cold or graphs off).", driver.num_eager)
         yield _counter("vt_pool_misses", "Device-pool requests that went to the driver.", e.backend.pool.stats().get(

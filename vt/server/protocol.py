@@ -17,14 +17,17 @@ MAX_LOGPROBS = 20
 
 
 class ApiError(Exception):
-    def __init__(self, status: int, message: str, param: str | None = None, kind: str | None = None) -> None:
+    """An HTTP status and OpenAI's error object: type invalid_request_error for the client's mistakes,
+    code a string where OpenAI has one (model_not_found), else null."""
+
+    def __init__(self, status: int, message: str, param: str | None = None, code: str | None = None) -> None:
         super().__init__(message)
-        self.status, self.message, self.param = status, message, param
-        self.kind = kind or {400: "invalid_request_error", 404: "not_found_error", 413: "invalid_request_error",
-                             503: "service_unavailable"}.get(status, "internal_server_error")
+        self.status, self.message, self.param, self.code = status, message, param, code
+        self.kind = ("invalid_request_error" if 400 <= status < 500 else
+                     "service_unavailable" if status == 503 else "internal_server_error")
 
     def body(self) -> dict[str, Any]:
-        return {"error": {"message": self.message, "type": self.kind, "param": self.param, "code": self.status}}
+        return {"error": {"message": self.message, "type": self.kind, "param": self.param, "code": self.code}}
 
 
 def bad(message: str, param: str | None = None) -> ApiError:
@@ -42,7 +45,8 @@ class Parsed:
     include_usage: bool
     continuous_usage: bool
     logprobs: int | None  # completions: top-n per token; chat: top_logprobs when logprobs is true
-    max_tokens: int | None  # None: whatever max_model_len leaves
+    max_tokens: int | None  # None: 16 for completions (OpenAI's default); for chat what max_model_len leaves
+    is_chat: bool = False
 
 
 def _get(body: dict, name: str, kinds: tuple[type, ...], default: Any = None) -> Any:
@@ -137,4 +141,4 @@ def parse_sampling(body: dict, chat: bool) -> Parsed:
     except (ConfigError, TypeError) as e:
         raise bad(str(e), str(e).split("=", 1)[0] if "=" in str(e) else None) from None
     return Parsed([], params, stream, bool(opts.get("include_usage")), bool(opts.get("continuous_usage_stats")),
-                  logprobs, max_tokens)
+                  logprobs, max_tokens, chat)
