@@ -976,9 +976,11 @@ ENTRIES: list[Mutation] = [
     Mutation(
         id="server-abort-does-not-free",
         description="a client that goes away leaves its request running: its blocks stay in use until it finishes",
-        file="vt/server/async_llm.py", old="                self.abort(request_id)  # the consumer went away",
-        new="                pass  # the consumer went away",
-        gates=(f"{RULE}::test_a_client_that_goes_away_frees_its_blocks_within_one_engine_step",),
+        file="vt/server/async_llm.py", old="                self.abort(request_id)  # queued after its add",
+        new="                pass  # queued after its add",
+        gates=(f"{RULE}::test_a_client_that_goes_away_frees_its_blocks_within_one_engine_step",
+               f"{RULE}::test_a_non_streaming_client_that_goes_away_is_aborted_too",
+               f"{RULE}::test_a_disconnect_frees_the_draft_state_too"),
     ),
     Mutation(
         id="server-usage-counts-one-sample",
