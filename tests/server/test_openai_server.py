@@ -8,9 +8,11 @@ import json
 
 import httpx
 import pytest
-from openai import AsyncOpenAI, OpenAI
 
 from vt.server.serve import running_server
+
+openai = pytest.importorskip("openai")  # a dev dependency; a GPU image without it skips this CPU-lane module
+AsyncOpenAI, OpenAI = openai.AsyncOpenAI, openai.OpenAI
 
 MODEL = "tiny-qwen3"
 
@@ -22,7 +24,7 @@ def served():
 
 
 @pytest.fixture(scope="module")
-def client(served) -> OpenAI:
+def client(served):
     return OpenAI(base_url=served[1] + "/v1", api_key="unused", max_retries=0)
 
 
@@ -44,11 +46,11 @@ def stream_raw(url: str, path: str, body: dict) -> tuple[int, list[dict | str]]:
         return r.status_code, sse(lines) if r.status_code == 200 else [json.loads("".join(lines))]
 
 
-def test_models_lists_the_served_model(client: OpenAI) -> None:
+def test_models_lists_the_served_model(client) -> None:
     assert [m.id for m in client.models.list().data] == [MODEL]
 
 
-def test_a_completion_is_the_offline_apis_completion(client: OpenAI) -> None:
+def test_a_completion_is_the_offline_apis_completion(client) -> None:
     from vt import LLM, SamplingParams
 
     got = client.completions.create(model=MODEL, prompt="Hello there", max_tokens=12, temperature=0)
@@ -86,7 +88,7 @@ def test_continuous_usage_counts_every_token_so_far(served) -> None:
     assert all(f["usage"]["prompt_tokens"] == 4 for f in frames if isinstance(f, dict))
 
 
-def test_n_samples_logprobs_stop_and_seed(client: OpenAI) -> None:
+def test_n_samples_logprobs_stop_and_seed(client) -> None:
     kw = dict(model=MODEL, prompt="Once upon", max_tokens=8, temperature=1.0, seed=7, n=3, logprobs=2)
     a, b = client.completions.create(**kw), client.completions.create(**kw)
     assert [c.text for c in a.choices] == [c.text for c in b.choices], "seeded: the same samples twice"
@@ -99,7 +101,7 @@ def test_n_samples_logprobs_stop_and_seed(client: OpenAI) -> None:
         assert stop_at not in cut.choices[0].text
 
 
-def test_chat_with_max_completion_tokens_and_logprobs(client: OpenAI) -> None:
+def test_chat_with_max_completion_tokens_and_logprobs(client) -> None:
     r = client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "Hello"}],
                                        max_completion_tokens=6, temperature=0, logprobs=True, top_logprobs=2)
     c = r.choices[0]
@@ -190,9 +192,7 @@ def test_an_oversize_body_is_413_and_unknown_routes_are_json_errors(served) -> N
     assert httpx.get(served[1] + "/health", timeout=30).status_code == 200
 
 
-def test_the_openai_client_raises_its_typed_errors(client: OpenAI) -> None:
-    import openai
-
+def test_the_openai_client_raises_its_typed_errors(client) -> None:
     with pytest.raises(openai.NotFoundError):
         client.completions.create(model="nope", prompt="hi")
     with pytest.raises(openai.BadRequestError, match="max_tokens"):
@@ -200,7 +200,7 @@ def test_the_openai_client_raises_its_typed_errors(client: OpenAI) -> None:
 
 
 # ---- metrics ---------------------------------------------------------------------------------------
-def test_metrics_are_prometheus_text_with_the_engine_figures(served, client: OpenAI) -> None:
+def test_metrics_are_prometheus_text_with_the_engine_figures(served, client) -> None:
     client.completions.create(model=MODEL, prompt="count me", max_tokens=4, temperature=0,
                               extra_body={"ignore_eos": True})
     text = httpx.get(served[1] + "/metrics", timeout=30).text
