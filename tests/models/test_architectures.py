@@ -154,3 +154,21 @@ def test_dtype_choice_is_resolved_per_backend() -> None:
     assert resolve_dtype("auto", "float16", "cuda") == "float16"
     assert resolve_dtype("bfloat16", "float32", "cpu") == "bfloat16"
     assert resolve_dtype("float32", "bfloat16", "cuda") == "float32"
+
+
+def test_a_sharded_checkpoint_loads_as_its_single_file_twin(root: Path, tmp_path: Path) -> None:
+    """transformers shards a checkpoint (an index and several files): vt reads the same tensors from them."""
+    import shutil
+
+    from transformers import AutoModelForCausalLM
+
+    single = make("qwen2", root)
+    sharded = tmp_path / "sharded"
+    AutoModelForCausalLM.from_pretrained(str(single)).save_pretrained(sharded, max_shard_size="300KB")
+    for f in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(single / f, sharded / f)
+    assert (sharded / "model.safetensors.index.json").is_file() and len(list(sharded.glob("*.safetensors"))) >= 2, (
+        "non-vacuity: the checkpoint really is sharded")
+    tokens, logits = vt_greedy(sharded, 4)
+    want_tokens, want = vt_greedy(single, 4)
+    assert tokens == want_tokens and np.array_equal(logits, want)
