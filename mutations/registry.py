@@ -949,7 +949,15 @@ ENTRIES: list[Mutation] = [
         gates=(f"{CHUNK}::test_decodes_go_first_and_are_never_starved_by_a_long_prompt",
                *(f"{CHUNK}::test_chunked_runs_generate_what_the_unchunked_run_does[{b}]" for b in (16, 33, 64)),
                f"{CHUNK}::test_prompt_logprobs_come_chunk_by_chunk",
-               f"{CHUNK}::test_a_preempted_chunked_prefill_recomputes_to_the_same_tokens"),
+               f"{CHUNK}::test_a_preempted_chunked_prefill_recomputes_to_the_same_tokens_and_prompt_logprobs"),
+    ),
+
+    Mutation(
+        id="prompt-logprobs-appended-on-recompute",
+        description="a request preempted mid-prefill appends its rescored prompt logprobs instead of replacing them",
+        file="vt/engine/llm.py", old="r.prompt_logprobs = [*(r.prompt_logprobs or [None])[:first], *scored]",
+        new="r.prompt_logprobs = [*(r.prompt_logprobs or [None]), *scored]",
+        gates=(f"{CHUNK}::test_a_preempted_chunked_prefill_recomputes_to_the_same_tokens_and_prompt_logprobs",),
     ),
 
     # ---- the server rule (issue 14) ------------------------------------------------------------

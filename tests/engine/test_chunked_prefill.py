@@ -76,16 +76,58 @@ def test_prompt_logprobs_come_chunk_by_chunk() -> None:
     whole = LLM("tiny-qwen3", max_model_len=256, num_blocks=64).generate([PROMPTS[0]], sp)[0].prompt_logprobs
     chunked = LLM("tiny-qwen3", max_model_len=256, num_blocks=64, max_num_batched_tokens=16).generate(
         [PROMPTS[0]], sp)[0].prompt_logprobs
+    assert len(PROMPTS[0]) > 16, "non-vacuity: the prompt is longer than the budget, so it is split"
     assert whole is not None and chunked is not None and len(chunked) == len(whole) == len(PROMPTS[0])
     assert whole[0] is None and chunked[0] is None
     for a, b in zip(whole[1:], chunked[1:]):
         assert a.keys() == b.keys() and all(abs(a[t] - b[t]) < 1e-4 for t in a)
 
 
-def test_a_preempted_chunked_prefill_recomputes_to_the_same_tokens(unchunked) -> None:
-    reqs, _ = drive(engine(16, num_blocks=17, max_num_seqs=4), {0: [0, 1], 2: [2, 3, 4]})
-    assert sum(r.num_preemptions for r in reqs) > 0, "non-vacuity: the small pool forced preemptions"
-    assert [r.output_ids for r in reqs] == [u[0] for u in unchunked]
+def test_a_preempted_chunked_prefill_recomputes_to_the_same_tokens_and_prompt_logprobs() -> None:
+    """A 200-token prompt asking for prompt logprobs arrives while a long request decodes in a small pool:
+    it is preempted in the middle of its chunked prefill (before its first token), recomputed, and ends
+    with the tokens and the 200 prompt logprobs of a run with room to spare."""
+    long = [3 + (i * 7) % 400 for i in range(100)]
+    sp = SamplingParams(temperature=0, max_tokens=40, ignore_eos=True)
+    asks = SamplingParams(temperature=0, max_tokens=4, ignore_eos=True, prompt_logprobs=1)
+
+    def run(e: LLMEngine) -> tuple[list, list[tuple[int, int]]]:
+        mid_prefill: list[tuple[int, int]] = []
+        real = e.scheduler._preempt
+
+        def preempt(req, out):
+            if not req.output_ids:
+                mid_prefill.append((req.num_computed, req.num_prefill))
+            real(req, out)
+
+        e.scheduler._preempt = preempt
+        reqs, i = [e.add_request(long, sp)], 0
+        while e.has_unfinished() or i <= 8:
+            if i == 8:
+                reqs.append(e.add_request(PROMPTS[2], asks))
+            e.step()
+            i += 1
+        return reqs, mid_prefill
+
+    tight, cut = run(engine(16, num_blocks=17))
+    roomy, _ = run(engine(16))
+    assert cut and all(0 < done < total for done, total in cut), f"non-vacuity: preempted mid-prefill {cut}"
+    assert [r.output_ids for r in tight] == [r.output_ids for r in roomy]
+    got, want = tight[1].prompt_logprobs, roomy[1].prompt_logprobs
+    assert got is not None and want is not None and len(got) == len(want) == len(PROMPTS[2]) and got[0] is None
+    assert all(a.keys() == b.keys() and all(abs(a[t] - b[t]) < 1e-4 for t in a) for a, b in zip(got[1:], want[1:]))
+
+
+def test_a_one_token_prompt_gets_prompt_logprobs_of_none() -> None:
+    out = LLM("tiny-qwen3", max_model_len=64, num_blocks=16).generate([[7]], SamplingParams(
+        temperature=0, max_tokens=2, prompt_logprobs=2))[0]
+    assert out.prompt_logprobs == [None] and len(out.token_ids) == 2
+
+
+def test_the_budget_must_hold_every_running_requests_decode_tokens() -> None:
+    with pytest.raises(ConfigError, match="max_num_batched_tokens"):
+        EngineConfig(model="tiny-qwen3", max_model_len=256, num_blocks=64, max_num_seqs=8, max_num_batched_tokens=7)
+    EngineConfig(model="tiny-qwen3", max_model_len=256, num_blocks=64, max_num_seqs=8, max_num_batched_tokens=8)
 
 
 def test_speculation_still_needs_a_budget_for_a_whole_prompt() -> None:

@@ -46,6 +46,10 @@ class EngineConfig:
                   ">= 1 when speculative_model is set")
         if self.max_num_batched_tokens == 0:
             self.max_num_batched_tokens = max(8192, self.max_model_len)
+        decode_tokens = self.max_num_seqs * (1 + self.num_speculative_tokens)
+        _need(self.max_num_batched_tokens >= decode_tokens, "max_num_batched_tokens", self.max_num_batched_tokens,
+              f">= max_num_seqs x (1 + num_speculative_tokens) = {decode_tokens}: every running request's decode "
+              f"tokens fit in one step")
         _need(self.max_num_batched_tokens >= (self.max_model_len if self.speculative_model else 1),
               "max_num_batched_tokens", self.max_num_batched_tokens,
               f">= max_model_len ({self.max_model_len}) with a speculative model (the draft prefills whole prompts)"

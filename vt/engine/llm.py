@@ -184,8 +184,9 @@ class LLMEngine:
             if rid in out.errors:  # this request fails; its neighbours carry on
                 self._finish(r, "error", out.errors[rid])
             else:
-                if rid in out.prompt_logprobs:  # chunk by chunk
-                    r.prompt_logprobs = [*(r.prompt_logprobs or [None]), *out.prompt_logprobs[rid]]
+                if rid in out.prompt_logprobs:  # chunk by chunk, by position: a rescored position replaces itself
+                    first, scored = out.prompt_logprobs[rid]
+                    r.prompt_logprobs = [*(r.prompt_logprobs or [None])[:first], *scored]
                 if rid not in out.sampled:
                     continue  # a prefill chunk short of the prompt's end: nothing sampled yet
                 tokens = out.sampled[rid]
@@ -208,6 +209,8 @@ class LLMEngine:
         r.cumulative_logprob = (r.cumulative_logprob or 0.0) + logprobs[token]
 
     def _append(self, r: Request, token: int) -> None:
+        if r.params.prompt_logprobs is not None and r.prompt_logprobs is None:
+            r.prompt_logprobs = [None]  # a one-token prompt: nothing to score, as vLLM returns it
         r.output_ids.append(token)
         if r.first_token_time is None:
             r.first_token_time = time.monotonic()

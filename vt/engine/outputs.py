@@ -59,5 +59,6 @@ class RunnerOutput:
     errors: dict[str, str] = field(default_factory=dict)  # by request id: this request fails, the rest go on
     # by request id, one {token id: logprob} per sampled token: the top-n and the sampled one (when asked)
     logprobs: dict[str, list[dict[int, float]]] = field(default_factory=dict)
-    # by request id, at its first prefill when asked: per prompt token after the first, the top-n and its own
-    prompt_logprobs: dict[str, list[dict[int, float]]] = field(default_factory=dict)
+    # by request id, when asked: (position of the first token scored, per prompt token from there the top-n
+    # and its own), chunk by chunk; a recompute after preemption scores the same positions again
+    prompt_logprobs: dict[str, tuple[int, list[dict[int, float]]]] = field(default_factory=dict)

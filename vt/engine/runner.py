@@ -93,7 +93,8 @@ class ModelRunner:
         self._update_states(so)
         out = RunnerOutput()
         with self.backend.use_stream(self.stream):
-            chunks = [Chunk(r.req_id, 0, so.num_scheduled_tokens[r.req_id], r.fork_of) for r in so.new_reqs]
+            chunks = [Chunk(r.req_id, 0, len(r.token_ids) if r.fork_of else so.num_scheduled_tokens[r.req_id],
+                            r.fork_of) for r in so.new_reqs]
             chunks += [Chunk(rid, start, so.num_scheduled_tokens[rid], None) for rid, start in so.prefill_chunks.items()
                        if rid not in self.batch.row_of or start > 0]
             if chunks:
@@ -165,12 +166,13 @@ class ModelRunner:
         res = self._sample_eager(self._gather(logits, rows), pack(specs, len(specs), width))
         for rid, (at, n, k) in spans.items():
             assert res.logprob_vals is not None and res.logprob_ids is not None
-            out.prompt_logprobs[rid] = [logprobs_of(res.logprob_vals[r], res.logprob_ids[r], k)
-                                        for r in range(at, at + n)]
+            scored_rows = [logprobs_of(res.logprob_vals[r], res.logprob_ids[r], k) for r in range(at, at + n)]
+            out.prompt_logprobs[rid] = (computed[rid].start + 1, scored_rows)
         return res
 
     def _scores_prompt(self, c: Chunk) -> bool:
-        """Prompt logprobs come from a request's first prefill (not a recompute), chunk by chunk."""
+        """Prompt logprobs come from the prefill of the prompt, chunk by chunk (a request preempted before
+        its first token scores its prompt again on the recompute; the engine replaces those positions)."""
         st = self.states[c.req_id]
         return (st.params.prompt_logprobs is not None and len(self.batch.tokens(c.req_id)) == st.num_prompt_tokens
                 and c.start < st.num_prompt_tokens - 1)
@@ -200,6 +202,9 @@ class ModelRunner:
 
     def _sample_eager(self, logits: Tensor, rows: SamplingRows) -> StepResult:
         b, pool, n = self.backend, self.backend.pool, rows.num_rows
+        if n == 0:  # only chunks short of their sequence's end: nothing to sample (and no empty CUDA grid)
+            pool.release(logits)
+            return StepResult(np.zeros(0, I64))
         width = rows.hist.shape[1] if rows.hist is not None else 1
         t = {"f": pool.empty((n, NF), F32), "i": pool.empty((n, NI), I64), "h": pool.empty((n, width), I64),
              "hr": pool.empty((n, width), F32), "ids": pool.empty((n,), I64), "lv": pool.empty((n, NLP), F32),

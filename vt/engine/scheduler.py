@@ -90,7 +90,7 @@ class Scheduler:
             self._num_sent[req.id] = n
             out.new_reqs.append(NewRequestData(req.id, req.all_ids, len(req.prompt_ids), blocks, req.params, req.seed,
                                                req.can_speculate, leader))
-            out.num_scheduled_tokens[req.id] = chunk
+            out.num_scheduled_tokens[req.id] = 0 if leader else chunk  # a fork computes nothing this step
             out.prefill_chunks[req.id] = 0
             budget -= 0 if leader else chunk
 
