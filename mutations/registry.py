@@ -960,6 +960,20 @@ ENTRIES: list[Mutation] = [
         gates=(f"{CHUNK}::test_a_preempted_chunked_prefill_recomputes_to_the_same_tokens_and_prompt_logprobs",),
     ),
 
+    Mutation(
+        id="bench-serve-unreachable-base-url-traceback",
+        description="vt bench serve asks an unreachable --base-url for its model unguarded: a raw ConnectError",
+        file="vt/cli.py", old="    except (httpx.HTTPError, ValueError, KeyError, IndexError, TypeError) as e:",
+        new="    except () as e:",
+        gates=(f"{CLI}::test_bad_input_is_one_typed_line_and_exit_2[bench-unreachable-server]",),
+    ),
+    Mutation(
+        id="serve-port-unchecked",
+        description="vt serve passes an impossible --port to uvicorn: a raw OverflowError from bind()",
+        file="vt/cli.py", old="    if not 0 < args.port < 65536:", new="    if False:",
+        gates=(f"{CLI}::test_bad_input_is_one_typed_line_and_exit_2[serve-port-out-of-range]",),
+    ),
+
     # ---- the server rule (issue 14) ------------------------------------------------------------
     Mutation(
         id="server-role-frame-before-the-first-result",

@@ -26,14 +26,14 @@ def _conformance(args: argparse.Namespace) -> int:
     return 0
 
 
-def _concurrency(text: str) -> list[int]:
+def _concurrency(text: str, flag: str = "--concurrency") -> list[int]:
     """A comma-separated list of ints: '1,2,4,8' (run_ladder checks the levels)."""
     from vt.errors import ConfigError
 
     try:
         conc = [int(c) for c in text.split(",")]
     except ValueError:
-        raise ConfigError(f"--concurrency {text!r}: expected positive integers separated by commas (1,2,4)") from None
+        raise ConfigError(f"{flag} {text!r}: expected positive integers separated by commas (1,2,4)") from None
     return conc
 
 
@@ -78,8 +78,11 @@ def _generate(args: argparse.Namespace) -> int:
 
 
 def _serve(args: argparse.Namespace) -> int:
+    from vt.errors import ConfigError
     from vt.server.serve import make_server, uvicorn_server
 
+    if not 0 < args.port < 65536:
+        raise ConfigError(f"--port {args.port}: must be in [1, 65535]")
     _, app = _loaded(lambda: make_server(args.model, args.served_model_name, **_engine_kwargs(args)), args.model)
     print(f"vt: serving {args.served_model_name or args.model} on http://{args.host}:{args.port} "
           f"(OpenAI API under /v1; /health, /metrics)", file=sys.stderr, flush=True)
@@ -90,7 +93,14 @@ def _serve(args: argparse.Namespace) -> int:
     # this one, so a clean drain exits 0 and says so.
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda signum, frame: stopped.append(signum))
-    uvicorn_server(app, args.host, args.port).run()
+    uv = uvicorn_server(app, args.host, args.port)
+    try:
+        uv.run()
+    except SystemExit:  # uvicorn exits when it cannot listen; anything after startup is its own business
+        if not uv.started:
+            raise ConfigError(f"could not listen on {args.host}:{args.port} (the port is in use, or the host is "
+                              f"not an address of this machine)") from None
+        raise
     print(f"vt: stopped{' on ' + signal.Signals(stopped[0]).name if stopped else ''}: connections drained, "
           f"the engine shut down", file=sys.stderr, flush=True)
     return 0
@@ -104,7 +114,7 @@ def _bench_serve(args: argparse.Namespace) -> int:
     from vt.server import bench
     from vt.server.serve import running_server
 
-    levels = _concurrency(args.max_concurrency)
+    levels = _concurrency(args.max_concurrency, "--max-concurrency")
     for name in ("input_len", "output_len", "num_prompts"):
         if getattr(args, name) < 1:
             raise ConfigError(f"--{name.replace('_', '-')} {getattr(args, name)}: must be >= 1")
@@ -118,10 +128,8 @@ def _bench_serve(args: argparse.Namespace) -> int:
             print(f"vt: starting a server on {args.model} ...", file=sys.stderr, flush=True)
             _, url = stack.enter_context(running_server(args.model, **_engine_kwargs(args)))
             print(f"vt: serving on {url}", file=sys.stderr, flush=True)
-        if name is None:
-            import httpx
-
-            name = httpx.get(url.rstrip("/") + "/v1/models", timeout=30).json()["data"][0]["id"]
+        served = _served_model(url)  # also: the server answers at all, before any level runs
+        name = name or served
         rng = __import__("numpy").random.default_rng(args.seed)
         # one request first, not counted (as vLLM's benchmark does): the server's cold start is not a level's
         asyncio.run(bench.run_level(url, name, [rng.integers(3, 500, args.input_len).tolist()], args.output_len, 1,
@@ -136,6 +144,20 @@ def _bench_serve(args: argparse.Namespace) -> int:
             for path in bench.save(results, args.save_result):
                 print(f"vt: wrote {path}", file=sys.stderr)
     return 0 if all(r.failed == 0 for r in results) else 1
+
+
+def _served_model(url: str) -> str:
+    """The model a running server serves, from its /v1/models; a typed error if nothing answers there."""
+    import httpx
+
+    from vt.errors import ConfigError
+
+    try:
+        r = httpx.get(url.rstrip("/") + "/v1/models", timeout=30)
+        return str(r.json()["data"][0]["id"])
+    except (httpx.HTTPError, ValueError, KeyError, IndexError, TypeError) as e:
+        raise ConfigError(f"--base-url {url}: no OpenAI-compatible server answered GET /v1/models "
+                          f"({type(e).__name__}: {e})") from None
 
 
 def _ladder(args: argparse.Namespace) -> int:

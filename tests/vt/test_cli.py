@@ -40,8 +40,18 @@ def run_cli(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, s
     (["generate", "--model", "tiny-qwen3", "--prompt", "hello world " * 40, "--max-model-len", "32", "--num-blocks",
       "4"], "max_model_len=32"),
     (["generate", "--model", "no-such-model", "--prompt", "hi"], "CheckpointError"),
+    (["bench", "serve"], "--base-url of a running server, or --model"),
+    (["bench", "serve", "--base-url", "http://127.0.0.1:1"], "no OpenAI-compatible server answered"),
+    (["bench", "serve", "--model", "tiny-qwen3", "--max-concurrency", "x"], "--max-concurrency 'x'"),
+    (["bench", "serve", "--model", "tiny-qwen3", "--request-rate", "0"], "--request-rate 0.0"),
+    (["serve", "tiny-qwen3", "--port", "99999"], "--port 99999"),
+    (["generate", "--model", "tiny-qwen3", "--prompt", "hi", "--n", "0", *SMALL], "n=0"),
+    (["generate", "--model", "tiny-qwen3", "--prompt", "hi", "--max-num-batched-tokens", "-1"],
+     "max_num_batched_tokens=-1"),
 ], ids=["concurrency-0", "concurrency-negative", "concurrency-words", "no-prompts", "negative-seed",
-        "negative-ladder-seed", "huge-max-tokens", "non-utf8-prompt", "prompt-too-long", "unknown-model"])
+        "negative-ladder-seed", "huge-max-tokens", "non-utf8-prompt", "prompt-too-long", "unknown-model",
+        "bench-without-target", "bench-unreachable-server", "bench-concurrency-words", "bench-rate-0",
+        "serve-port-out-of-range", "generate-n-0", "negative-token-budget"])
 def test_bad_input_is_one_typed_line_and_exit_2(argv: list[str], names: str, capsys) -> None:
     rc, err = run_cli(argv, capsys)
     assert rc == 2, (rc, err)
