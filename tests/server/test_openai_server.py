@@ -95,6 +95,9 @@ def test_n_samples_logprobs_stop_and_seed(client) -> None:
     assert sorted(c.index for c in a.choices) == [0, 1, 2] and len({c.text for c in a.choices}) > 1
     assert a.usage.completion_tokens == sum(len(c.logprobs.tokens) for c in a.choices)
     assert all(len(c.logprobs.top_logprobs[0]) >= 1 for c in a.choices)
+    for c in a.choices:  # each token's offset in the choice's text: where the text of the tokens before ends
+        want = [sum(len(t) for t in c.logprobs.tokens[:j]) for j in range(len(c.logprobs.tokens))]
+        assert c.logprobs.text_offset == want and want[-1] > 0
     stop_at = a.choices[0].text[2:4]
     if stop_at.strip():
         cut = client.completions.create(**{**kw, "n": 1, "stop": [stop_at], "logprobs": None})

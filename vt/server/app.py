@@ -133,7 +133,6 @@ class Answer:
         self.gens = [server.llm.generate(ids, parsed.params, f"{rid}-{i}") for i, ids in enumerate(token_ids)]
         self.sent: dict[tuple[int, int], tuple[int, int]] = {}  # (prompt, sample) -> (chars, tokens) sent
         self.max_stop = max((len(s) for s in parsed.params.stop), default=0)
-        self.sent_chars = 0
         self.created = int(time.time())
         self.tokenizer = server.llm.engine.tokenizer
 
@@ -241,9 +240,8 @@ class Answer:
         if not whole and upto == chars and not new_toks and not done:
             return None
         self.sent[(i, c.index)] = (upto, len(c.token_ids))
-        self.sent_chars = chars  # where this choice's new text starts: its tokens' text_offset base
         text = c.text[chars:upto]
-        lp = self._logprobs(c.token_ids[toks:], (c.logprobs or [])[toks:]) if c.logprobs is not None else None
+        lp = self._logprobs(c.token_ids[toks:], (c.logprobs or [])[toks:], chars) if c.logprobs is not None else None
         reason = None if not done else ("stop" if c.finish_reason == "stop" else
                                         "length" if c.finish_reason == "length" else c.finish_reason)
         if self.chat:
@@ -252,7 +250,8 @@ class Answer:
         return {"index": index, "text": text, "logprobs": lp, "finish_reason": reason,
                 **({"stop_reason": c.stop_reason} if done else {})}
 
-    def _logprobs(self, ids: list[int], lps: list[dict[int, float]]) -> dict[str, Any]:
+    def _logprobs(self, ids: list[int], lps: list[dict[int, float]], base: int) -> dict[str, Any]:
+        """OpenAI's logprobs object for these tokens; base: where their text starts in the choice's text."""
         tok = self.tokenizer
 
         def s(t: int) -> str:
@@ -265,7 +264,6 @@ class Answer:
                                                   ][: self.parsed.logprobs]} for t, lp in zip(ids, lps)]}
         strings = [s(t) for t in ids]
         offsets = [int(x) for x in np.cumsum([0] + [len(x) for x in strings[:-1]])] if strings else []
-        base = self.sent_chars
         return {"tokens": strings, "token_logprobs": [lp[t] for t, lp in zip(ids, lps)],
                 "top_logprobs": [{s(k): v for k, v in sorted(lp.items(), key=lambda kv: -kv[1])
                                   [: self.parsed.logprobs]} for lp in lps],
