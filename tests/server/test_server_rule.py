@@ -6,6 +6,7 @@ error frame and then [DONE]; a client that goes away frees its blocks within one
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import signal
@@ -21,6 +22,7 @@ import pytest
 from vt.server.serve import free_port, running_server
 
 MODEL = "tiny-qwen3"
+HOLD_S = 3.0  # how long a held engine waits for a disconnect to be noticed before it carries on
 GRACE_S = 0.5  # how long a held engine must keep the response silent (not a performance bound)
 MARK = 499  # a victim's prompt starts with this token
 
@@ -29,6 +31,27 @@ MARK = 499  # a victim's prompt starts with this token
 def served():
     with running_server(MODEL, max_model_len=256, num_blocks=256, max_num_seqs=16) as (server, url):
         yield server, url
+
+
+@contextlib.contextmanager
+def engine_held_until_the_abort_is_asked(llm):
+    """From its third step the engine waits (up to HOLD_S) until the server asks for an abort: the request
+    cannot finish before the client has looked at it and gone away, however slow the machine."""
+    runner = llm.engine.runner
+    real = runner.execute
+
+    def execute(so):
+        out = real(so)
+        deadline = time.monotonic() + HOLD_S
+        while llm.num_steps >= 2 and not llm.aborts and time.monotonic() < deadline:
+            time.sleep(0.002)
+        return out
+
+    runner.execute = execute
+    try:
+        yield
+    finally:
+        runner.execute = real
 
 
 def frames_of(lines: list[str]) -> list:
@@ -143,13 +166,14 @@ def test_a_client_that_goes_away_frees_its_blocks_within_one_engine_step(served)
     server, url = served
     llm, kv = server.llm, server.llm.engine.kv_manager
     body = {"model": MODEL, "prompt": [5] * 40, "max_tokens": 200, "stream": True, "ignore_eos": True}
-    with httpx.stream("POST", url + "/v1/completions", json=body, timeout=60) as r:
-        for line in r.iter_lines():
-            if line.startswith("data: {"):
-                break
-        assert kv.num_used > 0, "non-vacuity: the request holds blocks while it streams"
-        steps_at_close = llm.num_steps
-    deadline = time.monotonic() + 10
+    with engine_held_until_the_abort_is_asked(llm):
+        with httpx.stream("POST", url + "/v1/completions", json=body, timeout=60) as r:
+            for line in r.iter_lines():
+                if line.startswith("data: {"):
+                    break
+            assert kv.num_used > 0, "non-vacuity: the request holds blocks while it streams"
+            steps_at_close = llm.num_steps
+    deadline = time.monotonic() + 5
     while (kv.num_used or not llm.aborts) and time.monotonic() < deadline:
         time.sleep(0.005)
     assert kv.num_used == 0 and llm.num_aborted == 1, "the disconnect was noticed and the request aborted"
@@ -264,9 +288,9 @@ def test_a_non_streaming_client_that_goes_away_is_aborted_too(served) -> None:
     server, url = served
     llm, kv = server.llm, server.llm.engine.kv_manager
     body = {"model": MODEL, "prompt": [5] * 16, "max_tokens": 235, "ignore_eos": True}
-    with pytest.raises(httpx.ReadTimeout):  # the client gives up and closes the connection mid-generation
+    with engine_held_until_the_abort_is_asked(llm), pytest.raises(httpx.ReadTimeout):  # the client gives up
         httpx.post(url + "/v1/completions", json=body, timeout=httpx.Timeout(5.0, read=0.05))
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + 5
     while (kv.num_used or llm.num_aborted == 0) and time.monotonic() < deadline:
         time.sleep(0.005)
     assert llm.num_aborted == 1 and kv.num_used == 0, "the request was aborted and its blocks freed"
@@ -310,12 +334,13 @@ def test_a_disconnect_frees_the_draft_state_too() -> None:
                         num_speculative_tokens=2) as (server, url):
         llm, proposer, kv = server.llm, server.llm.engine.runner.proposer, server.llm.engine.kv_manager
         body = {"model": MODEL, "prompt": [5] * 20, "max_tokens": 200, "stream": True, "ignore_eos": True}
-        with httpx.stream("POST", url + "/v1/completions", json=body, timeout=60) as r:
-            for line in r.iter_lines():
-                if line.startswith("data: {"):
-                    break
-            assert proposer.contexts and kv.num_used > 0, "non-vacuity: draft state and blocks while streaming"
-        deadline = time.monotonic() + 10
+        with engine_held_until_the_abort_is_asked(llm):
+            with httpx.stream("POST", url + "/v1/completions", json=body, timeout=60) as r:
+                for line in r.iter_lines():
+                    if line.startswith("data: {"):
+                        break
+                assert proposer.contexts and kv.num_used > 0, "non-vacuity: draft state and blocks while streaming"
+        deadline = time.monotonic() + 5
         while (proposer.contexts or kv.num_used) and time.monotonic() < deadline:
             time.sleep(0.005)
         assert not proposer.contexts and kv.num_used == 0, "the draft's context and both KV groups are free"
