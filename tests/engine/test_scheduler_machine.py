@@ -16,7 +16,7 @@ from vt.engine.request import Request, Status
 from vt.engine.sampling import SamplingParams
 from vt.engine.scheduler import Scheduler
 
-MAX_LEN, BLOCKS, SEQS, BS, BUDGET = 64, 16, 3, 8, 24  # a budget below max_model_len: prompts get chunked
+MAX_LEN, BLOCKS, SEQS, BS, BUDGET = 64, 16, 3, 8, 40  # a budget below max_model_len: prompts get chunked
 
 
 class SchedulerMachine(RuleBasedStateMachine):
