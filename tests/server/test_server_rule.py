@@ -168,7 +168,8 @@ def test_a_client_that_goes_away_frees_its_blocks_within_one_engine_step(served)
     body = {"model": MODEL, "prompt": [5] * 40, "max_tokens": 200, "stream": True, "ignore_eos": True}
     with engine_held_until_the_abort_is_asked(llm):
         with httpx.stream("POST", url + "/v1/completions", json=body, timeout=60) as r:
-            for line in r.iter_lines():
+            lines = r.iter_lines()  # held: a finalized line iterator closes the connection (a disconnect)
+            for line in lines:
                 if line.startswith("data: {"):
                     break
             assert kv.num_used > 0, "non-vacuity: the request holds blocks while it streams"
@@ -336,7 +337,8 @@ def test_a_disconnect_frees_the_draft_state_too() -> None:
         body = {"model": MODEL, "prompt": [5] * 20, "max_tokens": 200, "stream": True, "ignore_eos": True}
         with engine_held_until_the_abort_is_asked(llm):
             with httpx.stream("POST", url + "/v1/completions", json=body, timeout=60) as r:
-                for line in r.iter_lines():
+                lines = r.iter_lines()  # held: a finalized line iterator closes the connection (a disconnect)
+                for line in lines:
                     if line.startswith("data: {"):
                         break
                 assert proposer.contexts and kv.num_used > 0, "non-vacuity: draft state and blocks while streaming"
