@@ -16,6 +16,7 @@ import numpy as np
 
 from backends.attribution import KernelAttribution
 from backends.cupy_model import Charger, modeled_numpy
+from backends.streams import Policy, StreamOrder, in_order, tensors_of
 from vt.backend import (
     Backend,
     Buffer,
@@ -90,8 +91,15 @@ class CpuGraph(Graph):
                     raise IllegalMemoryAccess(
                         f"a graph replayed over {buf!r}, a temporary its capture drew, freed since\n"
                         f"--- allocated at:\n{buf.alloc_stack}--- freed at:\n{buf.free_stack}")
+        if backend.order is not None:  # one op on its stream, touching everything its nodes touch
+            tensors = [t for _, args, kw in self.ops for t in tensors_of(args, kw)]
+            backend.order.submit(stream, self._run, tensors, f"a graph of {len(self.ops)} nodes")
+        else:
+            self._run()
+
+    def _run(self) -> None:
         for kernel, args, kw in self.ops:
-            backend._execute(kernel, args, kw, replay=True)
+            self.backend._execute(kernel, args, kw, replay=True)  # type: ignore[attr-defined]
 
     def _destroy(self) -> None:
         for buf in self.graph_buffers:
@@ -114,7 +122,14 @@ class CpuBackend(Backend):
         self.attribution = KernelAttribution(self)
         self._charger = Charger(self)  # the arrays a kernel creates go through the pool, as on CUDA
         self.xp = modeled_numpy(self._charger)
+        self.order: StreamOrder | None = None  # the stream-order simulator, when a test attaches one
         DevicePool(self)  # attaches itself as self.pool
+
+    def simulate_streams(self, policy: Policy = in_order) -> StreamOrder:
+        """From now on each stream is a queue of deferred work run in the order the policy picks, and
+        a touch of bytes another stream wrote without a wait between is a StreamRace."""
+        self.order = StreamOrder(policy)
+        return self.order
 
     # ---- memory -----------------------------------------------------------------------------
     def _alloc(self, nbytes: int) -> Any:
@@ -147,6 +162,9 @@ class CpuBackend(Backend):
             self._check_capture_call(stream)
             self._shadow_run(kernel, args, kw, stream.capture)
             stream.capture.ops.append((kernel, args, kw))
+        elif self.order is not None:
+            self.order.submit(stream, lambda: self._execute(kernel, args, kw, charged=True), tensors_of(args, kw),
+                              f"kernel {getattr(kernel, '__name__', kernel)!r}")
         else:
             self._execute(kernel, args, kw, charged=True)
         stream.num_ops += 1
@@ -213,7 +231,13 @@ class CpuBackend(Backend):
     def copy_h2d(self, dst: Tensor, src: Any) -> None:
         if self.current_stream().capture is not None:
             raise H2DDuringCapture()  # refused before reaching the driver: capture not invalidated
-        self._execute(_copy_kernel, (dst, np.asarray(src, dtype=dst.dtype).reshape(dst.shape)), {})
+        host = np.asarray(src, dtype=dst.dtype).reshape(dst.shape)
+        if self.order is not None:  # a synchronous copy: in order on the current stream, then waited for
+            stream = self.current_stream()
+            self.order.submit(stream, lambda: self._execute(_copy_kernel, (dst, host), {}), [dst], "a host->device copy")
+            self.order.synchronize(stream)
+            return
+        self._execute(_copy_kernel, (dst, host), {})
 
     def copy_h2d_async(self, dst: Tensor, src: Any, stream: Stream | None = None) -> None:
         # Inside a capture the host array is captured by reference, as cudaMemcpyAsync captures the
@@ -226,6 +250,9 @@ class CpuBackend(Backend):
             raise stream.capture.fail(CaptureUnsupported("synchronous device->host copy"))
         if self.is_sanitizing:
             self._check_access(_copy_kernel, src)
+        if self.order is not None:  # CuPy's get(): the copy on the current stream, then a synchronize of it
+            self.order.synchronize(stream)
+            self.order.host_read(src)
         return src.array().copy()
 
     # ---- streams and events -----------------------------------------------------------------
@@ -233,12 +260,15 @@ class CpuBackend(Backend):
         stream = stream or self.current_stream()
         if stream.capture is not None:
             self._check_capture_call(stream)
-        return Event(self, stream, stream.num_ops, stream.capture)
+        clock = self.order.record(stream) if self.order is not None and stream.capture is None else None
+        return Event(self, stream, stream.num_ops, stream.capture, clock=clock)
 
     def wait_event(self, stream: Stream, event: Event) -> None:
         cap = event.capture if event.capture in self._captures else None
         if stream.capture is None and cap is None:
-            return  # CPU work is synchronous: an outside event is always complete
+            if self.order is not None and event.clock is not None:
+                self.order.wait(stream, event.clock)
+            return  # without the simulator CPU work is synchronous: an outside event is always complete
         if stream.capture is not None and cap is None:
             raise stream.capture.fail(CaptureIsolation(f"{stream!r} waited on an event recorded outside"))
         assert cap is not None
@@ -268,6 +298,8 @@ class CpuBackend(Backend):
             for cap in caps:
                 cap.fail(CaptureUnsupported("synchronize"))
             raise CaptureUnsupported("synchronize during capture")
+        if self.order is not None:
+            self.order.synchronize(stream)
 
     # ---- capture ----------------------------------------------------------------------------
     def begin_capture(self, stream: Stream, mode: CaptureMode = CaptureMode.GLOBAL) -> None:

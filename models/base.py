@@ -7,9 +7,9 @@ implements `forward` over a ForwardBatch and registers its HF architecture name 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -51,6 +51,27 @@ class KVCache:
         return int(block_ids[position // self.block_size]) * self.block_size + position % self.block_size
 
 
+class Carry:
+    """The tensors that cross an attention break, by name. From the pool (an unsplit forward: drawn and
+    released where the forward needs them) or fixed (a piecewise graph's persistent views: never released)."""
+
+    def __init__(self, pool: Any, fixed: dict[str, Tensor] | None = None) -> None:
+        self.pool, self.fixed = pool, fixed
+        self.live: dict[str, Tensor] = {}
+
+    def get(self, name: str, shape: tuple[int, ...], dtype: Any = np.float32) -> Tensor:
+        """The named tensor; drawn from the pool (of this shape) the first time, while it is not live."""
+        if self.fixed is not None:
+            return self.fixed[name]
+        if name not in self.live:
+            self.live[name] = self.pool.empty(shape, dtype)
+        return self.live[name]
+
+    def put(self, name: str) -> None:
+        if self.fixed is None and name in self.live:
+            self.pool.release(self.live.pop(name))
+
+
 class Model(Protocol):
     """A causal LM on a vt Backend: long-lived weights, a paged KV layout, and one forward."""
 
@@ -64,6 +85,15 @@ class Model(Protocol):
         """Writes logits [N, vocab] (and, if given, the final hidden states [N, H]) for fb's logit rows
         (prefill) or for every token (decode)."""
         ...
+
+    # The same forward in pieces, for piecewise graphs: `pieces` runs it up to the final hidden states
+    # (carry "x") as segment, attention, segment, ..., segment, with what crosses an attention in the
+    # carry (named and shaped by `carry_shapes`); `head` then writes the logits of fb's logit rows.
+    def carry_shapes(self, num_tokens: int) -> dict[str, tuple[tuple[int, ...], Any]]: ...
+
+    def pieces(self, fb: ForwardBatch, kv: KVCache, carry: Carry) -> list[Callable[[], None]]: ...
+
+    def head(self, fb: ForwardBatch, carry: Carry, logits: Tensor, hidden: Tensor | None = None) -> None: ...
 
 
 def make_kv_cache(model: Model, num_blocks: int, block_size: int) -> KVCache:
@@ -92,18 +122,18 @@ def prefill(model: Model, seqs: Sequence[tuple[list[int], list[int] | np.ndarray
     return out
 
 
-def prefill_logits(model: Model, seqs: Sequence[tuple], kv: KVCache, all_rows: Sequence[int] = ()) -> Tensor:
-    """As `prefill`, leaving the logits on the device in a pool tensor the caller releases: one row per
-    sequence, or every position's row for the sequences named in all_rows (prompt logprobs), in order.
-    A sequence may be a chunk: (tokens, block ids, position of its first token), its earlier positions'
-    KV already in the cache."""
-    b, pool = model.backend, model.backend.pool
+def prefill_inputs(seqs: Sequence[tuple], kv: KVCache, all_rows: Sequence[int] = ()) -> tuple[
+        list[int], list[int], list[int], list[tuple[int, int, int, list[int]]], np.ndarray]:
+    """A prefill step's host inputs: token ids, positions and KV slots (one per token), the attention's
+    per-sequence metadata (first row, length, first position, block table) and the logit rows (each
+    sequence's last, or all of its rows for the sequences named in all_rows). A sequence is (tokens,
+    block ids) or, for a chunk over KV already in the cache, (tokens, block ids, first position)."""
     ids: list[int] = []
     pos: list[int] = []
     slots: list[int] = []
     meta: list[tuple[int, int, int, list[int]]] = []
     for seq in seqs:
-        toks, blocks, pos0 = seq[0], seq[1], (seq[2] if len(seq) > 2 else 0)  # type: ignore[misc]
+        toks, blocks, pos0 = seq[0], seq[1], (seq[2] if len(seq) > 2 else 0)
         meta.append((len(ids), len(toks), pos0, [int(x) for x in blocks]))
         ids += toks
         pos += range(pos0, pos0 + len(toks))
@@ -111,6 +141,15 @@ def prefill_logits(model: Model, seqs: Sequence[tuple], kv: KVCache, all_rows: S
     ends = np.cumsum([m[1] for m in meta])
     last = np.concatenate([np.arange(e - m[1], e) if i in all_rows else [e - 1]
                            for i, (e, m) in enumerate(zip(ends, meta))]).astype(I64)
+    return ids, pos, slots, meta, last
+
+
+def prefill_logits(model: Model, seqs: Sequence[tuple], kv: KVCache, all_rows: Sequence[int] = ()) -> Tensor:
+    """As `prefill`, leaving the logits on the device in a pool tensor the caller releases: one row per
+    sequence, or every position's row for the sequences named in all_rows (prompt logprobs), in order.
+    Unpadded and eager (the engine's prefill goes through the graph driver's token buckets)."""
+    b, pool = model.backend, model.backend.pool
+    ids, pos, slots, meta, last = prefill_inputs(seqs, kv, all_rows)
     staged = []
     for host in (ids, pos, slots, last):
         t = pool.empty((len(host),), I64)

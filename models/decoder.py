@@ -9,12 +9,13 @@ tensor released as soon as it is dead, so a step's demand profile is what its ca
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
 from models import kernels as K
-from models.base import ForwardBatch, KVCache, make_kv_cache
+from models.base import Carry, ForwardBatch, KVCache, make_kv_cache
 from models.config import ModelConfig
 from models.rope import rope_table
 from vt.backend import Backend, Tensor
@@ -129,84 +130,123 @@ class DecoderForCausalLM:
 
     # ---- forward ----------------------------------------------------------------------------
     def forward(self, fb: ForwardBatch, kv: KVCache, logits: Tensor, hidden: Tensor | None = None) -> None:
-        """The Model protocol's forward (models/base.py)."""
+        """The Model protocol's forward (models/base.py): the pieces back to back, every tensor from the pool."""
+        carry = Carry(self.pool)
+        for piece in self.pieces(fb, kv, carry):
+            piece()
+        self.head(fb, carry, logits, hidden)
+
+    def carry_shapes(self, T: int) -> dict[str, tuple[tuple[int, ...], Any]]:
+        """What lives across an attention break, for T tokens: the residual stream x, the layer's normed
+        input h, its rotated q/k and attention output o, and the step's rope rows and KV write slots."""
+        c = self.cfg
+        nh, nkv, hd = c.num_attention_heads, c.num_key_value_heads, c.head_dim
+        return {"x": ((T, c.hidden_size), F32), "h": ((T, c.hidden_size), F32), "qk": ((T, nh + nkv, hd), F32),
+                "o": ((T, nh, hd), F32), "rope": ((T, 2 * hd), F32), "write_slots": ((T,), np.int64)}
+
+    def pieces(self, fb: ForwardBatch, kv: KVCache, carry: Carry) -> list[Callable[[], None]]:
+        """The forward up to the final hidden states (carry x) as segment, attention, segment, ...,
+        segment: attention is the only part whose shape depends on each sequence's length, so a piecewise
+        graph captures the segments and runs the attentions eagerly. An attention reads fb.seqs when it
+        runs: a replay attends over that step's sequences. Tensors are drawn and released in the order
+        of the unsplit forward (the H200 pool traces were recorded from it)."""
+        L = self.cfg.num_hidden_layers
+        out: list[Callable[[], None]] = [lambda: self._start(fb, kv, carry)]
+        for i in range(L):
+            out.append(lambda i=i: self._attend(i, fb, kv, carry))
+            out.append(lambda i=i: self._between(i, kv, carry, is_last=i == L - 1))
+        return out
+
+    def head(self, fb: ForwardBatch, carry: Carry, logits: Tensor, hidden: Tensor | None = None) -> None:
+        """Final norm and LM head on the logit rows (prefill: fb.logits_rows; decode: every token)."""
         b, pool, c = self.backend, self.pool, self.cfg
-        T = fb.input_ids.shape[0]
-        x = pool.empty((T, c.hidden_size), F32)
-        b.launch(K.embed, self.w["embed"], fb.input_ids, x)
-        meta = self._step_meta(fb, kv)
-        for i in range(c.num_hidden_layers):
-            self._layer(i, x, fb, kv, meta)
-        for t in meta.values():
-            pool.release(t)
+        x = carry.get("x", ())
         if fb.is_prefill:
             assert fb.logits_rows is not None
             last = pool.empty((fb.logits_rows.shape[0], c.hidden_size), F32)
             b.launch(K.gather_rows, x, fb.logits_rows, last)
-            pool.release(x)
+            carry.put("x")
             x = last
         normed = hidden if hidden is not None else pool.empty(x.shape, F32)
         b.launch(K.rmsnorm, x, self.w["norm"], normed, eps=c.rms_norm_eps)
         b.launch(K.matmul, normed, self.w["lm_head_t"], logits)
-        pool.release(x)
+        if fb.is_prefill:
+            pool.release(x)
+        else:
+            carry.put("x")
         if hidden is None:
             pool.release(normed)
 
-    def _step_meta(self, fb: ForwardBatch, kv: KVCache) -> dict[str, Tensor]:
-        """What every layer reads, computed once per step: rope rows and KV write slots; for decode,
-        each token's key rows in the cache and their visibility."""
-        b, pool, c = self.backend, self.pool, self.cfg
-        T = fb.input_ids.shape[0]
-        meta = {"rope": pool.empty((T, 2 * c.head_dim), F32), "write_slots": pool.empty((T,), np.int64)}
-        b.launch(K.step_meta, self.rope_table, fb.positions, fb.slot_mapping, meta["rope"], meta["write_slots"],
-                 trash_slot=kv.trash_slot)
+    def _start(self, fb: ForwardBatch, kv: KVCache, carry: Carry) -> None:
+        """Embedding; what every layer reads, computed once per step (rope rows and KV write slots; for
+        decode, each token's key rows in the cache and their visibility); layer 0 up to its attention."""
+        b, c = self.backend, self.cfg
+        T, hd = fb.input_ids.shape[0], c.head_dim
+        x = carry.get("x", (T, c.hidden_size))
+        b.launch(K.embed, self.w["embed"], fb.input_ids, x)
+        rope, slots = carry.get("rope", (T, 2 * hd)), carry.get("write_slots", (T,), np.int64)
+        b.launch(K.step_meta, self.rope_table, fb.positions, fb.slot_mapping, rope, slots, trash_slot=kv.trash_slot)
         if not fb.is_prefill:
             assert fb.block_tables is not None and fb.token_row is not None
             L = fb.block_tables.shape[1] * kv.block_size
-            meta["kv_index"] = pool.empty((T, c.num_key_value_heads, L), np.int64)
-            meta["visible"] = pool.empty((T, L), np.bool_)
-            b.launch(K.decode_meta, fb.block_tables, fb.token_row, fb.positions, meta["kv_index"], meta["visible"],
+            index = carry.get("kv_index", (T, c.num_key_value_heads, L), np.int64)
+            visible = carry.get("visible", (T, L), np.bool_)
+            b.launch(K.decode_meta, fb.block_tables, fb.token_row, fb.positions, index, visible,
                      block_size=kv.block_size)
-        return meta
+        self._qkv(0, kv, carry)
 
-    def _layer(self, i: int, x: Tensor, fb: ForwardBatch, kv: KVCache, meta: dict[str, Tensor]) -> None:
+    def _qkv(self, i: int, kv: KVCache, carry: Carry) -> None:
+        """Layer i's input norm (into h, kept for its second norm), q/k/v projection, q/k norm and rope
+        (into qk) and its KV store."""
         b, pool, c, w = self.backend, self.pool, self.cfg, self.w
+        x = carry.get("x", ())
         T, H = x.shape
-        h = pool.empty((T, H), F32)
-        b.launch(K.rmsnorm, x, w[f"{i}.ln1"], h, eps=c.rms_norm_eps)
-        attn = self._attention(i, h, fb, kv, meta)
-        b.launch(K.add, x, attn, x)
-        pool.release(attn)
-        b.launch(K.rmsnorm, x, w[f"{i}.ln2"], h, eps=c.rms_norm_eps)
-        mlp = self._moe(i, h) if c.is_sparse_layer(i) else self._mlp(i, h)
-        b.launch(K.add, x, mlp, x)
-        pool.release(mlp)
-        pool.release(h)
-
-    def _attention(self, i: int, h: Tensor, fb: ForwardBatch, kv: KVCache, meta: dict[str, Tensor]) -> Tensor:
-        b, pool, c, w = self.backend, self.pool, self.cfg, self.w
-        T = h.shape[0]
         nh, nkv, hd = c.num_attention_heads, c.num_key_value_heads, c.head_dim
+        h = carry.get("h", (T, H))
+        b.launch(K.rmsnorm, x, w[f"{i}.ln1"], h, eps=c.rms_norm_eps)
         qkv = pool.empty((T, (nh + 2 * nkv) * hd), F32)
         b.launch(K.matmul, h, w[f"{i}.qkv_t"], qkv)
         if c.has_qkv_bias:
             b.launch(K.add, qkv, w[f"{i}.qkv_b"], qkv)
-        qk = pool.empty((T, nh + nkv, hd), F32)
-        b.launch(K.qk_norm_rope, qkv, w[f"{i}.qk_norm"], meta["rope"], qk, eps=c.rms_norm_eps, norm=c.has_qk_norm)
-        b.launch(K.store_kv, qkv, qk, kv.k[i], kv.v[i], meta["write_slots"])
+        qk = carry.get("qk", (T, nh + nkv, hd))
+        b.launch(K.qk_norm_rope, qkv, w[f"{i}.qk_norm"], carry.get("rope", ()), qk, eps=c.rms_norm_eps,
+                 norm=c.has_qk_norm)
+        b.launch(K.store_kv, qkv, qk, kv.k[i], kv.v[i], carry.get("write_slots", ()))
         pool.release(qkv)
-        o = pool.empty((T, nh, hd), F32)
+        carry.get("o", (T, nh, hd))
+
+    def _attend(self, i: int, fb: ForwardBatch, kv: KVCache, carry: Carry) -> None:
+        qk, o = carry.get("qk", ()), carry.get("o", ())
         if fb.is_prefill:
-            b.launch(K.attention_prefill, qk, kv.k[i], kv.v[i], o, seqs=fb.seqs)
+            self.backend.launch(K.attention_prefill, qk, kv.k[i], kv.v[i], o, seqs=fb.seqs)
         else:
-            b.launch(K.attention_decode, qk, kv.k[i], kv.v[i], meta["kv_index"], meta["visible"], o)
-        pool.release(qk)
-        out = pool.empty((T, c.hidden_size), F32)
-        b.launch(K.matmul, o.view((T, nh * hd)), w[f"{i}.o_t"], out)
+            self.backend.launch(K.attention_decode, qk, kv.k[i], kv.v[i], carry.get("kv_index", ()),
+                                carry.get("visible", ()), o)
+
+    def _between(self, i: int, kv: KVCache, carry: Carry, is_last: bool) -> None:
+        """Layer i after its attention (o projection, residual, MLP or MoE, residual), then layer i + 1 up
+        to its attention (or, after the last layer, the step's metadata released)."""
+        b, pool, c, w = self.backend, self.pool, self.cfg, self.w
+        x, o, h = carry.get("x", ()), carry.get("o", ()), carry.get("h", ())
+        T, H = x.shape
+        carry.put("qk")
+        out = pool.empty((T, H), F32)
+        b.launch(K.matmul, o.view((T, o.shape[1] * o.shape[2])), w[f"{i}.o_t"], out)
         if c.has_o_bias:
             b.launch(K.add, out, w[f"{i}.o_b"], out)
-        pool.release(o)
-        return out
+        carry.put("o")
+        b.launch(K.add, x, out, x)
+        pool.release(out)
+        b.launch(K.rmsnorm, x, w[f"{i}.ln2"], h, eps=c.rms_norm_eps)
+        mlp = self._moe(i, h) if c.is_sparse_layer(i) else self._mlp(i, h)
+        b.launch(K.add, x, mlp, x)
+        pool.release(mlp)
+        carry.put("h")
+        if not is_last:
+            self._qkv(i + 1, kv, carry)
+        else:
+            for name in ("rope", "write_slots", "kv_index", "visible"):
+                carry.put(name)
 
     def _mlp(self, i: int, h: Tensor) -> Tensor:
         b, pool, c = self.backend, self.pool, self.cfg

@@ -238,8 +238,8 @@ ENTRIES: list[Mutation] = [
     Mutation(
         id="cpu-replay-charges-temporaries",
         description="a CPU graph replay charges temporaries to the pool, which a CUDA graph replay never does",
-        file="backends/cpu.py", old="            backend._execute(kernel, args, kw, replay=True)\n",
-        new="            backend._execute(kernel, args, kw, charged=True, replay=True)\n",
+        file="backends/cpu.py", old="            self.backend._execute(kernel, args, kw, replay=True)  # type: ignore[attr-defined]\n",
+        new="            self.backend._execute(kernel, args, kw, charged=True, replay=True)  # type: ignore[attr-defined]\n",
         gates=(f"{MODEL}::test_replay_creates_nothing",),
     ),
     # ---- capture scope ----------------------------------------------------------------------
@@ -365,7 +365,8 @@ ENTRIES: list[Mutation] = [
     Mutation(
         id="driver-no-step-boundary",
         description="the driver no longer marks the step boundary, so a slot's profile carries old peaks",
-        file="vt/engine/graph_driver.py", old="        self.pool.mark_step_boundary()\n", new="",
+        file="vt/engine/graph_driver.py", old="        _check_inputs(inp)\n        self.pool.mark_step_boundary()\n",
+        new="        _check_inputs(inp)\n",
         gates=per_model(f"{SEAMS}::test_G5_demand_profile_is_the_decode_steps_own"),
     ),
     Mutation(

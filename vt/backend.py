@@ -137,10 +137,12 @@ class CaptureSequence:
 
 
 class Event:
-    __slots__ = ("backend", "stream", "seq", "capture", "handle")
+    __slots__ = ("backend", "stream", "seq", "capture", "handle", "clock")
 
-    def __init__(self, backend: Backend, stream: Stream, seq: int, capture: Any, handle: Any = None) -> None:
+    def __init__(self, backend: Backend, stream: Stream, seq: int, capture: Any, handle: Any = None,
+                 clock: Any = None) -> None:
         self.backend = backend
+        self.clock = clock  # the CPU stream simulator's vector clock at the record
         self.stream = stream
         self.seq = seq  # stream.num_ops when recorded
         self.capture = capture  # the capture it was recorded in, or None (recorded outside)

@@ -85,38 +85,57 @@ class GraphCaptureScope:
 
 
 class BreakableGraph:
-    """Captured segments with eager breaks between them: replay runs segment 0, break 0,
-    segment 1, ... Invariant: len(segments) == len(breaks) + 1."""
+    """Captured segments with eager breaks between them: replay runs segment 0, break 0, segment 1, ...
+    Invariant: len(segments) == len(breaks) + 1.
 
-    def __init__(self, backend: Backend, stream: Stream) -> None:
+    A break runs on the graph's stream; one that forks work onto a side stream returns the events that
+    end it, and they are joined in the legal window, after the break and before the next segment begins,
+    as a stream wait (a synchronize there would stall the host, and inside an open segment CUDA refuses
+    it). `before_segment` runs before each segment's capture, outside it: the graph driver's pre-grow."""
+
+    def __init__(self, backend: Backend, stream: Stream,
+                 before_segment: Callable[[int], None] | None = None) -> None:
         self.backend = backend
         self.stream = stream
+        self.before_segment = before_segment
         self.segments: list[Graph] = []
-        self.breaks: list[Callable[[], None]] = []
+        self.breaks: list[Callable[[], Any]] = []
 
-    def capture(self, pieces: list[Callable[[], None]]) -> None:
-        """pieces alternate: segment, break, segment, ...; an odd count is required."""
+    def capture(self, pieces: list[Callable[[], Any]]) -> None:
+        """pieces alternate: segment, break, segment, ...; an odd count is required. Each segment is
+        replayed as soon as it is captured (the capture executed nothing), so each break sees its inputs."""
         if len(pieces) % 2 != 1:
             raise ValueError(f"pieces must alternate segment/break and end on a segment, got {len(pieces)}")
         for i, fn in enumerate(pieces):
             if i % 2:
                 self.breaks.append(fn)
-                fn()  # eager, in the legal window between two segments
+                self._run_break(fn)
                 continue
+            if self.before_segment is not None:
+                self.before_segment(i // 2)
             scope = GraphCaptureScope(self.backend, self.stream, enabled=True)
             with scope:
                 fn()
             if scope.capture_failed:
+                self.destroy()
                 raise scope.error  # type: ignore[misc]
             assert scope.graph is not None
             self.segments.append(scope.graph)
-            # Join outstanding device work here: after a segment ends, before the next begins.
-            self.backend.synchronize(self.stream)
             scope.graph.replay(self.stream)
 
     def replay(self) -> None:
         for i, seg in enumerate(self.segments):
             seg.replay(self.stream)
             if i < len(self.breaks):
-                self.backend.synchronize(self.stream)
-                self.breaks[i]()
+                self._run_break(self.breaks[i])
+
+    def destroy(self) -> None:
+        for seg in self.segments:
+            seg.destroy()
+        self.segments, self.breaks = [], []
+
+    def _run_break(self, fn: Callable[[], Any]) -> None:
+        with self.backend.use_stream(self.stream):
+            forked = fn() or ()
+        for event in forked:  # the join: after the break, before the next segment begins
+            self.backend.wait_event(self.stream, event)

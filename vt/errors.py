@@ -55,6 +55,11 @@ class IllegalMemoryAccess(CudaError):
     cuda_text = "an illegal memory access was encountered"
 
 
+class StreamRace(VtError, RuntimeError):
+    """Two streams touched the same bytes, at least one writing, with no wait between them: on a GPU the
+    answer depends on timing. Only the CPU's stream-order simulator can see it (backends/streams.py)."""
+
+
 class CaptureOnLegacyStream(VtError, RuntimeError):
     """CuPy's refusal, reproduced: the legacy default stream cannot capture."""
 

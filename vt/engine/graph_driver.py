@@ -21,9 +21,10 @@ from typing import Any
 
 import numpy as np
 
-from models.base import ForwardBatch, KVCache, Model
+from models.base import ForwardBatch, KVCache, Model, prefill_inputs, prefill_logits
 from vt.backend import Graph, Tensor
-from vt.capture import GraphCaptureScope
+from vt.capture import BreakableGraph, GraphCaptureScope
+from vt.engine.piecewise import Bucket, carry_buffers, token_ladder
 from vt.engine.sampler import NF, NI, NLP, SamplingRows, pack, sample_tokens
 from vt.errors import GraphInputMismatch
 
@@ -123,7 +124,7 @@ class Slot:
 
 class GraphDriver:
     def __init__(self, model: Model, kv: KVCache, max_num_seqs: int, *, enabled: bool = True,
-                 stream: Any = None, max_q: int = 1) -> None:
+                 stream: Any = None, max_q: int = 1, max_num_batched_tokens: int = 8192) -> None:
         from vt.env import flags
 
         self.model, self.kv = model, kv
@@ -141,12 +142,30 @@ class GraphDriver:
         self.last_slot: Slot | None = None
         self.num_eager = self.num_captures = self.num_replays = 0
         self._last_rows = 0
+        self.token_ladder = token_ladder(max_num_batched_tokens)  # prefill buckets (vt/engine/piecewise.py)
+        self.buckets: dict[int, Bucket] = {}
+        self.carry: dict[str, Tensor] = {}  # the buckets' persistent carry, allocated at the first prefill
+        self.num_prefill_eager = self.num_prefill_captures = self.num_prefill_replays = 0
 
     # ---- public -----------------------------------------------------------------------------
     def step(self, inp: DecodeInputs, spec: bool = False) -> StepResult:
         """Runs one decode step (forward and sampler); returns the sampled ids of its B*q rows."""
         with self.backend.use_stream(self.stream):  # staging, replay and read-back stay in order
             return self._step(inp, spec)
+
+    def prefill(self, seqs: list[tuple], all_rows: list[int] | tuple = ()) -> Tensor:
+        """A prefill step (whole prompts or chunks of them): the logits `prefill_logits` would return, in a
+        pool tensor the caller releases, computed through the piecewise graph of the smallest token bucket
+        that holds the step; the final norm and LM head run eagerly on its logit rows."""
+        ids, positions, slots, meta, rows = prefill_inputs(seqs, self.kv, all_rows)
+        if len(ids) > self.token_ladder[-1]:  # more than the step budget: never scheduled, but stay correct
+            return prefill_logits(self.model, seqs, self.kv, all_rows)
+        with self.backend.use_stream(self.stream):
+            self.pool.mark_step_boundary()
+            bucket = self._bucket(next(t for t in self.token_ladder if t >= len(ids)))
+            bucket.stage(self.backend, ids, positions, slots, meta)
+            self._run_bucket(bucket)
+            return self._head(bucket, rows)
 
     def last_logits(self) -> np.ndarray:
         """The last step's logits [B*q, vocab] after penalties and bans: a diagnostic copy for tests; the
@@ -183,6 +202,47 @@ class GraphDriver:
         if not logprobs:
             return StepResult(ids)
         return StepResult(ids, self.backend.copy_d2h(slot.lp_vals)[:n], self.backend.copy_d2h(slot.lp_ids)[:n])
+
+    # ---- prefill buckets --------------------------------------------------------------------
+    def _bucket(self, num_tokens: int) -> Bucket:
+        if not self.carry:
+            self.carry = carry_buffers(self.backend, self.model, self.token_ladder[-1])
+        if num_tokens not in self.buckets:
+            self.buckets[num_tokens] = Bucket(self, num_tokens)
+        return self.buckets[num_tokens]
+
+    def _run_bucket(self, bucket: Bucket) -> None:
+        if bucket.demand is None or not self.is_enabled:
+            bucket.run_eager()
+            bucket.demand = bucket.demand or self.pool.step_demand_profile()
+            self.num_prefill_eager += 1
+        elif bucket.graph is None:
+            graph = BreakableGraph(self.backend, self.stream, before_segment=lambda i: self._pregrow_bucket(bucket))
+            with self.pool.recording() as used:
+                graph.capture(bucket.pieces)  # raises (destroyed) if a segment's capture failed
+            bucket.graph, bucket.pinned = graph, used
+            self.pool.pin(used)
+            self.num_prefill_captures += 1
+        else:
+            if self.backend.is_sanitizing:
+                self.pool.check_idle(bucket.pinned, f"the piecewise graph of {bucket.num_tokens} tokens")
+            bucket.graph.replay()
+            bucket.num_replays += 1
+            self.num_prefill_replays += 1
+
+    def _pregrow_bucket(self, bucket: Bucket) -> None:
+        assert bucket.demand is not None
+        self.pool.pregrow_for_capture(bucket.demand)  # before EVERY segment's capture, unconditionally
+
+    def _head(self, bucket: Bucket, rows: np.ndarray) -> Tensor:
+        b, pool = self.backend, self.pool
+        idx = pool.empty((len(rows),), I64)
+        b.copy_h2d(idx, rows)
+        logits = pool.empty((len(rows), self.model.cfg.vocab_size), F32)
+        self.model.head(ForwardBatch(bucket.fb.input_ids, bucket.fb.positions, bucket.fb.slot_mapping, True,
+                                     logits_rows=idx), bucket.carry, logits)
+        pool.release(idx)
+        return logits
 
     # ---- slots ------------------------------------------------------------------------------
     def _slot(self, key: tuple[int, int, bool], width: int) -> Slot:

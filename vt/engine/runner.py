@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from models import kernels as K
-from models.base import Model, prefill_logits
+from models.base import Model
 from vt.backend import Tensor
 from vt.engine.config import EngineConfig
 from vt.engine.graph_driver import DecodeInputs, GraphDriver, StepResult
@@ -62,7 +62,8 @@ class ModelRunner:
                                 cfg.num_kv_groups)
         self.stream = stream or self.backend.new_stream()  # one compute stream: prefill and decode stay ordered
         self.decoder = GraphDriver(model, self.kv, cfg.max_num_seqs, enabled=not cfg.enforce_eager,
-                                   stream=self.stream, max_q=1 + (proposer.k if proposer is not None else 0))
+                                   stream=self.stream, max_q=1 + (proposer.k if proposer is not None else 0),
+                                   max_num_batched_tokens=cfg.max_num_batched_tokens)
         self.proposer = proposer
         self.eos_ids = eos_ids
         self.states: dict[str, RequestState] = {}
@@ -147,7 +148,7 @@ class ModelRunner:
         scored = {rid for rid, c in computed.items() if self._scores_prompt(c)}
         seqs = [(self.batch.tokens(rid)[c.start : c.end].tolist(), self.batch.blocks(rid), c.start)
                 for rid, c in computed.items()]
-        logits = prefill_logits(self.model, seqs, self.kv, [i for i, rid in enumerate(computed) if rid in scored])
+        logits = self.decoder.prefill(seqs, [i for i, rid in enumerate(computed) if rid in scored])
         first = dict(zip(computed, np.cumsum([0] + [c.length if rid in scored else 1 for rid, c in computed.items()])))
         ends = [c for c in chunks if c.end == len(self.batch.tokens(c.req_id))]
         rows = [int(first[c.fork_of or c.req_id]) + (c.length - 1 if (c.fork_of or c.req_id) in scored else 0)

@@ -1,0 +1,85 @@
+"""Piecewise graphs for prefill and mixed steps: the forward split at attention, per token-count bucket.
+
+Attention is the only part of a prefill whose shape depends on each sequence's length, so a bucket of T
+padded tokens captures everything else (L + 1 segments) and runs the L attentions eagerly between them
+(vt/capture.py's BreakableGraph). The graph driver owns the buckets and gives each the decode slots'
+discipline: a cold eager step records the demand profile, the driver's one pre-grow runs before every
+segment's capture, and the graph's temporaries are pinned for its life.
+
+What lives across an attention break (the residual stream, q/k, the attention output, rope rows and
+KV write slots) sits in persistent buffers: views of one set the driver allocates for its largest
+bucket, since buckets replay one at a time on one stream. Padding rows (position 0, KV slot -1) write
+only the trash block and attend to nothing; their rows are never read.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from models.base import Carry, ForwardBatch
+from vt.backend import Tensor
+from vt.capture import BreakableGraph
+
+I64 = np.int64
+
+
+def token_ladder(max_tokens: int) -> list[int]:
+    """{16, 32, ..., 512} then every 512 up to max_tokens (always a rung): padding wastes at most half a
+    small step and an eighth of a large one."""
+    rungs = [t for t in (16, 32, 64, 128, 256, 512) if t < max_tokens]
+    rungs += list(range(1024, max_tokens, 512))
+    return [*rungs, max_tokens]
+
+
+def carry_buffers(backend: Any, model: Any, max_tokens: int) -> dict[str, Tensor]:
+    """The persistent carry of the largest bucket, zeroed (a padding row must never hold NaN bits)."""
+    out = {}
+    for name, (shape, dtype) in model.carry_shapes(max_tokens).items():
+        t = backend.empty(shape, dtype)
+        backend.copy_h2d(t, np.zeros(shape, dtype))
+        out[name] = t
+    return out
+
+
+class Bucket:
+    """A token-count bucket: persistent inputs, the carry views, the forward's pieces and their graph."""
+
+    def __init__(self, driver: Any, num_tokens: int) -> None:
+        b, model = driver.backend, driver.model
+        self.num_tokens = T = num_tokens
+        self.staged = np.zeros(3 * T, I64)  # token ids | positions | KV slots, staged in one copy
+        self.inputs = b.empty((3 * T,), I64)
+        ids, positions, slots = (self.inputs.view((T,), offset=8 * i * T) for i in range(3))
+        self.carry = Carry(driver.pool, fixed={name: driver.carry[name].view(shape)
+                                               for name, (shape, _) in model.carry_shapes(T).items()})
+        self.fb = ForwardBatch(ids, positions, slots, True)  # its seqs change every step; the breaks read them
+        self.pieces = model.pieces(self.fb, driver.kv, self.carry)
+        self.graph: BreakableGraph | None = None
+        self.demand: dict[int, int] | None = None
+        self.pinned: set = set()
+        self.num_replays = 0
+
+    @property
+    def is_captured(self) -> bool:
+        return self.graph is not None
+
+    def stage(self, backend: Any, ids: list[int], positions: list[int], slots: list[int],
+              seqs: list[tuple[int, int, int, list[int]]]) -> None:
+        T, n = self.num_tokens, len(ids)
+        tok, pos, slot = self.staged.reshape(3, T)
+        tok[:n], tok[n:] = ids, 0
+        pos[:n], pos[n:] = positions, 0
+        slot[:n], slot[n:] = slots, -1
+        backend.copy_h2d(self.inputs, self.staged)
+        self.fb.seqs = seqs
+
+    def run_eager(self) -> None:
+        for piece in self.pieces:
+            piece()
+
+    def destroy(self) -> None:
+        if self.graph is not None:
+            self.graph.destroy()
+        self.graph = None
