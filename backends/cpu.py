@@ -234,7 +234,8 @@ class CpuBackend(Backend):
         host = np.asarray(src, dtype=dst.dtype).reshape(dst.shape)
         if self.order is not None:  # a synchronous copy: in order on the current stream, then waited for
             stream = self.current_stream()
-            self.order.submit(stream, lambda: self._execute(_copy_kernel, (dst, host), {}), [dst], "a host->device copy")
+            self.order.submit(stream, lambda: self._execute(_copy_kernel, (dst, host), {}), [dst],
+                              "a host->device copy")
             self.order.synchronize(stream)
             return
         self._execute(_copy_kernel, (dst, host), {})

@@ -23,6 +23,7 @@ import traceback
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+
 import numpy as np
 
 from vt.backend import Stream, Tensor

@@ -10,6 +10,7 @@ tensor released as soon as it is dead, so a step's demand profile is what its ca
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -151,10 +152,10 @@ class DecoderForCausalLM:
         runs: a replay attends over that step's sequences. Tensors are drawn and released in the order
         of the unsplit forward (the H200 pool traces were recorded from it)."""
         L = self.cfg.num_hidden_layers
-        out: list[Callable[[], None]] = [lambda: self._start(fb, kv, carry)]
+        out: list[Callable[[], None]] = [partial(self._start, fb, kv, carry)]
         for i in range(L):
-            out.append(lambda i=i: self._attend(i, fb, kv, carry))
-            out.append(lambda i=i: self._between(i, kv, carry, is_last=i == L - 1))
+            out.append(partial(self._attend, i, fb, kv, carry))
+            out.append(partial(self._between, i, kv, carry, is_last=i == L - 1))
         return out
 
     def head(self, fb: ForwardBatch, carry: Carry, logits: Tensor, hidden: Tensor | None = None) -> None:

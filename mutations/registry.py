@@ -107,6 +107,13 @@ SPEC_PROPOSAL_GATES = tuple(f"{SPEC}::{t}" for t in (
     "test_G6_speculative_sampling_draws_from_the_target_distribution",
 ))
 
+STREAMS = "tests/backends/test_stream_order.py"
+PIECES = "tests/seams/test_piecewise_seams.py"
+PIECE_STEPS = ("one-5", "two-40", "chunk-at-32")
+PIECE_SEAMS = tuple(f"{PIECES}::test_P1_a_buckets_capture_allocates_nothing_after_drain[{m}-{s}]"
+                    for m in MODELS for s in PIECE_STEPS)
+STREAM_POLICIES = ("in order", "side streams late", "seeded 0", "seeded 1")
+
 ENTRIES: list[Mutation] = [
     # ---- DevicePool -------------------------------------------------------------------------
     Mutation(
@@ -1335,5 +1342,67 @@ ENTRIES: list[Mutation] = [
         file="vt/engine/graph_driver.py", old="        _check_inputs(inp)\n", new="",
         gates=tuple(f"{SEAMS}::test_G9_inputs_of_another_shape_or_dtype_are_refused_by_name[{f}]"
                     for f in ("tokens", "positions", "block_tables")),
+    ),
+
+    # ---- piecewise graphs and streams (issue 15) ------------------------------------------------
+    Mutation(
+        id="piecewise-bucket-pregrow-skipped",
+        description="a token bucket's segments are captured with no pre-grow before them",
+        file="vt/engine/graph_driver.py",
+        old="        self.pool.pregrow_for_capture(bucket.demand)  # before EVERY segment's capture, unconditionally\n",
+        new="        pass\n",
+        gates=PIECE_SEAMS, expect="cudaErrorStreamCaptureUnsupported",
+    ),
+    Mutation(
+        id="test-piecewise-drain-removed",
+        description="the bucket seam test's drain is removed: its non-vacuity guard (allocs_in_step) must fire",
+        kind=Kind.TEST_SETUP, file=PIECES,
+        old="    assert h.pool.drain() > 0, \"precondition", new="    assert 1 > 0, \"precondition",
+        gates=PIECE_SEAMS, expect="non-vacuity",
+    ),
+    Mutation(
+        id="breakable-replay-order-swapped",
+        description="a BreakableGraph replays each break before its segment instead of after it",
+        file="vt/capture.py",
+        old="            seg.replay(self.stream)\n            if i < len(self.breaks):\n                self._run_break(self.breaks[i])\n",
+        new="            if i < len(self.breaks):\n                self._run_break(self.breaks[i])\n            seg.replay(self.stream)\n",
+        gates=(f"{STREAMS}::test_breakable_graph_replays_segment_break_segment_in_that_order",
+               *(f"{PIECES}::test_P2_replayed_prefill_logits_equal_eager_bit_for_bit[{m}-{s}]"
+                 for m in MODELS for s in PIECE_STEPS),
+               *(f"{PIECES}::test_P3_bucketed_prefill_agrees_with_the_unsplit_unpadded_prefill[{s}-{m}]"
+                 for m in MODELS for s in PIECE_STEPS),
+               *(f"{STREAMS}::test_a_breaks_side_work_joined_in_the_legal_window_never_races[{p}]"
+                 for p in STREAM_POLICIES)),
+    ),
+    Mutation(
+        id="breakable-join-removed",
+        description="a break's side-stream work is never joined before the next segment",
+        file="vt/capture.py",
+        old="            self.backend.wait_event(self.stream, event)\n", new="            pass\n",
+        gates=tuple(f"{STREAMS}::test_a_breaks_side_work_joined_in_the_legal_window_never_races[{p}]"
+                    for p in STREAM_POLICIES), expect="no wait between",
+    ),
+    Mutation(
+        id="breakable-sync-in-open-segment",
+        description="the join moves into the open segment as a synchronize, where CUDA refuses it",
+        file="vt/capture.py", old="            with scope:\n                fn()\n",
+        new="            with scope:\n                self.backend.synchronize()\n                fn()\n",
+        gates=(f"{CONF}::test_segment_rule[break on the graph's stream-cpu]",
+               f"{CONF}::test_segment_rule[break forks a side stream, joined after the break (the legal window)-cpu]",
+               f"{CONF}::test_segment_rule[side stream forked inside a segment, unjoined at its end-cpu]"),
+    ),
+    Mutation(
+        id="race-detector-blind-to-one-stream",
+        description="the race detector ignores the writes of the highest-numbered stream",
+        file="backends/streams.py",
+        old="        conflicts = [(a, other) for other, accs in h.writes.items() for a in accs]\n",
+        new="        conflicts = [(a, other) for other, accs in h.writes.items() for a in accs if other != max(h.writes)]\n",
+        gates=(f"{STREAMS}::test_the_detector_sees_a_writer_on_any_stream[second side stream]",
+               f"{STREAMS}::test_the_detector_sees_a_writer_on_any_stream[first side stream]",
+               f"{STREAMS}::test_a_host_read_of_an_unjoined_side_write_is_a_race",
+               *(f"{STREAMS}::test_a_missing_wait_is_a_race_under_every_schedule_with_both_stacks[{p}]"
+                 for p in ("in order", "seeded 0", "seeded 1")),
+               *(f"{STREAMS}::test_a_breaks_side_work_left_unjoined_is_a_race_deterministically[{p}]"
+                 for p in ("in order", "seeded 0"))),
     ),
 ]

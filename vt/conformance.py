@@ -188,6 +188,66 @@ ROWS: dict[str, Callable[[Backend, CaptureMode], Answer]] = {
     "capture on the legacy default stream": _legacy,
 }
 
+# ---- the seed case: side-stream work around the segments of a BreakableGraph --------------------
+def _segment_case(fork_in_break: bool, join: bool, sync_in_segment: bool, fork_in_segment: bool):
+    """Segment 0 writes a = x + x; the break forks b = a + a onto a side stream (joined or not); segment 1
+    writes out = b + b. A faithful capture and replay give out = 8x for a fresh x."""
+
+    def probe(b: Backend) -> Answer:
+        from vt.capture import BreakableGraph
+
+        s, side = b.new_stream(), b.new_stream()
+        x, a, bb, out = (_filled(b, (64,), i) for i in range(4))
+
+        def segment0() -> None:
+            b.launch(_add, x, x, a, stream=s)
+            if fork_in_segment:  # forked inside the open segment and left there
+                b.wait_event(side, b.record_event(s))
+                b.launch(_add, a, a, bb, stream=side)
+
+        def brk() -> list:
+            if not fork_in_break:
+                b.launch(_add, a, a, bb, stream=s)
+                return []
+            b.wait_event(side, b.record_event(s))
+            b.launch(_add, a, a, bb, stream=side)
+            done = b.record_event(side)
+            return [done] if join else []
+
+        def segment1() -> None:
+            if sync_in_segment:  # the join misplaced: a (device) synchronize inside the open segment
+                b.synchronize()
+            b.launch(_add, bb, bb, out, stream=s)
+
+        graph = BreakableGraph(b, s)
+        try:
+            graph.capture([segment0, brk, segment1])
+        except Exception as e:
+            return Answer(_err_name(e), "-")
+        fresh = np.random.default_rng(9).standard_normal(64, dtype=np.float32)
+        with b.use_stream(s):
+            b.copy_h2d(x, fresh)
+        graph.replay()
+        b.synchronize()
+        ok = bool(np.array_equal(b.copy_d2h(out), fresh * 8))
+        graph.destroy()
+        return Answer("allowed", "graph", ok)
+
+    return probe
+
+
+SEGMENT_ROWS: dict[str, Callable[[Backend], Answer]] = {
+    "break on the graph's stream": _segment_case(False, False, False, False),
+    "break forks a side stream, joined after the break (the legal window)": _segment_case(True, True, False, False),
+    "join as a synchronize inside the next open segment": _segment_case(True, False, True, False),
+    "side stream forked inside a segment, unjoined at its end": _segment_case(False, False, False, True),
+}
+
+
+def run_segment_row(backend_factory: Callable[[], Backend], row: str) -> Answer:
+    return SEGMENT_ROWS[row](backend_factory())
+
+
 MODES = (CaptureMode.GLOBAL, CaptureMode.THREAD_LOCAL, CaptureMode.RELAXED)
 
 

@@ -74,3 +74,30 @@ def test_cli_prints_the_table(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["conformance"]) == 0
     out = capsys.readouterr().out
     assert "pool miss -> driver alloc" in out and UNSUPPORTED in out and "replay bit-exact" in out
+
+
+# The seed case behind BreakableGraph (device-facts.md: synchronize and unjoined forks in a capture).
+# A missing wait is no capture error on any device: the CPU's stream simulator reports it
+# (tests/backends/test_stream_order.py).
+SEGMENTS_EXPECTED: dict[str, tuple[str, str, bool | None]] = {
+    "break on the graph's stream": ("allowed", "graph", True),
+    "break forks a side stream, joined after the break (the legal window)": ("allowed", "graph", True),
+    "join as a synchronize inside the next open segment": (UNSUPPORTED, "-", None),
+    "side stream forked inside a segment, unjoined at its end": ("cudaErrorStreamCaptureUnjoined", "-", None),
+}
+
+
+def test_segment_table_covers_every_probe() -> None:
+    from vt.conformance import SEGMENT_ROWS
+
+    assert set(SEGMENTS_EXPECTED) == set(SEGMENT_ROWS)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("row", list(SEGMENTS_EXPECTED))
+def test_segment_rule(row: str, backend: str) -> None:
+    from vt.conformance import run_segment_row
+
+    cls = backend_class(backend)
+    got = run_segment_row(lambda: cls(), row)
+    assert (got.call, got.end, got.replay_ok) == SEGMENTS_EXPECTED[row], f"{row} on {backend}"
