@@ -256,6 +256,27 @@ class CpuBackend(Backend):
             self.order.host_read(src)
         return src.array().copy()
 
+    def pinned_empty(self, shape: tuple[int, ...], dtype: Any) -> Tensor:
+        """Pinned host memory, modelled as a buffer the host may only look at through host_view (where the
+        stream simulator checks that the copy into it was waited for)."""
+        return self.empty(shape, dtype)
+
+    def copy_d2h_async(self, src: Tensor, dst: Any, stream: Stream | None = None) -> None:
+        self.launch(_copy_kernel, dst, src, stream=stream)
+
+    def host_wait(self, event: Event) -> None:
+        if self._captures:
+            for cap in self._captures:
+                cap.fail(CaptureUnsupported("event synchronize"))
+            raise CaptureUnsupported("event synchronize during capture")
+        if self.order is not None and event.clock is not None:
+            self.order.host_wait(event.clock)
+
+    def host_view(self, pinned: Tensor) -> Any:
+        if self.order is not None:
+            self.order.host_read(pinned)
+        return pinned.array()
+
     # ---- streams and events -----------------------------------------------------------------
     def record_event(self, stream: Stream | None = None) -> Event:
         stream = stream or self.current_stream()

@@ -219,6 +219,27 @@ class CudaBackend(Backend):
         s = self.current_stream()
         return self._call(s, lambda: src.array().get(stream=s.handle))
 
+    def pinned_empty(self, shape: tuple[int, ...], dtype: Any) -> Any:
+        import cupyx
+
+        return cupyx.empty_pinned(shape, dtype)
+
+    def copy_d2h_async(self, src: Tensor, dst: Any, stream: Stream | None = None) -> None:
+        s = stream or self.current_stream()
+        rt = self.cp.cuda.runtime
+        self._call(s, lambda: rt.memcpyAsync(dst.ctypes.data, src.buffer.mem + src.offset, src.nbytes,
+                                             rt.memcpyDeviceToHost, s.handle.ptr))
+
+    def host_wait(self, event: Event) -> None:
+        if self._captures:  # cudaEventSynchronize would wait on work a capture never runs
+            for cap in self._captures:
+                cap.invalid = cap.invalid or CaptureUnsupported("event synchronize")
+            raise CaptureUnsupported("event synchronize during capture")
+        event.handle.synchronize()
+
+    def host_view(self, pinned: Any) -> Any:
+        return pinned
+
     # ---- streams and events -----------------------------------------------------------------
     def record_event(self, stream: Stream | None = None) -> Event:
         stream = stream or self.current_stream()

@@ -142,9 +142,12 @@ class StreamOrder:
         """Runs what the stream (or every stream) has, and everything it waits on; the host has then seen it."""
         targets = [stream] if stream is not None else list(self.streams.values())
         for s in targets:
-            want = dict(self._merged(s))
-            self._pump(until=want)
-            _merge(self.host, want)
+            self.host_wait(dict(self._merged(s)))
+
+    def host_wait(self, clock: Clock) -> None:
+        """The host blocks until everything in clock has run (an event synchronize); it has then seen it."""
+        self._pump(until=clock)
+        _merge(self.host, clock)
 
     def host_read(self, t: Tensor) -> None:
         """A host read of t (a synchronous copy, after its stream was synchronized): a race if a write to

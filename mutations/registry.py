@@ -108,6 +108,7 @@ SPEC_PROPOSAL_GATES = tuple(f"{SPEC}::{t}" for t in (
 ))
 
 STREAMS = "tests/backends/test_stream_order.py"
+ENGINE_STREAMS = "tests/engine/test_engine_streams.py"
 PIECES = "tests/seams/test_piecewise_seams.py"
 PIECE_STEPS = ("one-5", "two-40", "chunk-at-32")
 PIECE_SEAMS = tuple(f"{PIECES}::test_P1_a_buckets_capture_allocates_nothing_after_drain[{m}-{s}]"
@@ -1404,5 +1405,22 @@ ENTRIES: list[Mutation] = [
                  for p in ("in order", "seeded 0", "seeded 1")),
                *(f"{STREAMS}::test_a_breaks_side_work_left_unjoined_is_a_race_deterministically[{p}]"
                  for p in ("in order", "seeded 0"))),
+    ),
+    Mutation(
+        id="readback-host-skips-the-copy-event",
+        description="the host reads the pinned ids without waiting for the copy stream's event",
+        file="vt/engine/readback.py", old="        b.host_wait(b.record_event(self.stream))  # the host waits for the copy only\n",
+        new="",
+        gates=tuple(f"{ENGINE_STREAMS}::test_the_engine_is_race_free_and_unchanged_under_every_schedule[{p}]"
+                    for p in ("in order", "side streams late", "seeded 3")), expect="a host read",
+    ),
+    Mutation(
+        id="readback-copy-before-the-step",
+        description="the copy stream does not wait for the compute stream: it may copy ids the step has not written",
+        file="vt/engine/readback.py",
+        old="        b.wait_event(self.stream, b.record_event(self.compute))  # the copy follows the step's work\n",
+        new="",
+        gates=tuple(f"{ENGINE_STREAMS}::test_the_engine_is_race_free_and_unchanged_under_every_schedule[{p}]"
+                    for p in ("in order", "side streams late", "seeded 3")), expect="no wait between",
     ),
 ]

@@ -362,6 +362,20 @@ class Backend:
     def copy_d2h(self, src: Tensor) -> Any:
         raise NotImplementedError("need copy_d2h")
 
+    # Read-back through pinned host memory: an async copy on a stream, an event, a host wait on that event
+    # and only then a host view (vt/engine/readback.py).
+    def pinned_empty(self, shape: tuple[int, ...], dtype: Any) -> Any:
+        raise NotImplementedError("need pinned_empty")
+
+    def copy_d2h_async(self, src: Tensor, dst: Any, stream: Stream | None = None) -> None:
+        raise NotImplementedError("need copy_d2h_async")
+
+    def host_wait(self, event: Event) -> None:
+        raise NotImplementedError("need host_wait")
+
+    def host_view(self, pinned: Any) -> Any:
+        raise NotImplementedError("need host_view")
+
     def begin_capture(self, stream: Stream, mode: CaptureMode = CaptureMode.GLOBAL) -> None:
         raise NotImplementedError("need begin_capture")
 

@@ -25,6 +25,7 @@ from models.base import ForwardBatch, KVCache, Model, prefill_inputs, prefill_lo
 from vt.backend import Graph, Tensor
 from vt.capture import BreakableGraph, GraphCaptureScope
 from vt.engine.piecewise import Bucket, carry_buffers, token_ladder
+from vt.engine.readback import Readback
 from vt.engine.sampler import NF, NI, NLP, SamplingRows, pack, sample_tokens
 from vt.errors import GraphInputMismatch
 
@@ -138,6 +139,7 @@ class GraphDriver:
         # global-mode capture refuses. Graphs are off there; the lane exists for real lifetimes.
         self.is_enabled = enabled and flags().cudagraph and self.backend.can_capture and not self.pool.is_bypass
         self.stream = stream or self.backend.new_stream()  # the engine's one compute stream
+        self.readback = Readback(self.backend, self.stream)  # sampled ids come back on a copy stream
         self.slots: dict[tuple[int, int, bool], Slot] = {}  # one per key: its graph, inputs and outputs
         self.last_slot: Slot | None = None
         self.num_eager = self.num_captures = self.num_replays = 0
@@ -198,10 +200,10 @@ class GraphDriver:
         return self._read(slot, B * inp.q, inp.sampling is not None and inp.sampling.wants_logprobs)
 
     def _read(self, slot: Slot, n: int, logprobs: bool) -> StepResult:
-        ids = self.backend.copy_d2h(slot.out_ids)[:n]
         if not logprobs:
-            return StepResult(ids)
-        return StepResult(ids, self.backend.copy_d2h(slot.lp_vals)[:n], self.backend.copy_d2h(slot.lp_ids)[:n])
+            return StepResult(*self.readback.fetch([slot.out_ids.view((n,))]))
+        return StepResult(*self.readback.fetch([slot.out_ids.view((n,)), slot.lp_vals.view((n, NLP)),
+                                                slot.lp_ids.view((n, NLP))]))
 
     # ---- prefill buckets --------------------------------------------------------------------
     def _bucket(self, num_tokens: int) -> Bucket:

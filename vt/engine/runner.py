@@ -214,9 +214,8 @@ class ModelRunner:
         b.copy_h2d(t["i"], rows.iparams)
         b.copy_h2d(t["h"], rows.hist if rows.hist is not None else np.zeros((n, 1), I64))
         b.launch(sample_tokens, logits, t["f"], t["i"], t["h"], t["hr"], t["ids"], t["lv"], t["li"])
-        res = StepResult(b.copy_d2h(t["ids"]))
-        if rows.wants_logprobs:
-            res.logprob_vals, res.logprob_ids = b.copy_d2h(t["lv"]), b.copy_d2h(t["li"])
+        res = StepResult(*self.decoder.readback.fetch([t["ids"], t["lv"], t["li"]] if rows.wants_logprobs
+                                                      else [t["ids"]]))
         for x in (logits, *t.values()):
             pool.release(x)
         return res
