@@ -92,7 +92,7 @@ class CpuGraph(Graph):
                         f"a graph replayed over {buf!r}, a temporary its capture drew, freed since\n"
                         f"--- allocated at:\n{buf.alloc_stack}--- freed at:\n{buf.free_stack}")
         if backend.order is not None:  # one op on its stream, touching everything its nodes touch
-            tensors = [t for _, args, kw in self.ops for t in tensors_of(args, kw)]
+            tensors = [t for kernel, args, kw in self.ops for t in tensors_of(kernel, args, kw)]
             backend.order.submit(stream, self._run, tensors, f"a graph of {len(self.ops)} nodes")
         else:
             self._run()
@@ -109,6 +109,9 @@ class CpuGraph(Graph):
 
 def _copy_kernel(xp: Any, dst: Any, src: Any) -> None:
     dst[...] = src
+
+
+_copy_kernel.writes = (0,)  # type: ignore[attr-defined]
 
 
 class CpuBackend(Backend):
@@ -163,8 +166,8 @@ class CpuBackend(Backend):
             self._shadow_run(kernel, args, kw, stream.capture)
             stream.capture.ops.append((kernel, args, kw))
         elif self.order is not None:
-            self.order.submit(stream, lambda: self._execute(kernel, args, kw, charged=True), tensors_of(args, kw),
-                              f"kernel {getattr(kernel, '__name__', kernel)!r}")
+            self.order.submit(stream, lambda: self._execute(kernel, args, kw, charged=True),
+                              tensors_of(kernel, args, kw), f"kernel {getattr(kernel, '__name__', kernel)!r}")
         else:
             self._execute(kernel, args, kw, charged=True)
         stream.num_ops += 1
@@ -188,6 +191,8 @@ class CpuBackend(Backend):
         it: charge them here too. Charging may need a run (a kernel's first launch at its signature):
         it runs on zero stand-ins of its tensors, since a capturable kernel's allocations depend on
         shapes only and the tensors' values may not exist yet. Its results are dropped."""
+        if getattr(kernel, "is_collective", False):
+            return  # a collective allocates through its group's own model (vt/parallel.py), never runs here
         stand_ins: dict[int, Any] = {}
 
         def stand_in(t: Tensor) -> Any:
@@ -232,11 +237,10 @@ class CpuBackend(Backend):
         if self.current_stream().capture is not None:
             raise H2DDuringCapture()  # refused before reaching the driver: capture not invalidated
         host = np.asarray(src, dtype=dst.dtype).reshape(dst.shape)
-        if self.order is not None:  # a synchronous copy: in order on the current stream, then waited for
-            stream = self.current_stream()
-            self.order.submit(stream, lambda: self._execute(_copy_kernel, (dst, host), {}), [dst],
-                              "a host->device copy")
-            self.order.synchronize(stream)
+        if self.order is not None:  # CuPy's set(): the source staged now, the copy in order on the stream; the
+            host = host.copy()  # host has not thereby seen anything the stream ran before it
+            self.order.submit(self.current_stream(), lambda: self._execute(_copy_kernel, (dst, host), {}),
+                              [(dst, True)], "a host->device copy")
             return
         self._execute(_copy_kernel, (dst, host), {})
 

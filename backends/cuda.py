@@ -229,6 +229,7 @@ class CudaBackend(Backend):
         rt = self.cp.cuda.runtime
         self._call(s, lambda: rt.memcpyAsync(dst.ctypes.data, src.buffer.mem + src.offset, src.nbytes,
                                              rt.memcpyDeviceToHost, s.handle.ptr))
+        s.num_ops += 1
 
     def host_wait(self, event: Event) -> None:
         if self._captures:  # cudaEventSynchronize would wait on work a capture never runs

@@ -23,6 +23,7 @@ import traceback
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -53,11 +54,15 @@ def side_streams_late(primary: Stream) -> Policy:
     return pick
 
 
-def seeded(seed: int, defer: float = 0.5) -> Policy:
-    """A random runnable head, or (with probability `defer`) nothing until forced: one seed, one schedule."""
+def seeded(seed: int, defer: float = 0.5, primary: Stream | None = None) -> Policy:
+    """A random runnable head, or (with probability `defer`) nothing until forced: one seed, one schedule.
+    With a primary stream (the host's program order: what it allocates and releases follows it), that
+    stream's work runs at once and only the others are shuffled and held back."""
     rng = random.Random(seed)
 
     def pick(runnable: Sequence[Stream], forced: bool) -> Stream | None:
+        if primary is not None and primary in runnable:
+            return primary
         if not runnable or (not forced and rng.random() < defer):
             return None
         return rng.choice(list(runnable))
@@ -85,7 +90,7 @@ class _Op:
     seq: int  # its 1-based index on its stream
     clock: Clock  # what happens before it, on every stream
     run: Callable[[], None]
-    tensors: list[Tensor]
+    tensors: list[tuple[Tensor, bool]]  # each with whether the kernel declares it written (`writes`)
     stack: str
     what: str
 
@@ -123,7 +128,7 @@ class StreamOrder:
         self.num_executed = 0
 
     # ---- what the backend calls -------------------------------------------------------------
-    def submit(self, stream: Stream, run: Callable[[], None], tensors: list[Tensor], what: str) -> None:
+    def submit(self, stream: Stream, run: Callable[[], None], tensors: list[tuple[Tensor, bool]], what: str) -> None:
         clock = self._clock(stream)
         _merge(clock, self.host)  # the host submits after everything it has seen complete
         clock[stream.id] = clock.get(stream.id, 0) + 1
@@ -151,9 +156,20 @@ class StreamOrder:
 
     def host_read(self, t: Tensor) -> None:
         """A host read of t (a synchronous copy, after its stream was synchronized): a race if a write to
-        it on some stream is not yet seen by the host."""
-        self._check(HOST, self.host, t, wrote=False, stack="".join(traceback.format_stack(limit=12)[:-3]),
-                    what="a host read", seq=0)
+        it on some stream is not yet seen by the host, or if work the host has not waited for, still
+        queued, touches it (it may write: nothing is known of it until it runs)."""
+        stack = "".join(traceback.format_stack(limit=12)[:-3])
+        lo, hi = t.offset, t.offset + t.nbytes
+        for q in self.queues.values():
+            for op in q:
+                for u, _ in op.tensors:
+                    if u.buffer is t.buffer and u.offset < hi and lo < u.offset + u.nbytes:
+                        race = StreamRace(f"a host read of bytes [{lo}, {hi}) of {t.buffer!r}, which {op.what} on "
+                                          f"Stream#{op.stream.id}, not waited for, has yet to run over\n--- this "
+                                          f"access, at:\n{stack}--- the other, submitted at:\n{op.stack}")
+                        self.races.append(race)
+                        raise race
+        self._check(HOST, self.host, t, wrote=False, stack=stack, what="a host read", seq=0)
 
     # ---- internals --------------------------------------------------------------------------
     def _clock(self, stream: Stream) -> Clock:
@@ -189,13 +205,13 @@ class StreamOrder:
             self._execute(self.queues[pick.id].popleft())
 
     def _execute(self, op: _Op) -> None:
-        before = [_bytes(t) for t in op.tensors]
+        before = [_bytes(t) for t, _ in op.tensors]
         op.run()
         self.done[op.stream.id] = op.seq
         self.num_executed += 1
-        for t, old in zip(op.tensors, before):
-            self._check(op.stream.id, op.clock, t, wrote=not np.array_equal(old, _bytes(t)), stack=op.stack,
-                        what=op.what, seq=op.seq)
+        for (t, declared), old in zip(op.tensors, before):
+            wrote = declared or not np.array_equal(old, _bytes(t))
+            self._check(op.stream.id, op.clock, t, wrote=wrote, stack=op.stack, what=op.what, seq=op.seq)
 
     def _check(self, sid: int, clock: Clock, t: Tensor, wrote: bool, stack: str, what: str, seq: int) -> None:
         h = self.history.setdefault(t.buffer.id, _History())
@@ -232,7 +248,10 @@ def _name(sid: int) -> str:
     return "the host" if sid == HOST else f"Stream#{sid}"
 
 
-def tensors_of(args: tuple, kw: dict) -> list[Tensor]:
-    return [a for a in (*args, *kw.values()) if isinstance(a, Tensor)]
+def tensors_of(kernel: Any, args: tuple, kw: dict) -> list[tuple[Tensor, bool]]:
+    """A launch's tensors, each with whether the kernel declares it written (a `writes` tuple of argument
+    positions: a copy's destination is a write even when the bytes it writes are the bytes already there)."""
+    writes = getattr(kernel, "writes", ())
+    return [(a, i in writes) for i, a in enumerate((*args, *kw.values())) if isinstance(a, Tensor)]
 
 

@@ -61,8 +61,12 @@ class DecoderForCausalLM:
     their left operand in that dtype and accumulate in float32; activations, norms, biases, softmax and
     rope stay float32. The same on both backends, so the CPU is the CUDA path's oracle."""
 
-    def __init__(self, ckpt: Any, backend: Backend, dtype: str = "float32") -> None:
-        self.cfg: ModelConfig = ckpt.config
+    def __init__(self, ckpt: Any, backend: Backend, dtype: str = "float32", group: Any = None) -> None:
+        self.cfg: ModelConfig = ckpt.config  # a rank's share of the heads and widths (models/shard.py)
+        self.group = group  # the tensor-parallel group (vt/parallel.py), None on one device
+        start, rows = group.shard.vocab(self.cfg.vocab_size) if group else (0, 0)
+        self.vocab_start: int = start  # this rank's slice of the vocabulary (embedding and LM head rows)
+        self.vocab_rows: int = rows
         self.backend = backend
         self.pool = backend.pool
         self.dtype = dtype
@@ -170,7 +174,10 @@ class DecoderForCausalLM:
             x = last
         normed = hidden if hidden is not None else pool.empty(x.shape, F32)
         b.launch(K.rmsnorm, x, self.w["norm"], normed, eps=c.rms_norm_eps)
-        b.launch(K.matmul, normed, self.w["lm_head_t"], logits)
+        if self.group is None:
+            b.launch(K.matmul, normed, self.w["lm_head_t"], logits)
+        else:
+            self._parallel_lm_head(normed, logits)
         if fb.is_prefill:
             pool.release(x)
         else:
@@ -178,13 +185,33 @@ class DecoderForCausalLM:
         if hidden is None:
             pool.release(normed)
 
+    def _parallel_lm_head(self, normed: Tensor, logits: Tensor) -> None:
+        """Each rank's vocabulary slice of the logits, gathered on every rank (each samples the same ids)."""
+        b, pool, n, g = self.backend, self.pool, normed.shape[0], self.group
+        local = pool.empty((n, self.vocab_rows), F32)
+        b.launch(K.matmul, normed, self.w["lm_head_t"], local)
+        full = pool.empty((n, self.vocab_rows * g.size), F32)
+        g.all_gather(local, full)
+        b.launch(K.copy_columns, full, logits)
+        pool.release(local)
+        pool.release(full)
+
+    def _reduce(self, t: Tensor) -> None:
+        """A row-parallel layer's partial sums, summed over the ranks (nothing on one device)."""
+        if self.group is not None:
+            self.group.all_reduce(t)
+
     def _start(self, fb: ForwardBatch, kv: KVCache, carry: Carry) -> None:
         """Embedding; what every layer reads, computed once per step (rope rows and KV write slots; for
         decode, each token's key rows in the cache and their visibility); layer 0 up to its attention."""
         b, c = self.backend, self.cfg
         T, hd = fb.input_ids.shape[0], c.head_dim
         x = carry.get("x", (T, c.hidden_size))
-        b.launch(K.embed, self.w["embed"], fb.input_ids, x)
+        if self.group is None:
+            b.launch(K.embed, self.w["embed"], fb.input_ids, x)
+        else:
+            b.launch(K.embed_shard, self.w["embed"], fb.input_ids, x, start=self.vocab_start)
+            self._reduce(x)
         rope, slots = carry.get("rope", (T, 2 * hd)), carry.get("write_slots", (T,), np.int64)
         b.launch(K.step_meta, self.rope_table, fb.positions, fb.slot_mapping, rope, slots, trash_slot=kv.trash_slot)
         if not fb.is_prefill:
@@ -233,6 +260,7 @@ class DecoderForCausalLM:
         carry.put("qk")
         out = pool.empty((T, H), F32)
         b.launch(K.matmul, o.view((T, o.shape[1] * o.shape[2])), w[f"{i}.o_t"], out)
+        self._reduce(out)
         if c.has_o_bias:
             b.launch(K.add, out, w[f"{i}.o_b"], out)
         carry.put("o")
@@ -240,6 +268,7 @@ class DecoderForCausalLM:
         pool.release(out)
         b.launch(K.rmsnorm, x, w[f"{i}.ln2"], h, eps=c.rms_norm_eps)
         mlp = self._moe(i, h) if c.is_sparse_layer(i) else self._mlp(i, h)
+        self._reduce(mlp)
         b.launch(K.add, x, mlp, x)
         pool.release(mlp)
         carry.put("h")

@@ -23,6 +23,20 @@ def embed(xp: Any, table: Any, ids: Any, out: Any) -> None:
         out[...] = widen(xp, xp.take(table, ids, axis=0))
 
 
+def embed_shard(xp: Any, table: Any, ids: Any, out: Any, start: int) -> None:
+    """Vocabulary-parallel embedding: the rows of ids in [start, start + len(table)) from this rank's slice,
+    zeros for the rest (the ranks' all-reduce then holds every row exactly once)."""
+    local = ids - start
+    hit = (local >= 0) & (local < table.shape[0])
+    rows = widen(xp, xp.take(table, xp.where(hit, local, 0), axis=0))
+    out[...] = xp.where(hit[:, None], rows, 0)
+
+
+def copy_columns(xp: Any, src: Any, out: Any) -> None:
+    """out = src's first out.shape[1] columns (the gathered logits without the vocabulary's padding)."""
+    out[...] = src[:, : out.shape[1]]
+
+
 def rmsnorm(xp: Any, x: Any, w: Any, out: Any, eps: float) -> None:
     """HF Qwen3RMSNorm: x / sqrt(mean(x^2) + eps), then * weight (float32 throughout)."""
     var = xp.mean(x * x, axis=-1, keepdims=True)

@@ -28,6 +28,12 @@ class Checkpoint:
     tokenizer_config: dict[str, Any] = field(default_factory=dict)
     chat_template: str | None = None  # chat_template.jinja, else tokenizer_config.json's chat_template
 
+    @property
+    def eos_ids(self) -> set[int]:
+        """The ids that end generation: config.json's and generation_config.json's."""
+        eos = self.generation_config.get("eos_token_id")
+        return set(self.config.eos_token_ids) | set([] if eos is None else eos if isinstance(eos, list) else [eos])
+
 
 def _read_json(path: Path, required: bool = True) -> dict[str, Any]:
     if not path.is_file():

@@ -24,9 +24,15 @@ def model_class(architecture: str) -> Any:
     return getattr(importlib.import_module(module), attr)
 
 
-def load_model(ckpt: Any, backend: Any, dtype: str = "float32") -> Any:
+def load_model(ckpt: Any, backend: Any, dtype: str = "float32", group: Any = None) -> Any:
     """The checkpoint's architecture (a models.base.Model), built on `backend` with the checkpoint's
-    weights uploaded. (Typed loosely: this table imports no model module, so nothing imports in a circle.)"""
+    weights uploaded; with a tensor-parallel group, this rank's slice of them (models/shard.py). (Typed
+    loosely: this table imports no model module, so nothing imports in a circle.)"""
+    if group is not None and group.size > 1:
+        from models.shard import shard_checkpoint
+
+        ckpt = shard_checkpoint(ckpt, group.shard)
+        return model_class(ckpt.config.architecture)(ckpt, backend, dtype, group)
     return model_class(ckpt.config.architecture)(ckpt, backend, dtype)
 
 

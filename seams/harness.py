@@ -26,10 +26,10 @@ class Seq:
 class SeamHarness:
     def __init__(self, model: str = "tiny-qwen3", backend: str = "cpu", *, graphs: bool = True,
                  max_num_seqs: int = 16, num_blocks: int = 256, block_size: int = 16,
-                 backend_obj: Any = None, dtype: str = "float32") -> None:
+                 backend_obj: Any = None, dtype: str = "float32", group: Any = None) -> None:
         self.backend = backend_obj or make_backend(backend)
         self.pool = self.backend.pool
-        self.model = load_model(load_checkpoint(resolve_model(model)), self.backend, dtype)
+        self.model = load_model(load_checkpoint(resolve_model(model)), self.backend, dtype, group)
         self.kv = self.model.make_kv_cache(num_blocks, block_size)
         self.driver = GraphDriver(self.model, self.kv, max_num_seqs, enabled=graphs, max_q=8)
         self.block_size = block_size

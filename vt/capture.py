@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from types import TracebackType
 from typing import Any
 
@@ -94,10 +95,13 @@ class BreakableGraph:
     it). `before_segment` runs before each segment's capture, outside it: the graph driver's pre-grow."""
 
     def __init__(self, backend: Backend, stream: Stream,
-                 before_segment: Callable[[int], None] | None = None) -> None:
+                 before_segment: Callable[[int], None] | None = None,
+                 recording: Callable[[], AbstractContextManager[set]] | None = None) -> None:
         self.backend = backend
         self.stream = stream
         self.before_segment = before_segment
+        self.recording = recording  # the pool's recorder: collects each segment's temporaries (never a break's)
+        self.used: set = set()
         self.segments: list[Graph] = []
         self.breaks: list[Callable[[], Any]] = []
 
@@ -114,8 +118,9 @@ class BreakableGraph:
             if self.before_segment is not None:
                 self.before_segment(i // 2)
             scope = GraphCaptureScope(self.backend, self.stream, enabled=True)
-            with scope:
+            with self.recording() if self.recording is not None else nullcontext(set()) as used, scope:
                 fn()
+            self.used |= used
             if scope.capture_failed:
                 self.destroy()
                 raise scope.error  # type: ignore[misc]

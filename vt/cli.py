@@ -51,7 +51,7 @@ def _loaded(build, model: str):
 def _engine_kwargs(args: argparse.Namespace) -> dict:
     kw = dict(backend=args.backend, max_model_len=args.max_model_len, num_blocks=args.num_blocks,
               max_num_seqs=args.max_num_seqs, enforce_eager=args.enforce_eager, seed=args.seed, dtype=args.dtype,
-              max_num_batched_tokens=args.max_num_batched_tokens)
+              max_num_batched_tokens=args.max_num_batched_tokens, tensor_parallel_size=args.tensor_parallel_size)
     if getattr(args, "speculative_model", None):
         kw.update(speculative_model=args.speculative_model, num_speculative_tokens=args.num_speculative_tokens)
     return kw
@@ -212,6 +212,8 @@ def _engine_args(p: argparse.ArgumentParser, max_model_len: int, num_blocks: int
     p.add_argument("--speculative-model", help="a draft checkpoint (name or directory), or [ngram] for prompt "
                                                "lookup with no second model")
     p.add_argument("--num-speculative-tokens", type=int, default=0, help="tokens proposed per step")
+    p.add_argument("--tensor-parallel-size", "-tp", type=int, default=1, help="ranks (one process and one device "
+                                                                              "each) the model is split over")
 
 
 def build_parser() -> argparse.ArgumentParser:

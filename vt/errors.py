@@ -55,6 +55,10 @@ class IllegalMemoryAccess(CudaError):
     cuda_text = "an illegal memory access was encountered"
 
 
+class WorkerDied(VtError, RuntimeError):
+    """A tensor-parallel worker process is gone: the engine cannot step without its shard."""
+
+
 class StreamRace(VtError, RuntimeError):
     """Two streams touched the same bytes, at least one writing, with no wait between them: on a GPU the
     answer depends on timing. Only the CPU's stream-order simulator can see it (backends/streams.py)."""

@@ -23,8 +23,10 @@ def k_add(xp: Any, a: Any, b: Any, out: Any) -> None:
 
 
 def _filled(b: CpuBackend, values: np.ndarray) -> Any:
+    """A tensor holding values, the copy waited for (an upload is async on its stream, as CuPy's set())."""
     t = b.empty(values.shape, np.float32)
     b.copy_h2d(t, values)
+    b.synchronize()
     return t
 
 

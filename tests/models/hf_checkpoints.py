@@ -19,11 +19,13 @@ SPECS: dict[str, tuple[str, dict[str, Any]]] = {
     "qwen3-moe": ("Qwen3MoeConfig", dict(head_dim=16, num_experts=4, num_experts_per_tok=2,
                                          moe_intermediate_size=32, norm_topk_prob=True)),
     "qwen2": ("Qwen2Config", dict(rope_theta=10000.0)),
+    # one KV head (tensor parallelism replicates it) and a vocabulary no rank count divides
+    "qwen2-mqa": ("Qwen2Config", dict(num_key_value_heads=1, vocab_size=509, rope_theta=10000.0)),
     "llama3": ("LlamaConfig", dict(tie_word_embeddings=True, rope_scaling={
         "rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
         "original_max_position_embeddings": 256}, rope_theta=500000.0)),
 }
-ARCHS = tuple(SPECS)
+ARCHS = ("qwen3-yarn", "qwen3-moe", "qwen2", "llama3")  # qwen2-mqa serves the tensor-parallel tests
 
 
 def make(name: str, root: Path, dtype: str = "float32") -> Path:
@@ -36,7 +38,7 @@ def make(name: str, root: Path, dtype: str = "float32") -> Path:
         return dest
     cls, extra = SPECS[name]
     torch.manual_seed(sum(map(ord, name)))
-    cfg = getattr(transformers, cls)(**COMMON, **extra)
+    cfg = getattr(transformers, cls)(**{**COMMON, **extra})
     model = transformers.AutoModelForCausalLM.from_config(cfg)
     with torch.no_grad():  # transformers initializes biases to zero, which would hide a bias never added
         for n, p in model.named_parameters():

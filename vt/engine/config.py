@@ -30,6 +30,7 @@ class EngineConfig:
     ngram_prompt_lookup_max: int = 3  # the longest context suffix the n-gram proposer matches
     seed: int = 0
     dtype: str = "auto"  # auto: the checkpoint's dtype on CUDA, float32 compute on the CPU (see resolve_dtype)
+    tensor_parallel_size: int = 1  # ranks, one process and one device each (vt/engine/tp.py)
 
     def __post_init__(self) -> None:
         _need(isinstance(self.model, str) and bool(self.model), "model", self.model, "a model name or path")
@@ -41,6 +42,10 @@ class EngineConfig:
         _need(1 <= self.max_num_seqs <= 1024, "max_num_seqs", self.max_num_seqs, "in [1, 1024]")
         _need(self.ngram_prompt_lookup_max >= 1, "ngram_prompt_lookup_max", self.ngram_prompt_lookup_max, ">= 1")
         _need(self.num_speculative_tokens >= 0, "num_speculative_tokens", self.num_speculative_tokens, ">= 0")
+        _need(isinstance(self.tensor_parallel_size, int) and 1 <= self.tensor_parallel_size <= 8,
+              "tensor_parallel_size", self.tensor_parallel_size, "an int in [1, 8]")
+        _need(self.tensor_parallel_size == 1 or self.speculative_model is None, "tensor_parallel_size",
+              self.tensor_parallel_size, "1 with speculative decoding (not supported across ranks yet)")
         if self.speculative_model is not None:
             _need(self.num_speculative_tokens >= 1, "num_speculative_tokens", self.num_speculative_tokens,
                   ">= 1 when speculative_model is set")

@@ -8,7 +8,7 @@ sampled ids (and logprobs, when a row asks), never logits.
 
 Per step, unconditionally: `pool.mark_step_boundary()`. A slot's first step is cold (eager) and
 records the step's demand profile. Before EVERY capture, unconditionally and in one place
-(`_capture`): `pool.pregrow_for_capture(slot.demand)`. Then capture, replay once; later steps stage
+(`_pregrow`): the pool's free lists and every collective's lazy setup. Then capture, replay once; later steps stage
 inputs into the slot's persistent buffers outside the graph and replay.
 """
 
@@ -219,11 +219,11 @@ class GraphDriver:
             bucket.demand = bucket.demand or self.pool.step_demand_profile()
             self.num_prefill_eager += 1
         elif bucket.graph is None:
-            graph = BreakableGraph(self.backend, self.stream, before_segment=lambda i: self._pregrow_bucket(bucket))
-            with self.pool.recording() as used:
-                graph.capture(bucket.pieces)  # raises (destroyed) if a segment's capture failed
-            bucket.graph, bucket.pinned = graph, used
-            self.pool.pin(used)
+            graph = BreakableGraph(self.backend, self.stream, before_segment=lambda i: self._pregrow_bucket(bucket),
+                                   recording=self.pool.recording)
+            graph.capture(bucket.pieces)  # raises (destroyed) if a segment's capture failed
+            bucket.graph, bucket.pinned = graph, graph.used  # the segments' temporaries, not the breaks'
+            self.pool.pin(graph.used)
             self.num_prefill_captures += 1
         else:
             if self.backend.is_sanitizing:
@@ -234,7 +234,15 @@ class GraphDriver:
 
     def _pregrow_bucket(self, bucket: Bucket) -> None:
         assert bucket.demand is not None
-        self.pool.pregrow_for_capture(bucket.demand)  # before EVERY segment's capture, unconditionally
+        self._pregrow(bucket.demand)  # before EVERY segment's capture, unconditionally
+
+    def _pregrow(self, demand: dict[int, int]) -> None:
+        """What a capture must find ready: the free lists of its demand profile, and every collective's
+        lazy setup (NCCL's first enqueue of a kind allocates: inside a capture, global mode refuses it)."""
+        self.pool.pregrow_for_capture(demand)
+        group = getattr(self.model, "group", None)
+        if group is not None:
+            group.warm_up()
 
     def _head(self, bucket: Bucket, rows: np.ndarray) -> Tensor:
         b, pool = self.backend, self.pool
@@ -307,7 +315,7 @@ class GraphDriver:
     def _capture(self, slot: Slot) -> None:
         assert slot.demand is not None
         t0 = time.monotonic()
-        self.pool.pregrow_for_capture(slot.demand)  # before EVERY capture, unconditionally
+        self._pregrow(slot.demand)  # before EVERY capture, unconditionally
         scope = GraphCaptureScope(self.backend, self.stream, enabled=True)
         with self.pool.recording() as used, scope:
             self._forward(slot)

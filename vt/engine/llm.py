@@ -6,6 +6,7 @@ import itertools
 import sys
 import time
 import traceback
+import weakref
 from typing import Any
 
 import numpy as np
@@ -41,11 +42,16 @@ class LLMEngine:
         self.chat_template = ckpt.chat_template
         self.special_tokens = _special_tokens(ckpt.tokenizer_config)
         self.generation_config = _generation_config(ckpt)
-        self.eos_ids = set(ckpt.config.eos_token_ids) | set(_as_list(ckpt.generation_config.get("eos_token_id")))
+        self.eos_ids = ckpt.eos_ids
         self.vocab_size = ckpt.config.vocab_size
         self.dtype = resolve_dtype(cfg.dtype, ckpt.config.dtype, cfg.backend)
-        self.backend = make_backend(cfg.backend)
-        self.model = load_model(ckpt, self.backend, self.dtype)
+        self.workers: Any = None
+        self._close: Any = None  # the workers' shutdown, also run at exit
+        if cfg.tensor_parallel_size > 1:
+            self.backend, self.model = self._start_ranks(ckpt)
+        else:
+            self.backend = make_backend(cfg.backend)
+            self.model = load_model(ckpt, self.backend, self.dtype)
         stream = self.backend.new_stream()  # one compute stream for the target and the draft
         proposer = self._make_proposer(ckpt, stream)
         self.kv_manager = KVCacheManager(cfg.num_blocks, cfg.block_size, cfg.max_blocks_per_seq, cfg.num_kv_groups)
@@ -54,6 +60,33 @@ class LLMEngine:
         self._ids = itertools.count()
         self._rng = np.random.default_rng(cfg.seed)
         self.requests: dict[str, Request] = {}
+        self.num_steps = 0
+        if self.workers is not None:
+            self._close = weakref.finalize(self, self.workers.shutdown)  # at exit too: no orphaned ranks
+            self.workers.barrier()
+
+    def _start_ranks(self, ckpt: Any) -> tuple[Any, Any]:
+        """Rank 0 of a tensor-parallel group: the workers start, every rank joins the group, then each
+        loads its slice (a model that cannot be split is refused before any process starts)."""
+        from models.registry import load_model
+        from models.shard import check_divisible
+        from vt.engine.tp import TIMEOUT_S, Workers, free_port
+        from vt.parallel import init_group
+        from vt.registry import make_backend
+
+        check_divisible(ckpt.config, self.cfg.tensor_parallel_size)
+        port = free_port()
+        self.workers = Workers(self.cfg, port)
+        backend = make_backend(self.cfg.backend)
+        group = init_group(backend, 0, self.cfg.tensor_parallel_size, port, TIMEOUT_S)
+        self.workers.control = group.control
+        return backend, load_model(ckpt, backend, self.dtype, group)
+
+    def close(self) -> None:
+        """Stops the tensor-parallel workers (nothing to do on one device)."""
+        if self.workers is not None:
+            self._close()
+            self.workers = None
 
     def _make_proposer(self, ckpt: Any, stream: Any) -> Any:
         from models.loader import load_checkpoint, resolve_model
@@ -157,12 +190,23 @@ class LLMEngine:
             if so.is_empty:
                 self._check_stall()
                 return []
-            return self._update(so, self.runner.execute(so))
+            self.num_steps += 1
+            so.step = self.num_steps
+            return self._update(so, self._execute(so))
         except Exception:
             in_flight = [r.id for r in self.scheduler.running] + [r.id for r in self.scheduler.waiting]
             traceback.print_exc()
             print(f"vt: fatal engine error; requests in flight: {in_flight}", file=sys.stderr)
             raise
+
+    def _execute(self, so: SchedulerOutput) -> RunnerOutput:
+        if self.workers is None:
+            return self.runner.execute(so)
+        try:
+            self.workers.broadcast(so)
+            return self.runner.execute(so)
+        except Exception as e:
+            raise self.workers.explain(e) from e
 
     def _check_stall(self) -> None:
         """Nothing was scheduled, yet requests are in flight: no later step will differ. Raise, naming the
@@ -258,5 +302,3 @@ def _special_tokens(tok_cfg: dict[str, Any]) -> dict[str, str]:
     return out
 
 
-def _as_list(x: Any) -> list[int]:
-    return [] if x is None else (list(x) if isinstance(x, list) else [x])

@@ -42,6 +42,7 @@ class SchedulerOutput:
     prefill_chunks: dict[str, int] = field(default_factory=dict)
     preempted_ids: list[str] = field(default_factory=list)
     finished_ids: set[str] = field(default_factory=set)  # left since the last step: the runner drops them
+    step: int = 0  # the engine step it belongs to (tensor-parallel workers check they run every one, in order)
 
     @property
     def scheduled_ids(self) -> list[str]:

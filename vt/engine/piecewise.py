@@ -2,9 +2,10 @@
 
 Attention is the only part of a prefill whose shape depends on each sequence's length, so a bucket of T
 padded tokens captures everything else (L + 1 segments) and runs the L attentions eagerly between them
-(vt/capture.py's BreakableGraph). The graph driver owns the buckets and gives each the decode slots'
-discipline: a cold eager step records the demand profile, the driver's one pre-grow runs before every
-segment's capture, and the graph's temporaries are pinned for its life.
+(vt/capture.py's BreakableGraph). Buckets go up to 512 tokens; a larger step runs eagerly, unsplit. The
+graph driver owns the buckets and gives each the decode slots' discipline: a cold eager step records the
+demand profile, the driver's one pre-grow runs before every segment's capture, and the segments'
+temporaries are pinned for the graph's life.
 
 What lives across an attention break (the residual stream, q/k, the attention output, rope rows and
 KV write slots) sits in persistent buffers: views of one set the driver allocates for its largest
@@ -25,12 +26,14 @@ from vt.capture import BreakableGraph
 I64 = np.int64
 
 
+MAX_GRAPH_TOKENS = 512  # larger steps run the unsplit forward eagerly: their kernels outlast any launch cost
+
+
 def token_ladder(max_tokens: int) -> list[int]:
-    """{16, 32, ..., 512} then every 512 up to max_tokens (always a rung): padding wastes at most half a
-    small step and an eighth of a large one."""
-    rungs = [t for t in (16, 32, 64, 128, 256, 512) if t < max_tokens]
-    rungs += list(range(1024, max_tokens, 512))
-    return [*rungs, max_tokens]
+    """Powers of two from 16 up to min(max_tokens, 512): at most six buckets, so the graphs' pinned
+    temporaries stay bounded whatever the context length (vLLM caps its piecewise capture sizes likewise)."""
+    top = min(max_tokens, MAX_GRAPH_TOKENS)
+    return [*(t for t in (16, 32, 64, 128, 256) if t < top), top]
 
 
 def carry_buffers(backend: Any, model: Any, max_tokens: int) -> dict[str, Tensor]:
@@ -78,8 +81,3 @@ class Bucket:
     def run_eager(self) -> None:
         for piece in self.pieces:
             piece()
-
-    def destroy(self) -> None:
-        if self.graph is not None:
-            self.graph.destroy()
-        self.graph = None

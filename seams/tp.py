@@ -1,0 +1,57 @@
+"""The seam pattern on every rank of a tensor-parallel group, one process per rank:
+`python -m seams.tp MODEL RANK SIZE PORT` prints one JSON line of what the rank measured.
+
+First, on a group that has run no collective: the driver's pre-grow, then a capture of every kind of
+collective; NCCL would set each kind up (allocate) at its first enqueue, so only the pre-grow's warm-up
+keeps that allocation out of the capture. Then the decode seam: cold step, drain, capture, zero driver
+allocations inside it, with the drain and the pre-grow's allocations as non-vacuity guards.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+import numpy as np
+
+
+def rank_seams(model: str, rank: int, size: int, port: int) -> dict[str, Any]:
+    from seams.harness import SeamHarness
+    from vt.capture import GraphCaptureScope
+    from vt.parallel import init_group
+    from vt.registry import make_backend
+
+    backend = make_backend("cpu")
+    group = init_group(backend, rank, size, port, 60.0)
+    h = SeamHarness(model, backend_obj=backend, group=group)
+    out: dict[str, Any] = {"rank": rank}
+    x, full = backend.pool.empty((2, 8), np.float32), backend.pool.empty((2, 8 * size), np.float32)
+    h.driver._pregrow({})
+    out["lazy_setups_before_capture"] = len(group.lazy_buffers)
+    backend.reset_counters()
+    scope = GraphCaptureScope(backend, h.driver.stream, enabled=True)
+    with scope:
+        group.all_reduce(x)
+        group.all_gather(x, full)
+    out["first_collectives"] = {"failed": repr(scope.error) if scope.capture_failed else None,
+                                "allocs_in_capture": backend.allocs_in_capture}
+    h.start(4)
+    h.step()
+    out["cold_captured"] = h.is_captured
+    out["freed"] = h.pool.drain()
+    backend.reset_counters()
+    h.step()
+    out["captured"] = h.is_captured
+    out["allocs_in_step"] = backend.allocs_in_step
+    out["allocs_in_capture"] = backend.allocs_in_capture
+    out["logits_digest"] = float(np.abs(h.step()).sum())  # a replay: every rank sees the same logits
+    return out
+
+
+if __name__ == "__main__":
+    import torch.distributed as dist
+
+    m, r, n, p = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+    print(json.dumps(rank_seams(m, r, n, p)), flush=True)
+    dist.destroy_process_group()

@@ -1,0 +1,96 @@
+"""Tensor parallelism on the CPU, across real processes (torch.distributed, gloo): TP = 2 generates the
+tokens TP = 1 does (float32, greedy), for dense, MoE, q/k/v-bias, tied-embedding and one-KV-head
+checkpoints written by transformers; a dead worker fails the engine within a bounded time, by name; a
+model that cannot be split is refused before any process starts."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from vt.engine.api import LLM
+from vt.engine.sampling import SamplingParams
+from vt.errors import ConfigError, WorkerDied
+
+pytest.importorskip("torch.distributed")
+
+PROMPTS = [{"prompt_token_ids": [5 + i, 17, 99, 3 * i + 1] * (3 + i)} for i in range(4)]
+GREEDY = SamplingParams(max_tokens=16, temperature=0.0, ignore_eos=True, logprobs=1)
+KW = dict(max_model_len=128, num_blocks=64, max_num_batched_tokens=32)  # chunked prefills and mixed steps too
+
+
+@pytest.fixture(scope="module")
+def hf_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("hf-tp")
+
+
+def _generate(model: str, tp: int) -> tuple[list[list[int]], list[float]]:
+    llm = LLM(model, tensor_parallel_size=tp, **KW)
+    try:
+        outs = llm.generate(PROMPTS, GREEDY)
+    finally:
+        llm.engine.close()
+    return [o.outputs[0].token_ids for o in outs], [o.outputs[0].cumulative_logprob for o in outs]
+
+
+def _model(name: str, hf_root: Path) -> str:
+    if name.startswith("tiny-"):
+        return name
+    from tests.models.hf_checkpoints import make
+
+    return str(make(name, hf_root))
+
+
+@pytest.mark.parametrize("name", ["tiny-qwen3", "tiny-qwen3-moe", "qwen2", "llama3", "qwen2-mqa"])
+def test_tp2_generates_the_tokens_tp1_does(name: str, hf_root: Path) -> None:
+    model = _model(name, hf_root)
+    one, lp_one = _generate(model, 1)
+    two, lp_two = _generate(model, 2)
+    assert two == one, "TP = 2 and TP = 1 generate the same greedy tokens"
+    np.testing.assert_allclose(lp_two, lp_one, rtol=0, atol=1e-3)
+    assert len({tuple(t) for t in one}) == len(PROMPTS), "non-vacuity: the prompts generate different tokens"
+
+
+def test_a_model_that_cannot_be_split_is_refused_by_name() -> None:
+    with pytest.raises(ConfigError, match="num_attention_heads=4 is not divisible"):
+        LLM("tiny-qwen3", tensor_parallel_size=3, **KW)
+    with pytest.raises(ConfigError, match="tensor_parallel_size=9"):
+        LLM("tiny-qwen3", tensor_parallel_size=9, **KW)
+
+
+def test_a_killed_worker_fails_the_engine_within_bounded_time_by_name() -> None:
+    llm = LLM("tiny-qwen3", tensor_parallel_size=2, max_model_len=2048, num_blocks=256)
+    worker = llm.engine.workers.procs[0]
+    long = SamplingParams(max_tokens=1500, temperature=0.0, ignore_eos=True)
+    caught: dict[str, BaseException] = {}
+    started = threading.Event()
+
+    def run() -> None:
+        started.set()
+        try:
+            llm.generate([{"prompt_token_ids": [5, 6, 7]}], long)
+        except BaseException as e:  # noqa: BLE001 - the test inspects it
+            caught["e"] = e
+
+    t = threading.Thread(target=run)
+    t.start()
+    assert started.wait(10)
+    time.sleep(0.5)  # mid-generation
+    assert t.is_alive(), "non-vacuity: the request is still generating when the worker dies"
+    os.kill(worker.pid, signal.SIGKILL)
+    killed = time.monotonic()
+    t.join(30)
+    took = time.monotonic() - killed
+    assert not t.is_alive(), "the engine noticed: no hang"
+    assert isinstance(caught.get("e"), WorkerDied), f"a WorkerDied, not {caught.get('e')!r}"
+    assert "rank 1" in str(caught["e"]) and "exit code -9" in str(caught["e"])
+    assert took < 15, f"found after {took:.1f} s"
+    with pytest.raises(WorkerDied):  # and the engine stays refused: no step runs without the shard
+        llm.engine.step() if llm.engine.has_unfinished() else llm.engine.workers.check_alive()
+    llm.engine.close()

@@ -1,0 +1,49 @@
+"""The seam test on every rank of a TP = 2 group, across real processes (seams/tp.py): a capture that is
+the group's first collective allocates nothing (the pre-grow's warm-up set every kind up outside it), and
+the decode capture after a drain allocates nothing, with non-vacuity guards on each rank."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from seams.lanes import GRAPHS_REASON, guarantee
+from vt.engine.tp import free_port
+
+pytest.importorskip("torch.distributed")
+
+
+@pytest.fixture(scope="module")
+def ranks(request: pytest.FixtureRequest) -> list[dict]:
+    port, model = free_port(), request.param
+    procs = [subprocess.Popen([sys.executable, "-m", "seams.tp", model, str(r), "2", str(port)],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for r in range(2)]
+    outs = [p.communicate(timeout=240) for p in procs]
+    for p, (_, err) in zip(procs, outs):
+        assert p.returncode == 0, f"a rank failed:\n{err[-3000:]}"
+    return [json.loads(o.strip().splitlines()[-1]) for o, _ in outs]
+
+
+MODELS = [guarantee(m, id=m, reason=GRAPHS_REASON) for m in ("tiny-qwen3", "tiny-qwen3-moe")]
+
+
+@pytest.mark.parametrize("ranks", MODELS, indirect=True)
+def test_a_capture_that_is_the_groups_first_collective_allocates_nothing(ranks: list[dict]) -> None:
+    for r in ranks:
+        first = r["first_collectives"]
+        assert r["lazy_setups_before_capture"] >= 2, (
+            f"rank {r['rank']}: non-vacuity: the pre-grow set both kinds of collective up, outside the capture")
+        assert first["failed"] is None and first["allocs_in_capture"] == 0, (
+            f"rank {r['rank']}: the capture allocated: {first}")
+
+
+@pytest.mark.parametrize("ranks", MODELS, indirect=True)
+def test_the_decode_capture_allocates_nothing_after_drain_on_every_rank(ranks: list[dict]) -> None:
+    for r in ranks:
+        assert not r["cold_captured"] and r["freed"] > 0, f"rank {r['rank']}: precondition: cold step, real drain"
+        assert r["captured"] and r["allocs_in_step"] > 0, f"rank {r['rank']}: non-vacuity: the pre-grow allocated"
+        assert r["allocs_in_capture"] == 0, f"rank {r['rank']}: {r['allocs_in_capture']} allocation(s) in capture"
+    assert ranks[0]["logits_digest"] == ranks[1]["logits_digest"], "every rank gathered the same logits"

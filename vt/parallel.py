@@ -1,0 +1,164 @@
+"""Tensor parallelism: one rank's view of its group, and the collectives the model launches.
+
+Collectives come from existing engines: torch.distributed with gloo on the CPU backend (so CPU CI runs
+TP = 2 across real processes), and NCCL through CuPy's binding on the CUDA backend (it enqueues on vt's
+own CuPy streams, so an all-reduce is captured into the decode graph like any kernel; the unique id
+travels over the gloo control group). Every rank also joins a gloo group for control: rank 0 broadcasts
+each step's scheduler output over it.
+
+A collective is launched through the backend like a kernel (recorded in a capture, replayed with the
+graph). NCCL sets up a communicator's connections and buffers lazily, at the first enqueue of each kind
+of collective (NCCL_RUNTIME_CONNECT, the default since NCCL 2.22): inside a capture that is a device
+allocation, which global mode refuses. The CPU model does the same with one driver allocation per kind,
+and `warm_up` (run by the graph driver's pre-grow) enqueues every kind once, outside any capture.
+"""
+
+from __future__ import annotations
+
+import datetime
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from vt.backend import Backend, Tensor
+
+KINDS = ("all_reduce", "all_gather")
+LAZY_BYTES = 1 << 20  # the CPU model's stand-in for a collective kind's connection buffers
+
+
+@dataclass(slots=True)
+class Shard:
+    """Which slice of the model a rank holds."""
+
+    rank: int
+    size: int
+
+    def heads(self, num_heads: int) -> tuple[int, int]:
+        """(first head, count) of a rank's attention heads (num_heads is a multiple of size)."""
+        n = num_heads // self.size
+        return self.rank * n, n
+
+    def kv_heads(self, num_kv_heads: int) -> tuple[int, int]:
+        """(first KV head, count): split when there are at least as many as ranks, else the one KV head
+        this rank's query heads read, replicated across the ranks that share it."""
+        if num_kv_heads >= self.size:
+            return self.heads(num_kv_heads)
+        return self.rank * num_kv_heads // self.size, 1
+
+    def rows(self, total: int) -> tuple[int, int]:
+        """(start, count) of an evenly split dimension (a multiple of size)."""
+        n = total // self.size
+        return self.rank * n, n
+
+    def vocab(self, vocab_size: int) -> tuple[int, int]:
+        """(start, count) of a vocabulary-parallel slice: ceil(V / size) rows, the last padded."""
+        n = -(-vocab_size // self.size)
+        return self.rank * n, n
+
+
+def _all_reduce_gloo(xp: Any, x: Any, pg: Any) -> None:
+    import torch
+    import torch.distributed as dist
+
+    dist.all_reduce(torch.from_numpy(x), group=pg)
+
+
+def _all_gather_gloo(xp: Any, local: Any, full: Any, pg: Any) -> None:
+    """full [n, size * cols]: rank r's local [n, cols] lands in columns r * cols ... (gathered rank-major,
+    then transposed into place, as the NCCL body does: the same temporaries on both backends)."""
+    import torch
+    import torch.distributed as dist
+
+    size, n, cols = full.shape[1] // local.shape[1], local.shape[0], local.shape[1]
+    stacked = xp.empty((size, n, cols), dtype=xp.float32)
+    dist.all_gather(list(torch.from_numpy(stacked).unbind(0)), torch.from_numpy(local), group=pg)
+    full[...] = stacked.transpose(1, 0, 2).reshape(n, size * cols)
+
+
+def _all_reduce_nccl(xp: Any, x: Any, comm: Any) -> None:
+    from cupy.cuda import nccl
+
+    comm.allReduce(x.data.ptr, x.data.ptr, x.size, nccl.NCCL_FLOAT32, nccl.NCCL_SUM, xp.cuda.get_current_stream().ptr)
+
+
+def _all_gather_nccl(xp: Any, local: Any, full: Any, comm: Any) -> None:
+    """NCCL gathers rank-major ([size, n, cols]); the columns are put in place by a transpose."""
+    from cupy.cuda import nccl
+
+    size, n, cols = full.shape[1] // local.shape[1], local.shape[0], local.shape[1]
+    stacked = xp.empty((size, n, cols), dtype=xp.float32)
+    comm.allGather(local.data.ptr, stacked.data.ptr, local.size, nccl.NCCL_FLOAT32, xp.cuda.get_current_stream().ptr)
+    full[...] = stacked.transpose(1, 0, 2).reshape(n, size * cols)
+
+
+for _k in (_all_reduce_gloo, _all_gather_gloo, _all_reduce_nccl, _all_gather_nccl):
+    setattr(_k, "is_collective", True)  # noqa: B010 - the CPU capture never shadow-runs a collective
+
+
+class Group:
+    """A rank's tensor-parallel group: the data collectives on its backend, and the gloo control group."""
+
+    def __init__(self, backend: Backend, shard: Shard, control: Any, data: Any) -> None:
+        self.backend, self.shard = backend, shard
+        self.control = control  # a torch.distributed gloo group (every backend)
+        self.data = data  # the same gloo group on the CPU; a cupy NcclCommunicator on CUDA
+        self.is_nccl = backend.name == "cuda"
+        self.ready: set[str] = set()  # collective kinds whose lazy setup has run
+        self.lazy_buffers: list[Any] = []
+
+    @property
+    def rank(self) -> int:
+        return self.shard.rank
+
+    @property
+    def size(self) -> int:
+        return self.shard.size
+
+    def all_reduce(self, t: Tensor) -> None:
+        """Sums t over the ranks, in place, on the current stream."""
+        self._setup("all_reduce")
+        self.backend.launch(_all_reduce_nccl if self.is_nccl else _all_reduce_gloo, t,
+                            **{"comm" if self.is_nccl else "pg": self.data})
+
+    def all_gather(self, local: Tensor, full: Tensor) -> None:
+        """full[:, r * cols : (r + 1) * cols] = rank r's local [n, cols]."""
+        self._setup("all_gather")
+        self.backend.launch(_all_gather_nccl if self.is_nccl else _all_gather_gloo, local, full,
+                            **{"comm" if self.is_nccl else "pg": self.data})
+
+    def warm_up(self) -> None:
+        """Every kind of collective once, eagerly, so none sets itself up inside a capture."""
+        pool = self.backend.pool
+        x, full = pool.empty((1, 8), np.float32), pool.empty((1, 8 * self.size), np.float32)
+        self.backend.copy_h2d(x, np.zeros((1, 8), np.float32))
+        self.all_reduce(x)
+        self.all_gather(x, full)
+        pool.release(x)
+        pool.release(full)
+
+    def _setup(self, kind: str) -> None:
+        """The CPU model of NCCL's lazy setup: one driver allocation at a kind's first enqueue (CUDA: NCCL
+        does its own)."""
+        if kind in self.ready:
+            return
+        if not self.is_nccl:
+            self.lazy_buffers.append(self.backend.alloc(LAZY_BYTES))
+        self.ready.add(kind)
+
+
+def init_group(backend: Backend, rank: int, size: int, port: int, timeout_s: float) -> Group:
+    """Joins the process group at 127.0.0.1:port (rank 0 hosts the store) and builds the data collectives."""
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=size,
+                            timeout=datetime.timedelta(seconds=timeout_s))
+    control = dist.new_group(backend="gloo")
+    data: Any = control
+    if backend.name == "cuda":
+        from cupy.cuda import nccl
+
+        uid = [nccl.get_unique_id() if rank == 0 else None]
+        dist.broadcast_object_list(uid, src=0, group=control)
+        data = nccl.NcclCommunicator(size, uid[0], rank)
+    return Group(backend, Shard(rank, size), control, data)
