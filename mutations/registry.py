@@ -109,6 +109,9 @@ SPEC_PROPOSAL_GATES = tuple(f"{SPEC}::{t}" for t in (
 
 STREAMS = "tests/backends/test_stream_order.py"
 ENGINE_STREAMS = "tests/engine/test_engine_streams.py"
+TP = "tests/engine/test_tensor_parallel.py"
+TP_SEAMS = "tests/seams/test_tp_seams.py"
+TP_MODELS = ("tiny-qwen3", "tiny-qwen3-moe", "qwen2", "llama3", "qwen2-mqa")
 PIECES = "tests/seams/test_piecewise_seams.py"
 PIECE_STEPS = ("one-5", "two-40", "chunk-at-32")
 PIECE_SEAMS = tuple(f"{PIECES}::test_P1_a_buckets_capture_allocates_nothing_after_drain[{m}-{s}]"
@@ -533,8 +536,8 @@ ENTRIES: list[Mutation] = [
         description="row-keyed contexts, and a missing one silently reset at the row's position: no crash, "
                     "lossless tokens, the keeper keeps proposing, but from the wrong context",
         file="vt/engine/proposers.py",
-        old='        self.contexts: dict[str, DraftContext] = {}\n\n    def _key(self, batch: InputBatch, req_id: str) -> str:\n        return req_id  # never the batch row: rows move under condense, swap and reorder\n\n    def add(self, batch: InputBatch, reqs: list[NewRequestData]) -> None:\n        fresh = [r for r in reqs if r.can_speculate]\n        self.disabled.update(r.req_id for r in reqs if not r.can_speculate)\n        if fresh:  # the draft prefills what the target prefilled, into its own group\'s blocks\n            prefill(self.draft, [(r.token_ids, batch.blocks(r.req_id, DRAFT)) for r in fresh], self.kv)\n        for r in fresh:\n            self.contexts[self._key(batch, r.req_id)] = DraftContext(r.req_id, length=len(r.token_ids))\n\n    def drop(self, req_ids: Iterable[str]) -> None:\n        for rid in req_ids:\n            self.contexts.pop(rid, None)\n            self.disabled.discard(rid)\n\n    def _context(self, batch: InputBatch, r: SpecRequest) -> DraftContext | None:\n        """The request\'s context, with the position invariant checked: never silenced."""\n        ctx = self.contexts.get(self._key(batch, r.req_id))\n        if ctx is not None and ctx.length + ctx.owed != r.position:\n            raise DraftPositionMismatch(f"request {r.req_id}: draft context holds {ctx.length} positions "\n                                        f"(+{ctx.owed} owed) but its row is at position {r.position}")\n        return ctx\n',
-        new='        self.contexts: dict[str, DraftContext] = {}\n\n    def _key(self, batch: InputBatch, req_id: str) -> str:\n        return str(batch.row_of[req_id])\n\n    def add(self, batch: InputBatch, reqs: list[NewRequestData]) -> None:\n        fresh = [r for r in reqs if r.can_speculate]\n        self.disabled.update(r.req_id for r in reqs if not r.can_speculate)\n        if fresh:  # the draft prefills what the target prefilled, into its own group\'s blocks\n            prefill(self.draft, [(r.token_ids, batch.blocks(r.req_id, DRAFT)) for r in fresh], self.kv)\n        for r in fresh:\n            self.contexts[self._key(batch, r.req_id)] = DraftContext(r.req_id, length=len(r.token_ids))\n\n    def drop(self, req_ids: Iterable[str]) -> None:\n        for rid in req_ids:\n            self.contexts.pop(rid, None)\n            self.disabled.discard(rid)\n\n    def _context(self, batch: InputBatch, r: SpecRequest) -> DraftContext | None:\n        """The request\'s context, with the position invariant checked: never silenced."""\n        ctx = self.contexts.get(self._key(batch, r.req_id))\n        if ctx is None and r.req_id not in self.disabled:\n            ctx = self.contexts[self._key(batch, r.req_id)] = DraftContext(r.req_id, length=r.position)\n        if ctx is not None and ctx.length + ctx.owed != r.position:\n            raise DraftPositionMismatch(f"request {r.req_id}: draft context holds {ctx.length} positions "\n                                        f"(+{ctx.owed} owed) but its row is at position {r.position}")\n        return ctx\n',
+        old='        self.contexts: dict[str, DraftContext] = {}\n\n    def _key(self, batch: InputBatch, req_id: str) -> str:\n        return req_id  # never the batch row: rows move under condense, swap and reorder\n\n    def add(self, batch: InputBatch, reqs: list[NewRequestData]) -> None:\n        fresh = [r for r in reqs if r.can_speculate]\n        self.disabled.update(r.req_id for r in reqs if not r.can_speculate)\n        if fresh:  # the draft prefills what the target prefilled, into its own group\'s blocks (through its\n            # driver\'s piecewise graphs); it keeps the KV and never reads the logits back\n            self.driver.pool.release(self.driver.prefill([(r.token_ids, batch.blocks(r.req_id, DRAFT))\n                                                          for r in fresh]))\n        for r in fresh:\n            self.contexts[self._key(batch, r.req_id)] = DraftContext(r.req_id, length=len(r.token_ids))\n\n    def drop(self, req_ids: Iterable[str]) -> None:\n        for rid in req_ids:\n            self.contexts.pop(rid, None)\n            self.disabled.discard(rid)\n\n    def _context(self, batch: InputBatch, r: SpecRequest) -> DraftContext | None:\n        """The request\'s context, with the position invariant checked: never silenced."""\n        ctx = self.contexts.get(self._key(batch, r.req_id))\n        if ctx is not None and ctx.length + ctx.owed != r.position:\n            raise DraftPositionMismatch(f"request {r.req_id}: draft context holds {ctx.length} positions "\n                                        f"(+{ctx.owed} owed) but its row is at position {r.position}")\n        return ctx\n',
+        new='        self.contexts: dict[str, DraftContext] = {}\n\n    def _key(self, batch: InputBatch, req_id: str) -> str:\n        return str(batch.row_of[req_id])\n\n    def add(self, batch: InputBatch, reqs: list[NewRequestData]) -> None:\n        fresh = [r for r in reqs if r.can_speculate]\n        self.disabled.update(r.req_id for r in reqs if not r.can_speculate)\n        if fresh:  # the draft prefills what the target prefilled, into its own group\'s blocks (through its\n            # driver\'s piecewise graphs); it keeps the KV and never reads the logits back\n            self.driver.pool.release(self.driver.prefill([(r.token_ids, batch.blocks(r.req_id, DRAFT))\n                                                          for r in fresh]))\n        for r in fresh:\n            self.contexts[self._key(batch, r.req_id)] = DraftContext(r.req_id, length=len(r.token_ids))\n\n    def drop(self, req_ids: Iterable[str]) -> None:\n        for rid in req_ids:\n            self.contexts.pop(rid, None)\n            self.disabled.discard(rid)\n\n    def _context(self, batch: InputBatch, r: SpecRequest) -> DraftContext | None:\n        """The request\'s context, with the position invariant checked: never silenced."""\n        ctx = self.contexts.get(self._key(batch, r.req_id))\n        if ctx is None and r.req_id not in self.disabled:\n            ctx = self.contexts[self._key(batch, r.req_id)] = DraftContext(r.req_id, length=r.position)\n        if ctx is not None and ctx.length + ctx.owed != r.position:\n            raise DraftPositionMismatch(f"request {r.req_id}: draft context holds {ctx.length} positions "\n                                        f"(+{ctx.owed} owed) but its row is at position {r.position}")\n        return ctx\n',
         gates=(f"{SPEC}::test_G6_speculative_sampling_draws_from_the_target_distribution", f"{SPEC}::test_speculative_sampling_keeps_requests_reproducible_and_alive",
                f"{SPEC}::test_G3_keepers_proposals_match_a_solo_run",
                f"{SPEC}::test_G5_preempted_and_resumed_requests_are_disabled_not_crashed",
@@ -1410,7 +1413,7 @@ ENTRIES: list[Mutation] = [
     Mutation(
         id="readback-host-skips-the-copy-event",
         description="the host reads the pinned ids without waiting for the copy stream's event",
-        file="vt/engine/readback.py", old="        b.host_wait(b.record_event(self.stream))  # the host waits for the copy only\n",
+        file="vt/engine/readback.py", old="        b.host_wait(self.done)  # the host waits for the copy only\n",
         new="",
         gates=tuple(f"{ENGINE_STREAMS}::test_the_engine_is_race_free_and_unchanged_under_every_schedule[{p}]"
                     for p in ("in order", "side streams late", "seeded 3")), expect="a host read",
@@ -1423,5 +1426,57 @@ ENTRIES: list[Mutation] = [
         new="",
         gates=tuple(f"{ENGINE_STREAMS}::test_the_engine_is_race_free_and_unchanged_under_every_schedule[{p}]"
                     for p in ("in order", "side streams late", "seeded 3")), expect="no wait between",
+    ),
+    Mutation(
+        id="piecewise-prefill-unreachable",
+        description="the runner prefills through the unsplit eager forward: no bucket is ever captured",
+        file="vt/engine/runner.py",
+        old="        logits = self.decoder.prefill(seqs, [i for i, rid in enumerate(computed) if rid in scored])\n",
+        new="        logits = __import__('models.base', fromlist=['x']).prefill_logits(self.model, seqs, self.kv, "
+            "[i for i, rid in enumerate(computed) if rid in scored])\n",
+        gates=(f"{ENGINE_STREAMS}::test_prefills_replay_piecewise_graphs_in_the_engine",
+               *(f"{ENGINE_STREAMS}::test_the_engine_is_race_free_and_unchanged_under_every_schedule[{p}]"
+                 for p in ("in order", "side streams late", "seeded 3"))),
+    ),
+    Mutation(
+        id="piecewise-pins-dropped",
+        description="a captured bucket's segment temporaries are not pinned: a drain frees memory the graph writes",
+        file="vt/engine/graph_driver.py", old="            self.pool.pin(graph.used)\n", new="            pass\n",
+        gates=tuple(f"{PIECES}::test_P5_a_drain_never_frees_a_live_buckets_temporaries[{m}]" for m in MODELS),
+        expect="freed since",
+    ),
+    # ---- tensor parallelism (issue 17) ----------------------------------------------------------
+    Mutation(
+        id="tp-warm-up-removed",
+        description="the pre-grow no longer warms the collectives up: a capture is the first enqueue of its kind",
+        file="vt/engine/graph_driver.py", old="            group.warm_up()\n", new="            pass\n",
+        gates=tuple(f"{TP_SEAMS}::test_a_capture_that_is_the_groups_first_collective_allocates_nothing[{m}]"
+                    for m in MODELS),
+    ),
+    Mutation(
+        id="tp-row-parallel-reduction-skipped",
+        description="the o-projection's partial sums are never all-reduced across the ranks",
+        file="models/decoder.py",
+        old="        self._reduce(out)\n", new="",
+        gates=(*(f"{TP}::test_tp2_generates_the_tokens_tp1_does[{n}]" for n in TP_MODELS),
+               f"{TP}::test_tp4_replicates_the_kv_heads_and_generates_the_tokens_tp1_does"),
+    ),
+    Mutation(
+        id="tp-stale-scheduler-output",
+        description="rank 0 broadcasts the first scheduler output it ever sent, every step",
+        file="vt/engine/tp.py", old="        payload = [so]\n",
+        new="        payload = [getattr(self, 'stale', so)]\n        self.stale = payload[0]\n",
+        gates=(*(f"{TP}::test_tp2_generates_the_tokens_tp1_does[{n}]" for n in TP_MODELS),
+               f"{TP}::test_tp4_replicates_the_kv_heads_and_generates_the_tokens_tp1_does",
+               f"{TP}::test_a_killed_worker_fails_the_engine_within_bounded_time_by_name"),
+        expect="stale",
+    ),
+    Mutation(
+        id="tp-kv-heads-dealt-round-robin",
+        description="with fewer KV heads than ranks, rank r keeps KV head r mod n (a split's dealing), not the one "
+                    "its query heads read",
+        file="vt/parallel.py", old="        return self.rank * num_kv_heads // self.size, 1\n",
+        new="        return self.rank % num_kv_heads, 1\n",
+        gates=(f"{TP}::test_tp4_replicates_the_kv_heads_and_generates_the_tokens_tp1_does",),
     ),
 ]

@@ -30,10 +30,10 @@ def _filled(b: CpuBackend, values: np.ndarray) -> Any:
     return t
 
 
-def producer_then_consumer(b: CpuBackend, wait: bool) -> tuple[Any, np.ndarray]:
+def producer_then_consumer(b: CpuBackend, wait: bool, main: Any = None) -> tuple[Any, np.ndarray]:
     """main: x -> fork; side: y = x + x (the producer); main: out = y + y (the consumer), after a wait
     on the side stream's event or without one. Returns out and the right answer."""
-    main, side = b.new_stream(), b.new_stream()
+    main, side = main or b.new_stream(), b.new_stream()
     xs = np.arange(8, dtype=np.float32)
     x, y, out = _filled(b, xs), _filled(b, np.zeros(8, np.float32)), _filled(b, np.zeros(8, np.float32))
     b.wait_event(side, b.record_event(main))
@@ -44,7 +44,8 @@ def producer_then_consumer(b: CpuBackend, wait: bool) -> tuple[Any, np.ndarray]:
     return out, xs * 4
 
 
-POLICIES = {"in order": lambda b: in_order, "side streams late": lambda b: side_streams_late(b.default_stream),
+POLICIES = {"in order": lambda b: in_order, "side streams late": lambda b: side_streams_late(b.default_stream),  # no
+            # test work runs on the default stream: every stream is held back as late as legal
             "seeded 0": lambda b: seeded(0), "seeded 1": lambda b: seeded(1)}
 
 
@@ -69,17 +70,16 @@ def test_with_the_wait_no_schedule_races_and_every_schedule_is_right(choices: li
     out, want = producer_then_consumer(b, wait=True)
     b.synchronize()
     np.testing.assert_array_equal(b.copy_d2h(out), want)
-    assert order.num_executed >= 2 and not order.races, "non-vacuity: both kernels ran, and no race"
+    assert order.num_executed >= 2, "non-vacuity: both kernels ran (and no StreamRace was raised)"
 
 
 def test_the_adversary_shows_the_stale_value_a_missing_wait_reads() -> None:
     """Deterministic, not timing: with side work as late as legal, the consumer reads y before the producer
     wrote it, every time."""
     b = CpuBackend()
-    b.simulate_streams(side_streams_late(b.default_stream))
-    main = b.default_stream
-    with b.use_stream(main):
-        out, want = producer_then_consumer(b, wait=False)
+    main = b.new_stream()
+    b.simulate_streams(side_streams_late(main))
+    out, want = producer_then_consumer(b, wait=False, main=main)
     with pytest.raises(StreamRace):
         b.synchronize()  # forces the producer, which then writes under the consumer's read
     got = out.array().copy()
@@ -141,7 +141,7 @@ def test_a_breaks_side_work_joined_in_the_legal_window_never_races(policy: str) 
         g.replay()
         b.synchronize()
         np.testing.assert_array_equal(b.copy_d2h(out), xs * 8)
-    assert not order.races and order.num_executed >= 9, "non-vacuity: three replays of three pieces ran"
+    assert order.num_executed >= 9, "non-vacuity: three replays of three pieces ran (and nothing raced)"
 
 
 @pytest.mark.parametrize("policy", list(POLICIES))

@@ -57,6 +57,14 @@ def test_tp2_generates_the_tokens_tp1_does(name: str, hf_root: Path) -> None:
     assert len({tuple(t) for t in one}) == len(PROMPTS), "non-vacuity: the prompts generate different tokens"
 
 
+def test_tp4_replicates_the_kv_heads_and_generates_the_tokens_tp1_does() -> None:
+    """tiny-qwen3 has 2 KV heads for 4 query heads: over 4 ranks each rank keeps the KV head its query head
+    reads (ranks 0 and 1 head 0, ranks 2 and 3 head 1)."""
+    one, _ = _generate("tiny-qwen3", 1)
+    four, _ = _generate("tiny-qwen3", 4)
+    assert four == one, "TP = 4 and TP = 1 generate the same greedy tokens"
+
+
 def test_a_model_that_cannot_be_split_is_refused_by_name() -> None:
     with pytest.raises(ConfigError, match="num_attention_heads=4 is not divisible"):
         LLM("tiny-qwen3", tensor_parallel_size=3, **KW)

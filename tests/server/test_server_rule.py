@@ -102,10 +102,15 @@ def _fail_first_sample(server) -> None:
     real = runner._sample_eager
 
     def failing(*a, **kw):
-        res = real(*a, **kw)
-        res.ids[:] = -1  # as a row of non-finite logits
+        wait = real(*a, **kw)
         runner._sample_eager = real
-        return res
+
+        def failed():
+            res = wait()
+            res.ids[:] = -1  # as a row of non-finite logits
+            return res
+
+        return failed
 
     runner._sample_eager = failing
 
@@ -128,13 +133,18 @@ def test_a_failure_after_the_first_token_is_one_error_frame_then_done(served) ->
     real, calls = runner._decode, {"n": 0}
 
     def decode(req_ids):
-        res = real(req_ids)
-        for i, rid in enumerate(req_ids):
-            if int(runner.batch.tokens(rid)[0]) == MARK:
-                calls["n"] += 1
-                if calls["n"] == 3:
-                    res.ids[i] = -1
-        return res
+        wait = real(req_ids)
+
+        def waited():
+            res = wait()
+            for i, rid in enumerate(req_ids):
+                if int(runner.batch.tokens(rid)[0]) == MARK:
+                    calls["n"] += 1
+                    if calls["n"] == 3:
+                        res.ids[i] = -1
+            return res
+
+        return waited
 
     runner._decode = decode
     results: dict[str, list] = {}

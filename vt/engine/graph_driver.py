@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -152,6 +153,10 @@ class GraphDriver:
     # ---- public -----------------------------------------------------------------------------
     def step(self, inp: DecodeInputs, spec: bool = False) -> StepResult:
         """Runs one decode step (forward and sampler); returns the sampled ids of its B*q rows."""
+        return self.step_async(inp, spec)()
+
+    def step_async(self, inp: DecodeInputs, spec: bool = False) -> Callable[[], StepResult]:
+        """Launches the step and its read-back; the returned call waits for the ids (vt/engine/readback.py)."""
         with self.backend.use_stream(self.stream):  # staging, replay and read-back stay in order
             return self._step(inp, spec)
 
@@ -176,7 +181,7 @@ class GraphDriver:
         with self.backend.use_stream(self.stream):
             return self.backend.copy_d2h(self.last_slot.logits)[: self._last_rows]
 
-    def _step(self, inp: DecodeInputs, spec: bool) -> StepResult:
+    def _step(self, inp: DecodeInputs, spec: bool) -> Callable[[], StepResult]:
         _check_inputs(inp)
         self.pool.mark_step_boundary()
         B = inp.block_tables.shape[0]
@@ -199,11 +204,12 @@ class GraphDriver:
         self.last_slot, self._last_rows = slot, B * inp.q
         return self._read(slot, B * inp.q, inp.sampling is not None and inp.sampling.wants_logprobs)
 
-    def _read(self, slot: Slot, n: int, logprobs: bool) -> StepResult:
-        if not logprobs:
-            return StepResult(*self.readback.fetch([slot.out_ids.view((n,))]))
-        return StepResult(*self.readback.fetch([slot.out_ids.view((n,)), slot.lp_vals.view((n, NLP)),
-                                                slot.lp_ids.view((n, NLP))]))
+    def _read(self, slot: Slot, n: int, logprobs: bool) -> Callable[[], StepResult]:
+        """The slot's outputs are persistent: nothing writes them again before the next step's replay."""
+        outs = [slot.out_ids.view((n,))] + ([slot.lp_vals.view((n, NLP)), slot.lp_ids.view((n, NLP))]
+                                            if logprobs else [])
+        pending = self.readback.start(outs)
+        return lambda: StepResult(*pending.wait())
 
     # ---- prefill buckets --------------------------------------------------------------------
     def _bucket(self, num_tokens: int) -> Bucket:

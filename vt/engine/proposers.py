@@ -17,7 +17,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from models.base import Model, prefill
+from models.base import Model
 from vt.engine.config import EngineConfig
 from vt.engine.graph_driver import DecodeInputs, GraphDriver
 from vt.engine.input_batch import InputBatch
@@ -161,7 +161,8 @@ class DraftModelProposer(ProposerStats):
         super().__init__(cfg.num_speculative_tokens)
         self.draft = draft
         self.kv = draft.make_kv_cache(cfg.num_blocks, cfg.block_size)
-        self.driver = GraphDriver(draft, self.kv, cfg.max_num_seqs, enabled=not cfg.enforce_eager, stream=stream)
+        self.driver = GraphDriver(draft, self.kv, cfg.max_num_seqs, enabled=not cfg.enforce_eager, stream=stream,
+                                  max_num_batched_tokens=cfg.max_num_batched_tokens)
         self.contexts: dict[str, DraftContext] = {}
 
     def _key(self, batch: InputBatch, req_id: str) -> str:
@@ -170,8 +171,10 @@ class DraftModelProposer(ProposerStats):
     def add(self, batch: InputBatch, reqs: list[NewRequestData]) -> None:
         fresh = [r for r in reqs if r.can_speculate]
         self.disabled.update(r.req_id for r in reqs if not r.can_speculate)
-        if fresh:  # the draft prefills what the target prefilled, into its own group's blocks
-            prefill(self.draft, [(r.token_ids, batch.blocks(r.req_id, DRAFT)) for r in fresh], self.kv)
+        if fresh:  # the draft prefills what the target prefilled, into its own group's blocks (through its
+            # driver's piecewise graphs); it keeps the KV and never reads the logits back
+            self.driver.pool.release(self.driver.prefill([(r.token_ids, batch.blocks(r.req_id, DRAFT))
+                                                          for r in fresh]))
         for r in fresh:
             self.contexts[self._key(batch, r.req_id)] = DraftContext(r.req_id, length=len(r.token_ids))
 

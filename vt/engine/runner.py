@@ -9,6 +9,7 @@ checks stops and finishes requests.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -67,6 +68,7 @@ class ModelRunner:
         self.proposer = proposer
         self.eos_ids = eos_ids
         self.states: dict[str, RequestState] = {}
+        self.sampled_out: tuple[Tensor, Tensor, Tensor] | None = None  # the prefill sampler's outputs
 
     # ---- the input batch follows the scheduler output --------------------------------------
     def _update_states(self, so: SchedulerOutput) -> None:
@@ -98,9 +100,10 @@ class ModelRunner:
                             r.fork_of) for r in so.new_reqs]
             chunks += [Chunk(rid, start, so.num_scheduled_tokens[rid], None) for rid, start in so.prefill_chunks.items()
                        if rid not in self.batch.row_of or start > 0]
+            waits = []  # the prefill's ids are waited for after the decode is launched: its staging overlaps
             if chunks:
                 done = [c.req_id for c in chunks if c.start + c.length == len(self.batch.tokens(c.req_id))]
-                self._collect(done, 1, self._prefill(chunks, out), out)
+                waits.append((done, self._prefill(chunks, out)))
                 if self.proposer is not None and so.new_reqs:
                     self.proposer.add(self.batch, so.new_reqs)
             cached = {c.req_id for c in so.cached_reqs if c.req_id not in so.prefill_chunks}
@@ -108,7 +111,9 @@ class ModelRunner:
             if decodes and self.proposer is not None and any(so.spec_tokens.get(r) for r in decodes):
                 self._speculate(decodes, so, out)
             elif decodes:
-                self._collect(decodes, 1, self._decode(decodes), out)
+                waits.append((decodes, self._decode(decodes)))
+            for req_ids, wait in waits:
+                self._collect(req_ids, 1, wait(), out)
         return out
 
     # ---- sampling rows ----------------------------------------------------------------------
@@ -138,12 +143,13 @@ class ModelRunner:
         if n is not None and res.logprob_vals is not None and res.logprob_ids is not None:
             out.logprobs[rid] = [logprobs_of(res.logprob_vals[r], res.logprob_ids[r], n) for r in rows]
 
-    def _prefill(self, chunks: list[Chunk], out: RunnerOutput) -> StepResult:
+    def _prefill(self, chunks: list[Chunk], out: RunnerOutput) -> Callable[[], StepResult]:
         """Eager prefill of each chunk (a whole prompt, or a piece of it over the KV of the pieces before),
         then the sampler on the last-token logits of the chunks that end their sequence, in transient pool
         tensors; for prompt logprobs, also on each prompt position with the prompt's next token forced. A
         forked sample (n > 1) computes nothing: it copies its leader's partial prompt block and samples the
-        leader's logits row with its own seed. Returns the sampled rows of the ending chunks, in order."""
+        leader's logits row with its own seed. Returns the wait for the sampled rows of the ending chunks, in
+        order (which also files the prompt logprobs)."""
         computed = {c.req_id: c for c in chunks if c.fork_of is None}
         scored = {rid for rid, c in computed.items() if self._scores_prompt(c)}
         seqs = [(self.batch.tokens(rid)[c.start : c.end].tolist(), self.batch.blocks(rid), c.start)
@@ -164,12 +170,17 @@ class ModelRunner:
             specs += [RowSpec(0.0, num_logprobs=k + 1, forced=int(t)) for t in toks[c.start + 1 : upto + 1]]
         self._fork([c for c in chunks if c.fork_of is not None])
         width = max(len(self.batch.tokens(c.req_id)) for c in chunks)
-        res = self._sample_eager(self._gather(logits, rows), pack(specs, len(specs), width))
-        for rid, (at, n, k) in spans.items():
-            assert res.logprob_vals is not None and res.logprob_ids is not None
-            scored_rows = [logprobs_of(res.logprob_vals[r], res.logprob_ids[r], k) for r in range(at, at + n)]
-            out.prompt_logprobs[rid] = (computed[rid].start + 1, scored_rows)
-        return res
+        sampled = self._sample_eager(self._gather(logits, rows), pack(specs, len(specs), width))
+
+        def wait() -> StepResult:
+            res = sampled()
+            for rid, (at, n, k) in spans.items():
+                assert res.logprob_vals is not None and res.logprob_ids is not None
+                scored_rows = [logprobs_of(res.logprob_vals[r], res.logprob_ids[r], k) for r in range(at, at + n)]
+                out.prompt_logprobs[rid] = (computed[rid].start + 1, scored_rows)
+            return res
+
+        return wait
 
     def _scores_prompt(self, c: Chunk) -> bool:
         """Prompt logprobs come from the prefill of the prompt, chunk by chunk (a request preempted before
@@ -201,29 +212,42 @@ class ModelRunner:
             pool.release(t)
         return out
 
-    def _sample_eager(self, logits: Tensor, rows: SamplingRows) -> StepResult:
+    def _sample_eager(self, logits: Tensor, rows: SamplingRows) -> Callable[[], StepResult]:
+        """Samples the rows into the runner's persistent outputs (read back after the host's next work, so no
+        pool block the decode graph may reuse) and returns the wait for them."""
         b, pool, n = self.backend, self.backend.pool, rows.num_rows
         if n == 0:  # only chunks short of their sequence's end: nothing to sample (and no empty CUDA grid)
             pool.release(logits)
-            return StepResult(np.zeros(0, I64))
+            return lambda: StepResult(np.zeros(0, I64))
         width = rows.hist.shape[1] if rows.hist is not None else 1
         t = {"f": pool.empty((n, NF), F32), "i": pool.empty((n, NI), I64), "h": pool.empty((n, width), I64),
-             "hr": pool.empty((n, width), F32), "ids": pool.empty((n,), I64), "lv": pool.empty((n, NLP), F32),
-             "li": pool.empty((n, NLP), I64)}
+             "hr": pool.empty((n, width), F32)}
+        ids, lv, li = self._sampled_rows(n)
         b.copy_h2d(t["f"], rows.fparams)
         b.copy_h2d(t["i"], rows.iparams)
         b.copy_h2d(t["h"], rows.hist if rows.hist is not None else np.zeros((n, 1), I64))
-        b.launch(sample_tokens, logits, t["f"], t["i"], t["h"], t["hr"], t["ids"], t["lv"], t["li"])
-        res = StepResult(*self.decoder.readback.fetch([t["ids"], t["lv"], t["li"]] if rows.wants_logprobs
-                                                      else [t["ids"]]))
+        b.launch(sample_tokens, logits, t["f"], t["i"], t["h"], t["hr"], ids, lv, li)
         for x in (logits, *t.values()):
-            pool.release(x)
-        return res
+            pool.release(x)  # stream-ordered: whatever draws them next runs after the sampler
+        pending = self.decoder.readback.start([ids, lv, li] if rows.wants_logprobs else [ids])
+        return lambda: StepResult(*pending.wait())
+
+    def _sampled_rows(self, n: int) -> tuple[Tensor, Tensor, Tensor]:
+        """Views of n rows of the prefill sampler's persistent outputs (ids, logprob values and ids), grown
+        by doubling (the old ones were read back: every read-back is waited for within its step)."""
+        if self.sampled_out is None or self.sampled_out[0].shape[0] < n:
+            rows = max(n, 2 * self.sampled_out[0].shape[0] if self.sampled_out else self.cfg.max_num_seqs)
+            for old in self.sampled_out or ():
+                self.backend.free(old.buffer)
+            self.sampled_out = (self.backend.empty((rows,), I64), self.backend.empty((rows, NLP), F32),
+                                self.backend.empty((rows, NLP), I64))
+        ids, lv, li = self.sampled_out
+        return ids.view((n,)), lv.view((n, NLP)), li.view((n, NLP))
 
     def _position(self, rid: str) -> int:
         return int(self.batch.num_tokens[self.batch.row_of[rid]]) - 1  # the last token: computed now
 
-    def _decode(self, req_ids: list[str]) -> StepResult:
+    def _decode(self, req_ids: list[str]) -> Callable[[], StepResult]:
         pos = [self._position(rid) for rid in req_ids]
         tables = self.batch.tables(req_ids, TARGET)
         inputs = DecodeInputs(
@@ -233,7 +257,7 @@ class ModelRunner:
             block_tables=tables,
             sampling=pack([self.row_spec(rid) for rid in req_ids], len(req_ids), tables.shape[1] * self.kv.block_size),
         )
-        return self.decoder.step(inputs)
+        return self.decoder.step_async(inputs)
 
     # ---- speculative decoding ---------------------------------------------------------------
     def _speculate(self, req_ids: list[str], so: SchedulerOutput, out: RunnerOutput) -> None:

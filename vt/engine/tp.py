@@ -26,6 +26,7 @@ from vt.engine.config import EngineConfig
 from vt.errors import EngineInvariantError, WorkerDied
 
 TIMEOUT_S = 60.0  # how long a collective or the start-up may wait for a peer
+LAST_WORDS = "vt tensor-parallel rank"  # how a failing worker's last line begins
 
 
 def free_port() -> int:
@@ -72,23 +73,29 @@ class Workers:
             if p.poll() is not None:
                 raise WorkerDied(self._obituary(rank, p))
 
-    def explain(self, error: BaseException, grace_s: float = 2.0) -> BaseException:
-        """The error a failed step raises: WorkerDied if a worker is gone (a peer's death usually surfaces as
-        a socket error inside a collective first), else the error itself."""
+    def explain(self, error: BaseException, grace_s: float = 10.0) -> BaseException:
+        """The error a failed step raises: WorkerDied if a worker is gone or has said its last words (a peer's
+        death usually surfaces first as a socket error inside a collective), else the error itself."""
         deadline = time.monotonic() + grace_s
         while time.monotonic() < deadline:
             for rank, p in enumerate(self.procs, start=1):
-                if p.poll() is not None:
+                if p.poll() is not None or self._last_words(rank) is not None:
                     return WorkerDied(self._obituary(rank, p))
             time.sleep(0.05)
         return error
 
+    def _last_words(self, rank: int) -> str | None:
+        """The line a failing worker prints before it exits, if it has."""
+        with open(self.log(rank), errors="replace") as f:
+            said = [line.strip() for line in f if line.startswith(LAST_WORDS)]
+        return said[-1] if said else None
+
     def _obituary(self, rank: int, p: subprocess.Popen) -> str:
         with open(self.log(rank), errors="replace") as f:
             lines = [line.strip() for line in f if line.strip()]
-        words = lines[-1] if lines else "nothing"
-        return (f"tensor-parallel rank {rank} (pid {p.pid}) died with exit code {p.returncode}; its last words: "
-                f"{words} (its log: {self.log(rank)})")
+        words = self._last_words(rank) or (lines[-1] if lines else "nothing")
+        state = f"died with exit code {p.returncode}" if p.poll() is not None else "failed"
+        return f"tensor-parallel rank {rank} (pid {p.pid}) {state}; its last words: {words} (its log: {self.log(rank)})"
 
     def shutdown(self) -> None:
         import torch.distributed as dist
@@ -152,7 +159,7 @@ def worker_main(cfg: EngineConfig, rank: int, port: int) -> None:
             expected += 1
     except BaseException as e:  # noqa: BLE001 - a worker's death is reported by rank 0, with these words
         traceback.print_exc()
-        print(f"vt tensor-parallel rank {rank}: {type(e).__name__}: {e}", flush=True)
+        print(f"{LAST_WORDS} {rank}: {type(e).__name__}: {e}", flush=True)
         sys.exit(1)
 
 
