@@ -83,7 +83,8 @@ def _serve(args: argparse.Namespace) -> int:
 
     if not 0 < args.port < 65536:
         raise ConfigError(f"--port {args.port}: must be in [1, 65535]")
-    _, app = _loaded(lambda: make_server(args.model, args.served_model_name, **_engine_kwargs(args)), args.model)
+    server, app = _loaded(lambda: make_server(args.model, args.served_model_name, **_engine_kwargs(args)),
+                          args.model)
     print(f"vt: serving {args.served_model_name or args.model} on http://{args.host}:{args.port} "
           f"(OpenAI API under /v1; /health, /metrics)", file=sys.stderr, flush=True)
     import signal
@@ -94,6 +95,7 @@ def _serve(args: argparse.Namespace) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda signum, frame: stopped.append(signum))
     uv = uvicorn_server(app, args.host, args.port)
+    server.llm.on_dead = lambda e: setattr(uv, "should_exit", True)  # a dead engine serves nothing: exit 1
     try:
         uv.run()
     except SystemExit:  # uvicorn exits when it cannot listen; anything after startup is its own business
@@ -101,6 +103,10 @@ def _serve(args: argparse.Namespace) -> int:
             raise ConfigError(f"could not listen on {args.host}:{args.port} (the port is in use, or the host is "
                               f"not an address of this machine)") from None
         raise
+    if server.llm.dead is not None:
+        print(f"vt: stopped: the engine died ({type(server.llm.dead).__name__}: {server.llm.dead}); the requests in "
+              f"flight were failed", file=sys.stderr, flush=True)
+        return 1
     print(f"vt: stopped{' on ' + signal.Signals(stopped[0]).name if stopped else ''}: connections drained, "
           f"the engine shut down", file=sys.stderr, flush=True)
     return 0

@@ -54,6 +54,7 @@ class AsyncLLM:
         self.aborts: dict[str, tuple[int, int | None, int | None]] = {}
         self.num_preempted_done = 0  # preemptions of requests that have left (running ones are counted live)
         self.on_finished: Any = _noop  # called on the engine thread with each request that finishes
+        self.on_dead: Any = _noop  # called on the engine thread with the fatal error, after the requests failed
         self.dead: BaseException | None = None
         self._running = True
         self._thread = threading.Thread(target=self._loop, name="vt-engine", daemon=True)
@@ -98,6 +99,7 @@ class AsyncLLM:
         """Fails whatever is still in flight, then stops the engine thread."""
         self._commands.put(("stop", reason, None))
         self._thread.join(timeout=30)
+        self.engine.close()  # tensor-parallel workers, if any
 
     @property
     def is_alive(self) -> bool:
@@ -173,6 +175,7 @@ class AsyncLLM:
             self.dead = e
             self._running = False
             self._fail_all(f"the engine stopped on a fatal error: {type(e).__name__}: {e}")
+            self.on_dead(e)
             return
         self.num_steps += 1
         seen: set[str] = set()

@@ -1,0 +1,72 @@
+"""`vt serve` with tensor parallelism: a killed worker fails the stream in flight with one error frame
+naming the rank, then [DONE]; the server exits 1 within a bounded time, saying why."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from vt.server.serve import free_port
+
+pytest.importorskip("torch.distributed")
+
+
+def _workers_of(pid: int) -> list[int]:
+    """Child processes of pid running a tensor-parallel rank (from /proc)."""
+    out = []
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            ppid = int((d / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            cmd = (d / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except (OSError, IndexError, ValueError):
+            continue
+        if ppid == pid and "vt.engine.tp" in cmd:
+            out.append(int(d.name))
+    return out
+
+
+def test_a_killed_worker_fails_the_stream_and_the_server_exits_1() -> None:
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "vt.cli", "serve", "tiny-qwen3", "--tensor-parallel-size", "2",
+                             "--port", str(port), "--max-model-len", "2048", "--num-blocks", "256"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            try:
+                if httpx.get(url + "/health", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                time.sleep(0.2)
+        workers = _workers_of(proc.pid)
+        assert len(workers) == 1, f"non-vacuity: one worker process, found {workers}"
+        body = {"model": "tiny-qwen3", "prompt": [5, 6, 7], "max_tokens": 1800, "stream": True, "ignore_eos": True}
+        frames = []
+        with httpx.stream("POST", url + "/v1/completions", json=body, timeout=60) as r:
+            lines = r.iter_lines()
+            for line in lines:
+                if line.startswith("data: {"):
+                    break
+            os.kill(workers[0], signal.SIGKILL)
+            frames = [line[6:] for line in lines if line.startswith("data: ")]
+        assert frames[-1] == "[DONE]", "the stream ends cleanly"
+        errors = [json.loads(f)["error"] for f in frames[:-1] if f.startswith('{"error"')]
+        assert len(errors) == 1 and "rank 1" in errors[0]["message"], f"one error frame naming the rank: {errors}"
+        rc = proc.wait(timeout=30)
+        err = proc.stderr.read() if proc.stderr else ""
+        assert rc == 1 and "the engine died" in err and "WorkerDied" in err, (rc, err[-2000:])
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
