@@ -1,5 +1,5 @@
 """The seam pattern on every rank of a tensor-parallel group, one process per rank:
-`python -m seams.tp MODEL RANK SIZE PORT` prints one JSON line of what the rank measured.
+`python -m seams.tp MODEL RANK SIZE PORT [cpu|cuda]` prints one JSON line of what the rank measured.
 
 First, on a group that has run no collective: the driver's pre-grow, then a capture of every kind of
 collective; NCCL would set each kind up (allocate) at its first enqueue, so only the pre-grow's warm-up
@@ -16,13 +16,17 @@ from typing import Any
 import numpy as np
 
 
-def rank_seams(model: str, rank: int, size: int, port: int) -> dict[str, Any]:
+def rank_seams(model: str, rank: int, size: int, port: int, backend_name: str = "cpu") -> dict[str, Any]:
     from seams.harness import SeamHarness
     from vt.capture import GraphCaptureScope
     from vt.parallel import init_group
     from vt.registry import make_backend
 
-    backend = make_backend("cpu")
+    if backend_name == "cuda":
+        import cupy
+
+        cupy.cuda.Device(rank).use()
+    backend = make_backend(backend_name)
     group = init_group(backend, rank, size, port, 60.0)
     h = SeamHarness(model, backend_obj=backend, group=group)
     out: dict[str, Any] = {"rank": rank}
@@ -53,5 +57,5 @@ if __name__ == "__main__":
     import torch.distributed as dist
 
     m, r, n, p = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
-    print(json.dumps(rank_seams(m, r, n, p)), flush=True)
+    print(json.dumps(rank_seams(m, r, n, p, sys.argv[5] if len(sys.argv) > 5 else "cpu")), flush=True)
     dist.destroy_process_group()
