@@ -192,7 +192,7 @@ class CpuBackend(Backend):
         it runs on zero stand-ins of its tensors, since a capturable kernel's allocations depend on
         shapes only and the tensors' values may not exist yet. Its results are dropped."""
         if getattr(kernel, "is_collective", False):
-            return  # a collective allocates through its group's own model (vt/parallel.py), never runs here
+            kw = {**kw, "shadow": True}  # its temporaries are charged as any kernel's; nothing is sent
         stand_ins: dict[int, Any] = {}
 
         def stand_in(t: Tensor) -> Any:

@@ -14,6 +14,7 @@ CUDA errors come back as vt's typed errors with CUDA's names and texts.
 
 from __future__ import annotations
 
+import time
 import types
 from typing import Any, cast
 
@@ -236,7 +237,12 @@ class CudaBackend(Backend):
             for cap in self._captures:
                 cap.invalid = cap.invalid or CaptureUnsupported("event synchronize")
             raise CaptureUnsupported("event synchronize during capture")
-        event.handle.synchronize()
+        if self.watchdog is None:
+            event.handle.synchronize()
+            return
+        while not event.handle.done:  # tensor parallel: an NCCL collective waits for a dead peer forever
+            self.watchdog()
+            time.sleep(20e-6)
 
     def host_view(self, pinned: Any) -> Any:
         return pinned

@@ -26,7 +26,9 @@ F32 = np.float32
 
 def check_divisible(c: Any, size: int) -> None:
     """Refuses, naming the field, a model that cannot be split over `size` ranks."""
-    need = {"num_attention_heads": c.num_attention_heads, "intermediate_size": c.intermediate_size}
+    need = {"num_attention_heads": c.num_attention_heads}
+    if any(not c.is_sparse_layer(i) for i in range(c.num_hidden_layers)):  # a dense layer's MLP width
+        need["intermediate_size"] = c.intermediate_size
     if c.is_moe:
         need["moe_intermediate_size"] = c.moe_intermediate_size
     for name, value in need.items():

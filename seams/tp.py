@@ -30,7 +30,9 @@ def rank_seams(model: str, rank: int, size: int, port: int, backend_name: str = 
     group = init_group(backend, rank, size, port, 60.0)
     h = SeamHarness(model, backend_obj=backend, group=group)
     out: dict[str, Any] = {"rank": rank}
-    x, full = backend.pool.empty((2, 8), np.float32), backend.pool.empty((2, 8 * size), np.float32)
+    # the warm-up's own shapes: its temporaries, back on the free lists, are what the capture draws (the pool
+    # demand is not under test here, the collectives' lazy setup is)
+    x, full = backend.pool.empty((1, 8), np.float32), backend.pool.empty((1, 8 * size), np.float32)
     h.driver._pregrow({})
     out["lazy_setups_before_capture"] = len(group.lazy_buffers)
     backend.reset_counters()
@@ -49,7 +51,6 @@ def rank_seams(model: str, rank: int, size: int, port: int, backend_name: str = 
     out["captured"] = h.is_captured
     out["allocs_in_step"] = backend.allocs_in_step
     out["allocs_in_capture"] = backend.allocs_in_capture
-    out["logits_digest"] = float(np.abs(h.step()).sum())  # a replay: every rank sees the same logits
     return out
 
 

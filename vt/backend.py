@@ -188,6 +188,7 @@ class Backend:
     def __init__(self, *, sanitize: bool | None = None) -> None:
         from vt.env import flags
 
+        self.watchdog: Any = None  # host waits on CUDA call it while they poll (tensor parallel: peers' health)
         self.is_sanitizing = flags().sanitize if sanitize is None else sanitize
         self._lock = threading.RLock()
         self._next_id = 1

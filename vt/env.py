@@ -54,3 +54,13 @@ class Flags:
 def flags() -> Flags:
     """The process's flags, read from the environment on first use only."""
     return Flags.from_environ()
+
+
+def as_environ(f: Flags) -> dict[str, str]:
+    """The environment that reads back as f: what a child process (a tensor-parallel rank) needs to run
+    with this process's flags, whatever its own environment says."""
+    names = {"pool_bypass": "VT_POOL_BYPASS", "pool_exact": "VT_POOL_EXACT", "pool_borrow": "VT_POOL_BORROW",
+             "pool_stats": "VT_POOL_STATS", "cudagraph": "VT_CUDAGRAPH", "sanitize": "VT_SANITIZE"}
+    out = {env: "1" if getattr(f, field) else "0" for field, env in names.items()}
+    out["VT_CACHE_DIR"] = f.cache_dir
+    return out

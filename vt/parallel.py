@@ -57,14 +57,16 @@ class Shard:
         return self.rank * n, n
 
 
-def _all_reduce_gloo(xp: Any, x: Any, pg: Any) -> None:
+def _all_reduce_gloo(xp: Any, x: Any, pg: Any, shadow: bool = False) -> None:
+    """shadow: the CPU capture's charging run (temporaries drawn, nothing sent)."""
     import torch
     import torch.distributed as dist
 
-    dist.all_reduce(torch.from_numpy(x), group=pg)
+    if not shadow:
+        dist.all_reduce(torch.from_numpy(x), group=pg)
 
 
-def _all_gather_gloo(xp: Any, local: Any, full: Any, pg: Any) -> None:
+def _all_gather_gloo(xp: Any, local: Any, full: Any, pg: Any, shadow: bool = False) -> None:
     """full [n, size * cols]: rank r's local [n, cols] lands in columns r * cols ... (gathered rank-major,
     then transposed into place, as the NCCL body does: the same temporaries on both backends)."""
     import torch
@@ -72,7 +74,8 @@ def _all_gather_gloo(xp: Any, local: Any, full: Any, pg: Any) -> None:
 
     size, n, cols = full.shape[1] // local.shape[1], local.shape[0], local.shape[1]
     stacked = xp.empty((size, n, cols), dtype=xp.float32)
-    dist.all_gather(list(torch.from_numpy(stacked).unbind(0)), torch.from_numpy(local), group=pg)
+    if not shadow:
+        dist.all_gather(list(torch.from_numpy(stacked).unbind(0)), torch.from_numpy(local), group=pg)
     full[...] = stacked.transpose(1, 0, 2).reshape(n, size * cols)
 
 
@@ -93,7 +96,7 @@ def _all_gather_nccl(xp: Any, local: Any, full: Any, comm: Any) -> None:
 
 
 for _k in (_all_reduce_gloo, _all_gather_gloo, _all_reduce_nccl, _all_gather_nccl):
-    setattr(_k, "is_collective", True)  # noqa: B010 - the CPU capture never shadow-runs a collective
+    setattr(_k, "is_collective", True)  # noqa: B010 - the CPU capture shadow-runs it with shadow=True
 
 
 class Group:
@@ -153,8 +156,10 @@ def init_group(backend: Backend, rank: int, size: int, port: int, timeout_s: flo
 
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=size,
                             timeout=datetime.timedelta(seconds=timeout_s))
-    control = dist.new_group(backend="gloo")
-    data: Any = control
+    # control: a worker waits on it for the next step however long the engine idles (a dead peer closes
+    # its sockets, which fails the wait at once); data (CPU): a collective waits timeout_s at most
+    control = dist.new_group(backend="gloo", timeout=datetime.timedelta(days=365))
+    data: Any = dist.new_group(backend="gloo", timeout=datetime.timedelta(seconds=timeout_s))
     if backend.name == "cuda":
         from cupy.cuda import nccl
 

@@ -35,20 +35,25 @@ def _workers_of(pid: int) -> list[int]:
     return out
 
 
-def test_a_killed_worker_fails_the_stream_and_the_server_exits_1() -> None:
+def _serve_tp2() -> tuple[subprocess.Popen, str]:
     port = free_port()
     proc = subprocess.Popen([sys.executable, "-m", "vt.cli", "serve", "tiny-qwen3", "--tensor-parallel-size", "2",
                              "--port", str(port), "--max-model-len", "2048", "--num-blocks", "256"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and proc.poll() is None:
+        try:
+            if httpx.get(url + "/health", timeout=2).status_code == 200:
+                break
+        except httpx.HTTPError:
+            time.sleep(0.2)
+    return proc, url
+
+
+def test_a_killed_worker_fails_the_stream_and_the_server_exits_1() -> None:
+    proc, url = _serve_tp2()
     try:
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            try:
-                if httpx.get(url + "/health", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                time.sleep(0.2)
         workers = _workers_of(proc.pid)
         assert len(workers) == 1, f"non-vacuity: one worker process, found {workers}"
         body = {"model": "tiny-qwen3", "prompt": [5, 6, 7], "max_tokens": 1800, "stream": True, "ignore_eos": True}
@@ -66,6 +71,24 @@ def test_a_killed_worker_fails_the_stream_and_the_server_exits_1() -> None:
         rc = proc.wait(timeout=30)
         err = proc.stderr.read() if proc.stderr else ""
         assert rc == 1 and "the engine died" in err and "WorkerDied" in err, (rc, err[-2000:])
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def test_a_worker_killed_while_the_server_idles_stops_it_within_seconds() -> None:
+    proc, url = _serve_tp2()
+    try:
+        workers = _workers_of(proc.pid)
+        assert len(workers) == 1 and httpx.get(url + "/health", timeout=5).status_code == 200, "non-vacuity"
+        os.kill(workers[0], signal.SIGKILL)
+        killed = time.monotonic()
+        rc = proc.wait(timeout=30)
+        took = time.monotonic() - killed
+        err = proc.stderr.read() if proc.stderr else ""
+        assert rc == 1 and "WorkerDied" in err and "rank 1" in err, (rc, err[-2000:])
+        assert took < 10, f"noticed after {took:.1f} s of idling"
     finally:
         if proc.poll() is None:
             proc.kill()

@@ -62,29 +62,49 @@ class LLMEngine:
         self.requests: dict[str, Request] = {}
         self.num_steps = 0
         if self.workers is not None:
-            self._close = weakref.finalize(self, self.workers.shutdown)  # at exit too: no orphaned ranks
-            self.workers.barrier()
+            try:
+                self.workers.barrier()
+            except Exception:
+                self.close(graceful=False)
+                raise
+            self.backend.watchdog = self.workers.check_alive  # host waits poll it: a dead peer never hangs one
 
     def _start_ranks(self, ckpt: Any) -> tuple[Any, Any]:
         """Rank 0 of a tensor-parallel group: the workers start, every rank joins the group, then each
-        loads its slice (a model that cannot be split is refused before any process starts)."""
+        loads its slice (a model that cannot be split is refused before any process starts). If rank 0
+        fails while starting, the workers are stopped and their words, if any, explain why."""
         from models.registry import load_model
         from models.shard import check_divisible
-        from vt.engine.tp import TIMEOUT_S, Workers, free_port
+        from vt.engine.tp import TIMEOUT_S, Workers, check_devices, free_port
         from vt.parallel import init_group
         from vt.registry import make_backend
 
-        check_divisible(ckpt.config, self.cfg.tensor_parallel_size)
+        n = self.cfg.tensor_parallel_size
+        check_divisible(ckpt.config, n)
+        check_devices(self.cfg.backend, n)
         port = free_port()
         self.workers = Workers(self.cfg, port)
-        backend = make_backend(self.cfg.backend)
-        group = init_group(backend, 0, self.cfg.tensor_parallel_size, port, TIMEOUT_S)
-        self.workers.control = group.control
-        return backend, load_model(ckpt, backend, self.dtype, group)
+        self._close = weakref.finalize(self, self.workers.shutdown)  # at exit too: no orphaned ranks
+        try:
+            backend = make_backend(self.cfg.backend)
+            group = init_group(backend, 0, n, port, TIMEOUT_S)
+            self.workers.control = group.control
+            return backend, load_model(ckpt, backend, self.dtype, group)
+        except Exception as e:
+            err = self.workers.explain(e, grace_s=1.0)
+            self.close(graceful=False)
+            raise err from e
 
-    def close(self) -> None:
-        """Stops the tensor-parallel workers (nothing to do on one device)."""
+    def check_health(self) -> None:
+        """Raises WorkerDied if a tensor-parallel worker is gone (nothing to check on one device)."""
         if self.workers is not None:
+            self.workers.check_alive()
+
+    def close(self, graceful: bool = True) -> None:
+        """Stops the tensor-parallel workers: in order (graceful), or killed."""
+        if self.workers is not None:
+            if not graceful:
+                self.workers.kill()
             self._close()
             self.workers = None
 

@@ -20,18 +20,20 @@ import numpy as np
 
 from vt.backend import Backend, Stream, Tensor
 
+MAX_SPARE = 4  # pinned buffers kept per row shape for reuse (two read-backs are in flight in a step at most)
+
 
 class Pending:
-    def __init__(self, readback: Readback, views: list[tuple[tuple, Any]], done: Any) -> None:
-        self.readback, self.views, self.done = readback, views, done
+    def __init__(self, readback: Readback, held: list[tuple[tuple, Any]], views: list[Any], done: Any) -> None:
+        self.readback, self.held, self.views, self.done = readback, held, views, done
 
     def wait(self) -> list[np.ndarray]:
-        """The host copies (its pinned rows go back for reuse), after the one wait on the copy's event."""
+        """The host copies (its pinned buffers go back for reuse), after the one wait on the copy's event."""
         b = self.readback.backend
         b.host_wait(self.done)  # the host waits for the copy only
-        out = [np.array(b.host_view(v)) for _, v in self.views]
-        for key_view in self.views:
-            self.readback.free.setdefault(key_view[0], []).append(key_view[1])
+        out = [np.array(b.host_view(v)) for v in self.views]
+        for key, buf in self.held:
+            self.readback.give_back(key, buf)
         return out
 
 
@@ -39,18 +41,39 @@ class Readback:
     def __init__(self, backend: Backend, compute: Stream) -> None:
         self.backend, self.compute = backend, compute
         self.stream = backend.new_stream()  # the copy stream
-        self.free: dict[tuple, list[Any]] = {}  # (shape, dtype) -> pinned buffers no pending read-back holds
+        self.spare: dict[tuple, list[Any]] = {}  # (row shape, dtype) -> pinned buffers no read-back holds
 
     def start(self, tensors: list[Tensor]) -> Pending:
         b = self.backend
         b.wait_event(self.stream, b.record_event(self.compute))  # the copy follows the step's work
-        views = []
+        held, views = [], []
         for t in tensors:
-            key = (t.shape, np.dtype(t.dtype).str)
-            pinned = self.free.get(key, []).pop() if self.free.get(key) else b.pinned_empty(t.shape, t.dtype)
-            b.copy_d2h_async(t, pinned, self.stream)
-            views.append((key, pinned))
-        return Pending(self, views, b.record_event(self.stream))
+            key, buf = self._take(t)
+            view = buf.view(t.shape) if isinstance(buf, Tensor) else buf[: t.shape[0]]
+            b.copy_d2h_async(t, view, self.stream)
+            held.append((key, buf))
+            views.append(view)
+        return Pending(self, held, views, b.record_event(self.stream))
 
     def fetch(self, tensors: list[Tensor]) -> list[np.ndarray]:
         return self.start(tensors).wait()
+
+    def _take(self, t: Tensor) -> tuple[tuple, Any]:
+        """A spare pinned buffer of t's row shape with room for its rows, or a new one (rows grown by
+        doubling, so the buffers a stream of varied read-backs needs stay few and bounded)."""
+        key = (t.shape[1:], np.dtype(t.dtype).str)
+        spare = self.spare.setdefault(key, [])
+        for i, buf in enumerate(spare):
+            if buf.shape[0] >= t.shape[0]:
+                return key, spare.pop(i)
+        rows = 1 << max(0, int(t.shape[0]) - 1).bit_length()
+        return key, self.backend.pinned_empty((rows, *t.shape[1:]), t.dtype)
+
+    def give_back(self, key: tuple, buf: Any) -> None:
+        spare = self.spare.setdefault(key, [])
+        spare.append(buf)
+        spare.sort(key=lambda x: x.shape[0])
+        if len(spare) > MAX_SPARE:  # the smallest goes (CUDA: freed with the array; CPU: its buffer)
+            gone = spare.pop(0)
+            if isinstance(gone, Tensor):
+                self.backend.free(gone.buffer)

@@ -3,9 +3,12 @@ output over the gloo control group, and runs its own shard. Ranks 1..N-1 are wor
 one per device) that run every scheduler output they receive on theirs; the model's collectives keep the
 ranks' forwards together, and every rank samples the same ids from the same gathered logits.
 
-A worker that dies is found within a bounded time: before each broadcast by its exit code, and inside a
-step by the collective that fails when its peer's sockets close (or times out after VT_TP_TIMEOUT_S).
-Rank 0 then raises WorkerDied naming the rank, its exit code and its last words.
+A worker that dies is found within a bounded time: by its exit code before each broadcast and while the
+engine idles (AsyncLLM checks each second), inside a step by the gloo collective that fails when its
+peer's sockets close, and on CUDA by the host's event waits, which poll the workers instead of blocking
+(an NCCL collective waits for a dead peer forever). Rank 0 then raises WorkerDied naming the rank, its exit
+code and its last words. Workers run in their own session (a Ctrl-C to the server is rank 0's to handle)
+and die with rank 0 (PR_SET_PDEATHSIG).
 """
 
 from __future__ import annotations
@@ -14,6 +17,8 @@ import base64
 import contextlib
 import os
 import pickle
+import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -23,7 +28,8 @@ import traceback
 from typing import Any
 
 from vt.engine.config import EngineConfig
-from vt.errors import EngineInvariantError, WorkerDied
+from vt.env import as_environ, flags
+from vt.errors import ConfigError, EngineInvariantError, WorkerDied
 
 TIMEOUT_S = 60.0  # how long a collective or the start-up may wait for a peer
 LAST_WORDS = "vt tensor-parallel rank"  # how a failing worker's last line begins
@@ -44,10 +50,12 @@ class Workers:
         arg = base64.b64encode(pickle.dumps(cfg)).decode()
         self.procs: list[subprocess.Popen] = []
         self.control: Any = None
+        env = {**os.environ, **as_environ(flags())}  # rank 0's flags, as it read them: every rank runs alike
         for rank in range(1, cfg.tensor_parallel_size):
             with open(self.log(rank), "w") as log:
                 self.procs.append(subprocess.Popen([sys.executable, "-m", "vt.engine.tp", arg, str(rank), str(port)],
-                                                   stdout=log, stderr=subprocess.STDOUT))
+                                                   stdout=log, stderr=subprocess.STDOUT, env=env,
+                                                   start_new_session=True, preexec_fn=_die_with_parent))
 
     def log(self, rank: int) -> str:
         return os.path.join(self.logdir, f"rank{rank}.log")
@@ -110,8 +118,36 @@ class Workers:
                 p.wait(5)
             except subprocess.TimeoutExpired:
                 p.kill()
+                p.wait()
         with contextlib.suppress(Exception):
             dist.destroy_process_group()
+        if all(p.returncode == 0 for p in self.procs):  # a failure's logs stay for its post-mortem
+            shutil.rmtree(self.logdir, ignore_errors=True)
+
+    def kill(self) -> None:
+        for p in self.procs:
+            if p.poll() is None:
+                p.kill()
+
+
+def check_devices(backend: str, size: int) -> None:
+    """One device per rank: refused by name before any process starts when the machine has fewer."""
+    if backend != "cuda":
+        return
+    import cupy
+
+    have = cupy.cuda.runtime.getDeviceCount()
+    if have < size:
+        raise ConfigError(f"tensor_parallel_size={size}: this machine has {have} CUDA device(s), one per rank needed")
+
+
+def _die_with_parent() -> None:
+    """In the worker, before it runs: the kernel kills it when rank 0 dies (Linux), so no rank is orphaned
+    holding a device."""
+    import ctypes
+
+    with contextlib.suppress(Exception):
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
 
 def build_rank(cfg: EngineConfig, rank: int, port: int) -> tuple[Any, Any, Any, Any]:

@@ -42,6 +42,9 @@ class _Stream:
         self.loop.call_soon_threadsafe(self.outputs.put_nowait, item)
 
 
+IDLE_CHECK_S = 1.0
+
+
 class AsyncLLM:
     def __init__(self, cfg: EngineConfig) -> None:
         self.engine = LLMEngine(cfg)
@@ -99,7 +102,9 @@ class AsyncLLM:
         """Fails whatever is still in flight, then stops the engine thread."""
         self._commands.put(("stop", reason, None))
         self._thread.join(timeout=30)
-        self.engine.close()  # tensor-parallel workers, if any
+        # tensor-parallel workers, if any: stopped in order if the engine thread is done with the group,
+        # else killed (two threads must never drive one gloo group)
+        self.engine.close(graceful=not self._thread.is_alive())
 
     @property
     def is_alive(self) -> bool:
@@ -108,10 +113,13 @@ class AsyncLLM:
     # ---- the engine thread ------------------------------------------------------------------
     def _loop(self) -> None:
         while self._running:
-            try:  # idle: sleep until a command comes; busy: take what is there and step
-                cmd = self._commands.get_nowait() if self.engine.has_unfinished() else self._commands.get()
+            try:  # idle: wait for a command (checking on the engine's health each second); busy: take what is there
+                busy = self.engine.has_unfinished()
+                cmd = self._commands.get_nowait() if busy else self._commands.get(timeout=IDLE_CHECK_S)
             except queue.Empty:
                 cmd = None
+                if not busy and not self._healthy():
+                    return
             while cmd is not None:
                 self._apply(*cmd)
                 try:
@@ -167,6 +175,19 @@ class AsyncLLM:
     def _finished(self, r: Request) -> None:
         self.num_preempted_done += r.num_preemptions
         self.on_finished(r)
+
+    def _healthy(self) -> bool:
+        """An idle engine can die too (a tensor-parallel worker killed between requests): noticed here, so
+        /health says so before the next request fails."""
+        try:
+            self.engine.check_health()
+        except Exception as e:  # noqa: BLE001 - fatal, as a failed step is
+            self.dead = e
+            self._running = False
+            self._fail_all(f"the engine stopped on a fatal error: {type(e).__name__}: {e}")
+            self.on_dead(e)
+            return False
+        return True
 
     def _step(self) -> None:
         try:
