@@ -178,6 +178,7 @@ ENTRIES: list[Mutation] = [
                f"{CONF}::test_capture_rule[side stream forked, not joined-thread_local-cpu]",
                f"{CONF}::test_capture_rule[side stream forked, not joined-relaxed-cpu]",
                f"{SCOPE}::test_failure_at_end_capture_is_marked",
+               f"{CONF}::test_segment_rule[side stream forked inside a segment, unjoined at its end-cpu]",
                f"{CPU}::test_a_chain_that_stops_short_of_the_origin_is_unjoined"),
     ),
     Mutation(
@@ -1375,6 +1376,8 @@ ENTRIES: list[Mutation] = [
                  for m in MODELS for s in PIECE_STEPS),
                *(f"{PIECES}::test_P3_bucketed_prefill_agrees_with_the_unsplit_unpadded_prefill[{s}-{m}]"
                  for m in MODELS for s in PIECE_STEPS),
+               *(f"{PIECES}::test_P4_one_bucket_replays_whatever_sequences_its_step_holds[{m}]" for m in MODELS),
+               *(f"{PIECES}::test_P5_a_drain_never_frees_a_live_buckets_temporaries[{m}]" for m in MODELS),
                *(f"{STREAMS}::test_a_breaks_side_work_joined_in_the_legal_window_never_races[{p}]"
                  for p in STREAM_POLICIES)),
     ),
