@@ -76,7 +76,7 @@ class ShardedWeights(Mapping[str, np.ndarray]):
 
     def __getitem__(self, name: str) -> np.ndarray:
         cut = self._slice(name)
-        raw = self.full.raw(name) if hasattr(self.full, "raw") else np.asarray(self.full[name])
+        raw = self.full.raw(name)  # a view of the memory map: the slice below is all that is read
         if cut is None:
             return np.asarray(raw, dtype=F32)
         axis, start, count = cut
@@ -105,6 +105,6 @@ class ShardedCheckpoint:
 
 
 def shard_checkpoint(ckpt: Any, shard: Shard) -> ShardedCheckpoint:
-    check_divisible(ckpt.config, shard.size)
+    """(The split was checked by check_divisible, once, before any rank started.)"""
     return ShardedCheckpoint(shard_config(ckpt.config, shard), ShardedWeights(ckpt.weights, ckpt.config, shard),
                              shard, ckpt.config)

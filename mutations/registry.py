@@ -111,7 +111,10 @@ STREAMS = "tests/backends/test_stream_order.py"
 ENGINE_STREAMS = "tests/engine/test_engine_streams.py"
 TP = "tests/engine/test_tensor_parallel.py"
 TP_SEAMS = "tests/seams/test_tp_seams.py"
+TP_SERVE = "tests/server/test_tp_serve.py"
 TP_MODELS = ("tiny-qwen3", "tiny-qwen3-moe", "qwen2", "llama3", "qwen2-mqa")
+TP_EQUALITY = (*(f"{TP}::test_tp2_generates_the_tokens_tp1_does[{n}]" for n in TP_MODELS),
+               f"{TP}::test_tp4_replicates_the_kv_heads_and_generates_the_tokens_tp1_does")
 PIECES = "tests/seams/test_piecewise_seams.py"
 PIECE_STEPS = ("one-5", "two-40", "chunk-at-32")
 PIECE_SEAMS = tuple(f"{PIECES}::test_P1_a_buckets_capture_allocates_nothing_after_drain[{m}-{s}]"
@@ -366,7 +369,8 @@ ENTRIES: list[Mutation] = [
         file="vt/engine/graph_driver.py",
         old="        self._pregrow(slot.demand)  # before EVERY capture, unconditionally\n",
         new="",
-        gates=(*g1(), *g8()), expect="cudaErrorStreamCaptureUnsupported",
+        gates=(*g1(), *g8(), *(f"{TP_SEAMS}::test_the_decode_capture_allocates_nothing_after_drain_on_every_rank"
+                               f"[{m}]" for m in MODELS)), expect="cudaErrorStreamCaptureUnsupported",
     ),
     Mutation(
         id="pool-pregrow-returns-0-in-the-engine",
@@ -1461,16 +1465,14 @@ ENTRIES: list[Mutation] = [
         description="the o-projection's partial sums are never all-reduced across the ranks",
         file="models/decoder.py",
         old="        self._reduce(out)\n", new="",
-        gates=(*(f"{TP}::test_tp2_generates_the_tokens_tp1_does[{n}]" for n in TP_MODELS),
-               f"{TP}::test_tp4_replicates_the_kv_heads_and_generates_the_tokens_tp1_does"),
+        gates=TP_EQUALITY,
     ),
     Mutation(
         id="tp-stale-scheduler-output",
         description="rank 0 broadcasts the first scheduler output it ever sent, every step",
         file="vt/engine/tp.py", old="        payload = [so]\n",
         new="        payload = [getattr(self, 'stale', so)]\n        self.stale = payload[0]\n",
-        gates=(*(f"{TP}::test_tp2_generates_the_tokens_tp1_does[{n}]" for n in TP_MODELS),
-               f"{TP}::test_tp4_replicates_the_kv_heads_and_generates_the_tokens_tp1_does",
+        gates=(*TP_EQUALITY,
                f"{TP}::test_a_killed_worker_fails_the_engine_within_bounded_time_by_name"),
         expect="stale",
     ),
@@ -1482,5 +1484,66 @@ ENTRIES: list[Mutation] = [
         new="        return self.rank % num_kv_heads, 1\n",
         gates=(f"{TP}::test_tp4_replicates_the_kv_heads_and_generates_the_tokens_tp1_does",
                f"{TP}::test_the_ranks_slices_tile_every_tensor[tiny-qwen3-4]"),
+    ),
+    Mutation(
+        id="simulator-wait-ignored",
+        description="the stream simulator drops a wait_event: work after a join no longer happens after the joined work",
+        file="backends/streams.py",
+        old="    def wait(self, stream: Stream, clock: Clock) -> None:\n        _merge(self._clock(stream), clock)\n",
+        new="    def wait(self, stream: Stream, clock: Clock) -> None:\n        pass\n",
+        gates=(f"{STREAMS}::test_with_the_wait_no_schedule_races_and_every_schedule_is_right",
+               *(f"{STREAMS}::test_a_breaks_side_work_joined_in_the_legal_window_never_races[{p}]"
+                 for p in STREAM_POLICIES)),
+        expect="a race where none may be",
+    ),
+    Mutation(
+        id="adversary-not-adversarial",
+        description="the side-streams-late schedule runs side work as soon as it can, so a missing wait reads right",
+        file="backends/streams.py", old="        return runnable[0] if forced and runnable else None\n",
+        new="        return runnable[0] if runnable else None\n",
+        gates=(f"{STREAMS}::test_the_adversary_shows_the_stale_value_a_missing_wait_reads",),
+    ),
+    Mutation(
+        id="cpu-synchronize-allowed-in-capture",
+        description="the CPU backend lets a synchronize through an open capture (it still invalidates it)",
+        file="backends/cpu.py", old="            raise CaptureUnsupported(\"synchronize during capture\")\n",
+        new="            return\n",
+        gates=(*(f"{CONF}::test_capture_rule[{r}-{m}-cpu]" for r in ("stream synchronize", "device synchronize")
+                 for m in ("global", "thread_local", "relaxed")),
+               f"{CONF}::test_segment_rule[join as a synchronize inside the next open segment-cpu]"),
+    ),
+    Mutation(
+        id="tp-split-unchecked",
+        description="a model that cannot be split over the ranks starts anyway (its heads divided with a remainder)",
+        file="vt/engine/llm.py", old="        check_divisible(ckpt.config, n)\n", new="",
+        gates=(f"{TP}::test_a_model_that_cannot_be_split_is_refused_by_name",),
+    ),
+    Mutation(
+        id="tp-size-range-unchecked",
+        description="tensor_parallel_size has no upper bound in the config",
+        file="vt/engine/config.py", old="1 <= self.tensor_parallel_size <= 8,", new="1 <= self.tensor_parallel_size,",
+        gates=(f"{TP}::test_a_model_that_cannot_be_split_is_refused_by_name",),
+    ),
+    Mutation(
+        id="tp-death-unexplained",
+        description="a step that fails because a worker died raises the raw socket error, not WorkerDied",
+        file="vt/engine/llm.py", old="            raise self.workers.explain(e) from e\n", new="            raise\n",
+        gates=(f"{TP}::test_a_killed_worker_fails_the_engine_within_bounded_time_by_name",),
+    ),
+    Mutation(
+        id="serve-ignores-dead-engine",
+        description="vt serve keeps running after its engine died",
+        file="vt/cli.py",
+        old="    server.llm.on_dead = lambda e: setattr(uv, \"should_exit\", True)  # a dead engine serves nothing: exit 1\n",
+        new="",
+        gates=(f"{TP_SERVE}::test_a_killed_worker_fails_the_stream_and_the_server_exits_1",
+               f"{TP_SERVE}::test_a_worker_killed_while_the_server_idles_stops_it_within_seconds"),
+    ),
+    Mutation(
+        id="idle-engine-never-checked",
+        description="an idle engine never checks its health: a worker killed between requests goes unnoticed",
+        file="vt/server/async_llm.py",
+        old="                if not busy and not self._healthy():\n                    return\n", new="",
+        gates=(f"{TP_SERVE}::test_a_worker_killed_while_the_server_idles_stops_it_within_seconds",),
     ),
 ]

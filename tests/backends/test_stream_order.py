@@ -5,6 +5,8 @@ Then the seed case behind BreakableGraph, and the engine's own streams under the
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -28,6 +30,15 @@ def _filled(b: CpuBackend, values: np.ndarray) -> Any:
     b.copy_h2d(t, values)
     b.synchronize()
     return t
+
+
+@contextlib.contextmanager
+def no_race() -> Iterator[None]:
+    """The guarantee under test: no StreamRace; one raised is this test's failure, with both stacks."""
+    try:
+        yield
+    except StreamRace as race:
+        pytest.fail(f"a race where none may be: {race}")
 
 
 def producer_then_consumer(b: CpuBackend, wait: bool, main: Any = None) -> tuple[Any, np.ndarray]:
@@ -67,9 +78,11 @@ def test_a_missing_wait_is_a_race_under_every_schedule_with_both_stacks(policy: 
 def test_with_the_wait_no_schedule_races_and_every_schedule_is_right(choices: list[int]) -> None:
     b = CpuBackend()
     order = b.simulate_streams(from_choices(choices))
-    out, want = producer_then_consumer(b, wait=True)
-    b.synchronize()
-    np.testing.assert_array_equal(b.copy_d2h(out), want)
+    with no_race():
+        out, want = producer_then_consumer(b, wait=True)
+        b.synchronize()
+        got = b.copy_d2h(out)
+    np.testing.assert_array_equal(got, want)
     assert order.num_executed >= 2, "non-vacuity: both kernels ran (and no StreamRace was raised)"
 
 
@@ -79,9 +92,9 @@ def test_the_adversary_shows_the_stale_value_a_missing_wait_reads() -> None:
     b = CpuBackend()
     main = b.new_stream()
     b.simulate_streams(side_streams_late(main))
-    out, want = producer_then_consumer(b, wait=False, main=main)
-    with pytest.raises(StreamRace):
-        b.synchronize()  # forces the producer, which then writes under the consumer's read
+    with pytest.raises(StreamRace):  # at the synchronize that forces the producer under the consumer's read
+        out, want = producer_then_consumer(b, wait=False, main=main)
+        b.synchronize()
     got = out.array().copy()
     assert np.array_equal(got, np.zeros(8, np.float32)) and not np.array_equal(got, want), "the stale read"
 
@@ -133,14 +146,17 @@ def _graph_with_side_break(b: CpuBackend, join: bool) -> tuple[BreakableGraph, A
 def test_a_breaks_side_work_joined_in_the_legal_window_never_races(policy: str) -> None:
     b = CpuBackend()
     order = b.simulate_streams(POLICIES[policy](b))
-    g, s, x, out = _graph_with_side_break(b, join=True)
+    with no_race():
+        g, s, x, out = _graph_with_side_break(b, join=True)
     for step in range(3):
         xs = np.full(8, step + 1, np.float32)
-        with b.use_stream(s):
-            b.copy_h2d(x, xs)
-        g.replay()
-        b.synchronize()
-        np.testing.assert_array_equal(b.copy_d2h(out), xs * 8)
+        with no_race():
+            with b.use_stream(s):
+                b.copy_h2d(x, xs)
+            g.replay()
+            b.synchronize()
+            got = b.copy_d2h(out)
+        np.testing.assert_array_equal(got, xs * 8)
     assert order.num_executed >= 9, "non-vacuity: three replays of three pieces ran (and nothing raced)"
 
 

@@ -10,6 +10,7 @@ from backends.streams import in_order, seeded, side_streams_late
 from seams.lanes import is_bypass_lane
 from vt.engine.api import LLM
 from vt.engine.sampling import SamplingParams
+from vt.errors import StreamRace
 
 PROMPTS = [{"prompt_token_ids": [5 + i, 17, 99, 3 * i + 1] * (2 + i % 3)} for i in range(12)]
 PARAMS = [SamplingParams(max_tokens=6 + i % 5, temperature=0.0 if i % 2 else 0.8, seed=i, ignore_eos=True,
@@ -37,7 +38,11 @@ def test_the_engine_is_race_free_and_unchanged_under_every_schedule(policy: str,
     llm = LLM("tiny-qwen3", max_model_len=128, num_blocks=64, max_num_batched_tokens=40)  # chunked prefills too
     runner = llm.engine.runner
     order = runner.backend.simulate_streams(POLICIES[policy](runner.stream))
-    assert _run(llm) == plain, "the same tokens as without the simulator (and no StreamRace was raised)"
+    try:
+        got = _run(llm)
+    except StreamRace as race:
+        pytest.fail(f"a race in the engine: {race}")
+    assert got == plain, "the same tokens as without the simulator"
     copies = order.done.get(runner.decoder.readback.stream.id, 0)
     graphs = runner.decoder.num_replays > 0 and runner.decoder.num_prefill_replays > 0
     assert copies > 0 and (graphs or is_bypass_lane()), (

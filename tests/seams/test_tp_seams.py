@@ -43,6 +43,7 @@ def test_a_capture_that_is_the_groups_first_collective_allocates_nothing(ranks: 
 @pytest.mark.parametrize("ranks", MODELS, indirect=True)
 def test_the_decode_capture_allocates_nothing_after_drain_on_every_rank(ranks: list[dict]) -> None:
     for r in ranks:
+        assert r["capture_error"] is None, f"rank {r['rank']}: the capture failed: {r['capture_error']}"
         assert not r["cold_captured"] and r["freed"] > 0, f"rank {r['rank']}: precondition: cold step, real drain"
         assert r["captured"] and r["allocs_in_step"] > 0, f"rank {r['rank']}: non-vacuity: the pre-grow allocated"
         assert r["allocs_in_capture"] == 0, f"rank {r['rank']}: {r['allocs_in_capture']} allocation(s) in capture"

@@ -54,6 +54,17 @@ def engine_held_until_the_abort_is_asked(llm):
         runner.execute = real
 
 
+@contextlib.contextmanager
+def streaming_until_the_first_frame(llm, url: str, body: dict):
+    """Inside: the engine is held, the response has streamed its first frame and the client is still there
+    (the line iterator is kept: a finalized one closes the connection). On exit the client goes away."""
+    with engine_held_until_the_abort_is_asked(llm):
+        with httpx.stream("POST", url + "/v1/completions", json=body, timeout=60) as r:
+            lines = r.iter_lines()
+            next(line for line in lines if line.startswith("data: {"))
+            yield
+
+
 def frames_of(lines: list[str]) -> list:
     return [line[6:] if line == "data: [DONE]" else json.loads(line[6:]) for line in lines if line]
 
@@ -176,14 +187,9 @@ def test_a_client_that_goes_away_frees_its_blocks_within_one_engine_step(served)
     server, url = served
     llm, kv = server.llm, server.llm.engine.kv_manager
     body = {"model": MODEL, "prompt": [5] * 40, "max_tokens": 200, "stream": True, "ignore_eos": True}
-    with engine_held_until_the_abort_is_asked(llm):
-        with httpx.stream("POST", url + "/v1/completions", json=body, timeout=60) as r:
-            lines = r.iter_lines()  # held: a finalized line iterator closes the connection (a disconnect)
-            for line in lines:
-                if line.startswith("data: {"):
-                    break
-            assert kv.num_used > 0, "non-vacuity: the request holds blocks while it streams"
-            steps_at_close = llm.num_steps
+    with streaming_until_the_first_frame(llm, url, body):
+        assert kv.num_used > 0, "non-vacuity: the request holds blocks while it streams"
+        steps_at_close = llm.num_steps
     deadline = time.monotonic() + 5
     while (kv.num_used or not llm.aborts) and time.monotonic() < deadline:
         time.sleep(0.005)
@@ -345,13 +351,8 @@ def test_a_disconnect_frees_the_draft_state_too() -> None:
                         num_speculative_tokens=2) as (server, url):
         llm, proposer, kv = server.llm, server.llm.engine.runner.proposer, server.llm.engine.kv_manager
         body = {"model": MODEL, "prompt": [5] * 20, "max_tokens": 200, "stream": True, "ignore_eos": True}
-        with engine_held_until_the_abort_is_asked(llm):
-            with httpx.stream("POST", url + "/v1/completions", json=body, timeout=60) as r:
-                lines = r.iter_lines()  # held: a finalized line iterator closes the connection (a disconnect)
-                for line in lines:
-                    if line.startswith("data: {"):
-                        break
-                assert proposer.contexts and kv.num_used > 0, "non-vacuity: draft state and blocks while streaming"
+        with streaming_until_the_first_frame(llm, url, body):
+            assert proposer.contexts and kv.num_used > 0, "non-vacuity: draft state and blocks while streaming"
         deadline = time.monotonic() + 5
         while (proposer.contexts or kv.num_used) and time.monotonic() < deadline:
             time.sleep(0.005)

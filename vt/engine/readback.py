@@ -55,9 +55,6 @@ class Readback:
             views.append(view)
         return Pending(self, held, views, b.record_event(self.stream))
 
-    def fetch(self, tensors: list[Tensor]) -> list[np.ndarray]:
-        return self.start(tensors).wait()
-
     def _take(self, t: Tensor) -> tuple[tuple, Any]:
         """A spare pinned buffer of t's row shape with room for its rows, or a new one (rows grown by
         doubling, so the buffers a stream of varied read-backs needs stay few and bounded)."""

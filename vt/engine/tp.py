@@ -35,9 +35,10 @@ TIMEOUT_S = 60.0  # how long a collective or the start-up may wait for a peer
 LAST_WORDS = "vt tensor-parallel rank"  # how a failing worker's last line begins
 
 
-def free_port() -> int:
+def free_port(host: str = "127.0.0.1") -> int:
+    """A port nothing listens on now (the group's store; the server's, in tests)."""
     with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
+        s.bind((host, 0))
         return int(s.getsockname()[1])
 
 

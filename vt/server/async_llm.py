@@ -182,21 +182,22 @@ class AsyncLLM:
         try:
             self.engine.check_health()
         except Exception as e:  # noqa: BLE001 - fatal, as a failed step is
-            self.dead = e
-            self._running = False
-            self._fail_all(f"the engine stopped on a fatal error: {type(e).__name__}: {e}")
-            self.on_dead(e)
+            self._die(e)
             return False
         return True
+
+    def _die(self, e: BaseException) -> None:
+        """A fatal engine error: every request in flight and every queued add fails with it, then on_dead."""
+        self.dead = e
+        self._running = False
+        self._fail_all(f"the engine stopped on a fatal error: {type(e).__name__}: {e}")
+        self.on_dead(e)
 
     def _step(self) -> None:
         try:
             stepped = self.engine.step()
         except BaseException as e:  # noqa: BLE001 - fatal: LLMEngine.step printed the traceback
-            self.dead = e
-            self._running = False
-            self._fail_all(f"the engine stopped on a fatal error: {type(e).__name__}: {e}")
-            self.on_dead(e)
+            self._die(e)
             return
         self.num_steps += 1
         seen: set[str] = set()

@@ -5,13 +5,13 @@ then fails what is left); `running_server` runs one in a thread on a free port (
 from __future__ import annotations
 
 import contextlib
-import socket
 import threading
 import time
 from collections.abc import Iterator
 from typing import Any
 
 from vt.engine.config import EngineConfig
+from vt.engine.tp import free_port
 from vt.server.app import Server, build_app
 from vt.server.async_llm import AsyncLLM
 
@@ -31,12 +31,6 @@ def uvicorn_server(app: Any, host: str, port: int) -> Any:
     config = uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on",
                             timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S)
     return uvicorn.Server(config)
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
 
 
 @contextlib.contextmanager
