@@ -1516,7 +1516,8 @@ ENTRIES: list[Mutation] = [
         id="tp-split-unchecked",
         description="a model that cannot be split over the ranks starts anyway (its heads divided with a remainder)",
         file="vt/engine/llm.py", old="        check_divisible(ckpt.config, n)\n", new="",
-        gates=(f"{TP}::test_a_model_that_cannot_be_split_is_refused_by_name",),
+        gates=(f"{TP}::test_a_model_that_cannot_be_split_is_refused_by_name",
+               "tests/vt/test_cli.py::test_bad_input_is_one_typed_line_and_exit_2[tp-indivisible]"),
     ),
     Mutation(
         id="tp-size-range-unchecked",
@@ -1545,5 +1546,13 @@ ENTRIES: list[Mutation] = [
         file="vt/server/async_llm.py",
         old="                if not busy and not self._healthy():\n                    return\n", new="",
         gates=(f"{TP_SERVE}::test_a_worker_killed_while_the_server_idles_stops_it_within_seconds",),
+    ),
+    Mutation(
+        id="tp-cuda-check-raw",
+        description="-tp with the CUDA backend and no CuPy lets ModuleNotFoundError escape the device check",
+        file="vt/engine/tp.py",
+        old="    except Exception as e:  # noqa: BLE001 - no CuPy, or no driver: the CUDA backend's own refusal\n",
+        new="    except ValueError as e:\n",
+        gates=("tests/vt/test_cli.py::test_the_cuda_backend_without_cupy_is_one_typed_line",),
     ),
 ]

@@ -48,10 +48,16 @@ def run_cli(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, s
     (["generate", "--model", "tiny-qwen3", "--prompt", "hi", "--n", "0", *SMALL], "n=0"),
     (["generate", "--model", "tiny-qwen3", "--prompt", "hi", "--max-num-batched-tokens", "-1"],
      "max_num_batched_tokens=-1"),
+    (["generate", "--model", "tiny-qwen3", "--prompt", "hi", "-tp", "3", *SMALL], "num_attention_heads=4 is not "
+                                                                                   "divisible"),
+    (["generate", "--model", "tiny-qwen3", "--prompt", "hi", "-tp", "0", *SMALL], "tensor_parallel_size=0"),
+    (["generate", "--model", "tiny-qwen3", "--prompt", "hi", "-tp", "2", "--speculative-model", "[ngram]",
+      "--num-speculative-tokens", "2", *SMALL], "1 with speculative decoding"),
 ], ids=["concurrency-0", "concurrency-negative", "concurrency-words", "no-prompts", "negative-seed",
         "negative-ladder-seed", "huge-max-tokens", "non-utf8-prompt", "prompt-too-long", "unknown-model",
         "bench-without-target", "bench-unreachable-server", "bench-concurrency-words", "bench-rate-0",
-        "serve-port-out-of-range", "generate-n-0", "negative-token-budget"])
+        "serve-port-out-of-range", "generate-n-0", "negative-token-budget", "tp-indivisible", "tp-0",
+        "tp-with-speculation"])
 def test_bad_input_is_one_typed_line_and_exit_2(argv: list[str], names: str, capsys) -> None:
     rc, err = run_cli(argv, capsys)
     assert rc == 2, (rc, err)
@@ -154,6 +160,9 @@ def test_the_cuda_backend_without_cupy_is_one_typed_line(capsys) -> None:
     if importlib.util.find_spec("cupy") is not None:
         pytest.skip("cupy is installed here: the CUDA backend would start")
     rc, err = run_cli(["generate", "--model", "tiny-qwen3", "--prompt", "hi", "--backend", "cuda", *SMALL], capsys)
+    assert rc == 2 and "vt: error: ConfigError: backend='cuda' needs CuPy" in err, err
+    rc, err = run_cli(["generate", "--model", "tiny-qwen3", "--prompt", "hi", "--backend", "cuda", "-tp", "2", *SMALL],
+                      capsys)  # refused before any worker process starts
     assert rc == 2 and "vt: error: ConfigError: backend='cuda' needs CuPy" in err, err
 
 

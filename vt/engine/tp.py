@@ -135,9 +135,12 @@ def check_devices(backend: str, size: int) -> None:
     """One device per rank: refused by name before any process starts when the machine has fewer."""
     if backend != "cuda":
         return
-    import cupy
+    try:
+        import cupy
 
-    have = cupy.cuda.runtime.getDeviceCount()
+        have = cupy.cuda.runtime.getDeviceCount()
+    except Exception as e:  # noqa: BLE001 - no CuPy, or no driver: the CUDA backend's own refusal
+        raise ConfigError(f"backend='cuda' needs CuPy with a CUDA GPU (pip install 'vt[cuda]'): {e}") from None
     if have < size:
         raise ConfigError(f"tensor_parallel_size={size}: this machine has {have} CUDA device(s), one per rank needed")
 
