@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -75,15 +77,33 @@ def run_gates(sandbox: Path, m: Mutation, timeout: float | None) -> Outcome:
            f"--basetemp={sandbox / '.pytest-tmp'}", f"--junitxml={report}", "-o", "junit_family=xunit1",
            *m.gate_files]
     t0 = time.monotonic()
-    try:
-        proc = subprocess.run(cmd, cwd=sandbox, env=env, capture_output=True, text=True, errors="replace",
-                              timeout=timeout)  # a test may print bytes that are not UTF-8
-    except subprocess.TimeoutExpired as e:
-        return Outcome(rc=-1, seconds=time.monotonic() - t0, is_timeout=True, log=str(e.stdout or "")[-4000:])
-    out = Outcome(rc=proc.returncode, seconds=time.monotonic() - t0, log=(proc.stdout + proc.stderr)[-6000:])
+    log_path = sandbox / ".mutation-gates.log"
+    # Output to a file, not a pipe: a process the gates leave behind (a server, a rank) cannot hold the
+    # runner's read open. Its own session: a timeout kills the whole tree, not pytest alone.
+    with open(log_path, "w+", errors="replace") as log:
+        proc = subprocess.Popen(cmd, cwd=sandbox, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            _kill_tree(proc)
+            return Outcome(rc=-1, seconds=time.monotonic() - t0, is_timeout=True, log=_tail(log_path, 4000))
+        _kill_tree(proc)  # what the gates started and left running goes with them
+    out = Outcome(rc=proc.returncode, seconds=time.monotonic() - t0, log=_tail(log_path, 6000))
     if report.exists():
         out.passed, out.failed, out.errors, out.skipped = parse_junit(report, set(m.gate_files))
     return out
+
+
+def _kill_tree(proc: subprocess.Popen) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+
+
+def _tail(path: Path, n: int) -> str:
+    """The last n characters of a log (a test may print bytes that are not UTF-8)."""
+    return path.read_text(errors="replace")[-n:]
 
 
 def _matches(gate: str, nid: str) -> bool:

@@ -986,8 +986,8 @@ ENTRIES: list[Mutation] = [
     ),
     Mutation(
         id="serve-port-unchecked",
-        description="vt serve passes an impossible --port to uvicorn: a raw OverflowError from bind()",
-        file="vt/cli.py", old="    if not 0 < args.port < 65536:", new="    if False:",
+        description="vt serve passes an impossible --port to bind(): a raw OverflowError",
+        file="vt/cli.py", old="    if not 0 <= args.port < 65536:", new="    if False:",
         gates=(f"{CLI}::test_bad_input_is_one_typed_line_and_exit_2[serve-port-out-of-range]",),
     ),
 
@@ -1470,8 +1470,9 @@ ENTRIES: list[Mutation] = [
     Mutation(
         id="tp-stale-scheduler-output",
         description="rank 0 broadcasts the first scheduler output it ever sent, every step",
-        file="vt/engine/tp.py", old="        payload = [so]\n",
-        new="        payload = [getattr(self, 'stale', so)]\n        self.stale = payload[0]\n",
+        file="vt/engine/tp.py", old="        payload = pickle.dumps(so, protocol=pickle.HIGHEST_PROTOCOL)\n",
+        new="        self.stale = getattr(self, 'stale', so)\n"
+            "        payload = pickle.dumps(self.stale, protocol=pickle.HIGHEST_PROTOCOL)\n",
         gates=(*TP_EQUALITY,
                f"{TP}::test_a_killed_worker_fails_the_engine_within_bounded_time_by_name"),
         expect="stale",
@@ -1554,5 +1555,41 @@ ENTRIES: list[Mutation] = [
         old="    except Exception as e:  # noqa: BLE001 - no CuPy, or no driver: the CUDA backend's own refusal\n",
         new="    except ValueError as e:\n",
         gates=("tests/vt/test_cli.py::test_the_cuda_backend_without_cupy_is_one_typed_line",),
+    ),
+    Mutation(
+        id="tp-startup-wait-unbounded",
+        description="rank 0 waits for its workers' start-up with no deadline: a worker stuck loading hangs it",
+        file="vt/engine/tp.py", old="            if time.monotonic() > deadline:\n", new="            if False:\n",
+        gates=(f"{TP}::test_a_worker_that_never_gets_ready_ends_the_startup_wait_at_its_deadline",),
+    ),
+    Mutation(
+        id="tp-startup-death-unnoticed",
+        description="a worker that dies while loading is found only at the start-up deadline, not by its exit code",
+        file="vt/engine/tp.py",
+        old="        while self.store.add(READY_KEY, 0) < len(self.procs):\n            self.check_alive()\n",
+        new="        while self.store.add(READY_KEY, 0) < len(self.procs):\n",
+        gates=(f"{TP}::test_a_worker_that_dies_while_loading_is_named_before_the_deadline",),
+    ),
+    Mutation(
+        id="serve-busy-port-raw",
+        description="vt serve on a port in use lets the raw OSError escape instead of one typed line",
+        file="vt/server/serve.py",
+        old="        raise ConfigError(f\"could not listen on {host}:{port}",
+        new="        raise\n        raise ConfigError(f\"could not listen on {host}:{port}",
+        gates=(f"{CLI}::test_serve_on_a_port_in_use_is_one_typed_line_and_exit_2",),
+    ),
+    Mutation(
+        id="runner-baseline-unbounded",
+        description="the mutation runner waits for unmutated gates with no limit: one hang stalls CI silently",
+        file="mutations/runner.py",
+        old="            return run_gates(sandbox, m, timeout=self.cfg.baseline_timeout)",
+        new="            return run_gates(sandbox, m, timeout=None)",
+        gates=("tests/mutations/test_runner.py::test_a_hanging_baseline_stops_the_run_naming_it",),
+    ),
+    Mutation(
+        id="runner-timeout-kills-pytest-only",
+        description="a mutant's timeout kills pytest but not what its gates started (servers, ranks)",
+        file="mutations/judge.py", old="        os.killpg(proc.pid, signal.SIGKILL)\n", new="        proc.kill()\n",
+        gates=("tests/mutations/test_runner.py::test_a_timed_out_mutant_takes_what_it_started_with_it",),
     ),
 ]

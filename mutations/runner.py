@@ -38,6 +38,7 @@ class RunConfig:
     jobs: int = os.cpu_count() or 1
     timeout_factor: float = 5.0  # a mutant gets k x its gates' baseline time ...
     timeout_floor: float = 60.0  # ... and never less than this
+    baseline_timeout: float = 1200.0  # unmutated gates that run longer are a hang: the run stops, saying whose
     cache_dir: Path | None = None
 
 
@@ -73,10 +74,25 @@ class Runner:
         if not entries:
             return
         groups = {(m.gate_files, m.env, m.baseline_skipped): m for m in entries}
+        done = [0]
+
+        def one(m: Mutation) -> Outcome:
+            out = self._baseline_one(m)
+            with self._lock:  # a line per baseline too: a run that stalls here shows where
+                done[0] += 1
+                print(f"baseline [{done[0]}/{len(groups)}] {', '.join(m.gate_files)}"
+                      f"{' ' + ' '.join(f'{k}={v}' for k, v in m.env) if m.env else ''}: "
+                      f"{'TIMEOUT' if out.is_timeout else 'rc=' + str(out.rc)} ({out.seconds:.1f}s)",
+                      file=sys.stderr, flush=True)
+            return out
+
         with ThreadPoolExecutor(max_workers=max(1, self.cfg.jobs)) as ex:
-            outs = list(ex.map(self._baseline_one, groups.values()))
+            outs = list(ex.map(one, groups.values()))
         for m, out in zip(groups.values(), outs):
-            if out.is_timeout or out.failed or out.errors or not (out.passed or out.skipped):
+            if out.is_timeout:
+                raise BaselineError(f"unmutated gates of {m.id} ({', '.join(m.gate_files)}) ran past "
+                                    f"{self.cfg.baseline_timeout:.0f}s: a hang\n{out.log[-3000:]}")
+            if out.failed or out.errors or not (out.passed or out.skipped):
                 bad = list(out.failed) + list(out.errors)
                 raise BaselineError(
                     f"unmutated gates are {'empty' if not (out.passed or bad) else 'red'} for {m.id} "
@@ -92,7 +108,7 @@ class Runner:
     def _baseline_one(self, m: Mutation) -> Outcome:
         with tempfile.TemporaryDirectory(prefix="vt-mut-base-") as d:
             sandbox = make_sandbox(self.cfg.root, self.files, Path(d))
-            return run_gates(sandbox, m, timeout=None)
+            return run_gates(sandbox, m, timeout=self.cfg.baseline_timeout)
 
     # ---- one mutant -------------------------------------------------------------------------
     def _run_one(self, m: Mutation) -> Result:

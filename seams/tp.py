@@ -1,5 +1,6 @@
 """The seam pattern on every rank of a tensor-parallel group, one process per rank:
-`python -m seams.tp MODEL RANK SIZE PORT [cpu|cuda]` prints one JSON line of what the rank measured.
+`python -m seams.tp MODEL RANK SIZE PORT [cpu|cuda]` prints one JSON line of what the rank measured. Every
+rank joins the store that the caller hosts at 127.0.0.1:PORT (`vt.parallel.host_store`).
 
 First, on a group that has run no collective: the driver's pre-grow, then a capture of every kind of
 collective; NCCL would set each kind up (allocate) at its first enqueue, so only the pre-grow's warm-up
@@ -19,7 +20,7 @@ import numpy as np
 def rank_seams(model: str, rank: int, size: int, port: int, backend_name: str = "cpu") -> dict[str, Any]:
     from seams.harness import SeamHarness
     from vt.capture import GraphCaptureScope
-    from vt.parallel import init_group
+    from vt.parallel import init_group, join_store
     from vt.registry import make_backend
 
     if backend_name == "cuda":
@@ -27,7 +28,7 @@ def rank_seams(model: str, rank: int, size: int, port: int, backend_name: str = 
 
         cupy.cuda.Device(rank).use()
     backend = make_backend(backend_name)
-    group = init_group(backend, rank, size, port, 60.0)
+    group = init_group(backend, rank, size, join_store(port, size, 60.0), 60.0)
     h = SeamHarness(model, backend_obj=backend, group=group)
     out: dict[str, Any] = {"rank": rank}
     # the warm-up's own shapes: its temporaries, back on the free lists, are what the capture draws (the pool

@@ -79,13 +79,15 @@ def _generate(args: argparse.Namespace) -> int:
 
 def _serve(args: argparse.Namespace) -> int:
     from vt.errors import ConfigError
-    from vt.server.serve import make_server, uvicorn_server
+    from vt.server.serve import listen_socket, make_server, uvicorn_server
 
-    if not 0 < args.port < 65536:
-        raise ConfigError(f"--port {args.port}: must be in [1, 65535]")
+    if not 0 <= args.port < 65536:
+        raise ConfigError(f"--port {args.port}: must be in [0, 65535] (0: a free port, which the first line names)")
+    sock = listen_socket(args.host, args.port)  # a port in use fails here, before the model loads
     server, app = _loaded(lambda: make_server(args.model, args.served_model_name, **_engine_kwargs(args)),
                           args.model)
-    print(f"vt: serving {args.served_model_name or args.model} on http://{args.host}:{args.port} "
+    host = f"[{args.host}]" if ":" in args.host else args.host
+    print(f"vt: serving {args.served_model_name or args.model} on http://{host}:{sock.getsockname()[1]} "
           f"(OpenAI API under /v1; /health, /metrics)", file=sys.stderr, flush=True)
     import signal
 
@@ -94,15 +96,9 @@ def _serve(args: argparse.Namespace) -> int:
     # this one, so a clean drain exits 0 and says so.
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda signum, frame: stopped.append(signum))
-    uv = uvicorn_server(app, args.host, args.port)
+    uv = uvicorn_server(app, args.host, sock.getsockname()[1])
     server.llm.on_dead = lambda e: setattr(uv, "should_exit", True)  # a dead engine serves nothing: exit 1
-    try:
-        uv.run()
-    except SystemExit:  # uvicorn exits when it cannot listen; anything after startup is its own business
-        if not uv.started:
-            raise ConfigError(f"could not listen on {args.host}:{args.port} (the port is in use, or the host is "
-                              f"not an address of this machine)") from None
-        raise
+    uv.run(sockets=[sock])
     if server.llm.dead is not None:
         print(f"vt: stopped: the engine died ({type(server.llm.dead).__name__}: {server.llm.dead}); the requests in "
               f"flight were failed", file=sys.stderr, flush=True)
@@ -262,7 +258,8 @@ def build_parser() -> argparse.ArgumentParser:
                          formatter_class=fmt)
     _engine_args(srv, 2048, 2048, model="positional")
     srv.add_argument("--host", default="127.0.0.1", help="address to listen on")
-    srv.add_argument("--port", type=int, default=8000, help="port to listen on")
+    srv.add_argument("--port", type=int, default=8000,
+                     help="port to listen on (0: a free one, named in the first line)")
     srv.add_argument("--served-model-name", help="the model name clients use (default: MODEL as given)")
     srv.set_defaults(fn=_serve)
     bench = sub.add_parser("bench", help="benchmarks", formatter_class=fmt)

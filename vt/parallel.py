@@ -2,9 +2,11 @@
 
 Collectives come from existing engines: torch.distributed with gloo on the CPU backend (so CPU CI runs
 TP = 2 across real processes), and NCCL through CuPy's binding on the CUDA backend (it enqueues on vt's
-own CuPy streams, so an all-reduce is captured into the decode graph like any kernel; the unique id
-travels over the gloo control group). Every rank also joins a gloo group for control: rank 0 broadcasts
-each step's scheduler output over it.
+own CuPy streams, so an all-reduce is captured into the decode graph like any kernel). The ranks meet at a
+TCP store that one process hosts on a port the OS picks as it binds: a port probed free and bound later
+can be taken in between by another process (another group's store, any client's outgoing connection).
+The NCCL unique id travels through that store. Nothing here waits on a peer without a bound: the gloo
+group and the store time out (the scheduler outputs travel elsewhere, over the workers' stdin pipes).
 
 A collective is launched through the backend like a kernel (recorded in a capture, replayed with the
 graph). NCCL sets up a communicator's connections and buffers lazily, at the first enqueue of each kind
@@ -100,11 +102,11 @@ for _k in (_all_reduce_gloo, _all_gather_gloo, _all_reduce_nccl, _all_gather_ncc
 
 
 class Group:
-    """A rank's tensor-parallel group: the data collectives on its backend, and the gloo control group."""
+    """A rank's tensor-parallel group: the data collectives on its backend, and the store the ranks met at."""
 
-    def __init__(self, backend: Backend, shard: Shard, control: Any, data: Any) -> None:
+    def __init__(self, backend: Backend, shard: Shard, store: Any, data: Any) -> None:
         self.backend, self.shard = backend, shard
-        self.control = control  # a torch.distributed gloo group (every backend)
+        self.store = store  # a torch.distributed TCPStore (every backend)
         self.data = data  # the same gloo group on the CPU; a cupy NcclCommunicator on CUDA
         self.is_nccl = backend.name == "cuda"
         self.ready: set[str] = set()  # collective kinds whose lazy setup has run
@@ -150,20 +152,38 @@ class Group:
         self.ready.add(kind)
 
 
-def init_group(backend: Backend, rank: int, size: int, port: int, timeout_s: float) -> Group:
-    """Joins the process group at 127.0.0.1:port (rank 0 hosts the store) and builds the data collectives."""
+HOST = "127.0.0.1"
+NCCL_ID_KEY = "vt/nccl-unique-id"
+
+
+def host_store(size: int, timeout_s: float) -> Any:
+    """The group's rendezvous store, listening on a port the OS picks (`.port` says which)."""
     import torch.distributed as dist
 
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=size,
+    return dist.TCPStore(HOST, 0, size, True, timeout=datetime.timedelta(seconds=timeout_s), wait_for_workers=False)
+
+
+def join_store(port: int, size: int, timeout_s: float) -> Any:
+    """A client of the store another process hosts at HOST:port (waits timeout_s at most for it)."""
+    import torch.distributed as dist
+
+    return dist.TCPStore(HOST, port, size, False, timeout=datetime.timedelta(seconds=timeout_s))
+
+
+def init_group(backend: Backend, rank: int, size: int, store: Any, timeout_s: float) -> Group:
+    """Joins the process group through `store` and builds the data collectives: gloo on the CPU (a
+    collective waits timeout_s at most for a peer), NCCL on CUDA."""
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", store=store, rank=rank, world_size=size,
                             timeout=datetime.timedelta(seconds=timeout_s))
-    # control: a worker waits on it for the next step however long the engine idles (a dead peer closes
-    # its sockets, which fails the wait at once); data (CPU): a collective waits timeout_s at most
-    control = dist.new_group(backend="gloo", timeout=datetime.timedelta(days=365))
-    data: Any = dist.new_group(backend="gloo", timeout=datetime.timedelta(seconds=timeout_s))
+    data: Any = dist.group.WORLD
     if backend.name == "cuda":
+        import pickle
+
         from cupy.cuda import nccl
 
-        uid = [nccl.get_unique_id() if rank == 0 else None]
-        dist.broadcast_object_list(uid, src=0, group=control)
-        data = nccl.NcclCommunicator(size, uid[0], rank)
-    return Group(backend, Shard(rank, size), control, data)
+        if rank == 0:
+            store.set(NCCL_ID_KEY, pickle.dumps(nccl.get_unique_id()))
+        data = nccl.NcclCommunicator(size, pickle.loads(store.get(NCCL_ID_KEY)), rank)
+    return Group(backend, Shard(rank, size), store, data)

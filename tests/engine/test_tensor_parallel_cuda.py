@@ -55,10 +55,10 @@ def test_tp2_on_two_gpus_generates_the_first_tokens_tp1_does_in_bf16() -> None:
 
 @needs_two
 def test_the_decode_capture_allocates_nothing_on_every_gpu_rank() -> None:
-    from vt.engine.tp import free_port
+    from vt.parallel import host_store
 
-    port = free_port()
-    procs = [subprocess.Popen([sys.executable, "-m", "seams.tp", "tiny-qwen3", str(r), "2", str(port), "cuda"],
+    store = host_store(2, 60.0)  # held here until both ranks are done
+    procs = [subprocess.Popen([sys.executable, "-m", "seams.tp", "tiny-qwen3", str(r), "2", str(store.port), "cuda"],
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for r in range(2)]
     outs = [p.communicate(timeout=600) for p in procs]
     for p, (_, err) in zip(procs, outs):

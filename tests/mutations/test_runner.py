@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import shutil
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -22,8 +25,10 @@ def project(tmp_path: Path) -> Path:
     return dest
 
 
-def run(project: Path, *entries: Mutation, cache: Path | None = None, floor: float = 30.0):
-    cfg = RunConfig(root=project, jobs=2, timeout_factor=3.0, timeout_floor=floor, cache_dir=cache)
+def run(project: Path, *entries: Mutation, cache: Path | None = None, floor: float = 30.0,
+        baseline_timeout: float = 600.0):
+    cfg = RunConfig(root=project, jobs=2, timeout_factor=3.0, timeout_floor=floor, cache_dir=cache,
+                    baseline_timeout=baseline_timeout)
     return {r.mutation.id: r for r in Runner(cfg).run(list(entries))}
 
 
@@ -72,6 +77,61 @@ def test_a_hanging_mutant_reads_timeout(project: Path) -> None:
     res = run(project, M("hang", old="    return x * k", new="    while True:\n        pass",
                          gates=(f"{T}::test_scale",)), floor=3.0)
     assert res["hang"].verdict is Verdict.TIMEOUT
+
+
+def _ends_within(fn, seconds: float):
+    """fn's result or exception, if it ended within seconds; the test fails if it is still running."""
+    box: dict[str, object] = {}
+
+    def go() -> None:
+        try:
+            box["value"] = fn()
+        except BaseException as e:  # noqa: BLE001 - the test inspects it
+            box["error"] = e
+
+    t = threading.Thread(target=go, daemon=True)
+    t.start()
+    t.join(seconds)
+    assert not t.is_alive(), f"the run was still going after {seconds} s: it hangs"
+    return box
+
+
+def test_a_hanging_baseline_stops_the_run_naming_it(project: Path) -> None:
+    calc = project / "calc.py"
+    slow = "    import time\n    time.sleep(90)\n    return x * k"
+    calc.write_text(calc.read_text().replace("    return x * k", slow))
+    box = _ends_within(lambda: run(project, M("any", **BREAK_ADD, gates=(f"{T}::test_scale",)),
+                                   baseline_timeout=3.0), 60)
+    assert isinstance(box.get("error"), BaselineError) and "a hang" in str(box["error"]), box
+
+
+def _alive_with(marker: str) -> list[int]:
+    """Processes (not zombies) whose command line holds marker."""
+    found = []
+    for d in Path("/proc").iterdir():
+        try:
+            cmd = (d / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if d.name.isdigit() and marker in cmd and int(d.name) != os.getpid():
+            found.append(int(d.name))
+    return found
+
+
+def test_a_timed_out_mutant_takes_what_it_started_with_it(project: Path, tmp_path: Path) -> None:
+    """A gate that starts a process (a server, a rank) and hangs: the timeout ends the run and that process."""
+    started = tmp_path / "leftover-started"
+    leftover = (f"    import subprocess, sys\n    subprocess.Popen([sys.executable, '-c', \"import sys, time; "
+                f"open(sys.argv[1], 'w').write('up'); time.sleep(60)\", {str(started)!r}])\n"
+                f"    import time\n    time.sleep(60)\n")
+    box = _ends_within(lambda: run(project, M("leave", old="    return x * k\n", new=leftover,
+                                              gates=(f"{T}::test_scale",)), floor=4.0), 50)
+    assert box["value"]["leave"].verdict is Verdict.TIMEOUT, box
+    deadline = time.monotonic() + 10
+    while _alive_with(str(started)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert started.exists(), "non-vacuity: the gate started its process before it hung"
+    assert not _alive_with(str(started)), "the process the timed-out gate started is still running"
 
 
 def test_a_collection_error_reads_error(project: Path) -> None:

@@ -11,15 +11,15 @@ import sys
 import pytest
 
 from seams.lanes import GRAPHS_REASON, guarantee
-from vt.engine.tp import free_port
+from vt.parallel import host_store
 
 pytest.importorskip("torch.distributed")
 
 
 @pytest.fixture(scope="module")
 def ranks(request: pytest.FixtureRequest) -> list[dict]:
-    port, model = free_port(), request.param
-    procs = [subprocess.Popen([sys.executable, "-m", "seams.tp", model, str(r), "2", str(port)],
+    store, model = host_store(2, 60.0), request.param  # held here until both ranks are done
+    procs = [subprocess.Popen([sys.executable, "-m", "seams.tp", model, str(r), "2", str(store.port)],
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for r in range(2)]
     outs = [p.communicate(timeout=240) for p in procs]
     for p, (_, err) in zip(procs, outs):

@@ -8,10 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import os
 import signal
-import subprocess
-import sys
 import threading
 import time
 
@@ -19,7 +16,8 @@ import httpx
 import numpy as np
 import pytest
 
-from vt.server.serve import free_port, running_server
+from tests.server.processes import start_serve
+from vt.server.serve import running_server
 
 MODEL = "tiny-qwen3"
 HOLD_S = 3.0  # how long a held engine waits for a disconnect to be noticed before it carries on
@@ -244,21 +242,8 @@ def test_load_200_requests_at_concurrency_64_with_walkaways(served) -> None:
 
 
 def test_sigterm_drains_the_stream_in_flight_then_exits_cleanly(tmp_path) -> None:
-    port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "vt.cli", "serve", MODEL, "--port", str(port), "--max-model-len",
-                             "256", "--num-blocks", "64"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
-    url = f"http://127.0.0.1:{port}"
+    proc, url = start_serve([MODEL, "--max-model-len", "256", "--num-blocks", "64"], merge_stderr=True)
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                if httpx.get(url + "/health", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert time.monotonic() < deadline and proc.poll() is None, "the server did not come up"
-            time.sleep(0.1)
         body = {"model": MODEL, "prompt": [5, 6, 7], "max_tokens": 120, "stream": True, "ignore_eos": True,
                 "stream_options": {"include_usage": True}}
         with httpx.stream("POST", url + "/v1/completions", json=body, timeout=60) as r:

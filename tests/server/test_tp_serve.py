@@ -7,14 +7,13 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import httpx
 import pytest
 
-from vt.server.serve import free_port
+from tests.server.processes import start_serve
 
 pytest.importorskip("torch.distributed")
 
@@ -43,19 +42,7 @@ def _exit_code_within(proc: subprocess.Popen, seconds: float) -> int | None:
 
 
 def _serve_tp2() -> tuple[subprocess.Popen, str]:
-    port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "vt.cli", "serve", "tiny-qwen3", "--tensor-parallel-size", "2",
-                             "--port", str(port), "--max-model-len", "2048", "--num-blocks", "256"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and proc.poll() is None:
-        try:
-            if httpx.get(url + "/health", timeout=2).status_code == 200:
-                break
-        except httpx.HTTPError:
-            time.sleep(0.2)
-    return proc, url
+    return start_serve(["tiny-qwen3", "--tensor-parallel-size", "2", "--max-model-len", "2048", "--num-blocks", "256"])
 
 
 def test_a_killed_worker_fails_the_stream_and_the_server_exits_1() -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import socket
 import subprocess
 import sys
 
@@ -65,6 +66,17 @@ def test_bad_input_is_one_typed_line_and_exit_2(argv: list[str], names: str, cap
     errors = [ln for ln in lines if ln.startswith("vt: error: ")]
     assert len(errors) == 1 and names in errors[0], err
     assert all(ln.startswith(("vt: error: ", "vt: load")) for ln in lines), f"one typed line, no more: {err}"
+
+
+def test_serve_on_a_port_in_use_is_one_typed_line_and_exit_2(capsys) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        rc, err = run_cli(["serve", "tiny-qwen3", "--port", str(port)], capsys)
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert rc == 2 and len(lines) == 1, (rc, err)
+    assert lines[0].startswith(f"vt: error: ConfigError: could not listen on 127.0.0.1:{port}: "), err
 
 
 def test_every_option_shows_its_default_and_there_is_a_version(capsys) -> None:

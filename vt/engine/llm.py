@@ -63,7 +63,7 @@ class LLMEngine:
         self.num_steps = 0
         if self.workers is not None:
             try:
-                self.workers.barrier()
+                self.workers.wait_ready()
             except Exception:
                 self.close(graceful=False)
                 raise
@@ -75,20 +75,18 @@ class LLMEngine:
         fails while starting, the workers are stopped and their words, if any, explain why."""
         from models.registry import load_model
         from models.shard import check_divisible
-        from vt.engine.tp import TIMEOUT_S, Workers, check_devices, free_port
-        from vt.parallel import init_group
+        from vt.engine.tp import TIMEOUT_S, Workers, check_devices
+        from vt.parallel import host_store, init_group
         from vt.registry import make_backend
 
         n = self.cfg.tensor_parallel_size
         check_divisible(ckpt.config, n)
         check_devices(self.cfg.backend, n)
-        port = free_port()
-        self.workers = Workers(self.cfg, port)
+        self.workers = Workers(self.cfg, host_store(n, TIMEOUT_S))
         self._close = weakref.finalize(self, self.workers.shutdown)  # at exit too: no orphaned ranks
         try:
             backend = make_backend(self.cfg.backend)
-            group = init_group(backend, 0, n, port, TIMEOUT_S)
-            self.workers.control = group.control
+            group = init_group(backend, 0, n, self.workers.store, TIMEOUT_S)
             return backend, load_model(ckpt, backend, self.dtype, group)
         except Exception as e:
             err = self.workers.explain(e, grace_s=1.0)

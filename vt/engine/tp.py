@@ -1,14 +1,18 @@
-"""Tensor parallelism's processes. Rank 0 is the engine: it schedules, broadcasts each step's scheduler
-output over the gloo control group, and runs its own shard. Ranks 1..N-1 are worker processes (spawned,
-one per device) that run every scheduler output they receive on theirs; the model's collectives keep the
-ranks' forwards together, and every rank samples the same ids from the same gathered logits.
+"""Tensor parallelism's processes. Rank 0 is the engine: it hosts the group's store, schedules, sends each
+step's scheduler output down every worker's stdin pipe, and runs its own shard. Ranks 1..N-1 are worker
+processes (spawned, one per device) that run every scheduler output they read on theirs; the model's
+collectives keep the ranks' forwards together, and every rank samples the same ids from the same gathered
+logits.
 
-A worker that dies is found within a bounded time: by its exit code before each broadcast and while the
-engine idles (AsyncLLM checks each second), inside a step by the gloo collective that fails when its
-peer's sockets close, and on CUDA by the host's event waits, which poll the workers instead of blocking
-(an NCCL collective waits for a dead peer forever). Rank 0 then raises WorkerDied naming the rank, its exit
-code and its last words. Workers run in their own session (a Ctrl-C to the server is rank 0's to handle)
-and die with rank 0 (PR_SET_PDEATHSIG).
+No wait on a peer is unbounded. A worker idles in a read of its pipe, which ends at the next step or at
+end-of-file when rank 0 closes it (or dies). Rank 0 waits for the workers' start-up by polling the store
+and their exit codes, with a deadline; a pipe write to a dead worker fails at once; a gloo collective and
+a store read time out. A worker that dies is found by its exit code before each step and while the engine
+idles (AsyncLLM checks each second), inside a step by the gloo collective that fails when its peer's
+sockets close, and on CUDA by the host's event waits, which poll the workers instead of blocking (an NCCL
+collective waits for a dead peer forever). Rank 0 then raises WorkerDied naming the rank, its exit code
+and its last words. Workers run in their own session (a Ctrl-C to the server is rank 0's to handle) and
+die with rank 0 (PR_SET_PDEATHSIG).
 """
 
 from __future__ import annotations
@@ -19,7 +23,6 @@ import os
 import pickle
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -31,51 +34,55 @@ from vt.engine.config import EngineConfig
 from vt.env import as_environ, flags
 from vt.errors import ConfigError, EngineInvariantError, WorkerDied
 
-TIMEOUT_S = 60.0  # how long a collective or the start-up may wait for a peer
+TIMEOUT_S = 60.0  # how long a collective or a store read may wait for a peer
+STARTUP_S = 600.0  # how long rank 0 waits for the workers to load their shards (a real checkpoint is slow)
+READY_KEY = "vt/workers-ready"  # each worker adds 1 once its shard and runner are built
 LAST_WORDS = "vt tensor-parallel rank"  # how a failing worker's last line begins
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    """A port nothing listens on now (the group's store; the server's, in tests)."""
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
 
 
 class Workers:
     """Rank 0's handle on ranks 1..N-1: `python -m vt.engine.tp` processes (no re-import of the caller's
     __main__, as multiprocessing's spawn would need), each logging to its own file in a temporary folder."""
 
-    def __init__(self, cfg: EngineConfig, port: int) -> None:
+    def __init__(self, cfg: EngineConfig, store: Any) -> None:
         self.logdir = tempfile.mkdtemp(prefix="vt-tp-")
         arg = base64.b64encode(pickle.dumps(cfg)).decode()
+        self.store = store
         self.procs: list[subprocess.Popen] = []
-        self.control: Any = None
+        self.pipes: list[Any] = []  # each worker's stdin: the scheduler outputs go down it
         env = {**os.environ, **as_environ(flags())}  # rank 0's flags, as it read them: every rank runs alike
         for rank in range(1, cfg.tensor_parallel_size):
             with open(self.log(rank), "w") as log:
-                self.procs.append(subprocess.Popen([sys.executable, "-m", "vt.engine.tp", arg, str(rank), str(port)],
-                                                   stdout=log, stderr=subprocess.STDOUT, env=env,
-                                                   start_new_session=True, preexec_fn=_die_with_parent))
+                self.procs.append(subprocess.Popen(
+                    [sys.executable, "-m", "vt.engine.tp", arg, str(rank), str(store.port)], stdin=subprocess.PIPE,
+                    stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True,
+                    preexec_fn=_die_with_parent))
+            self.pipes.append(self.procs[-1].stdin)
 
     def log(self, rank: int) -> str:
         return os.path.join(self.logdir, f"rank{rank}.log")
 
-    def barrier(self) -> None:
-        """Every worker built its shard (a worker that failed has closed its sockets: the barrier fails)."""
-        import torch.distributed as dist
-
-        try:
-            dist.barrier(group=self.control)
-        except Exception as e:
-            raise self.explain(e) from e
+    def wait_ready(self, deadline_s: float = STARTUP_S) -> None:
+        """Every worker built its shard and runner: polled, so a worker that dies or never gets there ends the
+        wait (WorkerDied, or a timeout naming the ranks) instead of hanging it."""
+        deadline = time.monotonic() + deadline_s
+        while self.store.add(READY_KEY, 0) < len(self.procs):
+            self.check_alive()
+            if time.monotonic() > deadline:
+                raise WorkerDied(f"tensor-parallel workers did not finish loading within {deadline_s:.0f} s "
+                                 f"(their logs: {self.logdir})")
+            time.sleep(0.01)
 
     def broadcast(self, so: Any) -> None:
-        import torch.distributed as dist
-
+        """The step's scheduler output down every worker's pipe, in step order."""
         self.check_alive()
-        payload = [so]
-        dist.broadcast_object_list(payload, src=0, group=self.control)
+        payload = pickle.dumps(so, protocol=pickle.HIGHEST_PROTOCOL)
+        for pipe in self.pipes:
+            try:
+                pipe.write(payload)
+                pipe.flush()
+            except OSError as e:  # a broken pipe: the worker is gone
+                raise self.explain(e) from e
 
     def check_alive(self) -> None:
         for rank, p in enumerate(self.procs, start=1):
@@ -107,13 +114,12 @@ class Workers:
         return f"tensor-parallel rank {rank} (pid {p.pid}) {state}; its last words: {words} (its log: {self.log(rank)})"
 
     def shutdown(self) -> None:
+        """End-of-file on every pipe is a worker's signal to leave; one that does not within 5 s is killed."""
         import torch.distributed as dist
 
-        try:
-            if all(p.poll() is None for p in self.procs):
-                dist.broadcast_object_list([None], src=0, group=self.control)
-        except Exception:  # noqa: BLE001 - best effort: the processes are terminated below
-            pass
+        for pipe in self.pipes:
+            with contextlib.suppress(OSError):
+                pipe.close()
         for p in self.procs:
             try:
                 p.wait(5)
@@ -159,7 +165,7 @@ def build_rank(cfg: EngineConfig, rank: int, port: int) -> tuple[Any, Any, Any, 
     from models.loader import load_checkpoint, resolve_model
     from models.registry import load_model
     from vt.engine.config import resolve_dtype
-    from vt.parallel import init_group
+    from vt.parallel import init_group, join_store
     from vt.registry import make_backend
 
     if cfg.backend == "cuda":
@@ -168,14 +174,16 @@ def build_rank(cfg: EngineConfig, rank: int, port: int) -> tuple[Any, Any, Any, 
         cupy.cuda.Device(rank).use()
     ckpt = load_checkpoint(resolve_model(cfg.model))
     backend = make_backend(cfg.backend)
-    group = init_group(backend, rank, cfg.tensor_parallel_size, port, TIMEOUT_S)
+    size = cfg.tensor_parallel_size
+    group = init_group(backend, rank, size, join_store(port, size, TIMEOUT_S), TIMEOUT_S)
     model = load_model(ckpt, backend, resolve_dtype(cfg.dtype, ckpt.config.dtype, cfg.backend), group)
     return ckpt, backend, group, model
 
 
 def worker_main(cfg: EngineConfig, rank: int, port: int) -> None:
-    """A worker's life: build the shard, meet the others at the barrier, then run every scheduler output
-    rank 0 broadcasts, in order, until it sends None. An error is its last line, and its exit code 1."""
+    """A worker's life: build the shard, say it is ready, then run every scheduler output read from stdin,
+    in order, until end-of-file (rank 0 closed the pipe, or died). An error is its last line, and its exit
+    code 1."""
     import torch.distributed as dist
 
     from vt.engine.runner import ModelRunner
@@ -183,13 +191,13 @@ def worker_main(cfg: EngineConfig, rank: int, port: int) -> None:
     try:
         ckpt, _, group, model = build_rank(cfg, rank, port)
         runner = ModelRunner(model, cfg, None, None, eos_ids=tuple(sorted(ckpt.eos_ids)))
-        dist.barrier(group=group.control)
+        group.store.add(READY_KEY, 1)
+        steps = sys.stdin.buffer
         expected = 1
         while True:
-            payload: list[Any] = [None]
-            dist.broadcast_object_list(payload, src=0, group=group.control)
-            so = payload[0]
-            if so is None:
+            try:
+                so = pickle.load(steps)
+            except EOFError:
                 dist.destroy_process_group()
                 return
             if so.step != expected:

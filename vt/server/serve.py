@@ -1,17 +1,20 @@
 """Starting the server: `vt serve` runs uvicorn in the foreground (SIGTERM drains the connections,
 then fails what is left); `running_server` runs one in a thread on a free port (tests, `vt bench serve
---model`)."""
+--model`). Both listen on a socket bound here, before uvicorn runs: the port is known at once (port 0 is
+one the OS picks as it binds, which no other process can take first, as it can a port probed free and
+bound later), and a port in use is a typed error before any model loads."""
 
 from __future__ import annotations
 
 import contextlib
+import socket
 import threading
 import time
 from collections.abc import Iterator
 from typing import Any
 
 from vt.engine.config import EngineConfig
-from vt.engine.tp import free_port
+from vt.errors import ConfigError
 from vt.server.app import Server, build_app
 from vt.server.async_llm import AsyncLLM
 
@@ -23,6 +26,23 @@ def make_server(model: str, served_name: str | None = None, max_body_bytes: int 
     llm = AsyncLLM(EngineConfig(model=model, **engine_kwargs))
     server = Server(llm, served_name or model, **({"max_body_bytes": max_body_bytes} if max_body_bytes else {}))
     return server, build_app(server)
+
+
+def listen_socket(host: str, port: int) -> socket.socket:
+    """A socket listening at host:port; port 0 is a free one (`getsockname()[1]` says which)."""
+    sock = None
+    try:
+        family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        sock.listen(2048)
+    except OSError as e:
+        if sock is not None:
+            sock.close()
+        raise ConfigError(f"could not listen on {host}:{port}: {e.strerror or e} (the port is in use, or the host "
+                          f"is not an address of this machine)") from None
+    return sock
 
 
 def uvicorn_server(app: Any, host: str, port: int) -> Any:
@@ -37,9 +57,10 @@ def uvicorn_server(app: Any, host: str, port: int) -> Any:
 def running_server(model: str, host: str = "127.0.0.1", **kwargs: Any) -> Iterator[tuple[Server, str]]:
     """A server in a background thread; yields (server, base URL) once it accepts connections."""
     server, app = make_server(model, **kwargs)
-    port = free_port(host)
+    sock = listen_socket(host, 0)
+    port = sock.getsockname()[1]
     uv = uvicorn_server(app, host, port)
-    thread = threading.Thread(target=uv.run, name="vt-uvicorn", daemon=True)
+    thread = threading.Thread(target=uv.run, kwargs={"sockets": [sock]}, name="vt-uvicorn", daemon=True)
     thread.start()
     deadline = time.monotonic() + 60
     while not uv.started:
@@ -51,3 +72,4 @@ def running_server(model: str, host: str = "127.0.0.1", **kwargs: Any) -> Iterat
     finally:
         uv.should_exit = True
         thread.join(timeout=GRACEFUL_SHUTDOWN_S + 10)
+        sock.close()

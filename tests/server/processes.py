@@ -1,0 +1,41 @@
+"""`vt serve` as a child process on a port the OS picks (--port 0): its first line names the URL."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import time
+
+import httpx
+
+SERVING = re.compile(r"^vt: serving .* on (http://\S+) ")
+
+
+def start_serve(args: list[str], merge_stderr: bool = False, within_s: float = 120.0) -> tuple[subprocess.Popen, str]:
+    """(process, base URL) once /health answers 200. The line naming the URL is read from stderr (or from
+    stdout when merge_stderr); the rest of that stream is left for the test."""
+    proc = subprocess.Popen([sys.executable, "-m", "vt.cli", "serve", *args, "--port", "0"],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT if merge_stderr else subprocess.PIPE,
+                            text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    stream = proc.stdout if merge_stderr else proc.stderr
+    assert stream is not None
+    seen = []
+    for line in stream:  # ends at EOF if the process dies first
+        seen.append(line)
+        if m := SERVING.match(line):
+            url = m.group(1)
+            break
+    else:
+        proc.wait(10)
+        raise AssertionError(f"vt serve exited {proc.returncode} before serving:\n{''.join(seen)[-3000:]}")
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline and proc.poll() is None:
+        try:
+            if httpx.get(url + "/health", timeout=2).status_code == 200:
+                return proc, url
+        except httpx.TransportError:
+            time.sleep(0.1)
+    proc.kill()
+    raise AssertionError(f"vt serve at {url} did not answer /health within {within_s:.0f} s (exit {proc.poll()})")
