@@ -131,7 +131,8 @@ ONLY = {"ladder": ["--concurrency", "--num-prompts", "--input-len", "--output-le
         "generate": ["--temperature", "--max-tokens"]}
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=40, deadline=None, derandomize=True,  # one fixed draw: a mutant's verdict never flips
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=st.data())
 def test_any_argv_exits_0_or_2_with_no_traceback(data: st.DataObject, capsys) -> None:
     cmd = data.draw(st.sampled_from(["ladder", "generate"]))
