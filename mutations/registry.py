@@ -1592,4 +1592,11 @@ ENTRIES: list[Mutation] = [
         file="mutations/judge.py", old="        os.killpg(proc.pid, signal.SIGKILL)\n", new="        proc.kill()\n",
         gates=("tests/mutations/test_runner.py::test_a_timed_out_mutant_takes_what_it_started_with_it",),
     ),
+    Mutation(
+        id="collective-wait-unwatched",
+        description="a gloo collective's wait never asks the watch: a killed peer can hold rank 0 for gloo's timeout",
+        file="vt/parallel.py", old="        if watch is not None and polls % 64 == 0:\n            watch()\n",
+        new="        if watch is not None and polls % 64 == 0:\n            pass\n",
+        gates=(f"{TP}::test_a_collective_wait_ends_as_soon_as_the_watch_finds_a_dead_peer",),
+    ),
 ]

@@ -18,6 +18,7 @@ and `warm_up` (run by the graph driver's pre-grow) enqueues every kind once, out
 from __future__ import annotations
 
 import datetime
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -59,16 +60,29 @@ class Shard:
         return self.rank * n, n
 
 
-def _all_reduce_gloo(xp: Any, x: Any, pg: Any, shadow: bool = False) -> None:
+def gloo_wait(work: Any, watch: Any) -> None:
+    """The end of an asynchronous gloo collective, polled: every few polls `watch` checks the peers (rank
+    0: the workers' exit codes) and raises if one is gone. A killed peer can leave gloo waiting out its
+    whole timeout on a send; the watch ends that wait within milliseconds."""
+    polls = 0
+    while not work.is_completed():
+        polls += 1
+        if watch is not None and polls % 64 == 0:
+            watch()
+        time.sleep(0 if polls < 256 else 1e-4)  # a tiny collective ends within the first, spun, polls
+    work.wait()  # the collective's own error, if it failed
+
+
+def _all_reduce_gloo(xp: Any, x: Any, pg: Any, watch: Any = None, shadow: bool = False) -> None:
     """shadow: the CPU capture's charging run (temporaries drawn, nothing sent)."""
     import torch
     import torch.distributed as dist
 
     if not shadow:
-        dist.all_reduce(torch.from_numpy(x), group=pg)
+        gloo_wait(dist.all_reduce(torch.from_numpy(x), group=pg, async_op=True), watch)
 
 
-def _all_gather_gloo(xp: Any, local: Any, full: Any, pg: Any, shadow: bool = False) -> None:
+def _all_gather_gloo(xp: Any, local: Any, full: Any, pg: Any, watch: Any = None, shadow: bool = False) -> None:
     """full [n, size * cols]: rank r's local [n, cols] lands in columns r * cols ... (gathered rank-major,
     then transposed into place, as the NCCL body does: the same temporaries on both backends)."""
     import torch
@@ -77,7 +91,8 @@ def _all_gather_gloo(xp: Any, local: Any, full: Any, pg: Any, shadow: bool = Fal
     size, n, cols = full.shape[1] // local.shape[1], local.shape[0], local.shape[1]
     stacked = xp.empty((size, n, cols), dtype=xp.float32)
     if not shadow:
-        dist.all_gather(list(torch.from_numpy(stacked).unbind(0)), torch.from_numpy(local), group=pg)
+        gloo_wait(dist.all_gather(list(torch.from_numpy(stacked).unbind(0)), torch.from_numpy(local), group=pg,
+                                  async_op=True), watch)
     full[...] = stacked.transpose(1, 0, 2).reshape(n, size * cols)
 
 
@@ -123,14 +138,20 @@ class Group:
     def all_reduce(self, t: Tensor) -> None:
         """Sums t over the ranks, in place, on the current stream."""
         self._setup("all_reduce")
-        self.backend.launch(_all_reduce_nccl if self.is_nccl else _all_reduce_gloo, t,
-                            **{"comm" if self.is_nccl else "pg": self.data})
+        self.backend.launch(_all_reduce_nccl if self.is_nccl else _all_reduce_gloo, t, **self._peers())
 
     def all_gather(self, local: Tensor, full: Tensor) -> None:
         """full[:, r * cols : (r + 1) * cols] = rank r's local [n, cols]."""
         self._setup("all_gather")
-        self.backend.launch(_all_gather_nccl if self.is_nccl else _all_gather_gloo, local, full,
-                            **{"comm" if self.is_nccl else "pg": self.data})
+        self.backend.launch(_all_gather_nccl if self.is_nccl else _all_gather_gloo, local, full, **self._peers())
+
+    def _peers(self) -> dict[str, Any]:
+        """The collective's keywords: NCCL's communicator, or gloo's group and the peers' watch."""
+        return {"comm": self.data} if self.is_nccl else {"pg": self.data, "watch": self._watch}
+
+    def _watch(self) -> None:
+        if self.backend.watchdog is not None:  # rank 0 of an engine: raises if a worker died
+            self.backend.watchdog()
 
     def warm_up(self) -> None:
         """Every kind of collective once, eagerly, so none sets itself up inside a capture."""

@@ -21,7 +21,7 @@ from vt.engine.api import LLM
 from vt.engine.sampling import SamplingParams
 from vt.engine.tp import LAST_WORDS, READY_KEY, Workers
 from vt.errors import ConfigError, WorkerDied
-from vt.parallel import host_store
+from vt.parallel import gloo_wait, host_store
 
 pytest.importorskip("torch.distributed")
 
@@ -191,3 +191,31 @@ def test_a_worker_that_dies_while_loading_is_named_before_the_deadline(tmp_path:
     err = _ends_within(lambda: w.wait_ready(deadline_s=20.0), 40)
     assert isinstance(err, WorkerDied) and "rank 1" in str(err) and "exit code 3" in str(err), repr(err)
     assert time.monotonic() - t0 < 10, "found by its exit code, not by the deadline"
+
+
+class _Collective:
+    """A stand-in for gloo's asynchronous work: completes at a given time."""
+
+    def __init__(self, done_after_s: float) -> None:
+        self.done_at = time.monotonic() + done_after_s
+
+    def is_completed(self) -> bool:
+        return time.monotonic() >= self.done_at
+
+    def wait(self) -> None:
+        pass
+
+
+def test_a_collective_wait_ends_as_soon_as_the_watch_finds_a_dead_peer() -> None:
+    """gloo can wait out its whole timeout on a send to a killed peer: the polled wait asks the watch."""
+    watched = []
+
+    def watch() -> None:
+        watched.append(time.monotonic())
+        if len(watched) == 3:
+            raise WorkerDied("rank 1 died")
+
+    err = _ends_within(lambda: gloo_wait(_Collective(done_after_s=15.0), watch), 5)
+    assert isinstance(err, WorkerDied), f"the watch's error ends the wait, not the collective: {err!r}"
+    assert _ends_within(lambda: gloo_wait(_Collective(done_after_s=0.05), watch), 5) is None, (
+        "non-vacuity: a collective that completes ends the wait without an error")
