@@ -1599,4 +1599,11 @@ ENTRIES: list[Mutation] = [
         new="        if watch is not None and polls % 64 == 0:\n            pass\n",
         gates=(f"{TP}::test_a_collective_wait_ends_as_soon_as_the_watch_finds_a_dead_peer",),
     ),
+    Mutation(
+        id="server-nagle-on",
+        description="the listening socket says protocol 0, so asyncio leaves Nagle on: each SSE frame waits ~40 ms",
+        file="vt/server/serve.py", old="        sock = socket.socket(family, kind, proto)\n",
+        new="        sock = socket.socket(family, kind)\n",
+        gates=(f"{RULE}::test_the_servers_connections_send_each_frame_at_once",),
+    ),
 ]

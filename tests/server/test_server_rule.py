@@ -9,6 +9,7 @@ import asyncio
 import contextlib
 import json
 import signal
+import socket
 import threading
 import time
 
@@ -17,7 +18,7 @@ import numpy as np
 import pytest
 
 from tests.server.processes import start_serve
-from vt.server.serve import running_server
+from vt.server.serve import listen_socket, running_server
 
 MODEL = "tiny-qwen3"
 HOLD_S = 3.0  # how long a held engine waits for a disconnect to be noticed before it carries on
@@ -346,3 +347,27 @@ def test_a_disconnect_frees_the_draft_state_too() -> None:
         (asked, applied, used_after), = llm.aborts.values()
         assert applied - asked <= 1 and used_after == 0
         assert llm.num_steps - applied <= 1, "the runner dropped the draft context at the next engine step"
+
+
+def test_the_servers_connections_send_each_frame_at_once() -> None:
+    """Nagle is off (TCP_NODELAY) on every connection the server accepts, as uvicorn accepts them (asyncio on
+    vt's listening socket): with it on, a small SSE frame waits for the client's delayed ACK (~40 ms), and
+    TTFT measured by clients includes that wait."""
+    sock = listen_socket("127.0.0.1", 0)
+    nodelay: list[int] = []
+
+    class Accepted(asyncio.Protocol):
+        def connection_made(self, transport: asyncio.BaseTransport) -> None:
+            nodelay.append(transport.get_extra_info("socket").getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY))
+
+    async def connect_once() -> None:
+        server = await asyncio.get_running_loop().create_server(Accepted, sock=sock)
+        _, writer = await asyncio.open_connection("127.0.0.1", sock.getsockname()[1])
+        while not nodelay:
+            await asyncio.sleep(0.01)
+        writer.close()
+        server.close()
+
+    asyncio.run(asyncio.wait_for(connect_once(), 30))
+    assert len(nodelay) == 1, "non-vacuity: one connection was accepted"
+    assert nodelay[0] != 0, "Nagle is on for the server's connections: each small frame waits for an ACK"

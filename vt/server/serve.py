@@ -29,13 +29,16 @@ def make_server(model: str, served_name: str | None = None, max_body_bytes: int 
 
 
 def listen_socket(host: str, port: int) -> socket.socket:
-    """A socket listening at host:port; port 0 is a free one (`getsockname()[1]` says which)."""
+    """A socket listening at host:port; port 0 is a free one (`getsockname()[1]` says which). Made with
+    the TCP protocol number from getaddrinfo, not 0: asyncio turns Nagle off (TCP_NODELAY) only on sockets
+    that say IPPROTO_TCP, and with Nagle on, each small SSE frame waits for a delayed ACK (~40 ms)."""
     sock = None
     try:
-        family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
-        sock = socket.socket(family, socket.SOCK_STREAM)
+        family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM,
+                                                             proto=socket.IPPROTO_TCP)[0]
+        sock = socket.socket(family, kind, proto)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((host, port))
+        sock.bind(address)
         sock.listen(2048)
     except OSError as e:
         if sock is not None:
