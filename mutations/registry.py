@@ -986,9 +986,9 @@ ENTRIES: list[Mutation] = [
     ),
     Mutation(
         id="serve-port-unchecked",
-        description="vt serve passes an impossible --port to bind(): a raw OverflowError",
-        file="vt/cli.py", old="    if not 0 <= args.port < 65536:", new="    if False:",
-        gates=(f"{CLI}::test_bad_input_is_one_typed_line_and_exit_2[serve-port-out-of-range]",),
+        description="an impossible --port reaches getaddrinfo, which wraps it: 99999 listens on 34463",
+        file="vt/server/serve.py", old="    if not 0 <= port < 65536:", new="    if False:",
+        gates=(f"{RULE}::test_an_impossible_port_is_refused_not_wrapped_to_another",),
     ),
 
     # ---- the server rule (issue 14) ------------------------------------------------------------

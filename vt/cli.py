@@ -78,11 +78,8 @@ def _generate(args: argparse.Namespace) -> int:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from vt.errors import ConfigError
     from vt.server.serve import listen_socket, make_server, uvicorn_server
 
-    if not 0 <= args.port < 65536:
-        raise ConfigError(f"--port {args.port}: must be in [0, 65535] (0: a free port, which the first line names)")
     sock = listen_socket(args.host, args.port)  # a port in use fails here, before the model loads
     server, app = _loaded(lambda: make_server(args.model, args.served_model_name, **_engine_kwargs(args)),
                           args.model)

@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 
 from tests.server.processes import start_serve
+from vt.errors import ConfigError
 from vt.server.serve import listen_socket, running_server
 
 MODEL = "tiny-qwen3"
@@ -371,3 +372,13 @@ def test_the_servers_connections_send_each_frame_at_once() -> None:
     asyncio.run(asyncio.wait_for(connect_once(), 30))
     assert len(nodelay) == 1, "non-vacuity: one connection was accepted"
     assert nodelay[0] != 0, "Nagle is on for the server's connections: each small frame waits for an ACK"
+
+
+def test_an_impossible_port_is_refused_not_wrapped_to_another() -> None:
+    """getaddrinfo wraps a port past 65535 (99999 -> 34463): unchecked, the server would listen where
+    nobody asked it to."""
+    with pytest.raises(ConfigError, match=r"--port 99999: must be in \[0, 65535\]"):
+        listen_socket("127.0.0.1", 99999)
+    sock = listen_socket("127.0.0.1", 0)  # non-vacuity: a port in range is listened on
+    assert sock.getsockname()[1] > 0
+    sock.close()

@@ -32,6 +32,8 @@ def listen_socket(host: str, port: int) -> socket.socket:
     """A socket listening at host:port; port 0 is a free one (`getsockname()[1]` says which). Made with
     the TCP protocol number from getaddrinfo, not 0: asyncio turns Nagle off (TCP_NODELAY) only on sockets
     that say IPPROTO_TCP, and with Nagle on, each small SSE frame waits for a delayed ACK (~40 ms)."""
+    if not 0 <= port < 65536:  # getaddrinfo would wrap it (99999 -> 34463) and bind a port nobody asked for
+        raise ConfigError(f"--port {port}: must be in [0, 65535] (0: a free port)")
     sock = None
     try:
         family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM,
