@@ -53,3 +53,23 @@ def k_tanh(xp: Any, x: Any, out: Any) -> None:
 
 def k_gemm(xp: Any, a: Any, b: Any, out: Any) -> None:
     xp.matmul(a, b, out=out)
+
+
+def ends_within(fn: Any, seconds: float) -> dict[str, Any]:
+    """{"value": fn()} or {"error": what it raised}, if fn ended within seconds, run in a daemon thread; the
+    calling test fails by assertion if it is still running (a hang is the defect under test)."""
+    import threading
+
+    box: dict[str, Any] = {}
+
+    def go() -> None:
+        try:
+            box["value"] = fn()
+        except BaseException as e:  # noqa: BLE001 - the test inspects it
+            box["error"] = e
+
+    t = threading.Thread(target=go, daemon=True)
+    t.start()
+    t.join(seconds)
+    assert not t.is_alive(), f"still running after {seconds} s: it hangs"
+    return box

@@ -12,11 +12,11 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pytest
 
+from tests.helpers import ends_within
 from vt.engine.api import LLM
 from vt.engine.sampling import SamplingParams
 from vt.engine.tp import LAST_WORDS, READY_KEY, Workers
@@ -147,37 +147,20 @@ def test_the_ranks_slices_tile_every_tensor(name: str, size: int, hf_root: Path)
 def _workers_around(procs: list[subprocess.Popen], tmp_path: Path) -> Workers:
     """A Workers handle on stand-in processes (no rank spawned), with a real store of its own."""
     w = Workers.__new__(Workers)
-    w.logdir, w.store, w.procs, w.pipes = str(tmp_path), host_store(len(procs) + 1, 10.0), procs, []
+    w.logdir, w.store, w.procs = str(tmp_path), host_store(len(procs) + 1, 10.0), procs
     for rank in range(1, len(procs) + 1):
         Path(w.log(rank)).write_text(f"{LAST_WORDS} {rank}: stand-in\n")
     return w
-
-
-def _ends_within(fn: Any, seconds: float) -> BaseException | None:
-    """What fn raised, if it ended within seconds; the test fails if it is still waiting."""
-    caught: list[BaseException | None] = [None]
-
-    def run() -> None:
-        try:
-            fn()
-        except BaseException as e:  # noqa: BLE001 - the test inspects it
-            caught[0] = e
-
-    t = threading.Thread(target=run, daemon=True)
-    t.start()
-    t.join(seconds)
-    assert not t.is_alive(), f"still waiting after {seconds} s: the start-up wait has no bound"
-    return caught[0]
 
 
 def test_a_worker_that_never_gets_ready_ends_the_startup_wait_at_its_deadline(tmp_path: Path) -> None:
     stuck = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
         w = _workers_around([stuck], tmp_path)
-        err = _ends_within(lambda: w.wait_ready(deadline_s=1.0), 20)
+        err = ends_within(lambda: w.wait_ready(deadline_s=1.0), 20).get("error")
         assert isinstance(err, WorkerDied) and "did not finish loading within 1 s" in str(err), repr(err)
         w.store.add(READY_KEY, 1)  # non-vacuity: a ready worker ends the wait at once, without an error
-        assert _ends_within(lambda: w.wait_ready(deadline_s=1.0), 20) is None
+        assert ends_within(lambda: w.wait_ready(deadline_s=1.0), 20).get("error") is None
     finally:
         stuck.kill()
         stuck.wait()
@@ -188,7 +171,7 @@ def test_a_worker_that_dies_while_loading_is_named_before_the_deadline(tmp_path:
     dead.wait(30)
     w = _workers_around([dead], tmp_path)
     t0 = time.monotonic()
-    err = _ends_within(lambda: w.wait_ready(deadline_s=20.0), 40)
+    err = ends_within(lambda: w.wait_ready(deadline_s=20.0), 40).get("error")
     assert isinstance(err, WorkerDied) and "rank 1" in str(err) and "exit code 3" in str(err), repr(err)
     assert time.monotonic() - t0 < 10, "found by its exit code, not by the deadline"
 
@@ -215,7 +198,7 @@ def test_a_collective_wait_ends_as_soon_as_the_watch_finds_a_dead_peer() -> None
         if len(watched) == 3:
             raise WorkerDied("rank 1 died")
 
-    err = _ends_within(lambda: gloo_wait(_Collective(done_after_s=15.0), watch), 5)
+    err = ends_within(lambda: gloo_wait(_Collective(done_after_s=15.0), watch), 5).get("error")
     assert isinstance(err, WorkerDied), f"the watch's error ends the wait, not the collective: {err!r}"
-    assert _ends_within(lambda: gloo_wait(_Collective(done_after_s=0.05), watch), 5) is None, (
+    assert ends_within(lambda: gloo_wait(_Collective(done_after_s=0.05), watch), 5).get("error") is None, (
         "non-vacuity: a collective that completes ends the wait without an error")

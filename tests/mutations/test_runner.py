@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import threading
 import time
 from pathlib import Path
 
@@ -13,6 +12,7 @@ import pytest
 from mutations.model import Mutation, Verdict
 from mutations.runner import BaselineError, RunConfig, Runner
 from mutations.sandbox import manifest
+from tests.helpers import ends_within
 
 FIXTURE = Path(__file__).parent / "fixture_project"
 T = "tests/test_calc.py"
@@ -79,28 +79,11 @@ def test_a_hanging_mutant_reads_timeout(project: Path) -> None:
     assert res["hang"].verdict is Verdict.TIMEOUT
 
 
-def _ends_within(fn, seconds: float):
-    """fn's result or exception, if it ended within seconds; the test fails if it is still running."""
-    box: dict[str, object] = {}
-
-    def go() -> None:
-        try:
-            box["value"] = fn()
-        except BaseException as e:  # noqa: BLE001 - the test inspects it
-            box["error"] = e
-
-    t = threading.Thread(target=go, daemon=True)
-    t.start()
-    t.join(seconds)
-    assert not t.is_alive(), f"the run was still going after {seconds} s: it hangs"
-    return box
-
-
 def test_a_hanging_baseline_stops_the_run_naming_it(project: Path) -> None:
     calc = project / "calc.py"
     slow = "    import time\n    time.sleep(90)\n    return x * k"
     calc.write_text(calc.read_text().replace("    return x * k", slow))
-    box = _ends_within(lambda: run(project, M("any", **BREAK_ADD, gates=(f"{T}::test_scale",)),
+    box = ends_within(lambda: run(project, M("any", **BREAK_ADD, gates=(f"{T}::test_scale",)),
                                    baseline_timeout=3.0), 30)
     assert isinstance(box.get("error"), BaselineError) and "a hang" in str(box["error"]), box
 
@@ -124,7 +107,7 @@ def test_a_timed_out_mutant_takes_what_it_started_with_it(project: Path, tmp_pat
     leftover = (f"    import subprocess, sys\n    subprocess.Popen([sys.executable, '-c', \"import sys, time; "
                 f"open(sys.argv[1], 'w').write('up'); time.sleep(60)\", {str(started)!r}])\n"
                 f"    import time\n    time.sleep(60)\n")
-    box = _ends_within(lambda: run(project, M("leave", old="    return x * k\n", new=leftover,
+    box = ends_within(lambda: run(project, M("leave", old="    return x * k\n", new=leftover,
                                               gates=(f"{T}::test_scale",)), floor=4.0), 50)
     assert box["value"]["leave"].verdict is Verdict.TIMEOUT, box
     deadline = time.monotonic() + 10

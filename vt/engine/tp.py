@@ -49,7 +49,6 @@ class Workers:
         arg = base64.b64encode(pickle.dumps(cfg)).decode()
         self.store = store
         self.procs: list[subprocess.Popen] = []
-        self.pipes: list[Any] = []  # each worker's stdin: the scheduler outputs go down it
         env = {**os.environ, **as_environ(flags())}  # rank 0's flags, as it read them: every rank runs alike
         for rank in range(1, cfg.tensor_parallel_size):
             with open(self.log(rank), "w") as log:
@@ -57,7 +56,11 @@ class Workers:
                     [sys.executable, "-m", "vt.engine.tp", arg, str(rank), str(store.port)], stdin=subprocess.PIPE,
                     stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True,
                     preexec_fn=_die_with_parent))
-            self.pipes.append(self.procs[-1].stdin)
+
+    @property
+    def pipes(self) -> list[Any]:
+        """Each worker's stdin: the scheduler outputs go down it."""
+        return [p.stdin for p in self.procs]
 
     def log(self, rank: int) -> str:
         return os.path.join(self.logdir, f"rank{rank}.log")
