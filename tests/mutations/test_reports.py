@@ -139,4 +139,4 @@ def test_registry_entries_are_well_formed() -> None:
         assert text.count(m.old) == m.count, f"{m.id}: anchor matches {text.count(m.old)} places"
         for f in m.gate_files:
             assert (root / f).is_file(), f"{m.id}: gate file {f} missing"
-    assert os.path.exists(root / "mutations" / "registry.py")
+    assert os.path.exists(root / "mutations" / "registry" / "__init__.py")

@@ -205,3 +205,23 @@ def test_since_runs_only_the_mutants_a_diff_touches(project: Path) -> None:
     assert touched_since([on_calc, elsewhere], project, "HEAD") == [on_calc, elsewhere], "a shared helper: all"
     with pytest.raises(ValueError):
         touched_since([on_calc], project, "no-such-ref")
+
+
+def test_since_runs_every_mutant_when_a_registry_module_changes(project: Path) -> None:
+    import subprocess
+
+    from mutations.__main__ import touched_since
+
+    def git(*a: str) -> None:
+        subprocess.run(["git", *a], cwd=project, check=True, capture_output=True)
+
+    git("init", "-q")
+    git("add", "-A")
+    git("-c", "user.email=t@t", "-c", "user.name=t", "commit", "-q", "-m", "base")
+    on_calc = M("calc", gates=(f"{T}::test_scale",), **BREAK_SCALE)
+    elsewhere = Mutation(id="other", description="d", file="other.py", old="a", new="b",
+                         gates=("tests/test_other.py::t",))
+    assert touched_since([on_calc, elsewhere], project, "HEAD") == [], "non-vacuity: a clean tree touches nothing"
+    (project / "mutations" / "registry").mkdir(parents=True)
+    (project / "mutations" / "registry" / "gates.py").write_text("POOL = 'tests/vt/test_pool.py'\n")
+    assert touched_since([on_calc, elsewhere], project, "HEAD") == [on_calc, elsewhere], "a registry module: all"

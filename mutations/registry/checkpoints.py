@@ -1,0 +1,123 @@
+"""Real checkpoints (issue 12): the manifest check, transformers 4 and 5 config aliases, llama3 and YaRN RoPE,
+Qwen2's q/k/v biases, bf16 and float16 storage and GEMMs, generation_config.json.
+"""
+
+from __future__ import annotations
+
+from mutations.model import Mutation
+from mutations.registry.gates import ARCH, ARCH_ERR, ARCH_NAMES, DTYPES, bf16_vs_hf
+
+ENTRIES: list[Mutation] = [
+    Mutation(
+        id="manifest-check-removed",
+        description="the loader reads weights without comparing the checkpoint's tensors with what the config implies",
+        file="models/loader.py", old="    check_manifest(config, infos)  # before any weight is read\n", new="",
+        gates=(f"{ARCH_ERR}::test_the_manifest_names_missing_unexpected_and_misshaped_tensors",
+               f"{ARCH_ERR}::test_more_layers_in_the_config_than_in_the_weights",
+               f"{ARCH_ERR}::test_an_unsupported_dtype_is_refused_by_name",
+               f"{ARCH_ERR}::test_a_damaged_checkpoint_raises_only_typed_errors"),
+    ),
+    Mutation(
+        id="bf16-read-as-float16",
+        description="BF16 tensors are read with float16's bit layout instead of widened from bfloat16",
+        file="models/safetensors_io.py", old='"BF16": np.dtype(ml_dtypes.bfloat16)', new='"BF16": np.dtype(np.float16)',
+        gates=(*(f"{ARCH}::test_a_bf16_checkpoint_widens_exactly[{a}]" for a in ("qwen3-yarn", "llama3")),
+               f"{ARCH}::test_dtype_bfloat16_rounds_float32_weights_as_torch_does", *bf16_vs_hf(*ARCH_NAMES)),
+    ),
+    Mutation(
+        id="config-alias-num-local-experts",
+        description="transformers 5's num_local_experts is not read: a Qwen3-MoE config reads as dense",
+        file="models/config.py", old='int(d.get("num_experts", d.get("num_local_experts", 0)) or 0)',
+        new='int(d.get("num_experts", 0) or 0)',
+        gates=(f"{ARCH}::test_both_config_layouts_read_the_same[qwen3-moe-float32]",
+               f"{ARCH}::test_greedy_tokens_and_logits_match_transformers[qwen3-moe]", *bf16_vs_hf("qwen3-moe")),
+    ),
+    Mutation(
+        id="config-alias-rope-parameters",
+        description="transformers 5's rope_parameters is not read: theta and the rope type fall back to defaults",
+        file="models/config.py", old='    params = d.get("rope_parameters")\n', new='    params = None\n',
+        gates=(*(f"{ARCH}::test_both_config_layouts_read_the_same[{a}-float32]" for a in ARCH_NAMES),
+               f"{ARCH}::test_both_config_layouts_read_the_same[llama3-bfloat16]",
+               *(f"{ARCH}::test_greedy_tokens_and_logits_match_transformers[{a}]" for a in ARCH_NAMES),
+               *(f"{ARCH}::test_a_bf16_checkpoint_widens_exactly[{a}]" for a in ("qwen3-yarn", "llama3")),
+               *bf16_vs_hf("qwen3-yarn", "qwen3-moe", "qwen2")),
+    ),
+    Mutation(
+        id="config-alias-torch-dtype",
+        description="transformers 4's torch_dtype is not read: a bf16 checkpoint declares float32",
+        file="models/config.py", old='str(d.get("dtype") or d.get("torch_dtype") or "float32")',
+        new='str(d.get("dtype") or "float32")',
+        gates=(f"{ARCH}::test_both_config_layouts_read_the_same[llama3-bfloat16]",),
+    ),
+    Mutation(
+        id="rope-llama3-ignored",
+        description="llama3 rope scaling is read but not applied: plain RoPE frequencies",
+        file="models/rope.py", old='    if c.rope_type == "llama3":\n', new='    if False:\n',
+        gates=(f"{ARCH}::test_greedy_tokens_and_logits_match_transformers[llama3]",
+               f"{ARCH}::test_a_bf16_checkpoint_widens_exactly[llama3]"),
+    ),
+    Mutation(
+        id="rope-yarn-ignored",
+        description="YaRN rope scaling is read but not applied: plain RoPE frequencies, no attention factor",
+        file="models/rope.py", old='    if c.rope_type == "yarn":\n', new='    if False:\n',
+        gates=(f"{ARCH}::test_greedy_tokens_and_logits_match_transformers[qwen3-yarn]",
+               f"{ARCH}::test_a_bf16_checkpoint_widens_exactly[qwen3-yarn]", *bf16_vs_hf("qwen3-yarn")),
+    ),
+    Mutation(
+        id="qwen2-qkv-bias-skipped",
+        description="Qwen2's q/k/v biases are loaded but never added",
+        file="models/decoder.py", old="        if c.has_qkv_bias:\n            b.launch(K.add, qkv", new="        if False:\n            b.launch(K.add, qkv",
+        gates=(f"{ARCH}::test_greedy_tokens_and_logits_match_transformers[qwen2]", *bf16_vs_hf("qwen2")),
+    ),
+    Mutation(
+        id="bf16-narrow-truncates",
+        description="float32 -> bf16 truncates instead of rounding to nearest even (the KV cache and every GEMM operand)",
+        file="vt/dtypes.py", old="    rne = (u + ((u >> 16) & 1) + 0x7FFF) >> 16\n", new="    rne = u >> 16\n",
+        gates=(f"{DTYPES}::test_narrow_rounds_every_float32_class_as_ml_dtypes_does",
+               f"{DTYPES}::test_widen_is_exact_and_to_storage_agrees_with_narrow",
+               *(f"{DTYPES}::test_a_low_precision_gemm_rounds_its_left_operand_and_accumulates_in_float32[{d}]"
+                 for d in ("bfloat16",))),
+    ),
+    Mutation(
+        id="cuda-bf16-narrow-truncates",
+        description="the CUDA float32 -> bf16 kernel truncates instead of rounding to nearest even",
+        file="vt/dtypes.py", old=": (unsigned short)((u + ((u >> 16) & 1u) + 0x7FFFu) >> 16);",
+        new=": (unsigned short)(u >> 16);", needs_gpu=True,
+        gates=(f"{DTYPES}::test_the_cuda_conversion_kernels_equal_the_numpy_ones",),
+    ),
+    Mutation(
+        id="gemm-left-operand-not-rounded",
+        description="a bf16 GEMM takes its float32 activations unrounded (cuBLAS GemmEx would read them as bf16 bits)",
+        file="backends/gemm.py", old="        a = narrow(xp, a, b.dtype)\n", new="        pass\n",
+        gates=tuple(f"{DTYPES}::test_a_low_precision_gemm_rounds_its_left_operand_and_accumulates_in_float32[{d}]"
+                    for d in ("bfloat16", "float16")),
+    ),
+    Mutation(
+        id="kv-cache-ignores-model-dtype",
+        description="the KV cache is float32 whatever the model dtype: a bf16 model's cache takes twice the memory",
+        file="models/base.py", old="    dtype = model.kv_dtype\n", new="    dtype = np.dtype(F32)\n",
+        gates=tuple(f"{ARCH}::test_a_low_precision_model_holds_half_the_bytes[{d}]" for d in ("bfloat16", "float16")),
+    ),
+    Mutation(
+        id="low-precision-weights-kept-float32",
+        description="dtype=bfloat16 keeps every weight in float32 (no rounding, twice the bytes)",
+        file="models/decoder.py", old="            return widen(np, to_storage(np.asarray(hf[name], dtype=F32), self.dtype))\n",
+        new="            return np.asarray(hf[name], dtype=F32)\n",
+        gates=(f"{ARCH}::test_dtype_bfloat16_rounds_float32_weights_as_torch_does",),
+    ),
+    Mutation(
+        id="generation-config-unvalidated",
+        description="generation_config.json's sampling defaults are taken without validation",
+        file="vt/engine/llm.py", old="        return validate_generation_config(ckpt.generation_config)\n",
+        new="        return dict(ckpt.generation_config)\n",
+        gates=tuple(f"{ARCH_ERR}::test_generation_config_is_validated_like_sampling_params[{g}]"
+                    for g in ("top_p", "temperature", "max_new_tokens", "top_k")),
+    ),
+    Mutation(
+        id="generation-config-max-new-tokens-ignored",
+        description="a checkpoint's max_new_tokens is not the default max_tokens",
+        file="vt/engine/sampling.py", old='        max_tokens = self.max_tokens or gen.get("max_new_tokens") or DEFAULT_MAX_TOKENS',
+        new="        max_tokens = self.max_tokens or DEFAULT_MAX_TOKENS",
+        gates=(f"{ARCH_ERR}::test_generation_config_max_new_tokens_is_the_default_max_tokens",),
+    ),
+]

@@ -1,0 +1,67 @@
+"""Engine core (issue 11): KV capacity with a draft, the update step, the n-gram index, the import layers of vt/,
+the driver's input checks.
+"""
+
+from __future__ import annotations
+
+from mutations.model import Mutation
+from mutations.registry.gates import CAP, SEAMS, SPEC, SPEC_ROW_MOVE_GATES, per_model
+
+ENTRIES: list[Mutation] = [
+    Mutation(
+        id="kv-draft-memory-uncounted",
+        description="the start-up capacity check counts the target's KV blocks only, not the draft's in the same pool",
+        file="vt/engine/config.py", old="        groups = self.num_kv_groups\n", new="        groups = 1\n",
+        gates=(f"{CAP}::test_startup_counts_the_drafts_kv_with_the_targets",), expect="DID NOT RAISE",
+    ),
+    Mutation(
+        id="update-keeps-a-finished-request",
+        description="the engine's update step finishes a request without handing it to the scheduler: its blocks stay taken",
+        file="vt/engine/llm.py", old="        self.scheduler.finish(r)  # its blocks, in every KV group, are free before the step ends\n",
+        new="",
+        # Every engine run in the gate file ends in the stall detector once a finished request holds its slot.
+        gates=(*(f"{CAP}::test_a_finished_request_frees_its_blocks_in_the_step_that_finished_it[{s}]"
+                 for s in ("plain", "speculative")),
+               *per_model(f"{CAP}::test_preemption_under_a_tiny_pool_finishes_everything_with_unconstrained_tokens"),
+               f"{CAP}::test_a_request_that_can_never_fit_gets_an_error_and_the_rest_finish",
+               f"{CAP}::test_generation_stops_at_max_model_len_without_overrunning_the_block_table",
+               f"{CAP}::test_a_max_length_request_runs_to_the_end_when_the_pool_holds_exactly_target_and_draft"),
+        expect="a finished request holds blocks",
+    ),
+    Mutation(
+        id="update-appends-past-a-finish",
+        description="the update step keeps appending a speculative run's tokens after the request finished",
+        file="vt/engine/llm.py", old="                    if r.is_finished:\n                        break\n", new="",
+        # A finished request that keeps tokens diverges from the same run without speculation.
+        gates=(f"{SPEC}::test_G6_speculative_sampling_draws_from_the_target_distribution",
+               f"{SPEC}::test_a_request_finishing_inside_an_accepted_run",
+               f"{SPEC}::test_G1_greedy_with_speculation_equals_greedy_without", *SPEC_ROW_MOVE_GATES,
+               f"{SPEC}::test_full_acceptance_with_the_target_as_its_own_draft",
+               f"{SPEC}::test_speculative_sampling_keeps_requests_reproducible_and_alive",
+               f"{SPEC}::test_G5_preempted_and_resumed_requests_are_disabled_not_crashed"),
+    ),
+    Mutation(
+        id="ngram-index-keyed-by-row",
+        description="the n-gram proposer keys its per-request index by batch row: a moved request reads its neighbour's history",
+        file="vt/engine/proposers.py",
+        old="        self.index: dict[str, NgramIndex] = {}\n\n    def _key(self, batch: InputBatch, req_id: str) -> str:\n        return req_id",
+        new="        self.index: dict[str, NgramIndex] = {}\n\n    def _key(self, batch: InputBatch, req_id: str) -> str:\n        return str(batch.row_of[req_id])",
+        gates=("tests/engine/test_ngram.py::test_ngram_proposals_are_the_lookup_over_the_requests_own_tokens",
+               "tests/engine/test_ngram.py::test_ngram_keepers_proposals_match_a_solo_run_through_row_moves"),
+    ),
+    Mutation(
+        id="backend-imports-pool",
+        description="vt/backend.py imports vt/pool.py again (for a type), closing the import circle the layers forbid",
+        file="vt/backend.py", old="from typing import Any\n",
+        new="from typing import TYPE_CHECKING, Any\n\nif TYPE_CHECKING:\n    from vt.pool import DevicePool  # noqa: F401\n",
+        gates=("tests/vt/test_layers.py::test_nothing_imports_in_a_circle",), expect="import circle",
+    ),
+
+    Mutation(
+        id="driver-replays-over-mismatched-inputs",
+        description="the driver stages inputs of any shape or dtype into a captured slot",
+        file="vt/engine/graph_driver.py", old="        _check_inputs(inp)\n", new="",
+        gates=tuple(f"{SEAMS}::test_G9_inputs_of_another_shape_or_dtype_are_refused_by_name[{f}]"
+                    for f in ("tokens", "positions", "block_tables")),
+    ),
+]

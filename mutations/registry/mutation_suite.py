@@ -1,0 +1,28 @@
+"""The mutation suite itself (issue 20): the HTML report embeds its data; --since runs every mutant when a
+shared test helper changed.
+"""
+
+from __future__ import annotations
+
+from mutations.model import Mutation
+
+ENTRIES: list[Mutation] = [
+    Mutation(
+        id="report-json-not-embedded",
+        description="the HTML report carries the viewer but not the report: the page renders no score",
+        file="mutations/reports.py",
+        old="        f\"<script>document.querySelector('mutation-test-report-app').report = {data};</script>\",\n",
+        new="",
+        gates=("tests/mutations/test_reports.py::test_the_html_report_renders_in_a_real_browser",
+               "tests/mutations/test_reports.py::test_all_four_reports_are_written_and_the_json_validates"),
+        expect="the viewer shows the mutation score",
+    ),
+    Mutation(
+        id="since-ignores-shared-helpers",
+        description="--since runs only mutants whose own files changed, though a shared test helper changed",
+        file="mutations/__main__.py", old="    if shared or \"mutations/registry.py\" in changed:",
+        new="    if \"mutations/registry.py\" in changed:",
+        gates=("tests/mutations/test_runner.py::test_since_runs_only_the_mutants_a_diff_touches",),
+        expect="a shared helper: all",
+    ),
+]

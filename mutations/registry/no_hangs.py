@@ -1,0 +1,77 @@
+"""No hangs, no raw tracebacks (issue 18, in part): the stall detector, the ladder's checks and progress lines,
+one typed line for bad input, a missing CuPy, an unwritable cache dir or a bad flag.
+"""
+
+from __future__ import annotations
+
+from mutations.model import Mutation
+from mutations.registry.gates import CLI, GUAR
+
+ENTRIES: list[Mutation] = [
+    Mutation(
+        id="stall-detector-removed",
+        description="an engine step that can schedule nothing with requests in flight returns quietly: the caller spins",
+        file="vt/engine/llm.py", old="                self._check_stall()\n", new="",
+        gates=(f"{GUAR}::test_a_request_that_can_never_be_admitted_stalls_loudly_not_forever",),
+        expect="DID NOT RAISE",
+    ),
+    Mutation(
+        id="ladder-level-unchecked",
+        description="a concurrency level below 1 is not refused by name",
+        file="vt/engine/ladder.py", old="    if bad or not concurrency:", new="    if not concurrency:",
+        gates=tuple(f"{CLI}::test_bad_input_is_one_typed_line_and_exit_2[{c}]"
+                    for c in ("concurrency-0", "concurrency-negative")),
+    ),
+    Mutation(
+        id="ladder-progress-only-on-a-terminal",
+        description="the ladder shows progress only as a terminal bar: a CI log sees nothing for minutes",
+        file="vt/engine/ladder.py", old="    if not sys.stderr.isatty():", new="    if False:",
+        gates=(f"{CLI}::test_long_work_shows_progress_as_plain_lines_off_a_terminal",),
+        expect="vt ladder: c=1 done",
+    ),
+    Mutation(
+        id="ladder-failures-unexplained",
+        description="a ladder rung reports failed requests without saying why",
+        file="vt/cli.py", old="            print(f\"vt: c={r.c}: {r.errors.count(reason)} request(s) failed: {reason}\", file=sys.stderr)",
+        new="            pass",
+        gates=(f"{CLI}::test_a_ladder_with_failed_requests_says_why",),
+    ),
+    Mutation(
+        id="no-cupy-unexplained",
+        description="--backend cuda without CuPy ends in a raw ModuleNotFoundError",
+        file="backends/cuda.py", old="        try:\n            import cupy\n        except ImportError as e:",
+        new="        import cupy\n\n        try:\n            pass\n        except ImportError as e:",
+        gates=(f"{CLI}::test_the_cuda_backend_without_cupy_is_one_typed_line",),
+        expect="raw ModuleNotFoundError escaped",
+    ),
+    Mutation(
+        id="cache-dir-error-unexplained",
+        description="an unwritable VT_CACHE_DIR ends in a raw OSError traceback",
+        file="models/tiny.py", old="    except OSError as e:\n        from vt.errors import ConfigError", new="    except ZeroDivisionError as e:\n        from vt.errors import ConfigError",
+        gates=(f"{CLI}::test_an_unwritable_cache_dir_is_one_typed_line",),
+    ),
+    Mutation(
+        id="engine-seed-unchecked",
+        description="a negative engine seed reaches NumPy, which raises a raw ValueError",
+        file="vt/engine/config.py",
+        old='        _need(isinstance(self.seed, int) and 0 <= self.seed < 2**63, "seed", self.seed, "an int in [0, 2**63)")\n',
+        new="",
+        gates=tuple(f"{CLI}::test_bad_input_is_one_typed_line_and_exit_2[{c}]"
+                    for c in ("negative-ladder-seed", "negative-seed")),
+        expect="raw ValueError escaped",
+    ),
+    Mutation(
+        id="prompt-utf8-unchecked",
+        description="a prompt with undecodable bytes reaches the tokenizer, which raises a raw TypeError",
+        file="vt/engine/llm.py", old='            try:\n                prompt.encode("utf-8")\n',
+        new='            try:\n                pass\n',
+        gates=(f"{CLI}::test_bad_input_is_one_typed_line_and_exit_2[non-utf8-prompt]",),
+        expect="raw TypeError escaped",
+    ),
+    Mutation(
+        id="env-flags-case-sensitive",
+        description="VT_* flags accept only lowercase words: VT_CUDAGRAPH=True is refused",
+        file="vt/env.py", old="    if raw.strip().lower() in TRUE:", new="    if raw in TRUE:",
+        gates=(f"{CLI}::test_flag_values_are_read_in_any_case_and_bad_ones_named[True-True]",),
+    ),
+]

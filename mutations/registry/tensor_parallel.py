@@ -1,0 +1,176 @@
+"""Tensor parallelism (issue 17): collective warm-up and reduction, the scheduler-output broadcast, KV-head
+placement, split checks, worker death and start-up; with the stream simulator, the mutation runner's
+timeouts and the server's socket, which landed with it.
+"""
+
+from __future__ import annotations
+
+from mutations.model import Mutation
+from mutations.registry.gates import (
+    CLI,
+    CONF,
+    MODELS,
+    RULE,
+    STREAM_POLICIES,
+    STREAMS,
+    TP,
+    TP_EQUALITY,
+    TP_SEAMS,
+    TP_SERVE,
+)
+
+ENTRIES: list[Mutation] = [
+    Mutation(
+        id="tp-warm-up-removed",
+        description="the pre-grow no longer warms the collectives up: a capture is the first enqueue of its kind",
+        file="vt/engine/graph_driver.py", old="            group.warm_up()\n", new="            pass\n",
+        gates=tuple(f"{TP_SEAMS}::test_a_capture_that_is_the_groups_first_collective_allocates_nothing[{m}]"
+                    for m in MODELS), expect="the capture allocated",
+    ),
+    Mutation(
+        id="tp-row-parallel-reduction-skipped",
+        description="the o-projection's partial sums are never all-reduced across the ranks",
+        file="models/decoder.py",
+        old="        self._reduce(out)\n", new="",
+        gates=TP_EQUALITY,
+    ),
+    Mutation(
+        id="tp-stale-scheduler-output",
+        description="rank 0 broadcasts the first scheduler output it ever sent, every step",
+        file="vt/engine/tp.py", old="        payload = pickle.dumps(so, protocol=pickle.HIGHEST_PROTOCOL)\n",
+        new="        self.stale = getattr(self, 'stale', so)\n"
+            "        payload = pickle.dumps(self.stale, protocol=pickle.HIGHEST_PROTOCOL)\n",
+        gates=(*TP_EQUALITY,
+               f"{TP}::test_a_killed_worker_fails_the_engine_within_bounded_time_by_name"),
+        expect="stale",
+    ),
+    Mutation(
+        id="tp-kv-heads-dealt-round-robin",
+        description="with fewer KV heads than ranks, rank r keeps KV head r mod n (a split's dealing), not the one "
+                    "its query heads read",
+        file="vt/parallel.py", old="        return self.rank * num_kv_heads // self.size, 1\n",
+        new="        return self.rank % num_kv_heads, 1\n",
+        gates=(f"{TP}::test_tp4_replicates_the_kv_heads_and_generates_the_tokens_tp1_does",
+               f"{TP}::test_the_ranks_slices_tile_every_tensor[tiny-qwen3-4]"),
+    ),
+    Mutation(
+        id="simulator-wait-ignored",
+        description="the stream simulator drops a wait_event: work after a join no longer happens after the joined work",
+        file="backends/streams.py",
+        old="    def wait(self, stream: Stream, clock: Clock) -> None:\n        _merge(self._clock(stream), clock)\n",
+        new="    def wait(self, stream: Stream, clock: Clock) -> None:\n        pass\n",
+        gates=(f"{STREAMS}::test_with_the_wait_no_schedule_races_and_every_schedule_is_right",
+               *(f"{STREAMS}::test_a_breaks_side_work_joined_in_the_legal_window_never_races[{p}]"
+                 for p in STREAM_POLICIES)),
+        expect="a race where none may be",
+    ),
+    Mutation(
+        id="adversary-not-adversarial",
+        description="the side-streams-late schedule runs side work as soon as it can, so a missing wait reads right",
+        file="backends/streams.py", old="        return runnable[0] if forced and runnable else None\n",
+        new="        return runnable[0] if runnable else None\n",
+        gates=(f"{STREAMS}::test_the_adversary_shows_the_stale_value_a_missing_wait_reads",),
+    ),
+    Mutation(
+        id="cpu-synchronize-allowed-in-capture",
+        description="the CPU backend lets a synchronize through an open capture (it still invalidates it)",
+        file="backends/cpu.py", old="            raise CaptureUnsupported(\"synchronize during capture\")\n",
+        new="            return\n",
+        gates=(*(f"{CONF}::test_capture_rule[{r}-{m}-cpu]" for r in ("stream synchronize", "device synchronize")
+                 for m in ("global", "thread_local", "relaxed")),
+               f"{CONF}::test_segment_rule[join as a synchronize inside the next open segment-cpu]"),
+    ),
+    Mutation(
+        id="tp-split-unchecked",
+        description="a model that cannot be split over the ranks starts anyway (its heads divided with a remainder)",
+        file="vt/engine/llm.py", old="        check_divisible(ckpt.config, n)\n", new="",
+        gates=(f"{TP}::test_a_model_that_cannot_be_split_is_refused_by_name",
+               "tests/vt/test_cli.py::test_bad_input_is_one_typed_line_and_exit_2[tp-indivisible]"),
+    ),
+    Mutation(
+        id="tp-size-range-unchecked",
+        description="tensor_parallel_size has no upper bound in the config",
+        file="vt/engine/config.py", old="1 <= self.tensor_parallel_size <= 8,", new="1 <= self.tensor_parallel_size,",
+        gates=(f"{TP}::test_a_model_that_cannot_be_split_is_refused_by_name",),
+    ),
+    Mutation(
+        id="tp-death-unexplained",
+        description="a step that fails because a worker died raises the raw socket error, not WorkerDied",
+        file="vt/engine/llm.py", old="            raise self.workers.explain(e) from e\n", new="            raise\n",
+        gates=(f"{TP}::test_a_killed_worker_fails_the_engine_within_bounded_time_by_name",),
+    ),
+    Mutation(
+        id="serve-ignores-dead-engine",
+        description="vt serve keeps running after its engine died",
+        file="vt/cli.py",
+        old="    server.llm.on_dead = lambda e: setattr(uv, \"should_exit\", True)  # a dead engine serves nothing: exit 1\n",
+        new="",
+        gates=(f"{TP_SERVE}::test_a_killed_worker_fails_the_stream_and_the_server_exits_1",
+               f"{TP_SERVE}::test_a_worker_killed_while_the_server_idles_stops_it_within_seconds"),
+    ),
+    Mutation(
+        id="idle-engine-never-checked",
+        description="an idle engine never checks its health: a worker killed between requests goes unnoticed",
+        file="vt/server/async_llm.py",
+        old="                if not busy and not self._healthy():\n                    return\n", new="",
+        gates=(f"{TP_SERVE}::test_a_worker_killed_while_the_server_idles_stops_it_within_seconds",),
+    ),
+    Mutation(
+        id="tp-cuda-check-raw",
+        description="-tp with the CUDA backend and no CuPy lets ModuleNotFoundError escape the device check",
+        file="vt/engine/tp.py",
+        old="    except Exception as e:  # noqa: BLE001 - no CuPy, or no driver: the CUDA backend's own refusal\n",
+        new="    except ValueError as e:\n",
+        gates=("tests/vt/test_cli.py::test_the_cuda_backend_without_cupy_is_one_typed_line",),
+    ),
+    Mutation(
+        id="tp-startup-wait-unbounded",
+        description="rank 0 waits for its workers' start-up with no deadline: a worker stuck loading hangs it",
+        file="vt/engine/tp.py", old="            if time.monotonic() > deadline:\n", new="            if False:\n",
+        gates=(f"{TP}::test_a_worker_that_never_gets_ready_ends_the_startup_wait_at_its_deadline",),
+    ),
+    Mutation(
+        id="tp-startup-death-unnoticed",
+        description="a worker that dies while loading is found only at the start-up deadline, not by its exit code",
+        file="vt/engine/tp.py",
+        old="        while self.store.add(READY_KEY, 0) < len(self.procs):\n            self.check_alive()\n",
+        new="        while self.store.add(READY_KEY, 0) < len(self.procs):\n",
+        gates=(f"{TP}::test_a_worker_that_dies_while_loading_is_named_before_the_deadline",),
+    ),
+    Mutation(
+        id="serve-busy-port-raw",
+        description="vt serve on a port in use lets the raw OSError escape instead of one typed line",
+        file="vt/server/serve.py",
+        old="        raise ConfigError(f\"could not listen on {host}:{port}",
+        new="        raise\n        raise ConfigError(f\"could not listen on {host}:{port}",
+        gates=(f"{CLI}::test_serve_on_a_port_in_use_is_one_typed_line_and_exit_2",),
+    ),
+    Mutation(
+        id="runner-baseline-unbounded",
+        description="the mutation runner waits for unmutated gates with no limit: one hang stalls CI silently",
+        file="mutations/runner.py",
+        old="            return run_gates(sandbox, m, timeout=self.cfg.baseline_timeout)",
+        new="            return run_gates(sandbox, m, timeout=None)",
+        gates=("tests/mutations/test_runner.py::test_a_hanging_baseline_stops_the_run_naming_it",),
+    ),
+    Mutation(
+        id="runner-timeout-kills-pytest-only",
+        description="a mutant's timeout kills pytest but not what its gates started (servers, ranks)",
+        file="mutations/judge.py", old="        os.killpg(proc.pid, signal.SIGKILL)\n", new="        proc.kill()\n",
+        gates=("tests/mutations/test_runner.py::test_a_timed_out_mutant_takes_what_it_started_with_it",),
+    ),
+    Mutation(
+        id="collective-wait-unwatched",
+        description="a gloo collective's wait never asks the watch: a killed peer can hold rank 0 for gloo's timeout",
+        file="vt/parallel.py", old="        if watch is not None and polls % 64 == 0:\n            watch()\n",
+        new="        if watch is not None and polls % 64 == 0:\n            pass\n",
+        gates=(f"{TP}::test_a_collective_wait_ends_as_soon_as_the_watch_finds_a_dead_peer",),
+    ),
+    Mutation(
+        id="server-nagle-on",
+        description="the listening socket says protocol 0, so asyncio leaves Nagle on: each SSE frame waits ~40 ms",
+        file="vt/server/serve.py", old="        sock = socket.socket(family, kind, proto)\n",
+        new="        sock = socket.socket(family, kind)\n",
+        gates=(f"{RULE}::test_the_servers_connections_send_each_frame_at_once",),
+    ),
+]
