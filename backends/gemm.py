@@ -21,7 +21,7 @@ class StridedSgemm(Protocol):
 
 
 def staged_matmul(xp: Any, sgemm: StridedSgemm, a: Any, b: Any, out: Any = None) -> Any:
-    from vt.dtypes import narrow
+    from backends.kernels.convert import narrow
 
     m, k = a.shape[-2], a.shape[-1]
     n = b.shape[-1]
@@ -57,7 +57,7 @@ def numpy_sgemm(a: Any, b: Any, c: Any, m: int, n: int, k: int, batch: int, stri
     are the CPU's own and not part of the modeled demand."""
     import numpy as np
 
-    from vt.dtypes import widen
+    from backends.kernels.convert import widen
 
     a, b = widen(np, np.asarray(a)), widen(np, np.asarray(b))
     A = a.reshape(batch, m, k) if stride_a else a

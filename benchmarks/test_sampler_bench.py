@@ -3,7 +3,7 @@ device sampler (issue 13), ratios read off one run.
 
 - before: what the engine did until the device sampler: the [B, vocab] float32 logits copied to the
   host, then one request at a time filtered and drawn in NumPy (`legacy_sample`, that code as it was).
-- after: one launch of the batched sampler over the B rows (vt/engine/sampler.py); the host reads back
+- after: one launch of the batched sampler over the B rows (vt/engine/sample/sampler.py); the host reads back
   B ids. On the CPU backend the launch is the NumPy kernel (the host does the device's work there); on
   CUDA (gpu marker) it is the kernel inside a captured graph, and the host pays the replay and B ids.
 Two parameter sets: temperature only, and Qwen3's defaults (temperature 0.6, top-k 20, top-p 0.95).
@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from vt.engine.sampler import NF, NI, NLP, RowSpec, pack, sample_tokens
+from vt.engine.sample.sampler import NF, NI, NLP, RowSpec, pack, sample_tokens
 from vt.registry import make_backend
 
 VOCAB = 151_936

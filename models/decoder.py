@@ -15,12 +15,13 @@ from typing import Any
 
 import numpy as np
 
+from backends.kernels.convert import widen
 from models import kernels as K
 from models.base import Carry, ForwardBatch, KVCache, make_kv_cache
 from models.config import ModelConfig
 from models.rope import rope_table
 from vt.backend import Backend, Tensor
-from vt.dtypes import STORAGE, to_storage, widen
+from vt.dtypes import STORAGE, to_storage
 
 F32 = np.float32
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from vt.dtypes import narrow, widen
+from backends.kernels.convert import narrow, widen
 
 PREFILL_CHUNK = 512
 

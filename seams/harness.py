@@ -11,7 +11,7 @@ import numpy as np
 from models.base import prefill
 from models.loader import load_checkpoint, resolve_model
 from models.registry import load_model
-from vt.engine.graph_driver import DecodeInputs, GraphDriver
+from vt.engine.worker.graph_driver import DecodeInputs, GraphDriver
 from vt.registry import make_backend
 
 I64 = np.int64

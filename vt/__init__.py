@@ -10,11 +10,11 @@ __all__ = ["LLM", "SamplingParams"]
 def __getattr__(name: str) -> Any:
     # Lazy: `import vt` must not pull the engine, models or backends in (DESIGN.md, Layout).
     if name == "LLM":
-        from vt.engine.api import LLM
+        from vt.engine.front.llm import LLM
 
         return LLM
     if name == "SamplingParams":
-        from vt.engine.sampling import SamplingParams
+        from vt.engine.sample.params import SamplingParams
 
         return SamplingParams
     raise AttributeError(name)

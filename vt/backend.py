@@ -364,7 +364,7 @@ class Backend:
         raise NotImplementedError("need copy_d2h")
 
     # Read-back through pinned host memory: an async copy on a stream, an event, a host wait on that event
-    # and only then a host view (vt/engine/readback.py).
+    # and only then a host view (vt/engine/worker/readback.py).
     def pinned_empty(self, shape: tuple[int, ...], dtype: Any) -> Any:
         raise NotImplementedError("need pinned_empty")
 

@@ -58,8 +58,8 @@ def _engine_kwargs(args: argparse.Namespace) -> dict:
 
 
 def _generate(args: argparse.Namespace) -> int:
-    from vt.engine.api import LLM
-    from vt.engine.sampling import SamplingParams
+    from vt.engine.front.llm import LLM
+    from vt.engine.sample.params import SamplingParams
     from vt.errors import RequestError
 
     if args.max_tokens > args.max_model_len:
@@ -161,8 +161,8 @@ def _served_model(url: str) -> str:
 
 def _ladder(args: argparse.Namespace) -> int:
     from vt.engine.config import EngineConfig
-    from vt.engine.ladder import run_ladder
-    from vt.engine.llm import LLMEngine
+    from vt.engine.front.ladder import run_ladder
+    from vt.engine.front.llm_engine import LLMEngine
     from vt.errors import ConfigError
 
     conc = _concurrency(args.concurrency)

@@ -19,6 +19,7 @@ from mutations.registry import (
     engine_core,
     failures,
     guarantees,
+    house,
     mutation_suite,
     no_hangs,
     offline_api,
@@ -57,6 +58,7 @@ AREAS = (
     engine_core,
     piecewise,
     tensor_parallel,
+    house,
 )
 
 ENTRIES: list[Mutation] = [m for area in AREAS for m in area.ENTRIES]

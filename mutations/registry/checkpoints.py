@@ -80,8 +80,8 @@ ENTRIES: list[Mutation] = [
     ),
     Mutation(
         id="cuda-bf16-narrow-truncates",
-        description="the CUDA float32 -> bf16 kernel truncates instead of rounding to nearest even",
-        file="vt/dtypes.py", old=": (unsigned short)((u + ((u >> 16) & 1u) + 0x7FFFu) >> 16);",
+        description="the CUDA float32 -> bf16 rounding (every kernel that narrows) truncates instead of rounding to nearest even",
+        file="backends/kernels/common.cuh", old=": (unsigned short)((u + ((u >> 16) & 1u) + 0x7FFFu) >> 16);",
         new=": (unsigned short)(u >> 16);", needs_gpu=True,
         gates=(f"{DTYPES}::test_the_cuda_conversion_kernels_equal_the_numpy_ones",),
     ),
@@ -108,7 +108,7 @@ ENTRIES: list[Mutation] = [
     Mutation(
         id="generation-config-unvalidated",
         description="generation_config.json's sampling defaults are taken without validation",
-        file="vt/engine/llm.py", old="        return validate_generation_config(ckpt.generation_config)\n",
+        file="vt/engine/front/llm_engine.py", old="        return validate_generation_config(ckpt.generation_config)\n",
         new="        return dict(ckpt.generation_config)\n",
         gates=tuple(f"{ARCH_ERR}::test_generation_config_is_validated_like_sampling_params[{g}]"
                     for g in ("top_p", "temperature", "max_new_tokens", "top_k")),
@@ -116,7 +116,7 @@ ENTRIES: list[Mutation] = [
     Mutation(
         id="generation-config-max-new-tokens-ignored",
         description="a checkpoint's max_new_tokens is not the default max_tokens",
-        file="vt/engine/sampling.py", old='        max_tokens = self.max_tokens or gen.get("max_new_tokens") or DEFAULT_MAX_TOKENS',
+        file="vt/engine/sample/params.py", old='        max_tokens = self.max_tokens or gen.get("max_new_tokens") or DEFAULT_MAX_TOKENS',
         new="        max_tokens = self.max_tokens or DEFAULT_MAX_TOKENS",
         gates=(f"{ARCH_ERR}::test_generation_config_max_new_tokens_is_the_default_max_tokens",),
     ),

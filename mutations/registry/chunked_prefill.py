@@ -11,14 +11,14 @@ ENTRIES: list[Mutation] = [
     Mutation(
         id="chunk-budget-off-by-one",
         description="a prefill chunk takes one token more than the step's budget leaves",
-        file="vt/engine/scheduler.py", old="        return 0 if self.num_spec_tokens else max(budget, 0)",
+        file="vt/engine/core/scheduler.py", old="        return 0 if self.num_spec_tokens else max(budget, 0)",
         new="        return 0 if self.num_spec_tokens else max(budget + 1, 0)",
         gates=tuple(f"{CHUNK}::test_chunked_runs_generate_what_the_unchunked_run_does[{b}]" for b in (16, 33, 64)),
     ),
     Mutation(
         id="prefill-chunks-before-decodes",
         description="prefill chunks take the budget before the decodes: a long prompt starves decoding requests",
-        file="vt/engine/scheduler.py",
+        file="vt/engine/core/scheduler.py",
         old="        budget = self.cfg.max_num_batched_tokens - self._decode(out)\n        budget = self._continue_prefills(out, budget)\n",
         new="        budget = self._continue_prefills(out, self.cfg.max_num_batched_tokens)\n        if budget > 0:\n            budget -= self._decode(out)\n",
         gates=(f"{CHUNK}::test_decodes_go_first_and_are_never_starved_by_a_long_prompt",
@@ -30,7 +30,7 @@ ENTRIES: list[Mutation] = [
     Mutation(
         id="prompt-logprobs-appended-on-recompute",
         description="a request preempted mid-prefill appends its rescored prompt logprobs instead of replacing them",
-        file="vt/engine/llm.py", old="r.prompt_logprobs = [*(r.prompt_logprobs or [None])[:first], *scored]",
+        file="vt/engine/front/llm_engine.py", old="r.prompt_logprobs = [*(r.prompt_logprobs or [None])[:first], *scored]",
         new="r.prompt_logprobs = [*(r.prompt_logprobs or [None]), *scored]",
         gates=(f"{CHUNK}::test_a_preempted_chunked_prefill_recomputes_to_the_same_tokens_and_prompt_logprobs",),
     ),

@@ -11,7 +11,7 @@ ENTRIES: list[Mutation] = [
     Mutation(
         id="scheduler-preempts-oldest",
         description="under KV pressure the scheduler preempts the oldest running request, not the newest",
-        file="vt/engine/scheduler.py", old="                victim = self.running[-1]", new="                victim = self.running[0]",
+        file="vt/engine/core/scheduler.py", old="                victim = self.running[-1]", new="                victim = self.running[0]",
         gates=(f"{CAP}::test_preemption_takes_the_newest_running_request_first",
                f"{CAP}::test_a_step_that_preempted_admits_nothing",
                "tests/engine/test_scheduler_machine.py::TestSchedulerMachine"),
@@ -19,13 +19,13 @@ ENTRIES: list[Mutation] = [
     Mutation(
         id="batch-moves-rows-without-block-table",
         description="swap_states moves every per-row field except the block table",
-        file="vt/engine/input_batch.py", old='"num_tokens", "block_table", "num_blocks"', new='"num_tokens", "num_blocks"',
+        file="vt/engine/worker/input_batch.py", old='"num_tokens", "block_table", "num_blocks"', new='"num_tokens", "num_blocks"',
         gates=(f"{BATCH}::TestInputBatchMachine",), expect="block table moved apart",
     ),
     Mutation(
         id="batch-remove-keeps-stale-block-table",
         description="a finished request's row keeps its block table (a stale row trusted to stay hidden)",
-        file="vt/engine/input_batch.py", old="        self.block_table[row] = self.trash_block\n        self._trim()",
+        file="vt/engine/worker/input_batch.py", old="        self.block_table[row] = self.trash_block\n        self._trim()",
         new="        self._trim()",
         gates=(f"{BATCH}::TestInputBatchMachine",), expect="stale block table",
     ),
@@ -39,7 +39,7 @@ ENTRIES: list[Mutation] = [
     Mutation(
         id="precedence-checkpoint-beats-explicit",
         description="generation_config.json overrides what the user set explicitly",
-        file="vt/engine/sampling.py",
+        file="vt/engine/sample/params.py",
         old="picked[name] = explicit if explicit is not None else gen.get(name, neutral)",
         new="picked[name] = gen.get(name, explicit if explicit is not None else neutral)",
         gates=(f"{GEN}::test_explicit_beats_checkpoint", f"{GEN}::test_temperature_zero_is_greedy_and_clears_the_filters",
@@ -49,20 +49,20 @@ ENTRIES: list[Mutation] = [
     Mutation(
         id="greedy-keeps-filters",
         description="temperature 0 no longer clears top_k/top_p/min_p",
-        file="vt/engine/sampling.py", old="            picked.update(top_p=1.0, top_k=0, min_p=0.0)", new="            pass",
+        file="vt/engine/sample/params.py", old="            picked.update(top_p=1.0, top_k=0, min_p=0.0)", new="            pass",
         gates=(f"{GEN}::test_temperature_zero_is_greedy_and_clears_the_filters",),
     ),
     Mutation(
         id="sampler-seed-not-the-requests",
         description="every request samples with the engine's seed instead of its own",
-        file="vt/engine/llm.py", old="        seed = resolved.seed if resolved.seed is not None else int(self._rng.integers(1 << 62))\n",
+        file="vt/engine/front/llm_engine.py", old="        seed = resolved.seed if resolved.seed is not None else int(self._rng.integers(1 << 62))\n",
         new="        seed = self.cfg.seed\n",
         gates=per_model(f"{GEN}::test_seeded_sampling_is_reproducible_and_batch_invariant"),
     ),
     Mutation(
         id="never-fit-request-crashes",
         description="a prompt longer than max_model_len is queued instead of failed",
-        file="vt/engine/llm.py", old="        if len(ids) >= self.cfg.max_model_len:", new="        if False:",
+        file="vt/engine/front/llm_engine.py", old="        if len(ids) >= self.cfg.max_model_len:", new="        if False:",
         gates=(f"{CAP}::test_a_request_that_can_never_fit_gets_an_error_and_the_rest_finish",),
     ),
     Mutation(
@@ -83,7 +83,7 @@ ENTRIES: list[Mutation] = [
     Mutation(
         id="recompute-drops-generated-tokens",
         description="a preempted request is recomputed from its prompt only, losing its generated tokens' KV",
-        file="vt/engine/scheduler.py", old="NewRequestData(req.id, req.all_ids, len(req.prompt_ids), blocks,",
+        file="vt/engine/core/scheduler.py", old="NewRequestData(req.id, req.all_ids, len(req.prompt_ids), blocks,",
         new="NewRequestData(req.id, req.prompt_ids, len(req.prompt_ids), blocks,",
         gates=per_model(f"{CAP}::test_preemption_under_a_tiny_pool_finishes_everything_with_unconstrained_tokens"),
     ),

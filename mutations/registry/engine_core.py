@@ -17,7 +17,7 @@ ENTRIES: list[Mutation] = [
     Mutation(
         id="update-keeps-a-finished-request",
         description="the engine's update step finishes a request without handing it to the scheduler: its blocks stay taken",
-        file="vt/engine/llm.py", old="        self.scheduler.finish(r)  # its blocks, in every KV group, are free before the step ends\n",
+        file="vt/engine/front/llm_engine.py", old="        self.scheduler.finish(r)  # its blocks, in every KV group, are free before the step ends\n",
         new="",
         # Every engine run in the gate file ends in the stall detector once a finished request holds its slot.
         gates=(*(f"{CAP}::test_a_finished_request_frees_its_blocks_in_the_step_that_finished_it[{s}]"
@@ -31,7 +31,7 @@ ENTRIES: list[Mutation] = [
     Mutation(
         id="update-appends-past-a-finish",
         description="the update step keeps appending a speculative run's tokens after the request finished",
-        file="vt/engine/llm.py", old="                    if r.is_finished:\n                        break\n", new="",
+        file="vt/engine/front/llm_engine.py", old="                    if r.is_finished:\n                        break\n", new="",
         # A finished request that keeps tokens diverges from the same run without speculation.
         gates=(f"{SPEC}::test_G6_speculative_sampling_draws_from_the_target_distribution",
                f"{SPEC}::test_a_request_finishing_inside_an_accepted_run",
@@ -43,7 +43,7 @@ ENTRIES: list[Mutation] = [
     Mutation(
         id="ngram-index-keyed-by-row",
         description="the n-gram proposer keys its per-request index by batch row: a moved request reads its neighbour's history",
-        file="vt/engine/proposers.py",
+        file="vt/engine/spec_decode/proposers.py",
         old="        self.index: dict[str, NgramIndex] = {}\n\n    def _key(self, batch: InputBatch, req_id: str) -> str:\n        return req_id",
         new="        self.index: dict[str, NgramIndex] = {}\n\n    def _key(self, batch: InputBatch, req_id: str) -> str:\n        return str(batch.row_of[req_id])",
         gates=("tests/engine/test_ngram.py::test_ngram_proposals_are_the_lookup_over_the_requests_own_tokens",
@@ -60,7 +60,7 @@ ENTRIES: list[Mutation] = [
     Mutation(
         id="driver-replays-over-mismatched-inputs",
         description="the driver stages inputs of any shape or dtype into a captured slot",
-        file="vt/engine/graph_driver.py", old="        _check_inputs(inp)\n", new="",
+        file="vt/engine/worker/graph_driver.py", old="        _check_inputs(inp)\n", new="",
         gates=tuple(f"{SEAMS}::test_G9_inputs_of_another_shape_or_dtype_are_refused_by_name[{f}]"
                     for f in ("tokens", "positions", "block_tables")),
     ),

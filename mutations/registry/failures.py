@@ -9,7 +9,7 @@ ENTRIES: list[Mutation] = [
     Mutation(
         id="nonfinite-logits-sampled-anyway",
         description="a request whose logits are NaN is sampled as if nothing happened (the CPU sampler skips the check)",
-        file="vt/engine/sampler.py", old="    out_ids[bad] = -1\n", new="",
+        file="vt/engine/sample/sampler.py", old="    out_ids[bad] = -1\n", new="",
         gates=("tests/engine/test_failures.py::test_a_request_with_non_finite_logits_fails_alone",
                *(f"tests/engine/test_failures.py::test_a_failed_requests_garbage_kv_never_reaches_its_neighbours[{k}]"
                  for k in ("plain", "speculative")),
@@ -18,7 +18,7 @@ ENTRIES: list[Mutation] = [
     Mutation(
         id="fatal-error-hides-requests-in-flight",
         description="a fatal engine error no longer names the requests in flight",
-        file="vt/engine/llm.py",
+        file="vt/engine/front/llm_engine.py",
         old='            print(f"vt: fatal engine error; requests in flight: {in_flight}", file=sys.stderr)\n',
         new="",
         gates=("tests/engine/test_failures.py::test_a_fatal_error_prints_the_traceback_and_the_requests_in_flight",),

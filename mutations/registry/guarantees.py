@@ -40,7 +40,7 @@ ENTRIES: list[Mutation] = [
     Mutation(
         id="spec-draft-keyed-by-prompt",
         description="draft contexts are keyed by the prompt's tokens: two identical prompts share one context",
-        file="vt/engine/proposers.py",
+        file="vt/engine/spec_decode/proposers.py",
         old="        self.contexts: dict[str, DraftContext] = {}\n\n    def _key(self, batch: InputBatch, req_id: str) -> str:\n        return req_id",
         new="        self.contexts: dict[str, DraftContext] = {}\n\n    def _key(self, batch: InputBatch, req_id: str) -> str:\n        return str(batch.tokens(req_id)[:4].tolist())",
         gates=(f"{GUAR}::test_identical_prompts_keep_their_own_draft_state",),
@@ -49,14 +49,14 @@ ENTRIES: list[Mutation] = [
     Mutation(
         id="preempted-requeued-at-the-back",
         description="a preempted request goes to the back of the queue, behind later arrivals",
-        file="vt/engine/scheduler.py", old="        self.waiting.appendleft(req)", new="        self.waiting.append(req)",
+        file="vt/engine/core/scheduler.py", old="        self.waiting.appendleft(req)", new="        self.waiting.append(req)",
         gates=(f"{GUAR}::test_a_preempted_request_goes_back_to_the_front_of_the_queue",),
         expect="waits ahead of the later arrival",
     ),
     Mutation(
         id="spec-lookahead-unclamped",
         description="speculative lookahead is not clamped at max_model_len: the last steps overrun the block table",
-        file="vt/engine/scheduler.py",
+        file="vt/engine/core/scheduler.py",
         old="return k if k and req.can_speculate and req.num_tokens + k <= self.cfg.max_model_len else 0",
         new="return k if k and req.can_speculate else 0",
         gates=tuple(f"{GUAR}::test_speculation_near_max_model_len_finishes_with_length[{s}]" for s in ("draft", "ngram")),
@@ -65,7 +65,7 @@ ENTRIES: list[Mutation] = [
     Mutation(
         id="checkpoint-zero-read-as-unset",
         description="a generation_config.json value of 0 is read as unset: temperature 0 samples at 1.0",
-        file="vt/engine/sampling.py",
+        file="vt/engine/sample/params.py",
         old="picked[name] = explicit if explicit is not None else gen.get(name, neutral)",
         new="picked[name] = explicit if explicit is not None else (gen.get(name) or neutral)",
         gates=(f"{GUAR}::test_a_checkpoint_temperature_of_zero_is_greedy",),
@@ -73,7 +73,7 @@ ENTRIES: list[Mutation] = [
     Mutation(
         id="driver-stages-first-block-only",
         description="the slot's staging copies only each row's first block: graphed and eager steps agree, both wrong",
-        file="vt/engine/graph_driver.py", old="        tables[:B, :W] = inp.block_tables",
+        file="vt/engine/worker/graph_driver.py", old="        tables[:B, :W] = inp.block_tables",
         new="        tables[:B, :1] = inp.block_tables[:, :1]",
         gates=per_model(f"{SEAMS}::test_G4_graph_is_rebuilt_not_reused_after_the_block_table_width_changes"),
         expect="disagrees with an independent forward",

@@ -11,21 +11,21 @@ ENTRIES: list[Mutation] = [
     Mutation(
         id="stall-detector-removed",
         description="an engine step that can schedule nothing with requests in flight returns quietly: the caller spins",
-        file="vt/engine/llm.py", old="                self._check_stall()\n", new="",
+        file="vt/engine/front/llm_engine.py", old="                self._check_stall()\n", new="",
         gates=(f"{GUAR}::test_a_request_that_can_never_be_admitted_stalls_loudly_not_forever",),
         expect="DID NOT RAISE",
     ),
     Mutation(
         id="ladder-level-unchecked",
         description="a concurrency level below 1 is not refused by name",
-        file="vt/engine/ladder.py", old="    if bad or not concurrency:", new="    if not concurrency:",
+        file="vt/engine/front/ladder.py", old="    if bad or not concurrency:", new="    if not concurrency:",
         gates=tuple(f"{CLI}::test_bad_input_is_one_typed_line_and_exit_2[{c}]"
                     for c in ("concurrency-0", "concurrency-negative")),
     ),
     Mutation(
         id="ladder-progress-only-on-a-terminal",
         description="the ladder shows progress only as a terminal bar: a CI log sees nothing for minutes",
-        file="vt/engine/ladder.py", old="    if not sys.stderr.isatty():", new="    if False:",
+        file="vt/engine/front/ladder.py", old="    if not sys.stderr.isatty():", new="    if False:",
         gates=(f"{CLI}::test_long_work_shows_progress_as_plain_lines_off_a_terminal",),
         expect="vt ladder: c=1 done",
     ),
@@ -63,7 +63,7 @@ ENTRIES: list[Mutation] = [
     Mutation(
         id="prompt-utf8-unchecked",
         description="a prompt with undecodable bytes reaches the tokenizer, which raises a raw TypeError",
-        file="vt/engine/llm.py", old='            try:\n                prompt.encode("utf-8")\n',
+        file="vt/engine/front/llm_engine.py", old='            try:\n                prompt.encode("utf-8")\n',
         new='            try:\n                pass\n',
         gates=(f"{CLI}::test_bad_input_is_one_typed_line_and_exit_2[non-utf8-prompt]",),
         expect="raw TypeError escaped",

@@ -11,7 +11,7 @@ ENTRIES: list[Mutation] = [
     Mutation(
         id="prompt-dict-iterated-as-a-list",
         description="a single {'prompt': ...} dict is taken as a list of prompts: vt generates for the word 'prompt'",
-        file="vt/engine/api.py", old="    is_single = isinstance(prompts, (str, dict)) or",
+        file="vt/engine/front/llm.py", old="    is_single = isinstance(prompts, (str, dict)) or",
         new="    prompts = list(prompts) if isinstance(prompts, dict) else prompts\n    is_single = isinstance(prompts, str) or",
         gates=(f"{API}::test_every_prompt_shape_vllm_accepts_generates_the_same",
                f"{API}::test_a_prompt_of_another_shape_is_a_typed_error_and_queues_nothing[both-keys]",
@@ -20,21 +20,21 @@ ENTRIES: list[Mutation] = [
     Mutation(
         id="chat-template-without-trim-blocks",
         description="chat templates render without trim_blocks: every block tag leaves its newline behind",
-        file="vt/engine/chat.py", old="ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)",
+        file="vt/engine/front/chat.py", old="ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)",
         new="ImmutableSandboxedEnvironment(trim_blocks=False, lstrip_blocks=True)",
         gates=tuple(f"{API}::test_chat_renders_the_template_as_transformers_does[{g}-layered]" for g in ("True", "False")),
     ),
     Mutation(
         id="chat-template-without-lstrip-blocks",
         description="chat templates render without lstrip_blocks: indented block tags leave their indentation",
-        file="vt/engine/chat.py", old="ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)",
+        file="vt/engine/front/chat.py", old="ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)",
         new="ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=False)",
         gates=tuple(f"{API}::test_chat_renders_the_template_as_transformers_does[{g}-layered]" for g in ("True", "False")),
     ),
     Mutation(
         id="detok-releases-partial-characters",
         description="the detokenizer releases text that ends in half a character (U+FFFD)",
-        file="vt/engine/detokenizer.py", old="        if len(full) <= len(prefix) or full.endswith(REPLACEMENT):",
+        file="vt/engine/front/detokenizer.py", old="        if len(full) <= len(prefix) or full.endswith(REPLACEMENT):",
         new="        if len(full) <= len(prefix):",
         gates=(f"{DETOK}::test_the_released_text_is_the_whole_decode_and_never_ends_in_a_partial_character",
                f"{DETOK}::test_a_stop_string_is_found_wherever_it_falls_and_cut_before",
@@ -44,7 +44,7 @@ ENTRIES: list[Mutation] = [
     Mutation(
         id="detok-window-never-advances",
         description="the decode window never moves on: every token re-decodes the whole output (quadratic)",
-        file="vt/engine/detokenizer.py", old="        self.prefix_offset, self.read_offset = self.read_offset, len(self.ids)",
+        file="vt/engine/front/detokenizer.py", old="        self.prefix_offset, self.read_offset = self.read_offset, len(self.ids)",
         new="        self.read_offset = len(self.ids)",
         gates=(f"{DETOK}::test_the_cost_stays_linear_on_a_long_output",
                f"{DETOK}::test_the_released_text_is_the_whole_decode_and_never_ends_in_a_partial_character"),
@@ -53,7 +53,7 @@ ENTRIES: list[Mutation] = [
     Mutation(
         id="stop-search-misses-straddlers",
         description="stop strings are searched in the new text only: one straddling two releases is missed",
-        file="vt/engine/detokenizer.py", old="        start = max(0, len(self.text) - self.max_stop + 1)",
+        file="vt/engine/front/detokenizer.py", old="        start = max(0, len(self.text) - self.max_stop + 1)",
         new="        start = len(self.text)",
         gates=(f"{DETOK}::test_a_stop_string_is_found_wherever_it_falls_and_cut_before",
                f"{DETOK}::test_a_stop_string_of_multibyte_characters_splitting_across_tokens[e-acute-space-c]"),
@@ -61,20 +61,20 @@ ENTRIES: list[Mutation] = [
     Mutation(
         id="stop-token-ids-ignored",
         description="stop_token_ids are accepted and never stop anything",
-        file="vt/engine/llm.py", old="        elif can_stop and token in p.stop_token_ids:", new="        elif False:",
+        file="vt/engine/front/llm_engine.py", old="        elif can_stop and token in p.stop_token_ids:", new="        elif False:",
         gates=(f"{API}::test_a_stop_token_id_finishes_with_its_id_as_the_stop_reason",
                f"{API}::test_min_tokens_holds_off_eos_and_stop_ids_then_lets_them_stop"),
     ),
     Mutation(
         id="include-stop-str-ignored",
         description="include_stop_str_in_output is accepted and the stop string is cut anyway",
-        file="vt/engine/detokenizer.py", old="(len(s) if self.include_stop else 0)", new="0",
+        file="vt/engine/front/detokenizer.py", old="(len(s) if self.include_stop else 0)", new="0",
         gates=(f"{API}::test_include_stop_str_in_output_keeps_the_stop_string",),
     ),
     Mutation(
         id="repetition-penalty-multiplies-positive-logits",
         description="the repetition penalty multiplies every seen token's logit, raising positive ones",
-        file="vt/engine/sampler.py", old="        v = np.where(v > 0, v / F32(rep), v * F32(rep)).astype(F32)\n",
+        file="vt/engine/sample/sampler.py", old="        v = np.where(v > 0, v / F32(rep), v * F32(rep)).astype(F32)\n",
         new="        v = (v * F32(rep)).astype(F32)\n",
         gates=(f"{PEN}::test_repetition_penalty_matches_transformers[cpu]",
                f"{PEN}::test_a_strong_repetition_penalty_changes_greedy_output_in_the_engine"),
@@ -82,14 +82,14 @@ ENTRIES: list[Mutation] = [
     Mutation(
         id="cuda-repetition-penalty-multiplies-positive-logits",
         description="the CUDA sampler's repetition penalty multiplies every seen token's logit",
-        file="vt/engine/sampler_cuda.py", old="v = v > 0.0f ? __fdiv_rn(v, rep) : __fmul_rn(v, rep);",
+        file="backends/kernels/sampler.cu", old="v = v > 0.0f ? __fdiv_rn(v, rep) : __fmul_rn(v, rep);",
         new="v = __fmul_rn(v, rep);", needs_gpu=True,
         gates=(f"{PEN}::test_repetition_penalty_matches_transformers[cuda]",),
     ),
     Mutation(
         id="presence-penalty-per-occurrence",
         description="the presence penalty is charged per occurrence, like the frequency penalty",
-        file="vt/engine/sampler.py", old="(F32(freq) * counts[hit].astype(F32) + F32(pres))",
+        file="vt/engine/sample/sampler.py", old="(F32(freq) * counts[hit].astype(F32) + F32(pres))",
         new="(F32(freq) * counts[hit].astype(F32) + F32(pres) * counts[hit].astype(F32))",
         gates=tuple(f"{PEN}::test_presence_and_frequency_follow_openai_on_output_tokens_only[{c}-cpu]"
                     for c in ("0.8-0.0", "-0.4-1.3")),
@@ -97,7 +97,7 @@ ENTRIES: list[Mutation] = [
     Mutation(
         id="frequency-penalty-counts-the-prompt",
         description="the frequency penalty counts prompt tokens too, not only the output's",
-        file="vt/engine/sampler.py", old="np.unique(hist[num_prompt:], return_counts=True)",
+        file="vt/engine/sample/sampler.py", old="np.unique(hist[num_prompt:], return_counts=True)",
         new="np.unique(hist, return_counts=True)",
         gates=tuple(f"{PEN}::test_presence_and_frequency_follow_openai_on_output_tokens_only[{c}-cpu]"
                     for c in ("0.8-0.0", "0.0-0.5", "-0.4-1.3")),
@@ -105,7 +105,7 @@ ENTRIES: list[Mutation] = [
     Mutation(
         id="cuda-frequency-penalty-counts-the-prompt",
         description="the CUDA sampler counts prompt tokens too for presence and frequency",
-        file="vt/engine/sampler_cuda.py", old="for (int k = num_prompt; k < num_hist; k++) cnt += h[k] == t;",
+        file="backends/kernels/sampler.cu", old="for (int k = num_prompt; k < num_hist; k++) cnt += h[k] == t;",
         new="for (int k = 0; k < num_hist; k++) cnt += h[k] == t;", needs_gpu=True,
         gates=tuple(f"{PEN}::test_presence_and_frequency_follow_openai_on_output_tokens_only[{c}-cuda]"
                     for c in ("0.8-0.0", "0.0-0.5", "-0.4-1.3")),
@@ -113,13 +113,13 @@ ENTRIES: list[Mutation] = [
     Mutation(
         id="penalties-never-applied",
         description="penalties are validated and carried, never staged for the sampler",
-        file="vt/engine/runner.py", old="                       toks if p.has_penalties else None,", new="                       None,",
+        file="vt/engine/worker/runner.py", old="                       toks if p.has_penalties else None,", new="                       None,",
         gates=(f"{PEN}::test_a_strong_repetition_penalty_changes_greedy_output_in_the_engine",),
     ),
     Mutation(
         id="top-k-off",
         description="top_k is accepted and never applied",
-        file="vt/engine/sampler.py", old="    if 0 < top_k < x.size:\n        idx = np.flatnonzero", new="    if False:\n        idx = np.flatnonzero",
+        file="vt/engine/sample/sampler.py", old="    if 0 < top_k < x.size:\n        idx = np.flatnonzero", new="    if False:\n        idx = np.flatnonzero",
         gates=(*(f"{FIL}::test_top_k_keeps_the_k_most_likely[{k}]" for k in (1, 3, 7)),
                f"{FIL}::test_top_p_applies_to_the_top_k_survivors",
                *FILC("test_draws_follow_the_renormalized_support_chi_square", "top_k-cpu", "all-cpu")),
@@ -127,13 +127,13 @@ ENTRIES: list[Mutation] = [
     Mutation(
         id="cuda-top-k-off",
         description="the CUDA sampler never applies top_k",
-        file="vt/engine/sampler_cuda.py", old="if (top_k > 0 && top_k < V) f.kmin", new="if (false) f.kmin", needs_gpu=True,
+        file="backends/kernels/sampler.cu", old="if (top_k > 0 && top_k < V) f.kmin", new="if (false) f.kmin", needs_gpu=True,
         gates=(*FILC("test_draws_follow_the_renormalized_support_chi_square", "top_k-cuda", "all-cuda"), f"{FIL}::test_the_cuda_sampler_draws_what_the_numpy_reference_draws_at_a_real_vocabulary"),
     ),
     Mutation(
         id="top-p-off",
         description="top_p is accepted and never applied",
-        file="vt/engine/sampler.py", old="    if top_p < 1.0:\n        k = keys(x[idx])\n", new="    if False:\n        k = keys(x[idx])\n",
+        file="vt/engine/sample/sampler.py", old="    if top_p < 1.0:\n        k = keys(x[idx])\n", new="    if False:\n        k = keys(x[idx])\n",
         gates=(*(f"{FIL}::test_top_p_keeps_the_smallest_set_reaching_p[{p}]" for p in (0.3, 0.5, 0.6, 0.9)),
                f"{FIL}::test_top_p_applies_to_the_top_k_survivors",
                *FILC("test_draws_follow_the_renormalized_support_chi_square", "top_p-cpu", "all-cpu")),
@@ -141,13 +141,13 @@ ENTRIES: list[Mutation] = [
     Mutation(
         id="cuda-top-p-off",
         description="the CUDA sampler never applies top_p",
-        file="vt/engine/sampler_cuda.py", old="        if (top_p < 1.0f) {", new="        if (false) {", needs_gpu=True,
+        file="backends/kernels/sampler.cu", old="        if (top_p < 1.0f) {", new="        if (false) {", needs_gpu=True,
         gates=(*FILC("test_draws_follow_the_renormalized_support_chi_square", "top_p-cuda", "all-cuda"), f"{FIL}::test_the_cuda_sampler_draws_what_the_numpy_reference_draws_at_a_real_vocabulary"),
     ),
     Mutation(
         id="top-p-one-short",
         description="top_p keeps the largest set below p instead of the smallest set reaching it",
-        file="vt/engine/sampler.py", old='np.searchsorted(cum, target, side="left")', new='np.searchsorted(cum, target, side="left") - 1',
+        file="vt/engine/sample/sampler.py", old='np.searchsorted(cum, target, side="left")', new='np.searchsorted(cum, target, side="left") - 1',
         gates=(*(f"{FIL}::test_top_p_keeps_the_smallest_set_reaching_p[{p}]" for p in (0.3, 0.5, 0.6, 0.9)),
                f"{FIL}::test_top_p_applies_to_the_top_k_survivors",
                *FILC("test_draws_follow_the_renormalized_support_chi_square", "top_p-cpu", "all-cpu")),
@@ -155,20 +155,20 @@ ENTRIES: list[Mutation] = [
     Mutation(
         id="min-p-off",
         description="min_p is accepted and never applied",
-        file="vt/engine/sampler.py", old="    if min_p > 0.0:\n        w *= e", new="    if False:\n        w *= e",
+        file="vt/engine/sample/sampler.py", old="    if min_p > 0.0:\n        w *= e", new="    if False:\n        w *= e",
         gates=(*(f"{FIL}::test_min_p_keeps_tokens_at_least_min_p_times_the_top[{m}]" for m in (0.3, 0.6)),
                *FILC("test_draws_follow_the_renormalized_support_chi_square", "min_p-cpu")),
     ),
     Mutation(
         id="cuda-min-p-off",
         description="the CUDA sampler never applies min_p",
-        file="vt/engine/sampler_cuda.py", old="f.weighted = 1; f.min_p = min_p;", new="f.weighted = 1; f.min_p = 0.0f;",
+        file="backends/kernels/sampler.cu", old="f.weighted = 1; f.min_p = min_p;", new="f.weighted = 1; f.min_p = 0.0f;",
         needs_gpu=True, gates=(*FILC("test_draws_follow_the_renormalized_support_chi_square", "min_p-cuda"), f"{FIL}::test_the_cuda_sampler_draws_what_the_numpy_reference_draws_at_a_real_vocabulary"),
     ),
     Mutation(
         id="seed-counter-ignored",
         description="draws depend on the seed only, not on the output position: every position draws the same uniform",
-        file="vt/engine/sampler.py", old="GOLDEN * (counter.astype(np.uint64) + np.uint64(1))", new="GOLDEN",
+        file="vt/engine/sample/sampler.py", old="GOLDEN * (counter.astype(np.uint64) + np.uint64(1))", new="GOLDEN",
         gates=(*FILC("test_draws_follow_the_renormalized_support_chi_square", *(f"{k}-cpu" for k in
                                                                                ("plain", "top_k", "top_p", "min_p", "all"))),
                *FILC("test_temperature_sharpens_and_zero_is_argmax_with_the_lowest_index_on_ties", "cpu"),
@@ -177,7 +177,7 @@ ENTRIES: list[Mutation] = [
     Mutation(
         id="cuda-seed-counter-ignored",
         description="the CUDA sampler's draws depend on the seed only, not on the output position",
-        file="vt/engine/sampler_cuda.py", old="mix64(seed + 0x9E3779B97F4A7C15ull * (counter + 1ull))",
+        file="backends/kernels/sampler.cu", old="mix64(seed + 0x9E3779B97F4A7C15ull * (counter + 1ull))",
         new="mix64(seed + 0x9E3779B97F4A7C15ull)", needs_gpu=True,
         gates=(*(*FILC("test_draws_follow_the_renormalized_support_chi_square", *(f"{k}-cuda" for k in
                                                                                ("plain", "top_k", "top_p", "min_p", "all"))),
@@ -187,7 +187,7 @@ ENTRIES: list[Mutation] = [
     Mutation(
         id="logprobs-from-the-penalized-row",
         description="logprobs are taken from a rescaled row instead of the model's logits",
-        file="vt/engine/sampler.py", old="    x = row.astype(np.float64)\n", new="    x = row.astype(np.float64) / 2\n",
+        file="vt/engine/sample/sampler.py", old="    x = row.astype(np.float64)\n", new="    x = row.astype(np.float64) / 2\n",
         gates=(*(f"{API}::test_logprobs_are_the_models_log_softmax_as_transformers_computes_it[{s}]"
                  for s in ("plain", "ngram")),
                f"{API}::test_prompt_logprobs_score_each_prompt_token_as_transformers_does"),
@@ -195,13 +195,13 @@ ENTRIES: list[Mutation] = [
     Mutation(
         id="logprobs-of-an-accepted-run-misaligned",
         description="after a verify, every accepted token gets the first position's logprobs",
-        file="vt/engine/runner.py", old="[i * q + j for j in range(len(toks))]", new="[i * q for _ in range(len(toks))]",
+        file="vt/engine/worker/runner.py", old="[i * q + j for j in range(len(toks))]", new="[i * q for _ in range(len(toks))]",
         gates=(f"{API}::test_logprobs_are_the_models_log_softmax_as_transformers_computes_it[ngram]",),
     ),
     Mutation(
         id="stop-reason-unset",
         description="a request stopped by a stop string does not say which",
-        file="vt/engine/llm.py", old="            r.stop_reason = stop\n", new="",
+        file="vt/engine/front/llm_engine.py", old="            r.stop_reason = stop\n", new="",
         gates=(f"{API}::test_a_stop_string_names_itself_as_the_stop_reason",
                f"{API}::test_include_stop_str_in_output_keeps_the_stop_string"),
     ),

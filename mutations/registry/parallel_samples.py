@@ -11,7 +11,7 @@ ENTRIES: list[Mutation] = [
     Mutation(
         id="fork-shares-the-partial-block",
         description="the samples share the prompt's partial last block too, and overwrite each other's tokens in it",
-        file="vt/engine/scheduler.py", old="self.kv.fork(leader, req.id, n // self.kv.block_size)",
+        file="vt/engine/core/scheduler.py", old="self.kv.fork(leader, req.id, n // self.kv.block_size)",
         new="self.kv.fork(leader, req.id, -(-n // self.kv.block_size))",
         gates=(f"{PAR}::test_each_sample_is_the_request_it_would_be_alone",
                f"{PAR}::test_the_samples_share_the_prompts_full_blocks"),
@@ -19,14 +19,14 @@ ENTRIES: list[Mutation] = [
     Mutation(
         id="fork-partial-block-not-copied",
         description="a forked sample's own partial prompt block is never filled from its leader's",
-        file="vt/engine/runner.py", old="            if n % bs:  # the partial last block", new="            if False:  # the partial last block",
+        file="vt/engine/worker/runner.py", old="            if n % bs:  # the partial last block", new="            if False:  # the partial last block",
         gates=(f"{PAR}::test_each_sample_is_the_request_it_would_be_alone",
                f"{PAR}::test_a_sample_that_finishes_early_leaves_the_shared_blocks_to_the_others"),
     ),
     Mutation(
         id="release-ignores-the-refcount",
         description="a sample that finishes frees the prompt blocks its siblings still read",
-        file="vt/engine/kv_manager.py", old="            if self.refs[b] == 0:\n", new="            if True:\n",
+        file="vt/engine/core/kv_manager.py", old="            if self.refs[b] == 0:\n", new="            if True:\n",
         gates=(f"{PAR}::test_a_sample_that_finishes_early_leaves_the_shared_blocks_to_the_others",
                f"{PAR}::test_the_samples_share_the_prompts_full_blocks"),
     ),

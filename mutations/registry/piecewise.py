@@ -20,7 +20,7 @@ ENTRIES: list[Mutation] = [
     Mutation(
         id="piecewise-bucket-pregrow-skipped",
         description="a token bucket's segments are captured with no pre-grow before them",
-        file="vt/engine/graph_driver.py",
+        file="vt/engine/worker/graph_driver.py",
         old="        self._pregrow(bucket.demand)  # before EVERY segment's capture, unconditionally\n",
         new="        pass\n",
         gates=PIECE_SEAMS, expect="cudaErrorStreamCaptureUnsupported",
@@ -83,7 +83,7 @@ ENTRIES: list[Mutation] = [
     Mutation(
         id="readback-host-skips-the-copy-event",
         description="the host reads the pinned ids without waiting for the copy stream's event",
-        file="vt/engine/readback.py", old="        b.host_wait(self.done)  # the host waits for the copy only\n",
+        file="vt/engine/worker/readback.py", old="        b.host_wait(self.done)  # the host waits for the copy only\n",
         new="",
         gates=tuple(f"{ENGINE_STREAMS}::test_the_engine_is_race_free_and_unchanged_under_every_schedule[{p}]"
                     for p in ("in order", "side streams late", "seeded 3")), expect="a host read",
@@ -91,7 +91,7 @@ ENTRIES: list[Mutation] = [
     Mutation(
         id="readback-copy-before-the-step",
         description="the copy stream does not wait for the compute stream: it may copy ids the step has not written",
-        file="vt/engine/readback.py",
+        file="vt/engine/worker/readback.py",
         old="        b.wait_event(self.stream, b.record_event(self.compute))  # the copy follows the step's work\n",
         new="",
         gates=tuple(f"{ENGINE_STREAMS}::test_the_engine_is_race_free_and_unchanged_under_every_schedule[{p}]"
@@ -100,7 +100,7 @@ ENTRIES: list[Mutation] = [
     Mutation(
         id="piecewise-prefill-unreachable",
         description="the runner prefills through the unsplit eager forward: no bucket is ever captured",
-        file="vt/engine/runner.py",
+        file="vt/engine/worker/runner.py",
         old="        logits = self.decoder.prefill(seqs, [i for i, rid in enumerate(computed) if rid in scored])\n",
         new="        logits = __import__('models.base', fromlist=['x']).prefill_logits(self.model, seqs, self.kv, "
             "[i for i, rid in enumerate(computed) if rid in scored])\n",
@@ -111,7 +111,7 @@ ENTRIES: list[Mutation] = [
     Mutation(
         id="piecewise-pins-dropped",
         description="a captured bucket's segment temporaries are not pinned: a drain frees memory the graph writes",
-        file="vt/engine/graph_driver.py", old="            self.pool.pin(graph.used)\n", new="            pass\n",
+        file="vt/engine/worker/graph_driver.py", old="            self.pool.pin(graph.used)\n", new="            pass\n",
         gates=tuple(f"{PIECES}::test_P5_a_drain_never_frees_a_live_buckets_temporaries[{m}]" for m in MODELS),
         expect="freed since",
     ),

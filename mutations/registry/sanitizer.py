@@ -30,7 +30,7 @@ ENTRIES: list[Mutation] = [
     Mutation(
         id="sanitizer-aliasing-unchecked",
         description="a graph replays over a temporary that a long-lived tensor still holds, unreported",
-        file="vt/engine/graph_driver.py", old="                self.pool.check_idle(slot.pinned, f\"the graph of slot {slot.key}\")\n",
+        file="vt/engine/worker/graph_driver.py", old="                self.pool.check_idle(slot.pinned, f\"the graph of slot {slot.key}\")\n",
         new="                pass\n",
         gates=(f"{CPU}::test_sanitizer_refuses_a_replay_over_a_temporary_someone_still_holds[pool-lane]",),
         expect="DID NOT RAISE",

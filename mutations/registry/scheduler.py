@@ -8,7 +8,7 @@ ENTRIES: list[Mutation] = [
     Mutation(
         id="scheduler-ignores-max-num-seqs",
         description="admission ignores max_num_seqs: more requests run than the batch has rows",
-        file="vt/engine/scheduler.py",
+        file="vt/engine/core/scheduler.py",
         old="        while self.waiting and len(self.running) < self.cfg.max_num_seqs:",
         new="        while self.waiting:",
         gates=("tests/engine/test_scheduler_machine.py::TestSchedulerMachine",),
@@ -17,7 +17,7 @@ ENTRIES: list[Mutation] = [
     Mutation(
         id="kv-release-loses-a-block",
         description="releasing a request's blocks drops the last one: the pool shrinks a block at a time",
-        file="vt/engine/kv_manager.py", old="        for b in (b for t in tables for b in t):",
+        file="vt/engine/core/kv_manager.py", old="        for b in (b for t in tables for b in t):",
         new="        for b in [b for t in tables for b in t][:-1]:",
         gates=("tests/engine/test_scheduler_machine.py::TestSchedulerMachine",),
         expect="a block lost or duplicated",

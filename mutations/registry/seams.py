@@ -11,7 +11,7 @@ ENTRIES: list[Mutation] = [
     Mutation(
         id="driver-pregrow-under-a-condition",
         description="the pre-grow sits under a condition (speculative keys only) that plain decode never meets",
-        file="vt/engine/graph_driver.py",
+        file="vt/engine/worker/graph_driver.py",
         old="        self._pregrow(slot.demand)  # before EVERY capture, unconditionally\n",
         new="        if slot.key[2]:\n            self.pool.pregrow_for_capture(slot.demand)\n",
         gates=g1(), expect="cudaErrorStreamCaptureUnsupported",
@@ -19,7 +19,7 @@ ENTRIES: list[Mutation] = [
     Mutation(
         id="driver-pregrow-call-deleted",
         description="the driver opens its captures with no pre-grow at all",
-        file="vt/engine/graph_driver.py",
+        file="vt/engine/worker/graph_driver.py",
         old="        self._pregrow(slot.demand)  # before EVERY capture, unconditionally\n",
         new="",
         gates=(*g1(), *g8(), *(f"{TP_SEAMS}::test_the_decode_capture_allocates_nothing_after_drain_on_every_rank"
@@ -34,28 +34,28 @@ ENTRIES: list[Mutation] = [
     Mutation(
         id="driver-no-step-boundary",
         description="the driver no longer marks the step boundary, so a slot's profile carries old peaks",
-        file="vt/engine/graph_driver.py", old="        _check_inputs(inp)\n        self.pool.mark_step_boundary()\n",
+        file="vt/engine/worker/graph_driver.py", old="        _check_inputs(inp)\n        self.pool.mark_step_boundary()\n",
         new="        _check_inputs(inp)\n",
         gates=per_model(f"{SEAMS}::test_G5_demand_profile_is_the_decode_steps_own"),
     ),
     Mutation(
         id="driver-padding-rows-write-kv",
         description="padding rows get slot 0 instead of -1 and write another request's KV",
-        file="vt/engine/graph_driver.py", old="slots[:n], slots[n:] = inp.slots, -1", new="slots[:n], slots[n:] = inp.slots, 0",
+        file="vt/engine/worker/graph_driver.py", old="slots[:n], slots[n:] = inp.slots, -1", new="slots[:n], slots[n:] = inp.slots, 0",
         gates=per_model(f"{SEAMS}::test_G3_padding_rows_leave_every_other_requests_kv_untouched"),
         expect="were written",
     ),
     Mutation(
         id="driver-reuses-graph-after-width-change",
         description="a slot keeps its graph after the block-table width changes",
-        file="vt/engine/graph_driver.py", old="        if slot is not None and slot.width != width:", new="        if False:",
+        file="vt/engine/worker/graph_driver.py", old="        if slot is not None and slot.width != width:", new="        if False:",
         gates=(*per_model(f"{SEAMS}::test_G4_graph_is_rebuilt_not_reused_after_the_block_table_width_changes"),
                *per_model(f"{SEAMS}::test_G6_engine_tokens_identical_with_graphs_on_and_off")),
     ),
     Mutation(
         id="driver-returns-failed-capture",
         description="a failed capture's garbage outputs are returned instead of re-raising",
-        file="vt/engine/graph_driver.py",
+        file="vt/engine/worker/graph_driver.py",
         old="            raise scope.error  # the capture executed nothing: its outputs are garbage",
         new="            return",
         gates=per_model(f"{SEAMS}::test_G1_without_the_pregrow_the_capture_dies_as_on_the_gpu", "-cpu"),

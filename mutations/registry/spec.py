@@ -19,7 +19,7 @@ ENTRIES: list[Mutation] = [
     Mutation(
         id="spec-context-keyed-by-row",
         description="draft contexts are keyed by batch row: a moved request lands on its neighbour's context",
-        file="vt/engine/proposers.py",
+        file="vt/engine/spec_decode/proposers.py",
         old="        self.contexts: dict[str, DraftContext] = {}\n\n    def _key(self, batch: InputBatch, req_id: str) -> str:\n        return req_id",
         new="        self.contexts: dict[str, DraftContext] = {}\n\n    def _key(self, batch: InputBatch, req_id: str) -> str:\n        return str(batch.row_of[req_id])",
         # Each moved request meets its neighbour's context: the position invariant fires wherever rows move.
@@ -34,7 +34,7 @@ ENTRIES: list[Mutation] = [
     Mutation(
         id="spec-mismatch-disables-instead-of-raising",
         description="a position mismatch quietly disables the request instead of raising",
-        file="vt/engine/proposers.py",
+        file="vt/engine/spec_decode/proposers.py",
         old="        if ctx is not None and ctx.length + ctx.owed != r.position:\n",
         new="        if ctx is not None and ctx.length + ctx.owed != r.position:\n            return None\n",
         gates=(f"{SPEC}::test_G4_a_broken_position_invariant_raises",),
@@ -43,7 +43,7 @@ ENTRIES: list[Mutation] = [
         id="spec-row-keyed-and-reset-context-stands",
         description="row-keyed contexts, and a missing one silently reset at the row's position: no crash, "
                     "lossless tokens, the keeper keeps proposing, but from the wrong context",
-        file="vt/engine/proposers.py",
+        file="vt/engine/spec_decode/proposers.py",
         old='        self.contexts: dict[str, DraftContext] = {}\n\n    def _key(self, batch: InputBatch, req_id: str) -> str:\n        return req_id  # never the batch row: rows move under condense, swap and reorder\n\n    def add(self, batch: InputBatch, reqs: list[NewRequestData]) -> None:\n        fresh = [r for r in reqs if r.can_speculate]\n        self.disabled.update(r.req_id for r in reqs if not r.can_speculate)\n        if fresh:  # the draft prefills what the target prefilled, into its own group\'s blocks (through its\n            # driver\'s piecewise graphs); it keeps the KV and never reads the logits back\n            self.driver.pool.release(self.driver.prefill([(r.token_ids, batch.blocks(r.req_id, DRAFT))\n                                                          for r in fresh]))\n        for r in fresh:\n            self.contexts[self._key(batch, r.req_id)] = DraftContext(r.req_id, length=len(r.token_ids))\n\n    def drop(self, req_ids: Iterable[str]) -> None:\n        for rid in req_ids:\n            self.contexts.pop(rid, None)\n            self.disabled.discard(rid)\n\n    def _context(self, batch: InputBatch, r: SpecRequest) -> DraftContext | None:\n        """The request\'s context, with the position invariant checked: never silenced."""\n        ctx = self.contexts.get(self._key(batch, r.req_id))\n        if ctx is not None and ctx.length + ctx.owed != r.position:\n            raise DraftPositionMismatch(f"request {r.req_id}: draft context holds {ctx.length} positions "\n                                        f"(+{ctx.owed} owed) but its row is at position {r.position}")\n        return ctx\n',
         new='        self.contexts: dict[str, DraftContext] = {}\n\n    def _key(self, batch: InputBatch, req_id: str) -> str:\n        return str(batch.row_of[req_id])\n\n    def add(self, batch: InputBatch, reqs: list[NewRequestData]) -> None:\n        fresh = [r for r in reqs if r.can_speculate]\n        self.disabled.update(r.req_id for r in reqs if not r.can_speculate)\n        if fresh:  # the draft prefills what the target prefilled, into its own group\'s blocks (through its\n            # driver\'s piecewise graphs); it keeps the KV and never reads the logits back\n            self.driver.pool.release(self.driver.prefill([(r.token_ids, batch.blocks(r.req_id, DRAFT))\n                                                          for r in fresh]))\n        for r in fresh:\n            self.contexts[self._key(batch, r.req_id)] = DraftContext(r.req_id, length=len(r.token_ids))\n\n    def drop(self, req_ids: Iterable[str]) -> None:\n        for rid in req_ids:\n            self.contexts.pop(rid, None)\n            self.disabled.discard(rid)\n\n    def _context(self, batch: InputBatch, r: SpecRequest) -> DraftContext | None:\n        """The request\'s context, with the position invariant checked: never silenced."""\n        ctx = self.contexts.get(self._key(batch, r.req_id))\n        if ctx is None and r.req_id not in self.disabled:\n            ctx = self.contexts[self._key(batch, r.req_id)] = DraftContext(r.req_id, length=r.position)\n        if ctx is not None and ctx.length + ctx.owed != r.position:\n            raise DraftPositionMismatch(f"request {r.req_id}: draft context holds {ctx.length} positions "\n                                        f"(+{ctx.owed} owed) but its row is at position {r.position}")\n        return ctx\n',
         gates=(f"{SPEC}::test_G6_speculative_sampling_draws_from_the_target_distribution", f"{SPEC}::test_speculative_sampling_keeps_requests_reproducible_and_alive",
@@ -58,7 +58,7 @@ ENTRIES: list[Mutation] = [
     Mutation(
         id="spec-never-prunes",
         description="draft contexts are never pruned against the batch's membership",
-        file="vt/engine/proposers.py", old="            self.contexts.pop(rid, None)\n            self.disabled.discard(rid)\n",
+        file="vt/engine/spec_decode/proposers.py", old="            self.contexts.pop(rid, None)\n            self.disabled.discard(rid)\n",
         new="            pass\n",
         gates=(f"{SPEC}::test_G5_draft_entries_never_outnumber_live_requests_after_a_step",
                f"{SPEC}::test_G5_preempted_and_resumed_requests_are_disabled_not_crashed"),
@@ -66,14 +66,14 @@ ENTRIES: list[Mutation] = [
     Mutation(
         id="spec-propose-call-deleted",
         description="the draft never proposes: every step is a plain decode in a verify-shaped batch",
-        file="vt/engine/runner.py", old="        proposals = self.proposer.propose(self.batch, asks)",
+        file="vt/engine/worker/runner.py", old="        proposals = self.proposer.propose(self.batch, asks)",
         new="        proposals = {}",
         gates=SPEC_PROPOSAL_GATES,
     ),
     Mutation(
         id="spec-sampling-always-accepts",
         description="verification accepts a draft token the target did not sample: the output follows the draft",
-        file="vt/engine/rejection.py", old="        if d != t:\n", new="        if False:\n",
+        file="vt/engine/sample/rejection.py", old="        if d != t:\n", new="        if False:\n",
         gates=(f"{SPEC}::test_G6_speculative_sampling_draws_from_the_target_distribution",
                f"{SPEC}::test_accept_keeps_the_agreeing_prefix_then_the_targets_token",
                "tests/engine/test_ngram.py::test_sampled_requests_draw_the_same_tokens_with_and_without_ngram_speculation",
@@ -88,7 +88,7 @@ ENTRIES: list[Mutation] = [
     Mutation(
         id="spec-rejection-emits-the-proposal",
         description="at the first mismatch the draft's token is emitted instead of the target's own draw",
-        file="vt/engine/rejection.py", old="            return [*out, t]\n", new="            return [*out, d]\n",
+        file="vt/engine/sample/rejection.py", old="            return [*out, t]\n", new="            return [*out, d]\n",
         gates=(f"{SPEC}::test_G6_speculative_sampling_draws_from_the_target_distribution",
                f"{SPEC}::test_accept_keeps_the_agreeing_prefix_then_the_targets_token",
                "tests/engine/test_ngram.py::test_sampled_requests_draw_the_same_tokens_with_and_without_ngram_speculation",
@@ -114,7 +114,7 @@ ENTRIES: list[Mutation] = [
     Mutation(
         id="draft-position-limit-unchecked",
         description="a draft whose max_position_embeddings is below max_model_len + k is accepted at start-up",
-        file="vt/engine/llm.py",
+        file="vt/engine/front/llm_engine.py",
         old="        if cfg.max_model_len + cfg.num_speculative_tokens > draft.config.max_position_embeddings:",
         new="        if False:",
         gates=(f"{SPEC}::test_a_draft_too_short_for_max_model_len_is_refused_at_startup",),

@@ -23,7 +23,7 @@ ENTRIES: list[Mutation] = [
     Mutation(
         id="tp-warm-up-removed",
         description="the pre-grow no longer warms the collectives up: a capture is the first enqueue of its kind",
-        file="vt/engine/graph_driver.py", old="            group.warm_up()\n", new="            pass\n",
+        file="vt/engine/worker/graph_driver.py", old="            group.warm_up()\n", new="            pass\n",
         gates=tuple(f"{TP_SEAMS}::test_a_capture_that_is_the_groups_first_collective_allocates_nothing[{m}]"
                     for m in MODELS), expect="the capture allocated",
     ),
@@ -37,7 +37,7 @@ ENTRIES: list[Mutation] = [
     Mutation(
         id="tp-stale-scheduler-output",
         description="rank 0 broadcasts the first scheduler output it ever sent, every step",
-        file="vt/engine/tp.py", old="        payload = pickle.dumps(so, protocol=pickle.HIGHEST_PROTOCOL)\n",
+        file="vt/engine/worker/tp.py", old="        payload = pickle.dumps(so, protocol=pickle.HIGHEST_PROTOCOL)\n",
         new="        self.stale = getattr(self, 'stale', so)\n"
             "        payload = pickle.dumps(self.stale, protocol=pickle.HIGHEST_PROTOCOL)\n",
         gates=(*TP_EQUALITY,
@@ -83,7 +83,7 @@ ENTRIES: list[Mutation] = [
     Mutation(
         id="tp-split-unchecked",
         description="a model that cannot be split over the ranks starts anyway (its heads divided with a remainder)",
-        file="vt/engine/llm.py", old="        check_divisible(ckpt.config, n)\n", new="",
+        file="vt/engine/front/llm_engine.py", old="        check_divisible(ckpt.config, n)\n", new="",
         gates=(f"{TP}::test_a_model_that_cannot_be_split_is_refused_by_name",
                "tests/vt/test_cli.py::test_bad_input_is_one_typed_line_and_exit_2[tp-indivisible]"),
     ),
@@ -96,7 +96,7 @@ ENTRIES: list[Mutation] = [
     Mutation(
         id="tp-death-unexplained",
         description="a step that fails because a worker died raises the raw socket error, not WorkerDied",
-        file="vt/engine/llm.py", old="            raise self.workers.explain(e) from e\n", new="            raise\n",
+        file="vt/engine/front/llm_engine.py", old="            raise self.workers.explain(e) from e\n", new="            raise\n",
         gates=(f"{TP}::test_a_killed_worker_fails_the_engine_within_bounded_time_by_name",),
     ),
     Mutation(
@@ -118,7 +118,7 @@ ENTRIES: list[Mutation] = [
     Mutation(
         id="tp-cuda-check-raw",
         description="-tp with the CUDA backend and no CuPy lets ModuleNotFoundError escape the device check",
-        file="vt/engine/tp.py",
+        file="vt/engine/worker/tp.py",
         old="    except Exception as e:  # noqa: BLE001 - no CuPy, or no driver: the CUDA backend's own refusal\n",
         new="    except ValueError as e:\n",
         gates=("tests/vt/test_cli.py::test_the_cuda_backend_without_cupy_is_one_typed_line",),
@@ -126,13 +126,13 @@ ENTRIES: list[Mutation] = [
     Mutation(
         id="tp-startup-wait-unbounded",
         description="rank 0 waits for its workers' start-up with no deadline: a worker stuck loading hangs it",
-        file="vt/engine/tp.py", old="            if time.monotonic() > deadline:\n", new="            if False:\n",
+        file="vt/engine/worker/tp.py", old="            if time.monotonic() > deadline:\n", new="            if False:\n",
         gates=(f"{TP}::test_a_worker_that_never_gets_ready_ends_the_startup_wait_at_its_deadline",),
     ),
     Mutation(
         id="tp-startup-death-unnoticed",
         description="a worker that dies while loading is found only at the start-up deadline, not by its exit code",
-        file="vt/engine/tp.py",
+        file="vt/engine/worker/tp.py",
         old="        while self.store.add(READY_KEY, 0) < len(self.procs):\n            self.check_alive()\n",
         new="        while self.store.add(READY_KEY, 0) < len(self.procs):\n",
         gates=(f"{TP}::test_a_worker_that_dies_while_loading_is_named_before_the_deadline",),

@@ -96,8 +96,8 @@ def test_demand_profile_parity_cpu_and_cuda_identical(model: str, batch: int, dt
 @pytest.mark.parametrize("model", MODELS)
 def test_engine_on_cuda_graphs_on_and_off_same_greedy_tokens(model: str) -> None:
     from vt.engine.config import EngineConfig
-    from vt.engine.ladder import run_ladder
-    from vt.engine.llm import LLMEngine
+    from vt.engine.front.ladder import run_ladder
+    from vt.engine.front.llm_engine import LLMEngine
 
     def tokens(eager: bool):
         e = LLMEngine(EngineConfig(model=model, backend="cuda", max_model_len=256, num_blocks=128,
@@ -184,8 +184,8 @@ def test_G8_cuda_spec_keys_capture_nothing(model: str, q: int) -> None:
 
 def test_speculative_decoding_on_cuda_is_lossless() -> None:
     from vt.engine.config import EngineConfig
-    from vt.engine.ladder import prompts_for, run_rung
-    from vt.engine.llm import LLMEngine
+    from vt.engine.front.ladder import prompts_for, run_rung
+    from vt.engine.front.llm_engine import LLMEngine
 
     def run(spec: bool):
         kw = dict(speculative_model="tiny-qwen3-draft", num_speculative_tokens=4) if spec else {}

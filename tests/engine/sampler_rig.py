@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 import pytest
 
-from vt.engine.sampler import NF, NI, NLP, RowSpec, pack, sample_tokens
+from vt.engine.sample.sampler import NF, NI, NLP, RowSpec, pack, sample_tokens
 from vt.registry import make_backend
 
 BACKENDS = ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)]

@@ -8,9 +8,9 @@ import pytest
 
 from vt import LLM, SamplingParams
 from vt.engine.config import EngineConfig
-from vt.engine.kv_manager import KVCacheManager
-from vt.engine.request import Request
-from vt.engine.scheduler import Scheduler
+from vt.engine.core.kv_manager import KVCacheManager
+from vt.engine.core.request import Request
+from vt.engine.core.scheduler import Scheduler
 from vt.errors import CapacityError
 
 PROMPTS = [f"request number {i} says hello to the engine" for i in range(8)]

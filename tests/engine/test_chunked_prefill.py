@@ -9,7 +9,7 @@ import pytest
 
 from vt import LLM, SamplingParams
 from vt.engine.config import EngineConfig
-from vt.engine.llm import LLMEngine
+from vt.engine.front.llm_engine import LLMEngine
 from vt.errors import ConfigError
 
 PROMPTS = [list(range(3, 3 + n)) for n in (90, 17, 200, 41, 5)]

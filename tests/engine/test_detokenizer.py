@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from models.loader import load_checkpoint, resolve_model
-from vt.engine.detokenizer import REPLACEMENT, IncrementalDetokenizer
+from vt.engine.front.detokenizer import REPLACEMENT, IncrementalDetokenizer
 
 TOK = load_checkpoint(resolve_model("tiny-qwen3")).tokenizer
 TEXTS = st.lists(st.sampled_from(list("ab cé€😀\n,.ü") + ["the", " engine"]), min_size=1, max_size=30).map("".join)

@@ -1,5 +1,5 @@
 """The engine's own streams under the CPU stream simulator (backends/streams.py): the compute stream, the
-read-back copy stream (vt/engine/readback.py) and every graph, with side work as late as legal or in a
+read-back copy stream (vt/engine/worker/readback.py) and every graph, with side work as late as legal or in a
 seeded random order. Same tokens as a plain run, and no race."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ import pytest
 
 from backends.streams import in_order, seeded, side_streams_late
 from seams.lanes import is_bypass_lane
-from vt.engine.api import LLM
-from vt.engine.sampling import SamplingParams
+from vt.engine.front.llm import LLM
+from vt.engine.sample.params import SamplingParams
 from vt.errors import StreamRace
 
 PROMPTS = [{"prompt_token_ids": [5 + i, 17, 99, 3 * i + 1] * (2 + i % 3)} for i in range(12)]

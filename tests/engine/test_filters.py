@@ -1,4 +1,4 @@
-"""The batched sampler (vt/engine/sampler.py), run as the engine runs it: one launch over many rows on a
+"""The batched sampler (vt/engine/sample/sampler.py), run as the engine runs it: one launch over many rows on a
 backend (the CPU's NumPy kernel; the CUDA kernel in the GPU lane). top-k, top-p and min-p keep exactly
 the tokens their definitions name; draws come only from those, at their renormalized probabilities (a
 chi-square test against the NumPy reference distribution); ties, bans and non-finite rows."""
@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from tests.engine.sampler_rig import BACKENDS, chi_square_critical, run_sampler
-from vt.engine.sampler import RowSpec, support
+from vt.engine.sample.sampler import RowSpec, support
 
 P = np.array([0.07, 0.3, 0.01, 0.15, 0.05, 0.2, 0.08, 0.03, 0.1, 0.01])  # one distribution, shuffled ranks
 LOGITS = np.log(P).astype(np.float32)

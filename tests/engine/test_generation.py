@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from vt import LLM, SamplingParams
-from vt.engine.sampling import NEUTRAL
+from vt.engine.sample.params import NEUTRAL
 
 PROMPTS = ["Hello world, the", "Once upon a time there was", "What is the capital", "def main(): return",
            "The engine schedules", "seven"]

@@ -13,9 +13,9 @@ import pytest
 
 from vt import LLM, SamplingParams
 from vt.engine.config import NGRAM, EngineConfig
-from vt.engine.kv_manager import KVCacheManager
-from vt.engine.request import Request
-from vt.engine.scheduler import Scheduler
+from vt.engine.core.kv_manager import KVCacheManager
+from vt.engine.core.request import Request
+from vt.engine.core.scheduler import Scheduler
 from vt.errors import CapacityError, DraftPositionMismatch, EngineInvariantError
 
 
@@ -106,7 +106,7 @@ def test_a_checkpoint_temperature_of_zero_is_greedy(tmp_path: Path) -> None:
 def test_a_request_that_can_never_be_admitted_stalls_loudly_not_forever() -> None:
     """Blocks held by no request in flight (a leak) leave the queue head unable to fit: the engine raises,
     naming the numbers, within a bounded number of steps instead of spinning."""
-    from vt.engine.llm import LLMEngine
+    from vt.engine.front.llm_engine import LLMEngine
 
     e = LLMEngine(EngineConfig(model="tiny-qwen3", max_model_len=64, num_blocks=4, block_size=16))
     e.kv_manager.allocate("leaked", [48])  # three of four blocks held by nobody in flight

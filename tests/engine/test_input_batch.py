@@ -8,7 +8,7 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from vt.engine.input_batch import InputBatch
+from vt.engine.worker.input_batch import InputBatch
 
 ROWS, MAX_LEN, MAX_BLOCKS, TRASH, GROUPS = 6, 64, 4, 99, 2
 

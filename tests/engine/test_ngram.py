@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from vt import LLM, SamplingParams
 from vt.engine.config import NGRAM, EngineConfig
-from vt.engine.llm import LLMEngine
-from vt.engine.proposers import NgramIndex
+from vt.engine.front.llm_engine import LLMEngine
+from vt.engine.spec_decode.proposers import NgramIndex
 
 K = 3
 

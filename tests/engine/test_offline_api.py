@@ -72,7 +72,7 @@ LAYERED = """{{ bos_token }}
 def test_chat_renders_the_template_as_transformers_does(llm: LLM, add_generation_prompt: bool, template: str) -> None:
     from transformers import AutoTokenizer
 
-    from vt.engine.chat import render
+    from vt.engine.front.chat import render
 
     messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi there"},
                 {"role": "assistant", "content": "Hello."}, {"role": "user", "content": ["a", {"b": 1}]}]
@@ -88,7 +88,7 @@ def test_chat_renders_the_template_as_transformers_does(llm: LLM, add_generation
 def test_chat_generates_from_the_rendered_conversation(llm: LLM) -> None:
     messages = [{"role": "user", "content": "Hi there"}]
     got = llm.chat(messages, sampling_params=SP)[0]
-    from vt.engine.chat import render
+    from vt.engine.front.chat import render
 
     text = render(llm.engine.chat_template, messages, llm.engine.special_tokens, True)
     assert got.outputs[0].token_ids == llm.generate(text, SP)[0].outputs[0].token_ids

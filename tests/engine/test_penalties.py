@@ -9,7 +9,7 @@ import pytest
 
 from tests.engine.sampler_rig import BACKENDS, run_sampler
 from vt import LLM, SamplingParams
-from vt.engine.sampler import RowSpec
+from vt.engine.sample.sampler import RowSpec
 from vt.errors import ConfigError, RequestError
 
 V = 64

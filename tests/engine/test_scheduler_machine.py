@@ -11,10 +11,10 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from vt.engine.config import EngineConfig
-from vt.engine.kv_manager import KVCacheManager
-from vt.engine.request import Request, Status
-from vt.engine.sampling import SamplingParams
-from vt.engine.scheduler import Scheduler
+from vt.engine.core.kv_manager import KVCacheManager
+from vt.engine.core.request import Request, Status
+from vt.engine.core.scheduler import Scheduler
+from vt.engine.sample.params import SamplingParams
 
 MAX_LEN, BLOCKS, SEQS, BS, BUDGET = 64, 16, 3, 8, 40  # a budget below max_model_len: prompts get chunked
 

@@ -11,8 +11,8 @@ from hypothesis import strategies as st
 
 from vt import SamplingParams
 from vt.engine.config import EngineConfig
-from vt.engine.llm import LLMEngine
-from vt.engine.request import Request
+from vt.engine.core.request import Request
+from vt.engine.front.llm_engine import LLMEngine
 
 TARGET = list(range(60, 85))
 # a flat distribution (high temperature, loose filters): another draw position almost surely another token

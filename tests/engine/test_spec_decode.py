@@ -12,8 +12,8 @@ import pytest
 from models.loader import resolve_model
 from vt import LLM, SamplingParams
 from vt.engine.config import EngineConfig
-from vt.engine.ladder import prompts_for, run_rung
-from vt.engine.llm import LLMEngine
+from vt.engine.front.ladder import prompts_for, run_rung
+from vt.engine.front.llm_engine import LLMEngine
 from vt.errors import DraftPositionMismatch
 
 K = 4
@@ -281,7 +281,7 @@ def test_G6_speculative_sampling_draws_from_the_target_distribution() -> None:
 
 
 def test_accept_keeps_the_agreeing_prefix_then_the_targets_token() -> None:
-    from vt.engine.rejection import accept
+    from vt.engine.sample.rejection import accept
 
     assert accept([5, 6, 7], [5, 9]) == [5, 6]  # rejected at the second: the target's own token
     assert accept([5, 9, 7], [5, 9]) == [5, 9, 7]  # all accepted: plus the bonus token

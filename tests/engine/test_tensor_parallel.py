@@ -17,9 +17,9 @@ import numpy as np
 import pytest
 
 from tests.helpers import ends_within
-from vt.engine.api import LLM
-from vt.engine.sampling import SamplingParams
-from vt.engine.tp import LAST_WORDS, READY_KEY, Workers
+from vt.engine.front.llm import LLM
+from vt.engine.sample.params import SamplingParams
+from vt.engine.worker.tp import LAST_WORDS, READY_KEY, Workers
 from vt.errors import ConfigError, WorkerDied
 from vt.parallel import gloo_wait, host_store
 

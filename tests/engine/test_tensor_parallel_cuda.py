@@ -33,8 +33,8 @@ needs_two = pytest.mark.skipif(_gpus() < 2, reason="needs two CUDA GPUs")
 
 @needs_two
 def test_tp2_on_two_gpus_generates_the_first_tokens_tp1_does_in_bf16() -> None:
-    from vt.engine.api import LLM
-    from vt.engine.sampling import SamplingParams
+    from vt.engine.front.llm import LLM
+    from vt.engine.sample.params import SamplingParams
 
     prompts = [{"prompt_token_ids": [5 + i, 17, 99, 3 * i + 1] * 4} for i in range(4)]
     sp = SamplingParams(max_tokens=8, temperature=0.0, ignore_eos=True, logprobs=1)

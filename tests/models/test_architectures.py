@@ -17,7 +17,7 @@ from models.loader import load_checkpoint
 from models.registry import load_model
 from seams.lanes import is_bypass_lane
 from tests.models.hf_checkpoints import ARCHS, as_transformers4, make
-from vt.engine.graph_driver import DecodeInputs, GraphDriver
+from vt.engine.worker.graph_driver import DecodeInputs, GraphDriver
 
 TOL = 1e-4
 PROMPT = [5, 77, 300, 12, 9, 400, 33, 250, 18, 101, 7, 64, 3, 222, 45, 90, 311, 17]

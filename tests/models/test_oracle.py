@@ -14,7 +14,7 @@ from models.base import ForwardBatch
 from models.loader import load_checkpoint, resolve_model
 from models.registry import load_model
 from seams.lanes import GRAPHS_REASON, guarantee
-from vt.engine.graph_driver import DecodeInputs, GraphDriver
+from vt.engine.worker.graph_driver import DecodeInputs, GraphDriver
 
 TOL = 1e-4
 PROMPT = [5, 77, 300, 12, 9, 400, 33, 250, 18, 101, 7, 64, 3, 222, 45, 90, 311, 17]  # 18 tokens: 2 blocks

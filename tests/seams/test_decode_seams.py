@@ -140,8 +140,8 @@ def test_G5_demand_profile_is_the_decode_steps_own(model: str) -> None:
 @pytest.mark.parametrize("model", GRAPH_MODELS)
 def test_G6_engine_tokens_identical_with_graphs_on_and_off(model: str) -> None:
     from vt.engine.config import EngineConfig
-    from vt.engine.ladder import run_ladder
-    from vt.engine.llm import LLMEngine
+    from vt.engine.front.ladder import run_ladder
+    from vt.engine.front.llm_engine import LLMEngine
 
     def tokens(eager: bool) -> list:
         e = LLMEngine(EngineConfig(model=model, max_model_len=256, num_blocks=128, max_num_seqs=8,

@@ -1,4 +1,4 @@
-"""Seam tests for piecewise prefill graphs (vt/engine/piecewise.py), the decode slots' pattern per token
+"""Seam tests for piecewise prefill graphs (vt/engine/worker/piecewise.py), the decode slots' pattern per token
 bucket: cold step, drain (freed > 0), reset counters, capture, allocs_in_step > 0, allocs_in_capture == 0;
 replayed logits equal eager logits bit for bit; and the buckets agree with the unsplit, unpadded prefill."""
 

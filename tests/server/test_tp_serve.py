@@ -29,7 +29,7 @@ def _workers_of(pid: int) -> list[int]:
             cmd = (d / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
         except (OSError, IndexError, ValueError):
             continue
-        if ppid == pid and "vt.engine.tp" in cmd:
+        if ppid == pid and "vt.engine.worker.tp" in cmd:
             out.append(int(d.name))
     return out
 

@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from backends.cpu import CpuBackend
-from vt.dtypes import narrow, to_storage, widen
+from backends.kernels.convert import narrow, widen
+from vt.dtypes import to_storage
 
 
 def _every_bf16_boundary() -> np.ndarray:
@@ -57,7 +58,7 @@ def test_a_low_precision_gemm_rounds_its_left_operand_and_accumulates_in_float32
 
 @pytest.mark.gpu
 def test_the_cuda_conversion_kernels_equal_the_numpy_ones() -> None:
-    """CUDA narrows and widens with one kernel each (vt/dtypes.py): bit for bit what NumPy computes."""
+    """CUDA narrows and widens with one kernel each (backends/kernels/convert.cu): bit for bit what NumPy computes."""
     import cupy
 
     x = _every_bf16_boundary()

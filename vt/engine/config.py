@@ -30,7 +30,7 @@ class EngineConfig:
     ngram_prompt_lookup_max: int = 3  # the longest context suffix the n-gram proposer matches
     seed: int = 0
     dtype: str = "auto"  # auto: the checkpoint's dtype on CUDA, float32 compute on the CPU (see resolve_dtype)
-    tensor_parallel_size: int = 1  # ranks, one process and one device each (vt/engine/tp.py)
+    tensor_parallel_size: int = 1  # ranks, one process and one device each (vt/engine/worker/tp.py)
 
     def __post_init__(self) -> None:
         _need(isinstance(self.model, str) and bool(self.model), "model", self.model, "a model name or path")

@@ -26,7 +26,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from vt.engine.request import RequestOutput
+from vt.engine.core.request import RequestOutput
 from vt.errors import RequestError
 from vt.server.async_llm import AsyncLLM, EngineDeadError
 from vt.server.metrics import Metrics
@@ -103,7 +103,7 @@ class Server:
             check_model(body, self.model_name)
             parsed = parse_sampling(body, chat)
             if chat:
-                from vt.engine.chat import render
+                from vt.engine.front.chat import render
 
                 e = self.llm.engine
                 try:

@@ -20,9 +20,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from vt.engine.config import EngineConfig
-from vt.engine.llm import LLMEngine
-from vt.engine.request import Request, RequestOutput
-from vt.engine.sampling import SamplingParams
+from vt.engine.core.request import Request, RequestOutput
+from vt.engine.front.llm_engine import LLMEngine
+from vt.engine.sample.params import SamplingParams
 from vt.errors import RequestError
 
 POLL_S = 0.25  # how often a request waiting to be added checks that the engine still runs

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from vt.engine.sampling import SamplingParams
+from vt.engine.sample.params import SamplingParams
 from vt.errors import ConfigError
 
 MAX_LOGPROBS = 20

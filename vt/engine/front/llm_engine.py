@@ -1,4 +1,4 @@
-"""LLMEngine: add_request, and step (schedule, run, update). The offline API is vt/engine/api.py."""
+"""LLMEngine: add_request, and step (schedule, run, update). The offline API is vt/engine/front/llm.py."""
 
 from __future__ import annotations
 
@@ -12,10 +12,10 @@ from typing import Any
 import numpy as np
 
 from vt.engine.config import EngineConfig, resolve_dtype
-from vt.engine.detokenizer import IncrementalDetokenizer
-from vt.engine.outputs import RunnerOutput, SchedulerOutput
-from vt.engine.request import Request
-from vt.engine.sampling import SamplingParams
+from vt.engine.core.outputs import RunnerOutput, SchedulerOutput
+from vt.engine.core.request import Request
+from vt.engine.front.detokenizer import IncrementalDetokenizer
+from vt.engine.sample.params import SamplingParams
 from vt.errors import ConfigError, EngineInvariantError, RequestError
 
 Prompt = str | list[int]
@@ -28,9 +28,9 @@ class LLMEngine:
     def __init__(self, cfg: EngineConfig) -> None:
         from models.loader import load_checkpoint, resolve_model
         from models.registry import load_model
-        from vt.engine.kv_manager import KVCacheManager
-        from vt.engine.runner import ModelRunner
-        from vt.engine.scheduler import Scheduler
+        from vt.engine.core.kv_manager import KVCacheManager
+        from vt.engine.core.scheduler import Scheduler
+        from vt.engine.worker.runner import ModelRunner
         from vt.registry import make_backend
 
         self.cfg = cfg
@@ -75,7 +75,7 @@ class LLMEngine:
         fails while starting, the workers are stopped and their words, if any, explain why."""
         from models.registry import load_model
         from models.shard import check_divisible
-        from vt.engine.tp import TIMEOUT_S, Workers, check_devices
+        from vt.engine.worker.tp import TIMEOUT_S, Workers, check_devices
         from vt.parallel import host_store, init_group
         from vt.registry import make_backend
 
@@ -110,7 +110,7 @@ class LLMEngine:
         from models.loader import load_checkpoint, resolve_model
         from models.registry import load_model
         from vt.engine.config import NGRAM
-        from vt.engine.proposers import DraftModelProposer, NgramProposer
+        from vt.engine.spec_decode.proposers import DraftModelProposer, NgramProposer
 
         cfg = self.cfg
         if cfg.speculative_model is None:
@@ -148,7 +148,7 @@ class LLMEngine:
     def check_request(self, prompt: Prompt, params: SamplingParams | None = None) -> tuple[list[int], Any]:
         """The prompt's token ids and the resolved parameters, or the RequestError add_request would raise
         (nothing is queued either way: LLM.generate checks every request before it queues any)."""
-        from vt.engine.sampler import MAX_BANNED
+        from vt.engine.sample.sampler import MAX_BANNED
 
         ids = self.tokenize(prompt)
         resolved = (params or SamplingParams()).resolve(self.generation_config)
@@ -299,7 +299,7 @@ class LLMEngine:
 
 def _generation_config(ckpt: Any) -> dict[str, Any]:
     """The checkpoint's sampling defaults, validated as SamplingParams are (CheckpointError names the field)."""
-    from vt.engine.sampling import validate_generation_config
+    from vt.engine.sample.params import validate_generation_config
     from vt.errors import CheckpointError
 
     try:

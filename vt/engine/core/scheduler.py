@@ -13,9 +13,9 @@ from __future__ import annotations
 from collections import deque
 
 from vt.engine.config import EngineConfig
-from vt.engine.kv_manager import KVCacheManager
-from vt.engine.outputs import CachedRequestData, NewRequestData, SchedulerOutput
-from vt.engine.request import Request, Status
+from vt.engine.core.kv_manager import KVCacheManager
+from vt.engine.core.outputs import CachedRequestData, NewRequestData, SchedulerOutput
+from vt.engine.core.request import Request, Status
 
 
 class Scheduler:

@@ -2,7 +2,7 @@
 
 It mirrors the scheduled requests in its input batch (tokens, and per KV group the block tables the KV
 manager handed out), runs the model (prefill eager; decode through the graph driver), lets the proposer
-propose, and samples on the device (vt/engine/sampler.py): only sampled ids (and requested logprobs)
+propose, and samples on the device (vt/engine/sample/sampler.py): only sampled ids (and requested logprobs)
 come back to the host. It never touches a Request: only the engine's update step appends tokens,
 checks stops and finishes requests.
 """
@@ -18,14 +18,14 @@ from models import kernels as K
 from models.base import Model
 from vt.backend import Tensor
 from vt.engine.config import EngineConfig
-from vt.engine.graph_driver import DecodeInputs, GraphDriver, StepResult
-from vt.engine.input_batch import InputBatch
-from vt.engine.kv_manager import TARGET
-from vt.engine.outputs import RunnerOutput, SchedulerOutput
-from vt.engine.proposers import Proposer, SpecRequest
-from vt.engine.rejection import accept
-from vt.engine.sampler import NF, NI, NLP, RowSpec, SamplingRows, logprobs_of, pack, sample_tokens
-from vt.engine.sampling import ResolvedParams
+from vt.engine.core.kv_manager import TARGET
+from vt.engine.core.outputs import RunnerOutput, SchedulerOutput
+from vt.engine.sample.params import ResolvedParams
+from vt.engine.sample.rejection import accept
+from vt.engine.sample.sampler import NF, NI, NLP, RowSpec, SamplingRows, logprobs_of, pack, sample_tokens
+from vt.engine.spec_decode.proposers import Proposer, SpecRequest
+from vt.engine.worker.graph_driver import DecodeInputs, GraphDriver, StepResult
+from vt.engine.worker.input_batch import InputBatch
 
 I64, F32 = np.int64, np.float32
 NON_FINITE = "the model produced non-finite logits"
@@ -262,7 +262,7 @@ class ModelRunner:
     # ---- speculative decoding ---------------------------------------------------------------
     def _speculate(self, req_ids: list[str], so: SchedulerOutput, out: RunnerOutput) -> None:
         """The target samples every verified position with the request's own (seed, output position)
-        draws; proposals are accepted while they equal those samples (vt/engine/rejection.py)."""
+        draws; proposals are accepted while they equal those samples (vt/engine/sample/rejection.py)."""
         assert self.proposer is not None
         asks = [SpecRequest(rid, self._position(rid), self.states[rid].params)
                 for rid in req_ids if so.spec_tokens.get(rid)]

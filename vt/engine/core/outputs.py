@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from vt.engine.sampling import ResolvedParams
+from vt.engine.sample.params import ResolvedParams
 
 
 @dataclass(slots=True)

@@ -4,7 +4,7 @@ Each row reads its parameters from two arrays the input batch stages (`SamplingR
 (temperature, top_p, min_p, penalties) and ints (seed, output position, top_k, prompt and history
 lengths, logprobs, banned tokens). The host copies back the sampled ids (and requested logprobs), never
 logits. NumPy runs it on the CPU backend (`_sample_numpy`, the reference); CUDA runs it as one kernel
-per row block (vt/engine/sampler_cuda.py). Both define the same draw:
+per row block (backends/kernels/sampler.cu). Both define the same draw:
 
 1. Penalties, as vLLM applies them, on the raw logits: for each distinct token of the prompt or the
    output, repetition (HF's rule: divide a positive logit, multiply a negative one), then presence and
@@ -118,7 +118,7 @@ def sample_tokens(xp: Any, logits: Any, fparams: Any, iparams: Any, hist: Any, h
     outputs and, in place, the logits (penalties, bans) and hist_raw [n, L] (scratch): no allocation, so
     it runs inside a captured graph."""
     if hasattr(xp, "RawKernel"):
-        from vt.engine.sampler_cuda import launch
+        from backends.kernels.sampler import launch
 
         launch(xp, logits, fparams, iparams, hist, hist_raw, out_ids, lp_vals, lp_ids, len(FIELDS_I))
         return

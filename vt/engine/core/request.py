@@ -7,7 +7,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from vt.engine.sampling import ResolvedParams
+from vt.engine.sample.params import ResolvedParams
 
 
 class Status(enum.Enum):

@@ -9,9 +9,9 @@ from typing import Any
 
 import numpy as np
 
-from vt.engine.llm import LLMEngine
-from vt.engine.request import Request
-from vt.engine.sampling import SamplingParams
+from vt.engine.core.request import Request
+from vt.engine.front.llm_engine import LLMEngine
+from vt.engine.sample.params import SamplingParams
 from vt.errors import ConfigError, EngineInvariantError
 
 

@@ -2,7 +2,7 @@
 class, over any `Model` (models/base.py). A driver per model is how a real engine came to have seven
 drivers opening captures over pools nobody had pre-grown.
 
-A step is the forward and the batched sampler (vt/engine/sampler.py), captured together: the host
+A step is the forward and the batched sampler (vt/engine/sample/sampler.py), captured together: the host
 stages tokens, positions, block tables and each row's sampling parameters, and reads back only the
 sampled ids (and logprobs, when a row asks), never logits.
 
@@ -25,9 +25,9 @@ import numpy as np
 from models.base import ForwardBatch, KVCache, Model, prefill_inputs, prefill_logits
 from vt.backend import Graph, Tensor
 from vt.capture import BreakableGraph, GraphCaptureScope
-from vt.engine.piecewise import Bucket, carry_buffers, token_ladder
-from vt.engine.readback import Readback
-from vt.engine.sampler import NF, NI, NLP, SamplingRows, pack, sample_tokens
+from vt.engine.sample.sampler import NF, NI, NLP, SamplingRows, pack, sample_tokens
+from vt.engine.worker.piecewise import Bucket, carry_buffers, token_ladder
+from vt.engine.worker.readback import Readback
 from vt.errors import GraphInputMismatch
 
 I64, F32 = np.int64, np.float32
@@ -145,7 +145,7 @@ class GraphDriver:
         self.last_slot: Slot | None = None
         self.num_eager = self.num_captures = self.num_replays = 0
         self._last_rows = 0
-        self.token_ladder = token_ladder(max_num_batched_tokens)  # prefill buckets (vt/engine/piecewise.py)
+        self.token_ladder = token_ladder(max_num_batched_tokens)  # prefill buckets (vt/engine/worker/piecewise.py)
         self.buckets: dict[int, Bucket] = {}
         self.carry: dict[str, Tensor] = {}  # the buckets' persistent carry, allocated at the first prefill
         self.num_prefill_eager = self.num_prefill_captures = self.num_prefill_replays = 0
@@ -156,7 +156,7 @@ class GraphDriver:
         return self.step_async(inp, spec)()
 
     def step_async(self, inp: DecodeInputs, spec: bool = False) -> Callable[[], StepResult]:
-        """Launches the step and its read-back; the returned call waits for the ids (vt/engine/readback.py)."""
+        """Launches the step and its read-back; the returned call waits for the ids (vt/engine/worker/readback.py)."""
         with self.backend.use_stream(self.stream):  # staging, replay and read-back stay in order
             return self._step(inp, spec)
 

@@ -12,9 +12,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from vt.engine.config import EngineConfig
-from vt.engine.llm import LLMEngine
-from vt.engine.request import RequestOutput
-from vt.engine.sampling import SamplingParams
+from vt.engine.core.request import RequestOutput
+from vt.engine.front.llm_engine import LLMEngine
+from vt.engine.sample.params import SamplingParams
 from vt.errors import RequestError
 
 PROMPT_KEYS = ("prompt", "prompt_token_ids")
@@ -95,7 +95,7 @@ class LLM:
              chat_template: str | None = None) -> list[RequestOutput]:
         """One conversation (a list of {"role", "content"} dicts) or a list of them, rendered with the
         checkpoint's chat template as transformers renders it."""
-        from vt.engine.chat import render
+        from vt.engine.front.chat import render
 
         convs = messages if messages and isinstance(messages, list) and isinstance(messages[0], list) else [messages]
         texts = [render(self.engine.chat_template if chat_template is None else chat_template, c,

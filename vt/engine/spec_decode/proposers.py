@@ -5,7 +5,7 @@ live request into a finished neighbour's hole; the decode-first reorder swaps ro
 first sight of an id and dropped when the scheduler says the request left (finished or preempted). A
 request first seen with committed tokens (resumed after preemption) may not speculate for its life; the
 scheduler decides that (`can_speculate`) and the proposers record it. Proposals are deterministic (the
-draft proposes its argmax), so verification is vt/engine/rejection.py's exact rule, the same for both.
+draft proposes its argmax), so verification is vt/engine/sample/rejection.py's exact rule, the same for both.
 """
 
 from __future__ import annotations
@@ -19,11 +19,11 @@ import numpy as np
 
 from models.base import Model
 from vt.engine.config import EngineConfig
-from vt.engine.graph_driver import DecodeInputs, GraphDriver
-from vt.engine.input_batch import InputBatch
-from vt.engine.kv_manager import DRAFT
-from vt.engine.outputs import NewRequestData
-from vt.engine.sampling import ResolvedParams
+from vt.engine.core.kv_manager import DRAFT
+from vt.engine.core.outputs import NewRequestData
+from vt.engine.sample.params import ResolvedParams
+from vt.engine.worker.graph_driver import DecodeInputs, GraphDriver
+from vt.engine.worker.input_batch import InputBatch
 from vt.errors import DraftPositionMismatch
 
 I64 = np.int64

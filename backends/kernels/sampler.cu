@@ -1,28 +1,19 @@
-"""The batched sampler as one CUDA kernel (CuPy RawKernel): a block of 512 threads per row.
-
-Semantics are vt/engine/sampler.py's (the NumPy reference). Thresholds come from radix selection over
-order-preserving float keys (4 passes of 8 bits, histograms in shared memory): the k-th largest key
-for top-k and for the logprobs' top-n, and the largest key whose kept mass reaches top_p. Masses are
-fixed-point integers, so every sum (and so every decision) is the same whatever order threads add in.
-The kernel allocates nothing: it runs inside a captured decode graph.
-"""
-
-from __future__ import annotations
-
-from typing import Any
-
-import numpy as np
-
-THREADS = 512
-_SOURCE = r"""
+// The batched sampler as one kernel: a block of VT_SAMPLER_THREADS threads per row. Semantics are
+// vt/engine/sample/sampler.py's (its NumPy twin, `_sample_numpy`). Thresholds come from radix selection over
+// order-preserving float keys (4 passes of 8 bits, histograms in shared memory): the k-th largest key for
+// top-k and for the logprobs' top-n, and the largest key whose kept mass reaches top_p. Masses are
+// fixed-point integers, so every sum (and so every decision) is the same whatever order threads add in.
+// It allocates nothing: it runs inside a captured decode graph. The row layout comes from the binding
+// (backends/kernels/sampler.py) as macros: VT_NF floats and VT_NI ints per row, the first VT_NFI ints
+// named fields and the rest banned ids, VT_NLP logprob slots.
 typedef unsigned long long u64;
 typedef unsigned int u32;
-#define T %(threads)d
+#define T VT_SAMPLER_THREADS
 #define WARPS (T / 32)
-#define NF %(nf)d
-#define NI %(ni)d
-#define NFI %(nfi)d
-#define NLP %(nlp)d
+#define NF VT_NF
+#define NI VT_NI
+#define NFI VT_NFI
+#define NLP VT_NLP
 #define MASS_SCALE 4294967296.0f
 #define VT_INF __int_as_float(0x7f800000)
 
@@ -274,18 +265,3 @@ extern "C" __global__ void vt_sample(float* logits, const float* fparams, const 
         }
     }
 }
-"""
-_kernel: dict[str, Any] = {}
-
-
-def launch(cp: Any, logits: Any, fparams: Any, iparams: Any, hist: Any, hist_raw: Any, out_ids: Any, lp_vals: Any,
-           lp_ids: Any, num_int_fields: int) -> None:
-    """The row layout (vt/engine/sampler.py) comes from the arrays: fparams [n, NF], iparams [n, NI] whose
-    first num_int_fields are the named fields and the rest the banned ids, lp_vals [n, NLP]."""
-    if "k" not in _kernel:
-        src = _SOURCE % {"threads": THREADS, "nf": fparams.shape[1], "ni": iparams.shape[1], "nfi": num_int_fields,
-                         "nlp": lp_vals.shape[1]}
-        _kernel["k"] = cp.RawKernel(src, "vt_sample")
-    n, V = logits.shape
-    _kernel["k"]((n,), (THREADS,), (logits, fparams, iparams, hist, hist_raw, out_ids, lp_vals, lp_ids,
-                                    np.int32(V), np.int32(hist.shape[1])))

@@ -41,7 +41,7 @@ LAST_WORDS = "vt tensor-parallel rank"  # how a failing worker's last line begin
 
 
 class Workers:
-    """Rank 0's handle on ranks 1..N-1: `python -m vt.engine.tp` processes (no re-import of the caller's
+    """Rank 0's handle on ranks 1..N-1: `python -m vt.engine.worker.tp` processes (no re-import of the caller's
     __main__, as multiprocessing's spawn would need), each logging to its own file in a temporary folder."""
 
     def __init__(self, cfg: EngineConfig, store: Any) -> None:
@@ -53,8 +53,8 @@ class Workers:
         for rank in range(1, cfg.tensor_parallel_size):
             with open(self.log(rank), "w") as log:
                 self.procs.append(subprocess.Popen(
-                    [sys.executable, "-m", "vt.engine.tp", arg, str(rank), str(store.port)], stdin=subprocess.PIPE,
-                    stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True,
+                    [sys.executable, "-m", "vt.engine.worker.tp", arg, str(rank), str(store.port)],
+                    stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True,
                     preexec_fn=_die_with_parent))
 
     @property
@@ -189,7 +189,7 @@ def worker_main(cfg: EngineConfig, rank: int, port: int) -> None:
     code 1."""
     import torch.distributed as dist
 
-    from vt.engine.runner import ModelRunner
+    from vt.engine.worker.runner import ModelRunner
 
     try:
         ckpt, _, group, model = build_rank(cfg, rank, port)

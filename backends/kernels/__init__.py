@@ -1,0 +1,17 @@
+"""The kernel library: every CUDA kernel vt runs, one `.cu` file per family, each beside its NumPy twin.
+
+    common.cuh          storage types (bf16 / fp16 as bits), exact conversions, vector loads, reductions
+    build.py            compile options in one place, NVRTC through CuPy's RawModule, the CI nvcc check
+    fused.py            FusedKernel: one semantics, a NumPy twin and a CUDA body, picked by the backend
+    convert.cu/.py      float32 <-> bf16 / fp16 storage conversions
+    norm.cu/.py         embedding gather, residual add + RMSNorm (the GEMM operand narrowed as it is written)
+    rotary.cu/.py       q/k RMSNorm + rotary + the KV-cache write, straight from the qkv projection
+    activation.cu/.py   SiLU(gate) x up
+    decode_attention.cu/.py   paged decode attention over the block table, split along the context
+    sampler.cu/.py      the batched sampler (its twin is vt/engine/sample/sampler.py's reference)
+
+A twin is the reference its kernel is tested against (the GPU lane, on random inputs at the edges) and what
+the CPU backend runs; a fused kernel writes only the outputs its caller preallocated, so the twin is charged
+nothing on the CPU, as the kernel allocates nothing on the GPU. Models reach these through the Backend's
+named operations (vt/ops.py), never through CuPy.
+"""

@@ -1,0 +1,118 @@
+"""How a kernel of the library becomes a callable CUDA function, and the CI compile of every kernel.
+
+One place for compile options (`NVRTC_OPTIONS` at run time through CuPy's RawModule, `NVCC_OPTIONS` for
+the CI check). A `.cu` file includes only headers of this folder; `source` inlines them before NVRTC sees
+the text, so CuPy's on-disk cache (keyed by the text it compiles) never serves a kernel built against an
+older header. Template instantiations are NVRTC name expressions; each op module lists the ones CI must
+compile in `CI_INSTANCES`, and `python -m backends.kernels.build` compiles them all with nvcc, without a GPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+KERNEL_DIR = Path(__file__).resolve().parent
+NVRTC_OPTIONS = ("--std=c++17",)  # CuPy adds the device's -arch
+NVCC_OPTIONS = ("-arch=sm_90a", "-std=c++17")
+_INCLUDE = re.compile(r'^#include "([A-Za-z0-9_.]+)"\s*$', re.M)
+
+
+@dataclass(frozen=True, slots=True)
+class Instance:
+    """One compiled kernel: a .cu file of this folder, a name expression in it, and the macros it is built with."""
+
+    file: str
+    expr: str
+    defines: tuple[tuple[str, int], ...] = ()
+
+    @property
+    def options(self) -> tuple[str, ...]:
+        return tuple(f"-D{k}={v}" for k, v in self.defines)
+
+
+def source(file: str) -> str:
+    """The text of a .cu file with this folder's headers inlined (each once)."""
+    seen: set[str] = set()
+
+    def expand(name: str) -> str:
+        if name in seen:
+            return ""
+        seen.add(name)
+        text = (KERNEL_DIR / name).read_text()
+        return _INCLUDE.sub(lambda m: expand(m.group(1)), text)
+
+    return expand(file)
+
+
+_functions: dict[Instance, Any] = {}
+
+
+def function(cp: Any, inst: Instance) -> Any:
+    """The CuPy RawKernel of an instance, compiled (NVRTC) and loaded on first use. A first use happens in a
+    slot's cold eager step, never inside a capture (loading a module is not a capturable operation)."""
+    fn = _functions.get(inst)
+    if fn is None:
+        templated = "<" in inst.expr
+        mod = cp.RawModule(code=source(inst.file), options=NVRTC_OPTIONS + inst.options,
+                           name_expressions=(inst.expr,) if templated else None)
+        fn = _functions[inst] = mod.get_function(inst.expr)
+    return fn
+
+
+def ci_instances() -> list[Instance]:
+    """Every instance the op modules ask CI to compile."""
+    from backends.kernels import convert, sampler
+
+    return [i for mod in (convert, sampler) for i in mod.CI_INSTANCES]
+
+
+def nvcc_check(instances: list[Instance], nvcc: str = "nvcc") -> list[tuple[str, str]]:
+    """Compiles each (file, macros) group of instances with nvcc for sm_90a; returns (what, error) per failure."""
+    groups: dict[tuple[str, tuple], list[str]] = {}
+    for inst in instances:
+        groups.setdefault((inst.file, inst.defines), []).append(inst.expr)
+    failures = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for n, ((file, defines), exprs) in enumerate(groups.items()):
+            unit = Path(tmp) / f"unit{n}.cu"
+            refs = ",\n    ".join(f"(void*)&{e}" for e in exprs)
+            unit.write_text(f'#include "{KERNEL_DIR / file}"\nvoid* vt_ci_instances[] = {{\n    {refs}\n}};\n')
+            cmd = [nvcc, *NVCC_OPTIONS, f"-I{KERNEL_DIR}", *Instance(file, "", defines).options, "-c", str(unit),
+                   "-o", str(Path(tmp) / f"unit{n}.o")]
+            p = subprocess.run(cmd, capture_output=True, text=True)
+            if p.returncode != 0:
+                failures.append((f"{file} {dict(defines)}: {', '.join(exprs)}", p.stderr.strip()[-3000:]))
+    return failures
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m backends.kernels.build",
+                                 description="compile every kernel instance with nvcc -arch=sm_90a (no GPU needed)")
+    ap.add_argument("--nvcc", default=shutil.which("nvcc") or "nvcc")
+    args = ap.parse_args(argv)
+    if shutil.which(args.nvcc) is None:
+        print(f"nvcc not found ({args.nvcc}): the kernels cannot be checked", file=sys.stderr)
+        return 2
+    instances = ci_instances()
+    failures = nvcc_check(instances, args.nvcc)
+    for what, err in failures:
+        print(f"FAILED {what}\n{err}\n", file=sys.stderr)
+    files = sorted({i.file for i in instances})
+    if failures:
+        print(f"{len(failures)} compile unit(s) failed")
+    else:
+        print(f"nvcc {' '.join(NVCC_OPTIONS)}: {len(instances)} kernel instances compiled, from {len(files)} "
+              f"files ({', '.join(files)})")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,76 @@
+// What every kernel of the library shares: the storage types (bf16 and fp16 held as their bits, so no
+// CUDA header is needed under NVRTC or nvcc), exact conversions that round as the NumPy twins round,
+// 16-byte vector loads, and warp reductions.
+#pragma once
+
+namespace vt {
+
+typedef long long i64;
+
+struct bf16 { unsigned short bits; };
+struct f16 { unsigned short bits; };
+
+__device__ __forceinline__ float to_f32(float x) { return x; }
+__device__ __forceinline__ float to_f32(bf16 x) { return __uint_as_float(((unsigned int)x.bits) << 16); }
+__device__ __forceinline__ float to_f32(f16 x) {
+    float f;
+    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(x.bits));
+    return f;
+}
+
+template <typename T> __device__ __forceinline__ T from_f32(float x);
+template <> __device__ __forceinline__ float from_f32<float>(float x) { return x; }
+// Round to nearest even, a NaN kept quiet: vt/dtypes.py's _narrow_bf16, bit for bit.
+template <> __device__ __forceinline__ bf16 from_f32<bf16>(float x) {
+    unsigned int u = __float_as_uint(x);
+    bf16 r;
+    r.bits = (u & 0x7FFFFFFFu) > 0x7F800000u ? (unsigned short)((u >> 16) | 0x40u)
+                                            : (unsigned short)((u + ((u >> 16) & 1u) + 0x7FFFu) >> 16);
+    return r;
+}
+template <> __device__ __forceinline__ f16 from_f32<f16>(float x) {
+    f16 r;
+    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(r.bits) : "f"(x));
+    return r;
+}
+
+// N consecutive elements of T widened to float through 16-byte loads (N * sizeof(T) is a multiple of 16).
+template <typename T, int N> __device__ __forceinline__ void load_f32(const T* p, float* out) {
+    static_assert((N * sizeof(T)) % 16 == 0, "whole 16-byte vectors only");
+    constexpr int PER = 16 / sizeof(T);
+#pragma unroll
+    for (int v = 0; v < N / PER; v++) {
+        uint4 raw = reinterpret_cast<const uint4*>(p)[v];
+        const T* e = reinterpret_cast<const T*>(&raw);
+#pragma unroll
+        for (int j = 0; j < PER; j++) out[v * PER + j] = to_f32(e[j]);
+    }
+}
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+// Sum over the block's threads (blockDim.x a multiple of 32, at most 1024); every thread gets it.
+__device__ __forceinline__ float block_sum(float v, float* scratch /* [32] */) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+    v = warp_sum(v);
+    if (lane == 0) scratch[warp] = v;
+    __syncthreads();
+    float r = lane < warps ? scratch[lane] : 0.0f;
+    r = warp_sum(r);
+    __syncthreads();
+    return r;
+}
+
+__device__ __forceinline__ float neg_inf() { return -__int_as_float(0x7f800000); }
+
+}  // namespace vt
