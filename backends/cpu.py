@@ -16,6 +16,7 @@ import numpy as np
 
 from backends.attribution import KernelAttribution
 from backends.cupy_model import Charger, modeled_numpy
+from backends.kernels.library import LIBRARY
 from backends.streams import Policy, StreamOrder, in_order, tensors_of
 from vt.backend import (
     Backend,
@@ -127,6 +128,7 @@ class CpuBackend(Backend):
         self.xp = modeled_numpy(self._charger)
         self.order: StreamOrder | None = None  # the stream-order simulator, when a test attaches one
         DevicePool(self)  # attaches itself as self.pool
+        self.kernels = LIBRARY  # the bodies of the named operations (vt/ops.py)
 
     def simulate_streams(self, policy: Policy = in_order) -> StreamOrder:
         """From now on each stream is a queue of deferred work run in the order the policy picks, and

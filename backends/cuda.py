@@ -22,6 +22,7 @@ import numpy as np
 
 from backends import cugraph
 from backends.attribution import KernelAttribution
+from backends.kernels.library import LIBRARY
 from vt.backend import (
     Backend,
     Buffer,
@@ -131,6 +132,7 @@ class CudaBackend(Backend):
         super().__init__(sanitize=False)  # the poisoning sanitizer is the CPU backend's
         self.attribution = KernelAttribution(self)
         DevicePool(self)  # attaches itself as self.pool
+        self.kernels = LIBRARY  # the bodies of the named operations (vt/ops.py)
         # cudaGraphExecDestroy inside a global-mode capture invalidates it (seen on the H200 when a
         # dropped graph was garbage-collected mid-capture): graphs let go while anything captures
         # wait here until the last capture ends.

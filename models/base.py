@@ -52,23 +52,24 @@ class KVCache:
 
 
 class Carry:
-    """The tensors that cross an attention break, by name. From the pool (an unsplit forward: drawn and
-    released where the forward needs them) or fixed (a piecewise graph's persistent views: never released)."""
+    """The tensors that cross an attention break, by name. Fixed ones (a piecewise graph's persistent views,
+    a decode slot's retained hidden states) are the caller's and never released; the rest are drawn from the
+    pool where the forward first needs them and released where it puts them back."""
 
     def __init__(self, pool: Any, fixed: dict[str, Tensor] | None = None) -> None:
-        self.pool, self.fixed = pool, fixed
+        self.pool, self.fixed = pool, fixed or {}
         self.live: dict[str, Tensor] = {}
 
     def get(self, name: str, shape: tuple[int, ...], dtype: Any = np.float32) -> Tensor:
         """The named tensor; drawn from the pool (of this shape) the first time, while it is not live."""
-        if self.fixed is not None:
+        if name in self.fixed:
             return self.fixed[name]
         if name not in self.live:
             self.live[name] = self.pool.empty(shape, dtype)
         return self.live[name]
 
     def put(self, name: str) -> None:
-        if self.fixed is None and name in self.live:
+        if name in self.live:
             self.pool.release(self.live.pop(name))
 
 
@@ -78,22 +79,23 @@ class Model(Protocol):
     cfg: ModelConfig
     backend: Backend
     kv_dtype: np.dtype  # the KV cache's storage dtype (vt/dtypes.py)
+    operand_dtype: np.dtype  # the GEMMs' activation operands (the final hidden states included)
 
     def make_kv_cache(self, num_blocks: int, block_size: int) -> KVCache: ...
 
     def forward(self, fb: ForwardBatch, kv: KVCache, logits: Tensor, hidden: Tensor | None = None) -> None:
-        """Writes logits [N, vocab] (and, if given, the final hidden states [N, H]) for fb's logit rows
-        (prefill) or for every token (decode)."""
+        """Writes logits [N, vocab] for fb's logit rows (prefill) or for every token (decode), and (decode) the
+        final normed hidden states [T, H] into `hidden` (operand_dtype) when given."""
         ...
 
-    # The same forward in pieces, for piecewise graphs: `pieces` runs it up to the final hidden states
-    # (carry "x") as segment, attention, segment, ..., segment, with what crosses an attention in the
+    # The same forward in pieces, for piecewise graphs: `pieces` runs it up to the final normed hidden
+    # states (carry "h") as segment, attention, segment, ..., segment, with what crosses an attention in the
     # carry (named and shaped by `carry_shapes`); `head` then writes the logits of fb's logit rows.
     def carry_shapes(self, num_tokens: int) -> dict[str, tuple[tuple[int, ...], Any]]: ...
 
     def pieces(self, fb: ForwardBatch, kv: KVCache, carry: Carry) -> list[Callable[[], None]]: ...
 
-    def head(self, fb: ForwardBatch, carry: Carry, logits: Tensor, hidden: Tensor | None = None) -> None: ...
+    def head(self, fb: ForwardBatch, carry: Carry, logits: Tensor) -> None: ...
 
 
 def make_kv_cache(model: Model, num_blocks: int, block_size: int) -> KVCache:

@@ -15,13 +15,13 @@ from typing import Any
 
 import numpy as np
 
-from backends.kernels.convert import widen
+from backends.kernels.decode_attention import num_partitions
 from models import kernels as K
 from models.base import Carry, ForwardBatch, KVCache, make_kv_cache
 from models.config import ModelConfig
 from models.rope import rope_table
 from vt.backend import Backend, Tensor
-from vt.dtypes import STORAGE, to_storage
+from vt.dtypes import STORAGE, to_storage, widen_host
 
 F32 = np.float32
 
@@ -72,6 +72,7 @@ class DecoderForCausalLM:
         self.pool = backend.pool
         self.dtype = dtype
         self.kv_dtype = STORAGE[dtype]
+        self.operand_dtype = STORAGE[dtype]  # what a GEMM's activation operand is narrowed to as it is written
         self.w = self._load(ckpt.weights)
         self.rope_table = self._upload(rope_table(self.cfg))
 
@@ -89,7 +90,7 @@ class DecoderForCausalLM:
         def get(name: str) -> np.ndarray:
             """The checkpoint's values rounded to the model dtype, in float32 (a bf16 model's norms are
             bf16 numbers too)."""
-            return widen(np, to_storage(np.asarray(hf[name], dtype=F32), self.dtype))
+            return widen_host(to_storage(np.asarray(hf[name], dtype=F32), self.dtype))
 
         def put(key: str, a: np.ndarray, low: bool = False) -> None:
             """low: a GEMM weight or the embedding, held in the model dtype (exactly: get rounded it)."""
@@ -136,61 +137,56 @@ class DecoderForCausalLM:
 
     # ---- forward ----------------------------------------------------------------------------
     def forward(self, fb: ForwardBatch, kv: KVCache, logits: Tensor, hidden: Tensor | None = None) -> None:
-        """The Model protocol's forward (models/base.py): the pieces back to back, every tensor from the pool."""
-        carry = Carry(self.pool)
+        """The Model protocol's forward (models/base.py): the pieces back to back, every tensor from the pool
+        except `hidden`, which receives the final normed hidden states (decode)."""
+        carry = Carry(self.pool, fixed=None if hidden is None else {"h": hidden})
         for piece in self.pieces(fb, kv, carry):
             piece()
-        self.head(fb, carry, logits, hidden)
+        self.head(fb, carry, logits)
 
     def carry_shapes(self, T: int) -> dict[str, tuple[tuple[int, ...], Any]]:
-        """What lives across an attention break, for T tokens: the residual stream x, the layer's normed
-        input h, its rotated q/k and attention output o, and the step's rope rows and KV write slots."""
-        c = self.cfg
-        nh, nkv, hd = c.num_attention_heads, c.num_key_value_heads, c.head_dim
-        return {"x": ((T, c.hidden_size), F32), "h": ((T, c.hidden_size), F32), "qk": ((T, nh + nkv, hd), F32),
-                "o": ((T, nh, hd), F32), "rope": ((T, 2 * hd), F32), "write_slots": ((T,), np.int64)}
+        """What lives across an attention break, for T tokens: the residual stream x (float32), the normed
+        input of the next GEMM h, the rotated queries q (float32) and the attention output o (both GEMM
+        operands in the operand dtype)."""
+        c, op = self.cfg, self.operand_dtype
+        nh, hd = c.num_attention_heads, c.head_dim
+        return {"x": ((T, c.hidden_size), F32), "h": ((T, c.hidden_size), op), "q": ((T, nh, hd), F32),
+                "o": ((T, nh, hd), op)}
 
     def pieces(self, fb: ForwardBatch, kv: KVCache, carry: Carry) -> list[Callable[[], None]]:
-        """The forward up to the final hidden states (carry x) as segment, attention, segment, ...,
+        """The forward up to the final normed hidden states (carry h) as segment, attention, segment, ...,
         segment: attention is the only part whose shape depends on each sequence's length, so a piecewise
         graph captures the segments and runs the attentions eagerly. An attention reads fb.seqs when it
-        runs: a replay attends over that step's sequences. Tensors are drawn and released in the order
-        of the unsplit forward (the H200 pool traces were recorded from it)."""
+        runs: a replay attends over that step's sequences."""
         L = self.cfg.num_hidden_layers
         out: list[Callable[[], None]] = [partial(self._start, fb, kv, carry)]
         for i in range(L):
             out.append(partial(self._attend, i, fb, kv, carry))
-            out.append(partial(self._between, i, kv, carry, is_last=i == L - 1))
+            out.append(partial(self._between, i, fb, kv, carry, is_last=i == L - 1))
         return out
 
-    def head(self, fb: ForwardBatch, carry: Carry, logits: Tensor, hidden: Tensor | None = None) -> None:
-        """Final norm and LM head on the logit rows (prefill: fb.logits_rows; decode: every token)."""
-        b, pool, c = self.backend, self.pool, self.cfg
-        x = carry.get("x", ())
+    def head(self, fb: ForwardBatch, carry: Carry, logits: Tensor) -> None:
+        """The LM head on the logit rows of the final normed states (prefill: fb.logits_rows; decode: all)."""
+        b, pool = self.backend, self.pool
+        h = carry.get("h", ())
+        rows = h
         if fb.is_prefill:
             assert fb.logits_rows is not None
-            last = pool.empty((fb.logits_rows.shape[0], c.hidden_size), F32)
-            b.launch(K.gather_rows, x, fb.logits_rows, last)
-            carry.put("x")
-            x = last
-        normed = hidden if hidden is not None else pool.empty(x.shape, F32)
-        b.launch(K.rmsnorm, x, self.w["norm"], normed, eps=c.rms_norm_eps)
+            rows = pool.empty((fb.logits_rows.shape[0], h.shape[1]), h.dtype)
+            b.launch(K.gather_rows, h, fb.logits_rows, rows)
         if self.group is None:
-            b.launch(K.matmul, normed, self.w["lm_head_t"], logits)
+            b.gemm(rows, self.w["lm_head_t"], logits)
         else:
-            self._parallel_lm_head(normed, logits)
+            self._parallel_lm_head(rows, logits)
         if fb.is_prefill:
-            pool.release(x)
-        else:
-            carry.put("x")
-        if hidden is None:
-            pool.release(normed)
+            pool.release(rows)
+        carry.put("h")
 
     def _parallel_lm_head(self, normed: Tensor, logits: Tensor) -> None:
         """Each rank's vocabulary slice of the logits, gathered on every rank (each samples the same ids)."""
         b, pool, n, g = self.backend, self.pool, normed.shape[0], self.group
         local = pool.empty((n, self.vocab_rows), F32)
-        b.launch(K.matmul, normed, self.w["lm_head_t"], local)
+        b.gemm(normed, self.w["lm_head_t"], local)
         full = pool.empty((n, self.vocab_rows * g.size), F32)
         g.all_gather(local, full)
         b.launch(K.copy_columns, full, logits)
@@ -203,92 +199,78 @@ class DecoderForCausalLM:
             self.group.all_reduce(t)
 
     def _start(self, fb: ForwardBatch, kv: KVCache, carry: Carry) -> None:
-        """Embedding; what every layer reads, computed once per step (rope rows and KV write slots; for
-        decode, each token's key rows in the cache and their visibility); layer 0 up to its attention."""
+        """Embedding, layer 0's input norm, and layer 0 up to its attention."""
         b, c = self.backend, self.cfg
-        T, hd = fb.input_ids.shape[0], c.head_dim
+        T = fb.input_ids.shape[0]
         x = carry.get("x", (T, c.hidden_size))
         if self.group is None:
-            b.launch(K.embed, self.w["embed"], fb.input_ids, x)
+            b.embed(self.w["embed"], fb.input_ids, x)
         else:
             b.launch(K.embed_shard, self.w["embed"], fb.input_ids, x, start=self.vocab_start)
             self._reduce(x)
-        rope, slots = carry.get("rope", (T, 2 * hd)), carry.get("write_slots", (T,), np.int64)
-        b.launch(K.step_meta, self.rope_table, fb.positions, fb.slot_mapping, rope, slots, trash_slot=kv.trash_slot)
-        if not fb.is_prefill:
-            assert fb.block_tables is not None and fb.token_row is not None
-            L = fb.block_tables.shape[1] * kv.block_size
-            index = carry.get("kv_index", (T, c.num_key_value_heads, L), np.int64)
-            visible = carry.get("visible", (T, L), np.bool_)
-            b.launch(K.decode_meta, fb.block_tables, fb.token_row, fb.positions, index, visible,
-                     block_size=kv.block_size)
-        self._qkv(0, kv, carry)
+        b.add_rms_norm(x, None, self.w["0.ln1"], carry.get("h", (T, c.hidden_size), self.operand_dtype),
+                       eps=c.rms_norm_eps)
+        self._qkv(0, fb, kv, carry)
 
-    def _qkv(self, i: int, kv: KVCache, carry: Carry) -> None:
-        """Layer i's input norm (into h, kept for its second norm), q/k/v projection, q/k norm and rope
-        (into qk) and its KV store."""
+    def _qkv(self, i: int, fb: ForwardBatch, kv: KVCache, carry: Carry) -> None:
+        """Layer i's q/k/v projection of its normed input h, then q/k norm, rotary and the KV write in one op."""
         b, pool, c, w = self.backend, self.pool, self.cfg, self.w
-        x = carry.get("x", ())
-        T, H = x.shape
+        h = carry.get("h", ())
+        T = h.shape[0]
         nh, nkv, hd = c.num_attention_heads, c.num_key_value_heads, c.head_dim
-        h = carry.get("h", (T, H))
-        b.launch(K.rmsnorm, x, w[f"{i}.ln1"], h, eps=c.rms_norm_eps)
         qkv = pool.empty((T, (nh + 2 * nkv) * hd), F32)
-        b.launch(K.matmul, h, w[f"{i}.qkv_t"], qkv)
-        if c.has_qkv_bias:
-            b.launch(K.add, qkv, w[f"{i}.qkv_b"], qkv)
-        qk = carry.get("qk", (T, nh + nkv, hd))
-        b.launch(K.qk_norm_rope, qkv, w[f"{i}.qk_norm"], carry.get("rope", ()), qk, eps=c.rms_norm_eps,
-                 norm=c.has_qk_norm)
-        b.launch(K.store_kv, qkv, qk, kv.k[i], kv.v[i], carry.get("write_slots", ()))
+        b.gemm(h, w[f"{i}.qkv_t"], qkv)
+        b.qk_norm_rope_store(qkv, w[f"{i}.qk_norm"], self.rope_table, fb.positions, fb.slot_mapping, kv.k[i],
+                             kv.v[i], carry.get("q", (T, nh, hd)), has_norm=c.has_qk_norm, eps=c.rms_norm_eps,
+                             bias=w.get(f"{i}.qkv_b"))
         pool.release(qkv)
-        carry.get("o", (T, nh, hd))
+        carry.get("o", (T, nh, hd), self.operand_dtype)
 
     def _attend(self, i: int, fb: ForwardBatch, kv: KVCache, carry: Carry) -> None:
-        qk, o = carry.get("qk", ()), carry.get("o", ())
+        q, o = carry.get("q", ()), carry.get("o", ())
         if fb.is_prefill:
-            self.backend.launch(K.attention_prefill, qk, kv.k[i], kv.v[i], o, seqs=fb.seqs)
-        else:
-            self.backend.launch(K.attention_decode, qk, kv.k[i], kv.v[i], carry.get("kv_index", ()),
-                                carry.get("visible", ()), o)
+            self.backend.launch(K.attention_prefill, q, kv.k[i], kv.v[i], o, seqs=fb.seqs)
+            return
+        assert fb.block_tables is not None and fb.token_row is not None
+        T, nh, hd = q.shape
+        P = num_partitions(fb.block_tables.shape[1], kv.block_size)
+        parts = (None, None) if P == 1 else (carry.get("part_o", (T, nh, P, hd)), carry.get("part_ml", (T, nh, P, 2)))
+        self.backend.paged_decode_attention(q, kv.k[i], kv.v[i], fb.block_tables, fb.token_row, fb.positions, o,
+                                            *parts)
 
-    def _between(self, i: int, kv: KVCache, carry: Carry, is_last: bool) -> None:
-        """Layer i after its attention (o projection, residual, MLP or MoE, residual), then layer i + 1 up
-        to its attention (or, after the last layer, the step's metadata released)."""
+    def _between(self, i: int, fb: ForwardBatch, kv: KVCache, carry: Carry, is_last: bool) -> None:
+        """Layer i after its attention (o projection, residual add + norm, MLP or MoE), then the residual add
+        fused with the next norm: layer i + 1's input norm, or after the last layer the final norm."""
         b, pool, c, w = self.backend, self.pool, self.cfg, self.w
         x, o, h = carry.get("x", ()), carry.get("o", ()), carry.get("h", ())
         T, H = x.shape
-        carry.put("qk")
+        carry.put("q")
         out = pool.empty((T, H), F32)
-        b.launch(K.matmul, o.view((T, o.shape[1] * o.shape[2])), w[f"{i}.o_t"], out)
+        b.gemm(o.view((T, o.shape[1] * o.shape[2])), w[f"{i}.o_t"], out)
         self._reduce(out)
-        if c.has_o_bias:
-            b.launch(K.add, out, w[f"{i}.o_b"], out)
         carry.put("o")
-        b.launch(K.add, x, out, x)
+        b.add_rms_norm(x, out, w[f"{i}.ln2"], h, eps=c.rms_norm_eps, bias=w.get(f"{i}.o_b"))
         pool.release(out)
-        b.launch(K.rmsnorm, x, w[f"{i}.ln2"], h, eps=c.rms_norm_eps)
         mlp = self._moe(i, h) if c.is_sparse_layer(i) else self._mlp(i, h)
         self._reduce(mlp)
-        b.launch(K.add, x, mlp, x)
+        b.add_rms_norm(x, mlp, w["norm"] if is_last else w[f"{i + 1}.ln1"], h, eps=c.rms_norm_eps)
         pool.release(mlp)
-        carry.put("h")
         if not is_last:
-            self._qkv(i + 1, kv, carry)
+            self._qkv(i + 1, fb, kv, carry)
         else:
-            for name in ("rope", "write_slots", "kv_index", "visible"):
+            for name in ("x", "part_o", "part_ml"):
                 carry.put(name)
 
     def _mlp(self, i: int, h: Tensor) -> Tensor:
         b, pool, c = self.backend, self.pool, self.cfg
         T = h.shape[0]
         gu = pool.empty((T, 2 * c.intermediate_size), F32)
-        b.launch(K.matmul, h, self.w[f"{i}.gu_t"], gu)
-        act = pool.empty((T, c.intermediate_size), F32)
-        b.launch(K.silu_mul, gu, act)
+        b.gemm(h, self.w[f"{i}.gu_t"], gu)
+        act = pool.empty((T, c.intermediate_size), self.operand_dtype)
+        b.silu_mul(gu, act)
         pool.release(gu)
         out = pool.empty((T, c.hidden_size), F32)
-        b.launch(K.matmul, act, self.w[f"{i}.down_t"], out)
+        b.gemm(act, self.w[f"{i}.down_t"], out)
         pool.release(act)
         return out
 
@@ -296,7 +278,7 @@ class DecoderForCausalLM:
         b, pool, c = self.backend, self.pool, self.cfg
         T = h.shape[0]
         logits = pool.empty((T, c.num_experts), F32)
-        b.launch(K.matmul, h, self.w[f"{i}.router_t"], logits)
+        b.gemm(h, self.w[f"{i}.router_t"], logits)
         route = pool.empty((T, c.num_experts), F32)
         b.launch(K.moe_route, logits, route, top_k=c.num_experts_per_tok, norm_topk_prob=c.norm_topk_prob)
         pool.release(logits)
@@ -304,4 +286,3 @@ class DecoderForCausalLM:
         b.launch(K.moe_experts, h, self.w[f"{i}.experts_gu"], self.w[f"{i}.experts_down"], route, out)
         pool.release(route)
         return out
-

@@ -1,9 +1,9 @@
 """The Backend protocol: every device allocation and kernel launch goes through here.
 
 A backend is a small set of `_hooks` under public methods on this base class (tinygrad's allocator
-shape). The base class owns what both backends must agree on: argument checks, the allocation
-counters, and buffer ownership. Capture semantics live in the hooks: the CPU backend simulates
-CUDA stream capture; the CUDA backend performs it.
+shape). The base class owns what both backends must agree on: argument checks, the allocation counters,
+buffer ownership, and the named operations models launch (vt/ops.py). Capture semantics live in the
+hooks: the CPU backend simulates CUDA stream capture; the CUDA backend performs it.
 """
 
 from __future__ import annotations
@@ -28,13 +28,12 @@ from vt.errors import (  # re-exported: DESIGN.md says vt.backend defines the ty
     IllegalMemoryAccess,
     IllegalState,
 )
+from vt.ops import Ops
 
-__all__ = [
-    "Backend", "Buffer", "Tensor", "Stream", "Event", "Graph", "CaptureMode", "CaptureSequence", "Kernel",
-    "BadBufferError", "CaptureInvalidated", "CaptureIsolation", "CaptureOnLegacyStream",
-    "CaptureUnjoined", "CaptureUnsupported", "CudaError", "GraphDestroyed", "H2DDuringCapture",
-    "IllegalMemoryAccess", "IllegalState", "MAX_ALLOC_BYTES",
-]
+__all__ = ["Backend", "Buffer", "Tensor", "Stream", "Event", "Graph", "CaptureMode", "CaptureSequence", "Kernel",
+           "BadBufferError", "CaptureInvalidated", "CaptureIsolation", "CaptureOnLegacyStream", "CaptureUnjoined",
+           "CaptureUnsupported", "CudaError", "GraphDestroyed", "H2DDuringCapture", "IllegalMemoryAccess",
+           "IllegalState", "MAX_ALLOC_BYTES"]
 
 # One allocation larger than this is a bug upstream (a negative size gone unsigned, a shape
 # multiplied twice), not a request: refuse it by name instead of asking the driver.
@@ -178,8 +177,8 @@ class Graph:
         pass
 
 
-class Backend:
-    """Public methods here; each backend supplies the `_hooks`."""
+class Backend(Ops):
+    """Public methods here; each backend supplies the `_hooks` and its kernel library (`kernels`)."""
 
     name = "abstract"
     can_capture = False
@@ -338,9 +337,6 @@ class Backend:
     def poison(self, buf: Buffer) -> None:
         """Sanitizer: overwrite a released block so a stale read shows (NaN in float32)."""
         raise NotImplementedError("need poison")
-
-    def launch(self, kernel: Kernel, *args: Any, stream: Stream | None = None, **kw: Any) -> None:
-        raise NotImplementedError("need launch")
 
     def record_event(self, stream: Stream | None = None) -> Event:
         raise NotImplementedError("need record_event")

@@ -34,3 +34,17 @@ def f32_to_bf16(x: np.ndarray) -> np.ndarray:
     u = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32)
     rne = (u + ((u >> 16) & 1) + 0x7FFF) >> 16
     return np.where((u & 0x7FFFFFFF) > 0x7F800000, (u >> 16) | 0x40, rne).astype(np.uint16)
+
+
+def widen_host(a: np.ndarray) -> np.ndarray:
+    """Any storage dtype (float32, bf16 bits, fp16) to float32, exactly."""
+    if a.dtype == BF16_BITS:
+        return bf16_to_f32(a)
+    return a.astype(np.float32, copy=False)
+
+
+def narrow_host(a: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    """float32 to a storage dtype, rounding to nearest even: what every kernel's narrowing writes."""
+    if np.dtype(dtype) == BF16_BITS:
+        return f32_to_bf16(a)
+    return a.astype(dtype, copy=False)

@@ -69,9 +69,10 @@ def function(cp: Any, inst: Instance) -> Any:
 
 def ci_instances() -> list[Instance]:
     """Every instance the op modules ask CI to compile."""
-    from backends.kernels import convert, sampler
+    from backends.kernels import activation, convert, decode_attention, norm, rotary, sampler
 
-    return [i for mod in (convert, sampler) for i in mod.CI_INSTANCES]
+    mods = (convert, norm, rotary, activation, decode_attention, sampler)
+    return [i for mod in mods for i in mod.CI_INSTANCES]
 
 
 def nvcc_check(instances: list[Instance], nvcc: str = "nvcc") -> list[tuple[str, str]]:

@@ -20,6 +20,7 @@ from mutations.registry import (
     failures,
     guarantees,
     house,
+    kernels,
     mutation_suite,
     no_hangs,
     offline_api,
@@ -59,6 +60,7 @@ AREAS = (
     piecewise,
     tensor_parallel,
     house,
+    kernels,
 )
 
 ENTRIES: list[Mutation] = [m for area in AREAS for m in area.ENTRIES]

@@ -65,8 +65,8 @@ ENTRIES: list[Mutation] = [
     ),
     Mutation(
         id="qwen2-qkv-bias-skipped",
-        description="Qwen2's q/k/v biases are loaded but never added",
-        file="models/decoder.py", old="        if c.has_qkv_bias:\n            b.launch(K.add, qkv", new="        if False:\n            b.launch(K.add, qkv",
+        description="Qwen2's q/k/v biases are loaded but the fused q/k norm + rotary + KV write never adds them",
+        file="backends/kernels/rotary.py", old="    x = qkv if bias is None else qkv + bias\n", new="    x = qkv\n",
         gates=(f"{ARCH}::test_greedy_tokens_and_logits_match_transformers[qwen2]", *bf16_vs_hf("qwen2")),
     ),
     Mutation(
@@ -101,7 +101,7 @@ ENTRIES: list[Mutation] = [
     Mutation(
         id="low-precision-weights-kept-float32",
         description="dtype=bfloat16 keeps every weight in float32 (no rounding, twice the bytes)",
-        file="models/decoder.py", old="            return widen(np, to_storage(np.asarray(hf[name], dtype=F32), self.dtype))\n",
+        file="models/decoder.py", old="            return widen_host(to_storage(np.asarray(hf[name], dtype=F32), self.dtype))\n",
         new="            return np.asarray(hf[name], dtype=F32)\n",
         gates=(f"{ARCH}::test_dtype_bfloat16_rounds_float32_weights_as_torch_does",),
     ),

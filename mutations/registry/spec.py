@@ -101,7 +101,9 @@ ENTRIES: list[Mutation] = [
     Mutation(
         id="attention-reads-hidden-values",
         description="decode attention multiplies masked (zero) probabilities into hidden slots' values: 0 * NaN",
-        file="models/kernels.py", old="    v = xp.where(visible[:, None, :, None], v, 0.0)\n", new="",
+        file="backends/kernels/decode_attention.py",
+        old="        v = np.where(valid[:, :, None, None], widen_host(vf[slots]), 0)  # 0 * NaN is NaN: never let one in\n",
+        new="        v = widen_host(vf[slots])\n",
         gates=("tests/engine/test_failures.py::test_a_failed_requests_garbage_kv_never_reaches_its_neighbours",),
     ),
     Mutation(

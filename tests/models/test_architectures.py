@@ -42,9 +42,9 @@ def hf_greedy(path: Path, n: int, dtype: str = "float32") -> tuple[list[int], np
     return ids[len(PROMPT):], np.stack(rows)
 
 
-def vt_greedy(path: Path, n: int, dtype: str = "float32") -> tuple[list[int], np.ndarray]:
+def vt_greedy(path: Path, n: int, dtype: str = "float32", backend: object = None) -> tuple[list[int], np.ndarray]:
     """Prefill, then decode steps replayed from captured graphs (the engine's path)."""
-    model = load_model(load_checkpoint(path), CpuBackend(), dtype)
+    model = load_model(load_checkpoint(path), backend or CpuBackend(), dtype)
     kv = model.make_kv_cache(num_blocks=8, block_size=16)
     table = [5, 2, 7, 0]  # non-contiguous: the block table is really read
     rows = [prefill(model, [(PROMPT, table)], kv)[0]]
@@ -69,6 +69,21 @@ def test_greedy_tokens_and_logits_match_transformers(arch: str, root: Path) -> N
     assert len(set(want_tokens)) > 3, "non-vacuity: the model does not just repeat one token"
     err = np.abs(got - want).max(axis=-1)
     assert (err < TOL).all(), f"{arch}: logits differ from transformers by {err.max():.2e} (step {err.argmax()})"
+    assert got_tokens == want_tokens
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("arch", ARCHS)
+def test_cuda_greedy_tokens_and_logits_match_transformers(arch: str, root: Path) -> None:
+    """The CUDA kernels (the fused q/k norm + rotary with each rope variant's table, paged decode attention)
+    against transformers, not against their twins: what a shared mistake in both would still get wrong."""
+    from backends.cuda import CudaBackend
+
+    path = make(arch, root)
+    want_tokens, want = hf_greedy(path, NUM_TOKENS)
+    got_tokens, got = vt_greedy(path, NUM_TOKENS, backend=CudaBackend())
+    err = np.abs(got - want).max(axis=-1)
+    assert (err < 1e-3).all(), f"{arch}: CUDA logits differ from transformers by {err.max():.2e} (step {err.argmax()})"
     assert got_tokens == want_tokens
 
 

@@ -240,12 +240,12 @@ def test_G7_retiring_one_of_two_graphs_keeps_the_pins_the_other_holds(model: str
     from vt.errors import IllegalMemoryAccess
 
     h = SeamHarness(model, backend_obj=CpuBackend(sanitize=True))
-    h.start(2, prompt_len=40)
+    h.start(8, prompt_len=40)  # two keys of one shape (plain and speculative): their temporaries are alike
     h.step()
     h.step()
     first = h.driver.last_slot
-    h.step(q=5, spec=True)
-    h.step(q=5, spec=True)
+    h.step(spec=True)
+    h.step(spec=True)
     second = h.driver.last_slot
     assert first is not None and second is not None and first.is_captured and second.is_captured
     assert first.pinned & second.pinned, "non-vacuity: the two graphs share pinned blocks"
@@ -253,7 +253,7 @@ def test_G7_retiring_one_of_two_graphs_keeps_the_pins_the_other_holds(model: str
     del h.driver.slots[first.key]
     assert h.pool.drain() > 0, "non-vacuity: retiring the first graph released blocks only it used"
     try:
-        h.step(q=5, spec=True)
+        h.step(spec=True)
     except IllegalMemoryAccess as e:
         pytest.fail(f"the surviving graph replayed over blocks the drain freed: {e}".splitlines()[0])
     assert h.driver.last_slot is second and second.num_replays == 1, "non-vacuity: the survivor really replayed"

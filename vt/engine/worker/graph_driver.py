@@ -135,7 +135,7 @@ class GraphDriver:
         self.max_q = max_q  # tokens per row at most (k + 1 when verifying k proposals)
         c, rows = model.cfg, max_num_seqs * max_q
         self.logits = self.backend.empty((rows, c.vocab_size), F32)  # the slots' shared outputs (see Slot)
-        self.hidden = self.backend.empty((rows, c.hidden_size), F32)
+        self.hidden = self.backend.empty((rows, c.hidden_size), model.operand_dtype)
         # The bypass lane has no free lists to pre-grow: every get is a driver allocation, which a
         # global-mode capture refuses. Graphs are off there; the lane exists for real lifetimes.
         self.is_enabled = enabled and flags().cudagraph and self.backend.can_capture and not self.pool.is_bypass

@@ -1,0 +1,171 @@
+// Paged decode attention (flash-decoding): each token's query heads attend the keys of its sequence, read
+// straight from the paged cache through the block table (table[position / block_size]): no gather of the
+// cache, no float32 copy of it. One block serves one KV head of one token for one partition of the context,
+// and all G query heads that share that KV head (GQA), so every key and value is read once per token.
+// Scores and softmax run in float32 with an online max over tiles of keys; a context longer than one
+// partition is split across blocks (gridDim.z, static: the graph's table width fixes it) whose partial
+// results the reduce kernel combines. Any number of tokens per sequence (speculative verification: each
+// token carries its own position and sees keys up to it).
+#include "common.cuh"
+
+namespace vt {
+
+constexpr int DECODE_THREADS = 128;
+
+template <typename KV, int HD>
+struct DecodeLayout {
+    static constexpr int VEC = 16 / sizeof(KV);                  // elements in one 16-byte load
+    static constexpr int TPK = (HD / VEC) < 32 ? HD / VEC : 32;  // threads sharing one key
+    static constexpr int DPT = HD / TPK;                         // dims a thread holds
+    static constexpr int KPP = DECODE_THREADS / TPK;             // keys one pass covers
+    static constexpr int PASSES = KPP >= 32 ? 1 : 32 / KPP;      // a tile is at least 32 keys
+    static constexpr int TILE = KPP * PASSES;
+};
+
+// q [T, nh, HD] float32, pre-scaled; caches [blocks, block_size, nkv, HD]; block_tables [R, W]; token_row
+// and positions [T]; out [T, nh, HD] when the grid has one partition, else part_o [T, nh, P, HD] and part_ml
+// [T, nh, P, 2] (max, sum) for the reduce kernel. Grid (nkv, T, P); DECODE_THREADS threads.
+template <typename KV, typename OUT, int HD, int G>
+__global__ void __launch_bounds__(DECODE_THREADS)
+paged_decode_attention(const float* __restrict__ q, const KV* __restrict__ k_cache, const KV* __restrict__ v_cache,
+                       const i64* __restrict__ block_tables, const i64* __restrict__ token_row,
+                       const i64* __restrict__ positions, OUT* __restrict__ out, float* __restrict__ part_o,
+                       float* __restrict__ part_ml, int nkv, int block_size, int table_width, int partition) {
+    using L = DecodeLayout<KV, HD>;
+    const int kvh = blockIdx.x, p = blockIdx.z, P = gridDim.z;
+    const i64 t = blockIdx.y;
+    const int tid = threadIdx.x, kg = tid / L::TPK, dg = tid % L::TPK;
+    const int ctx = min((int)positions[t] + 1, table_width * block_size);
+    const int start = p * partition;
+    if (start >= ctx) return;  // past this token's context: the reduce kernel reads only partitions before it
+    const int end = min(ctx, start + partition);
+    const i64* table = block_tables + token_row[t] * table_width;
+    const int nh = nkv * G;
+
+    __shared__ float s[G][L::TILE];
+    __shared__ float m_s[G], l_s[G], alpha_s[G];
+    __shared__ float red[L::KPP * HD];
+
+    float qr[G][L::DPT], acc[G][L::DPT];
+#pragma unroll
+    for (int h = 0; h < G; h++) {
+        const float* qh = q + (t * nh + kvh * G + h) * HD + dg * L::DPT;
+#pragma unroll
+        for (int i = 0; i < L::DPT; i++) { qr[h][i] = qh[i]; acc[h][i] = 0.0f; }
+    }
+    if (tid < G) { m_s[tid] = neg_inf(); l_s[tid] = 0.0f; }
+    __syncthreads();
+
+    for (int t0 = start; t0 < end; t0 += L::TILE) {
+        float kf[L::PASSES][L::DPT], vf[L::PASSES][L::DPT];
+        bool valid[L::PASSES];
+#pragma unroll
+        for (int ps = 0; ps < L::PASSES; ps++) {  // every load of the tile issued before any is used
+            const int key = t0 + ps * L::KPP + kg;
+            valid[ps] = key < end;
+            if (valid[ps]) {
+                const int b = key / block_size;
+                const i64 base = ((table[b] * block_size + (key - b * block_size)) * nkv + kvh) * HD + dg * L::DPT;
+                load_f32<KV, L::DPT>(k_cache + base, kf[ps]);
+                load_f32<KV, L::DPT>(v_cache + base, vf[ps]);
+            }
+        }
+#pragma unroll
+        for (int ps = 0; ps < L::PASSES; ps++) {
+#pragma unroll
+            for (int h = 0; h < G; h++) {
+                float dot = 0.0f;
+#pragma unroll
+                for (int i = 0; i < L::DPT; i++) dot += qr[h][i] * (valid[ps] ? kf[ps][i] : 0.0f);
+#pragma unroll
+                for (int o = L::TPK / 2; o > 0; o >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, o);
+                if (dg == 0) s[h][ps * L::KPP + kg] = valid[ps] ? dot : neg_inf();
+            }
+        }
+        __syncthreads();
+        const int warp = tid >> 5, lane = tid & 31;
+        for (int h = warp; h < G; h += DECODE_THREADS / 32) {  // the tile's softmax, one warp per head
+            float mx = neg_inf();
+            for (int j = lane; j < L::TILE; j += 32) mx = fmaxf(mx, s[h][j]);
+            const float m_old = m_s[h], m_new = fmaxf(m_old, warp_max(mx));  // finite: the tile has a key
+            float sum = 0.0f;
+            for (int j = lane; j < L::TILE; j += 32) {
+                const float e = expf(s[h][j] - m_new);
+                s[h][j] = e;
+                sum += e;
+            }
+            sum = warp_sum(sum);
+            if (lane == 0) {
+                const float a = expf(m_old - m_new);
+                alpha_s[h] = a;
+                l_s[h] = l_s[h] * a + sum;
+                m_s[h] = m_new;
+            }
+        }
+        __syncthreads();
+#pragma unroll
+        for (int h = 0; h < G; h++) {
+            const float a = alpha_s[h];
+#pragma unroll
+            for (int i = 0; i < L::DPT; i++) acc[h][i] *= a;  // the online-softmax rescale to the new max
+        }
+#pragma unroll
+        for (int ps = 0; ps < L::PASSES; ps++) {
+            if (!valid[ps]) continue;  // a key past the context is never read: its value may be anything
+#pragma unroll
+            for (int h = 0; h < G; h++) {
+                const float pv = s[h][ps * L::KPP + kg];
+#pragma unroll
+                for (int i = 0; i < L::DPT; i++) acc[h][i] += pv * vf[ps][i];
+            }
+        }
+        __syncthreads();
+    }
+    // The KPP key groups' sums, head by head, then normalized by the head's softmax sum.
+#pragma unroll
+    for (int h = 0; h < G; h++) {
+#pragma unroll
+        for (int i = 0; i < L::DPT; i++) red[kg * HD + dg * L::DPT + i] = acc[h][i];
+        __syncthreads();
+        const int head = kvh * G + h;
+        for (int d = tid; d < HD; d += DECODE_THREADS) {
+            float o = 0.0f;
+            for (int k = 0; k < L::KPP; k++) o += red[k * HD + d];
+            o /= l_s[h];
+            if (P == 1) out[(t * nh + head) * HD + d] = from_f32<OUT>(o);
+            else part_o[((t * nh + head) * P + p) * HD + d] = o;
+        }
+        if (P > 1 && tid == 0) {
+            part_ml[((t * nh + head) * P + p) * 2] = m_s[h];
+            part_ml[((t * nh + head) * P + p) * 2 + 1] = l_s[h];
+        }
+        __syncthreads();
+    }
+}
+
+// out[t, head] = the partitions' outputs weighted by their softmax sums, rescaled to the common max.
+// Grid (nh, T); HD threads (at least a warp).
+template <typename OUT, int HD>
+__global__ void paged_decode_reduce(const float* __restrict__ part_o, const float* __restrict__ part_ml,
+                                    const i64* __restrict__ positions, OUT* __restrict__ out, int nh, int P,
+                                    int partition, int max_context) {
+    const int head = blockIdx.x;
+    const i64 t = blockIdx.y;
+    const int ctx = min((int)positions[t] + 1, max_context);
+    const int np = min(P, (ctx + partition - 1) / partition);
+    const float* ml = part_ml + (t * nh + head) * P * 2;
+    float M = neg_inf();
+    for (int p = 0; p < np; p++) M = fmaxf(M, ml[2 * p]);
+    float wsum = 0.0f;
+    for (int p = 0; p < np; p++) wsum += expf(ml[2 * p] - M) * ml[2 * p + 1];
+    for (int d = threadIdx.x; d < HD; d += blockDim.x) {
+        float o = 0.0f;
+        for (int p = 0; p < np; p++) {
+            const float share = expf(ml[2 * p] - M) * ml[2 * p + 1];  // a part's weight, at the common max
+            o += share * part_o[((t * nh + head) * P + p) * HD + d];
+        }
+        out[(t * nh + head) * HD + d] = from_f32<OUT>(o / wsum);
+    }
+}
+
+}  // namespace vt

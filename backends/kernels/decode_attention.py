@@ -1,0 +1,110 @@
+"""Paged decode attention (decode_attention.cu), beside its NumPy twin.
+
+The twin follows the kernel's algorithm, not only its result: the context in partitions of PARTITION keys,
+each an online softmax over tiles (a running max, the sum and the output rescaled when the max grows),
+then the partitions combined at their common max. So a broken rescale or reduction shows on the CPU too.
+Tokens never read past their context (position + 1 keys, at most the table's width), and a key's value
+is never read unless the key is inside it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from backends.kernels.build import Instance, function
+from backends.kernels.fused import FusedKernel, ctype
+from vt.dtypes import narrow_host, widen_host
+
+PARTITION = 512  # keys per partition of a long context (one block each); the graph's table width sets how many
+TWIN_TILE = 128  # keys per online-softmax tile in the twin (the kernel's tile is its own, 32 or 64 keys)
+THREADS = 128
+STORAGE = ("float", "vt::bf16", "vt::f16")
+# Every layout the template takes (each storage type at each head dim), and every GQA ratio at one of them.
+CI_INSTANCES = (
+    [Instance("decode_attention.cu", f"vt::paged_decode_attention<{kv}, {kv}, {hd}, 2>")
+     for kv in STORAGE for hd in (16, 64, 128, 256)]
+    + [Instance("decode_attention.cu", f"vt::paged_decode_attention<vt::bf16, vt::bf16, 128, {g}>") for g in (1, 4, 8)]
+    + [Instance("decode_attention.cu", f"vt::paged_decode_reduce<{o}, {hd}>") for o in STORAGE for hd in (16, 128)])
+
+
+def num_partitions(table_width: int, block_size: int) -> int:
+    """Partitions of the longest context a table of this width holds: the launch's static third dimension."""
+    return max(1, -(-table_width * block_size // PARTITION))
+
+
+def _twin(q: np.ndarray, k_cache: np.ndarray, v_cache: np.ndarray, block_tables: np.ndarray, token_row: np.ndarray,
+          positions: np.ndarray, out: np.ndarray, part_o: np.ndarray | None, part_ml: np.ndarray | None) -> None:
+    T, nh, hd = q.shape
+    bs, nkv = k_cache.shape[1], k_cache.shape[2]
+    W = block_tables.shape[1]
+    P = 1 if part_ml is None else part_ml.shape[2]
+    ctx = np.minimum(positions.astype(np.int64) + 1, W * bs)
+    tables = block_tables[token_row]  # [T, W]
+    kf, vf = k_cache.reshape(-1, nkv, hd), v_cache.reshape(-1, nkv, hd)
+    qg = q.reshape(T, nkv, nh // nkv, hd)  # query head h reads KV head h // (nh // nkv)
+    m = np.full((T, nkv, nh // nkv, P), -np.inf, np.float32)
+    lsum = np.zeros_like(m)
+    o = np.zeros((*m.shape, hd), np.float32)
+    for p in range(min(P, -(-int(ctx.max()) // PARTITION))):
+        end = np.minimum(ctx, (p + 1) * PARTITION)
+        m[..., p], lsum[..., p], o[..., p, :] = _partition(qg, kf, vf, tables, bs, p * PARTITION, end)
+    if P == 1:
+        res = o[..., 0, :]
+    else:
+        assert part_o is not None and part_ml is not None, "a table wider than one partition needs the scratch"
+        part_o[...] = o.reshape(T, nh, P, hd)
+        part_ml[...] = np.stack([m, lsum], axis=-1).reshape(T, nh, P, 2)
+        M = np.max(m, axis=-1, keepdims=True)
+        share = np.where(lsum > 0, np.exp(m - np.where(np.isinf(M), 0, M)) * lsum, 0)  # at the common max
+        res = (share[..., None] * o).sum(axis=-2) / share.sum(axis=-1)[..., None]
+    out[...] = narrow_host(res.reshape(T, nh, hd).astype(np.float32), out.dtype)
+
+
+def _partition(qg: np.ndarray, kf: np.ndarray, vf: np.ndarray, tables: np.ndarray, bs: int, start: int,
+               end: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """One partition [start, end[t]) of every token: (max, softmax sum, normalized output) per query head."""
+    T, nkv, g, hd = qg.shape
+    W = tables.shape[1]
+    m = np.full((T, nkv, g), -np.inf, np.float32)
+    lsum = np.zeros((T, nkv, g), np.float32)
+    acc = np.zeros((T, nkv, g, hd), np.float32)
+    for t0 in range(start, int(end.max()), TWIN_TILE):
+        pos = t0 + np.arange(TWIN_TILE)
+        valid = pos[None, :] < end[:, None]  # [T, tile]
+        blocks = tables[:, np.minimum(pos // bs, W - 1)]  # the block table, entry by entry
+        slots = blocks * bs + pos % bs  # past a context: slots of stale or recycled blocks (any bits, NaN too)
+        k = widen_host(kf[slots])  # [T, tile, nkv, hd]
+        v = np.where(valid[:, :, None, None], widen_host(vf[slots]), 0)  # 0 * NaN is NaN: never let one in
+        s = np.where(valid[:, None, None, :], np.matmul(qg, k.transpose(0, 2, 3, 1)), -np.inf)  # [T, nkv, g, tile]
+        m_new = np.maximum(m, s.max(axis=-1))
+        base = np.where(np.isinf(m_new), 0, m_new)  # a token with no key in this tile yet keeps its zeros
+        alpha = np.exp(m - base)
+        e = np.exp(s - base[..., None])
+        lsum = lsum * alpha + e.sum(axis=-1)
+        acc = acc * alpha[..., None] + np.matmul(e, v.transpose(0, 2, 1, 3))  # the rescale to the new max
+        m = m_new
+    return m, lsum, acc / np.where(lsum > 0, lsum, 1)[..., None]
+
+
+def _cuda(cp: Any, q: Any, k_cache: Any, v_cache: Any, block_tables: Any, token_row: Any, positions: Any, out: Any,
+          part_o: Any, part_ml: Any) -> None:
+    T, nh, hd = q.shape
+    bs, nkv = k_cache.shape[1], k_cache.shape[2]
+    W = block_tables.shape[1]
+    P = 1 if part_ml is None else part_ml.shape[2]
+    kv, o = ctype(k_cache.dtype), ctype(out.dtype)
+    attend = function(cp, Instance("decode_attention.cu", f"vt::paged_decode_attention<{kv}, {o}, {hd}, {nh // nkv}>"))
+    null = np.uint64(0)
+    attend((nkv, T, P), (THREADS,), (q, k_cache, v_cache, block_tables, token_row, positions, out,
+                                     null if part_o is None else part_o, null if part_ml is None else part_ml,
+                                     np.int32(nkv), np.int32(bs), np.int32(W), np.int32(PARTITION)))
+    if P > 1:
+        reduce = function(cp, Instance("decode_attention.cu", f"vt::paged_decode_reduce<{o}, {hd}>"))
+        reduce((nh, T), (max(32, hd),), (part_o, part_ml, positions, out, np.int32(nh), np.int32(P),
+                                         np.int32(PARTITION), np.int32(W * bs)))
+
+
+# q, k_cache, v_cache, block_tables, token_row, positions, out, part_o, part_ml
+paged_decode_attention = FusedKernel("paged_decode_attention", _twin, _cuda, writes=(6, 7, 8))

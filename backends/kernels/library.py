@@ -1,0 +1,22 @@
+"""The op table a backend launches models' named operations from (vt/ops.py): one entry per operation."""
+
+from __future__ import annotations
+
+import types
+from typing import Any
+
+from backends.kernels.activation import silu_mul
+from backends.kernels.decode_attention import paged_decode_attention
+from backends.kernels.norm import add_rms_norm, embed
+from backends.kernels.rotary import qk_norm_rope_store
+
+
+def matmul(xp: Any, a: Any, b: Any, out: Any) -> None:
+    """A GEMM through the backend's capture-safe matmul (cuBLAS on CUDA, backends/gemm.py)."""
+    xp.matmul(a, b, out=out)
+
+
+matmul.writes = (2,)  # type: ignore[attr-defined]
+
+LIBRARY = types.SimpleNamespace(embed=embed, add_rms_norm=add_rms_norm, qk_norm_rope_store=qk_norm_rope_store,
+                                silu_mul=silu_mul, paged_decode_attention=paged_decode_attention, gemm=matmul)

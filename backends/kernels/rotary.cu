@@ -1,0 +1,71 @@
+// q/k RMSNorm + rotary + the KV-cache write, in one pass over the fused qkv projection: one warp per head
+// of one token. q leaves in float32 for the attention; k (normed, rotated) and v go straight into the paged
+// cache at the token's slot, narrowed to the cache dtype. A token whose slot is -1 (a padding row) writes
+// nothing to the cache. The rope table holds, per position, cos then sin with rotate_half's sign folded in;
+// the rope variant (default, llama3, YaRN with its attention factor) lives entirely in that table.
+#include "common.cuh"
+
+namespace vt {
+
+// qkv [T, (nh + 2 nkv) HD] float32; bias [(nh + 2 nkv) HD] or null; w [nh + nkv, HD] (q's rows carry the
+// attention scale); rope [positions, 2 HD]; q_out [T, nh, HD]; caches [blocks, block_size, nkv, HD] with
+// slots numbered block * block_size + offset. Grid: one block per token, a warp per head (strided).
+template <typename KV, int HD>
+__global__ void qk_norm_rope_store(const float* __restrict__ qkv, const float* __restrict__ bias,
+                                   const float* __restrict__ w, const float* __restrict__ rope,
+                                   const i64* __restrict__ positions, const i64* __restrict__ slots,
+                                   KV* __restrict__ k_cache, KV* __restrict__ v_cache, float* __restrict__ q_out,
+                                   int nh, int nkv, int has_norm, float eps) {
+    constexpr int PER = HD >= 32 ? HD / 32 : 1;  // elements a lane holds: d = lane + 32 j
+    const int lane = threadIdx.x & 31, warps = blockDim.x >> 5;
+    const i64 t = blockIdx.x;
+    const int heads = nh + 2 * nkv;
+    const i64 slot = slots[t];
+    const float* cos_sin = rope + positions[t] * (2 * HD);
+    const bool live = HD >= 32 || lane < HD;
+    for (int h = threadIdx.x >> 5; h < heads; h += warps) {
+        float v[PER];
+#pragma unroll
+        for (int j = 0; j < PER; j++) {
+            const int d = lane + 32 * j;
+            const i64 c = (i64)h * HD + d;
+            v[j] = live ? qkv[t * heads * HD + c] + (bias != nullptr ? bias[c] : 0.0f) : 0.0f;
+        }
+        if (h >= nh + nkv) {  // a value head: into the cache as it is
+            if (slot >= 0 && live) {
+#pragma unroll
+                for (int j = 0; j < PER; j++)
+                    v_cache[(slot * nkv + (h - nh - nkv)) * HD + lane + 32 * j] = from_f32<KV>(v[j]);
+            }
+            continue;
+        }
+        if (has_norm) {
+            float ss = 0.0f;
+#pragma unroll
+            for (int j = 0; j < PER; j++) ss += v[j] * v[j];
+            const float denom = sqrtf(warp_sum(ss) / (float)HD + eps);
+#pragma unroll
+            for (int j = 0; j < PER; j++) v[j] = live ? v[j] / denom * w[h * HD + lane + 32 * j] : 0.0f;
+        } else {
+#pragma unroll
+            for (int j = 0; j < PER; j++) v[j] = live ? v[j] * w[h * HD + lane + 32 * j] : 0.0f;
+        }
+        // rotate_half: element d pairs with d +- HD/2, in the same lane (HD >= 64) or across lanes (HD <= 32).
+        float rot[PER];
+#pragma unroll
+        for (int j = 0; j < PER; j++) {
+            if constexpr (HD >= 64) rot[j] = v[(j + PER / 2) % PER];
+            else rot[j] = __shfl_xor_sync(0xffffffffu, v[j], HD / 2);
+        }
+#pragma unroll
+        for (int j = 0; j < PER; j++) {
+            const int d = lane + 32 * j;
+            if (!live) continue;
+            const float r = v[j] * cos_sin[d] + rot[j] * cos_sin[HD + d];
+            if (h < nh) q_out[(t * nh + h) * HD + d] = r;
+            else if (slot >= 0) k_cache[(slot * nkv + (h - nh)) * HD + d] = from_f32<KV>(r);
+        }
+    }
+}
+
+}  // namespace vt

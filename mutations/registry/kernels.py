@@ -1,0 +1,105 @@
+"""The kernel library (issue 25): each decode-kernel defect named twice, in the NumPy twin (killed on the CPU
+by the twin-against-dense-attention gate) and in the CUDA kernel (killed in the GPU lane by the
+kernel-against-twin gate); the rope variant, which lives in the table the fused op reads, against
+transformers on both lanes."""
+
+from __future__ import annotations
+
+from mutations.model import Mutation
+from mutations.registry.gates import ARCH
+
+KERNELS = "tests/backends/test_kernels.py"
+DECODE_TWIN = f"{KERNELS}::test_paged_decode_twin_equals_dense_attention"
+DECODE_CUDA = f"{KERNELS}::test_cuda_paged_decode_equals_its_twin"
+TWIN = "backends/kernels/decode_attention.py"
+CU = "backends/kernels/decode_attention.cu"
+
+
+def cases(test: str, names: tuple[str, ...], dtypes: tuple[str, ...] = ("float32", "bfloat16")) -> tuple[str, ...]:
+    return tuple(f"{test}[{n}-{d}]" for n in names for d in dtypes)
+
+
+ENTRIES: list[Mutation] = [
+    Mutation(
+        id="decode-twin-reads-a-block-past-the-table",
+        description="the decode twin reads keys up to one block past each token's context",
+        file=TWIN, old="        valid = pos[None, :] < end[:, None]  # [T, tile]\n",
+        new="        valid = pos[None, :] < end[:, None] + bs  # [T, tile]\n",
+        gates=cases(DECODE_TWIN, ("one-token-gqa1", "block-edges-gqa2", "tiles-gqa4", "partitions-gqa8", "full-width-mqa", "verify-q4-gqa2")),
+    ),
+    Mutation(
+        id="cuda-decode-reads-a-block-past-the-table",
+        description="the decode kernel reads keys up to one block past each token's context",
+        file=CU, old="    const int end = min(ctx, start + partition);\n",
+        new="    const int end = min(ctx + block_size, start + partition);\n",
+        gates=cases(DECODE_CUDA, ("one-token-gqa1", "block-edges-gqa2", "tiles-gqa4", "partitions-gqa8", "full-width-mqa", "verify-q4-gqa2"), ("float32", "bfloat16", "float16")),
+        needs_gpu=True,
+    ),
+    Mutation(
+        id="decode-twin-drops-the-online-rescale",
+        description="the decode twin adds a tile's values without rescaling the running output to the new max",
+        file=TWIN, old="        acc = acc * alpha[..., None] + np.matmul(e, v.transpose(0, 2, 1, 3))",
+        new="        acc = acc + np.matmul(e, v.transpose(0, 2, 1, 3))",
+        gates=cases(DECODE_TWIN, ("tiles-gqa4", "partitions-gqa8", "verify-q4-gqa2")),
+    ),
+    Mutation(
+        id="cuda-decode-drops-the-online-rescale",
+        description="the decode kernel adds a tile's values without rescaling its accumulators to the new max",
+        file=CU, old="for (int i = 0; i < L::DPT; i++) acc[h][i] *= a;  // the online-softmax rescale",
+        new="for (int i = 0; i < L::DPT; i++) acc[h][i] *= 1.0f;  // the online-softmax rescale",
+        gates=cases(DECODE_CUDA, ("tiles-gqa4", "partitions-gqa8", "full-width-mqa", "verify-q4-gqa2"),
+                    ("float32", "bfloat16", "float16")),
+        needs_gpu=True,
+    ),
+    Mutation(
+        id="decode-twin-wrong-kv-head",
+        description="the decode twin pairs query head h with KV head h % nkv instead of h // (nh / nkv)",
+        file=TWIN, old="    qg = q.reshape(T, nkv, nh // nkv, hd)  # query head h reads KV head h // (nh // nkv)\n",
+        new="    qg = q.reshape(T, nh // nkv, nkv, hd).transpose(0, 2, 1, 3)\n",
+        gates=cases(DECODE_TWIN, ("block-edges-gqa2", "tiles-gqa4", "partitions-gqa8", "verify-q4-gqa2")),
+    ),
+    Mutation(
+        id="cuda-decode-wrong-kv-head",
+        description="the decode kernel serves KV head kvh's block with query heads h * nkv + kvh (interleaved)",
+        file=CU, old="        const float* qh = q + (t * nh + kvh * G + h) * HD + dg * L::DPT;\n",
+        new="        const float* qh = q + (t * nh + h * nkv + kvh) * HD + dg * L::DPT;\n",
+        gates=cases(DECODE_CUDA, ("block-edges-gqa2", "tiles-gqa4", "partitions-gqa8", "verify-q4-gqa2"),
+                    ("float32", "bfloat16", "float16")),
+        needs_gpu=True,
+    ),
+    Mutation(
+        id="decode-twin-reduction-sums-unrescaled-parts",
+        description="the twin combines a long context's partitions by their sums alone, each at its own max",
+        file=TWIN, old="        share = np.where(lsum > 0, np.exp(m - np.where(np.isinf(M), 0, M)) * lsum, 0)  # at the common max\n",
+        new="        share = np.where(lsum > 0, lsum, 0)\n",
+        gates=cases(DECODE_TWIN, ("partitions-gqa8", "verify-q4-gqa2")),
+    ),
+    Mutation(
+        id="cuda-decode-reduction-sums-unrescaled-parts",
+        description="the reduce kernel weights each partition by its sum alone, at its own max, not the common one",
+        file=CU, old="            const float share = expf(ml[2 * p] - M) * ml[2 * p + 1];  // a part's weight, at the common max\n",
+        new="            const float share = ml[2 * p + 1];\n",
+        gates=cases(DECODE_CUDA, ("partitions-gqa8", "verify-q4-gqa2"), ("float32", "bfloat16", "float16")),
+        needs_gpu=True,
+    ),
+    Mutation(
+        id="rope-variant-ignored-by-the-fused-op",
+        description="the fused q/k norm + rotary + KV write reads a plain-RoPE table whatever the checkpoint's variant",
+        file="models/decoder.py", old="        self.rope_table = self._upload(rope_table(self.cfg))\n",
+        new="        self.rope_table = self._upload(rope_table(__import__('dataclasses').replace(self.cfg, "
+            "rope_type='default')))\n",
+        gates=(*(f"{ARCH}::{t}[{a}]" for a in ("qwen3-yarn", "llama3") for t in (
+                   "test_greedy_tokens_and_logits_match_transformers", "test_a_bf16_checkpoint_widens_exactly")),
+               f"{ARCH}::test_dtype_bfloat16_computes_as_transformers_bf16_does[qwen3-yarn]"),
+    ),
+    Mutation(
+        id="cuda-rope-variant-ignored-by-the-fused-op",
+        description="on CUDA, the fused rotary reads a plain-RoPE table whatever the checkpoint's variant",
+        file="models/decoder.py", old="        self.rope_table = self._upload(rope_table(self.cfg))\n",
+        new="        self.rope_table = self._upload(rope_table(__import__('dataclasses').replace(self.cfg, "
+            "rope_type='default')))\n",
+        gates=tuple(f"{ARCH}::test_cuda_greedy_tokens_and_logits_match_transformers[{a}]"
+                    for a in ("qwen3-yarn", "llama3")),
+        needs_gpu=True,
+    ),
+]

@@ -1,0 +1,288 @@
+"""The kernel library (backends/kernels/): each NumPy twin against a plain float64 reference on the CPU, and
+(GPU lane) each CUDA kernel against its twin on the same random inputs, at the edges: block boundaries,
+a one-token context, GQA ratios 1/2/4/8, partition boundaries and the longest context a table holds, several
+tokens of one sequence (speculative verification), padding rows. Error bounds, stated once:
+- float32 outputs: |kernel - twin| <= 1e-5 * (1 + |twin|) (sums in another order);
+- bf16 / fp16 outputs: within 1 unit in the last place of the storage dtype (a float32 sum in another order
+  may land on the other side of a rounding boundary, never further).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pytest
+
+from backends.kernels import activation, decode_attention, norm, rotary
+from backends.kernels.decode_attention import PARTITION, TWIN_TILE
+from vt.dtypes import narrow_host, widen_host
+
+STORAGE = {"float32": np.dtype(np.float32), "bfloat16": np.dtype(np.uint16), "float16": np.dtype(np.float16)}
+BS = 16
+
+
+# ---- paged decode attention -------------------------------------------------------------------------------------
+@dataclass
+class DecodeCase:
+    q: np.ndarray
+    k_cache: np.ndarray
+    v_cache: np.ndarray
+    tables: np.ndarray
+    token_row: np.ndarray
+    positions: np.ndarray
+    out_dtype: np.dtype
+    num_partitions: int
+
+
+def decode_case(contexts: list[int], nh: int, nkv: int, hd: int, dtype: str, width: int, q_per_row: int = 1,
+                seed: int = 0) -> DecodeCase:
+    """Rows with the given contexts (q_per_row tokens each, ending at the context), tables of `width` blocks
+    drawn from a shuffled pool. Every block no visible key lives in holds NaN, and every table entry past a
+    row's last block names such a block: a read past a context shows as NaN. The table array has one more
+    row, of such blocks, that no token uses: a read one entry past the last row's width reads a poisoned
+    block, not memory outside the array (a failed assertion, never a crashed GPU context)."""
+    rng = np.random.default_rng(seed)
+    R = len(contexts)
+    num_blocks = R * width + 8  # the last 8 (and the trash block) never visible
+    kv = STORAGE[dtype]
+    k = narrow_host(rng.standard_normal((num_blocks + 1, BS, nkv, hd)).astype(np.float32), kv)
+    v = narrow_host(rng.standard_normal((num_blocks + 1, BS, nkv, hd)).astype(np.float32), kv)
+    ids = rng.permutation(num_blocks)
+    spare = np.resize(ids[R * width :], width)  # blocks no table row uses
+    tables = np.concatenate([ids[: R * width], spare]).reshape(R + 1, width).astype(np.int64)
+    poison = narrow_host(np.full((BS, nkv, hd), np.nan, np.float32), kv)
+    k[spare], v[spare] = poison, poison
+    for r, ctx in enumerate(contexts):
+        used = -(-ctx // BS)
+        for b in tables[r, used:]:
+            k[b], v[b] = poison, poison
+        last = tables[r, used - 1]  # the partial last block: its keys past the context are garbage too
+        k[last, ctx - (used - 1) * BS :] = poison[: BS - (ctx - (used - 1) * BS)]
+        v[last, ctx - (used - 1) * BS :] = poison[: BS - (ctx - (used - 1) * BS)]
+    token_row = np.repeat(np.arange(R), q_per_row).astype(np.int64)
+    positions = np.concatenate([np.arange(c - q_per_row, c) for c in contexts]).astype(np.int64)
+    q = (rng.standard_normal((R * q_per_row, nh, hd)) * hd**-0.5).astype(np.float32)
+    return DecodeCase(q, k, v, tables, token_row, positions, kv, decode_attention.num_partitions(width, BS))
+
+
+def decode_reference(c: DecodeCase) -> np.ndarray:
+    """float64 softmax attention, token by token, over the keys its table names up to its position."""
+    T, nh, hd = c.q.shape
+    nkv = c.k_cache.shape[2]
+    out = np.zeros((T, nh, hd))
+    for t in range(T):
+        ctx = int(c.positions[t]) + 1
+        pos = np.arange(ctx)
+        blocks = c.tables[c.token_row[t], pos // BS]
+        k = widen_host(c.k_cache[blocks, pos % BS]).astype(np.float64)  # [ctx, nkv, hd]
+        v = widen_host(c.v_cache[blocks, pos % BS]).astype(np.float64)
+        for h in range(nh):
+            kvh = h // (nh // nkv)
+            s = k[:, kvh] @ c.q[t, h]
+            p = np.exp(s - s.max())
+            out[t, h] = (p / p.sum()) @ v[:, kvh]
+    return out
+
+
+def run_decode(xp, c: DecodeCase) -> np.ndarray:
+    T, nh, hd = c.q.shape
+    put = (lambda a: xp.asarray(a)) if xp is not np else (lambda a: a.copy())
+    out = xp.zeros((T, nh, hd), c.out_dtype)
+    P = c.num_partitions
+    parts = (None, None) if P == 1 else (xp.zeros((T, nh, P, hd), np.float32), xp.zeros((T, nh, P, 2), np.float32))
+    decode_attention.paged_decode_attention(xp, put(c.q), put(c.k_cache), put(c.v_cache), put(c.tables),
+                                            put(c.token_row), put(c.positions), out, *parts)
+    return out if xp is np else out.get()
+
+
+LONG = 2 * PARTITION + 3 * BS + 5  # three partitions, the last partial
+DECODE_CASES = {  # name: (contexts, nh, nkv, table width in blocks, tokens per row)
+    "one-token-gqa1": ([1], 4, 4, 4, 1),
+    "block-edges-gqa2": ([BS - 1, BS, BS + 1, 2 * BS], 4, 2, 4, 1),
+    "tiles-gqa4": ([TWIN_TILE + 1, 3 * TWIN_TILE - 7], 8, 2, 24, 1),
+    "partitions-gqa8": ([PARTITION - 1, PARTITION, PARTITION + 1, LONG], 16, 2, -(-LONG // BS), 1),
+    "full-width-mqa": ([8 * BS, 8 * BS - 3], 4, 1, 8, 1),
+    "verify-q4-gqa2": ([37, 2 * PARTITION + 1], 4, 2, -(-(2 * PARTITION + 1) // BS), 4),
+}
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("case", DECODE_CASES)
+def test_paged_decode_twin_equals_dense_attention(case: str, dtype: str) -> None:
+    """The twin reads each token's keys through its table, all query heads of a KV head at once, online
+    softmax over tiles, partitions combined: the same numbers as dense float64 attention over those keys.
+    Poisoned (NaN) blocks past every context prove nothing past it is read."""
+    contexts, nh, nkv, width, qpr = DECODE_CASES[case]
+    c = decode_case(contexts, nh, nkv, 16, dtype, width, qpr)
+    got = widen_host(run_decode(np, c)).astype(np.float64)
+    want = decode_reference(c)
+    assert np.isfinite(got).all(), "a poisoned key or value past a context reached the output"
+    tol = 1e-5 if dtype == "float32" else 2 ** -7
+    err = np.abs(got - want) / (1 + np.abs(want))
+    assert err.max() <= tol, f"max error {err.max():.2e} over {tol:.1e} ({case}, {dtype})"
+    assert np.abs(want).max() > 0.1, "non-vacuity: the outputs are not all near zero"
+
+
+def test_decode_cases_reach_every_path() -> None:
+    """The cases above span what the gates need: several twin tiles in one partition, several partitions, a
+    context ending exactly on a partition boundary, and a grouped query head."""
+    ctxs = [x for c in DECODE_CASES.values() for x in c[0]]
+    assert max(ctxs) > 2 * PARTITION and any(TWIN_TILE < x < PARTITION for x in ctxs) and PARTITION in ctxs
+    assert {c[1] // c[2] for c in DECODE_CASES.values()} >= {1, 2, 4, 8}
+
+
+# ---- q/k norm + rotary + KV write --------------------------------------------------------------------------------
+def rotary_inputs(T: int, nh: int, nkv: int, hd: int, dtype: str, seed: int = 0) -> dict:
+    rng = np.random.default_rng(seed)
+    positions = rng.integers(0, 64, T).astype(np.int64)
+    slots = rng.permutation(4 * BS)[:T].astype(np.int64)
+    slots[-1] = -1  # a padding row
+    ang = np.outer(np.arange(64), 1.0 / 10000 ** (np.arange(0, hd, 2) / hd))
+    rope = np.concatenate([np.cos(ang), np.cos(ang), -np.sin(ang), np.sin(ang)], axis=-1).astype(np.float32)
+    kv = STORAGE[dtype]
+    return {"qkv": rng.standard_normal((T, (nh + 2 * nkv) * hd)).astype(np.float32),
+            "bias": rng.standard_normal((nh + 2 * nkv) * hd).astype(np.float32),
+            "w": (1 + 0.1 * rng.standard_normal((nh + nkv, hd))).astype(np.float32), "rope": rope,
+            "positions": positions, "slots": slots,
+            "k_cache": narrow_host(np.full((5, BS, nkv, hd), 7.0, np.float32), kv),
+            "v_cache": narrow_host(np.full((5, BS, nkv, hd), 7.0, np.float32), kv),
+            "q_out": np.zeros((T, nh, hd), np.float32)}
+
+
+def rotary_reference(a: dict, nh: int, nkv: int, hd: int, has_norm: bool, eps: float = 1e-6) -> tuple:
+    x = a["qkv"].astype(np.float64) + a["bias"]
+    T = x.shape[0]
+    heads = x[:, : (nh + nkv) * hd].reshape(T, nh + nkv, hd)
+    if has_norm:
+        heads = heads / np.sqrt((heads**2).mean(-1, keepdims=True) + eps)
+    heads = heads * a["w"]
+    half = hd // 2
+    ang = a["positions"][:, None] / 10000 ** (np.arange(0, hd, 2) / hd)
+    cos, sin = np.cos(ang)[:, None], np.sin(ang)[:, None]
+    x1, x2 = heads[..., :half], heads[..., half:]
+    rotated = np.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1)
+    return rotated[:, :nh], rotated[:, nh:], x[:, (nh + nkv) * hd :].reshape(T, nkv, hd)
+
+
+@pytest.mark.parametrize("has_norm", [True, False], ids=["qk-norm", "no-norm"])
+@pytest.mark.parametrize("hd", [16, 128])
+def test_rotary_twin_norms_rotates_and_writes_the_cache(hd: int, has_norm: bool) -> None:
+    nh, nkv = 4, 2
+    a = rotary_inputs(6, nh, nkv, hd, "float32")
+    rotary.qk_norm_rope_store(np, *(a[k] for k in ("qkv", "bias", "w", "rope", "positions", "slots", "k_cache",
+                                                 "v_cache", "q_out")), has_norm=has_norm, eps=1e-6)
+    q, k, v = rotary_reference(a, nh, nkv, hd, has_norm)
+    assert np.abs(a["q_out"] - q).max() < 1e-4
+    live = a["slots"] >= 0
+    kc, vc = a["k_cache"].reshape(-1, nkv, hd), a["v_cache"].reshape(-1, nkv, hd)
+    assert np.abs(kc[a["slots"][live]] - k[live]).max() < 1e-4
+    assert np.abs(vc[a["slots"][live]] - v[live]).max() < 1e-5
+    written = np.zeros(len(kc), bool)
+    written[a["slots"][live]] = True
+    assert (kc[~written] == 7.0).all() and (vc[~written] == 7.0).all(), "a padding row (slot -1) wrote nothing"
+    assert live.sum() == 5 and not live[-1], "non-vacuity: one padding row, five written"
+
+
+# ---- add + RMSNorm, SiLU x up, embedding ------------------------------------------------------------------------
+@pytest.mark.parametrize("out_dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("mode", ["norm", "add", "add-bias"])
+def test_add_rms_norm_twin(mode: str, out_dtype: str) -> None:
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((3, 96)).astype(np.float32)
+    delta = rng.standard_normal((3, 96)).astype(np.float32) if mode != "norm" else None
+    bias = rng.standard_normal(96).astype(np.float32) if mode == "add-bias" else None
+    w = rng.standard_normal(96).astype(np.float32)
+    out = np.zeros((3, 96), STORAGE[out_dtype])
+    x0 = x.astype(np.float64)
+    norm.add_rms_norm(np, x, delta, bias, w, out, eps=1e-6)
+    want_x = x0 + (0 if delta is None else delta) + (0 if bias is None else bias)
+    want = want_x / np.sqrt((want_x**2).mean(-1, keepdims=True) + 1e-6) * w
+    assert np.abs(x - want_x).max() < 1e-5, "the residual stream holds x + delta (+ bias)"
+    tol = 1e-5 if out_dtype == "float32" else 2**-7
+    assert (np.abs(widen_host(out) - want) / (1 + np.abs(want))).max() <= tol
+
+
+def test_silu_mul_and_embed_twins() -> None:
+    rng = np.random.default_rng(0)
+    gu = rng.standard_normal((3, 40)).astype(np.float32)
+    out = np.zeros((3, 20), np.float32)
+    activation.silu_mul(np, gu, out)
+    g, u = gu[:, :20].astype(np.float64), gu[:, 20:]
+    assert np.abs(out - g / (1 + np.exp(-g)) * u).max() < 1e-6
+    table = narrow_host(rng.standard_normal((10, 8)).astype(np.float32), np.dtype(np.uint16))
+    ids = np.array([3, 0, 9], np.int64)
+    emb = np.zeros((3, 8), np.float32)
+    norm.embed(np, table, ids, emb)
+    assert np.array_equal(emb, widen_host(table[ids]))
+
+
+# ---- the CUDA kernels against their twins (GPU lane) -------------------------------------------------------------
+def assert_within_bound(got: np.ndarray, want: np.ndarray, what: str) -> None:
+    if got.dtype in (np.uint16, np.float16):
+        g, w = widen_host(got).astype(np.float64), widen_host(want).astype(np.float64)
+        ulp = 2.0 ** (np.floor(np.log2(np.maximum(np.abs(w), 1e-30))) - (7 if got.dtype == np.uint16 else 10))
+        bad = np.abs(g - w) > ulp * 1.0001
+    else:
+        bad = np.abs(got.astype(np.float64) - want) > 1e-5 * (1 + np.abs(want))
+    assert not bad.any(), f"{what}: {int(bad.sum())} of {bad.size} values past the bound"
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])
+@pytest.mark.parametrize("case", DECODE_CASES)
+def test_cuda_paged_decode_equals_its_twin(case: str, dtype: str) -> None:
+    import cupy
+
+    contexts, nh, nkv, width, qpr = DECODE_CASES[case]
+    for hd in (16, 128):
+        c = decode_case(contexts, nh, nkv, hd, dtype, width, qpr, seed=hd)
+        got, want = run_decode(cupy, c), run_decode(np, c)
+        assert np.isfinite(widen_host(got)).all(), f"hd={hd}: the kernel read a poisoned key or value"
+        assert_within_bound(got, want, f"paged decode attention {case} hd={hd} {dtype}")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("hd", [16, 64, 128])
+def test_cuda_rotary_equals_its_twin(hd: int, dtype: str) -> None:
+    import cupy
+
+    for has_norm in (True, False):
+        a = rotary_inputs(9, 8, 2, hd, dtype, seed=hd)
+        d = {k: cupy.asarray(v) for k, v in a.items()}
+        names = ("qkv", "bias", "w", "rope", "positions", "slots", "k_cache", "v_cache", "q_out")
+        rotary.qk_norm_rope_store(cupy, *(d[k] for k in names), has_norm=has_norm, eps=1e-6)
+        rotary.qk_norm_rope_store(np, *(a[k] for k in names), has_norm=has_norm, eps=1e-6)
+        for k in ("q_out", "k_cache", "v_cache"):
+            assert_within_bound(d[k].get(), a[k], f"rotary {k} hd={hd} {dtype} norm={has_norm}")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("out_dtype", ["float32", "bfloat16", "float16"])
+def test_cuda_norm_activation_and_embed_equal_their_twins(out_dtype: str) -> None:
+    import cupy
+
+    rng = np.random.default_rng(1)
+    for H in (64, 1024, 4096):
+        x = rng.standard_normal((5, H)).astype(np.float32)
+        delta, bias, w = (rng.standard_normal(s).astype(np.float32) for s in ((5, H), H, H))
+        for d, b in ((None, None), (delta, None), (delta, bias)):
+            outs = [np.zeros((5, H), STORAGE[out_dtype]), cupy.zeros((5, H), STORAGE[out_dtype])]
+            xs = [x.copy(), cupy.asarray(x)]
+            norm.add_rms_norm(np, xs[0], d, b, w, outs[0], eps=1e-6)
+            norm.add_rms_norm(cupy, xs[1], *(None if a is None else cupy.asarray(a) for a in (d, b)),
+                              cupy.asarray(w), outs[1], eps=1e-6)
+            assert_within_bound(xs[1].get(), xs[0], f"add_rms_norm residual H={H}")
+            assert_within_bound(outs[1].get(), outs[0], f"add_rms_norm H={H} {out_dtype}")
+        gu = rng.standard_normal((5, 2 * H)).astype(np.float32)
+        acts = [np.zeros((5, H), STORAGE[out_dtype]), cupy.zeros((5, H), STORAGE[out_dtype])]
+        activation.silu_mul(np, gu, acts[0])
+        activation.silu_mul(cupy, cupy.asarray(gu), acts[1])
+        assert_within_bound(acts[1].get(), acts[0], f"silu_mul H={H} {out_dtype}")
+    table = narrow_host(rng.standard_normal((50, 96)).astype(np.float32), STORAGE[out_dtype])
+    ids = rng.integers(0, 50, 7).astype(np.int64)
+    embs = [np.zeros((7, 96), np.float32), cupy.zeros((7, 96), np.float32)]
+    norm.embed(np, table, ids, embs[0])
+    norm.embed(cupy, cupy.asarray(table), cupy.asarray(ids), embs[1])
+    assert np.array_equal(embs[1].get(), embs[0]), "the embedding gather widens exactly"

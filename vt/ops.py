@@ -1,0 +1,57 @@
+"""The operations models launch, by name: the Backend protocol's kernel surface.
+
+A model never picks a kernel body or touches CuPy: it calls these, and the backend launches the kernel
+library's op (backends/kernels/), whose NumPy twin runs on the CPU backend and whose CUDA kernel runs on
+the CUDA backend. Every op writes only outputs its caller preallocated (nothing is allocated inside, so
+every op captures), and launch shapes depend on tensor shapes only. Storage dtypes: float32, bf16 (as
+uint16 bits) or fp16; what an op writes for a GEMM to read is narrowed to the weights' dtype as it is
+written.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class Ops:
+    """Mixed into Backend; a backend sets `kernels` to the library's op table (backends/kernels/library.py)."""
+
+    kernels: Any = None
+
+    def launch(self, kernel: Any, *args: Any, stream: Any = None, **kw: Any) -> None:
+        raise NotImplementedError("need launch")
+
+    def embed(self, table: Any, ids: Any, out: Any) -> None:
+        """out [T, H] float32 = table[ids] (the table in its storage dtype)."""
+        self.launch(self.kernels.embed, table, ids, out)
+
+    def add_rms_norm(self, x: Any, delta: Any, w: Any, out: Any, *, eps: float, bias: Any = None) -> None:
+        """The residual stream x [T, H] float32 += delta (+ bias), in place; then out = RMSNorm(x) * w in
+        out's dtype. delta None: the norm alone."""
+        self.launch(self.kernels.add_rms_norm, x, delta, bias, w, out, eps=eps)
+
+    def qk_norm_rope_store(self, qkv: Any, w: Any, rope: Any, positions: Any, slots: Any, k_cache: Any, v_cache: Any,
+                           q_out: Any, *, has_norm: bool, eps: float, bias: Any = None) -> None:
+        """From the fused projection qkv [T, (nh + 2 nkv) hd] float32 (+ bias): q and k per-head RMSNorm (w
+        [nh + nkv, hd], q's rows carrying the attention scale; or w alone without has_norm), rotary from the
+        rope table [positions, 2 hd] (cos, signed sin); q into q_out [T, nh, hd] float32, k and v into the
+        paged caches at each token's slot (slot -1: nothing written)."""
+        self.launch(self.kernels.qk_norm_rope_store, qkv, bias, w, rope, positions, slots, k_cache, v_cache, q_out,
+                    has_norm=has_norm, eps=eps)
+
+    def silu_mul(self, gate_up: Any, out: Any) -> None:
+        """out [T, I] = SiLU(gate) * up from gate_up [T, 2 I] float32, in out's dtype."""
+        self.launch(self.kernels.silu_mul, gate_up, out)
+
+    def paged_decode_attention(self, q: Any, k_cache: Any, v_cache: Any, block_tables: Any, token_row: Any,
+                               positions: Any, out: Any, part_o: Any = None, part_ml: Any = None) -> None:
+        """Each token t (query heads q [T, nh, hd], pre-scaled) attends keys 0..positions[t] of its sequence,
+        read through block_tables[token_row[t]]; out [T, nh, hd] in its dtype. A table wider than one
+        partition needs the partials' scratch part_o [T, nh, P, hd] and part_ml [T, nh, P, 2] float32."""
+        self.launch(self.kernels.paged_decode_attention, q, k_cache, v_cache, block_tables, token_row, positions,
+                    out, part_o, part_ml)
+
+    def gemm(self, a: Any, b: Any, out: Any) -> None:
+        """out = a @ b, float32 out: cuBLAS on CUDA, with a low-precision b (weights) taking a in its dtype and
+        accumulating in float32."""
+        self.launch(self.kernels.gemm, a, b, out)
