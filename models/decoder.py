@@ -233,7 +233,7 @@ class DecoderForCausalLM:
             return
         assert fb.block_tables is not None and fb.token_row is not None
         T, nh, hd = q.shape
-        P = num_partitions(fb.block_tables.shape[1], kv.block_size)
+        P = num_partitions(T, kv.k[i].shape[2], fb.block_tables.shape[1], kv.block_size)
         parts = (None, None) if P == 1 else (carry.get("part_o", (T, nh, P, hd)), carry.get("part_ml", (T, nh, P, 2)))
         self.backend.paged_decode_attention(q, kv.k[i], kv.v[i], fb.block_tables, fb.token_row, fb.positions, o,
                                             *parts)

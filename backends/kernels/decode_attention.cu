@@ -20,7 +20,42 @@ struct DecodeLayout {
     static constexpr int KPP = DECODE_THREADS / TPK;             // keys one pass covers
     static constexpr int PASSES = KPP >= 32 ? 1 : 32 / KPP;      // a tile is at least 32 keys
     static constexpr int TILE = KPP * PASSES;
+    static constexpr int NV = DPT / VEC;                         // 16-byte vectors a thread loads per key
 };
+
+// Requests a tile's keys and values (PASSES keys a thread, each its DPT dims as NV raw vectors); a key past
+// `end` is neither requested nor marked valid.
+template <typename KV, typename L>
+__device__ __forceinline__ void load_tile(const KV* __restrict__ k_cache, const KV* __restrict__ v_cache,
+                                          const i64* __restrict__ table, int t0, int end, int kg, int dg, int nkv,
+                                          int kvh, int block_size, uint4 (&k)[L::PASSES][L::NV],
+                                          uint4 (&v)[L::PASSES][L::NV], bool (&valid)[L::PASSES]) {
+#pragma unroll
+    for (int ps = 0; ps < L::PASSES; ps++) {
+        const int key = t0 + ps * L::KPP + kg;
+        valid[ps] = key < end;
+        if (valid[ps]) {
+            const int b = key / block_size;
+            const i64 base = ((table[b] * block_size + (key - b * block_size)) * nkv + kvh) * (i64)(L::DPT * L::TPK)
+                             + dg * L::DPT;
+#pragma unroll
+            for (int j = 0; j < L::NV; j++) {
+                k[ps][j] = reinterpret_cast<const uint4*>(k_cache + base)[j];
+                v[ps][j] = reinterpret_cast<const uint4*>(v_cache + base)[j];
+            }
+        }
+    }
+}
+
+template <typename KV, typename L>
+__device__ __forceinline__ void widen_vec(const uint4 (&raw)[L::NV], float* out) {
+#pragma unroll
+    for (int j = 0; j < L::NV; j++) {
+        const KV* e = reinterpret_cast<const KV*>(&raw[j]);
+#pragma unroll
+        for (int i = 0; i < L::VEC; i++) out[j * L::VEC + i] = to_f32(e[i]);
+    }
+}
 
 // q [T, nh, HD] float32, pre-scaled; caches [blocks, block_size, nkv, HD]; block_tables [R, W]; token_row
 // and positions [T]; out [T, nh, HD] when the grid has one partition, else part_o [T, nh, P, HD] and part_ml
@@ -56,27 +91,25 @@ paged_decode_attention(const float* __restrict__ q, const KV* __restrict__ k_cac
     if (tid < G) { m_s[tid] = neg_inf(); l_s[tid] = 0.0f; }
     __syncthreads();
 
+    // The tile's keys and values arrive as raw 16-byte vectors; the next tile's are requested before this
+    // tile is computed, so a block always has a tile's loads in flight (the cache is read once, at the
+    // bandwidth the loads in flight allow).
+    uint4 kc[L::PASSES][L::NV], vc[L::PASSES][L::NV], kn[L::PASSES][L::NV], vn[L::PASSES][L::NV];
+    bool valid[L::PASSES], valid_next[L::PASSES];
+    load_tile<KV, L>(k_cache, v_cache, table, start, end, kg, dg, nkv, kvh, block_size, kc, vc, valid);
     for (int t0 = start; t0 < end; t0 += L::TILE) {
-        float kf[L::PASSES][L::DPT], vf[L::PASSES][L::DPT];
-        bool valid[L::PASSES];
-#pragma unroll
-        for (int ps = 0; ps < L::PASSES; ps++) {  // every load of the tile issued before any is used
-            const int key = t0 + ps * L::KPP + kg;
-            valid[ps] = key < end;
-            if (valid[ps]) {
-                const int b = key / block_size;
-                const i64 base = ((table[b] * block_size + (key - b * block_size)) * nkv + kvh) * HD + dg * L::DPT;
-                load_f32<KV, L::DPT>(k_cache + base, kf[ps]);
-                load_f32<KV, L::DPT>(v_cache + base, vf[ps]);
-            }
-        }
+        if (t0 + L::TILE < end)
+            load_tile<KV, L>(k_cache, v_cache, table, t0 + L::TILE, end, kg, dg, nkv, kvh, block_size, kn, vn,
+                             valid_next);
 #pragma unroll
         for (int ps = 0; ps < L::PASSES; ps++) {
+            float kf[L::DPT];
+            widen_vec<KV, L>(kc[ps], kf);
 #pragma unroll
             for (int h = 0; h < G; h++) {
                 float dot = 0.0f;
 #pragma unroll
-                for (int i = 0; i < L::DPT; i++) dot += qr[h][i] * (valid[ps] ? kf[ps][i] : 0.0f);
+                for (int i = 0; i < L::DPT; i++) dot += qr[h][i] * kf[i];
 #pragma unroll
                 for (int o = L::TPK / 2; o > 0; o >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, o);
                 if (dg == 0) s[h][ps * L::KPP + kg] = valid[ps] ? dot : neg_inf();
@@ -112,14 +145,22 @@ paged_decode_attention(const float* __restrict__ q, const KV* __restrict__ k_cac
 #pragma unroll
         for (int ps = 0; ps < L::PASSES; ps++) {
             if (!valid[ps]) continue;  // a key past the context is never read: its value may be anything
+            float vf[L::DPT];
+            widen_vec<KV, L>(vc[ps], vf);
 #pragma unroll
             for (int h = 0; h < G; h++) {
                 const float pv = s[h][ps * L::KPP + kg];
 #pragma unroll
-                for (int i = 0; i < L::DPT; i++) acc[h][i] += pv * vf[ps][i];
+                for (int i = 0; i < L::DPT; i++) acc[h][i] += pv * vf[i];
             }
         }
         __syncthreads();
+#pragma unroll
+        for (int ps = 0; ps < L::PASSES; ps++) {
+            valid[ps] = valid_next[ps];
+#pragma unroll
+            for (int v = 0; v < L::NV; v++) { kc[ps][v] = kn[ps][v]; vc[ps][v] = vn[ps][v]; }
+        }
     }
     // The KPP key groups' sums, head by head, then normalized by the head's softmax sum.
 #pragma unroll

@@ -1,6 +1,6 @@
 """Paged decode attention (decode_attention.cu), beside its NumPy twin.
 
-The twin follows the kernel's algorithm, not only its result: the context in partitions of PARTITION keys,
+The twin follows the kernel's algorithm, not only its result: the context in partitions (partition_size),
 each an online softmax over tiles (a running max, the sum and the output rescaled when the max grows),
 then the partitions combined at their common max. So a broken rescale or reduction shows on the CPU too.
 Tokens never read past their context (position + 1 keys, at most the table's width), and a key's value
@@ -17,7 +17,8 @@ from backends.kernels.build import Instance, function
 from backends.kernels.fused import FusedKernel, ctype
 from vt.dtypes import narrow_host, widen_host
 
-PARTITION = 512  # keys per partition of a long context (one block each); the graph's table width sets how many
+MIN_PARTITION = 256  # keys: a context this short is one partition (no reduce launch)
+TARGET_BLOCKS = 1024  # a long context is split until the launch has about this many blocks (the H200 has 132 SMs)
 TWIN_TILE = 128  # keys per online-softmax tile in the twin (the kernel's tile is its own, 32 or 64 keys)
 THREADS = 128
 STORAGE = ("float", "vt::bf16", "vt::f16")
@@ -29,9 +30,19 @@ CI_INSTANCES = (
     + [Instance("decode_attention.cu", f"vt::paged_decode_reduce<{o}, {hd}>") for o in STORAGE for hd in (16, 128)])
 
 
-def num_partitions(table_width: int, block_size: int) -> int:
-    """Partitions of the longest context a table of this width holds: the launch's static third dimension."""
-    return max(1, -(-table_width * block_size // PARTITION))
+def partition_size(num_tokens: int, num_kv_heads: int, max_context: int) -> int:
+    """Keys per partition, from static shapes only (so a graph's launch is fixed): as many splits of the
+    longest context as keep about TARGET_BLOCKS blocks busy, in multiples of 64 keys, never under MIN_PARTITION.
+    One token at 8k context: 32 partitions of 256; eight tokens: 16 of 512."""
+    splits = max(1, TARGET_BLOCKS // max(1, num_tokens * num_kv_heads))
+    keys = -(-max_context // splits)
+    return max(MIN_PARTITION, -(-keys // 64) * 64)
+
+
+def num_partitions(num_tokens: int, num_kv_heads: int, table_width: int, block_size: int) -> int:
+    """The launch's static third dimension: partitions of the longest context a table of this width holds."""
+    ctx = table_width * block_size
+    return -(-ctx // partition_size(num_tokens, num_kv_heads, ctx))
 
 
 def _twin(q: np.ndarray, k_cache: np.ndarray, v_cache: np.ndarray, block_tables: np.ndarray, token_row: np.ndarray,
@@ -41,15 +52,16 @@ def _twin(q: np.ndarray, k_cache: np.ndarray, v_cache: np.ndarray, block_tables:
     W = block_tables.shape[1]
     P = 1 if part_ml is None else part_ml.shape[2]
     ctx = np.minimum(positions.astype(np.int64) + 1, W * bs)
+    part = partition_size(T, nkv, W * bs)
     tables = block_tables[token_row]  # [T, W]
     kf, vf = k_cache.reshape(-1, nkv, hd), v_cache.reshape(-1, nkv, hd)
     qg = q.reshape(T, nkv, nh // nkv, hd)  # query head h reads KV head h // (nh // nkv)
     m = np.full((T, nkv, nh // nkv, P), -np.inf, np.float32)
     lsum = np.zeros_like(m)
     o = np.zeros((*m.shape, hd), np.float32)
-    for p in range(min(P, -(-int(ctx.max()) // PARTITION))):
-        end = np.minimum(ctx, (p + 1) * PARTITION)
-        m[..., p], lsum[..., p], o[..., p, :] = _partition(qg, kf, vf, tables, bs, p * PARTITION, end)
+    for p in range(min(P, -(-int(ctx.max()) // part))):
+        end = np.minimum(ctx, (p + 1) * part)
+        m[..., p], lsum[..., p], o[..., p, :] = _partition(qg, kf, vf, tables, bs, p * part, end)
     if P == 1:
         res = o[..., 0, :]
     else:
@@ -94,16 +106,17 @@ def _cuda(cp: Any, q: Any, k_cache: Any, v_cache: Any, block_tables: Any, token_
     bs, nkv = k_cache.shape[1], k_cache.shape[2]
     W = block_tables.shape[1]
     P = 1 if part_ml is None else part_ml.shape[2]
+    part = partition_size(T, nkv, W * bs)
     kv, o = ctype(k_cache.dtype), ctype(out.dtype)
     attend = function(cp, Instance("decode_attention.cu", f"vt::paged_decode_attention<{kv}, {o}, {hd}, {nh // nkv}>"))
     null = np.uint64(0)
     attend((nkv, T, P), (THREADS,), (q, k_cache, v_cache, block_tables, token_row, positions, out,
                                      null if part_o is None else part_o, null if part_ml is None else part_ml,
-                                     np.int32(nkv), np.int32(bs), np.int32(W), np.int32(PARTITION)))
+                                     np.int32(nkv), np.int32(bs), np.int32(W), np.int32(part)))
     if P > 1:
         reduce = function(cp, Instance("decode_attention.cu", f"vt::paged_decode_reduce<{o}, {hd}>"))
         reduce((nh, T), (max(32, hd),), (part_o, part_ml, positions, out, np.int32(nh), np.int32(P),
-                                         np.int32(PARTITION), np.int32(W * bs)))
+                                         np.int32(part), np.int32(W * bs)))
 
 
 # q, k_cache, v_cache, block_tables, token_row, positions, out, part_o, part_ml

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from backends.kernels import activation, decode_attention, norm, rotary
-from backends.kernels.decode_attention import PARTITION, TWIN_TILE
+from backends.kernels.decode_attention import MIN_PARTITION, TWIN_TILE, partition_size
 from vt.dtypes import narrow_host, widen_host
 
 STORAGE = {"float32": np.dtype(np.float32), "bfloat16": np.dtype(np.uint16), "float16": np.dtype(np.float16)}
@@ -63,7 +63,8 @@ def decode_case(contexts: list[int], nh: int, nkv: int, hd: int, dtype: str, wid
     token_row = np.repeat(np.arange(R), q_per_row).astype(np.int64)
     positions = np.concatenate([np.arange(c - q_per_row, c) for c in contexts]).astype(np.int64)
     q = (rng.standard_normal((R * q_per_row, nh, hd)) * hd**-0.5).astype(np.float32)
-    return DecodeCase(q, k, v, tables, token_row, positions, kv, decode_attention.num_partitions(width, BS))
+    return DecodeCase(q, k, v, tables, token_row, positions, kv,
+                      decode_attention.num_partitions(R * q_per_row, nkv, width, BS))
 
 
 def decode_reference(c: DecodeCase) -> np.ndarray:
@@ -96,6 +97,7 @@ def run_decode(xp, c: DecodeCase) -> np.ndarray:
     return out if xp is np else out.get()
 
 
+PARTITION = MIN_PARTITION  # what every case below is split by (test_decode_cases_reach_every_path checks it)
 LONG = 2 * PARTITION + 3 * BS + 5  # three partitions, the last partial
 DECODE_CASES = {  # name: (contexts, nh, nkv, table width in blocks, tokens per row)
     "one-token-gqa1": ([1], 4, 4, 4, 1),
@@ -128,6 +130,8 @@ def test_decode_cases_reach_every_path() -> None:
     """The cases above span what the gates need: several twin tiles in one partition, several partitions, a
     context ending exactly on a partition boundary, and a grouped query head."""
     ctxs = [x for c in DECODE_CASES.values() for x in c[0]]
+    for contexts, _, nkv, width, qpr in DECODE_CASES.values():
+        assert partition_size(len(contexts) * qpr, nkv, width * BS) == PARTITION
     assert max(ctxs) > 2 * PARTITION and any(TWIN_TILE < x < PARTITION for x in ctxs) and PARTITION in ctxs
     assert {c[1] // c[2] for c in DECODE_CASES.values()} >= {1, 2, 4, 8}
 

@@ -1,0 +1,56 @@
+"""Real-size shapes for the GPU lane's figures (scripts/decode-figures, scripts/profile-decode): random-weight
+bf16 checkpoints in the shapes of Qwen3-0.6B and Qwen3-8B written by transformers on the device, and a decode
+step's inputs for B rows at a given context (the KV is whatever the cache holds: speed does not depend on it)."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+V = 151_936
+BW = 4.3e12  # bytes/s: the copy bandwidth measured on these H200s (shared/device-facts.md)
+SHAPES = {
+    "0.6B": dict(hidden_size=1024, intermediate_size=3072, num_hidden_layers=28, num_attention_heads=16,
+                 num_key_value_heads=8, tie_word_embeddings=True),
+    "8B": dict(hidden_size=4096, intermediate_size=12288, num_hidden_layers=36, num_attention_heads=32,
+               num_key_value_heads=8, tie_word_embeddings=False),
+}
+
+
+def make_checkpoint(path: str, shape: dict) -> int:
+    """Writes the checkpoint (once) and a word-level tokenizer; returns its weight bytes."""
+    import torch
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    if not os.path.exists(os.path.join(path, "config.json")):
+        cfg = Qwen3Config(vocab_size=V, rope_theta=1e6, rms_norm_eps=1e-6, max_position_embeddings=16384,
+                          bos_token_id=0, eos_token_id=1, head_dim=128, **shape)
+        torch.manual_seed(0)
+        with torch.device("cuda"):
+            m = Qwen3ForCausalLM(cfg).eval().to(torch.bfloat16)
+        m.save_pretrained(path, safe_serialization=True)
+        tok = Tokenizer(models.WordLevel({f"t{i}": i for i in range(V)}, unk_token="t2"))
+        tok.pre_tokenizer = pre_tokenizers.Whitespace()
+        tok.save(os.path.join(path, "tokenizer.json"))
+        del m
+        torch.cuda.empty_cache()
+    return sum(os.path.getsize(os.path.join(path, f)) for f in os.listdir(path) if f.endswith(".safetensors"))
+
+
+
+def decode_inputs(kv, B: int, ctx: int, seed: int = 0):
+    """B rows, each at position ctx - 1 over its own blocks 0.. (tables of exactly what the context needs)."""
+    from vt.engine.worker.graph_driver import DecodeInputs
+
+    bs = kv.block_size
+    per = -(-(ctx + 1) // bs)
+    tables = np.arange(B * per, dtype=np.int64).reshape(B, per)
+    slots = np.array([kv.slot(tables[i], ctx - 1) for i in range(B)], np.int64)
+    tokens = np.random.default_rng(seed).integers(3, V, B).astype(np.int64)
+    return DecodeInputs(tokens, np.full(B, ctx - 1, np.int64), slots, tables)
+
+
+def blocks_for(shapes: list[tuple[int, int]], block_size: int = 16) -> int:
+    return max(B * (-(-(ctx + 1) // block_size)) for B, ctx in shapes) + 8
