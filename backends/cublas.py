@@ -42,7 +42,8 @@ def _load() -> ctypes.CDLL:
 
 
 class Cublas:
-    def __init__(self, workspace_ptr: int | None, workspace_bytes: int) -> None:
+    def __init__(self, workspace_ptr: int | None, workspace_bytes: int, lt: Any = None) -> None:
+        self.lt = lt  # backends/cublaslt.py: single GEMMs with a measured algorithm (None: GemmEx for all)
         self.lib = _load()
         self.handle = ctypes.c_void_p()
         self._check(self.lib.cublasCreate_v2(ctypes.byref(self.handle)), "cublasCreate_v2")
@@ -100,7 +101,9 @@ class Cublas:
         import cupy
 
         self.bind(cupy.cuda.get_current_stream().ptr)
-        if a.dtype.name in _CUDA_TYPE:
+        if self.lt is not None and batch == 1 and a.dtype.name in _CUDA_TYPE:
+            self.lt.gemm(_CUDA_TYPE[a.dtype.name], a, b, c, m, n, k)
+        elif a.dtype.name in _CUDA_TYPE:
             self.gemm_ex_batched(_CUDA_TYPE[a.dtype.name], a.data.ptr, b.data.ptr, c.data.ptr, m, n, k, batch,
                                  stride_a, stride_b, m * n)
         else:

@@ -125,6 +125,7 @@ class CudaBackend(Backend):
             raise ConfigError(f"backend='cuda' needs CuPy with a CUDA GPU (pip install 'vt[cuda]'): {e}") from None
 
         from backends.cublas import WORKSPACE_BYTES, Cublas
+        from backends.cublaslt import CublasLt
         from backends.gemm import staged_matmul
         from vt.pool import DevicePool
 
@@ -138,7 +139,11 @@ class CudaBackend(Backend):
         # wait here until the last capture ends.
         self._graveyard: list[Any] = []
         self._workspace = self.alloc(WORKSPACE_BYTES)  # long-lived, set on the cuBLAS handle up front
-        self.blas = Cublas(self._workspace.mem, WORKSPACE_BYTES)
+        self._lt_workspace = self.alloc(WORKSPACE_BYTES)  # cuBLASLt's, passed to every call
+        from vt.env import flags
+
+        lt = CublasLt(self._lt_workspace.mem, WORKSPACE_BYTES) if flags().gemm_tuned else None
+        self.blas = Cublas(self._workspace.mem, WORKSPACE_BYTES, lt)
         xp = types.SimpleNamespace(**{k: getattr(cupy, k) for k in dir(cupy) if not k.startswith("__")})
         xp.matmul = lambda a, b, out=None: staged_matmul(cupy, self.blas.sgemm, a, b, out)
         self.xp = xp

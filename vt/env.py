@@ -35,6 +35,7 @@ class Flags:
     pool_stats: bool  # VT_POOL_STATS=1: print pool stats at shutdown
     cudagraph: bool  # VT_CUDAGRAPH=0: capture scopes are inert, everything runs eagerly
     sanitize: bool  # VT_SANITIZE=1: CPU sanitizer (poison on free, checked launches)
+    gemm_tuned: bool  # VT_GEMM_TUNED=0: cuBLAS's first heuristic pick for every GEMM, no cuBLASLt timing
     cache_dir: str  # VT_CACHE_DIR: where built-in tiny checkpoints are written on first use
 
     @classmethod
@@ -46,6 +47,7 @@ class Flags:
             pool_stats=_read_bool("VT_POOL_STATS", False),
             cudagraph=_read_bool("VT_CUDAGRAPH", True),
             sanitize=_read_bool("VT_SANITIZE", False),
+            gemm_tuned=_read_bool("VT_GEMM_TUNED", True),
             cache_dir=os.environ.get("VT_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "vt"),
         )
 
@@ -60,7 +62,8 @@ def as_environ(f: Flags) -> dict[str, str]:
     """The environment that reads back as f: what a child process (a tensor-parallel rank) needs to run
     with this process's flags, whatever its own environment says."""
     names = {"pool_bypass": "VT_POOL_BYPASS", "pool_exact": "VT_POOL_EXACT", "pool_borrow": "VT_POOL_BORROW",
-             "pool_stats": "VT_POOL_STATS", "cudagraph": "VT_CUDAGRAPH", "sanitize": "VT_SANITIZE"}
+             "pool_stats": "VT_POOL_STATS", "cudagraph": "VT_CUDAGRAPH", "sanitize": "VT_SANITIZE",
+             "gemm_tuned": "VT_GEMM_TUNED"}
     out = {env: "1" if getattr(f, field) else "0" for field, env in names.items()}
     out["VT_CACHE_DIR"] = f.cache_dir
     return out

@@ -15,8 +15,13 @@ CI_INSTANCES = ([Instance("norm.cu", f"vt::embed<{t}>") for t in STORAGE_TYPES]
                 + [Instance("norm.cu", f"vt::add_rms_norm<{t}>") for t in STORAGE_TYPES])
 
 
+NORM_VECS = 4  # float4s a thread holds (norm.cu): H up to 4 * 4 * 1024
+
+
 def _threads(H: int) -> int:
-    return min(1024, max(32, -(-H // 4 // 32) * 32))  # about four elements a thread
+    """Enough whole warps that each thread holds at most NORM_VECS float4s of a row (at least two each when the
+    row is long, so a block stays small)."""
+    return min(1024, max(32, -(-H // (4 * 2) // 32) * 32))
 
 
 # ---- embed: out [T, H] float32 = table[ids] ---------------------------------------------------------------------
@@ -44,6 +49,8 @@ def _add_rms_norm_twin(x: np.ndarray, delta: np.ndarray | None, bias: np.ndarray
 
 def _add_rms_norm_cuda(cp: Any, x: Any, delta: Any, bias: Any, w: Any, out: Any, eps: float) -> None:
     T, H = x.shape
+    if H % 4 or H > 4 * NORM_VECS * 1024:
+        raise ValueError(f"add_rms_norm: hidden size {H} must be a multiple of 4 and at most {4 * NORM_VECS * 1024}")
     fn = function(cp, Instance("norm.cu", f"vt::add_rms_norm<{ctype(out.dtype)}>"))
     fn((T,), (_threads(H),), (x, NULL if delta is None else delta, NULL if bias is None else bias, w, out,
                               np.int32(H), np.float32(eps)))

@@ -9,7 +9,8 @@ namespace vt {
 
 // qkv [T, (nh + 2 nkv) HD] float32; bias [(nh + 2 nkv) HD] or null; w [nh + nkv, HD] (q's rows carry the
 // attention scale); rope [positions, 2 HD]; q_out [T, nh, HD]; caches [blocks, block_size, nkv, HD] with
-// slots numbered block * block_size + offset. Grid: one block per token, a warp per head (strided).
+// slots numbered block * block_size + offset. Grid (T, ceil(heads / warps)): a warp per head, so even one
+// token's heads spread over many SMs.
 template <typename KV, int HD>
 __global__ void qk_norm_rope_store(const float* __restrict__ qkv, const float* __restrict__ bias,
                                    const float* __restrict__ w, const float* __restrict__ rope,
@@ -17,13 +18,14 @@ __global__ void qk_norm_rope_store(const float* __restrict__ qkv, const float* _
                                    KV* __restrict__ k_cache, KV* __restrict__ v_cache, float* __restrict__ q_out,
                                    int nh, int nkv, int has_norm, float eps) {
     constexpr int PER = HD >= 32 ? HD / 32 : 1;  // elements a lane holds: d = lane + 32 j
-    const int lane = threadIdx.x & 31, warps = blockDim.x >> 5;
+    const int lane = threadIdx.x & 31;
     const i64 t = blockIdx.x;
     const int heads = nh + 2 * nkv;
     const i64 slot = slots[t];
     const float* cos_sin = rope + positions[t] * (2 * HD);
     const bool live = HD >= 32 || lane < HD;
-    for (int h = threadIdx.x >> 5; h < heads; h += warps) {
+    const int h = blockIdx.y * (blockDim.x >> 5) + (threadIdx.x >> 5);
+    if (h < heads) {
         float v[PER];
 #pragma unroll
         for (int j = 0; j < PER; j++) {
@@ -37,7 +39,7 @@ __global__ void qk_norm_rope_store(const float* __restrict__ qkv, const float* _
                 for (int j = 0; j < PER; j++)
                     v_cache[(slot * nkv + (h - nh - nkv)) * HD + lane + 32 * j] = from_f32<KV>(v[j]);
             }
-            continue;
+            return;
         }
         if (has_norm) {
             float ss = 0.0f;

@@ -42,9 +42,10 @@ def _cuda(cp: Any, qkv: Any, bias: Any, w: Any, rope: Any, positions: Any, slots
     T, nh, hd = q_out.shape
     nkv = k_cache.shape[2]
     fn = function(cp, Instance("rotary.cu", f"vt::qk_norm_rope_store<{ctype(k_cache.dtype)}, {hd}>"))
-    warps = min(nh + 2 * nkv, 16)
-    fn((T,), (32 * warps,), (qkv, NULL if bias is None else bias, w, rope, positions, slots, k_cache, v_cache, q_out,
-                             np.int32(nh), np.int32(nkv), np.int32(bool(has_norm)), np.float32(eps)))
+    warps = 4
+    args = (qkv, NULL if bias is None else bias, w, rope, positions, slots, k_cache, v_cache, q_out, np.int32(nh),
+            np.int32(nkv), np.int32(bool(has_norm)), np.float32(eps))
+    fn((T, -(-(nh + 2 * nkv) // warps)), (32 * warps,), args)
 
 
 qk_norm_rope_store = FusedKernel("qk_norm_rope_store", _twin, _cuda, writes=(6, 7, 8))

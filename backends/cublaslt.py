@@ -1,0 +1,137 @@
+"""cuBLASLt GEMMs with the algorithm measured, not guessed: a decode GEMM is a matrix-vector product, where
+cuBLAS's first heuristic pick runs a 64x8 tile over a 1,024 x 4,096 weight on 64 blocks, half the H200's SMs,
+at a quarter of its bandwidth (Nsight Compute, docs/). For each GEMM shape, the first time it is seen (outside
+any capture: a slot's cold step), every algorithm the heuristic offers is timed on the real operands and the
+fastest kept; later calls, captured or eager, run it with the preset workspace, so nothing allocates inside a
+capture and a shape's replay and eager results agree bit for bit (one algorithm per shape for the process).
+
+Row-major C[m, n] = A[m, k] @ B[k, n] is column-major C^T = B^T A^T, as in backends/cublas.py.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import glob
+import os
+import time
+from typing import Any
+
+CUDA_R_32F, CUBLAS_COMPUTE_32F = 0, 68
+PREF_MAX_WORKSPACE_BYTES = 1
+REQUESTED = 16  # algorithms asked of the heuristic per shape
+TIMED_REPS = 20
+
+
+class HeuristicResult(ctypes.Structure):
+    _fields_ = [("algo", ctypes.c_uint64 * 8), ("workspace_size", ctypes.c_size_t), ("state", ctypes.c_int),
+                ("waves_count", ctypes.c_float), ("reserved", ctypes.c_int * 4)]
+
+
+def _load() -> ctypes.CDLL:
+    names = [ctypes.util.find_library("cublasLt"), "libcublasLt.so.13", "libcublasLt.so.12", "libcublasLt.so"]
+    try:
+        import cupy
+
+        names += glob.glob(os.path.join(cupy.cuda.get_cuda_path() or "", "lib*", "libcublasLt.so*"))
+    except Exception:  # noqa: BLE001 - a best-effort search path
+        pass
+    for name in names:
+        if name:
+            try:
+                return ctypes.CDLL(name)
+            except OSError:
+                continue
+    raise OSError("libcublasLt not found")
+
+
+class Plan:
+    """One GEMM shape: its descriptors and the algorithm chosen for it."""
+
+    def __init__(self, lt: CublasLt, dtype: int, m: int, n: int, k: int) -> None:
+        self.lt, self.m, self.n, self.k = lt, m, n, k
+        lib, c = lt.lib, ctypes
+        self.desc, self.a, self.b, self.c = c.c_void_p(), c.c_void_p(), c.c_void_p(), c.c_void_p()
+        lt.check(lib.cublasLtMatmulDescCreate(c.byref(self.desc), CUBLAS_COMPUTE_32F, CUDA_R_32F), "MatmulDescCreate")
+        # column-major operands: the weights B^T [n, k] (ld n), the activations A^T [k, m] (ld k), C^T [n, m]
+        lt.check(lib.cublasLtMatrixLayoutCreate(c.byref(self.a), dtype, c.c_uint64(n), c.c_uint64(k),
+                                                c.c_int64(n)), "MatrixLayoutCreate")
+        lt.check(lib.cublasLtMatrixLayoutCreate(c.byref(self.b), dtype, c.c_uint64(k), c.c_uint64(m),
+                                                c.c_int64(k)), "MatrixLayoutCreate")
+        lt.check(lib.cublasLtMatrixLayoutCreate(c.byref(self.c), CUDA_R_32F, c.c_uint64(n), c.c_uint64(m),
+                                                c.c_int64(n)), "MatrixLayoutCreate")
+        results = (HeuristicResult * REQUESTED)()
+        found = c.c_int()
+        lt.check(lib.cublasLtMatmulAlgoGetHeuristic(lt.handle, self.desc, self.a, self.b, self.c, self.c, lt.pref,
+                                                    REQUESTED, results, c.byref(found)), "MatmulAlgoGetHeuristic")
+        self.candidates = [results[i] for i in range(found.value) if results[i].state == 0
+                           and results[i].workspace_size <= lt.workspace_bytes]
+        if not self.candidates:
+            raise RuntimeError(f"cuBLASLt offers no algorithm for {m}x{n}x{k}")
+        self.algo = self.candidates[0]
+        self.times_us: list[float] = []
+
+    def run(self, a_ptr: int, b_ptr: int, c_ptr: int, stream: int, algo: Any = None) -> None:
+        lt = self.lt
+        lt.check(lt.lib.cublasLtMatmul(
+            lt.handle, self.desc, ctypes.byref(lt.one), ctypes.c_void_p(b_ptr), self.a, ctypes.c_void_p(a_ptr), self.b,
+            ctypes.byref(lt.zero), ctypes.c_void_p(c_ptr), self.c, ctypes.c_void_p(c_ptr), self.c,
+            ctypes.byref((algo or self.algo).algo), ctypes.c_void_p(lt.workspace_ptr),
+            ctypes.c_size_t(lt.workspace_bytes), ctypes.c_void_p(stream)), "cublasLtMatmul")
+
+    def tune(self, a_ptr: int, b_ptr: int, c_ptr: int, stream: Any) -> None:
+        """Times every candidate on these operands (outside any capture) and keeps the fastest."""
+        import cupy
+
+        best, best_t = self.candidates[0], float("inf")
+        start, end = cupy.cuda.Event(), cupy.cuda.Event()
+        for cand in self.candidates:
+            self.run(a_ptr, b_ptr, c_ptr, stream.ptr, cand)  # warm
+            start.record(stream)
+            for _ in range(TIMED_REPS):
+                self.run(a_ptr, b_ptr, c_ptr, stream.ptr, cand)
+            end.record(stream)
+            end.synchronize()
+            t = cupy.cuda.get_elapsed_time(start, end) * 1e3 / TIMED_REPS
+            self.times_us.append(round(t, 2))
+            if t < best_t:
+                best, best_t = cand, t
+        self.algo = best
+
+
+class CublasLt:
+    def __init__(self, workspace_ptr: int, workspace_bytes: int) -> None:
+        self.lib = _load()
+        self.handle = ctypes.c_void_p()
+        self.check(self.lib.cublasLtCreate(ctypes.byref(self.handle)), "cublasLtCreate")
+        self.workspace_ptr, self.workspace_bytes = workspace_ptr, workspace_bytes
+        self.pref = ctypes.c_void_p()
+        self.check(self.lib.cublasLtMatmulPreferenceCreate(ctypes.byref(self.pref)), "MatmulPreferenceCreate")
+        size = ctypes.c_uint64(workspace_bytes)
+        self.check(self.lib.cublasLtMatmulPreferenceSetAttribute(self.pref, PREF_MAX_WORKSPACE_BYTES,
+                                                                 ctypes.byref(size), 8), "PreferenceSetAttribute")
+        self.one, self.zero = ctypes.c_float(1.0), ctypes.c_float(0.0)
+        self.plans: dict[tuple[int, int, int, int], Plan] = {}
+        self.tuning_s = 0.0
+
+    @staticmethod
+    def check(status: int, what: str) -> None:
+        if status != 0:
+            raise RuntimeError(f"{what} failed with cuBLAS status {status}")
+
+    def gemm(self, dtype: int, a: Any, b: Any, c: Any, m: int, n: int, k: int) -> None:
+        """C = A @ B for one matrix each (row-major, dtype operands, float32 C) on CuPy's current stream. A new
+        shape is planned (host work only) and, outside a capture, tuned; inside one (a shape the cold step did
+        not see) it keeps the heuristic's first pick for good."""
+        import cupy
+
+        stream = cupy.cuda.get_current_stream()
+        key = (dtype, m, n, k)
+        plan = self.plans.get(key)
+        if plan is None:
+            t = time.perf_counter()
+            plan = self.plans[key] = Plan(self, dtype, m, n, k)
+            if not stream.is_capturing():
+                plan.tune(a.data.ptr, b.data.ptr, c.data.ptr, stream)
+            self.tuning_s += time.perf_counter() - t
+        plan.run(a.data.ptr, b.data.ptr, c.data.ptr, stream.ptr)
