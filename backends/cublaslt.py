@@ -1,9 +1,11 @@
 """cuBLASLt GEMMs with the algorithm measured, not guessed: a decode GEMM is a matrix-vector product, where
 cuBLAS's first heuristic pick runs a 64x8 tile over a 1,024 x 4,096 weight on 64 blocks, half the H200's SMs,
 at a quarter of its bandwidth (Nsight Compute, docs/). For each GEMM shape, the first time it is seen (outside
-any capture: a slot's cold step), every algorithm the heuristic offers is timed on the real operands and the
-fastest kept; later calls, captured or eager, run it with the preset workspace, so nothing allocates inside a
-capture and a shape's replay and eager results agree bit for bit (one algorithm per shape for the process).
+any capture: a slot's cold step), every algorithm the heuristic offers is timed on the real operands, each
+call after the L2 cache was flushed (in a step the weights come from DRAM; timed back to back they would sit
+in the 50 MB L2 and reward the wrong algorithm, measured on the H200), and the fastest kept. Later calls,
+captured or eager, run it with the preset workspace, so nothing allocates inside a capture and a shape's
+replay and eager results agree bit for bit (one algorithm per shape for the process).
 
 Row-major C[m, n] = A[m, k] @ B[k, n] is column-major C^T = B^T A^T, as in backends/cublas.py.
 """
@@ -20,7 +22,8 @@ from typing import Any
 CUDA_R_32F, CUBLAS_COMPUTE_32F = 0, 68
 PREF_MAX_WORKSPACE_BYTES = 1
 REQUESTED = 16  # algorithms asked of the heuristic per shape
-TIMED_REPS = 20
+TIMED_REPS = 5
+L2_FLUSH_BYTES = 128 << 20  # more than the H200's L2
 
 
 class HeuristicResult(ctypes.Structure):
@@ -80,19 +83,21 @@ class Plan:
             ctypes.c_size_t(lt.workspace_bytes), ctypes.c_void_p(stream)), "cublasLtMatmul")
 
     def tune(self, a_ptr: int, b_ptr: int, c_ptr: int, stream: Any) -> None:
-        """Times every candidate on these operands (outside any capture) and keeps the fastest."""
+        """Times every candidate on these operands from a cold L2 (outside any capture); keeps the fastest."""
         import cupy
 
         best, best_t = self.candidates[0], float("inf")
         start, end = cupy.cuda.Event(), cupy.cuda.Event()
         for cand in self.candidates:
             self.run(a_ptr, b_ptr, c_ptr, stream.ptr, cand)  # warm
-            start.record(stream)
+            t = 0.0
             for _ in range(TIMED_REPS):
+                self.lt.flush_l2(stream)
+                start.record(stream)
                 self.run(a_ptr, b_ptr, c_ptr, stream.ptr, cand)
-            end.record(stream)
-            end.synchronize()
-            t = cupy.cuda.get_elapsed_time(start, end) * 1e3 / TIMED_REPS
+                end.record(stream)
+                end.synchronize()
+                t += cupy.cuda.get_elapsed_time(start, end) * 1e3 / TIMED_REPS
             self.times_us.append(round(t, 2))
             if t < best_t:
                 best, best_t = cand, t
@@ -100,7 +105,8 @@ class Plan:
 
 
 class CublasLt:
-    def __init__(self, workspace_ptr: int, workspace_bytes: int) -> None:
+    def __init__(self, workspace_ptr: int, workspace_bytes: int, scratch: Any = None) -> None:
+        self.scratch = scratch  # () -> device pointer of L2_FLUSH_BYTES the tuner may overwrite
         self.lib = _load()
         self.handle = ctypes.c_void_p()
         self.check(self.lib.cublasLtCreate(ctypes.byref(self.handle)), "cublasLtCreate")
@@ -113,6 +119,11 @@ class CublasLt:
         self.one, self.zero = ctypes.c_float(1.0), ctypes.c_float(0.0)
         self.plans: dict[tuple[int, int, int, int], Plan] = {}
         self.tuning_s = 0.0
+
+    def flush_l2(self, stream: Any) -> None:
+        import cupy
+
+        cupy.cuda.runtime.memsetAsync(self.scratch(), 0, L2_FLUSH_BYTES, stream.ptr)
 
     @staticmethod
     def check(status: int, what: str) -> None:

@@ -142,12 +142,22 @@ class CudaBackend(Backend):
         self._lt_workspace = self.alloc(WORKSPACE_BYTES)  # cuBLASLt's, passed to every call
         from vt.env import flags
 
-        lt = CublasLt(self._lt_workspace.mem, WORKSPACE_BYTES) if flags().gemm_tuned else None
+        lt = CublasLt(self._lt_workspace.mem, WORKSPACE_BYTES, self._tuning_scratch) if flags().gemm_tuned else None
+        self._scratch: Buffer | None = None
         self.blas = Cublas(self._workspace.mem, WORKSPACE_BYTES, lt)
         xp = types.SimpleNamespace(**{k: getattr(cupy, k) for k in dir(cupy) if not k.startswith("__")})
         xp.matmul = lambda a, b, out=None: staged_matmul(cupy, self.blas.sgemm, a, b, out)
         self.xp = xp
         self._allocator = self._cupy_alloc  # installed around each launch only (_call)
+
+    def _tuning_scratch(self) -> int:
+        """A long-lived buffer the GEMM tuner overwrites to flush the L2 cache (allocated at the first tuning,
+        which runs in a cold step, never inside a capture)."""
+        from backends.cublaslt import L2_FLUSH_BYTES
+
+        if self._scratch is None:
+            self._scratch = self.alloc(L2_FLUSH_BYTES)
+        return int(self._scratch.mem)
 
     # ---- memory -----------------------------------------------------------------------------
     def _legacy_stream_handle(self) -> Any:

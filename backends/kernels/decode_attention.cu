@@ -10,7 +10,7 @@
 
 namespace vt {
 
-constexpr int DECODE_THREADS = 128;
+constexpr int DECODE_THREADS = 256;  // eight warps: a tile of 32 to 128 keys in flight at once
 
 template <typename KV, int HD>
 struct DecodeLayout {
@@ -18,7 +18,7 @@ struct DecodeLayout {
     static constexpr int TPK = (HD / VEC) < 32 ? HD / VEC : 32;  // threads sharing one key
     static constexpr int DPT = HD / TPK;                         // dims a thread holds
     static constexpr int KPP = DECODE_THREADS / TPK;             // keys one pass covers
-    static constexpr int PASSES = KPP >= 32 ? 1 : 32 / KPP;      // a tile is at least 32 keys
+    static constexpr int PASSES = KPP >= 64 ? 1 : 64 / KPP;      // a tile is at least 64 keys
     static constexpr int TILE = KPP * PASSES;
     static constexpr int NV = DPT / VEC;                         // 16-byte vectors a thread loads per key
 };

@@ -20,7 +20,7 @@ from vt.dtypes import narrow_host, widen_host
 MIN_PARTITION = 256  # keys: a context this short is one partition (no reduce launch)
 TARGET_BLOCKS = 1024  # a long context is split until the launch has about this many blocks (the H200 has 132 SMs)
 TWIN_TILE = 128  # keys per online-softmax tile in the twin (the kernel's tile is its own, 32 or 64 keys)
-THREADS = 128
+THREADS = 256  # decode_attention.cu DECODE_THREADS
 STORAGE = ("float", "vt::bf16", "vt::f16")
 # Every layout the template takes (each storage type at each head dim), and every GQA ratio at one of them.
 CI_INSTANCES = (
