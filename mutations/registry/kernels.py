@@ -79,7 +79,7 @@ ENTRIES: list[Mutation] = [
         description="the reduce kernel weights each partition by its sum alone, at its own max, not the common one",
         file=CU, old="            const float share = expf(ml[2 * p] - M) * ml[2 * p + 1];  // a part's weight, at the common max\n",
         new="            const float share = ml[2 * p + 1];\n",
-        gates=cases(DECODE_CUDA, ("partitions-gqa8", "verify-q4-gqa2"), ("float32", "bfloat16", "float16")),
+        gates=cases(DECODE_CUDA, ("tiles-gqa4", "partitions-gqa8", "verify-q4-gqa2"), ("float32", "bfloat16", "float16")),
         needs_gpu=True,
     ),
     Mutation(
@@ -98,8 +98,10 @@ ENTRIES: list[Mutation] = [
         file="models/decoder.py", old="        self.rope_table = self._upload(rope_table(self.cfg))\n",
         new="        self.rope_table = self._upload(rope_table(__import__('dataclasses').replace(self.cfg, "
             "rope_type='default')))\n",
-        gates=tuple(f"{ARCH}::test_cuda_greedy_tokens_and_logits_match_transformers[{a}]"
-                    for a in ("qwen3-yarn", "llama3")),
+        gates=(*(f"{ARCH}::{t}[{a}]" for a in ("qwen3-yarn", "llama3") for t in (
+                   "test_cuda_greedy_tokens_and_logits_match_transformers",
+                   "test_greedy_tokens_and_logits_match_transformers", "test_a_bf16_checkpoint_widens_exactly")),
+               f"{ARCH}::test_dtype_bfloat16_computes_as_transformers_bf16_does[qwen3-yarn]"),
         needs_gpu=True,
     ),
 ]
