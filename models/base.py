@@ -30,8 +30,10 @@ class ForwardBatch:
     # decode: each token's block-table row and the tables (static shapes, capturable)
     token_row: Tensor | None = None  # [T] int64
     block_tables: Tensor | None = None  # [R, W] int64
-    # prefill: (first row, num tokens, first position, block table) per sequence; logits rows
+    # prefill: (first row, num tokens, first position, block table) per sequence (host); on the device the
+    # sequences' block tables (block_tables), each token's row in them (token_row) and the attention's tiles
     seqs: list[tuple[int, int, int, list[int]]] = field(default_factory=list)
+    tiles: Tensor | None = None  # [n, 4] int32 (backends/kernels/prefill_attention.py)
     logits_rows: Tensor | None = None  # [N] int64: which rows get logits (prefill: each seq's last)
 
 
@@ -146,6 +148,36 @@ def prefill_inputs(seqs: Sequence[tuple], kv: KVCache, all_rows: Sequence[int] =
     return ids, pos, slots, meta, last
 
 
+def prefill_meta(meta: Sequence[tuple[int, int, int, list[int]]], num_tokens: int, tile_capacity: int = 0) -> tuple[
+        np.ndarray, np.ndarray, np.ndarray]:
+    """A prefill step's attention inputs on the host: the sequences' block tables [S, W] (padded with block 0),
+    each of num_tokens tokens' row in them (padding tokens: row 0), and the kernel's tiles (padded with empty
+    ones up to tile_capacity)."""
+    from backends.kernels.prefill_attention import prefill_tiles
+
+    width = max((len(m[3]) for m in meta), default=1) or 1
+    tables = np.zeros((max(len(meta), 1), width), I64)
+    token_row = np.zeros(num_tokens, I64)
+    for i, (row0, n, _, table) in enumerate(meta):
+        tables[i, : len(table)] = table
+        token_row[row0 : row0 + n] = i
+    return tables, token_row, prefill_tiles([(row0, n, p0, i) for i, (row0, n, p0, _) in enumerate(meta)],
+                                            tile_capacity)
+
+
+def stage_prefill_meta(backend: Backend, fb: ForwardBatch, meta: Sequence[tuple[int, int, int, list[int]]]) -> list[
+        Tensor]:
+    """Stages prefill_meta on fb (block_tables, token_row, tiles) in tensors of their own (an eager prefill's
+    metadata never takes a pool block); returns them for the caller to free once the step has run."""
+    host = prefill_meta(meta, fb.input_ids.shape[0])
+    staged = [backend.empty(a.shape, a.dtype) for a in host]
+    for t, a in zip(staged, host):
+        backend.copy_h2d(t, a)
+    fb.block_tables, fb.token_row, fb.tiles = staged
+    fb.seqs = list(meta)
+    return staged
+
+
 def prefill_logits(model: Model, seqs: Sequence[tuple], kv: KVCache, all_rows: Sequence[int] = ()) -> Tensor:
     """As `prefill`, leaving the logits on the device in a pool tensor the caller releases: one row per
     sequence, or every position's row for the sequences named in all_rows (prompt logprobs), in order.
@@ -158,7 +190,11 @@ def prefill_logits(model: Model, seqs: Sequence[tuple], kv: KVCache, all_rows: S
         b.copy_h2d(t, np.asarray(host, I64))
         staged.append(t)
     logits = pool.empty((len(last), model.cfg.vocab_size), F32)
-    model.forward(ForwardBatch(staged[0], staged[1], staged[2], True, seqs=meta, logits_rows=staged[3]), kv, logits)
+    fb = ForwardBatch(staged[0], staged[1], staged[2], True, logits_rows=staged[3])
+    own = stage_prefill_meta(b, fb, meta)
+    model.forward(fb, kv, logits)
     for t in staged:
         pool.release(t)
+    for t in own:
+        b.free(t.buffer)
     return logits

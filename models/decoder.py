@@ -165,8 +165,8 @@ class DecoderForCausalLM:
     def pieces(self, fb: ForwardBatch, kv: KVCache, carry: Carry) -> list[Callable[[], None]]:
         """The forward up to the final normed hidden states (carry h) as segment, attention, segment, ...,
         segment: attention is the only part whose shape depends on each sequence's length, so a piecewise
-        graph captures the segments and runs the attentions eagerly. An attention reads fb.seqs when it
-        runs: a replay attends over that step's sequences."""
+        graph captures the segments and runs the attentions eagerly. An attention reads fb's block tables and
+        tiles when it runs: a replay attends over that step's sequences."""
         L = self.cfg.num_hidden_layers
         out: list[Callable[[], None]] = [partial(self._start, fb, kv, carry)]
         for i in range(L):
@@ -237,10 +237,11 @@ class DecoderForCausalLM:
 
     def _attend(self, i: int, fb: ForwardBatch, kv: KVCache, carry: Carry) -> None:
         q, o = carry.get("q", ()), carry.get("o", ())
-        if fb.is_prefill:
-            self.backend.launch(K.attention_prefill, q, kv.k[i], kv.v[i], o, seqs=fb.seqs)
-            return
         assert fb.block_tables is not None and fb.token_row is not None
+        if fb.is_prefill:
+            self.backend.paged_prefill_attention(q, kv.k[i], kv.v[i], fb.block_tables, fb.tiles, fb.token_row,
+                                                 fb.positions, o)
+            return
         T, nh, hd = q.shape
         P = num_partitions(T, kv.k[i].shape[2], fb.block_tables.shape[1], kv.block_size)
         parts = (None, None) if P == 1 else (carry.get("part_o", (T, nh, P, hd)), carry.get("part_ml", (T, nh, P, 2)))

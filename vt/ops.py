@@ -51,6 +51,15 @@ class Ops:
         self.launch(self.kernels.paged_decode_attention, q, k_cache, v_cache, block_tables, token_row, positions,
                     out, part_o, part_ml)
 
+    def paged_prefill_attention(self, q: Any, k_cache: Any, v_cache: Any, block_tables: Any, tiles: Any,
+                                token_row: Any, positions: Any, out: Any) -> None:
+        """Causal attention for a step's prefill chunks, one launch for all of them: tiles [n, 4] int32 name each
+        tile's block-table row, first token, query count and first position; each query attends keys 0..its
+        position through its table (earlier chunks' keys already in the cache). token_row / positions per token
+        serve the float32-cache path, which runs the decode kernel per token."""
+        self.launch(self.kernels.paged_prefill_attention, q, k_cache, v_cache, block_tables, tiles, token_row,
+                    positions, out)
+
     def gemm(self, a: Any, b: Any, out: Any) -> None:
         """out = a @ b, float32 out: cuBLAS on CUDA, with a low-precision b (weights) taking a in its dtype and
         accumulating in float32."""

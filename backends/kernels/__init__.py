@@ -8,6 +8,7 @@
     rotary.cu/.py       q/k RMSNorm + rotary + the KV-cache write, straight from the qkv projection
     activation.cu/.py   SiLU(gate) x up
     decode_attention.cu/.py   paged decode attention over the block table, split along the context
+    prefill_attention.cu/.py  varlen causal prefill attention over the block table, on tensor cores
     sampler.cu/.py      the batched sampler (its twin is vt/engine/sample/sampler.py's reference)
 
 A twin is the reference its kernel is tested against (the GPU lane, on random inputs at the edges) and what

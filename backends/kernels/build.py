@@ -69,9 +69,9 @@ def function(cp: Any, inst: Instance) -> Any:
 
 def ci_instances() -> list[Instance]:
     """Every instance the op modules ask CI to compile."""
-    from backends.kernels import activation, convert, decode_attention, norm, rotary, sampler
+    from backends.kernels import activation, convert, decode_attention, norm, prefill_attention, rotary, sampler
 
-    mods = (convert, norm, rotary, activation, decode_attention, sampler)
+    mods = (convert, norm, rotary, activation, decode_attention, prefill_attention, sampler)
     return [i for mod in mods for i in mod.CI_INSTANCES]
 
 

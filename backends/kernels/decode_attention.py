@@ -52,7 +52,7 @@ def _twin(q: np.ndarray, k_cache: np.ndarray, v_cache: np.ndarray, block_tables:
     W = block_tables.shape[1]
     P = 1 if part_ml is None else part_ml.shape[2]
     ctx = np.minimum(positions.astype(np.int64) + 1, W * bs)
-    part = partition_size(T, nkv, W * bs)
+    part = W * bs if P == 1 else partition_size(T, nkv, W * bs)  # one partition: the whole table
     tables = block_tables[token_row]  # [T, W]
     kf, vf = k_cache.reshape(-1, nkv, hd), v_cache.reshape(-1, nkv, hd)
     qg = q.reshape(T, nkv, nh // nkv, hd)  # query head h reads KV head h // (nh // nkv)
@@ -106,7 +106,7 @@ def _cuda(cp: Any, q: Any, k_cache: Any, v_cache: Any, block_tables: Any, token_
     bs, nkv = k_cache.shape[1], k_cache.shape[2]
     W = block_tables.shape[1]
     P = 1 if part_ml is None else part_ml.shape[2]
-    part = partition_size(T, nkv, W * bs)
+    part = W * bs if P == 1 else partition_size(T, nkv, W * bs)  # one partition: the whole table
     kv, o = ctype(k_cache.dtype), ctype(out.dtype)
     attend = function(cp, Instance("decode_attention.cu", f"vt::paged_decode_attention<{kv}, {o}, {hd}, {nh // nkv}>"))
     null = np.uint64(0)

@@ -8,6 +8,7 @@ from typing import Any
 from backends.kernels.activation import silu_mul
 from backends.kernels.decode_attention import paged_decode_attention
 from backends.kernels.norm import add_rms_norm, embed
+from backends.kernels.prefill_attention import paged_prefill_attention
 from backends.kernels.rotary import qk_norm_rope_store
 
 
@@ -19,4 +20,5 @@ def matmul(xp: Any, a: Any, b: Any, out: Any) -> None:
 matmul.writes = (2,)  # type: ignore[attr-defined]
 
 LIBRARY = types.SimpleNamespace(embed=embed, add_rms_norm=add_rms_norm, qk_norm_rope_store=qk_norm_rope_store,
-                                silu_mul=silu_mul, paged_decode_attention=paged_decode_attention, gemm=matmul)
+                                silu_mul=silu_mul, paged_decode_attention=paged_decode_attention,
+                                paged_prefill_attention=paged_prefill_attention, gemm=matmul)

@@ -290,3 +290,83 @@ def test_cuda_norm_activation_and_embed_equal_their_twins(out_dtype: str) -> Non
     norm.embed(np, table, ids, embs[0])
     norm.embed(cupy, cupy.asarray(table), cupy.asarray(ids), embs[1])
     assert np.array_equal(embs[1].get(), embs[0]), "the embedding gather widens exactly"
+
+
+# ---- varlen causal prefill attention -------------------------------------------------------------------------
+PREFILL_CASES = {  # name: chunks as (queries, first position) per sequence (a first position > 0 sees earlier KV)
+    "one-prompt": [(37, 0)],
+    "chunks-over-earlier-kv": [(70, 64), (5, 130), (64, 0)],
+    "tile-edges": [(64, 0), (65, 63), (1, 200)],
+}
+
+
+def prefill_case(chunks: list[tuple[int, int]], nh: int, nkv: int, hd: int, dtype: str, seed: int = 0) -> tuple:
+    """Chunks of distinct sequences back to back in one batch, each sequence's blocks shuffled; keys past every
+    chunk's last position poisoned (NaN)."""
+    from backends.kernels.prefill_attention import prefill_tiles
+
+    rng = np.random.default_rng(seed)
+    kv = STORAGE[dtype]
+    width = max(-(-(n + p0) // BS) for n, p0 in chunks) + 1
+    num_blocks = len(chunks) * width + 4
+    k = narrow_host(rng.standard_normal((num_blocks, BS, nkv, hd)).astype(np.float32), kv)
+    v = narrow_host(rng.standard_normal((num_blocks, BS, nkv, hd)).astype(np.float32), kv)
+    tables = rng.permutation(num_blocks)[: len(chunks) * width].reshape(len(chunks), width).astype(np.int64)
+    poison = narrow_host(np.full((nkv, hd), np.nan, np.float32), kv)
+    meta, token_row, positions, q0 = [], [], [], 0
+    for r, (n, p0) in enumerate(chunks):
+        end = n + p0
+        for pos in range(end, width * BS):
+            k[tables[r, pos // BS], pos % BS] = poison
+            v[tables[r, pos // BS], pos % BS] = poison
+        meta.append((q0, n, p0, r))
+        token_row += [r] * n
+        positions += range(p0, end)
+        q0 += n
+    q = (rng.standard_normal((q0, nh, hd)) * hd**-0.5).astype(np.float32)
+    return (q, k, v, tables, prefill_tiles(meta, capacity=len(meta) + 3), np.array(token_row, np.int64),
+            np.array(positions, np.int64))
+
+
+def prefill_reference(q, k, v, tables, token_row, positions) -> np.ndarray:
+    """Every token its own float64 softmax over keys 0..its position (decode_reference's loop, one token a row)."""
+    T = len(positions)
+    c = DecodeCase(q, k, v, tables, token_row, positions, np.dtype(np.float32), 1)
+    return decode_reference(c) if T else np.zeros_like(q)
+
+
+def run_prefill(xp, args: tuple, out_dtype: np.dtype) -> np.ndarray:
+    from backends.kernels.prefill_attention import paged_prefill_attention
+
+    put = (lambda a: xp.asarray(a)) if xp is not np else (lambda a: a.copy())
+    q = args[0]
+    out = xp.zeros(q.shape, out_dtype)
+    paged_prefill_attention(xp, *(put(a) for a in args), out)
+    return out if xp is np else out.get()
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("case", PREFILL_CASES)
+def test_paged_prefill_twin_equals_causal_attention(case: str, dtype: str) -> None:
+    """Each chunk's queries attend their sequence's keys up to their own position, earlier chunks' included,
+    through the block table; with a bf16 cache q and P are rounded as the tensor cores take them."""
+    args = prefill_case(PREFILL_CASES[case], 8, 2, 16, dtype)
+    got = widen_host(run_prefill(np, args, STORAGE[dtype])).astype(np.float64)
+    want = prefill_reference(*args[:4], *args[5:])
+    assert np.isfinite(got).all(), "a poisoned key past a query's position reached its output"
+    tol = 1e-5 if dtype == "float32" else 2**-6  # q and P rounded to bf16: a few bf16 ulps
+    err = np.abs(got - want) / (1 + np.abs(want))
+    assert err.max() <= tol, f"max error {err.max():.2e} over {tol:.1e} ({case}, {dtype})"
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])
+@pytest.mark.parametrize("case", PREFILL_CASES)
+def test_cuda_paged_prefill_equals_its_twin(case: str, dtype: str) -> None:
+    import cupy
+
+    for hd in (16, 64, 128):
+        args = prefill_case(PREFILL_CASES[case], 8, 2, hd, dtype, seed=hd)
+        got, want = run_prefill(cupy, args, STORAGE[dtype]), run_prefill(np, args, STORAGE[dtype])
+        assert np.isfinite(widen_host(got)).all(), f"hd={hd}: the kernel read a poisoned key or value"
+        assert_within_bound(got, want, f"paged prefill attention {case} hd={hd} {dtype}")

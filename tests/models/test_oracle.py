@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from backends.cpu import CpuBackend
-from models.base import ForwardBatch
+from models.base import ForwardBatch, stage_prefill_meta
 from models.loader import load_checkpoint, resolve_model
 from models.registry import load_model
 from seams.lanes import GRAPHS_REASON, guarantee
@@ -48,7 +48,8 @@ def test_logits_match_hf_for_prefill_and_decode(name: str, graphs: bool) -> None
     T = len(PROMPT)
     slots = np.array([table[p // 16] * 16 + p % 16 for p in range(T)], np.int64)
     fb = ForwardBatch(_dev(b, np.array(PROMPT, np.int64)), _dev(b, np.arange(T, dtype=np.int64)), _dev(b, slots),
-                      True, seqs=[(0, T, 0, table)], logits_rows=_dev(b, np.arange(T, dtype=np.int64)))
+                      True, logits_rows=_dev(b, np.arange(T, dtype=np.int64)))
+    stage_prefill_meta(b, fb, [(0, T, 0, table)])
     logits = b.empty((T, ck.config.vocab_size), np.float32)
     model.forward(fb, kv, logits)
     ours = [b.copy_d2h(logits)]

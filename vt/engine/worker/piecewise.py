@@ -19,7 +19,8 @@ from typing import Any
 
 import numpy as np
 
-from models.base import Carry, ForwardBatch
+from backends.kernels.prefill_attention import max_tiles
+from models.base import Carry, ForwardBatch, prefill_meta
 from vt.backend import Tensor
 from vt.capture import BreakableGraph
 
@@ -58,6 +59,12 @@ class Bucket:
         self.carry = Carry(driver.pool, fixed={name: driver.carry[name].view(shape)
                                                for name, (shape, _) in model.carry_shapes(T).items()})
         self.fb = ForwardBatch(ids, positions, slots, True)  # its seqs change every step; the breaks read them
+        # The attention's block tables, token rows and tiles: the bucket's own buffers (never pool blocks, which
+        # a segment's temporaries could alias while a break reads them), the tables' width grown as needed.
+        self.token_row = b.empty((T,), I64)
+        self.tiles = b.empty((max_tiles(T, T), 4), np.int32)
+        self.tables: Tensor | None = None
+        self.fb.token_row, self.fb.tiles = self.token_row, self.tiles
         self.pieces = model.pieces(self.fb, driver.kv, self.carry)
         self.graph: BreakableGraph | None = None
         self.demand: dict[int, int] | None = None
@@ -77,6 +84,18 @@ class Bucket:
         slot[:n], slot[n:] = slots, -1
         backend.copy_h2d(self.inputs, self.staged)
         self.fb.seqs = seqs
+        tables, token_row, tiles = prefill_meta(seqs, T, self.tiles.shape[0])
+        if self.tables is None or self.tables.shape[1] < tables.shape[1]:
+            if self.tables is not None:
+                backend.free(self.tables.buffer)
+            self.tables = backend.empty((T, max(tables.shape[1], 2 * (self.tables.shape[1] if self.tables else 0))),
+                                        I64)
+            self.fb.block_tables = self.tables
+        padded = np.zeros(self.tables.shape, I64)
+        padded[: tables.shape[0], : tables.shape[1]] = tables
+        backend.copy_h2d(self.tables, padded)
+        backend.copy_h2d(self.token_row, token_row)
+        backend.copy_h2d(self.tiles, tiles)
 
     def run_eager(self) -> None:
         for piece in self.pieces:

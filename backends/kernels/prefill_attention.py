@@ -1,0 +1,102 @@
+"""Varlen causal prefill attention over the paged cache (prefill_attention.cu), beside its NumPy twin.
+
+A step's prefill chunks are described by tiles: (block-table row, first token in the batch, queries, first
+position), at most TILE_QUERIES queries each (`prefill_tiles`). The twin follows the kernel's numerics: with a
+bf16 or fp16 cache, q and the softmax numerators P are rounded to the cache dtype before their products (the
+tensor cores' operands), the softmax is online over tiles of KEY_TILE keys in float32. A float32 cache has no
+tensor-core path: the CUDA body then runs the paged decode kernel over every prefill token (each token its own
+query over keys 0..its position: the same semantics, exact in float32), and the twin rounds nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from backends.kernels.build import Instance, function
+from backends.kernels.fused import FusedKernel, ctype
+from vt.dtypes import narrow_host, widen_host
+
+TILE_QUERIES = 64  # prefill_attention.cu PREFILL_BM
+KEY_TILE = 64  # PREFILL_BN
+THREADS = 128
+CI_INSTANCES = [Instance("prefill_attention.cu", f"vt::paged_prefill_attention<{kv}, {kv}, {hd}>")
+                for kv in ("vt::bf16", "vt::f16") for hd in (16, 64, 128, 256)]
+
+
+def prefill_tiles(seqs: Sequence[tuple[int, int, int, int]], capacity: int = 0) -> np.ndarray:
+    """[tiles, 4] int32 from (first token in the batch, queries, first position, block-table row) per chunk,
+    each cut into tiles of at most TILE_QUERIES queries; padded with empty tiles up to `capacity`."""
+    rows = [(row, q0 + i, min(TILE_QUERIES, n - i), p0 + i)
+            for q0, n, p0, row in seqs for i in range(0, n, TILE_QUERIES)]
+    out = np.zeros((max(capacity, len(rows), 1), 4), np.int32)
+    if rows:
+        out[: len(rows)] = rows
+    return out
+
+
+def max_tiles(num_tokens: int, max_seqs: int) -> int:
+    """The most tiles a step of num_tokens tokens over at most max_seqs chunks can make."""
+    return -(-num_tokens // TILE_QUERIES) + min(max_seqs, num_tokens)
+
+
+def _twin(q: np.ndarray, k_cache: np.ndarray, v_cache: np.ndarray, block_tables: np.ndarray, tiles: np.ndarray,
+          token_row: np.ndarray, positions: np.ndarray, out: np.ndarray) -> None:
+    low = k_cache.dtype != np.float32
+    bs, nkv, hd = k_cache.shape[1], k_cache.shape[2], k_cache.shape[3]
+    nh = q.shape[1]
+    kf, vf = k_cache.reshape(-1, nkv, hd), v_cache.reshape(-1, nkv, hd)
+    heads = np.arange(nh) // (nh // nkv)  # the KV head each query head reads
+    for row, q0, n, p0 in tiles.tolist():
+        if n <= 0:
+            continue
+        last = p0 + n - 1
+        pos = np.arange(last + 1)
+        slots = block_tables[row, pos // bs] * bs + pos % bs
+        k, v = widen_host(kf[slots])[:, heads], widen_host(vf[slots])[:, heads]  # [keys, nh, hd]
+        qt = q[q0 : q0 + n]
+        if low:
+            qt = widen_host(narrow_host(qt, k_cache.dtype))
+        qpos = p0 + np.arange(n)
+        m = np.full((nh, n), -np.inf, np.float32)
+        lsum = np.zeros((nh, n), np.float32)
+        acc = np.zeros((nh, n, hd), np.float32)
+        for k0 in range(0, last + 1, KEY_TILE):
+            kt, vt = k[k0 : k0 + KEY_TILE], v[k0 : k0 + KEY_TILE]
+            s = np.einsum("qhd,khd->hqk", qt, kt).astype(np.float32)
+            keys = k0 + np.arange(kt.shape[0])
+            s = np.where(keys[None, None, :] > qpos[None, :, None], -np.inf, s)  # causal: nothing after a query
+            m_new = np.maximum(m, s.max(axis=-1))
+            alpha = np.exp(m - m_new)
+            p = np.exp(s - m_new[..., None])
+            lsum = lsum * alpha + p.sum(axis=-1)
+            if low:
+                p = widen_host(narrow_host(p, k_cache.dtype))
+            acc = acc * alpha[..., None] + np.einsum("hqk,khd->hqd", p, vt)  # the rescale to the new max
+            m = m_new
+        out[q0 : q0 + n] = narrow_host((acc / lsum[..., None]).transpose(1, 0, 2).astype(np.float32), out.dtype)
+
+
+def _cuda(cp: Any, q: Any, k_cache: Any, v_cache: Any, block_tables: Any, tiles: Any, token_row: Any,
+          positions: Any, out: Any) -> None:
+    T, nh, hd = q.shape
+    bs, nkv = k_cache.shape[1], k_cache.shape[2]
+    if k_cache.dtype == np.float32:  # no tensor-core path: the decode kernel, one query per token
+        from backends.kernels.decode_attention import paged_decode_attention
+
+        paged_decode_attention.cuda(cp, q, k_cache, v_cache, block_tables, token_row, positions, out, None, None)
+        return
+    fn = function(cp, Instance("prefill_attention.cu",
+                               f"vt::paged_prefill_attention<{ctype(k_cache.dtype)}, {ctype(out.dtype)}, {hd}>"))
+    smem = 2 * KEY_TILE * (hd + 8) * 2
+    if smem > 48 << 10:
+        fn.max_dynamic_shared_size_bytes = smem
+    fn((tiles.shape[0], nh), (THREADS,), (q, k_cache, v_cache, block_tables, tiles, out, np.int32(nh),
+                                          np.int32(nkv), np.int32(bs), np.int32(block_tables.shape[1])),
+       shared_mem=smem)
+
+
+# q, k_cache, v_cache, block_tables, tiles, token_row, positions, out
+paged_prefill_attention = FusedKernel("paged_prefill_attention", _twin, _cuda, writes=(7,))
