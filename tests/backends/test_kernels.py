@@ -4,7 +4,11 @@ a one-token context, GQA ratios 1/2/4/8, partition boundaries and the longest co
 tokens of one sequence (speculative verification), padding rows. Error bounds, stated once:
 - float32 outputs: |kernel - twin| <= 1e-5 * (1 + |twin|) (sums in another order);
 - bf16 / fp16 outputs: within 1 unit in the last place of the storage dtype, plus the float32 bound above (a
-  float32 sum in another order may land on the other side of a rounding boundary, never further).
+  float32 sum in another order may land on the other side of a rounding boundary, never further);
+- prefill with a bf16 / fp16 cache rounds each softmax numerator P to the cache dtype before P.V, as the tensor
+  cores take it: where CUDA's expf and NumPy's exp differ by an ulp, a P may round the other way and move its
+  output by up to one P ulp of a value, so that bound adds the dtype's epsilon (2^-8 bf16, 2^-11 fp16) times the
+  largest |output| of the row (seen on the H200: at most 5 of 18,944 values needed it).
 """
 
 from __future__ import annotations
@@ -222,11 +226,13 @@ def test_silu_mul_and_embed_twins() -> None:
 
 
 # ---- the CUDA kernels against their twins (GPU lane) -------------------------------------------------------------
-def assert_within_bound(got: np.ndarray, want: np.ndarray, what: str) -> None:
+def assert_within_bound(got: np.ndarray, want: np.ndarray, what: str, rounded_p: bool = False) -> None:
     if got.dtype in (np.uint16, np.float16):
         g, w = widen_host(got).astype(np.float64), widen_host(want).astype(np.float64)
         ulp = 2.0 ** (np.floor(np.log2(np.maximum(np.abs(w), 1e-30))) - (7 if got.dtype == np.uint16 else 10))
-        bad = np.abs(g - w) > ulp * 1.0001 + 1e-5 * (1 + np.abs(w))
+        eps = 2.0 ** (-8 if got.dtype == np.uint16 else -11)
+        flips = eps * np.abs(w).max(axis=-1, keepdims=True) if rounded_p else 0
+        bad = np.abs(g - w) > ulp * 1.0001 + 1e-5 * (1 + np.abs(w)) + flips
     else:
         bad = np.abs(got.astype(np.float64) - want) > 1e-5 * (1 + np.abs(want))
     assert not bad.any(), f"{what}: {int(bad.sum())} of {bad.size} values past the bound"
@@ -369,4 +375,4 @@ def test_cuda_paged_prefill_equals_its_twin(case: str, dtype: str) -> None:
         args = prefill_case(PREFILL_CASES[case], 8, 2, hd, dtype, seed=hd)
         got, want = run_prefill(cupy, args, STORAGE[dtype]), run_prefill(np, args, STORAGE[dtype])
         assert np.isfinite(widen_host(got)).all(), f"hd={hd}: the kernel read a poisoned key or value"
-        assert_within_bound(got, want, f"paged prefill attention {case} hd={hd} {dtype}")
+        assert_within_bound(got, want, f"paged prefill attention {case} hd={hd} {dtype}", rounded_p=True)
