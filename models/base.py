@@ -34,6 +34,7 @@ class ForwardBatch:
     # sequences' block tables (block_tables), each token's row in them (token_row) and the attention's tiles
     seqs: list[tuple[int, int, int, list[int]]] = field(default_factory=list)
     tiles: Tensor | None = None  # [n, 4] int32 (backends/kernels/prefill_attention.py)
+    num_decode: int = 0  # prefill batches: the first num_decode tokens are decoding requests' (one-token chunks)
     logits_rows: Tensor | None = None  # [N] int64: which rows get logits (prefill: each seq's last)
 
 
@@ -148,11 +149,12 @@ def prefill_inputs(seqs: Sequence[tuple], kv: KVCache, all_rows: Sequence[int] =
     return ids, pos, slots, meta, last
 
 
-def prefill_meta(meta: Sequence[tuple[int, int, int, list[int]]], num_tokens: int, tile_capacity: int = 0) -> tuple[
-        np.ndarray, np.ndarray, np.ndarray]:
+def prefill_meta(meta: Sequence[tuple[int, int, int, list[int]]], num_tokens: int, tile_capacity: int = 0,
+                 num_decode: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """A prefill step's attention inputs on the host: the sequences' block tables [S, W] (padded with block 0),
-    each of num_tokens tokens' row in them (padding tokens: row 0), and the kernel's tiles (padded with empty
-    ones up to tile_capacity)."""
+    each of num_tokens tokens' row in them (padding tokens: row 0), and the prefill kernel's tiles for every
+    sequence after the first num_decode (one-token decode rows, which the decode kernel attends), padded with
+    empty tiles up to tile_capacity."""
     from backends.kernels.prefill_attention import prefill_tiles
 
     width = max((len(m[3]) for m in meta), default=1) or 1
@@ -161,24 +163,25 @@ def prefill_meta(meta: Sequence[tuple[int, int, int, list[int]]], num_tokens: in
     for i, (row0, n, _, table) in enumerate(meta):
         tables[i, : len(table)] = table
         token_row[row0 : row0 + n] = i
-    return tables, token_row, prefill_tiles([(row0, n, p0, i) for i, (row0, n, p0, _) in enumerate(meta)],
-                                            tile_capacity)
+    chunks = [(row0, n, p0, i) for i, (row0, n, p0, _) in enumerate(meta) if i >= num_decode]
+    return tables, token_row, prefill_tiles(chunks, tile_capacity)
 
 
-def stage_prefill_meta(backend: Backend, fb: ForwardBatch, meta: Sequence[tuple[int, int, int, list[int]]]) -> list[
-        Tensor]:
+def stage_prefill_meta(backend: Backend, fb: ForwardBatch, meta: Sequence[tuple[int, int, int, list[int]]],
+                       num_decode: int = 0) -> list[Tensor]:
     """Stages prefill_meta on fb (block_tables, token_row, tiles) in tensors of their own (an eager prefill's
     metadata never takes a pool block); returns them for the caller to free once the step has run."""
-    host = prefill_meta(meta, fb.input_ids.shape[0])
+    host = prefill_meta(meta, fb.input_ids.shape[0], num_decode=num_decode)
     staged = [backend.empty(a.shape, a.dtype) for a in host]
     for t, a in zip(staged, host):
         backend.copy_h2d(t, a)
     fb.block_tables, fb.token_row, fb.tiles = staged
-    fb.seqs = list(meta)
+    fb.seqs, fb.num_decode = list(meta), num_decode
     return staged
 
 
-def prefill_logits(model: Model, seqs: Sequence[tuple], kv: KVCache, all_rows: Sequence[int] = ()) -> Tensor:
+def prefill_logits(model: Model, seqs: Sequence[tuple], kv: KVCache, all_rows: Sequence[int] = (),
+                   num_decode: int = 0) -> Tensor:
     """As `prefill`, leaving the logits on the device in a pool tensor the caller releases: one row per
     sequence, or every position's row for the sequences named in all_rows (prompt logprobs), in order.
     Unpadded and eager (the engine's prefill goes through the graph driver's token buckets)."""
@@ -191,7 +194,7 @@ def prefill_logits(model: Model, seqs: Sequence[tuple], kv: KVCache, all_rows: S
         staged.append(t)
     logits = pool.empty((len(last), model.cfg.vocab_size), F32)
     fb = ForwardBatch(staged[0], staged[1], staged[2], True, logits_rows=staged[3])
-    own = stage_prefill_meta(b, fb, meta)
+    own = stage_prefill_meta(b, fb, meta, num_decode)
     model.forward(fb, kv, logits)
     for t in staged:
         pool.release(t)

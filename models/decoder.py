@@ -238,15 +238,35 @@ class DecoderForCausalLM:
     def _attend(self, i: int, fb: ForwardBatch, kv: KVCache, carry: Carry) -> None:
         q, o = carry.get("q", ()), carry.get("o", ())
         assert fb.block_tables is not None and fb.token_row is not None
-        if fb.is_prefill:
-            self.backend.paged_prefill_attention(q, kv.k[i], kv.v[i], fb.block_tables, fb.tiles, fb.token_row,
-                                                 fb.positions, o)
+        if not fb.is_prefill:
+            self._decode_attention(i, q, o, fb.positions, fb.token_row, fb.block_tables, kv, carry)
             return
+        D = fb.num_decode  # a mixed step: its first D tokens are decoding requests' new tokens
+        if D:
+            T, nh, hd = q.shape
+            self._decode_attention(i, q.view((D, nh, hd)), o.view((D, nh, hd)), fb.positions.view((D,)),
+                                   fb.token_row.view((D,)), fb.block_tables, kv, None)
+        self.backend.paged_prefill_attention(q, kv.k[i], kv.v[i], fb.block_tables, fb.tiles, fb.token_row,
+                                             fb.positions, o)
+
+    def _decode_attention(self, i: int, q: Tensor, o: Tensor, positions: Tensor, token_row: Tensor,
+                          block_tables: Tensor, kv: KVCache, carry: Carry | None) -> None:
+        """The decode kernel over q's tokens. Its partitions' scratch lives in the carry for a whole decode step,
+        or (carry None: a mixed step's eager attention break) only for this launch: a break's pool block is
+        dead before the bucket's next segment runs."""
         T, nh, hd = q.shape
-        P = num_partitions(T, kv.k[i].shape[2], fb.block_tables.shape[1], kv.block_size)
-        parts = (None, None) if P == 1 else (carry.get("part_o", (T, nh, P, hd)), carry.get("part_ml", (T, nh, P, 2)))
-        self.backend.paged_decode_attention(q, kv.k[i], kv.v[i], fb.block_tables, fb.token_row, fb.positions, o,
-                                            *parts)
+        P = num_partitions(T, kv.k[i].shape[2], block_tables.shape[1], kv.block_size)
+        if P == 1:
+            parts: tuple = (None, None)
+        elif carry is not None:
+            parts = (carry.get("part_o", (T, nh, P, hd)), carry.get("part_ml", (T, nh, P, 2)))
+        else:
+            parts = (self.pool.empty((T, nh, P, hd), F32), self.pool.empty((T, nh, P, 2), F32))
+        self.backend.paged_decode_attention(q, kv.k[i], kv.v[i], block_tables, token_row, positions, o, *parts)
+        if carry is None:
+            for t in parts:
+                if t is not None:
+                    self.pool.release(t)
 
     def _between(self, i: int, fb: ForwardBatch, kv: KVCache, carry: Carry, is_last: bool) -> None:
         """Layer i after its attention (o projection, residual add + norm, MLP or MoE), then the residual add

@@ -143,3 +143,27 @@ ENTRIES += [
         needs_gpu=True,
     ),
 ]
+
+CHUNKED = "tests/engine/test_chunked_prefill.py"
+
+ENTRIES += [
+    Mutation(
+        id="mixed-step-decode-rows-read-prefill-positions",
+        description="in a mixed step the decode attention reads the positions of the batch's last tokens (the prefill "
+                    "rows'), not the decode rows' own",
+        file="models/decoder.py",
+        old="            self._decode_attention(i, q.view((D, nh, hd)), o.view((D, nh, hd)), fb.positions.view((D,)),\n",
+        new="            self._decode_attention(i, q.view((D, nh, hd)), o.view((D, nh, hd)),\n"
+            "                                   fb.positions.view((D,), offset=8 * (T - D)),\n",
+        gates=(*(f"{CHUNKED}::test_chunked_runs_generate_what_the_unchunked_run_does[{b}]" for b in (16, 33, 64)),
+               f"{CHUNKED}::test_a_preempted_chunked_prefill_recomputes_to_the_same_tokens_and_prompt_logprobs"),
+    ),
+    Mutation(
+        id="mixed-step-runs-two-forwards",
+        description="a step with decodes and prefill chunks runs the decode graph and the prefill as two forwards",
+        file="vt/engine/worker/runner.py",
+        old="            if chunks and decodes and not speculating:",
+        new="            if False:",
+        gates=(f"{CHUNKED}::test_a_mixed_step_is_one_forward_and_one_sampler_launch",),
+    ),
+]

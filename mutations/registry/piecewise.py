@@ -101,9 +101,9 @@ ENTRIES: list[Mutation] = [
         id="piecewise-prefill-unreachable",
         description="the runner prefills through the unsplit eager forward: no bucket is ever captured",
         file="vt/engine/worker/runner.py",
-        old="        logits = self.decoder.prefill(seqs, [i for i, rid in enumerate(computed) if rid in scored])\n",
+        old="        logits = self.decoder.prefill(seqs, [i for i, rid in enumerate(computed) if rid in scored], num_decode)\n",
         new="        logits = __import__('models.base', fromlist=['x']).prefill_logits(self.model, seqs, self.kv, "
-            "[i for i, rid in enumerate(computed) if rid in scored])\n",
+            "[i for i, rid in enumerate(computed) if rid in scored], num_decode)\n",
         gates=(f"{ENGINE_STREAMS}::test_prefills_replay_piecewise_graphs_in_the_engine",
                *(f"{ENGINE_STREAMS}::test_the_engine_is_race_free_and_unchanged_under_every_schedule[{p}]"
                  for p in ("in order", "side streams late", "seeded 3"))),

@@ -71,6 +71,39 @@ def test_decodes_go_first_and_are_never_starved_by_a_long_prompt() -> None:
     assert len(mixed) >= 3, f"non-vacuity: steps {mixed} mixed the decode with chunks of the long prompt"
 
 
+def test_a_mixed_step_is_one_forward_and_one_sampler_launch() -> None:
+    """A step with decodes and prefill chunks runs one forward over all their tokens (the decode rows first,
+    as one-token chunks the decode kernel attends) and samples every row in one launch: the decode graph is
+    never launched in a step that also prefills, and the tokens are the unchunked run's."""
+    e = engine(24)
+    forwards: list[tuple[str, int]] = []
+    real_prefill, real_step = e.runner.decoder.prefill, e.runner.decoder.step_async
+    real_sample = e.runner._sample_eager
+
+    def prefill(seqs, all_rows=(), num_decode=0):
+        forwards.append(("prefill", num_decode))
+        return real_prefill(seqs, all_rows, num_decode)
+
+    def step_async(inp, spec=False):
+        forwards.append(("decode", 0))
+        return real_step(inp, spec)
+
+    samples: list[int] = []
+
+    def sample(logits, rows):
+        samples.append(len(forwards))
+        return real_sample(logits, rows)
+
+    e.runner.decoder.prefill, e.runner.decoder.step_async, e.runner._sample_eager = prefill, step_async, sample
+    reqs, steps = drive(e, {0: [4], 3: [2]})
+    mixed = [k for k, s in enumerate(steps) if s["decodes"] and s["chunks"]]
+    assert len(mixed) >= 3, "non-vacuity: steps mixed decodes with chunks"
+    mixed_forwards = [f for f in forwards if f[0] == "prefill" and f[1] > 0]
+    assert len(mixed_forwards) == len(mixed), f"{len(mixed)} mixed steps, {len(mixed_forwards)} mixed forwards"
+    assert len(forwards) == len(steps) - sum(1 for s in steps if not s["tokens"]), "one forward per step"
+    assert len(samples) == sum(1 for f in forwards if f[0] == "prefill"), "one sampler launch per prefill forward"
+
+
 def test_prompt_logprobs_come_chunk_by_chunk() -> None:
     sp = SamplingParams(temperature=0, max_tokens=2, prompt_logprobs=3)
     whole = LLM("tiny-qwen3", max_model_len=256, num_blocks=64).generate([PROMPTS[0]], sp)[0].prompt_logprobs

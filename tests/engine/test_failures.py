@@ -19,8 +19,8 @@ def test_a_request_with_non_finite_logits_fails_alone(monkeypatch: pytest.Monkey
     real = runner._prefill
     victim = "req-1"
 
-    def poisoned(reqs, out):
-        res = real(reqs, out)
+    def poisoned(reqs, out, *rest):
+        res = real(reqs, out, *rest)
         if victim in [r.req_id for r in reqs]:
             b = runner.backend
             for cache in runner.kv.k:

@@ -160,17 +160,17 @@ class GraphDriver:
         with self.backend.use_stream(self.stream):  # staging, replay and read-back stay in order
             return self._step(inp, spec)
 
-    def prefill(self, seqs: list[tuple], all_rows: list[int] | tuple = ()) -> Tensor:
+    def prefill(self, seqs: list[tuple], all_rows: list[int] | tuple = (), num_decode: int = 0) -> Tensor:
         """A prefill step (whole prompts or chunks of them): the logits `prefill_logits` would return, in a
         pool tensor the caller releases, computed through the piecewise graph of the smallest token bucket
         that holds the step; the final norm and LM head run eagerly on its logit rows."""
         ids, positions, slots, meta, rows = prefill_inputs(seqs, self.kv, all_rows)
         if len(ids) > self.token_ladder[-1]:  # more than the step budget: never scheduled, but stay correct
-            return prefill_logits(self.model, seqs, self.kv, all_rows)
+            return prefill_logits(self.model, seqs, self.kv, all_rows, num_decode)
         with self.backend.use_stream(self.stream):
             self.pool.mark_step_boundary()
             bucket = self._bucket(next(t for t in self.token_ladder if t >= len(ids)))
-            bucket.stage(self.backend, ids, positions, slots, meta)
+            bucket.stage(self.backend, ids, positions, slots, meta, num_decode)
             self._run_bucket(bucket)
             return self._head(bucket, rows)
 

@@ -76,15 +76,15 @@ class Bucket:
         return self.graph is not None
 
     def stage(self, backend: Any, ids: list[int], positions: list[int], slots: list[int],
-              seqs: list[tuple[int, int, int, list[int]]]) -> None:
+              seqs: list[tuple[int, int, int, list[int]]], num_decode: int = 0) -> None:
         T, n = self.num_tokens, len(ids)
         tok, pos, slot = self.staged.reshape(3, T)
         tok[:n], tok[n:] = ids, 0
         pos[:n], pos[n:] = positions, 0
         slot[:n], slot[n:] = slots, -1
         backend.copy_h2d(self.inputs, self.staged)
-        self.fb.seqs = seqs
-        tables, token_row, tiles = prefill_meta(seqs, T, self.tiles.shape[0])
+        self.fb.seqs, self.fb.num_decode = seqs, num_decode
+        tables, token_row, tiles = prefill_meta(seqs, T, self.tiles.shape[0], num_decode)
         if self.tables is None or self.tables.shape[1] < tables.shape[1]:
             if self.tables is not None:
                 backend.free(self.tables.buffer)

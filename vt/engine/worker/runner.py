@@ -101,14 +101,19 @@ class ModelRunner:
             chunks += [Chunk(rid, start, so.num_scheduled_tokens[rid], None) for rid, start in so.prefill_chunks.items()
                        if rid not in self.batch.row_of or start > 0]
             waits = []  # the prefill's ids are waited for after the decode is launched: its staging overlaps
-            if chunks:
-                done = [c.req_id for c in chunks if c.start + c.length == len(self.batch.tokens(c.req_id))]
-                waits.append((done, self._prefill(chunks, out)))
-                if self.proposer is not None and so.new_reqs:
-                    self.proposer.add(self.batch, so.new_reqs)
             cached = {c.req_id for c in so.cached_reqs if c.req_id not in so.prefill_chunks}
             decodes = [rid for rid in (self.batch.requests[i] for i in self.batch.rows()) if rid in cached]
-            if decodes and self.proposer is not None and any(so.spec_tokens.get(r) for r in decodes):
+            speculating = bool(decodes) and self.proposer is not None and any(so.spec_tokens.get(r) for r in decodes)
+            num_decode = 0
+            if chunks and decodes and not speculating:  # one forward: a decode row is a one-token chunk at its end
+                chunks = [Chunk(rid, self._position(rid), 1, None) for rid in decodes] + chunks
+                num_decode, decodes = len(decodes), []
+            if chunks:
+                done = [c.req_id for c in chunks if c.start + c.length == len(self.batch.tokens(c.req_id))]
+                waits.append((done, self._prefill(chunks, out, num_decode)))
+                if self.proposer is not None and so.new_reqs:
+                    self.proposer.add(self.batch, so.new_reqs)
+            if speculating:
                 self._speculate(decodes, so, out)
             elif decodes:
                 waits.append((decodes, self._decode(decodes)))
@@ -143,8 +148,9 @@ class ModelRunner:
         if n is not None and res.logprob_vals is not None and res.logprob_ids is not None:
             out.logprobs[rid] = [logprobs_of(res.logprob_vals[r], res.logprob_ids[r], n) for r in rows]
 
-    def _prefill(self, chunks: list[Chunk], out: RunnerOutput) -> Callable[[], StepResult]:
-        """Eager prefill of each chunk (a whole prompt, or a piece of it over the KV of the pieces before),
+    def _prefill(self, chunks: list[Chunk], out: RunnerOutput, num_decode: int = 0) -> Callable[[], StepResult]:
+        """One forward over every chunk (a whole prompt, a piece of it over the KV of the pieces before, or, for
+        the first num_decode, a decoding request's one new token: the decode kernel attends those),
         then the sampler on the last-token logits of the chunks that end their sequence, in transient pool
         tensors; for prompt logprobs, also on each prompt position with the prompt's next token forced. A
         forked sample (n > 1) computes nothing: it copies its leader's partial prompt block and samples the
@@ -154,7 +160,7 @@ class ModelRunner:
         scored = {rid for rid, c in computed.items() if self._scores_prompt(c)}
         seqs = [(self.batch.tokens(rid)[c.start : c.end].tolist(), self.batch.blocks(rid), c.start)
                 for rid, c in computed.items()]
-        logits = self.decoder.prefill(seqs, [i for i, rid in enumerate(computed) if rid in scored])
+        logits = self.decoder.prefill(seqs, [i for i, rid in enumerate(computed) if rid in scored], num_decode)
         first = dict(zip(computed, np.cumsum([0] + [c.length if rid in scored else 1 for rid, c in computed.items()])))
         ends = [c for c in chunks if c.end == len(self.batch.tokens(c.req_id))]
         rows = [int(first[c.fork_of or c.req_id]) + (c.length - 1 if (c.fork_of or c.req_id) in scored else 0)
