@@ -120,3 +120,29 @@ def test_P5_a_drain_never_frees_a_live_buckets_temporaries(model: str) -> None:
     assert bucket.is_captured and bucket.pinned, "non-vacuity: a captured bucket with temporaries"
     assert h.pool.drain() > 0, "non-vacuity: the drain freed something"
     np.testing.assert_array_equal(_prefill(h, seqs), first)
+
+
+@pytest.mark.parametrize("budget", [64, 512])
+@pytest.mark.parametrize("lane", [guarantee("pool", id="pool-lane", reason=GRAPHS_REASON)])
+def test_P4_greedy_tokens_with_graphs_equal_eager_at_every_bucket_edge(lane: str, budget: int) -> None:
+    """Prompts whose lengths land on each token bucket's edge (and one past it), prefilled whole or in chunks
+    of the step budget, beside decoding requests (mixed steps): greedy tokens with piecewise and decode graphs
+    are the eager run's, token for token."""
+    from vt import LLM, SamplingParams
+    from vt.engine.worker.piecewise import token_ladder
+
+    edges = token_ladder(budget)
+    lengths = sorted({n for t in edges for n in (t - 1, t, t + 1) if 1 < n <= 2 * budget})
+    prompts = [[3 + (7 * i + 11 * j) % 500 for j in range(n)] for i, n in enumerate(lengths)]
+    sp = SamplingParams(temperature=0, max_tokens=6, ignore_eos=True)
+
+    def run(eager: bool) -> tuple[list, int]:
+        llm = LLM(model="tiny-qwen3", max_model_len=2 * budget + 16, num_blocks=256, max_num_seqs=4,
+                  max_num_batched_tokens=budget, enforce_eager=eager)
+        outs = [o.outputs[0].token_ids for o in llm.generate(prompts, sp)]
+        return outs, llm.engine.runner.decoder.num_prefill_replays
+    graphs, replays = run(False)
+    eager, none = run(True)
+    assert graphs == eager
+    assert replays > 0 and none == 0, "non-vacuity: piecewise graphs replayed on one side only"
+    assert len(lengths) >= 3 * len(edges) - 2, "non-vacuity: every bucket edge is a prompt length"
