@@ -10,11 +10,13 @@ compile in `CI_INSTANCES`, and `python -m backends.kernels.build` compiles them 
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import shutil
 import subprocess
 import sys
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -80,18 +82,23 @@ def nvcc_check(instances: list[Instance], nvcc: str = "nvcc") -> list[tuple[str,
     groups: dict[tuple[str, tuple], list[str]] = {}
     for inst in instances:
         groups.setdefault((inst.file, inst.defines), []).append(inst.expr)
-    failures = []
     with tempfile.TemporaryDirectory() as tmp:
-        for n, ((file, defines), exprs) in enumerate(groups.items()):
+
+        def compile_unit(n: int, file: str, defines: tuple, exprs: list[str]) -> tuple[str, str] | None:
             unit = Path(tmp) / f"unit{n}.cu"
             refs = ",\n    ".join(f"(void*)&{e}" for e in exprs)
             unit.write_text(f'#include "{KERNEL_DIR / file}"\nvoid* vt_ci_instances[] = {{\n    {refs}\n}};\n')
             cmd = [nvcc, *NVCC_OPTIONS, f"-I{KERNEL_DIR}", *Instance(file, "", defines).options, "-c", str(unit),
                    "-o", str(Path(tmp) / f"unit{n}.o")]
             p = subprocess.run(cmd, capture_output=True, text=True)
-            if p.returncode != 0:
-                failures.append((f"{file} {dict(defines)}: {', '.join(exprs)}", p.stderr.strip()[-3000:]))
-    return failures
+            what = f"{file} {dict(defines)}: {', '.join(exprs)}"
+            return None if p.returncode == 0 else (what, p.stderr.strip()[-3000:])
+
+        # one unit per (file, macros), split in two when large, as many at once as there are cores
+        units = [(n, file, defines, part) for n, (file, defines, part) in enumerate(
+            (f, d, es[i::2]) for (f, d), es in groups.items() for i in range(min(2, len(es))))]
+        with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
+            return [f for f in pool.map(lambda u: compile_unit(*u), units) if f is not None]
 
 
 def main(argv: list[str] | None = None) -> int:

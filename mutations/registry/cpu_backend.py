@@ -73,14 +73,14 @@ ENTRIES: list[Mutation] = [
         description="the CPU model leaves out CUB's temp storage for segmented reductions",
         file="backends/cupy_model.py",
         old="    def cub_temp(self) -> None:\n", new="    def cub_temp(self) -> None:\n        return\n",
-        gates=h200_traces(), expect="cpu vs h200",
+        gates=h200_traces("moe"), expect="cpu vs h200",
     ),
     Mutation(
         id="cpu-model-replay-keeps-blocks",
         description="a kernel's replayed plan takes its blocks and never gives them back",
         file="backends/cupy_model.py", old="                    self.backend.pool.put(blocks[n])\n", new="",
         # The leak also starves the captures in the same file: their pre-grown blocks never come back.
-        gates=(*h200_traces(), f"{MODEL}::test_a_capture_charges_temporaries_so_a_missing_pregrow_is_caught_on_the_cpu",
+        gates=(*h200_traces("moe"), f"{MODEL}::test_a_capture_charges_temporaries_so_a_missing_pregrow_is_caught_on_the_cpu",
                f"{MODEL}::test_replay_creates_nothing"),
     ),
     Mutation(
@@ -88,7 +88,7 @@ ENTRIES: list[Mutation] = [
         description="a kernel's recorded pool traffic is replayed at any shape, not only at the signature it was made at",
         file="backends/cupy_model.py", old="            parts.append((name, v.shape, v.dtype.str, v.strides))",
         new="            parts.append((name, v.dtype.str))",
-        gates=h200_traces(), expect="cpu vs h200",
+        gates=h200_traces("moe"), expect="cpu vs h200",
     ),
     Mutation(
         id="cpu-capture-skips-shadow-run",

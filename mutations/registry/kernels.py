@@ -72,7 +72,7 @@ ENTRIES: list[Mutation] = [
         description="the twin combines a long context's partitions by their sums alone, each at its own max",
         file=TWIN, old="        share = np.where(lsum > 0, np.exp(m - np.where(np.isinf(M), 0, M)) * lsum, 0)  # at the common max\n",
         new="        share = np.where(lsum > 0, lsum, 0)\n",
-        gates=cases(DECODE_TWIN, ("partitions-gqa8", "verify-q4-gqa2")),
+        gates=cases(DECODE_TWIN, ("tiles-gqa4", "partitions-gqa8", "verify-q4-gqa2")),
     ),
     Mutation(
         id="cuda-decode-reduction-sums-unrescaled-parts",
