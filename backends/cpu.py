@@ -217,22 +217,24 @@ class CpuBackend(Backend):
         replays over its own temporaries (pinned for its life; check_idle keeps others off them)."""
         buf = t.buffer
         name = getattr(kernel, "__name__", repr(kernel))
-        here = "".join(traceback.format_stack(limit=10)[:-3])
+        def here() -> str:  # formatted only for the error: a stack per checked tensor would dominate the lane
+            return "".join(traceback.format_stack(limit=11)[:-4])
+
         blk = t.block
         if not owned_by_graph and blk is not None and (not blk.is_live or blk.generation != t.generation):
             state = "released" if not blk.is_live else "released and handed to another owner"
             raise IllegalMemoryAccess(
                 f"kernel {name!r} touched {t!r}, a pool block {state}\n"
-                f"--- handed out at:\n{blk.owner_stack}--- released at:\n{blk.release_stack}--- launched at:\n{here}")
+                f"--- handed out at:\n{blk.owner_stack}--- released at:\n{blk.release_stack}--- launched at:\n{here()}")
         if buf.is_freed:
             raise IllegalMemoryAccess(
                 f"kernel {name!r} touched freed {buf!r} via {t!r}\n"
-                f"--- allocated at:\n{buf.alloc_stack}--- freed at:\n{buf.free_stack}--- launched at:\n{here}")
+                f"--- allocated at:\n{buf.alloc_stack}--- freed at:\n{buf.free_stack}--- launched at:\n{here()}")
         if not t.is_in_range:
             raise IllegalMemoryAccess(
                 f"kernel {name!r} touched {t!r} out of range: bytes [{t.offset}, {t.offset + t.nbytes}) "
                 f"of a {buf.nbytes}-byte buffer\n"
-                f"--- allocated at:\n{buf.alloc_stack}--- launched at:\n{here}")
+                f"--- allocated at:\n{buf.alloc_stack}--- launched at:\n{here()}")
 
     # ---- copies -----------------------------------------------------------------------------
     def copy_h2d(self, dst: Tensor, src: Any) -> None:

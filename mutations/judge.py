@@ -26,6 +26,7 @@ class Outcome:
     failed: dict[str, str] = field(default_factory=dict)  # test id -> failure text
     errors: dict[str, str] = field(default_factory=dict)  # collection / setup errors
     log: str = ""
+    file_seconds: dict[str, float] = field(default_factory=dict)  # gate file -> its tests' summed time
 
 
 def _node_id(classname: str, name: str, files: set[str]) -> str:
@@ -65,9 +66,15 @@ def parse_junit(path: Path, files: set[str]) -> tuple[set[str], dict[str, str], 
 
 
 def run_gates(sandbox: Path, m: Mutation, timeout: float | None) -> Outcome:
+    return run_files(sandbox, m.gate_files, m.env, timeout)
+
+
+def run_files(sandbox: Path, files: tuple[str, ...], extra_env: tuple[tuple[str, str], ...], timeout: float | None,
+              workers: int = 1) -> Outcome:
+    """pytest over these test files in the sandbox (with `workers` xdist processes when more than one)."""
     report = sandbox / ".mutation-junit.xml"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "VT_"))}
-    env.update(dict(m.env))
+    env.update(dict(extra_env))
     env["PYTHONPATH"] = str(sandbox)  # import the sandbox's code, never the checkout's (its bytecode
     # lands in the sandbox's own __pycache__; the libraries' caches stay usable)
     for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
@@ -75,7 +82,7 @@ def run_gates(sandbox: Path, m: Mutation, timeout: float | None) -> Outcome:
     env["VT_MUTATION_SANDBOX"] = str(sandbox)
     cmd = [sys.executable, "-m", "pytest", "-q", "--tb=short", "-p", "no:cacheprovider", "-p", "no:randomly",
            f"--basetemp={sandbox / '.pytest-tmp'}", f"--junitxml={report}", "-o", "junit_family=xunit1",
-           *m.gate_files]
+           *(["-n", str(workers)] if workers > 1 else []), *files]
     t0 = time.monotonic()
     log_path = sandbox / ".mutation-gates.log"
     # Output to a file, not a pipe: a process the gates leave behind (a server, a rank) cannot hold the
@@ -91,7 +98,17 @@ def run_gates(sandbox: Path, m: Mutation, timeout: float | None) -> Outcome:
         _kill_tree(proc)  # what the gates started and left running goes with them
     out = Outcome(rc=proc.returncode, seconds=time.monotonic() - t0, log=_tail(log_path, 6000))
     if report.exists():
-        out.passed, out.failed, out.errors, out.skipped = parse_junit(report, set(m.gate_files))
+        out.passed, out.failed, out.errors, out.skipped = parse_junit(report, set(files))
+        out.file_seconds = file_seconds(report, set(files))
+    return out
+
+
+def file_seconds(path: Path, files: set[str]) -> dict[str, float]:
+    """Each test file's summed test time, from the JUnit report."""
+    out: dict[str, float] = {}
+    for case in ET.parse(path).getroot().iter("testcase"):
+        f = _node_id(case.get("classname", ""), case.get("name", ""), files).split("::")[0]
+        out[f] = out.get(f, 0.0) + float(case.get("time") or 0.0)
     return out
 
 

@@ -12,12 +12,14 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from mutations.judge import Outcome, judge, run_gates
+from mutations.judge import Outcome, judge, run_files, run_gates
 from mutations.model import Mutation, Result, Verdict
 from mutations.sandbox import apply, make_sandbox, manifest, tracked_files
 
 CACHE_SHARED = ("tests", "seams")  # helper modules here (not test_*.py) may back any gate file
+STARTUP_S = 5.0  # what a gate run spends before its first test (interpreter, imports, collection)
 
 
 def _covers(gate: str, ids: set[str]) -> bool:
@@ -71,44 +73,48 @@ class Runner:
 
     # ---- baseline ---------------------------------------------------------------------------
     def _check_baselines(self, entries: list[Mutation]) -> None:
-        if not entries:
-            return
-        groups = {(m.gate_files, m.env, m.baseline_skipped): m for m in entries}
-        done = [0]
-
-        def one(m: Mutation) -> Outcome:
-            out = self._baseline_one(m)
-            with self._lock:  # a line per baseline too: a run that stalls here shows where
-                done[0] += 1
-                print(f"baseline [{done[0]}/{len(groups)}] {', '.join(m.gate_files)}"
-                      f"{' ' + ' '.join(f'{k}={v}' for k, v in m.env) if m.env else ''}: "
-                      f"{'TIMEOUT' if out.is_timeout else 'rc=' + str(out.rc)} ({out.seconds:.1f}s)",
-                      file=sys.stderr, flush=True)
-            return out
-
-        with ThreadPoolExecutor(max_workers=max(1, self.cfg.jobs)) as ex:
-            outs = list(ex.map(one, groups.values()))
-        for m, out in zip(groups.values(), outs):
+        """One run of the union of the gate files per environment (xdist over the cores), then each mutant's
+        gates checked in it: a gate file shared by fifty mutants runs once, not once per gate set."""
+        by_env: dict[tuple, list[Mutation]] = {}
+        for m in entries:
+            by_env.setdefault(m.env, []).append(m)
+        for env, ms in by_env.items():
+            files = tuple(sorted({f for m in ms for f in m.gate_files}))
+            out = self._baseline_files(files, env)
+            print(f"baseline: {len(files)} gate file(s) of {len(ms)} mutant(s)"
+                  f"{' ' + ' '.join(f'{k}={v}' for k, v in env) if env else ''}: "
+                  f"{'TIMEOUT' if out.is_timeout else 'rc=' + str(out.rc)} ({out.seconds:.1f}s)", file=sys.stderr,
+                  flush=True)
             if out.is_timeout:
-                raise BaselineError(f"unmutated gates of {m.id} ({', '.join(m.gate_files)}) ran past "
-                                    f"{self.cfg.baseline_timeout:.0f}s: a hang\n{out.log[-3000:]}")
-            if out.failed or out.errors or not (out.passed or out.skipped):
-                bad = list(out.failed) + list(out.errors)
-                raise BaselineError(
-                    f"unmutated gates are {'empty' if not (out.passed or bad) else 'red'} for {m.id} "
-                    f"({', '.join(m.gate_files)}): {bad[:5]} rc={out.rc}\n{out.log[-2000:]}")
-            seen = (out.skipped | out.passed) if m.baseline_skipped else out.passed
-            missing = [g for g in m.gates if not _covers(g, seen)]
-            if m.baseline_skipped and not any(_covers(g, out.skipped) for g in m.gates):
-                raise BaselineError(f"{m.id} declares a skipped baseline, but none of its gates was skipped")
-            if missing:
-                raise BaselineError(f"gate(s) of {m.id} collected nothing or did not pass unmutated: {missing}")
-            self.baseline[(m.gate_files, m.env, m.baseline_skipped)] = out.seconds
+                raise BaselineError(f"unmutated gates ({', '.join(files)}) ran past {self.cfg.baseline_timeout:.0f}s: "
+                                    f"a hang\n{out.log[-3000:]}")
+            for m in ms:
+                self._check_baseline(m, out)
 
-    def _baseline_one(self, m: Mutation) -> Outcome:
+    def _check_baseline(self, m: Mutation, out: Outcome) -> None:
+        def mine(ids: Any) -> set[str]:
+            return {t for t in ids if t.split("::")[0] in m.gate_files}
+
+        passed, skipped = mine(out.passed), mine(out.skipped)
+        bad = sorted(mine(out.failed) | mine(out.errors))
+        if bad or not (passed or skipped):
+            raise BaselineError(
+                f"unmutated gates are {'empty' if not (passed or bad) else 'red'} for {m.id} "
+                f"({', '.join(m.gate_files)}): {bad[:5]} rc={out.rc}\n{out.log[-2000:]}")
+        seen = (skipped | passed) if m.baseline_skipped else passed
+        missing = [g for g in m.gates if not _covers(g, seen)]
+        if m.baseline_skipped and not any(_covers(g, skipped) for g in m.gates):
+            raise BaselineError(f"{m.id} declares a skipped baseline, but none of its gates was skipped")
+        if missing:
+            raise BaselineError(f"gate(s) of {m.id} collected nothing or did not pass unmutated: {missing}")
+        # a pytest start-up beside the files' own test time: the base of the mutant's time limit
+        self.baseline[(m.gate_files, m.env, m.baseline_skipped)] = STARTUP_S + sum(
+            out.file_seconds.get(f, 0.0) for f in m.gate_files)
+
+    def _baseline_files(self, files: tuple[str, ...], env: tuple) -> Outcome:
         with tempfile.TemporaryDirectory(prefix="vt-mut-base-") as d:
             sandbox = make_sandbox(self.cfg.root, self.files, Path(d))
-            return run_gates(sandbox, m, timeout=self.cfg.baseline_timeout)
+            return run_files(sandbox, files, env, timeout=self.cfg.baseline_timeout, workers=self.cfg.jobs)
 
     # ---- one mutant -------------------------------------------------------------------------
     def _run_one(self, m: Mutation) -> Result:

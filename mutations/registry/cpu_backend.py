@@ -66,7 +66,7 @@ ENTRIES: list[Mutation] = [
         new="    def _hold(self, owner: Any, key: int) -> None:\n        return\n",
         gates=(f"{MODEL}::test_a_kernels_arrays_are_pool_blocks_for_exactly_their_life",
                f"{MODEL}::test_a_capture_charges_temporaries_so_a_missing_pregrow_is_caught_on_the_cpu",
-               f"{MODEL}::test_replay_creates_nothing", *h200_traces()),
+               f"{MODEL}::test_replay_creates_nothing", *h200_traces("moe")),
     ),
     Mutation(
         id="cpu-model-forgets-cub-scratch",

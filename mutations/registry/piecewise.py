@@ -38,7 +38,9 @@ ENTRIES: list[Mutation] = [
         file="vt/capture.py",
         old="            seg.replay(self.stream)\n            if i < len(self.breaks):\n                self._run_break(self.breaks[i])\n",
         new="            if i < len(self.breaks):\n                self._run_break(self.breaks[i])\n            seg.replay(self.stream)\n",
-        gates=(f"{STREAMS}::test_breakable_graph_replays_segment_break_segment_in_that_order",
+        gates=(*(f"{PIECES}::test_P4_greedy_tokens_with_graphs_equal_eager_at_every_bucket_edge[pool-lane-{b}]"
+                 for b in (64, 512)),
+               f"{STREAMS}::test_breakable_graph_replays_segment_break_segment_in_that_order",
                *(f"{PIECES}::test_P2_replayed_prefill_logits_equal_eager_bit_for_bit[{m}-{s}]"
                  for m in MODELS for s in PIECE_STEPS),
                *(f"{PIECES}::test_P3_bucketed_prefill_agrees_with_the_unsplit_unpadded_prefill[{s}-{m}]"

@@ -19,6 +19,8 @@ from mutations.registry.gates import (
     TP_SERVE,
 )
 
+TP_WAITS = "tests/engine/test_tp_waits.py"
+
 ENTRIES: list[Mutation] = [
     Mutation(
         id="tp-warm-up-removed",
@@ -127,7 +129,7 @@ ENTRIES: list[Mutation] = [
         id="tp-startup-wait-unbounded",
         description="rank 0 waits for its workers' start-up with no deadline: a worker stuck loading hangs it",
         file="vt/engine/worker/tp.py", old="            if time.monotonic() > deadline:\n", new="            if False:\n",
-        gates=(f"{TP}::test_a_worker_that_never_gets_ready_ends_the_startup_wait_at_its_deadline",),
+        gates=(f"{TP_WAITS}::test_a_worker_that_never_gets_ready_ends_the_startup_wait_at_its_deadline",),
     ),
     Mutation(
         id="tp-startup-death-unnoticed",
@@ -135,7 +137,7 @@ ENTRIES: list[Mutation] = [
         file="vt/engine/worker/tp.py",
         old="        while self.store.add(READY_KEY, 0) < len(self.procs):\n            self.check_alive()\n",
         new="        while self.store.add(READY_KEY, 0) < len(self.procs):\n",
-        gates=(f"{TP}::test_a_worker_that_dies_while_loading_is_named_before_the_deadline",),
+        gates=(f"{TP_WAITS}::test_a_worker_that_dies_while_loading_is_named_before_the_deadline",),
     ),
     Mutation(
         id="serve-busy-port-raw",
@@ -149,8 +151,8 @@ ENTRIES: list[Mutation] = [
         id="runner-baseline-unbounded",
         description="the mutation runner waits for unmutated gates with no limit: one hang stalls CI silently",
         file="mutations/runner.py",
-        old="            return run_gates(sandbox, m, timeout=self.cfg.baseline_timeout)",
-        new="            return run_gates(sandbox, m, timeout=None)",
+        old="            return run_files(sandbox, files, env, timeout=self.cfg.baseline_timeout, workers=self.cfg.jobs)",
+        new="            return run_files(sandbox, files, env, timeout=None, workers=self.cfg.jobs)",
         gates=("tests/mutations/test_runner.py::test_a_hanging_baseline_stops_the_run_naming_it",),
     ),
     Mutation(
@@ -164,7 +166,7 @@ ENTRIES: list[Mutation] = [
         description="a gloo collective's wait never asks the watch: a killed peer can hold rank 0 for gloo's timeout",
         file="vt/parallel.py", old="        if watch is not None and polls % 64 == 0:\n            watch()\n",
         new="        if watch is not None and polls % 64 == 0:\n            pass\n",
-        gates=(f"{TP}::test_a_collective_wait_ends_as_soon_as_the_watch_finds_a_dead_peer",),
+        gates=(f"{TP_WAITS}::test_a_collective_wait_ends_as_soon_as_the_watch_finds_a_dead_peer",),
     ),
     Mutation(
         id="server-nagle-on",

@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -16,12 +14,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.helpers import ends_within
 from vt.engine.front.llm import LLM
 from vt.engine.sample.params import SamplingParams
-from vt.engine.worker.tp import LAST_WORDS, READY_KEY, Workers
 from vt.errors import ConfigError, WorkerDied
-from vt.parallel import gloo_wait, host_store
 
 pytest.importorskip("torch.distributed")
 
@@ -142,63 +137,3 @@ def test_the_ranks_slices_tile_every_tensor(name: str, size: int, hf_root: Path)
         assert not np.take(tiled, range(want.shape[axis], tiled.shape[axis]), axis=axis).any(), f"{key}: padding"
         split += 1
     assert split >= 4 * c.num_hidden_layers, f"non-vacuity: {split} tensors were split"
-
-
-def _workers_around(procs: list[subprocess.Popen], tmp_path: Path) -> Workers:
-    """A Workers handle on stand-in processes (no rank spawned), with a real store of its own."""
-    w = Workers.__new__(Workers)
-    w.logdir, w.store, w.procs = str(tmp_path), host_store(len(procs) + 1, 10.0), procs
-    for rank in range(1, len(procs) + 1):
-        Path(w.log(rank)).write_text(f"{LAST_WORDS} {rank}: stand-in\n")
-    return w
-
-
-def test_a_worker_that_never_gets_ready_ends_the_startup_wait_at_its_deadline(tmp_path: Path) -> None:
-    stuck = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
-    try:
-        w = _workers_around([stuck], tmp_path)
-        err = ends_within(lambda: w.wait_ready(deadline_s=1.0), 20).get("error")
-        assert isinstance(err, WorkerDied) and "did not finish loading within 1 s" in str(err), repr(err)
-        w.store.add(READY_KEY, 1)  # non-vacuity: a ready worker ends the wait at once, without an error
-        assert ends_within(lambda: w.wait_ready(deadline_s=1.0), 20).get("error") is None
-    finally:
-        stuck.kill()
-        stuck.wait()
-
-
-def test_a_worker_that_dies_while_loading_is_named_before_the_deadline(tmp_path: Path) -> None:
-    dead = subprocess.Popen([sys.executable, "-c", "raise SystemExit(3)"])
-    dead.wait(30)
-    w = _workers_around([dead], tmp_path)
-    t0 = time.monotonic()
-    err = ends_within(lambda: w.wait_ready(deadline_s=20.0), 40).get("error")
-    assert isinstance(err, WorkerDied) and "rank 1" in str(err) and "exit code 3" in str(err), repr(err)
-    assert time.monotonic() - t0 < 10, "found by its exit code, not by the deadline"
-
-
-class _Collective:
-    """A stand-in for gloo's asynchronous work: completes at a given time."""
-
-    def __init__(self, done_after_s: float) -> None:
-        self.done_at = time.monotonic() + done_after_s
-
-    def is_completed(self) -> bool:
-        return time.monotonic() >= self.done_at
-
-    def wait(self) -> None:
-        pass
-
-
-def test_a_collective_wait_ends_as_soon_as_the_watch_finds_a_dead_peer() -> None:
-    """gloo can wait out its whole timeout on a send to a killed peer: the polled wait asks the watch."""
-    watched = []
-
-    def watch() -> None:
-        watched.append(time.monotonic())
-        if len(watched) == 3:
-            raise WorkerDied("rank 1 died")
-
-    err = ends_within(lambda: gloo_wait(_Collective(done_after_s=15.0), watch), 5).get("error")
-    assert isinstance(err, WorkerDied), f"the watch's error ends the wait, not the collective: {err!r}"
-    assert ends_within(lambda: gloo_wait(_Collective(done_after_s=0.05), watch), 5).get("error") is None, (
-        "non-vacuity: a collective that completes ends the wait without an error")
