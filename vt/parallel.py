@@ -91,8 +91,13 @@ def _all_gather_gloo(xp: Any, local: Any, full: Any, pg: Any, watch: Any = None,
     size, n, cols = full.shape[1] // local.shape[1], local.shape[0], local.shape[1]
     stacked = xp.empty((size, n, cols), dtype=xp.float32)
     if not shadow:
-        gloo_wait(dist.all_gather(list(torch.from_numpy(stacked).unbind(0)), torch.from_numpy(local), group=pg,
-                                  async_op=True), watch)
+        # gloo receives into tensors torch owns: its work object can hold them past the wait (until a gloo
+        # thread drops them), and a pool block held that way would be free at no predictable moment (a
+        # capture right after could find its class empty and allocate: CaptureUnsupported, one run in many).
+        parts = [torch.empty((n, cols), dtype=torch.float32) for _ in range(size)]
+        gloo_wait(dist.all_gather(parts, torch.from_numpy(local), group=pg, async_op=True), watch)
+        for r, part in enumerate(parts):
+            stacked[r] = part.numpy()
     full[...] = stacked.transpose(1, 0, 2).reshape(n, size * cols)
 
 

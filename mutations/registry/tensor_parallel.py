@@ -169,6 +169,16 @@ ENTRIES: list[Mutation] = [
         gates=(f"{TP_WAITS}::test_a_collective_wait_ends_as_soon_as_the_watch_finds_a_dead_peer",),
     ),
     Mutation(
+        id="tp-gather-into-a-pool-block-gloo-holds",
+        description="gloo's all_gather receives into the pool temporary itself: its work object holds the block "
+                    "past the wait, so it is free again at no predictable moment (a capture after it can allocate)",
+        file="vt/parallel.py",
+        old="        parts = [torch.empty((n, cols), dtype=torch.float32) for _ in range(size)]\n",
+        new="        parts = list(torch.from_numpy(stacked).unbind(0))\n",
+        gates=(f"{TP_WAITS}::test_a_gathers_temporaries_are_free_when_its_launch_returns_whatever_gloo_still_holds",),
+        expect="pool block(s) still held after the gather returned",
+    ),
+    Mutation(
         id="server-nagle-on",
         description="the listening socket says protocol 0, so asyncio leaves Nagle on: each SSE frame waits ~40 ms",
         file="vt/server/serve.py", old="        sock = socket.socket(family, kind, proto)\n",

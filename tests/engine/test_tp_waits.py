@@ -1,6 +1,7 @@
 """Tensor parallelism's bounded waits, with stand-in processes (no rank spawned): a worker that never gets
 ready ends rank 0's start-up wait at its deadline, one that dies while loading is named at once by its exit
-code, and a collective's wait ends as soon as the watch finds a dead peer. Apart from the TP runs of
+code, a collective's wait ends as soon as the watch finds a dead peer, and a gather's temporaries are back
+in the pool when its launch returns, whatever gloo still holds. Apart from the TP runs of
 test_tensor_parallel.py, so a mutant that makes one of these waits hang stalls nothing else."""
 
 from __future__ import annotations
@@ -9,11 +10,15 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
 
 from tests.helpers import ends_within
 from vt.engine.worker.tp import LAST_WORDS, READY_KEY, Workers
 from vt.errors import WorkerDied
-from vt.parallel import gloo_wait, host_store
+from vt.parallel import _all_gather_gloo, gloo_wait, host_store
 
 
 def _workers_around(procs: list[subprocess.Popen], tmp_path: Path) -> Workers:
@@ -74,3 +79,41 @@ def test_a_collective_wait_ends_as_soon_as_the_watch_finds_a_dead_peer() -> None
     assert isinstance(err, WorkerDied), f"the watch's error ends the wait, not the collective: {err!r}"
     assert ends_within(lambda: gloo_wait(_Collective(done_after_s=0.05), watch), 5).get("error") is None, (
         "non-vacuity: a collective that completes ends the wait without an error")
+
+
+class _GlooKeepingTensors:
+    """A stand-in for gloo's all_gather whose work object keeps the tensors it was given after the wait, as
+    gloo's own thread may until it drops them: every output gets the input's rows."""
+
+    kept: list = []
+
+    def __call__(self, outputs: list, local: Any, group: Any, async_op: bool) -> _Collective:
+        for out in outputs:
+            out.copy_(local)
+        self.kept.append((outputs, local))
+        return _Collective(done_after_s=0.0)
+
+
+def test_a_gathers_temporaries_are_free_when_its_launch_returns_whatever_gloo_still_holds(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A pool block that gloo's work object holds comes back when a gloo thread lets go, at no predictable
+    moment: a capture right after the gather could find its class empty and allocate (CaptureUnsupported,
+    one TP run in many). The gather's temporaries must be back on the free lists when its launch returns."""
+    import torch.distributed as dist
+
+    from backends.cpu import CpuBackend
+
+    b = CpuBackend()
+    monkeypatch.setattr(dist, "all_gather", _GlooKeepingTensors())
+    local = b.pool.empty((3, 4), np.float32)
+    full = b.pool.empty((3, 8), np.float32)
+    b.copy_h2d(local, np.arange(12, dtype=np.float32).reshape(3, 4))
+    live_before = sum(sc.live for sc in b.pool._classes.values())
+    for _ in range(2):  # the charged first launch, then the planned one
+        b.launch(_all_gather_gloo, local, full, pg=None, watch=None)
+        live = sum(sc.live for sc in b.pool._classes.values())
+        assert live == live_before, f"{live - live_before} pool block(s) still held after the gather returned"
+    got = b.host_view(full)
+    assert np.array_equal(got, np.tile(np.arange(12, dtype=np.float32).reshape(3, 4), (1, 2))), (
+        "non-vacuity: the gather ran, every rank's columns in place")
+    assert _GlooKeepingTensors.kept, "non-vacuity: the stand-in still holds what it was given"
