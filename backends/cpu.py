@@ -115,6 +115,19 @@ def _copy_kernel(xp: Any, dst: Any, src: Any) -> None:
 _copy_kernel.writes = (0,)  # type: ignore[attr-defined]
 
 
+def limit_blas_threads() -> int:
+    """NumPy's BLAS to VT_BLAS_THREADS threads, process-wide (threadpoolctl): left at one per core, its
+    threads compete with the server's and the clients' (on 2 cores the README's main job at c=16 fell from
+    880 to 272 output tok/s). Returns the limit."""
+    from threadpoolctl import threadpool_limits
+
+    from vt.env import flags
+
+    n = flags().blas_threads
+    threadpool_limits(limits=n, user_api="blas")  # set now, never restored: the process's one setting
+    return n
+
+
 class CpuBackend(Backend):
     name = "cpu"
     can_capture = True
@@ -129,6 +142,7 @@ class CpuBackend(Backend):
         self.order: StreamOrder | None = None  # the stream-order simulator, when a test attaches one
         DevicePool(self)  # attaches itself as self.pool
         self.kernels = LIBRARY  # the bodies of the named operations (vt/ops.py)
+        limit_blas_threads()
 
     def simulate_streams(self, policy: Policy = in_order) -> StreamOrder:
         """From now on each stream is a queue of deferred work run in the order the policy picks, and

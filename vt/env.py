@@ -27,6 +27,18 @@ def _read_bool(name: str, default: bool) -> bool:
     raise ConfigError(f"{name}={raw!r}: expected one of {', '.join(TRUE)} or {', '.join(FALSE)} (any case)")
 
 
+def _read_threads(name: str) -> int:
+    """A thread count, or `auto` (the default): every core but one, which the server and its clients keep."""
+    raw = (os.environ.get(name) or "auto").strip().lower()
+    if raw == "auto":
+        return max(1, (os.cpu_count() or 1) - 1)
+    if raw.isdigit() and int(raw) >= 1:
+        return int(raw)
+    from vt.errors import ConfigError
+
+    raise ConfigError(f"{name}={raw!r}: expected a thread count >= 1 or 'auto'")
+
+
 @dataclass(frozen=True, slots=True)
 class Flags:
     pool_bypass: bool  # VT_POOL_BYPASS=1: every get is a driver alloc, every put a driver free
@@ -37,6 +49,7 @@ class Flags:
     sanitize: bool  # VT_SANITIZE=1: CPU sanitizer (poison on free, checked launches)
     gemm_tuned: bool  # VT_GEMM_TUNED=0: cuBLAS's first heuristic pick for every GEMM, no cuBLASLt timing
     cache_dir: str  # VT_CACHE_DIR: where built-in tiny checkpoints are written on first use
+    blas_threads: int  # VT_BLAS_THREADS: the CPU backend's BLAS threads (auto: cores - 1)
 
     @classmethod
     def from_environ(cls) -> Flags:
@@ -49,6 +62,7 @@ class Flags:
             sanitize=_read_bool("VT_SANITIZE", False),
             gemm_tuned=_read_bool("VT_GEMM_TUNED", True),
             cache_dir=os.environ.get("VT_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "vt"),
+            blas_threads=_read_threads("VT_BLAS_THREADS"),
         )
 
 
@@ -66,4 +80,5 @@ def as_environ(f: Flags) -> dict[str, str]:
              "gemm_tuned": "VT_GEMM_TUNED"}
     out = {env: "1" if getattr(f, field) else "0" for field, env in names.items()}
     out["VT_CACHE_DIR"] = f.cache_dir
+    out["VT_BLAS_THREADS"] = str(f.blas_threads)
     return out

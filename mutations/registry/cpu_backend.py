@@ -104,4 +104,10 @@ ENTRIES: list[Mutation] = [
         new="            self.backend._execute(kernel, args, kw, charged=True, replay=True)  # type: ignore[attr-defined]\n",
         gates=(f"{MODEL}::test_replay_creates_nothing",),
     ),
+    Mutation(
+        id="cpu-blas-threads-left-to-the-library",
+        description="the CPU backend never sets BLAS threads: OpenBLAS runs one per core beside the server's",
+        file="backends/cpu.py", old="        limit_blas_threads()\n", new="",
+        gates=("tests/vt/test_env.py::test_the_cpu_backend_sets_blas_threads_as_the_flag_says",),
+    ),
 ]

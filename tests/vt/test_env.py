@@ -46,3 +46,28 @@ def test_pool_stats_print_at_shutdown_when_asked() -> None:
     hits = 0 if is_bypass_lane() else 1  # the second get is a hit, except on the bypass lane
     assert "vt pool stats (cpu)" in out and f"'hits': {hits}" in out, out
     assert "vt pool stats" not in run("0"), "non-vacuity: silent without the flag"
+
+
+def test_the_cpu_backend_sets_blas_threads_as_the_flag_says() -> None:
+    """NumPy's BLAS runs VT_BLAS_THREADS threads once a CPU backend exists (a separate process: the flag
+    and the limit are process-wide); auto leaves one core to the server and its clients."""
+    import os
+    import subprocess
+    import sys
+
+    code = ("from threadpoolctl import threadpool_info\n"
+            "from backends.cpu import CpuBackend\n"
+            "CpuBackend()\n"
+            "print(sorted({i['num_threads'] for i in threadpool_info() if i['user_api'] == 'blas'}))\n")
+    run = lambda flag: subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,  # noqa: E731
+                                      env={**os.environ, "VT_BLAS_THREADS": flag}, check=True).stdout.strip()
+    cores = os.cpu_count() or 1
+    assert run("1") == "[1]"
+    assert run("auto") == f"[{max(1, cores - 1)}]"
+    assert run("3") == "[3]", "non-vacuity: a count other than auto's is taken as given"
+
+
+def test_a_bad_blas_thread_count_names_the_flag(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("VT_BLAS_THREADS", "0")
+    with pytest.raises(ValueError, match="VT_BLAS_THREADS='0'"):
+        Flags.from_environ()
