@@ -24,6 +24,9 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--report-dir", type=Path, default=Path("reports/mutations"))
     r.add_argument("--root", type=Path, default=Path.cwd())
     r.add_argument("--no-cache", action="store_true")
+    r.add_argument("--baseline-junit", type=Path, metavar="XML",
+                   help="a JUnit report of the suite over this tree with no VT_* flags (CI's test lane): the "
+                        "baseline of the mutants without an env is read from it, not run again")
     r.add_argument("--since", metavar="REF", help="run only the mutants a diff against REF touches (their file, "
                                                   "gate files, or a shared test helper)")
     r.add_argument("--lane", choices=["auto", "cpu", "gpu"], default="auto",
@@ -60,7 +63,8 @@ def main(argv: list[str] | None = None) -> int:
     cache = None if args.no_cache else root / ".vt-cache" / "mutations"
     t0 = time.monotonic()
     try:
-        results = Runner(RunConfig(root=root, jobs=args.jobs, cache_dir=cache)).run(entries)
+        cfg = RunConfig(root=root, jobs=args.jobs, cache_dir=cache, baseline_junit=args.baseline_junit)
+        results = Runner(cfg).run(entries)
     except (BaselineError, CheckoutChanged) as e:
         print(f"mutation run aborted: {e}", file=sys.stderr)
         return 2

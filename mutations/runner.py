@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from mutations.judge import Outcome, judge, run_files, run_gates
+from mutations.judge import Outcome, file_seconds, judge, parse_junit, run_files, run_gates
 from mutations.model import Mutation, Result, Verdict
 from mutations.sandbox import apply, make_sandbox, manifest, tracked_files
 
@@ -42,6 +42,9 @@ class RunConfig:
     timeout_floor: float = 60.0  # ... and never less than this
     baseline_timeout: float = 1200.0  # unmutated gates that run longer are a hang: the run stops, saying whose
     cache_dir: Path | None = None
+    # A JUnit report of the test suite over this very tree, no VT_* flags set (CI's test lane, just run): the
+    # baseline of the mutants without an env is read from it instead of run again.
+    baseline_junit: Path | None = None
 
 
 class Runner:
@@ -80,9 +83,11 @@ class Runner:
             by_env.setdefault(m.env, []).append(m)
         for env, ms in by_env.items():
             files = tuple(sorted({f for m in ms for f in m.gate_files}))
-            out = self._baseline_files(files, env)
+            out = self._baseline_from_junit(files) if not env else None
+            source = f"from {self.cfg.baseline_junit}" if out is not None else "run"
+            out = out or self._baseline_files(files, env)
             print(f"baseline: {len(files)} gate file(s) of {len(ms)} mutant(s)"
-                  f"{' ' + ' '.join(f'{k}={v}' for k, v in env) if env else ''}: "
+                  f"{' ' + ' '.join(f'{k}={v}' for k, v in env) if env else ''}, {source}: "
                   f"{'TIMEOUT' if out.is_timeout else 'rc=' + str(out.rc)} ({out.seconds:.1f}s)", file=sys.stderr,
                   flush=True)
             if out.is_timeout:
@@ -110,6 +115,26 @@ class Runner:
         # a pytest start-up beside the files' own test time: the base of the mutant's time limit
         self.baseline[(m.gate_files, m.env, m.baseline_skipped)] = STARTUP_S + sum(
             out.file_seconds.get(f, 0.0) for f in m.gate_files)
+
+    def _baseline_from_junit(self, files: tuple[str, ...]) -> Outcome | None:
+        """The given report as the baseline of these gate files, when it is of this tree (written after every
+        file the sandbox copies last changed) and ran every one of them; else None (the baseline is run)."""
+        path = self.cfg.baseline_junit
+        if path is None or not path.is_file():
+            return None
+        newest = max((self.cfg.root / f).stat().st_mtime for f in self.files if (self.cfg.root / f).is_file())
+        if path.stat().st_mtime < newest:
+            print(f"baseline: {path} is older than the tree: running the baseline", file=sys.stderr)
+            return None
+        out = Outcome(rc=0, seconds=0.0)
+        out.passed, out.failed, out.errors, out.skipped = parse_junit(path, set(files))
+        out.file_seconds = file_seconds(path, set(files))
+        ran = {t.split("::")[0] for t in (*out.passed, *out.failed, *out.errors, *out.skipped)}
+        if not set(files) <= ran:
+            print(f"baseline: {path} lacks {sorted(set(files) - ran)[:3]}: running the baseline", file=sys.stderr)
+            return None
+        out.rc = 1 if out.failed or out.errors else 0
+        return out
 
     def _baseline_files(self, files: tuple[str, ...], env: tuple) -> Outcome:
         with tempfile.TemporaryDirectory(prefix="vt-mut-base-") as d:

@@ -25,6 +25,7 @@ ARCH_NAMES = ("qwen3-yarn", "qwen3-moe", "qwen2", "llama3")
 DTYPES = "tests/vt/test_dtypes.py"
 GUAR = "tests/engine/test_guarantees.py"
 CLI = "tests/vt/test_cli.py"
+CLI_RUNS = "tests/vt/test_cli_runs.py"
 API = "tests/engine/test_offline_api.py"
 DETOK = "tests/engine/test_detokenizer.py"
 PEN = "tests/engine/test_penalties.py"

@@ -22,7 +22,16 @@ ENTRIES: list[Mutation] = [
         description="--since runs only mutants whose own files changed, though a shared test helper changed",
         file="mutations/__main__.py", old="    if shared or \"mutations/registry.py\" in changed:",
         new="    if \"mutations/registry.py\" in changed:",
-        gates=("tests/mutations/test_runner.py::test_since_runs_only_the_mutants_a_diff_touches",),
+        gates=("tests/mutations/test_runner_scope.py::test_since_runs_only_the_mutants_a_diff_touches",),
         expect="a shared helper: all",
+    ),
+    Mutation(
+        id="baseline-report-staleness-unchecked",
+        description="a test report older than the tree is taken as the mutants' baseline",
+        file="mutations/runner.py", old="        if path.stat().st_mtime < newest:\n",
+        new="        if path.stat().st_mtime < newest and False:\n",
+        gates=("tests/mutations/test_runner.py::"
+               "test_a_fresh_report_of_the_suite_is_the_baseline_and_a_red_or_stale_one_is_not",),
+        expect="non-vacuity: a report older than the tree is never the baseline",
     ),
 ]

@@ -13,7 +13,7 @@ ENTRIES: list[Mutation] = [
         id="sandbox-drops-untracked-files",
         description="the mutation sandbox copies only files in the git index, losing new modules",
         file="mutations/sandbox.py", old='"--cached", "--others", "--exclude-standard"', new='"--cached"',
-        gates=("tests/mutations/test_runner.py::test_the_sandbox_takes_the_tree_as_it_is_on_disk_minus_ignored_files",),
+        gates=("tests/mutations/test_runner_scope.py::test_the_sandbox_takes_the_tree_as_it_is_on_disk_minus_ignored_files",),
         expect="an untracked, not ignored file belongs in the sandbox",
     ),
     Mutation(

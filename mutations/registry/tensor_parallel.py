@@ -153,13 +153,13 @@ ENTRIES: list[Mutation] = [
         file="mutations/runner.py",
         old="            return run_files(sandbox, files, env, timeout=self.cfg.baseline_timeout, workers=self.cfg.jobs)",
         new="            return run_files(sandbox, files, env, timeout=None, workers=self.cfg.jobs)",
-        gates=("tests/mutations/test_runner.py::test_a_hanging_baseline_stops_the_run_naming_it",),
+        gates=("tests/mutations/test_runner_timeouts.py::test_a_hanging_baseline_stops_the_run_naming_it",),
     ),
     Mutation(
         id="runner-timeout-kills-pytest-only",
         description="a mutant's timeout kills pytest but not what its gates started (servers, ranks)",
         file="mutations/judge.py", old="        os.killpg(proc.pid, signal.SIGKILL)\n", new="        proc.kill()\n",
-        gates=("tests/mutations/test_runner.py::test_a_timed_out_mutant_takes_what_it_started_with_it",),
+        gates=("tests/mutations/test_runner_timeouts.py::test_a_timed_out_mutant_takes_what_it_started_with_it",),
     ),
     Mutation(
         id="collective-wait-unwatched",

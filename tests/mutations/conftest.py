@@ -1,1 +1,3 @@
+from tests.mutations.runner_rig import project  # noqa: F401 - the fixture, for every runner test file
+
 collect_ignore = ["fixture_project"]
