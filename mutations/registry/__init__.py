@@ -33,6 +33,7 @@ from mutations.registry import (
     seeds,
     server,
     spec,
+    startup_capture,
     tensor_parallel,
 )
 
@@ -61,6 +62,7 @@ AREAS = (
     tensor_parallel,
     house,
     kernels,
+    startup_capture,
 )
 
 ENTRIES: list[Mutation] = [m for area in AREAS for m in area.ENTRIES]

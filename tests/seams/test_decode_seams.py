@@ -11,6 +11,7 @@ import sys
 import numpy as np
 import pytest
 
+from backends.kernels.decode_attention import MIN_PARTITION
 from models.base import prefill
 from seams.harness import SeamHarness
 from seams.lanes import GRAPHS_REASON, guarantee, is_bypass_lane
@@ -105,16 +106,22 @@ def _independent_logits(h: SeamHarness) -> np.ndarray:
 @pytest.mark.parametrize("model", GRAPH_MODELS)
 def test_G4_graph_is_rebuilt_not_reused_after_the_block_table_width_changes(model: str) -> None:
     graphs, eager = SeamHarness(model), SeamHarness(model, graphs=False)
-    graphs.start(2, prompt_len=29)  # 30-31 tokens: two blocks, the next block comes at token 33
-    eager.start(2, prompt_len=29)
-    widths, captures = [], []
+    # 254-255 tokens: 16 blocks, the driver's narrowest bucket (one attention partition); the 17th block
+    # comes at token 257 and moves the step to the next bucket
+    graphs.start(2, prompt_len=253)
+    eager.start(2, prompt_len=253)
+    widths, want, captures = [], [], []
     for _ in range(8):
+        # the narrowest graph that holds the table: one attention partition's blocks at least, never twice as wide
+        want.append(max(graphs.inputs().block_tables.shape[1], -(-MIN_PARTITION // graphs.block_size)))
         a, b = graphs.step(), eager.step()
         assert np.array_equal(a, b), "logits after a width change must match eager"
         err = float(np.abs(a - _independent_logits(graphs)).max())
         assert err < 1e-4, f"the graphed step disagrees with an independent forward by {err:.2e}"
         widths.append(graphs.driver.last_slot.width)  # type: ignore[union-attr]
         captures.append(graphs.driver.num_captures)
+    assert all(n <= w < 2 * n for w, n in zip(widths, want)), (
+        f"each step replays the graph of its own table's width bucket: {widths} for tables needing {want}")
     assert len(set(widths)) == 2, f"non-vacuity: the width really changed ({widths})"
     first_new = widths.index(widths[-1])
     assert captures[-1] > captures[first_new - 1], "a new capture after the width change"
@@ -206,7 +213,7 @@ def test_G8_spec_keys_capture_nothing(model: str, q: int, batch: int) -> None:
     h.start(batch, prompt_len=40)  # 41-48 tokens + lookahead stay inside one width bucket (4 blocks)
     h.step(q=q, spec=True)
     key = h.driver.last_slot.key  # type: ignore[union-attr]
-    assert key[1:] == (q, True) and not h.driver.slots[key].is_captured, "a spec key's first step is cold"
+    assert key[1:3] == (q, True) and not h.driver.slots[key].is_captured, "a spec key's first step is cold"
     assert h.pool.drain() > 0, "precondition: the drain really emptied the free lists"
     h.backend.reset_counters()
     h.step(q=q, spec=True)

@@ -25,6 +25,10 @@ class EngineConfig:
     max_num_seqs: int = 16
     max_num_batched_tokens: int = 0  # tokens a step computes (decodes first, then prefill chunks); 0: 8192 or more
     enforce_eager: bool = False  # no decode graphs (as VT_CUDAGRAPH=0)
+    # Every graph captured at start-up (decode keys, prefill buckets), never on a request's time. None: on
+    # CUDA, where a capture costs a request tens of ms; the CPU backend's graphs are a simulation, captured
+    # on first use unless asked (a test suite builds hundreds of engines).
+    startup_capture: bool | None = None
     speculative_model: str | None = None  # a draft checkpoint, or NGRAM for prompt lookup (no second model)
     num_speculative_tokens: int = 0
     ngram_prompt_lookup_max: int = 3  # the longest context suffix the n-gram proposer matches
@@ -36,6 +40,8 @@ class EngineConfig:
         _need(isinstance(self.model, str) and bool(self.model), "model", self.model, "a model name or path")
         _need(isinstance(self.seed, int) and 0 <= self.seed < 2**63, "seed", self.seed, "an int in [0, 2**63)")
         _need(self.dtype in DTYPES, "dtype", self.dtype, f"one of {', '.join(DTYPES)}")
+        _need(self.startup_capture in (None, True, False), "startup_capture", self.startup_capture,
+              "True, False or None (on for CUDA)")
         _need(self.max_model_len >= 2, "max_model_len", self.max_model_len, ">= 2")
         _need(self.block_size in (8, 16, 32), "block_size", self.block_size, "8, 16 or 32")
         _need(self.num_blocks >= 1, "num_blocks", self.num_blocks, ">= 1")

@@ -162,7 +162,7 @@ class DraftModelProposer(ProposerStats):
         self.draft = draft
         self.kv = draft.make_kv_cache(cfg.num_blocks, cfg.block_size)
         self.driver = GraphDriver(draft, self.kv, cfg.max_num_seqs, enabled=not cfg.enforce_eager, stream=stream,
-                                  max_num_batched_tokens=cfg.max_num_batched_tokens)
+                                  max_num_batched_tokens=cfg.max_num_batched_tokens, max_model_len=cfg.max_model_len)
         self.contexts: dict[str, DraftContext] = {}
 
     def _key(self, batch: InputBatch, req_id: str) -> str:

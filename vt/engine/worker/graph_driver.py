@@ -10,6 +10,10 @@ Per step, unconditionally: `pool.mark_step_boundary()`. A slot's first step is c
 records the step's demand profile. Before EVERY capture, unconditionally and in one place
 (`_pregrow`): the pool's free lists and every collective's lazy setup. Then capture, replay once; later steps stage
 inputs into the slot's persistent buffers outside the graph and replay.
+
+A slot is a (rows, tokens per row, speculative, block-table width) key: every width bucket keeps its own
+graph, so `capture_all` can take every key the scheduler can make (and every prefill bucket) at start-up,
+on dummy inputs that write no KV, and no request ever waits for a capture.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from backends.kernels.decode_attention import MIN_PARTITION
 from models.base import ForwardBatch, KVCache, Model, prefill_inputs, prefill_logits
 from vt.backend import Graph, Tensor
 from vt.capture import BreakableGraph, GraphCaptureScope
@@ -40,10 +45,18 @@ def capture_ladder(max_num_seqs: int) -> list[int]:
     return [*rungs, max_num_seqs]
 
 
-def width_bucket(width: int) -> int:
-    """Block-table widths are padded to a power of two, so a growing sequence invalidates a slot's
-    graph only log2(max width) times."""
-    return 1 << max(0, int(width) - 1).bit_length()
+def width_bucket(width: int, min_width: int = 1) -> int:
+    """Block-table widths are padded to a power of two, and to min_width at least: a graph per bucket, so a
+    growing sequence moves between log2(max width) of them."""
+    return max(min_width, 1 << max(0, int(width) - 1).bit_length())
+
+
+SlotKey = tuple[int, int, bool, int]  # (rows, tokens per row, speculative, block-table width bucket)
+
+
+def width_ladder(min_width: int, max_width: int) -> list[int]:
+    """Every width bucket from min_width to max_width: powers of two."""
+    return [1 << i for i in range(max_width.bit_length()) if min_width <= 1 << i <= max_width]
 
 
 @dataclass(slots=True)
@@ -88,8 +101,8 @@ def _check_inputs(inp: DecodeInputs) -> None:
 class Slot:
     """A captured decode shape: persistent step inputs, its graph, retained outputs, for its life."""
 
-    def __init__(self, driver: GraphDriver, key: tuple[int, int, bool], width: int) -> None:
-        S, q, _ = key
+    def __init__(self, driver: GraphDriver, key: SlotKey) -> None:
+        S, q, _, width = key
         b, c = driver.backend, driver.model.cfg
         self.key, self.width = key, width
         # The integer step inputs are views of one buffer, staged from one host array in one copy; the
@@ -102,11 +115,12 @@ class Slot:
         self.block_tables = self.inputs.view((S, width), offset=8 * 4 * n)
         self.iparams = self.inputs.view((n, NI), offset=8 * (4 * n + S * width))
         self.fparams = b.empty((n, NF), F32)
+        # The penalty history, the sampler's scratch and the logits / hidden outputs are views of the driver's
+        # one buffer each (slots replay one at a time, on one stream, and each step stages its own): a ladder
+        # of slots at every width holds one [max rows, max width] history, not one per slot.
         self.hist_width = width * driver.kv.block_size
-        self.hist = b.empty((n, self.hist_width), I64)
-        self.hist_raw = b.empty((n, self.hist_width), F32)  # the sampler's scratch
-        # Outputs: views of the driver's one logits / hidden buffer (slots replay one at a time, on one
-        # stream), so a ladder of slots holds one [max rows, vocab] buffer, not one per slot.
+        self.hist = driver.hist.view((n, self.hist_width))
+        self.hist_raw = driver.hist_raw.view((n, self.hist_width))
         self.logits = driver.logits.view((n, c.vocab_size))
         self.hidden = driver.hidden.view((n, c.hidden_size))
         self.out_ids = b.empty((n,), I64)
@@ -121,27 +135,39 @@ class Slot:
         return self.graph is not None
 
     def buffers(self) -> list[Tensor]:
-        return [self.inputs, self.fparams, self.hist, self.hist_raw, self.out_ids, self.lp_vals, self.lp_ids]
+        """The slot's own buffers (the shared ones are the driver's)."""
+        return [self.inputs, self.fparams, self.out_ids, self.lp_vals, self.lp_ids]
 
 
 class GraphDriver:
     def __init__(self, model: Model, kv: KVCache, max_num_seqs: int, *, enabled: bool = True,
-                 stream: Any = None, max_q: int = 1, max_num_batched_tokens: int = 8192) -> None:
+                 stream: Any = None, max_q: int = 1, max_num_batched_tokens: int = 8192,
+                 max_model_len: int | None = None) -> None:
         from vt.env import flags
 
         self.model, self.kv = model, kv
         self.backend, self.pool = model.backend, model.backend.pool
         self.ladder = capture_ladder(max_num_seqs)
         self.max_q = max_q  # tokens per row at most (k + 1 when verifying k proposals)
+        # The widest block table a step can bring: a sequence of max_model_len tokens (or, without one, the
+        # whole cache); its bucket is the last of width_ladder.
+        blocks = -(-max_model_len // kv.block_size) if max_model_len else kv.num_blocks
+        self.max_model_len = max_model_len
+        # Tables narrower than one attention partition's keys cost the decode kernel what that width does (one
+        # partition, reading only each row's own context): they share its graphs, half as many to capture.
+        self.min_width = width_bucket(-(-MIN_PARTITION // kv.block_size))
+        self.max_width = width_bucket(max(1, blocks), self.min_width)
         c, rows = model.cfg, max_num_seqs * max_q
         self.logits = self.backend.empty((rows, c.vocab_size), F32)  # the slots' shared outputs (see Slot)
         self.hidden = self.backend.empty((rows, c.hidden_size), model.operand_dtype)
+        self.hist = self.backend.empty((rows, self.max_width * kv.block_size), I64)
+        self.hist_raw = self.backend.empty((rows, self.max_width * kv.block_size), F32)
         # The bypass lane has no free lists to pre-grow: every get is a driver allocation, which a
         # global-mode capture refuses. Graphs are off there; the lane exists for real lifetimes.
         self.is_enabled = enabled and flags().cudagraph and self.backend.can_capture and not self.pool.is_bypass
         self.stream = stream or self.backend.new_stream()  # the engine's one compute stream
         self.readback = Readback(self.backend, self.stream)  # sampled ids come back on a copy stream
-        self.slots: dict[tuple[int, int, bool], Slot] = {}  # one per key: its graph, inputs and outputs
+        self.slots: dict[SlotKey, Slot] = {}  # one per key: its graph, inputs and outputs
         self.last_slot: Slot | None = None
         self.num_eager = self.num_captures = self.num_replays = 0
         self._last_rows = 0
@@ -149,8 +175,70 @@ class GraphDriver:
         self.buckets: dict[int, Bucket] = {}
         self.carry: dict[str, Tensor] = {}  # the buckets' persistent carry, allocated at the first prefill
         self.num_prefill_eager = self.num_prefill_captures = self.num_prefill_replays = 0
+        self._quiet = False  # capture_all: one progress line per tenth, not one per graph
 
     # ---- public -----------------------------------------------------------------------------
+    def capture_all(self, kinds: tuple[tuple[int, bool], ...] = ((1, False),), prefill: bool = True) -> int:
+        """Captures now every decode key of these (tokens per row, speculative) kinds, at every rung of the
+        ladder and every width bucket, and every prefill bucket: each on dummy inputs that write no KV (slot
+        -1) and read only the trash block, run cold once for its demand and then captured, as a first use
+        would. Returns how many graphs it took; graphs off, none (the eager path needs no warming)."""
+        if not self.is_enabled:
+            return 0
+        widths = width_ladder(self.min_width, self.max_width)
+        keys = [(S, q, spec, w) for q, spec in kinds for S in self.ladder for w in widths]
+        buckets = self.token_ladder if prefill else []
+        total, t0, self._quiet = len(keys) + len(buckets), time.monotonic(), True
+        log.info("capturing %d graphs (%d decode keys, %d prefill buckets)", total, len(keys), len(buckets))
+        try:
+            for i, key in enumerate(keys):
+                while not self._slot(key).is_captured:
+                    self.step(self._dummy_decode(key), spec=key[2])
+                self._progress(i + 1, total, t0)
+            for j, T in enumerate(buckets):
+                while not self._bucket(T).is_captured:
+                    self._dummy_prefill(self._bucket(T))
+                self._progress(len(keys) + j + 1, total, t0)
+        finally:
+            self._quiet = False
+        log.info("captured %d graphs in %.1f s; they hold %.1f MiB (their buffers and pinned temporaries)",
+                 total, time.monotonic() - t0, self.graph_bytes() / 2**20)
+        return total
+
+    def graph_bytes(self) -> int:
+        """Device bytes the graphs keep: the slots' and buckets' buffers, the shared outputs, and the pool
+        blocks pinned as their temporaries."""
+        own = [t for slot in self.slots.values() for t in slot.buffers()]
+        own += [self.logits, self.hidden, self.hist, self.hist_raw, *self.carry.values()]
+        own += [t for b in self.buckets.values() for t in (b.inputs, b.token_row, b.tiles, b.tables) if t is not None]
+        pinned = {blk for slot in self.slots.values() for blk in slot.pinned}
+        pinned |= {blk for b in self.buckets.values() for blk in b.pinned}
+        return sum(t.nbytes for t in own) + sum(blk.nbytes for blk in pinned)
+
+    def _progress(self, done: int, total: int, t0: float) -> None:
+        if done == total or done % max(1, total // 10) == 0:
+            log.info("captured %d/%d graphs (%.1f s)", done, total, time.monotonic() - t0)
+
+    def _dummy_decode(self, key: SlotKey) -> DecodeInputs:
+        S, q, _, width = key
+        trash = self.kv.num_blocks
+        return DecodeInputs(np.zeros(S * q, I64), np.zeros(S * q, I64), np.full(S * q, -1, I64),
+                            np.full((S, width), trash, I64), q=q)
+
+    def _dummy_prefill(self, bucket: Bucket) -> None:
+        """A step of the bucket's size: sequences no longer than max_model_len (positions stay inside the
+        model's), their tables all trash blocks, no KV written."""
+        T, bs, longest = bucket.num_tokens, self.kv.block_size, self.max_width * self.kv.block_size
+        if self.max_model_len:
+            longest = min(longest, self.max_model_len)
+        meta = [(row0, min(longest, T - row0), 0, [self.kv.num_blocks] * -(-min(longest, T - row0) // bs))
+                for row0 in range(0, T, longest)]
+        positions = [p for _, n, _, _ in meta for p in range(n)]
+        with self.backend.use_stream(self.stream):
+            self.pool.mark_step_boundary()
+            bucket.stage(self.backend, [0] * T, positions, [-1] * T, meta)
+            self._run_bucket(bucket)
+
     def step(self, inp: DecodeInputs, spec: bool = False) -> StepResult:
         """Runs one decode step (forward and sampler); returns the sampled ids of its B*q rows."""
         return self.step_async(inp, spec)()
@@ -189,7 +277,11 @@ class GraphDriver:
             raise GraphInputMismatch(f"{B} rows x q={inp.q}: above max_num_seqs={self.ladder[-1]} x "
                                      f"max_q={self.max_q}, the driver's output buffers")
         S = next(s for s in self.ladder if s >= B)
-        slot = self._slot((S, inp.q, spec), width_bucket(inp.block_tables.shape[1]))
+        width = width_bucket(inp.block_tables.shape[1], self.min_width)
+        if width > self.max_width:
+            raise GraphInputMismatch(f"a block table {inp.block_tables.shape[1]} blocks wide: above the driver's "
+                                     f"{self.max_width} (max_model_len)")
+        slot = self._slot((S, inp.q, spec, width))
         self._stage(slot, inp)
         if slot.demand is None or not self.is_enabled:
             self._run_cold(slot)
@@ -261,14 +353,11 @@ class GraphDriver:
         return logits
 
     # ---- slots ------------------------------------------------------------------------------
-    def _slot(self, key: tuple[int, int, bool], width: int) -> Slot:
+    def _slot(self, key: SlotKey) -> Slot:
         # Graphs off: one slot per shape all the same, run eagerly every step (same padding, same kernels).
         slot = self.slots.get(key)
-        if slot is not None and slot.width != width:  # a new block-table width invalidates the graph:
-            self._retire(slot)  # rebuild, never reuse
-            slot = None
         if slot is None:
-            slot = self.slots[key] = Slot(self, key, width)
+            slot = self.slots[key] = Slot(self, key)
         return slot
 
     def _retire(self, slot: Slot) -> None:
@@ -281,7 +370,7 @@ class GraphDriver:
     def _stage(self, slot: Slot, inp: DecodeInputs) -> None:
         """Host -> the slot's persistent inputs, outside any graph, in one copy. Padding rows are inert:
         slot -1 (no KV write), position 0, and a block-table row of trash blocks."""
-        S, q, _ = slot.key
+        S, q, _, _ = slot.key
         n, B, W = inp.tokens.shape[0], inp.block_tables.shape[0], inp.block_tables.shape[1]
         tokens, positions, slots, token_row = slot.staged[: 4 * S * q].reshape(4, S * q)
         tokens[:n], tokens[n:] = inp.tokens, 0
@@ -333,6 +422,7 @@ class GraphDriver:
         self.pool.pin(used)  # the graph's temporaries outlive drains for as long as the graph lives
         self.num_captures += 1
         assert slot.graph is not None
-        log.info("captured a graph for %s rows x q=%s%s, width %s, in %.0f ms", slot.key[0], slot.key[1],
+        log.log(logging.DEBUG if self._quiet else logging.INFO,
+                "captured a graph for %s rows x q=%s%s, width %s, in %.0f ms", slot.key[0], slot.key[1],
                  " (speculative)" if slot.key[2] else "", slot.width, 1e3 * (time.monotonic() - t0))
         slot.graph.replay(self.stream)

@@ -64,11 +64,23 @@ class ModelRunner:
         self.stream = stream or self.backend.new_stream()  # one compute stream: prefill and decode stay ordered
         self.decoder = GraphDriver(model, self.kv, cfg.max_num_seqs, enabled=not cfg.enforce_eager,
                                    stream=self.stream, max_q=1 + (proposer.k if proposer is not None else 0),
-                                   max_num_batched_tokens=cfg.max_num_batched_tokens)
+                                   max_num_batched_tokens=cfg.max_num_batched_tokens,
+                                   max_model_len=cfg.max_model_len)
         self.proposer = proposer
         self.eos_ids = eos_ids
         self.states: dict[str, RequestState] = {}
         self.sampled_out: tuple[Tensor, Tensor, Tensor] | None = None  # the prefill sampler's outputs
+        if cfg.startup_capture or (cfg.startup_capture is None and self.backend.name == "cuda"):
+            self.capture_graphs()
+
+    def capture_graphs(self) -> int:
+        """Every graph a step can use, captured at start-up (never on a request's time): the decode keys
+        (plain, and verification when speculating), the prefill buckets, and the draft model's. On every
+        rank alike: the dummy steps' collectives pair up. Returns how many graphs."""
+        kinds = ((1, False),) + (((1 + self.proposer.k, True),) if self.proposer is not None else ())
+        n = self.decoder.capture_all(kinds)
+        draft = getattr(self.proposer, "driver", None)
+        return n + (draft.capture_all(((1, True),)) if draft is not None else 0)
 
     # ---- the input batch follows the scheduler output --------------------------------------
     def _update_states(self, so: SchedulerOutput) -> None:
