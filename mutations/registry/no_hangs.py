@@ -7,13 +7,32 @@ from __future__ import annotations
 from mutations.model import Mutation
 from mutations.registry.gates import CLI, CLI_RUNS, GUAR
 
+STALL = f"{GUAR}::test_a_request_that_can_never_be_admitted_fails_alone_and_the_rest_run"
+
 ENTRIES: list[Mutation] = [
     Mutation(
         id="stall-detector-removed",
         description="an engine step that can schedule nothing with requests in flight returns quietly: the caller spins",
-        file="vt/engine/front/llm_engine.py", old="                self._check_stall()\n", new="",
-        gates=(f"{GUAR}::test_a_request_that_can_never_be_admitted_stalls_loudly_not_forever",),
-        expect="DID NOT RAISE",
+        file="vt/engine/front/llm_engine.py", old="                return self._check_stall()\n",
+        new="                return []\n",
+        gates=tuple(f"{STALL}[{c}]" for c in ("one-block-short", "far-short")),
+        expect="bounded: every request ended within 100 steps",
+    ),
+    Mutation(
+        id="stall-kills-the-engine",
+        description="a waiting head that can never run raises out of the engine (every request, the server, with "
+                    "it) instead of failing alone",
+        file="vt/engine/front/llm_engine.py", old="        stuck = sched.unrunnable_head()\n", new="        stuck = None\n",
+        gates=tuple(f"{STALL}[{c}]" for c in ("one-block-short", "far-short")),
+        expect="the stall took the engine down",
+    ),
+    Mutation(
+        id="stall-head-boundary-off-by-one",
+        description="the head counts as unrunnable only when it is two blocks short: one short, the engine dies",
+        file="vt/engine/core/scheduler.py", old="        return (head, need) if need > self.kv.num_free else None\n",
+        new="        return (head, need) if need > self.kv.num_free + 1 else None\n",
+        gates=(f"{STALL}[one-block-short]",),
+        expect="the stall took the engine down",
     ),
     Mutation(
         id="ladder-level-unchecked",

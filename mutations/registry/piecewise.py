@@ -16,6 +16,8 @@ from mutations.registry.gates import (
     STREAMS,
 )
 
+EVERY_BUCKET = f"{PIECES}::test_P1_every_bucket_the_largest_included_captures_nothing_after_drain[pool-lane]"
+
 ENTRIES: list[Mutation] = [
     Mutation(
         id="piecewise-bucket-pregrow-skipped",
@@ -23,7 +25,15 @@ ENTRIES: list[Mutation] = [
         file="vt/engine/worker/graph_driver.py",
         old="        self._pregrow(bucket.demand)  # before EVERY segment's capture, unconditionally\n",
         new="        pass\n",
-        gates=PIECE_SEAMS, expect="cudaErrorStreamCaptureUnsupported",
+        gates=(*PIECE_SEAMS, EVERY_BUCKET), expect="cudaErrorStreamCaptureUnsupported",
+    ),
+    Mutation(
+        id="piecewise-largest-bucket-pregrow-skipped",
+        description="every bucket's segments are pre-grown before their capture but the largest bucket's",
+        file="vt/engine/worker/graph_driver.py",
+        old="        self._pregrow(bucket.demand)  # before EVERY segment's capture, unconditionally\n",
+        new="        if bucket.num_tokens < self.token_ladder[-1]:\n            self._pregrow(bucket.demand)\n",
+        gates=(EVERY_BUCKET,), expect="cudaErrorStreamCaptureUnsupported",
     ),
     Mutation(
         id="test-piecewise-drain-removed",

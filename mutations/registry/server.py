@@ -5,14 +5,19 @@ aborts on disconnect, usage over n samples.
 from __future__ import annotations
 
 from mutations.model import Mutation
-from mutations.registry.gates import OAI, RULE
+from mutations.registry.gates import OAI, PAR, RULE
+
+LEAVING = "tests/server/test_server_leaving.py"
+FAULTS = "tests/server/test_server_faults.py"
 
 ENTRIES: list[Mutation] = [
     Mutation(
         id="server-role-frame-before-the-first-result",
         description="a stream's 200 and role frame go out before the engine produced anything: errors and TTFT lie",
-        file="vt/server/app.py", old="        firsts = await self._first()  # before any byte",
-        new="        firsts = None  # before any byte",
+        file="vt/server/app.py",
+        old="        task = await self._while_connected(request, self._first())\n        if task is None:\n"
+            "            return Response(status_code=499)\n        firsts = task.result()\n",
+        new="        firsts = None\n",
         gates=(f"{RULE}::test_no_byte_is_sent_while_the_engine_is_held_inside_sampling",
                f"{RULE}::test_an_error_before_the_first_token_is_the_whole_response[stream]"),
     ),
@@ -43,5 +48,52 @@ ENTRIES: list[Mutation] = [
         file="vt/server/app.py", old="completion = sum(len(c.token_ids) for out in outs for c in out.outputs)",
         new="completion = sum(len(out.outputs[0].token_ids) for out in outs)",
         gates=(f"{OAI}::test_n_samples_logprobs_stop_and_seed",),
+    ),
+    Mutation(
+        id="server-stream-ignores-a-leaver-before-its-first-token",
+        description="a streaming request waits for its first output without watching the client: one that left "
+                    "while queued is prefilled for nobody",
+        file="vt/server/app.py",
+        old="        task = await self._while_connected(request, self._first())\n        if task is None:\n"
+            "            return Response(status_code=499)\n        firsts = task.result()\n",
+        new="        firsts = await self._first()\n",
+        gates=(f"{LEAVING}::test_a_client_that_leaves_while_queued_is_aborted_and_never_prefilled[streamed]",),
+        expect="the leaver was prefilled after its client had gone",
+    ),
+    Mutation(
+        id="engine-thread-add-error-unhandled",
+        description="an unexpected error while adding a request escapes the engine thread's command handling",
+        file="vt/server/async_llm.py",
+        old="            except Exception as e:  # noqa: BLE001 - the engine's bug, this request's alone: it fails, "
+            "the rest run\n",
+        new="            except ZeroDivisionError as e:\n",
+        gates=(f"{FAULTS}::test_a_request_the_engine_fails_to_add_is_a_500_alone",),
+        expect="assert 503 == 500",
+    ),
+    Mutation(
+        id="engine-thread-error-leaves-streams-waiting",
+        description="an error in the engine thread's own handling ends the thread but fails no stream in flight",
+        file="vt/server/async_llm.py",
+        old="            self._die(e)  # every stream in flight ends with it, /health says so; none waits forever\n",
+        new="            pass\n",
+        gates=(f"{FAULTS}::test_an_error_in_the_engine_threads_handling_ends_every_stream_never_a_hang",),
+        expect="the stream in flight ended: it did not wait forever",
+    ),
+    Mutation(
+        id="abort-records-never-pruned",
+        description="the table of aborts grows by one entry per disconnect, forever",
+        file="vt/server/async_llm.py", old="        while len(self.aborts) > self.MAX_ABORT_RECORDS:\n",
+        new="        while False:\n",
+        gates=(f"{FAULTS}::test_the_record_of_aborts_keeps_the_newest_only",),
+        expect="one per disconnect, never pruned",
+    ),
+    Mutation(
+        id="abort-matches-ids-by-prefix",
+        description="an abort of x takes every request whose id starts with x#, a user's own x#1 included",
+        file="vt/engine/front/llm_engine.py",
+        old="        samples = [r for r in self.requests.values() if (r.siblings or [r])[0].id == request_id]\n",
+        new="        samples = [r for k, r in self.requests.items() if k == request_id or k.startswith(request_id + '#')]\n",
+        gates=(f"{PAR}::test_an_abort_takes_the_requests_own_samples_never_an_id_that_merely_starts_like_them",),
+        expect="the user's own x#1 is no sample of x",
     ),
 ]

@@ -67,3 +67,24 @@ def test_n_is_validated() -> None:
     for bad in (0, -1, 1.5, True):
         with pytest.raises(ConfigError, match="n="):
             SamplingParams(n=bad)
+
+
+def test_an_abort_takes_the_requests_own_samples_never_an_id_that_merely_starts_like_them() -> None:
+    """Samples of "x" are found by their head, not by the "x#" prefix of their ids: a user's own request
+    "x#1" survives an abort of "x"; aborting "y" (n=2) takes both its samples."""
+    from vt.engine.config import EngineConfig
+    from vt.engine.front.llm_engine import LLMEngine
+
+    e = LLMEngine(EngineConfig(model="tiny-qwen3", max_model_len=64, num_blocks=32))
+    long = dict(max_tokens=30, ignore_eos=True, temperature=0)
+    x = e.add_request([5, 6, 7], SamplingParams(**long), request_id="x")
+    own = e.add_request([5, 6, 8], SamplingParams(**long), request_id="x#1")
+    y = e.add_request([5, 6, 9], SamplingParams(n=2, **long), request_id="y")
+    e.step()
+    assert {r.id for r in e.abort("x")} == {"x"}, "the user's own x#1 is no sample of x: it carries on"
+    assert x.finish_reason == "abort" and not own.is_finished
+    assert {r.id for r in e.abort("y")} == {"y", "y#1"}, "non-vacuity: y's two samples both go"
+    assert y.siblings is not None and all(s.finish_reason == "abort" for s in y.siblings)
+    while e.has_unfinished():
+        e.step()
+    assert own.finish_reason == "length" and len(own.output_ids) == 30

@@ -61,6 +61,23 @@ def test_P1_a_buckets_capture_allocates_nothing_after_drain(model: str, step: st
     assert h.backend.allocs_in_capture == 0, f"{h.backend.allocs_in_capture} driver allocation(s) inside a segment"
 
 
+@pytest.mark.parametrize("lane", [guarantee("pool", id="pool-lane", reason=GRAPHS_REASON)])
+def test_P1_every_bucket_the_largest_included_captures_nothing_after_drain(lane: str) -> None:
+    """A step that fills each bucket of the driver's ladder exactly, bucket by bucket: cold, drain, capture;
+    no segment's capture allocates, the largest bucket's included."""
+    h = SeamHarness("tiny-qwen3")
+    for i, T in enumerate(h.driver.token_ladder):
+        seqs = _seqs(h, [T], [0], seed=i)
+        _prefill(h, seqs)
+        assert h.pool.drain() > 0, f"precondition ({T} tokens): the drain really emptied the free lists"
+        h.backend.reset_counters()
+        _prefill(h, seqs)
+        assert h.driver.buckets[T].is_captured, f"non-vacuity: the {T}-token bucket captured"
+        assert h.backend.allocs_in_capture == 0, (
+            f"{h.backend.allocs_in_capture} driver allocation(s) inside a segment of the {T}-token bucket")
+    assert sorted(h.driver.buckets) == h.driver.token_ladder, "non-vacuity: every bucket of the ladder ran"
+
+
 @pytest.mark.parametrize("model, step", SEAM_CASES)
 def test_P2_replayed_prefill_logits_equal_eager_bit_for_bit(model: str, step: str) -> None:
     graphs, eager = SeamHarness(model), SeamHarness(model, graphs=False)

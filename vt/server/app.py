@@ -146,6 +146,9 @@ class Answer:
         except EngineDeadError as e:
             await self.close()
             raise ApiError(503, str(e)) from None
+        except Exception as e:  # noqa: BLE001 - the engine failed to take this request (logged there): a 500
+            await self.close()
+            raise ApiError(500, f"the engine failed to add this request: {type(e).__name__}: {e}") from None
         for out in firsts:
             failed = next((c for c in out.outputs if c.finish_reason == "error"), None)
             if failed is not None and not failed.token_ids:
@@ -157,6 +160,20 @@ class Answer:
         for g in self.gens:
             await g.aclose()
 
+    async def _while_connected(self, request: Request, work: Any) -> asyncio.Future | None:
+        """Runs work (a coroutine) to its end, or until the client goes away: then it is cancelled and the
+        requests aborted (the generators' finally asks the engine), and the answer is None."""
+        task = asyncio.ensure_future(work)
+        while not task.done():
+            done, _ = await asyncio.wait({task}, timeout=0.05)
+            if not done and await request.is_disconnected():
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await task
+                await self.close()
+                return None
+        return task
+
     async def whole(self, request: Request) -> Response:
         async def run() -> list[RequestOutput]:
             last = await self._first()
@@ -165,15 +182,9 @@ class Answer:
                     last[i] = out
             return last
 
-        task = asyncio.ensure_future(run())
-        while not task.done():  # a client that goes away aborts its request
-            done, _ = await asyncio.wait({task}, timeout=0.05)
-            if not done and await request.is_disconnected():
-                task.cancel()  # the generators' finally asks the engine to abort
-                with contextlib.suppress(asyncio.CancelledError, Exception):
-                    await task
-                await self.close()
-                return Response(status_code=499)
+        task = await self._while_connected(request, run())
+        if task is None:
+            return Response(status_code=499)
         try:
             outs = task.result()
         except ApiError as e:
@@ -186,7 +197,12 @@ class Answer:
                              "usage": self._usage(outs)})
 
     async def stream(self, request: Request) -> Response:
-        firsts = await self._first()  # before any byte: an error here is the whole response
+        # Before any byte: an error here is the whole response, and a client that leaves while its request
+        # still waits for the engine (queued, or prefilling) aborts it, as one that leaves mid-stream does.
+        task = await self._while_connected(request, self._first())
+        if task is None:
+            return Response(status_code=499)
+        firsts = task.result()
         return StreamingResponse(self._events(firsts), media_type="text/event-stream",
                                  headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
 

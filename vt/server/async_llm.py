@@ -13,8 +13,11 @@ request in flight with that error and marks the front dead (/health answers 503)
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import queue
 import threading
+import traceback
+from collections import OrderedDict
 from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field
 from typing import Any
@@ -46,6 +49,8 @@ IDLE_CHECK_S = 1.0
 
 
 class AsyncLLM:
+    MAX_ABORT_RECORDS = 1024
+
     def __init__(self, cfg: EngineConfig) -> None:
         self.engine = LLMEngine(cfg)
         self.cfg = cfg
@@ -53,8 +58,9 @@ class AsyncLLM:
         self._streams: dict[str, _Stream] = {}
         self.num_steps = 0
         self.num_aborted = 0
-        # request id -> (engine steps when the abort was asked, when applied, KV blocks in use right after)
-        self.aborts: dict[str, tuple[int, int | None, int | None]] = {}
+        # request id -> (engine steps when the abort was asked, when applied, KV blocks in use right after): the
+        # newest MAX_ABORT_RECORDS only (a long-lived server sees a disconnect per impatient client)
+        self.aborts: OrderedDict[str, tuple[int, int | None, int | None]] = OrderedDict()
         self.num_preempted_done = 0  # preemptions of requests that have left (running ones are counted live)
         self.on_finished: Any = _noop  # called on the engine thread with each request that finishes
         self.on_dead: Any = _noop  # called on the engine thread with the fatal error, after the requests failed
@@ -96,6 +102,8 @@ class AsyncLLM:
 
     def abort(self, request_id: str) -> None:
         self.aborts[request_id] = (self.num_steps, None, None)  # steps when asked; when applied; blocks then
+        while len(self.aborts) > self.MAX_ABORT_RECORDS:
+            self.aborts.popitem(last=False)
         self._commands.put(("abort", request_id, None))
 
     def shutdown(self, reason: str = "the server is shutting down") -> None:
@@ -112,6 +120,13 @@ class AsyncLLM:
 
     # ---- the engine thread ------------------------------------------------------------------
     def _loop(self) -> None:
+        try:
+            self._serve_commands_and_steps()
+        except BaseException as e:  # noqa: BLE001 - a bug in this thread's own handling: fatal, never silent
+            traceback.print_exc()
+            self._die(e)  # every stream in flight ends with it, /health says so; none waits forever
+
+    def _serve_commands_and_steps(self) -> None:
         while self._running:
             try:  # idle: wait for a command (checking on the engine's health each second); busy: take what is there
                 busy = self.engine.has_unfinished()
@@ -140,6 +155,12 @@ class AsyncLLM:
                 if req.is_finished:  # can never fit: refused as bad input, nothing held
                     raise RequestError(req.error or "request refused")
             except RequestError as e:
+                stream.loop.call_soon_threadsafe(_settle, added, e)
+                return
+            except Exception as e:  # noqa: BLE001 - the engine's bug, this request's alone: it fails, the rest run
+                traceback.print_exc()
+                with contextlib.suppress(Exception):
+                    self.engine.abort(rid)  # whatever of it was queued before the error
                 stream.loop.call_soon_threadsafe(_settle, added, e)
                 return
             stream.request = req

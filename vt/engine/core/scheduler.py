@@ -149,6 +149,17 @@ class Scheduler:
         req.num_preemptions += 1
         self.waiting.appendleft(req)
 
+    def unrunnable_head(self) -> tuple[Request, int] | None:
+        """(the waiting head, the KV blocks its first chunk needs) when it can never be admitted: nothing runs,
+        so nothing will free a block, and it needs more than are free now (blocks held by no request in flight
+        leave it so). None otherwise."""
+        if not self.waiting or self.running:
+            return None
+        head = self.waiting[0]
+        chunk = max(1, self._chunk(head.num_tokens, self.cfg.max_num_batched_tokens))
+        need = self.kv.num_missing(head.id, self._need(head, chunk))
+        return (head, need) if need > self.kv.num_free else None
+
     def finish(self, req: Request) -> None:
         """A finished (or failed) request leaves: its blocks are free now, the runner drops it next step."""
         if req in self.running:

@@ -190,9 +190,10 @@ class LLMEngine:
         """Finishes every sample of the request with reason "abort": its blocks (all groups) are free
         now; the runner drops it next step. Returns the requests aborted (none if already finished)."""
         out = []
-        for rid in [request_id, *(k for k in self.requests if k.startswith(request_id + "#"))]:
-            r = self.requests.get(rid)
-            if r is not None and not r.is_finished:
+        # its samples by their head, never by an id's prefix: a user's own "x#1" is not a sample of "x"
+        samples = [r for r in self.requests.values() if (r.siblings or [r])[0].id == request_id]
+        for r in samples:
+            if not r.is_finished:
                 self._finish(r, "abort")
                 out.append(r)
         return out
@@ -206,8 +207,7 @@ class LLMEngine:
         try:
             so = self.scheduler.schedule()
             if so.is_empty:
-                self._check_stall()
-                return []
+                return self._check_stall()
             self.num_steps += 1
             so.step = self.num_steps
             return self._update(so, self._execute(so))
@@ -226,15 +226,25 @@ class LLMEngine:
         except Exception as e:
             raise self.workers.explain(e) from e
 
-    def _check_stall(self) -> None:
-        """Nothing was scheduled, yet requests are in flight: no later step will differ. Raise, naming the
-        numbers, rather than spin (a request that holds blocks without running is the usual cause)."""
+    def _check_stall(self) -> list[Request]:
+        """Nothing was scheduled, yet requests are in flight: no later step would differ. A waiting head that
+        can never be admitted fails alone, naming the numbers, and the rest carry on (returned: it finished
+        this step); any other stall is the engine's own bug, raised rather than spun on."""
         sched, kv = self.scheduler, self.kv_manager
+        stuck = sched.unrunnable_head()
+        if stuck is not None:
+            head, need = stuck
+            self._finish(head, "error", f"request {head.id} needs {need} KV blocks for its first "
+                                        f"{min(head.num_tokens, self.cfg.max_num_batched_tokens)} tokens; "
+                                        f"{kv.num_free} of {kv.num_blocks} are free and no request in flight "
+                                        f"holds any: it can never run")
+            return [head]
         if sched.waiting or sched.running:
             waiting = [f"{r.id} ({r.num_tokens} tokens)" for r in list(sched.waiting)[:3]]
             raise EngineInvariantError(
                 f"stalled: nothing can be scheduled; waiting {waiting or 'none'}, running but not scheduled "
                 f"{[r.id for r in sched.running] or 'none'}; {kv.num_free} of {kv.num_blocks} KV blocks are free")
+        return []
 
     def _update(self, so: SchedulerOutput, out: RunnerOutput) -> list[Request]:
         """The update step: the only place tokens are appended, stops checked, requests finished."""
