@@ -1,4 +1,4 @@
-"""The `vt` command: conformance, generate, ladder."""
+"""The `vt` command: generate, serve (the OpenAI API), bench serve, ladder, conformance."""
 
 from __future__ import annotations
 
@@ -135,13 +135,18 @@ def _bench_serve(args: argparse.Namespace) -> int:
         asyncio.run(bench.run_level(url, name, [rng.integers(3, 500, args.input_len).tolist()], args.output_len, 1,
                                     float("inf")))
         results = []
+        say = lambda line: print(f"vt bench: {line}", file=sys.stderr, flush=True)  # noqa: E731
         for c in levels:
             prompts = [rng.integers(3, 500, args.input_len).tolist() for _ in range(args.num_prompts)]
-            r = asyncio.run(bench.run_level(url, name, prompts, args.output_len, c, args.request_rate, args.seed))
+            r = asyncio.run(bench.run_level(url, name, prompts, args.output_len, c, args.request_rate, args.seed,
+                                            progress=say))
             print(bench.table(r), flush=True)
             results.append(r)
+        print(bench.summary(results), flush=True)
         if args.save_result:
-            for path in bench.save(results, args.save_result):
+            title = (f"vt bench serve: {name}, {args.input_len} in / {args.output_len} out, {args.num_prompts} "
+                     f"prompts a level, request rate {args.request_rate:g}")
+            for path in bench.save(results, args.save_result, title):
                 print(f"vt: wrote {path}", file=sys.stderr)
     return 0 if all(r.failed == 0 for r in results) else 1
 
@@ -210,7 +215,7 @@ def _engine_args(p: argparse.ArgumentParser, max_model_len: int, num_blocks: int
     p.add_argument("--seed", type=int, default=0, help="engine seed, and the request seed for generate")
     p.add_argument("--dtype", default="auto", choices=["auto", "bfloat16", "float16", "float32"],
                    help="what weights and the KV cache are held in (GEMMs accumulate in float32): auto is the "
-                        "checkpoint's dtype on CUDA and float32 on the CPU (default: auto)")
+                        "checkpoint's dtype on CUDA and float32 on the CPU")
     p.add_argument("--speculative-model", help="a draft checkpoint (name or directory), or [ngram] for prompt "
                                                "lookup with no second model")
     p.add_argument("--num-speculative-tokens", type=int, default=0, help="tokens proposed per step")
@@ -260,15 +265,15 @@ def build_parser() -> argparse.ArgumentParser:
     srv.add_argument("--host", default="127.0.0.1", help="address to listen on")
     srv.add_argument("--port", type=int, default=8000,
                      help="port to listen on (0: a free one, named in the first line)")
-    srv.add_argument("--served-model-name", help="the model name clients use (default: MODEL as given)")
+    srv.add_argument("--served-model-name", help="the model name clients use; unset: MODEL as given")
     srv.set_defaults(fn=_serve)
     bench = sub.add_parser("bench", help="benchmarks", formatter_class=fmt)
     bsub = bench.add_subparsers(dest="bench_cmd", required=True, help="what to benchmark")
     bs = bsub.add_parser("serve", help="a serving benchmark against an OpenAI-compatible server (vLLM's shape)",
                          formatter_class=fmt)
     _engine_args(bs, 2048, 2048, model="optional")
-    bs.add_argument("--base-url", help="a running server (default: start one on --model)")
-    bs.add_argument("--served-model-name", help="the model name to ask for (default: --model, or the server's)")
+    bs.add_argument("--base-url", help="a running server; unset: one is started on --model")
+    bs.add_argument("--served-model-name", help="the model name to ask for; unset: --model, or the server's")
     bs.add_argument("--input-len", type=int, default=128, help="prompt tokens per request")
     bs.add_argument("--output-len", type=int, default=128, help="generated tokens per request")
     bs.add_argument("--num-prompts", type=int, default=64, help="requests per concurrency level")

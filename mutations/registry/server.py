@@ -9,6 +9,7 @@ from mutations.registry.gates import OAI, PAR, RULE
 
 LEAVING = "tests/server/test_server_leaving.py"
 FAULTS = "tests/server/test_server_faults.py"
+BENCH = "tests/server/test_bench.py"
 
 ENTRIES: list[Mutation] = [
     Mutation(
@@ -95,5 +96,30 @@ ENTRIES: list[Mutation] = [
         new="        samples = [r for k, r in self.requests.items() if k == request_id or k.startswith(request_id + '#')]\n",
         gates=(f"{PAR}::test_an_abort_takes_the_requests_own_samples_never_an_id_that_merely_starts_like_them",),
         expect="the user's own x#1 is no sample of x",
+    ),
+    Mutation(
+        id="bench-json-writes-infinity",
+        description="--save-result writes an infinite request rate as Infinity, which no JSON parser takes",
+        file="vt/server/bench.py",
+        old='    rows = [asdict(r) | ({"request_rate": "inf"} if r.request_rate == float("inf") else {}) for r in results]\n'
+            "    return json.dumps(rows, indent=2, allow_nan=False)\n",
+        new="    return json.dumps([asdict(r) for r in results], indent=2)\n",
+        gates=(f"{BENCH}::test_bench_serve_starts_its_own_server_and_reports_every_level",),
+        expect="is not JSON",
+    ),
+    Mutation(
+        id="bench-no-combined-table",
+        description="vt bench serve prints each level's table but never all levels together",
+        file="vt/cli.py", old="        print(bench.summary(results), flush=True)\n", new="",
+        gates=(f"{BENCH}::test_bench_serve_starts_its_own_server_and_reports_every_level",),
+        expect="every level in one combined table",
+    ),
+    Mutation(
+        id="bench-plot-without-tpot",
+        description="the benchmark's plot has throughput and TTFT panels but no TPOT",
+        file="vt/server/bench.py",
+        old='              ("ms", "TPOT", [("median", col("median_tpot_ms")), ("p99", col("p99_tpot_ms"))]))\n',
+        new=")\n",
+        gates=(f"{BENCH}::test_the_plot_has_a_title_and_a_tpot_panel",),
     ),
 ]

@@ -7,6 +7,7 @@ import asyncio
 import json
 
 import numpy as np
+import pytest
 
 from vt.cli import main
 from vt.server import bench
@@ -18,14 +19,34 @@ def test_bench_serve_starts_its_own_server_and_reports_every_level(tmp_path, cap
     argv = ["bench", "serve", "--model", "tiny-qwen3", "--input-len", "16", "--output-len", "8", "--num-prompts", "12",
             "--max-concurrency", "1,4", "--max-model-len", "128", "--num-blocks", "64", "--save-result", str(out)]
     assert main(argv) == 0
-    text = capsys.readouterr().out
+    captured = capsys.readouterr()
+    text = captured.out
     for line in ("Serving Benchmark Result", "Successful requests:", "Mean TTFT (ms):", "P99 TPOT (ms):",
                  "Median ITL (ms):", "Output token throughput (tok/s):"):
         assert line in text
-    rows = json.loads(out.read_text())
-    assert [r["max_concurrency"] for r in rows] == [1, 4]
+    assert " Every level " in text, "every level in one combined table at the end"
+    every = text[text.index(" Every level "):].splitlines()
+    assert [row.split()[0] for row in every[2:4]] == ["1", "4"], f"one combined table, a row per level: {every}"
+    assert "vt bench: c=4: 12/12 requests done" in captured.err, "progress lines while a level runs"
+
+    def strict(token: str) -> None:
+        raise ValueError(f"not JSON: {token}")
+
+    try:
+        rows = json.loads(out.read_text(), parse_constant=strict)  # Infinity / NaN are not JSON
+    except ValueError as e:
+        pytest.fail(f"--save-result wrote something that is not JSON: {e}")
+    assert [r["max_concurrency"] for r in rows] == [1, 4] and rows[0]["request_rate"] == "inf"
     assert all(r["completed"] == 12 and r["failed"] == 0 and r["total_output_tokens"] == 96 for r in rows)
     assert out.with_suffix(".png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_the_plot_has_a_title_and_a_tpot_panel() -> None:
+    r = bench.summarize([bench.One(ok=True, ttft=0.01, latency=0.1, itl=[0.01], output_tokens=10)], 4, float("inf"),
+                        1.0, 16)
+    fig = bench.figure([r], "vt bench serve: tiny-qwen3")
+    assert fig._suptitle is not None and fig._suptitle.get_text() == "vt bench serve: tiny-qwen3"
+    assert [ax.get_title() for ax in fig.axes] == ["throughput", "TTFT", "TPOT"]
 
 
 def test_the_clients_ttft_agrees_with_the_engines_first_token_time() -> None:

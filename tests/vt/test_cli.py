@@ -88,6 +88,12 @@ def test_every_option_shows_its_default_and_there_is_a_version(capsys) -> None:
         text = p.format_help()
         options = [a for a in p._actions if a.option_strings and a.dest != "help" and not a.required]
         assert options and text.count("(default:") >= len(options), f"vt {name} --help shows every default"
+        for a in options:  # once: a help text that states its own default is shown it twice
+            assert "(default:" not in (a.help or ""), f"vt {name} {a.option_strings[0]}: its default printed twice"
+    top = parser.format_help()
+    assert all(f"{c}" in (parser.description or "") for c in ("generate", "serve", "bench", "ladder", "conformance")), (
+        f"vt --help's summary names every command: {parser.description!r}")
+    assert "serve" in top and "bench" in top, "non-vacuity: the command list has them"
     rc, _ = run_cli(["--version"], capsys)
     assert rc == 0
 

@@ -3,8 +3,9 @@
 Random prompts of --input-len token ids, --output-len tokens each (ignore_eos), streamed from
 /v1/completions at each --max-concurrency level, arrivals at --request-rate (Poisson; inf: all at once).
 TTFT is the first chunk that carries choices; ITL the gaps between chunks; TPOT (latency - TTFT) /
-(tokens - 1). Prints vLLM's result table per level; --save-result writes the rows as JSON and a PNG of
-throughput and TTFT against concurrency (matplotlib).
+(tokens - 1). Prints vLLM's result table per level, progress lines while a level runs, and every level in one
+table at the end; --save-result writes the rows as strict JSON and a PNG of throughput, TTFT and TPOT against
+concurrency (matplotlib), titled with what was run.
 """
 
 from __future__ import annotations
@@ -92,8 +93,13 @@ def _quiet_httpx() -> None:
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one INFO line per request otherwise
 
 
+PROGRESS_S = 10.0  # a progress line at least this often while a level runs (and at every tenth of it)
+
+
 async def run_level(base_url: str, model: str, prompts: list[list[int]], output_len: int, concurrency: int,
-                    rate: float, seed: int = 0) -> Result:
+                    rate: float, seed: int = 0, progress: Any = None) -> Result:
+    """One level; progress(line), when given, is called as requests end (every tenth, and at least every
+    PROGRESS_S seconds)."""
     import httpx
 
     _quiet_httpx()
@@ -101,10 +107,17 @@ async def run_level(base_url: str, model: str, prompts: list[list[int]], output_
     sem = asyncio.Semaphore(concurrency)
     rng = np.random.default_rng(seed)
     limits = httpx.Limits(max_connections=concurrency + 4, max_keepalive_connections=concurrency + 4)
+    ended, said = [0], [time.perf_counter()]
     async with httpx.AsyncClient(timeout=httpx.Timeout(600.0), limits=limits) as client:
         async def gated(p: list[int]) -> One:
             async with sem:
-                return await _one(client, url, model, p, output_len)
+                one = await _one(client, url, model, p, output_len)
+            ended[0] += 1
+            now = time.perf_counter()
+            if progress is not None and (ended[0] % max(1, len(prompts) // 10) == 0 or now - said[0] >= PROGRESS_S):
+                said[0] = now
+                progress(f"c={concurrency}: {ended[0]}/{len(prompts)} requests done ({now - t0:.1f} s)")
+            return one
 
         t0 = time.perf_counter()
         tasks = []
@@ -153,27 +166,56 @@ def table(r: Result) -> str:
     return "\n".join(lines)
 
 
-def save(results: list[Result], path: str) -> list[str]:
-    """The rows as JSON, and a PNG of throughput and TTFT against concurrency beside it."""
+def summary(results: list[Result]) -> str:
+    """Every level in one table, a row each."""
+    head = f"{'concurrency':>11} {'ok':>5} {'failed':>6} {'out tok/s':>10} {'TTFT p50 ms':>12} {'TPOT p50 ms':>12} " \
+           f"{'ITL p99 ms':>11}"
+    rows = [f"{r.max_concurrency:>11} {r.completed:>5} {r.failed:>6} {r.output_throughput:>10.1f} "
+            f"{r.median_ttft_ms:>12.2f} {r.median_tpot_ms:>12.2f} {r.p99_itl_ms:>11.2f}" for r in results]
+    return "\n".join(["{s:{c}^80}".format(s=" Every level ", c="="), head, *rows, "=" * 80])
+
+
+def rows_json(results: list[Result]) -> str:
+    """The rows as strict JSON: an infinite request rate is the string "inf" (JSON has no Infinity)."""
+    rows = [asdict(r) | ({"request_rate": "inf"} if r.request_rate == float("inf") else {}) for r in results]
+    return json.dumps(rows, indent=2, allow_nan=False)
+
+
+def figure(results: list[Result], title: str) -> Any:
+    """Throughput, TTFT and TPOT against concurrency, under a title that says what was run."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    with open(path, "w") as f:
-        json.dump([asdict(r) for r in results], f, indent=2)
-    png = path.rsplit(".", 1)[0] + ".png"
     c = [r.max_concurrency for r in results]
-    fig, (a, b) = plt.subplots(1, 2, figsize=(10, 4))
-    a.plot(c, [r.output_throughput for r in results], marker="o")
-    a.set(xlabel="max concurrency", ylabel="output tokens/s", title="throughput", xscale="log", xticks=c)
-    a.set_xticklabels(c)
-    b.plot(c, [r.median_ttft_ms for r in results], marker="o", label="median")
-    b.plot(c, [r.p99_ttft_ms for r in results], marker="x", label="p99")
-    b.set(xlabel="max concurrency", ylabel="ms", title="TTFT", xscale="log", xticks=c)
-    b.set_xticklabels(c)
-    b.legend()
+    fig, axes = plt.subplots(1, 3, figsize=(14, 4))
+    def col(field: str) -> list[float]:
+        return [getattr(r, field) for r in results]
+
+    panels = (("output tokens/s", "throughput", [("", col("output_throughput"))]),
+              ("ms", "TTFT", [("median", col("median_ttft_ms")), ("p99", col("p99_ttft_ms"))]),
+              ("ms", "TPOT", [("median", col("median_tpot_ms")), ("p99", col("p99_tpot_ms"))]))
+    for ax, (unit, name, lines) in zip(axes, panels):
+        for label, ys in lines:
+            ax.plot(c, ys, marker="o", label=label or None)
+        ax.set(xlabel="max concurrency", ylabel=unit, title=name, xscale="log", xticks=c)
+        ax.set_xticklabels(c)
+        if len(lines) > 1:
+            ax.legend()
+    fig.suptitle(title)
     fig.tight_layout()
+    return fig
+
+
+def save(results: list[Result], path: str, title: str = "vt bench serve") -> list[str]:
+    """The rows as JSON, and a PNG of throughput, TTFT and TPOT against concurrency beside it."""
+    import matplotlib.pyplot as plt
+
+    with open(path, "w") as f:
+        f.write(rows_json(results))
+    png = path.rsplit(".", 1)[0] + ".png"
+    fig = figure(results, title)
     fig.savefig(png, dpi=100)
     plt.close(fig)
     return [path, png]
