@@ -10,6 +10,7 @@ from mutations.registry.gates import OAI, PAR, RULE
 LEAVING = "tests/server/test_server_leaving.py"
 FAULTS = "tests/server/test_server_faults.py"
 BENCH = "tests/server/test_bench.py"
+REFUSALS = "tests/server/test_refusals.py"
 
 ENTRIES: list[Mutation] = [
     Mutation(
@@ -121,5 +122,37 @@ ENTRIES: list[Mutation] = [
         old='              ("ms", "TPOT", [("median", col("median_tpot_ms")), ("p99", col("p99_tpot_ms"))]))\n',
         new=")\n",
         gates=(f"{BENCH}::test_the_plot_has_a_title_and_a_tpot_panel",),
+    ),
+    Mutation(
+        id="unsupported-field-accepted",
+        description="a field vt does not implement (tools, response_format, logit_bias, suffix, echo) is accepted "
+                    "at any value and silently ignored",
+        file="vt/server/protocol.py", old="        if name in NO_OP and value in NO_OP[name]:\n",
+        new="        if name in NO_OP:\n",
+        gates=(*(f"{REFUSALS}::test_a_completion_field_vt_would_ignore_is_a_400_naming_it[{f}]"
+                 for f in ("echo", "suffix", "logit_bias")),
+               *(f"{REFUSALS}::test_a_chat_field_vt_would_ignore_is_a_400_naming_it[{f}]"
+                 for f in ("tools", "response_format", "logit_bias"))),
+        expect="DID NOT RAISE",
+    ),
+    Mutation(
+        id="unknown-field-ignored",
+        description="a field vt does not know at all (a typo such as temprature) is dropped without a word",
+        file="vt/server/protocol.py",
+        old='        what = "is not supported by vt" if name in NO_OP or name in KNOWN_UNSUPPORTED else "is not a field vt '
+            'knows"\n',
+        new="        if name not in NO_OP and name not in KNOWN_UNSUPPORTED:\n            continue\n"
+            '        what = "is not supported by vt"\n',
+        gates=(f"{REFUSALS}::test_a_completion_field_vt_would_ignore_is_a_400_naming_it[temprature]",
+               f"{REFUSALS}::test_a_chat_field_vt_would_ignore_is_a_400_naming_it[prompt]"),
+        expect="DID NOT RAISE",
+    ),
+    Mutation(
+        id="json-depth-limit-off",
+        description="a body nested past the limit goes to the JSON parser: 200 levels parse into a confusing "
+                    "prompt error, 100,000 recurse past Python's limit",
+        file="vt/server/app.py", old="        if depth > MAX_JSON_DEPTH:\n", new="        if False:\n",
+        gates=tuple(f"{REFUSALS}::test_a_body_nested_past_the_limit_is_a_400_never_a_500[{c}]"
+                    for c in ("deep", "200-kb-of-brackets")),
     ),
 ]

@@ -252,7 +252,8 @@ def test_fuzzed_bodies_get_a_200_or_a_4xx_never_a_500(served) -> None:
            from_valid=st.booleans())
     def check(path: str, changes: dict, from_valid: bool) -> None:
         """A valid body with a few fields fuzzed, or fuzzed fields alone."""
-        valid = {"model": MODEL, "max_tokens": 4, "prompt": "Hi", "messages": [{"role": "user", "content": "Hi"}]}
+        valid = {"model": MODEL, "max_tokens": 4} | ({"messages": [{"role": "user", "content": "Hi"}]} if "chat" in path
+                                                     else {"prompt": "Hi"})
         body = {**(valid if from_valid else {}), **changes}
         if isinstance(body.get("max_tokens"), int) or isinstance(body.get("max_completion_tokens"), int):
             body["n"] = 1  # keep an example's work small; n is fuzzed where max_tokens is not

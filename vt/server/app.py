@@ -52,10 +52,13 @@ class Server:
             raw += chunk
             if len(raw) > self.max_body_bytes:
                 raise ApiError(413, f"request body is over the limit of {self.max_body_bytes} bytes")
+        depth = json_depth(raw) if raw.count(b"[") + raw.count(b"{") > MAX_JSON_DEPTH else 0  # C-speed pre-check
+        if depth > MAX_JSON_DEPTH:
+            raise bad(f"the body nests {depth} levels deep; at most {MAX_JSON_DEPTH}")
         try:
             body = json.loads(raw)
-        except (json.JSONDecodeError, UnicodeDecodeError) as e:
-            raise bad(f"the body is not valid JSON: {e}") from None
+        except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as e:
+            raise bad(f"the body is not valid JSON: {type(e).__name__}: {e}") from None
         if not isinstance(body, dict):
             raise bad(f"the body must be a JSON object, got {type(body).__name__}")
         return body
@@ -121,6 +124,31 @@ class Server:
             return await (answer.stream(request) if parsed.stream else answer.whole(request))
         except ApiError as e:
             return JSONResponse(e.body(), status_code=e.status)
+
+
+MAX_JSON_DEPTH = 64  # arrays and objects inside each other: a request needs a handful; Python's parser recurses
+
+
+def json_depth(raw: bytes) -> int:
+    """How deep arrays and objects nest in raw JSON (brackets inside strings do not count), without parsing it."""
+    depth = deepest = 0
+    in_string = escaped = False
+    for b in raw:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif b == 0x5C:  # backslash
+                escaped = True
+            elif b == 0x22:  # quote
+                in_string = False
+        elif b == 0x22:
+            in_string = True
+        elif b in (0x5B, 0x7B):  # [ {
+            depth += 1
+            deepest = max(deepest, depth)
+        elif b in (0x5D, 0x7D):  # ] }
+            depth -= 1
+    return deepest
 
 
 class Answer:

@@ -101,8 +101,39 @@ def parse_messages(body: dict) -> list[dict[str, str]]:
     return out
 
 
+# What vt reads from a request; "user" (OpenAI's end-user id) changes nothing and is accepted as such.
+FIELDS_COMMON = frozenset({"model", "stream", "stream_options", "max_tokens", "logprobs", "stop", "temperature",
+                           "top_p", "top_k", "min_p", "seed", "n", "presence_penalty", "frequency_penalty",
+                           "repetition_penalty", "min_tokens", "ignore_eos", "stop_token_ids", "user"})
+FIELDS = {False: FIELDS_COMMON | {"prompt"},
+          True: FIELDS_COMMON | {"messages", "max_completion_tokens", "top_logprobs"}}
+# Fields vt does not implement, accepted only at the value that means "not used".
+NO_OP = {"echo": (False,), "suffix": ("",), "logit_bias": ({},), "tools": ([],), "tool_choice": ("none",),
+         "response_format": ({"type": "text"},), "parallel_tool_calls": (False, True)}
+
+
+def check_fields(body: dict, chat: bool) -> None:
+    """A field vt would ignore is refused by name (400), never silently dropped."""
+    for name, value in body.items():
+        if name in FIELDS[chat] or value is None:
+            continue
+        if name == "best_of":
+            if value == body.get("n", 1) or (value == 1 and body.get("n") is None):
+                continue  # best_of = n is n samples, returned all: what vt does
+            raise bad(f"best_of={value!r}: vt returns every sample it draws (best_of equal to n only)", name)
+        if name in NO_OP and value in NO_OP[name]:
+            continue
+        what = "is not supported by vt" if name in NO_OP or name in KNOWN_UNSUPPORTED else "is not a field vt knows"
+        raise bad(f"{name}: {what} ({'chat completions' if chat else 'completions'}); remove it", name)
+
+
+KNOWN_UNSUPPORTED = frozenset({"functions", "function_call", "audio", "modalities", "prediction", "store", "metadata",
+                               "service_tier", "reasoning_effort", "web_search_options", "logit_bias", "echo"})
+
+
 def parse_sampling(body: dict, chat: bool) -> Parsed:
     """Everything but the prompt: sampling parameters, stream options, logprobs, max_tokens."""
+    check_fields(body, chat)
     stream = _get(body, "stream", (bool,), False)
     opts = _get(body, "stream_options", (dict,))
     if opts is not None and not stream:

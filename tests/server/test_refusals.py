@@ -1,0 +1,73 @@
+"""Fields vt does not implement are refused by name, never silently ignored, and bodies past the size or
+nesting limits get a 4xx with OpenAI's error body, never a 500: driven by the real `openai` client (each
+refusal is its BadRequestError) and by raw bodies."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+
+from vt.server.serve import running_server
+
+openai = pytest.importorskip("openai")
+
+MODEL = "tiny-qwen3"
+MSGS = [{"role": "user", "content": "Hi"}]
+
+
+@pytest.fixture(scope="module")
+def served():
+    with running_server(MODEL, max_model_len=128, num_blocks=64, max_num_seqs=4) as (server, url):
+        yield server, url
+
+
+@pytest.fixture(scope="module")
+def client(served):
+    return openai.OpenAI(base_url=served[1] + "/v1", api_key="unused", max_retries=0)
+
+
+COMPLETION_REFUSALS = {"echo": True, "suffix": "and then", "logit_bias": {"5": 10}, "best_of": 3,
+                       "temprature": 0.5}  # the last: a typo, not a field at all
+CHAT_REFUSALS = {"tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}],
+                 "response_format": {"type": "json_object"}, "logit_bias": {"5": 10}, "prompt": "Hi"}
+
+
+@pytest.mark.parametrize("field", list(COMPLETION_REFUSALS))
+def test_a_completion_field_vt_would_ignore_is_a_400_naming_it(client, field: str) -> None:
+    with pytest.raises(openai.BadRequestError) as e:
+        client.completions.create(model=MODEL, prompt="Hi", max_tokens=2,
+                                  extra_body={field: COMPLETION_REFUSALS[field]})
+    err = e.value.body
+    assert isinstance(err, dict) and err.get("param") == field and field in err.get("message", ""), err
+
+
+@pytest.mark.parametrize("field", list(CHAT_REFUSALS))
+def test_a_chat_field_vt_would_ignore_is_a_400_naming_it(client, field: str) -> None:
+    with pytest.raises(openai.BadRequestError) as e:
+        client.chat.completions.create(model=MODEL, messages=MSGS, max_tokens=2,  # type: ignore[arg-type]
+                                       extra_body={field: CHAT_REFUSALS[field]})
+    err = e.value.body
+    assert isinstance(err, dict) and err.get("param") == field and field in err.get("message", ""), err
+
+
+def test_the_values_that_mean_not_used_are_accepted(client) -> None:
+    """echo false, best_of equal to n, an empty logit_bias, a text response format: what vt does anyway."""
+    out = client.completions.create(model=MODEL, prompt="Hi", max_tokens=2, echo=False, best_of=2, n=2,
+                                    logit_bias={}, user="someone")
+    assert len(out.choices) == 2, "non-vacuity: the request ran"
+    chat = client.chat.completions.create(model=MODEL, messages=MSGS, max_tokens=2,  # type: ignore[arg-type]
+                                          response_format={"type": "text"})
+    assert chat.choices[0].message is not None
+
+
+@pytest.mark.parametrize("depth", [200, 100_000], ids=["deep", "200-kb-of-brackets"])
+def test_a_body_nested_past_the_limit_is_a_400_never_a_500(served, depth: int) -> None:
+    url = served[1]
+    raw = f'{{"model": "{MODEL}", "prompt": {"[" * depth}{"]" * depth}}}'
+    r = httpx.post(url + "/v1/completions", content=raw, headers={"content-type": "application/json"}, timeout=60)
+    assert r.status_code == 400, (r.status_code, r.text[:200])
+    assert "nests" in r.json()["error"]["message"] and r.json()["error"]["type"] == "invalid_request_error"
+    shallow = f'{{"model": "{MODEL}", "prompt": [[5, 6]], "max_tokens": 2}}'
+    ok = httpx.post(url + "/v1/completions", content=shallow, headers={"content-type": "application/json"}, timeout=60)
+    assert ok.status_code == 200, "non-vacuity: a body inside the limits is served"
+    assert httpx.get(url + "/health", timeout=30).status_code == 200
