@@ -11,6 +11,7 @@ CPU = "tests/backends/test_cpu_backend.py"
 CONF = "tests/vt/test_conformance.py"
 SCOPE = "tests/vt/test_capture_scope.py"
 SEAMS = "tests/seams/test_decode_seams.py"
+SEAMS_ENGINE = "tests/seams/test_decode_seams_engine.py"
 ORACLE = "tests/models/test_oracle.py"
 CAP = "tests/engine/test_capacity.py"
 GEN = "tests/engine/test_generation.py"
@@ -78,10 +79,10 @@ SEAM_GUARANTEES = (
     *per_model(f"{SEAMS}::test_G1_without_the_pregrow_the_capture_dies_as_on_the_gpu", "-cpu"),
     *per_model(f"{SEAMS}::test_G2_replayed_logits_equal_eager_logits_bit_for_bit"),
     *per_model(f"{SEAMS}::test_G4_graph_is_rebuilt_not_reused_after_the_block_table_width_changes"),
-    *per_model(f"{SEAMS}::test_G6_engine_tokens_identical_with_graphs_on_and_off"),
+    *per_model(f"{SEAMS_ENGINE}::test_G6_engine_tokens_identical_with_graphs_on_and_off"),
     *per_model(f"{SEAMS}::test_G7_drain_never_frees_a_live_graphs_temporaries"),
     *per_model(f"{SEAMS}::test_G7_retiring_one_of_two_graphs_keeps_the_pins_the_other_holds"),
-    f"{SEAMS}::test_G6_vt_generate_identical_under_VT_CUDAGRAPH_0[pool-lane]",
+    f"{SEAMS_ENGINE}::test_G6_vt_generate_identical_under_VT_CUDAGRAPH_0[pool-lane]",
     *g8(),
 )
 
