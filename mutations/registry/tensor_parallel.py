@@ -14,9 +14,11 @@ from mutations.registry.gates import (
     STREAM_POLICIES,
     STREAMS,
     TP,
+    TP_DEATH,
     TP_EQUALITY,
     TP_SEAMS,
     TP_SERVE,
+    TP_SHARDS,
 )
 
 TP_WAITS = "tests/engine/test_tp_waits.py"
@@ -43,7 +45,7 @@ ENTRIES: list[Mutation] = [
         new="        self.stale = getattr(self, 'stale', so)\n"
             "        payload = pickle.dumps(self.stale, protocol=pickle.HIGHEST_PROTOCOL)\n",
         gates=(*TP_EQUALITY,
-               f"{TP}::test_a_killed_worker_fails_the_engine_within_bounded_time_by_name"),
+               f"{TP_DEATH}::test_a_killed_worker_fails_the_engine_within_bounded_time_by_name"),
         expect="stale",
     ),
     Mutation(
@@ -53,7 +55,7 @@ ENTRIES: list[Mutation] = [
         file="vt/parallel.py", old="        return self.rank * num_kv_heads // self.size, 1\n",
         new="        return self.rank % num_kv_heads, 1\n",
         gates=(f"{TP}::test_tp4_replicates_the_kv_heads_and_generates_the_tokens_tp1_does",
-               f"{TP}::test_the_ranks_slices_tile_every_tensor[tiny-qwen3-4]"),
+               f"{TP_SHARDS}::test_the_ranks_slices_tile_every_tensor[tiny-qwen3-4]"),
     ),
     Mutation(
         id="simulator-wait-ignored",
@@ -86,20 +88,20 @@ ENTRIES: list[Mutation] = [
         id="tp-split-unchecked",
         description="a model that cannot be split over the ranks starts anyway (its heads divided with a remainder)",
         file="vt/engine/front/llm_engine.py", old="        check_divisible(ckpt.config, n)\n", new="",
-        gates=(f"{TP}::test_a_model_that_cannot_be_split_is_refused_by_name",
+        gates=(f"{TP_SHARDS}::test_a_model_that_cannot_be_split_is_refused_by_name",
                "tests/vt/test_cli.py::test_bad_input_is_one_typed_line_and_exit_2[tp-indivisible]"),
     ),
     Mutation(
         id="tp-size-range-unchecked",
         description="tensor_parallel_size has no upper bound in the config",
         file="vt/engine/config.py", old="1 <= self.tensor_parallel_size <= 8,", new="1 <= self.tensor_parallel_size,",
-        gates=(f"{TP}::test_a_model_that_cannot_be_split_is_refused_by_name",),
+        gates=(f"{TP_SHARDS}::test_a_model_that_cannot_be_split_is_refused_by_name",),
     ),
     Mutation(
         id="tp-death-unexplained",
         description="a step that fails because a worker died raises the raw socket error, not WorkerDied",
         file="vt/engine/front/llm_engine.py", old="            raise self.workers.explain(e) from e\n", new="            raise\n",
-        gates=(f"{TP}::test_a_killed_worker_fails_the_engine_within_bounded_time_by_name",),
+        gates=(f"{TP_DEATH}::test_a_killed_worker_fails_the_engine_within_bounded_time_by_name",),
     ),
     Mutation(
         id="serve-ignores-dead-engine",
