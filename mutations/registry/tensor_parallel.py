@@ -161,7 +161,7 @@ ENTRIES: list[Mutation] = [
         id="runner-timeout-kills-pytest-only",
         description="a mutant's timeout kills pytest but not what its gates started (servers, ranks)",
         file="mutations/judge.py", old="        os.killpg(proc.pid, signal.SIGKILL)\n", new="        proc.kill()\n",
-        gates=("tests/mutations/test_runner_timeouts.py::test_a_timed_out_mutant_takes_what_it_started_with_it",),
+        gates=("tests/mutations/test_runner_hangs.py::test_a_timed_out_mutant_takes_what_it_started_with_it",),
     ),
     Mutation(
         id="collective-wait-unwatched",

@@ -1,23 +1,13 @@
-"""The mutation runner's timeouts, on the fixture project: a hanging mutant reads Timeout, a hanging baseline
-stops the run naming it, a timed-out mutant's gate takes what it started with it. Apart from
-test_runner.py: these wait out deadlines, and a mutant gated on the runner's other tests need not."""
+"""The mutation runner's baseline deadline, on the fixture project: a hanging baseline stops the run naming
+it. Apart from test_runner.py and test_runner_hangs.py (each waits out a mutant's deadline)."""
 
 from __future__ import annotations
 
-import os
-import time
 from pathlib import Path
 
-from mutations.model import Verdict
 from mutations.runner import BaselineError
 from tests.helpers import ends_within
 from tests.mutations.runner_rig import BREAK_ADD, M, T, run
-
-
-def test_a_hanging_mutant_reads_timeout(project: Path) -> None:
-    res = run(project, M("hang", old="    return x * k", new="    while True:\n        pass",
-                         gates=(f"{T}::test_scale",)), floor=3.0)
-    assert res["hang"].verdict is Verdict.TIMEOUT
 
 
 def test_a_hanging_baseline_stops_the_run_naming_it(project: Path) -> None:
@@ -27,32 +17,3 @@ def test_a_hanging_baseline_stops_the_run_naming_it(project: Path) -> None:
     box = ends_within(lambda: run(project, M("any", **BREAK_ADD, gates=(f"{T}::test_scale",)),
                                    baseline_timeout=3.0), 30)
     assert isinstance(box.get("error"), BaselineError) and "a hang" in str(box["error"]), box
-
-
-def _alive_with(marker: str) -> list[int]:
-    """Processes (not zombies) whose command line holds marker."""
-    found = []
-    for d in Path("/proc").iterdir():
-        try:
-            cmd = (d / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-        except OSError:
-            continue
-        if d.name.isdigit() and marker in cmd and int(d.name) != os.getpid():
-            found.append(int(d.name))
-    return found
-
-
-def test_a_timed_out_mutant_takes_what_it_started_with_it(project: Path, tmp_path: Path) -> None:
-    """A gate that starts a process (a server, a rank) and hangs: the timeout ends the run and that process."""
-    started = tmp_path / "leftover-started"
-    leftover = (f"    import subprocess, sys\n    subprocess.Popen([sys.executable, '-c', \"import sys, time; "
-                f"open(sys.argv[1], 'w').write('up'); time.sleep(60)\", {str(started)!r}])\n"
-                f"    import time\n    time.sleep(60)\n")
-    box = ends_within(lambda: run(project, M("leave", old="    return x * k\n", new=leftover,
-                                              gates=(f"{T}::test_scale",)), floor=4.0), 50)
-    assert box["value"]["leave"].verdict is Verdict.TIMEOUT, box
-    deadline = time.monotonic() + 10
-    while _alive_with(str(started)) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert started.exists(), "non-vacuity: the gate started its process before it hung"
-    assert not _alive_with(str(started)), "the process the timed-out gate started is still running"
