@@ -155,4 +155,12 @@ ENTRIES: list[Mutation] = [
         gates=tuple(f"{REFUSALS}::test_a_body_nested_past_the_limit_is_a_400_never_a_500[{c}]"
                     for c in ("deep", "200-kb-of-brackets")),
     ),
+    Mutation(
+        id="soak-arguments-unchecked",
+        description="the soak runs for a negative or NaN time, or with no clients, and reports a meaningless result",
+        file="vt/server/soak.py", old="    if not args.seconds >= 1 or args.clients < 1:  # nan fails the first test too\n",
+        new="    if False:\n",
+        gates=("tests/server/test_soak.py::test_the_soak_refuses_a_run_of_no_time_or_no_clients_in_one_line",),
+        expect="DID NOT RAISE",
+    ),
 ]

@@ -187,6 +187,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--clients", type=int, default=12, help="concurrent clients")
     p.add_argument("--seed", type=int, default=0, help="the clients' random choices")
     args = p.parse_args(argv)
+    if not args.seconds >= 1 or args.clients < 1:  # nan fails the first test too
+        p.error(f"--seconds {args.seconds} / --clients {args.clients}: need at least 1 second and 1 client")
     r = soak(args.seconds, args.clients, args.seed)
     print(json.dumps({"ok": r.ok, **{k: v for k, v in vars(r).items()}}, indent=1, default=str))
     return 0 if r.ok else 1
