@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from backends.kernels.decode_attention import num_partitions
+from backends.kernels.moe import expert_rows
 from models import kernels as K
 from models.base import Carry, ForwardBatch, KVCache, make_kv_cache
 from models.config import ModelConfig
@@ -23,7 +24,7 @@ from models.rope import rope_table
 from vt.backend import Backend, Tensor
 from vt.dtypes import STORAGE, to_storage, widen_host
 
-F32 = np.float32
+F32, I32 = np.float32, np.int32
 
 
 def expected_tensors(c: ModelConfig) -> dict[str, tuple[int, ...]]:
@@ -123,9 +124,10 @@ class DecoderForCausalLM:
             if c.is_sparse_layer(i):
                 ex = [f"{p}mlp.experts.{e}." for e in range(c.num_experts)]
                 put(f"{i}.router_t", low(p + "mlp.gate.weight").T, low=True)
+                # HF's Linear layout [E, out, in]: moe_gemm reads a weight row along K
                 put(f"{i}.experts_gu", np.stack([np.concatenate([low(e + "gate_proj.weight"),
-                                                                 low(e + "up_proj.weight")]).T for e in ex]), low=True)
-                put(f"{i}.experts_down", np.stack([low(e + "down_proj.weight").T for e in ex]), low=True)
+                                                                 low(e + "up_proj.weight")]) for e in ex]), low=True)
+                put(f"{i}.experts_down", np.stack([low(e + "down_proj.weight") for e in ex]), low=True)
             else:
                 put(f"{i}.gu_t", np.concatenate([low(p + "mlp.gate_proj.weight"), low(p + "mlp.up_proj.weight")]).T,
                     low=True)
@@ -305,14 +307,25 @@ class DecoderForCausalLM:
         return out
 
     def _moe(self, i: int, h: Tensor) -> Tensor:
+        """Routed MoE: only the experts each token chose run. Every buffer is sized by T and top-k (T k routed
+        rows), never by which experts were chosen, so the step captures."""
         b, pool, c = self.backend, self.pool, self.cfg
-        T = h.shape[0]
-        logits = pool.empty((T, c.num_experts), F32)
+        T, E, k = h.shape[0], c.num_experts, c.num_experts_per_tok
+        logits = pool.empty((T, E), F32)
         b.gemm(h, self.w[f"{i}.router_t"], logits)
-        route = pool.empty((T, c.num_experts), F32)
-        b.launch(K.moe_route, logits, route, top_k=c.num_experts_per_tok, norm_topk_prob=c.norm_topk_prob)
+        ids, weights = pool.empty((T, k), I32), pool.empty((T, k), F32)
+        b.moe_route(logits, ids, weights, norm_topk_prob=c.norm_topk_prob)
         pool.release(logits)
+        plan = (pool.empty((E + 1,), I32), pool.empty((expert_rows(T, k, E),), I32), pool.empty((T * k,), I32))
+        b.moe_group(ids, *plan)
+        act = pool.empty((T * k, c.moe_intermediate_size), self.operand_dtype)
+        b.moe_gemm(h, self.w[f"{i}.experts_gu"], *plan, act, row_div=k, swiglu=True)
+        y = pool.empty((T * k, c.hidden_size), F32)
+        b.moe_gemm(act, self.w[f"{i}.experts_down"], *plan, y, row_div=1, swiglu=False)
+        for t in (act, *plan):
+            pool.release(t)
         out = pool.empty((T, c.hidden_size), F32)
-        b.launch(K.moe_experts, h, self.w[f"{i}.experts_gu"], self.w[f"{i}.experts_down"], route, out)
-        pool.release(route)
+        b.moe_combine(y, ids, weights, out)
+        for t in (y, ids, weights):
+            pool.release(t)
         return out

@@ -1,5 +1,5 @@
 """The model's remaining xp kernels, written once against the array namespace `xp` (NumPy or CuPy): the
-parts with no fused kernel yet (MoE routing and experts, the eager prefill attention, tensor parallelism's
+parts with no fused kernel yet (the eager prefill attention, tensor parallelism's
 vocabulary shards, row gathers). The fused operations (norms, rotary and the KV write, SiLU, paged decode
 attention, GEMMs) are the Backend's named ops (vt/ops.py) from the kernel library (backends/kernels/).
 
@@ -69,33 +69,6 @@ def attention_prefill(xp: Any, q: Any, k_cache: Any, v_cache: Any, out: Any,
             p = _softmax_rows(xp, xp.where(causal, scores, -xp.inf))
             o = xp.matmul(p, vt)  # [nkv, g, m, hd]
             out[row0 + c0 : row0 + c0 + m] = narrow(xp, o.transpose(2, 0, 1, 3).reshape(m, nh, hd), out.dtype)
-
-
-def moe_route(xp: Any, logits: Any, out: Any, top_k: int, norm_topk_prob: bool) -> None:
-    """Dense routing weights [T, E]: softmax probs at each token's top-k experts, zero elsewhere."""
-    probs = _softmax_rows(xp, logits)
-    experts = xp.arange(probs.shape[-1])[None, :]
-    work, picked = probs.copy(), xp.zeros_like(probs)
-    for _ in range(top_k):  # top-k by repeated argmax: static shapes, no sort, capture-safe
-        hit = experts == xp.argmax(work, axis=-1)[:, None]
-        picked = xp.where(hit, probs, picked)
-        work = xp.where(hit, -1.0, work)
-    if norm_topk_prob:
-        picked = picked / picked.sum(axis=-1, keepdims=True)
-    out[...] = picked
-
-
-def moe_experts(xp: Any, x: Any, w_gate_up: Any, w_down: Any, route: Any, out: Any) -> None:
-    """Every expert on every token, combined by the dense routing weights (zero for unrouted experts):
-    static shapes, so the step can be captured. w_gate_up [E, H, 2I]; w_down [E, I, H]."""
-    gu = xp.matmul(x[None], w_gate_up)  # [E, T, 2I]
-    n = w_down.shape[1]
-    g = gu[..., :n]
-    h = g / (1.0 + xp.exp(-g)) * gu[..., n:]
-    y = xp.matmul(h, w_down)  # [E, T, H]
-    out[...] = 0
-    for e in range(y.shape[0]):  # expert order, as HF accumulates
-        out += route[:, e : e + 1] * y[e]
 
 
 def gather_rows(xp: Any, x: Any, rows: Any, out: Any) -> None:

@@ -60,6 +60,29 @@ class Ops:
         self.launch(self.kernels.paged_prefill_attention, q, k_cache, v_cache, block_tables, tiles, token_row,
                     positions, out)
 
+    def moe_route(self, logits: Any, ids: Any, weights: Any, *, norm_topk_prob: bool) -> None:
+        """From router logits [T, E] float32: each token's top-k experts ids [T, k] int32 (descending logit, a tie to
+        the lower expert) and weights [T, k] float32 (the softmax over all experts at those, renormalized over
+        the k when norm_topk_prob)."""
+        self.launch(self.kernels.moe_route, logits, ids, weights, norm_topk_prob=norm_topk_prob)
+
+    def moe_group(self, ids: Any, offsets: Any, experts: Any, slots: Any) -> None:
+        """The routed rows t k + j grouped by expert: expert e's are slots[offsets[e] .. offsets[e + 1]) (offsets
+        [E + 1], slots [T k] int32); experts [min(E, T k)] lists the experts with rows, ascending, then -1."""
+        self.launch(self.kernels.moe_group, ids, offsets, experts, slots)
+
+    def moe_gemm(self, x: Any, w: Any, offsets: Any, experts: Any, slots: Any, out: Any, *, row_div: int,
+                 swiglu: bool) -> None:
+        """Every routed row's expert GEMM in one launch: out[s] = x[s // row_div] @ w[e]^T for each slot s of
+        expert e (w [E, rows, K] in HF's Linear layout, x in its dtype, float32 accumulation). swiglu: w's rows
+        are gate then up, out = SiLU(gate) * up in out's dtype; else out float32."""
+        self.launch(self.kernels.moe_gemm, x, w, offsets, experts, slots, out, row_div=row_div, swiglu=swiglu)
+
+    def moe_combine(self, y: Any, ids: Any, weights: Any, out: Any) -> None:
+        """out [T, H] float32 = the sum over each token's k routed rows y [T k, H] float32 of weight * row, in
+        ascending expert order."""
+        self.launch(self.kernels.moe_combine, y, ids, weights, out)
+
     def gemm(self, a: Any, b: Any, out: Any) -> None:
         """out = a @ b, float32 out: cuBLAS on CUDA, with a low-precision b (weights) taking a in its dtype and
         accumulating in float32."""

@@ -62,7 +62,7 @@ def function(cp: Any, inst: Instance) -> Any:
     slot's cold eager step, never inside a capture (loading a module is not a capturable operation)."""
     fn = _functions.get(inst)
     if fn is None:
-        templated = "<" in inst.expr
+        templated = "<" in inst.expr or "::" in inst.expr  # a namespaced name needs its lowered name
         mod = cp.RawModule(code=source(inst.file), options=NVRTC_OPTIONS + inst.options,
                            name_expressions=(inst.expr,) if templated else None)
         fn = _functions[inst] = mod.get_function(inst.expr)
@@ -71,9 +71,9 @@ def function(cp: Any, inst: Instance) -> Any:
 
 def ci_instances() -> list[Instance]:
     """Every instance the op modules ask CI to compile."""
-    from backends.kernels import activation, convert, decode_attention, norm, prefill_attention, rotary, sampler
+    from backends.kernels import activation, convert, decode_attention, moe, norm, prefill_attention, rotary, sampler
 
-    mods = (convert, norm, rotary, activation, decode_attention, prefill_attention, sampler)
+    mods = (convert, norm, rotary, activation, decode_attention, prefill_attention, moe, sampler)
     return [i for mod in mods for i in mod.CI_INSTANCES]
 
 

@@ -7,6 +7,7 @@ from typing import Any
 
 from backends.kernels.activation import silu_mul
 from backends.kernels.decode_attention import paged_decode_attention
+from backends.kernels.moe import moe_combine, moe_gemm, moe_group, moe_route
 from backends.kernels.norm import add_rms_norm, embed
 from backends.kernels.prefill_attention import paged_prefill_attention
 from backends.kernels.rotary import qk_norm_rope_store
@@ -21,4 +22,5 @@ matmul.writes = (2,)  # type: ignore[attr-defined]
 
 LIBRARY = types.SimpleNamespace(embed=embed, add_rms_norm=add_rms_norm, qk_norm_rope_store=qk_norm_rope_store,
                                 silu_mul=silu_mul, paged_decode_attention=paged_decode_attention,
-                                paged_prefill_attention=paged_prefill_attention, gemm=matmul)
+                                paged_prefill_attention=paged_prefill_attention, gemm=matmul, moe_route=moe_route,
+                                moe_group=moe_group, moe_gemm=moe_gemm, moe_combine=moe_combine)

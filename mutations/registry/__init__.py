@@ -21,6 +21,7 @@ from mutations.registry import (
     guarantees,
     house,
     kernels,
+    moe,
     mutation_suite,
     no_hangs,
     offline_api,
@@ -62,6 +63,7 @@ AREAS = (
     tensor_parallel,
     house,
     kernels,
+    moe,
     startup_capture,
 )
 

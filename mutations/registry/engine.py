@@ -76,7 +76,7 @@ ENTRIES: list[Mutation] = [
     Mutation(
         id="moe-ignores-norm-topk-prob",
         description="the MoE router skips renormalising the top-k probabilities",
-        file="models/kernels.py", old="    if norm_topk_prob:", new="    if False:",
+        file="backends/kernels/moe.py", old="    if norm_topk_prob:", new="    if False:",
         gates=tuple(f"{ORACLE}::test_logits_match_hf_for_prefill_and_decode[tiny-qwen3-moe-{p}]"
                     for p in ("eager", "graph")),
     ),

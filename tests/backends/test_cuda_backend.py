@@ -89,10 +89,9 @@ def test_demand_profile_parity_cpu_and_cuda_identical(model: str, batch: int, dt
         with open(os.path.join(out, f"cupy-trace-{model}-B{batch}{suffix}.json"), "w") as f:
             json.dump({"events": ev_gpu, "demand": {str(k): v for k, v in sorted(d_gpu.items())}}, f)
     fused = {"embed", "add_rms_norm", "qk_norm_rope_store", "silu_mul", "paged_decode_attention", "matmul",
-             "sample_tokens"}
+             "sample_tokens", "moe_route", "moe_group", "moe_gemm", "moe_combine"}
     assert not fused & hidden.keys(), f"a kernel of the library allocated on CUDA (bytes by kernel): {hidden}"
-    assert ev_gpu and ("moe" not in model or hidden), ("non-vacuity: the step drew pool blocks, and the MoE "
-                                                        "layers' xp kernels' temporaries went through the pool")
+    assert ev_gpu, "non-vacuity: the step drew pool blocks"
     assert ev_cpu == ev_gpu, "cpu vs cuda: " + first_difference(ev_cpu, ev_gpu)
     assert d_cpu == d_gpu
     assert cpu.backend.attribution.bytes == gpu.backend.attribution.bytes

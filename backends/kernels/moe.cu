@@ -1,0 +1,199 @@
+// Routed MoE: top-k routing, the routed rows grouped by expert, grouped GEMMs over those rows only (SwiGLU fused
+// into the gate/up one), and the weighted combine. Every buffer has a static size (T x top-k routed rows), so
+// a step with MoE layers captures; which experts run is read from the device.
+#include "common.cuh"
+
+namespace vt {
+
+constexpr int MOE_MAX_EXPERTS = 512;  // moe_route keeps 16 logits a lane
+constexpr int MOE_MAX_TOP_K = 32;     // moe_route keeps one choice a lane
+constexpr int MOE_ROWS = 8;           // routed rows a moe_gemm block holds in shared memory at a time
+constexpr int MOE_WARPS = 8;          // moe_gemm's block: 8 warps, each its own output columns
+
+// logits [T, E] float32 -> ids [T, k] int32 (descending logit, a tie to the lower expert; a NaN logit is never
+// preferred) and weights [T, k] float32: the softmax over all E at the chosen experts, divided by their sum when
+// norm (Qwen3-MoE's norm_topk_prob). One warp per token.
+__global__ void moe_route(const float* __restrict__ logits, int* __restrict__ ids, float* __restrict__ weights,
+                          int T, int E, int k, int norm) {
+    constexpr int PER = MOE_MAX_EXPERTS / 32;
+    const int lane = threadIdx.x & 31;
+    const int t = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+    if (t >= T) return;
+    const float* row = logits + (i64)t * E;
+    float v[PER];
+    float m = neg_inf();
+#pragma unroll
+    for (int i = 0; i < PER; i++) {
+        const int e = lane + 32 * i;
+        const float l = e < E ? row[e] : neg_inf();
+        v[i] = l != l ? neg_inf() : l;
+        m = fmaxf(m, l);  // fmaxf drops a NaN: the softmax's max over the numbers
+    }
+    m = warp_max(m);
+    float s = 0.0f;
+#pragma unroll
+    for (int i = 0; i < PER; i++)
+        if (lane + 32 * i < E) s += expf(row[lane + 32 * i] - m);
+    s = warp_sum(s);
+    unsigned taken = 0;
+    int my_id = 0;
+    float my_p = 0.0f;
+    for (int j = 0; j < k; j++) {
+        float bv = neg_inf();
+        int bi = 0x7fffffff;
+#pragma unroll
+        for (int i = 0; i < PER; i++) {
+            const int e = lane + 32 * i;
+            if (e < E && !((taken >> i) & 1u) && (v[i] > bv || (v[i] == bv && e < bi))) bv = v[i], bi = e;
+        }
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) {
+            const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+            const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
+            if (ov > bv || (ov == bv && oi < bi)) bv = ov, bi = oi;
+        }
+        if ((bi & 31) == lane) taken |= 1u << (bi >> 5);
+        if (lane == j) my_id = bi, my_p = expf(row[bi] - m) / s;
+    }
+    if (norm) my_p /= warp_sum(lane < k ? my_p : 0.0f);
+    if (lane < k) ids[(i64)t * k + lane] = my_id, weights[(i64)t * k + lane] = my_p;
+}
+
+// ids [n] (n = T x k, a token's choices back to back) -> offsets [E + 1] (expert e's routed rows are
+// slots[offsets[e] .. offsets[e + 1])), slots [n] (routed-row indices t k + j grouped by expert; within an expert
+// in no set order, as each row's GEMM is independent of its neighbours) and experts [n_list] (the experts with
+// rows, ascending, then -1: moe_gemm's blocks). One block; shared counts [E] and cursors [E].
+__global__ void moe_group(const int* __restrict__ ids, int* __restrict__ offsets, int* __restrict__ experts,
+                          int* __restrict__ slots, int n, int E, int n_list) {
+    extern __shared__ int counts[];
+    int* cursor = counts + E;
+    for (int e = threadIdx.x; e < E; e += blockDim.x) counts[e] = 0;
+    __syncthreads();
+    for (int i = threadIdx.x; i < n; i += blockDim.x) atomicAdd(&counts[ids[i]], 1);
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        int acc = 0, listed = 0;
+        for (int e = 0; e < E; e++) {
+            offsets[e] = cursor[e] = acc;
+            if (counts[e] && listed < n_list) experts[listed++] = e;
+            acc += counts[e];
+        }
+        offsets[E] = acc;
+        for (; listed < n_list; listed++) experts[listed] = -1;
+    }
+    __syncthreads();
+    for (int i = threadIdx.x; i < n; i += blockDim.x) slots[atomicAdd(&cursor[ids[i]], 1)] = i;
+}
+
+template <typename T, int VEC> __device__ __forceinline__ void load_vec(const T* p, float* out) {
+    if constexpr (VEC * sizeof(T) == 16) {
+        load_f32<T, VEC>(p, out);
+    } else {
+#pragma unroll
+        for (int i = 0; i < VEC; i++) out[i] = to_f32(p[i]);
+    }
+}
+
+// The grouped GEMM over routed rows. Block (b, y) takes expert experts[b] (none: it returns) and output columns
+// [y cols, (y + 1) cols); it walks the expert's routed rows MOE_ROWS at a time, each row read from x at
+// slot / row_div (a token's hidden state for the gate/up GEMM, the routed row itself for the down one) into
+// shared memory; each warp owns output columns, a lane reads VEC weights of a column at a time along K (w is
+// [E, rows, K], K contiguous: HF's Linear layout) and the warp sums the lanes.
+// SWIGLU: w rows [0, N) are the gate, [N, 2 N) the up projection; out [n, N] = narrow(silu(gate) * up).
+// Otherwise out [n, N] float32 = x_row @ w[e]^T. VEC: elements a lane loads at once (16 bytes, or 1 when K is
+// not a multiple of 16 bytes).
+template <typename T, typename OUT, int VEC, bool SWIGLU>
+__global__ void moe_gemm(const T* __restrict__ x, const T* __restrict__ w, const int* __restrict__ offsets,
+                         const int* __restrict__ experts, const int* __restrict__ slots, OUT* __restrict__ out,
+                         int N, int K, int row_div, int cols) {
+    extern __shared__ __align__(16) unsigned char moe_smem[];
+    T* xs = reinterpret_cast<T*>(moe_smem);  // [MOE_ROWS, K]
+    const int e = experts[blockIdx.x];
+    if (e < 0) return;
+    const int begin = offsets[e], end = offsets[e + 1];
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int c0 = blockIdx.y * cols, c1 = min(N, c0 + cols);
+    const T* we = w + (i64)e * (SWIGLU ? 2 * N : N) * K;
+    for (int r0 = begin; r0 < end; r0 += MOE_ROWS) {
+        const int rows = min(MOE_ROWS, end - r0);
+        __syncthreads();  // the last chunk's readers are done with xs
+        const int per_row = K / VEC;
+        for (int idx = threadIdx.x; idx < rows * per_row; idx += blockDim.x) {
+            const int r = idx / per_row, c = (idx - r * per_row) * VEC;
+            const T* src = x + (i64)(slots[r0 + r] / row_div) * K + c;
+            if constexpr (VEC * sizeof(T) == 16)
+                *reinterpret_cast<uint4*>(xs + r * K + c) = *reinterpret_cast<const uint4*>(src);
+            else
+                xs[r * K + c] = *src;
+        }
+        __syncthreads();
+        for (int n = c0 + warp; n < c1; n += MOE_WARPS) {
+            float acc[MOE_ROWS], up[MOE_ROWS];
+#pragma unroll
+            for (int r = 0; r < MOE_ROWS; r++) acc[r] = up[r] = 0.0f;
+            const T* wg = we + (i64)n * K;
+            const T* wu = we + (i64)(N + n) * K;
+#pragma unroll 4
+            for (int k = lane * VEC; k < K; k += 32 * VEC) {
+                float a[VEC], b[VEC];
+                load_vec<T, VEC>(wg + k, a);
+                if constexpr (SWIGLU) load_vec<T, VEC>(wu + k, b);
+#pragma unroll
+                for (int r = 0; r < MOE_ROWS; r++) {
+                    if (r < rows) {
+                        float xv[VEC];
+                        load_vec<T, VEC>(xs + r * K + k, xv);
+#pragma unroll
+                        for (int i = 0; i < VEC; i++) {
+                            acc[r] += a[i] * xv[i];
+                            if constexpr (SWIGLU) up[r] += b[i] * xv[i];
+                        }
+                    }
+                }
+            }
+#pragma unroll
+            for (int r = 0; r < MOE_ROWS; r++) {
+                if (r < rows) {
+                    const float g = warp_sum(acc[r]);
+                    const i64 at = (i64)slots[r0 + r] * N + n;
+                    if constexpr (SWIGLU) {
+                        const float u = warp_sum(up[r]);
+                        if (lane == 0) out[at] = from_f32<OUT>(g / (1.0f + expf(-g)) * u);
+                    } else {
+                        if (lane == 0) out[at] = from_f32<OUT>(g);
+                    }
+                }
+            }
+        }
+    }
+}
+
+// out [T, H] float32 = the sum over token t's choices, in ascending expert order (the order transformers adds
+// them in), of weights[t, j] * y[t k + j]. One block per token.
+__global__ void moe_combine(const float* __restrict__ y, const int* __restrict__ ids,
+                            const float* __restrict__ weights, float* __restrict__ out, int H, int k) {
+    __shared__ int order[MOE_MAX_TOP_K];
+    const int t = blockIdx.x;
+    const int* tid = ids + (i64)t * k;
+    if (threadIdx.x == 0) {
+        int last = -1;
+        for (int r = 0; r < k; r++) {  // the choices by expert: k is small, the experts distinct
+            int best = -1;
+            for (int j = 0; j < k; j++)
+                if (tid[j] > last && (best < 0 || tid[j] < tid[best])) best = j;
+            order[r] = best;
+            last = tid[best];
+        }
+    }
+    __syncthreads();
+    for (int c = threadIdx.x; c < H; c += blockDim.x) {
+        float acc = 0.0f;
+        for (int r = 0; r < k; r++) {
+            const int j = order[r];
+            acc += weights[(i64)t * k + j] * y[((i64)t * k + j) * H + c];
+        }
+        out[(i64)t * H + c] = acc;
+    }
+}
+
+}  // namespace vt

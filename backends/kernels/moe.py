@@ -1,0 +1,155 @@
+"""Routed MoE (moe.cu), each kernel beside its NumPy twin: only the experts a token chose run.
+
+    moe_route     router logits -> each token's top-k experts and their weights
+    moe_group     the routed rows (t k + j) grouped by expert: offsets, the row order, the experts with rows
+    moe_gemm      one launch over every expert's routed rows (SwiGLU fused into the gate/up GEMM)
+    moe_combine   each token's k expert outputs, weighted, summed in ascending expert order
+
+Every buffer's size follows T and k only (T x k routed rows, at most min(E, T k) experts with rows), so a step
+with MoE layers captures; which experts run is data on the device. Expert weights stay in HF's Linear layout,
+[E, out, in] (the gate's and the up projection's rows stacked), so a lane reads a weight row along K.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from backends.kernels.build import Instance, function
+from backends.kernels.fused import FusedKernel, ctype
+from vt.dtypes import narrow_host, widen_host
+
+MAX_EXPERTS, MAX_TOP_K, GEMM_ROWS, GEMM_WARPS = 512, 32, 8, 8  # moe.cu's MOE_* constants
+STORAGE_TYPES = ("float", "vt::bf16", "vt::f16")
+
+
+def _vec(dtype: Any, K: int) -> int:
+    """Elements a lane loads at once: 16 bytes when every weight row starts 16-byte aligned, else one."""
+    per = 16 // np.dtype(dtype).itemsize
+    return per if K % per == 0 else 1
+
+
+def _gemm_expr(t: str, out: str, vec: int, swiglu: bool) -> str:
+    return f"vt::moe_gemm<{t}, {out}, {vec}, {'true' if swiglu else 'false'}>"
+
+
+CI_INSTANCES = ([Instance("moe.cu", "vt::moe_route"), Instance("moe.cu", "vt::moe_group"),
+                 Instance("moe.cu", "vt::moe_combine")]
+                + [Instance("moe.cu", _gemm_expr(t, o, v, s)) for t in STORAGE_TYPES
+                   for v in (1, 4 if t == "float" else 8) for o, s in ((t, True), ("float", False))])
+
+
+def expert_rows(T: int, top_k: int, num_experts: int) -> int:
+    """How many experts can have routed rows in a step of T tokens (the experts list's static length)."""
+    return min(num_experts, T * top_k)
+
+
+# ---- moe_route: logits [T, E] -> ids [T, k] int32, weights [T, k] float32 -----------------------------------
+def _route_twin(logits: np.ndarray, ids: np.ndarray, weights: np.ndarray, norm_topk_prob: bool) -> None:
+    k = ids.shape[1]
+    m = np.nanmax(logits, axis=-1, keepdims=True)
+    s = np.exp(logits - m).sum(axis=-1, keepdims=True)
+    ranked = np.where(np.isnan(logits), -np.inf, logits)
+    chosen = np.argsort(-ranked, axis=-1, kind="stable")[:, :k]  # descending, a tie to the lower expert
+    p = np.exp(np.take_along_axis(logits, chosen, axis=-1) - m) / s
+    if norm_topk_prob:
+        p = p / p.sum(axis=-1, keepdims=True)
+    ids[...] = chosen
+    weights[...] = p
+
+
+def _route_cuda(cp: Any, logits: Any, ids: Any, weights: Any, norm_topk_prob: bool) -> None:
+    T, E = logits.shape
+    k = ids.shape[1]
+    if E > MAX_EXPERTS or not 0 < k <= min(E, MAX_TOP_K):
+        raise ValueError(f"moe_route: {E} experts (at most {MAX_EXPERTS}), top-k {k} (1..{MAX_TOP_K})")
+    warps = 4
+    if T:
+        function(cp, Instance("moe.cu", "vt::moe_route"))(
+            (-(-T // warps),), (32 * warps,), (logits, ids, weights, np.int32(T), np.int32(E), np.int32(k),
+                                               np.int32(bool(norm_topk_prob))))
+
+
+moe_route = FusedKernel("moe_route", _route_twin, _route_cuda, writes=(1, 2))
+
+
+# ---- moe_group: ids [T, k] -> offsets [E + 1], experts [n_list], slots [T k] -------------------------------
+def _group_twin(ids: np.ndarray, offsets: np.ndarray, experts: np.ndarray, slots: np.ndarray) -> None:
+    E = offsets.shape[0] - 1
+    flat = ids.reshape(-1)
+    counts = np.bincount(flat, minlength=E)
+    offsets[0] = 0
+    np.cumsum(counts, out=offsets[1:])
+    slots[...] = np.argsort(flat, kind="stable")
+    used = np.flatnonzero(counts)[: experts.shape[0]]
+    experts[...] = -1
+    experts[: used.shape[0]] = used
+
+
+def _group_cuda(cp: Any, ids: Any, offsets: Any, experts: Any, slots: Any) -> None:
+    E = offsets.shape[0] - 1
+    function(cp, Instance("moe.cu", "vt::moe_group"))(
+        (1,), (1024,), (ids, offsets, experts, slots, np.int32(ids.size), np.int32(E), np.int32(experts.shape[0])),
+        shared_mem=8 * E)
+
+
+moe_group = FusedKernel("moe_group", _group_twin, _group_cuda, writes=(1, 2, 3))
+
+
+# ---- moe_gemm: out[slot] = x[slot // row_div] @ w[e]^T for every routed row of every expert ----------------
+def _gemm_twin(x: np.ndarray, w: np.ndarray, offsets: np.ndarray, experts: np.ndarray, slots: np.ndarray,
+               out: np.ndarray, row_div: int, swiglu: bool) -> None:
+    N = out.shape[1]
+    for e in experts[experts >= 0]:
+        rows = slots[offsets[e]: offsets[e + 1]]
+        y = widen_host(x[rows // row_div]) @ widen_host(w[e]).T  # float32 accumulation, as the kernel's
+        if swiglu:
+            g = y[:, :N]
+            y = g / (np.float32(1.0) + np.exp(-g)) * y[:, N:]
+        out[rows] = narrow_host(y, out.dtype)
+
+
+def _gemm_cuda(cp: Any, x: Any, w: Any, offsets: Any, experts: Any, slots: Any, out: Any, row_div: int,
+               swiglu: bool) -> None:
+    N, K = out.shape[1], x.shape[1]
+    if w.shape[1:] != ((2 * N if swiglu else N), K) or x.dtype != w.dtype:
+        raise ValueError(f"moe_gemm: weights {w.shape} {w.dtype} for x {x.shape} {x.dtype} -> out {out.shape}")
+    if not experts.shape[0]:
+        return
+    vec = _vec(w.dtype, K)
+    fn = function(cp, Instance("moe.cu", _gemm_expr(ctype(w.dtype), ctype(out.dtype) if swiglu else "float", vec,
+                                                    swiglu)))
+    smem = GEMM_ROWS * K * x.dtype.itemsize
+    if smem > 48 << 10:  # above the default dynamic shared memory: opt in
+        fn.max_dynamic_shared_size_bytes = smem
+    cols = GEMM_WARPS * (2 if swiglu else 4)  # columns a block owns: enough blocks at decode's few rows
+    fn((experts.shape[0], -(-N // cols)), (32 * GEMM_WARPS,),
+       (x, w, offsets, experts, slots, out, np.int32(N), np.int32(K), np.int32(row_div), np.int32(cols)),
+       shared_mem=smem)
+
+
+moe_gemm = FusedKernel("moe_gemm", _gemm_twin, _gemm_cuda, writes=(5,))
+
+
+# ---- moe_combine: out [T, H] = sum over each token's choices (ascending expert) of weight * y ---------------
+def _combine_twin(y: np.ndarray, ids: np.ndarray, weights: np.ndarray, out: np.ndarray) -> None:
+    T, k = ids.shape
+    ys = y.reshape(T, k, -1)
+    order = np.argsort(ids, axis=-1, kind="stable")
+    at = np.arange(T)
+    acc = np.zeros(out.shape, np.float32)
+    for r in range(k):
+        j = order[:, r]
+        acc += weights[at, j][:, None] * ys[at, j]
+    out[...] = acc
+
+
+def _combine_cuda(cp: Any, y: Any, ids: Any, weights: Any, out: Any) -> None:
+    T, H = out.shape
+    if T:
+        function(cp, Instance("moe.cu", "vt::moe_combine"))(
+            (T,), (min(256, -(-H // 32) * 32),), (y, ids, weights, out, np.int32(H), np.int32(ids.shape[1])))
+
+
+moe_combine = FusedKernel("moe_combine", _combine_twin, _combine_cuda, writes=(3,))

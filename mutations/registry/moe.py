@@ -1,0 +1,68 @@
+"""Routed MoE (issue 27): each defect named in the NumPy twin (killed on the CPU by the twin-against-reference
+gates) and in the CUDA kernel (killed in the GPU lane by the kernel-against-twin gate)."""
+
+from __future__ import annotations
+
+from mutations.model import Mutation
+
+GATES = "tests/backends/test_moe_kernels.py"
+CASES = ("one-token", "decode-batch", "prefill-chunk", "unaligned-widths")
+TWIN = "backends/kernels/moe.py"
+CU = "backends/kernels/moe.cu"
+
+
+def layer_gates(dtypes: tuple[str, ...] = ("float32", "bfloat16")) -> tuple[str, ...]:
+    return tuple(f"{GATES}::test_moe_layer_twins_equal_every_chosen_experts_mlp[{c}-{d}]" for c in CASES for d in dtypes)
+
+
+def cuda_gates() -> tuple[str, ...]:
+    return tuple(f"{GATES}::test_cuda_moe_kernels_equal_their_twins[{c}-{d}]"
+                 for c in (*CASES, "real-size-decode", "real-size-prefill") for d in ("float32", "bfloat16", "float16"))
+
+
+ENTRIES: list[Mutation] = [
+    Mutation(
+        id="moe-twin-drops-the-second-expert",
+        description="the combine twin adds only each token's first choice in expert order, dropping the second",
+        file=TWIN, old="    for r in range(k):\n        j = order[:, r]\n",
+        new="    for r in range(min(k, 1)):\n        j = order[:, r]\n",
+        gates=(f"{GATES}::test_combine_twin_adds_every_choice_in_expert_order", *layer_gates()),
+    ),
+    Mutation(
+        id="moe-twin-weights-not-renormalized",
+        description="the routing twin keeps the softmax weights of the chosen experts where norm_topk_prob asks "
+                    "for them divided by their sum",
+        file=TWIN, old="    if norm_topk_prob:\n        p = p / p.sum(axis=-1, keepdims=True)\n",
+        new="    if False:\n        p = p / p.sum(axis=-1, keepdims=True)\n",
+        gates=(*(f"{GATES}::test_route_twin_takes_the_top_k_at_softmax_weights[{c}-True]" for c in CASES),
+               *layer_gates()),
+    ),
+    Mutation(
+        id="moe-twin-expert-offsets-off-by-one",
+        description="the grouping twin moves every inner expert boundary one row late",
+        file=TWIN, old="    np.cumsum(counts, out=offsets[1:])\n",
+        new="    np.cumsum(counts, out=offsets[1:])\n    offsets[1:-1] += 1\n",
+        gates=(*(f"{GATES}::test_group_twin_gives_each_expert_exactly_its_routed_rows[{c}]" for c in CASES),
+               *layer_gates()),
+    ),
+    Mutation(
+        id="cuda-moe-drops-the-second-expert",
+        description="the combine kernel adds only each token's first choice in expert order",
+        file=CU, old="        for (int r = 0; r < k; r++) {\n            const int j = order[r];",
+        new="        for (int r = 0; r < 1; r++) {\n            const int j = order[r];",
+        gates=cuda_gates(), needs_gpu=True,
+    ),
+    Mutation(
+        id="cuda-moe-weights-not-renormalized",
+        description="the routing kernel ignores norm_topk_prob",
+        file=CU, old="    if (norm) my_p /= warp_sum(lane < k ? my_p : 0.0f);",
+        new="    if (0) my_p /= warp_sum(lane < k ? my_p : 0.0f);",
+        gates=cuda_gates(), needs_gpu=True,
+    ),
+    Mutation(
+        id="cuda-moe-expert-offsets-off-by-one",
+        description="the grouping kernel ends the last expert's rows one early",
+        file=CU, old="        offsets[E] = acc;\n", new="        offsets[E] = acc - 1;\n",
+        gates=cuda_gates(), needs_gpu=True,
+    ),
+]

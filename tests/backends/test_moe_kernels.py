@@ -1,0 +1,197 @@
+"""Routed MoE's kernels (backends/kernels/moe.py): each NumPy twin against a plain float64 reference written from
+Qwen3-MoE's definition (softmax over every expert, the top k, renormalized where the config says so, each
+chosen expert's SwiGLU MLP weighted and summed), and (GPU lane) each CUDA kernel against its twin.
+
+Bounds: ids and the grouping exactly; float32 GEMM outputs within 1e-5 of the sum of the terms' magnitudes
+(another summation order); bf16 / fp16 outputs within one unit in the last place on top of that.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from backends.kernels import moe
+from vt.dtypes import narrow_host, widen_host
+
+STORAGE = {"float32": np.dtype(np.float32), "bfloat16": np.dtype(np.uint16), "float16": np.dtype(np.float16)}
+CASES = {  # name: (tokens, experts, top-k, hidden, expert width)
+    "one-token": (1, 8, 2, 64, 32),
+    "decode-batch": (5, 16, 4, 96, 40),
+    "prefill-chunk": (37, 8, 2, 64, 24),
+    "unaligned-widths": (6, 6, 3, 36, 20),  # K not a multiple of 16 bytes: the scalar path
+}
+
+
+def softmax64(logits: np.ndarray) -> np.ndarray:
+    z = np.exp(logits.astype(np.float64) - logits.max(axis=-1, keepdims=True))
+    return z / z.sum(axis=-1, keepdims=True)
+
+
+def route_reference(logits: np.ndarray, k: int, norm: bool) -> tuple[np.ndarray, np.ndarray]:
+    probs = softmax64(logits)
+    ids = np.array([sorted(range(len(p)), key=lambda e: (-p[e], e))[:k] for p in probs])
+    w = np.take_along_axis(probs, ids, axis=-1)
+    return ids, (w / w.sum(axis=-1, keepdims=True) if norm else w)
+
+
+def layer_inputs(T: int, E: int, k: int, H: int, MI: int, dtype: str, seed: int = 0) -> dict:
+    rng = np.random.default_rng(seed)
+    low = STORAGE[dtype]
+    x = narrow_host(rng.standard_normal((T, H)).astype(np.float32), low)
+    w_gu = narrow_host((rng.standard_normal((E, 2 * MI, H)) * 0.2).astype(np.float32), low)
+    w_down = narrow_host((rng.standard_normal((E, H, MI)) * 0.2).astype(np.float32), low)
+    logits = rng.standard_normal((T, E)).astype(np.float32) * 2
+    return dict(x=x, w_gu=w_gu, w_down=w_down, logits=logits, k=k)
+
+
+def run_layer(xp, a: dict, norm: bool = True) -> dict:
+    """The five launches of a routed MoE layer, every intermediate kept for the comparison."""
+    T, E = a["logits"].shape
+    k, H, MI = a["k"], a["x"].shape[1], a["w_down"].shape[2]
+    d = {name: xp.asarray(v) for name, v in a.items() if name != "k"}
+    r = dict(ids=xp.zeros((T, k), np.int32), weights=xp.zeros((T, k), np.float32),
+             offsets=xp.zeros(E + 1, np.int32), experts=xp.zeros(moe.expert_rows(T, k, E), np.int32),
+             slots=xp.zeros(T * k, np.int32), act=xp.zeros((T * k, MI), d["x"].dtype),
+             y=xp.zeros((T * k, H), np.float32), out=xp.zeros((T, H), np.float32))
+    plan = (r["offsets"], r["experts"], r["slots"])
+    moe.moe_route(xp, d["logits"], r["ids"], r["weights"], norm_topk_prob=norm)
+    moe.moe_group(xp, r["ids"], *plan)
+    moe.moe_gemm(xp, d["x"], d["w_gu"], *plan, r["act"], row_div=k, swiglu=True)
+    moe.moe_gemm(xp, r["act"], d["w_down"], *plan, r["y"], row_div=1, swiglu=False)
+    moe.moe_combine(xp, r["y"], r["ids"], r["weights"], r["out"])
+    return {n: (v.get() if hasattr(v, "get") else v) for n, v in r.items()}
+
+
+def expert_mlp64(x: np.ndarray, w_gu: np.ndarray, w_down: np.ndarray, act_dtype: np.dtype) -> np.ndarray:
+    """One expert's SwiGLU MLP in float64 on widened operands, the activation rounded to the GEMM operand dtype."""
+    gu = widen_host(x).astype(np.float64) @ widen_host(w_gu).astype(np.float64).T
+    n = w_down.shape[1]
+    act = gu[:, :n] / (1 + np.exp(-gu[:, :n])) * gu[:, n:]
+    act = widen_host(narrow_host(act.astype(np.float32), act_dtype)).astype(np.float64)
+    return act @ widen_host(w_down).astype(np.float64).T
+
+
+def moe_reference(a: dict, norm: bool = True) -> np.ndarray:
+    """Qwen3-MoE's block: each token's chosen experts' MLPs, weighted, summed."""
+    ids, w = route_reference(a["logits"], a["k"], norm)
+    out = np.zeros(a["x"].shape, np.float64)
+    for t in range(a["x"].shape[0]):
+        for j, e in enumerate(ids[t]):
+            out[t] += w[t, j] * expert_mlp64(a["x"][t : t + 1], a["w_gu"][e], a["w_down"][e], a["x"].dtype)[0]
+    return out
+
+
+def assert_gemm_close(got: np.ndarray, want: np.ndarray, scale: np.ndarray, what: str) -> None:
+    """|got - want| within 1e-5 of the terms' magnitude, plus an ulp of got's storage dtype where it is low."""
+    ulp = 0.0
+    if got.dtype in (np.uint16, np.float16):
+        ulp = 2.0 ** (np.floor(np.log2(np.maximum(np.abs(want), 1e-30))) - (7 if got.dtype == np.uint16 else 10))
+    bad = np.abs(widen_host(got).astype(np.float64) - want) > 1e-5 * (1 + scale) + ulp * 1.0001
+    assert not bad.any(), f"{what}: {int(bad.sum())} of {bad.size} values past the bound"
+
+
+def magnitudes(rows: np.ndarray, w: np.ndarray, chosen: np.ndarray) -> np.ndarray:
+    """sum_k |row_k| |w[e]_nk| for each routed row and its expert: what a float32 sum's rounding scales with."""
+    out = np.zeros((rows.shape[0], w.shape[1]))
+    for e in np.unique(chosen):
+        at = chosen == e
+        out[at] = np.abs(rows[at]).astype(np.float64) @ np.abs(widen_host(w[e])).astype(np.float64).T
+    return out
+
+
+# ---- the twins against the reference ----------------------------------------------------------------------
+@pytest.mark.parametrize("norm", [True, False])
+@pytest.mark.parametrize("case", CASES)
+def test_route_twin_takes_the_top_k_at_softmax_weights(case: str, norm: bool) -> None:
+    T, E, k, H, MI = CASES[case]
+    a = layer_inputs(T, E, k, H, MI, "float32")
+    a["logits"][0, :3] = a["logits"][0].max() + 1  # a three-way tie at the top: the lower experts first
+    got = run_layer(np, a, norm)
+    ids, w = route_reference(a["logits"], k, norm)
+    assert np.array_equal(got["ids"], ids), "the chosen experts, best first, a tie to the lower expert"
+    assert np.allclose(got["weights"], w, rtol=1e-6, atol=1e-7), "the softmax weights at the chosen experts"
+    assert got["ids"][0, :min(k, 3)].tolist() == list(range(min(k, 3))), "non-vacuous: the tie was resolved"
+    assert np.allclose(got["weights"].sum(axis=-1), 1.0, atol=1e-6) == norm, "renormalized exactly where asked"
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_group_twin_gives_each_expert_exactly_its_routed_rows(case: str) -> None:
+    T, E, k, H, MI = CASES[case]
+    got = run_layer(np, layer_inputs(T, E, k, H, MI, "float32"))
+    flat = got["ids"].reshape(-1)
+    for e in range(E):
+        rows = got["slots"][got["offsets"][e]: got["offsets"][e + 1]]
+        assert sorted(rows.tolist()) == np.flatnonzero(flat == e).tolist(), f"expert {e}'s routed rows"
+    used = sorted(set(flat.tolist()))
+    listed = got["experts"][got["experts"] >= 0].tolist()
+    assert listed == used[: len(got["experts"])], "the experts with rows, ascending"
+    assert got["offsets"][-1] == T * k and len(used) > 1, "non-vacuous: every row grouped, several experts used"
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("case", CASES)
+def test_moe_layer_twins_equal_every_chosen_experts_mlp(case: str, dtype: str) -> None:
+    T, E, k, H, MI = CASES[case]
+    a = layer_inputs(T, E, k, H, MI, dtype)
+    got = run_layer(np, a)
+    want = moe_reference(a)
+    assert np.allclose(got["out"], want, rtol=2e-5, atol=2e-5 * np.abs(want).max()), \
+        f"max error {np.abs(got['out'] - want).max():.3g} of {np.abs(want).max():.3g}"
+    unrouted = E - len(set(got["ids"].reshape(-1).tolist()))
+    assert (unrouted > 0 or T * k >= E) and np.abs(want).max() > 0.1, "non-vacuous: experts sat out, output non-zero"
+
+
+def test_combine_twin_adds_every_choice_in_expert_order() -> None:
+    rng = np.random.default_rng(3)
+    T, k, H = 4, 3, 8
+    y = rng.standard_normal((T * k, H)).astype(np.float32)
+    ids = np.array([[5, 1, 3], [0, 2, 4], [7, 6, 5], [2, 9, 1]], np.int32)
+    w = rng.random((T, k)).astype(np.float32)
+    out = np.zeros((T, H), np.float32)
+    moe.moe_combine(np, y, ids, w, out)
+    want = np.zeros((T, H), np.float32)
+    for t in range(T):
+        for j in np.argsort(ids[t]):  # float32 adds in ascending expert order, as transformers' index_add_ loop
+            want[t] += w[t, j] * y[t * k + j]
+    assert np.array_equal(out, want), "every choice, weighted, added in ascending expert order"
+
+
+# ---- the CUDA kernels against their twins (GPU lane) --------------------------------------------------------
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])
+@pytest.mark.parametrize("case", [*CASES, "real-size-decode", "real-size-prefill"])
+def test_cuda_moe_kernels_equal_their_twins(case: str, dtype: str) -> None:
+    """Each kernel on its twin's inputs (so a rounding flip upstream is not charged downstream)."""
+    import cupy
+
+    T, E, k, H, MI = CASES.get(case) or {"real-size-decode": (4, 128, 8, 2048, 768),
+                                        "real-size-prefill": (96, 128, 8, 2048, 768)}[case]
+    a = layer_inputs(T, E, k, H, MI, dtype, seed=T)
+    want = run_layer(np, a)
+    d = {n: cupy.asarray(v) for n, v in {**a, **want}.items() if n != "k"}
+    got = {n: cupy.zeros_like(d[n]) for n in want}
+
+    moe.moe_route(cupy, d["logits"], got["ids"], got["weights"], norm_topk_prob=True)
+    assert np.array_equal(got["ids"].get(), want["ids"]), "the same experts chosen"
+    assert np.allclose(got["weights"].get(), want["weights"], rtol=1e-5, atol=1e-7), "the same routing weights"
+    moe.moe_group(cupy, d["ids"], got["offsets"], got["experts"], got["slots"])
+    for name in ("offsets", "experts"):
+        assert np.array_equal(got[name].get(), want[name]), f"moe_group's {name}"
+    slots = got["slots"].get()
+    for e in range(E):
+        seg = slice(want["offsets"][e], want["offsets"][e + 1])
+        assert sorted(slots[seg].tolist()) == want["slots"][seg].tolist(), f"expert {e}'s rows"
+    plan = (d["offsets"], d["experts"], d["slots"])
+    moe.moe_gemm(cupy, d["x"], d["w_gu"], *plan, got["act"], row_div=k, swiglu=True)
+    moe.moe_gemm(cupy, d["act"], d["w_down"], *plan, got["y"], row_div=1, swiglu=False)
+    moe.moe_combine(cupy, d["y"], d["ids"], d["weights"], got["out"])
+
+    chosen = want["ids"].reshape(-1)
+    gu_scale = magnitudes(widen_host(a["x"])[np.arange(T * k) // k], a["w_gu"], chosen)
+    assert_gemm_close(got["act"].get(), widen_host(want["act"]).astype(np.float64),
+                      gu_scale[:, :MI] * gu_scale[:, MI:], f"gate/up + SwiGLU {case} {dtype}")
+    down_scale = magnitudes(widen_host(want["act"]), a["w_down"], chosen)
+    assert_gemm_close(got["y"].get(), want["y"], down_scale, f"down {case} {dtype}")
+    assert_gemm_close(got["out"].get(), want["out"].astype(np.float64), np.abs(want["y"]).reshape(T, k, H).sum(axis=1),
+                      f"combine {case} {dtype}")
