@@ -8,6 +8,10 @@ captured or eager, run it with the preset workspace, so nothing allocates inside
 replay and eager results agree bit for bit (one algorithm per shape for the process).
 
 Row-major C[m, n] = A[m, k] @ B[k, n] is column-major C^T = B^T A^T, as in backends/cublas.py.
+
+Besides cuBLASLt's own, a decode-sized shape (at most 8 rows, 16-bit operands) also times the kernel library's
+skinny GEMM (backends/kernels/skinny_gemm.py), which streams the weights at close to the memory's speed where
+cuBLASLt's picks reach about a quarter of it; whichever is fastest runs the shape.
 """
 
 from __future__ import annotations
@@ -19,7 +23,10 @@ import os
 import time
 from typing import Any
 
-CUDA_R_32F, CUBLAS_COMPUTE_32F = 0, 68
+from backends.kernels import skinny_gemm
+
+CUDA_R_32F, CUDA_R_16F, CUDA_R_16BF, CUBLAS_COMPUTE_32F = 0, 2, 14, 68
+SKINNY = "skinny_gemm"  # the candidate that is the kernel library's skinny GEMM, not a cuBLASLt algorithm
 PREF_MAX_WORKSPACE_BYTES = 1
 REQUESTED = 16  # algorithms asked of the heuristic per shape
 TIMED_REPS = 5
@@ -67,15 +74,29 @@ class Plan:
         found = c.c_int()
         lt.check(lib.cublasLtMatmulAlgoGetHeuristic(lt.handle, self.desc, self.a, self.b, self.c, self.c, lt.pref,
                                                     REQUESTED, results, c.byref(found)), "MatmulAlgoGetHeuristic")
-        self.candidates = [results[i] for i in range(found.value) if results[i].state == 0
+        self.candidates: list[Any] = [results[i] for i in range(found.value) if results[i].state == 0
                            and results[i].workspace_size <= lt.workspace_bytes]
         if not self.candidates:
             raise RuntimeError(f"cuBLASLt offers no algorithm for {m}x{n}x{k}")
+        self.storage = {CUDA_R_16BF: "uint16", CUDA_R_16F: "float16"}.get(dtype)
+        if lt.skinny is not None and self.storage is not None and skinny_gemm.fits(m, n, self.storage):
+            self.candidates.append(SKINNY)  # timed last: the heuristic's first pick stays candidates[0]
         self.algo = self.candidates[0]
         self.times_us: list[float] = []
 
+    @property
+    def picked(self) -> str:
+        return "skinny_gemm" if self.algo is SKINNY else "cuBLASLt"
+
     def run(self, a_ptr: int, b_ptr: int, c_ptr: int, stream: int, algo: Any = None) -> None:
         lt = self.lt
+        if (algo or self.algo) is SKINNY:  # on CuPy's current stream, which is `stream` (CublasLt.gemm)
+            import cupy
+
+            assert lt.skinny is not None and self.storage is not None  # SKINNY is a candidate only then
+            partials, counters = lt.skinny
+            skinny_gemm.launch(cupy, self.storage, a_ptr, b_ptr, c_ptr, partials, counters, self.m, self.n, self.k)
+            return
         lt.check(lt.lib.cublasLtMatmul(
             lt.handle, self.desc, ctypes.byref(lt.one), ctypes.c_void_p(b_ptr), self.a, ctypes.c_void_p(a_ptr), self.b,
             ctypes.byref(lt.zero), ctypes.c_void_p(c_ptr), self.c, ctypes.c_void_p(c_ptr), self.c,
@@ -105,8 +126,10 @@ class Plan:
 
 
 class CublasLt:
-    def __init__(self, workspace_ptr: int, workspace_bytes: int, scratch: Any = None) -> None:
+    def __init__(self, workspace_ptr: int, workspace_bytes: int, scratch: Any = None,
+                 skinny: tuple[int, int] | None = None) -> None:
         self.scratch = scratch  # () -> device pointer of L2_FLUSH_BYTES the tuner may overwrite
+        self.skinny = skinny  # the skinny GEMM's (partials, zeroed counters) device pointers; None: not a candidate
         self.lib = _load()
         self.handle = ctypes.c_void_p()
         self.check(self.lib.cublasLtCreate(ctypes.byref(self.handle)), "cublasLtCreate")

@@ -142,13 +142,23 @@ class CudaBackend(Backend):
         self._lt_workspace = self.alloc(WORKSPACE_BYTES)  # cuBLASLt's, passed to every call
         from vt.env import flags
 
-        lt = CublasLt(self._lt_workspace.mem, WORKSPACE_BYTES, self._tuning_scratch) if flags().gemm_tuned else None
+        lt = CublasLt(self._lt_workspace.mem, WORKSPACE_BYTES, self._tuning_scratch,
+                      self._skinny_scratch()) if flags().gemm_tuned else None
         self._scratch: Buffer | None = None
         self.blas = Cublas(self._workspace.mem, WORKSPACE_BYTES, lt)
         xp = types.SimpleNamespace(**{k: getattr(cupy, k) for k in dir(cupy) if not k.startswith("__")})
         xp.matmul = lambda a, b, out=None: staged_matmul(cupy, self.blas.sgemm, a, b, out)
         self.xp = xp
         self._allocator = self._cupy_alloc  # installed around each launch only (_call)
+
+    def _skinny_scratch(self) -> tuple[int, int]:
+        """The skinny GEMM's partials and its zeroed tile counters, long-lived (backends/kernels/skinny_gemm.py)."""
+        from backends.kernels.skinny_gemm import MAX_TILES, SCRATCH_FLOATS
+
+        self._skinny = self.alloc(4 * (SCRATCH_FLOATS + MAX_TILES))
+        counters = int(self._skinny.mem) + 4 * SCRATCH_FLOATS
+        self.cp.cuda.runtime.memset(counters, 0, 4 * MAX_TILES)
+        return int(self._skinny.mem), counters
 
     def _tuning_scratch(self) -> int:
         """A long-lived buffer the GEMM tuner overwrites to flush the L2 cache (allocated at the first tuning,

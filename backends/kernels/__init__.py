@@ -10,6 +10,7 @@
     decode_attention.cu/.py   paged decode attention over the block table, split along the context
     prefill_attention.cu/.py  varlen causal prefill attention over the block table, on tensor cores
     moe.cu/.py          routed MoE: top-k routing, rows grouped by expert, grouped GEMMs, the weighted combine
+    skinny_gemm.cu/.py  decode GEMMs (at most 8 rows): split-K, streaming the weights; timed against cuBLASLt
     sampler.cu/.py      the batched sampler (its twin is vt/engine/sample/sampler.py's reference)
 
 A twin is the reference its kernel is tested against (the GPU lane, on random inputs at the edges) and what

@@ -71,9 +71,19 @@ def function(cp: Any, inst: Instance) -> Any:
 
 def ci_instances() -> list[Instance]:
     """Every instance the op modules ask CI to compile."""
-    from backends.kernels import activation, convert, decode_attention, moe, norm, prefill_attention, rotary, sampler
+    from backends.kernels import (
+        activation,
+        convert,
+        decode_attention,
+        moe,
+        norm,
+        prefill_attention,
+        rotary,
+        sampler,
+        skinny_gemm,
+    )
 
-    mods = (convert, norm, rotary, activation, decode_attention, prefill_attention, moe, sampler)
+    mods = (convert, norm, rotary, activation, decode_attention, prefill_attention, moe, skinny_gemm, sampler)
     return [i for mod in mods for i in mod.CI_INSTANCES]
 
 

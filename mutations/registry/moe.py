@@ -17,7 +17,7 @@ def layer_gates(dtypes: tuple[str, ...] = ("float32", "bfloat16")) -> tuple[str,
 
 def cuda_gates() -> tuple[str, ...]:
     return tuple(f"{GATES}::test_cuda_moe_kernels_equal_their_twins[{c}-{d}]"
-                 for c in (*CASES, "real-size-decode", "real-size-prefill") for d in ("float32", "bfloat16", "float16"))
+                 for c in (*CASES, "real-size-decode", "real-size-prefill", "router-of-128") for d in ("float32", "bfloat16", "float16"))
 
 
 ENTRIES: list[Mutation] = [
