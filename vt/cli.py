@@ -52,7 +52,8 @@ def _engine_kwargs(args: argparse.Namespace) -> dict:
     kw = dict(backend=args.backend, max_model_len=args.max_model_len, num_blocks=args.num_blocks,
               max_num_seqs=args.max_num_seqs, enforce_eager=args.enforce_eager, seed=args.seed, dtype=args.dtype,
               max_num_batched_tokens=args.max_num_batched_tokens, tensor_parallel_size=args.tensor_parallel_size,
-              startup_capture={"auto": None, "on": True, "off": False}[args.startup_capture])
+              startup_capture={"auto": None, "on": True, "off": False}[args.startup_capture],
+              enable_prefix_caching=args.enable_prefix_caching)
     if getattr(args, "speculative_model", None):
         kw.update(speculative_model=args.speculative_model, num_speculative_tokens=args.num_speculative_tokens)
     return kw
@@ -212,6 +213,8 @@ def _engine_args(p: argparse.ArgumentParser, max_model_len: int, num_blocks: int
     p.add_argument("--enforce-eager", action="store_true", help="no decode graphs (as VT_CUDAGRAPH=0)")
     p.add_argument("--startup-capture", choices=["auto", "on", "off"], default="auto",
                    help="capture every graph at start-up, never on a request's time (auto: on for CUDA)")
+    p.add_argument("--enable-prefix-caching", action=argparse.BooleanOptionalAction, default=True,
+                   help="share the KV of full prompt blocks across requests (vLLM's automatic prefix caching)")
     p.add_argument("--seed", type=int, default=0, help="engine seed, and the request seed for generate")
     p.add_argument("--dtype", default="auto", choices=["auto", "bfloat16", "float16", "float32"],
                    help="what weights and the KV cache are held in (GEMMs accumulate in float32): auto is the "

@@ -28,6 +28,7 @@ from mutations.registry import (
     parallel_samples,
     piecewise,
     pool,
+    prefix_cache,
     sanitizer,
     scheduler,
     seams,
@@ -64,6 +65,7 @@ AREAS = (
     house,
     kernels,
     moe,
+    prefix_cache,
     startup_capture,
 )
 

@@ -26,8 +26,11 @@ ENTRIES: list[Mutation] = [
     Mutation(
         id="release-ignores-the-refcount",
         description="a sample that finishes frees the prompt blocks its siblings still read",
-        file="vt/engine/core/kv_manager.py", old="            if self.refs[b] == 0:\n", new="            if True:\n",
-        gates=(f"{PAR}::test_a_sample_that_finishes_early_leaves_the_shared_blocks_to_the_others",
-               f"{PAR}::test_the_samples_share_the_prompts_full_blocks"),
+        file="vt/engine/core/kv_manager.py",
+        old="            self.refs[b] -= 1\n            if self.refs[b] == 0:\n",
+        new="            self.refs[b] -= 1\n            if True:\n",
+        # (the free queue is a set in order since prefix caching: a block freed twice is not counted twice, so the
+        # blocks-in-use count of test_the_samples_share_the_prompts_full_blocks no longer goes negative)
+        gates=(f"{PAR}::test_a_sample_that_finishes_early_leaves_the_shared_blocks_to_the_others",),
     ),
 ]

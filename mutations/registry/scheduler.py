@@ -17,8 +17,8 @@ ENTRIES: list[Mutation] = [
     Mutation(
         id="kv-release-loses-a-block",
         description="releasing a request's blocks drops the last one: the pool shrinks a block at a time",
-        file="vt/engine/core/kv_manager.py", old="        for b in (b for t in tables for b in t):",
-        new="        for b in [b for t in tables for b in t][:-1]:",
+        file="vt/engine/core/kv_manager.py", old="        for b in (b for t in tables for b in reversed(t)):",
+        new="        for b in [b for t in tables for b in reversed(t)][:-1]:",
         gates=("tests/engine/test_scheduler_machine.py::TestSchedulerMachine",),
         expect="a block lost or duplicated",
     ),

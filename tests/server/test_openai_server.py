@@ -218,6 +218,10 @@ def test_metrics_are_prometheus_text_with_the_engine_figures(served, client) -> 
     gen = next(s.value for s in fams["vt_generation_tokens"].samples if s.name.endswith("_total"))
     ttft_count = next(s.value for s in fams["vt_time_to_first_token_seconds"].samples if s.name.endswith("_count"))
     assert gen >= 4 and ttft_count >= 1
+    for name in ("vllm:prefix_cache_queries", "vllm:prefix_cache_hits", "vllm:kv_cache_usage_perc"):  # vLLM's names
+        assert name in fams, f"{name} missing from /metrics"
+    queries = next(s.value for s in fams["vllm:prefix_cache_queries"].samples if s.name.endswith("_total"))
+    assert queries >= 2, "the completion's prompt tokens were looked up in the prefix cache"
     from seams.lanes import is_bypass_lane
 
     replays = next(s.value for s in fams["vt_graph_replays"].samples)

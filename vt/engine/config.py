@@ -35,6 +35,7 @@ class EngineConfig:
     seed: int = 0
     dtype: str = "auto"  # auto: the checkpoint's dtype on CUDA, float32 compute on the CPU (see resolve_dtype)
     tensor_parallel_size: int = 1  # ranks, one process and one device each (vt/engine/worker/tp.py)
+    enable_prefix_caching: bool = True  # full prompt blocks shared across requests (vt/engine/core/kv_manager.py)
 
     def __post_init__(self) -> None:
         _need(isinstance(self.model, str) and bool(self.model), "model", self.model, "a model name or path")
@@ -45,6 +46,8 @@ class EngineConfig:
         _need(self.max_model_len >= 2, "max_model_len", self.max_model_len, ">= 2")
         _need(self.block_size in (8, 16, 32), "block_size", self.block_size, "8, 16 or 32")
         _need(self.num_blocks >= 1, "num_blocks", self.num_blocks, ">= 1")
+        _need(isinstance(self.enable_prefix_caching, bool), "enable_prefix_caching", self.enable_prefix_caching,
+              "True or False")
         _need(1 <= self.max_num_seqs <= 1024, "max_num_seqs", self.max_num_seqs, "in [1, 1024]")
         _need(self.ngram_prompt_lookup_max >= 1, "ngram_prompt_lookup_max", self.ngram_prompt_lookup_max, ">= 1")
         _need(self.num_speculative_tokens >= 0, "num_speculative_tokens", self.num_speculative_tokens, ">= 0")

@@ -30,6 +30,12 @@ class EngineCollector:
         yield _gauge("vt_num_requests_waiting", "Requests waiting to be admitted.", len(sched.waiting))
         yield _gauge("vt_kv_blocks_used", "KV cache blocks in use.", kv.num_used)
         yield _gauge("vt_kv_blocks_total", "KV cache blocks in the pool.", kv.num_blocks)
+        # vLLM's names, so its dashboards read vt: usage counts a cached block that no request holds as free
+        yield _gauge("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.",
+                     kv.num_used / kv.num_blocks)
+        yield _counter("vllm:prefix_cache_queries", "Prefix cache queries, in terms of number of queried tokens.",
+                       kv.queries)
+        yield _counter("vllm:prefix_cache_hits", "Prefix cache hits, in terms of number of cached tokens.", kv.hits)
         yield _gauge("vt_engine_alive", "1 while the engine loop runs.", int(self.llm.is_alive))
         yield _counter("vt_num_preemptions", "Requests preempted (to be recomputed).",
                        sum(r.num_preemptions for r in tuple(e.requests.values())) + self.llm.num_preempted_done)

@@ -7,12 +7,23 @@ model's KV tensor is indexed by the same block ids.
 
 Blocks are reference-counted: the n samples of one request (`n` > 1) share the full blocks of their
 prompt (`fork`), and a block returns to the pool when its last table lets go of it.
+
+Automatic prefix caching (vLLM v1's design), when enabled: a full block of the target group whose KV is
+computed is keyed by a hash chained through its parent block's hash (so a block matches only behind the same
+whole prefix). A released block keeps its key in the free queue, which is in least-recently-released order
+(a request's blocks go back tail first, so its shared prefix is evicted last); taking a block for new KV
+evicts its key. A new request's longest cached prefix is served from those blocks, referenced again.
+Invariants: a block is free (in the queue) or referenced, never both; a key names exactly one block and
+that block carries the key; an evicted block is never served.
 """
 
 from __future__ import annotations
 
-from collections import deque
+import hashlib
+from collections import OrderedDict
 from collections.abc import Sequence
+
+import numpy as np
 
 from vt.errors import EngineInvariantError
 
@@ -20,15 +31,22 @@ TARGET, DRAFT = 0, 1
 
 
 class KVCacheManager:
-    def __init__(self, num_blocks: int, block_size: int, max_blocks_per_seq: int, num_groups: int = 1) -> None:
+    def __init__(self, num_blocks: int, block_size: int, max_blocks_per_seq: int, num_groups: int = 1,
+                 enable_caching: bool = False) -> None:
         self.num_blocks = num_blocks
         self.block_size = block_size
         self.max_blocks_per_seq = max_blocks_per_seq  # a block table's width: never overrun
         self.num_groups = num_groups
+        self.enable_caching = enable_caching
         # Invariant: a block is free, or its refcount is the number of table entries naming it (> 0).
-        self.free: deque[int] = deque(range(num_blocks))
+        self.free: OrderedDict[int, None] = OrderedDict.fromkeys(range(num_blocks))  # the first is evicted first
         self.refs = [0] * num_blocks
         self.tables: dict[str, list[list[int]]] = {}  # request id -> block ids per group
+        self.block_key: list[bytes | None] = [None] * num_blocks  # a cached block's chained hash
+        self.cached: dict[bytes, int] = {}  # chained hash -> the block holding that prefix's KV
+        self.req_keys: dict[str, list[bytes]] = {}  # a request's full target blocks' keys, in order
+        self.queries = 0  # prompt tokens of admitted requests that looked in the cache (vLLM's prefix_cache_queries)
+        self.hits = 0  # of them, tokens served from it (the scheduler counts both)
 
     @property
     def num_free(self) -> int:
@@ -68,12 +86,75 @@ class KVCacheManager:
         tables = self.tables.setdefault(req_id, [[] for _ in range(self.num_groups)])
         added: list[list[int]] = []
         for n, table in zip(need, tables):
-            new = [self.free.popleft() for _ in range(n - len(table))]
-            for b in new:
-                self.refs[b] = 1
+            new = [self._take() for _ in range(n - len(table))]
             table.extend(new)
             added.append(new)
         return added
+
+    def _take(self) -> int:
+        """The least recently released free block, its cached key (if any) evicted: it is about to hold new KV."""
+        b, _ = self.free.popitem(last=False)
+        key = self.block_key[b]
+        if key is not None:
+            del self.cached[key]
+            self.block_key[b] = None
+        self.refs[b] = 1
+        return b
+
+    # ---- prefix caching ---------------------------------------------------------------------------
+    @staticmethod
+    def chain(parent: bytes, tokens: Sequence[int]) -> bytes:
+        """A full block's key: its tokens behind its parent's key (b"" for the first block)."""
+        return hashlib.sha256(parent + np.asarray(tokens, dtype=np.int64).tobytes()).digest()
+
+    def keys_of(self, token_ids: Sequence[int], num_blocks: int, known: list[bytes] | None = None) -> list[bytes]:
+        """The chained keys of the first num_blocks full blocks of token_ids (extending `known`, a prefix of them)."""
+        keys = list(known or [])
+        bs = self.block_size
+        for i in range(len(keys), num_blocks):
+            keys.append(self.chain(keys[-1] if keys else b"", token_ids[i * bs : (i + 1) * bs]))
+        return keys
+
+    def lookup(self, token_ids: Sequence[int]) -> list[int]:
+        """The blocks holding the longest cached prefix of token_ids, whole blocks only and never the last token
+        (its logits must be computed)."""
+        hit: list[int] = []
+        for key in self.keys_of(token_ids, (len(token_ids) - 1) // self.block_size):
+            b = self.cached.get(key)
+            if b is None:
+                break
+            hit.append(b)
+        return hit
+
+    def attach(self, req_id: str, blocks: list[int]) -> None:
+        """req_id's target table starts with cached blocks (from `lookup`), referenced again; a free one leaves the
+        free queue. req_id must hold no blocks yet."""
+        if req_id in self.tables:
+            raise EngineInvariantError(f"request {req_id}: served a cached prefix but already holds blocks")
+        for b in blocks:
+            if self.refs[b] == 0:
+                del self.free[b]
+            self.refs[b] += 1
+        self.tables[req_id] = [list(blocks) if g == TARGET else [] for g in range(self.num_groups)]
+        self.req_keys[req_id] = [k for k in (self.block_key[b] for b in blocks) if k is not None]
+
+    def cache_full_blocks(self, req_id: str, token_ids: Sequence[int], num_computed: int) -> None:
+        """Key every full target block of req_id whose KV is computed (the first num_computed tokens), so later
+        requests find it. A prefix already cached in another block leaves this one unkeyed."""
+        if not self.enable_caching or req_id not in self.tables:
+            return
+        table = self.tables[req_id][TARGET]
+        full = min(num_computed, len(token_ids)) // self.block_size
+        known = self.req_keys.setdefault(req_id, [])
+        if full <= len(known):
+            return
+        keys = self.keys_of(token_ids, full, known)
+        for i in range(len(known), full):
+            b = table[i]
+            if keys[i] not in self.cached and self.block_key[b] is None:
+                self.cached[keys[i]] = b
+                self.block_key[b] = keys[i]
+        self.req_keys[req_id] = keys
 
     def fork(self, src_id: str, dst_id: str, num_blocks: int) -> list[int]:
         """dst's target table starts with src's first num_blocks blocks, shared (read-only from now: full
@@ -90,10 +171,11 @@ class KVCacheManager:
         """The request lets go of every block it holds, in every group; returns how many went back to
         the pool (a block shared with a sibling stays until the last of them lets go)."""
         tables = self.tables.pop(req_id, None) or []
+        self.req_keys.pop(req_id, None)
         freed = 0
-        for b in (b for t in tables for b in t):
+        for b in (b for t in tables for b in reversed(t)):  # tail first: a shared prefix is evicted last
             self.refs[b] -= 1
             if self.refs[b] == 0:
-                self.free.append(b)
+                self.free[b] = None
                 freed += 1
         return freed

@@ -20,6 +20,7 @@ class NewRequestData:
     seed: int  # the request's seed (drawn by the engine when the request named none)
     can_speculate: bool  # False for life once a request is first seen with committed tokens
     fork_of: str | None = None  # a sibling prefilled in this step: share its prompt blocks and logits row
+    num_cached: int = 0  # leading tokens whose KV a cached prefix holds (block_ids starts with its blocks)
 
 
 @dataclass(slots=True)

@@ -6,6 +6,14 @@ prefill, then the next chunk of every running request still prefilling, then new
 chunks. A prompt longer than what is left of the budget is split across steps (`prefill_chunks`: where
 each chunk starts). A step that preempted admits nothing. The scheduler moves `num_computed` forward as
 it schedules; the engine's update step takes back the rejected speculative positions.
+
+With prefix caching (kv_manager.py), a new request starts from its longest cached prefix: those blocks are
+shared and its first chunk starts behind them. A request admitted in this step keys its full blocks at once,
+so a later admission of the same step shares them: one forward writes every token's KV of a layer before that
+layer's attention reads any, and the runner computes new requests in admission order. Every other running
+request's full blocks are keyed at the end of the schedule (a decode may still be preempted before then).
+A request that asks for prompt logprobs computes its whole prompt (every position is scored), and so does
+one whose draft model keeps its own KV group (the draft prefills whole prompts).
 """
 
 from __future__ import annotations
@@ -27,6 +35,7 @@ class Scheduler:
         self.running: list[Request] = []  # admission order: the last one is the newest
         self._num_sent: dict[str, int] = {}  # tokens of each running request the runner holds
         self._finished: set[str] = set()  # left since the last schedule (finished or failed)
+        self.prefill_tokens = 0  # prompt (and recomputed) tokens scheduled for computing, cache hits not included
 
     def add(self, req: Request) -> None:
         self.waiting.append(req)
@@ -42,7 +51,15 @@ class Scheduler:
         budget = self._continue_prefills(out, budget)
         if not out.preempted_ids:
             self._admit(out, budget)
+        for req in self.running:
+            self.kv.cache_full_blocks(req.id, req.all_ids, req.num_computed)
         return out
+
+    def _cached_prefix(self, req: Request) -> list[int] | None:
+        """The blocks of req's longest cached prefix it may start from; None when it may not use the cache."""
+        if not self.kv.enable_caching or req.params.prompt_logprobs is not None or self.kv.num_groups > 1:
+            return None
+        return self.kv.lookup(req.all_ids)
 
     def _chunk(self, remaining: int, budget: int) -> int:
         """Tokens of a prefill this step: all that remain if they fit, else what the budget leaves, but
@@ -74,25 +91,36 @@ class Scheduler:
             n = req.num_tokens
             req.can_speculate = req.can_speculate and not req.output_ids  # the draft's KV did not survive
             leader = self._leader(req, out)
-            shared = self.kv.fork(leader, req.id, n // self.kv.block_size) if leader else []
+            looked_up = None if leader else self._cached_prefix(req)
+            cached = looked_up or []
+            if leader:
+                shared = self.kv.fork(leader, req.id, n // self.kv.block_size)
+            else:
+                shared = cached
+                self.kv.attach(req.id, cached)
+            start = len(cached) * self.kv.block_size  # tokens the cache serves
             # keep a block per running request and group free, so admitting does not force a preemption
             reserve = len(self.running) * self.kv.num_groups
-            chunk = n if leader else self._chunk(n, budget)  # a fork computes nothing: it shares the leader's
-            if chunk < 1 or not self.kv.can_allocate(req.id, self._need(req, chunk), reserve=reserve):
-                if leader:
-                    self.kv.release(req.id)
+            chunk = n if leader else self._chunk(n - start, budget)  # a fork computes nothing: it shares the leader's
+            if chunk < 1 or not self.kv.can_allocate(req.id, self._need(req, start + chunk), reserve=reserve):
+                self.kv.release(req.id)
                 break
             self.waiting.popleft()
-            blocks = self.kv.allocate(req.id, self._need(req, chunk))
+            blocks = self.kv.allocate(req.id, self._need(req, (0 if leader else start) + chunk))
             blocks[0] = shared + blocks[0]
-            req.status, req.num_computed, req.num_prefill = Status.RUNNING, chunk, n
+            req.status, req.num_computed, req.num_prefill = Status.RUNNING, (0 if leader else start) + chunk, n
             self.running.append(req)
             self._num_sent[req.id] = n
             out.new_reqs.append(NewRequestData(req.id, req.all_ids, len(req.prompt_ids), blocks, req.params, req.seed,
-                                               req.can_speculate, leader))
+                                               req.can_speculate, leader, start))
             out.num_scheduled_tokens[req.id] = 0 if leader else chunk  # a fork computes nothing this step
-            out.prefill_chunks[req.id] = 0
+            out.prefill_chunks[req.id] = start
             budget -= 0 if leader else chunk
+            self.prefill_tokens += 0 if leader else chunk
+            self.kv.cache_full_blocks(req.id, req.all_ids, req.num_computed)
+            if looked_up is not None:  # vLLM's prefix-cache counters, in tokens, once per admission
+                self.kv.queries += n
+                self.kv.hits += start
 
     def _continue_prefills(self, out: SchedulerOutput, budget: int) -> int:
         """The next chunk of every running request whose prefill is not done, oldest first, while the
@@ -107,6 +135,7 @@ class Scheduler:
             out.prefill_chunks[req.id] = req.num_computed
             req.num_computed += chunk
             budget -= chunk
+            self.prefill_tokens += chunk
         return budget
 
     def _decode(self, out: SchedulerOutput) -> int:

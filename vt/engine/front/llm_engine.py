@@ -54,7 +54,8 @@ class LLMEngine:
             self.model = load_model(ckpt, self.backend, self.dtype)
         stream = self.backend.new_stream()  # one compute stream for the target and the draft
         proposer = self._make_proposer(ckpt, stream)
-        self.kv_manager = KVCacheManager(cfg.num_blocks, cfg.block_size, cfg.max_blocks_per_seq, cfg.num_kv_groups)
+        self.kv_manager = KVCacheManager(cfg.num_blocks, cfg.block_size, cfg.max_blocks_per_seq, cfg.num_kv_groups,
+                                         enable_caching=cfg.enable_prefix_caching)
         self.scheduler = Scheduler(cfg, self.kv_manager, proposer.k if proposer is not None else 0)
         self.runner = ModelRunner(self.model, cfg, proposer, stream, eos_ids=tuple(sorted(self.eos_ids)))
         self._ids = itertools.count()

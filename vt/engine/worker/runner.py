@@ -108,10 +108,13 @@ class ModelRunner:
         self._update_states(so)
         out = RunnerOutput()
         with self.backend.use_stream(self.stream):
-            chunks = [Chunk(r.req_id, 0, len(r.token_ids) if r.fork_of else so.num_scheduled_tokens[r.req_id],
-                            r.fork_of) for r in so.new_reqs]
+            # a new request starts behind its cached prefix; a fork computes nothing
+            sched = so.num_scheduled_tokens
+            chunks = [Chunk(r.req_id, r.num_cached, len(r.token_ids) if r.fork_of else sched[r.req_id], r.fork_of)
+                      for r in so.new_reqs]
+            new_ids = {r.req_id for r in so.new_reqs}
             chunks += [Chunk(rid, start, so.num_scheduled_tokens[rid], None) for rid, start in so.prefill_chunks.items()
-                       if rid not in self.batch.row_of or start > 0]
+                       if rid not in new_ids]
             waits = []  # the prefill's ids are waited for after the decode is launched: its staging overlaps
             cached = {c.req_id for c in so.cached_reqs if c.req_id not in so.prefill_chunks}
             decodes = [rid for rid in (self.batch.requests[i] for i in self.batch.rows()) if rid in cached]

@@ -1,0 +1,105 @@
+"""Automatic prefix caching (vt/engine/core/kv_manager.py): keys chained through the parent block, a shared
+system prompt computed once, n > 1 samples sharing through the cache, and the engine's outputs equal with and
+without it."""
+
+from __future__ import annotations
+
+import pytest
+
+from vt.engine.config import EngineConfig
+from vt.engine.core.kv_manager import KVCacheManager
+from vt.engine.core.request import Request, Status
+from vt.engine.core.scheduler import Scheduler
+from vt.engine.sample.params import SamplingParams
+
+BS = 16
+
+
+def run_to_completion(sched: Scheduler, reqs: list[Request], out_tokens: int = 1) -> None:
+    """The runner stood in for: each request past its prefill gets one token a step, and finishes after
+    out_tokens."""
+    for r in reqs:
+        sched.add(r)
+    for _ in range(10_000):
+        if not sched.has_work():
+            return
+        out = sched.schedule()
+        for rid in out.scheduled_ids:
+            r = next(x for x in sched.running if x.id == rid)
+            if r.num_computed < r.num_prefill:
+                continue
+            r.output_ids.append(7)
+            if len(r.output_ids) >= out_tokens:
+                r.status = Status.FINISHED
+                sched.finish(r)
+    raise AssertionError("the scheduler never drained")
+
+
+def scheduler(caching: bool, num_blocks: int = 2048, max_num_seqs: int = 16, budget: int = 8192) -> Scheduler:
+    cfg = EngineConfig(model="tiny-qwen3", max_model_len=2048, num_blocks=num_blocks, block_size=BS,
+                       max_num_seqs=max_num_seqs, max_num_batched_tokens=budget, enable_prefix_caching=caching)
+    return Scheduler(cfg, KVCacheManager(num_blocks, BS, cfg.max_blocks_per_seq, enable_caching=caching))
+
+
+def test_a_block_matches_only_behind_the_same_whole_prefix() -> None:
+    kv = KVCacheManager(16, 4, 8, enable_caching=True)
+    a, b = [1, 2, 3, 4, 9, 9, 9, 9, 5], [9, 9, 9, 9, 5]  # b's first block holds a's second block's tokens
+    kv.allocate("a", [len(a)])
+    kv.cache_full_blocks("a", a, len(a))
+    assert kv.lookup(a) == kv.block_ids("a")[:2], "non-vacuous: a's own prefix is served"
+    assert kv.lookup(b) == [], "b's first block has the tokens of a's second but not its prefix: no hit"
+    assert kv.lookup([1, 2, 3, 4, 9, 9, 9, 8, 1]) == kv.block_ids("a")[:1], "the first block alone"
+
+
+def test_an_evicted_block_is_never_served() -> None:
+    kv = KVCacheManager(3, 4, 8, enable_caching=True)
+    a = [1, 2, 3, 4, 5, 6, 7, 8, 0]
+    kv.allocate("a", [len(a)])
+    kv.cache_full_blocks("a", a, len(a))
+    kv.release("a")  # tail first into the queue: the partial block, then block 1, then block 0
+    assert len(kv.lookup(a)) == 2, "non-vacuous: released, its two full blocks are still cached"
+    kv.allocate("b", [4])  # takes the least recently released: a's partial block
+    kv.allocate("c", [4])  # then a's second block: its key goes
+    assert len(kv.lookup(a)) == 1, "the evicted second block is not served; the first still is"
+    assert all(kv.block_key[b] is None for b in kv.block_ids("c")), "a block taken for new KV carries no key"
+
+
+def test_64_requests_sharing_a_1024_token_prompt_compute_a_tenth_of_the_prefill() -> None:
+    system = list(range(1000, 2024))
+    counts = {}
+    for caching in (False, True):
+        sched = scheduler(caching)
+        reqs = [Request(f"r{i}", system + [3000 + i] * 16, SamplingParams(temperature=0).resolve({}))
+                for i in range(64)]
+        run_to_completion(sched, reqs)
+        counts[caching] = sched.prefill_tokens
+    assert counts[False] >= 64 * 1040, "non-vacuous: without caching every prompt is computed whole"
+    assert counts[True] <= counts[False] / 10, f"prefill tokens with caching {counts[True]}, without {counts[False]}"
+
+
+def test_a_request_asking_for_prompt_logprobs_computes_its_whole_prompt() -> None:
+    sched = scheduler(True)
+    prompt = list(range(100))
+    plain = SamplingParams(temperature=0).resolve({})
+    scored = SamplingParams(temperature=0, prompt_logprobs=1).resolve({})
+    run_to_completion(sched, [Request("warm", prompt, plain)])
+    before = sched.prefill_tokens
+    run_to_completion(sched, [Request("scored", prompt, scored)])
+    assert sched.prefill_tokens - before == len(prompt), "every position scored, so every position computed"
+    run_to_completion(sched, [Request("again", prompt, plain)])
+    assert sched.prefill_tokens - before - len(prompt) < BS, "non-vacuous: a plain repeat is served from the cache"
+
+
+@pytest.mark.parametrize("caching", [False, True])
+def test_n_samples_of_a_prompt_longer_than_the_budget_share_it_through_the_cache(caching: bool) -> None:
+    sched = scheduler(caching, budget=64)
+    params = SamplingParams(temperature=0).resolve({})
+    prompt = list(range(200))
+    reqs = [Request(f"s{i}", prompt, params) for i in range(4)]
+    for r in reqs:
+        r.siblings = reqs
+    run_to_completion(sched, reqs)
+    if caching:
+        assert sched.prefill_tokens <= 200 + 3 * BS, f"{sched.prefill_tokens} prefill tokens for 4 samples of 200"
+    else:
+        assert sched.prefill_tokens >= 4 * 200 - 3 * BS, "non-vacuous: without the cache each sample computes it"
