@@ -83,8 +83,11 @@ def _serve(args: argparse.Namespace) -> int:
     from vt.server.serve import listen_socket, make_server, uvicorn_server
 
     sock = listen_socket(args.host, args.port)  # a port in use fails here, before the model loads
-    server, app = _loaded(lambda: make_server(args.model, args.served_model_name, **_engine_kwargs(args)),
-                          args.model)
+    from vt.env import flags
+
+    key = args.api_key if args.api_key is not None else flags().api_key
+    server, app = _loaded(lambda: make_server(args.model, args.served_model_name, api_key=key,
+                                              **_engine_kwargs(args)), args.model)
     host = f"[{args.host}]" if ":" in args.host else args.host
     print(f"vt: serving {args.served_model_name or args.model} on http://{host}:{sock.getsockname()[1]} "
           f"(OpenAI API under /v1; /health, /metrics)", file=sys.stderr, flush=True)
@@ -269,6 +272,8 @@ def build_parser() -> argparse.ArgumentParser:
     srv.add_argument("--port", type=int, default=8000,
                      help="port to listen on (0: a free one, named in the first line)")
     srv.add_argument("--served-model-name", help="the model name clients use; unset: MODEL as given")
+    srv.add_argument("--api-key", help="clients of the /v1 routes must send 'Authorization: Bearer KEY' (default: "
+                                       "$VT_API_KEY; unset: no key)")
     srv.set_defaults(fn=_serve)
     bench = sub.add_parser("bench", help="benchmarks", formatter_class=fmt)
     bsub = bench.add_subparsers(dest="bench_cmd", required=True, help="what to benchmark")

@@ -50,6 +50,7 @@ class Flags:
     gemm_tuned: bool  # VT_GEMM_TUNED=0: cuBLAS's first heuristic pick for every GEMM, no cuBLASLt timing
     cache_dir: str  # VT_CACHE_DIR: where built-in tiny checkpoints are written on first use
     blas_threads: int  # VT_BLAS_THREADS: the CPU backend's BLAS threads (auto: cores - 1)
+    api_key: str | None = None  # VT_API_KEY: `vt serve`'s API key when --api-key is not given (vLLM's VLLM_API_KEY)
 
     @classmethod
     def from_environ(cls) -> Flags:
@@ -63,6 +64,7 @@ class Flags:
             gemm_tuned=_read_bool("VT_GEMM_TUNED", True),
             cache_dir=os.environ.get("VT_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "vt"),
             blas_threads=_read_threads("VT_BLAS_THREADS"),
+            api_key=os.environ.get("VT_API_KEY") or None,
         )
 
 

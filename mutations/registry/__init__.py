@@ -25,6 +25,7 @@ from mutations.registry import (
     mutation_suite,
     no_hangs,
     offline_api,
+    openai_compat,
     parallel_samples,
     piecewise,
     pool,
@@ -66,6 +67,7 @@ AREAS = (
     kernels,
     moe,
     prefix_cache,
+    openai_compat,
     startup_capture,
 )
 

@@ -26,10 +26,10 @@ def client(served):
     return openai.OpenAI(base_url=served[1] + "/v1", api_key="unused", max_retries=0)
 
 
-COMPLETION_REFUSALS = {"echo": True, "suffix": "and then", "logit_bias": {"5": 10}, "best_of": 3,
+COMPLETION_REFUSALS = {"suffix": "and then", "logit_bias": {"5": 10}, "best_of": 3,
                        "temprature": 0.5}  # the last: a typo, not a field at all
 CHAT_REFUSALS = {"tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}],
-                 "response_format": {"type": "json_object"}, "logit_bias": {"5": 10}, "prompt": "Hi"}
+                 "response_format": {"type": "json_object"}, "logit_bias": {"5": 10}, "prompt": "Hi", "echo": True}
 
 
 @pytest.mark.parametrize("field", list(COMPLETION_REFUSALS))

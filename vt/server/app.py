@@ -1,5 +1,7 @@
 """The OpenAI-compatible HTTP API on Starlette (served by uvicorn): /v1/models, /v1/completions,
-/v1/chat/completions (streaming or not), /health, /metrics.
+/v1/chat/completions (streaming or not), and vLLM's /tokenize, /detokenize, /version, /health, /metrics.
+With an API key, every /v1 route wants `Authorization: Bearer KEY` (a 401 with OpenAI's error body
+otherwise); the others stay open, as vLLM's do.
 
 The rule (DESIGN.md, Server): the first byte of a streaming response is written only after the engine
 produced the request's first result or its error. A handler awaits that first output before it builds
@@ -36,8 +38,10 @@ MAX_BODY_BYTES = 4 << 20
 
 
 class Server:
-    def __init__(self, llm: AsyncLLM, model_name: str, max_body_bytes: int = MAX_BODY_BYTES) -> None:
+    def __init__(self, llm: AsyncLLM, model_name: str, max_body_bytes: int = MAX_BODY_BYTES,
+                 api_key: str | None = None) -> None:
         self.llm, self.model_name, self.max_body_bytes = llm, model_name, max_body_bytes
+        self.api_key = api_key
         self.metrics = Metrics(llm)
         llm.on_finished = self.metrics.observe
         self.created = int(time.time())
@@ -85,6 +89,55 @@ class Server:
         return JSONResponse({"object": "list", "data": [{"id": self.model_name, "object": "model",
                                                           "created": self.created, "owned_by": "vt",
                                                           "max_model_len": self.llm.cfg.max_model_len}]})
+
+    async def tokenize(self, request: Request) -> Response:
+        """vLLM's /tokenize: a prompt (or chat messages, rendered by the chat template) to token ids."""
+        try:
+            body = await self._body(request)
+            check_model(body, self.model_name)
+            e = self.llm.engine
+            if "messages" in body:
+                from vt.engine.front.chat import render
+
+                text = render(e.chat_template, parse_messages(body), e.special_tokens,
+                              bool(body.get("add_generation_prompt", True)))
+                ids = e.tokenizer.encode(text, add_special_tokens=False).ids
+            else:
+                prompt = body.get("prompt")
+                if not isinstance(prompt, str):
+                    raise bad("prompt: expected a string (or give messages)", "prompt")
+                add = body.get("add_special_tokens", True)
+                if not isinstance(add, bool):
+                    raise bad("add_special_tokens: expected a boolean", "add_special_tokens")
+                ids = e.tokenizer.encode(prompt, add_special_tokens=add).ids
+            return JSONResponse({"count": len(ids), "max_model_len": e.cfg.max_model_len, "tokens": list(ids),
+                                 "token_strs": None})
+        except ApiError as err:
+            return JSONResponse(err.body(), status_code=err.status)
+
+    async def detokenize(self, request: Request) -> Response:
+        """vLLM's /detokenize: token ids to text."""
+        try:
+            body = await self._body(request)
+            check_model(body, self.model_name)
+            tokens = body.get("tokens")
+            vocab = self.llm.engine.vocab_size
+            if not (isinstance(tokens, list) and all(isinstance(t, int) and not isinstance(t, bool) and 0 <= t < vocab
+                                                     for t in tokens)):
+                raise bad(f"tokens: expected a list of token ids in [0, {vocab})", "tokens")
+            return JSONResponse({"prompt": self.llm.engine.tokenizer.decode(tokens, skip_special_tokens=False)})
+        except ApiError as err:
+            return JSONResponse(err.body(), status_code=err.status)
+
+    async def version(self, request: Request) -> Response:
+        from importlib.metadata import PackageNotFoundError
+        from importlib.metadata import version as package_version
+
+        try:
+            ver = package_version("vt")
+        except PackageNotFoundError:
+            ver = "unknown"
+        return JSONResponse({"version": ver})
 
     async def health(self, request: Request) -> Response:
         if not self.llm.is_alive:
@@ -157,7 +210,8 @@ class Answer:
 
     def __init__(self, server: Server, rid: str, chat: bool, parsed: Parsed, prompts: list, token_ids: list) -> None:
         self.server, self.rid, self.chat, self.parsed = server, rid, chat, parsed
-        self.token_ids = token_ids
+        self.prompts, self.token_ids = prompts, token_ids
+        self.echoed: set[tuple[int, int]] = set()  # (prompt, sample): its prompt was sent (echo)
         self.gens = [server.llm.generate(ids, parsed.params, f"{rid}-{i}") for i, ids in enumerate(token_ids)]
         self.sent: dict[tuple[int, int], tuple[int, int]] = {}  # (prompt, sample) -> (chars, tokens) sent
         self.max_stop = max((len(s) for s in parsed.params.stop), default=0)
@@ -291,8 +345,30 @@ class Answer:
         if self.chat:
             body = {"message": {"role": "assistant", "content": text}} if whole else {"delta": {"content": text}}
             return {"index": index, **body, "logprobs": lp, "finish_reason": reason}
+        if self.parsed.echo and (i, c.index) not in self.echoed:  # the prompt first, once per choice
+            self.echoed.add((i, c.index))
+            text, lp = self._echo(i, out, text, lp)
         return {"index": index, "text": text, "logprobs": lp, "finish_reason": reason,
                 **({"stop_reason": c.stop_reason} if done else {})}
+
+    def _echo(self, i: int, out: RequestOutput, text: str, lp: dict | None) -> tuple[str, dict | None]:
+        """echo: the prompt's text before the completion's, and with logprobs its tokens' (the first has none,
+        as OpenAI's and vLLM's), the completion's offsets moved past it."""
+        prompt = self.prompts[i]
+        prompt_text = prompt if isinstance(prompt, str) else self.tokenizer.decode(prompt, skip_special_tokens=False)
+        if lp is None:
+            return prompt_text + text, None
+        ids = self.token_ids[i]
+        scored = out.prompt_logprobs or [None]
+        head = self._logprobs(ids[1:], [d or {} for d in scored[1 : len(ids)]], 0)
+        first = self.tokenizer.decode([ids[0]], skip_special_tokens=False)
+        shift = len(prompt_text)
+        return prompt_text + text, {
+            "tokens": [first, *head["tokens"], *lp["tokens"]],
+            "token_logprobs": [None, *head["token_logprobs"], *lp["token_logprobs"]],
+            "top_logprobs": [None, *head["top_logprobs"], *lp["top_logprobs"]],
+            "text_offset": [0, *(len(first) + o for o in head["text_offset"]),
+                            *(shift + o for o in lp["text_offset"])]}
 
     def _logprobs(self, ids: list[int], lps: list[dict[int, float]], base: int) -> dict[str, Any]:
         """OpenAI's logprobs object for these tokens; base: where their text starts in the choice's text."""
@@ -340,12 +416,30 @@ async def _internal_error(request: Request, exc: Exception) -> Response:
     return JSONResponse(ApiError(500, f"internal error: {type(exc).__name__}: {exc}").body(), status_code=500)
 
 
+def _with_key(server: Server, endpoint: Any) -> Any:
+    """endpoint behind the server's API key (none: as it is)."""
+    if server.api_key is None:
+        return endpoint
+    want = f"Bearer {server.api_key}"
+
+    async def guarded(request: Request) -> Response:
+        if request.headers.get("authorization") != want:
+            return JSONResponse(ApiError(401, "Unauthorized: give the API key as 'Authorization: Bearer KEY'", None,
+                                         "invalid_api_key").body(), status_code=401)
+        return await endpoint(request)
+
+    return guarded
+
+
 def build_app(server: Server) -> Starlette:
-    routes = [Route("/v1/models", server.models, methods=["GET"]),
-              Route("/v1/completions", server.completions, methods=["POST"]),
-              Route("/v1/chat/completions", server.chat, methods=["POST"]),
-              Route("/health", server.health, methods=["GET"]),
-              Route("/metrics", server.prometheus, methods=["GET"])]
+    v1 = [("/v1/models", server.models, "GET"), ("/v1/completions", server.completions, "POST"),
+          ("/v1/chat/completions", server.chat, "POST")]
+    routes = [Route(path, _with_key(server, fn), methods=[method]) for path, fn, method in v1]
+    routes += [Route("/tokenize", server.tokenize, methods=["POST"]),
+               Route("/detokenize", server.detokenize, methods=["POST"]),
+               Route("/version", server.version, methods=["GET"]),
+               Route("/health", server.health, methods=["GET"]),
+               Route("/metrics", server.prometheus, methods=["GET"])]
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         yield

@@ -47,6 +47,7 @@ class Parsed:
     logprobs: int | None  # completions: top-n per token; chat: top_logprobs when logprobs is true
     max_tokens: int | None  # None: 16 for completions (OpenAI's default); for chat what max_model_len leaves
     is_chat: bool = False
+    echo: bool = False  # completions: the prompt (and, with logprobs, its tokens' logprobs) before the completion
 
 
 def _get(body: dict, name: str, kinds: tuple[type, ...], default: Any = None) -> Any:
@@ -105,7 +106,7 @@ def parse_messages(body: dict) -> list[dict[str, str]]:
 FIELDS_COMMON = frozenset({"model", "stream", "stream_options", "max_tokens", "logprobs", "stop", "temperature",
                            "top_p", "top_k", "min_p", "seed", "n", "presence_penalty", "frequency_penalty",
                            "repetition_penalty", "min_tokens", "ignore_eos", "stop_token_ids", "user"})
-FIELDS = {False: FIELDS_COMMON | {"prompt"},
+FIELDS = {False: FIELDS_COMMON | {"prompt", "echo"},
           True: FIELDS_COMMON | {"messages", "max_completion_tokens", "top_logprobs"}}
 # Fields vt does not implement, accepted only at the value that means "not used".
 NO_OP = {"echo": (False,), "suffix": ("",), "logit_bias": ({},), "tools": ([],), "tool_choice": ("none",),
@@ -167,9 +168,12 @@ def parse_sampling(body: dict, chat: bool) -> Parsed:
             kw[field] = v
     if kw.get("temperature") is not None and kw["temperature"] < 0:
         raise bad(f"temperature: must be >= 0, got {kw['temperature']}", "temperature")
+    echo = False if chat else _get(body, "echo", (bool,), False)
+    if echo and logprobs is not None:  # the prompt's tokens are scored as the completion's are
+        kw["prompt_logprobs"] = logprobs
     try:
         params = SamplingParams(max_tokens=max_tokens, stop=stop or [], logprobs=logprobs, **kw)
     except (ConfigError, TypeError) as e:
         raise bad(str(e), str(e).split("=", 1)[0] if "=" in str(e) else None) from None
     return Parsed([], params, stream, bool(opts.get("include_usage")), bool(opts.get("continuous_usage_stats")),
-                  logprobs, max_tokens, chat)
+                  logprobs, max_tokens, chat, echo)

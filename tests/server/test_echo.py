@@ -1,0 +1,56 @@
+"""echo on completions, as evaluation harnesses use it: lm-evaluation-harness's local-completions scores a
+continuation by sending the context and continuation as token ids with echo, logprobs 1, max_tokens 1 and
+temperature 0, then reads token_logprobs[ctxlen:-1] and compares each with the top of its top_logprobs
+(greedy). Driven by the real `openai` client; the prompt tokens' logprobs are checked against transformers."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from models.tiny import ensure
+from tests.models.test_oracle import hf_logits
+from vt.server.serve import running_server
+
+openai = pytest.importorskip("openai")
+
+MODEL = "tiny-qwen3"
+PROMPTS = [[5, 77, 300, 12, 9, 400, 33, 250, 18], [101, 7, 64, 3, 222, 45, 90, 311, 17, 8, 19]]
+
+
+@pytest.fixture(scope="module")
+def client():
+    with running_server(MODEL, max_model_len=128, num_blocks=64, max_num_seqs=4) as (_, url):
+        yield openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0)
+
+
+def log_softmax(x: np.ndarray) -> np.ndarray:
+    x = x.astype(np.float64)
+    return x - x.max(axis=-1, keepdims=True) - np.log(np.exp(x - x.max(axis=-1, keepdims=True)).sum(-1, keepdims=True))
+
+
+def test_the_prompt_tokens_logprobs_equal_transformers(client) -> None:
+    out = client.completions.create(model=MODEL, prompt=PROMPTS, max_tokens=1, temperature=0, logprobs=1, echo=True,
+                                    seed=1234)
+    choices = sorted(out.choices, key=lambda c: c.index)
+    assert len(choices) == len(PROMPTS)
+    for ids, c in zip(PROMPTS, choices):
+        lp = c.logprobs
+        assert lp is not None and len(lp.token_logprobs) == len(ids) + 1, "every prompt token, then the completion's"
+        assert lp.token_logprobs[0] is None and lp.top_logprobs[0] is None, "the first token has no logprob"
+        want = log_softmax(hf_logits(ensure(MODEL), ids))
+        got = np.array(lp.token_logprobs[1 : len(ids)])
+        assert np.allclose(got, [want[j - 1, ids[j]] for j in range(1, len(ids))], atol=2e-4), "transformers' values"
+        greedy = [lp.token_logprobs[j] == max(lp.top_logprobs[j].values()) for j in range(1, len(ids))]
+        assert greedy == [ids[j] == int(np.argmax(want[j - 1])) for j in range(1, len(ids))], "lm-eval's is_greedy"
+        assert lp.text_offset == sorted(lp.text_offset) and lp.text_offset[0] == 0, "offsets into the echoed text"
+
+
+def test_echo_puts_the_prompt_before_the_completion(client) -> None:
+    plain = client.completions.create(model=MODEL, prompt="Once upon a time", max_tokens=4, temperature=0)
+    echoed = client.completions.create(model=MODEL, prompt="Once upon a time", max_tokens=4, temperature=0, echo=True)
+    assert echoed.choices[0].text == "Once upon a time" + plain.choices[0].text
+    assert plain.choices[0].text, "non-vacuous: the completion is not empty"
+    streamed = "".join(ch.choices[0].text for ch in client.completions.create(
+        model=MODEL, prompt="Once upon a time", max_tokens=4, temperature=0, echo=True, stream=True) if ch.choices)
+    assert streamed == echoed.choices[0].text, "streamed, the prompt comes once, first"
