@@ -6,6 +6,7 @@ from mutations.model import Mutation
 
 ECHO = "tests/server/test_echo.py"
 ROUTES = "tests/server/test_vllm_routes.py"
+LM_EVAL = "tests/server/test_lm_eval.py"
 
 ENTRIES: list[Mutation] = [
     Mutation(
@@ -20,5 +21,13 @@ ENTRIES: list[Mutation] = [
         description="the /v1 routes serve whoever asks, whatever key they send",
         file="vt/server/app.py", old='        if request.headers.get("authorization") != want:\n', new="        if False:\n",
         gates=(f"{ROUTES}::test_the_v1_routes_want_the_key_and_the_others_do_not",),
+    ),
+    Mutation(
+        id="echo-drops-the-prompt-logprobs",
+        description="echo with logprobs returns the prompt's text but not its tokens' logprobs: lm-eval's "
+                    "loglikelihoods all read 0",
+        file="vt/server/protocol.py", old="    if echo and logprobs is not None:", new="    if False:",
+        gates=(f"{ECHO}::test_the_prompt_tokens_logprobs_equal_transformers",
+               f"{LM_EVAL}::test_lm_eval_through_vt_serve_equals_its_hf_model"),
     ),
 ]
