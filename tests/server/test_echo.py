@@ -54,3 +54,32 @@ def test_echo_puts_the_prompt_before_the_completion(client) -> None:
     streamed = "".join(ch.choices[0].text for ch in client.completions.create(
         model=MODEL, prompt="Once upon a time", max_tokens=4, temperature=0, echo=True, stream=True) if ch.choices)
     assert streamed == echoed.choices[0].text, "streamed, the prompt comes once, first"
+
+
+def test_echo_with_max_tokens_0_answers_the_prompt_alone_scored(client) -> None:
+    out = client.completions.create(model=MODEL, prompt=PROMPTS[0], max_tokens=0, temperature=0, logprobs=1,
+                                    echo=True)
+    c = out.choices[0]
+    lp = c.logprobs
+    assert lp is not None and len(lp.token_logprobs) == len(PROMPTS[0]), "the prompt's tokens, nothing generated"
+    assert lp.token_logprobs[0] is None and all(v is not None for v in lp.token_logprobs[1:])
+    assert out.usage.completion_tokens == 0 and c.finish_reason == "length"
+    with pytest.raises(openai.BadRequestError):  # without echo, nothing to answer
+        client.completions.create(model=MODEL, prompt=PROMPTS[0], max_tokens=0)
+
+
+def test_vllms_prompt_logprobs_field_on_completions_and_chat(client) -> None:
+    out = client.completions.create(model=MODEL, prompt=PROMPTS[1], max_tokens=1, temperature=0,
+                                    extra_body={"prompt_logprobs": 2})
+    rows = out.choices[0].model_extra["prompt_logprobs"]
+    want = log_softmax(hf_logits(ensure(MODEL), PROMPTS[1]))
+    assert len(rows) == len(PROMPTS[1]) and rows[0] is None
+    for j, row in enumerate(rows[1:], start=1):
+        own = row[str(PROMPTS[1][j])]
+        assert abs(own["logprob"] - want[j - 1, PROMPTS[1][j]]) < 2e-4, f"position {j}"
+        ranked = sorted(row.values(), key=lambda v: -v["logprob"])
+        assert [v["rank"] for v in ranked[:2]] == [1, 2] and isinstance(ranked[0]["decoded_token"], str)
+    chat = client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "Hi"}], max_tokens=1,
+                                          extra_body={"prompt_logprobs": 0})
+    rows = chat.model_extra["prompt_logprobs"]
+    assert rows[0] is None and len(rows) > 3 and all(len(r) >= 1 for r in rows[1:]), "chat: top-level, as vLLM's"

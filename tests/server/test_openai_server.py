@@ -218,10 +218,17 @@ def test_metrics_are_prometheus_text_with_the_engine_figures(served, client) -> 
     gen = next(s.value for s in fams["vt_generation_tokens"].samples if s.name.endswith("_total"))
     ttft_count = next(s.value for s in fams["vt_time_to_first_token_seconds"].samples if s.name.endswith("_count"))
     assert gen >= 4 and ttft_count >= 1
-    for name in ("vllm:prefix_cache_queries", "vllm:prefix_cache_hits", "vllm:kv_cache_usage_perc"):  # vLLM's names
+    vllm = ("vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc",
+            "vllm:prefix_cache_queries", "vllm:prefix_cache_hits", "vllm:num_preemptions",
+            "vllm:time_to_first_token_seconds", "vllm:time_per_output_token_seconds",
+            "vllm:e2e_request_latency_seconds", "vllm:prompt_tokens", "vllm:generation_tokens", "vllm:request_success")
+    for name in vllm:  # vLLM's names, each with its model_name label: a vLLM dashboard reads them unchanged
         assert name in fams, f"{name} missing from /metrics"
+        assert all(s.labels.get("model_name") == MODEL for s in fams[name].samples), f"{name}: model_name label"
     queries = next(s.value for s in fams["vllm:prefix_cache_queries"].samples if s.name.endswith("_total"))
     assert queries >= 2, "the completion's prompt tokens were looked up in the prefix cache"
+    vgen = next(s.value for s in fams["vllm:generation_tokens"].samples if s.name.endswith("_total"))
+    assert vgen == gen, "vLLM's generation-token counter is fed as vt's is"
     from seams.lanes import is_bypass_lane
 
     replays = next(s.value for s in fams["vt_graph_replays"].samples)

@@ -42,7 +42,7 @@ class Server:
                  api_key: str | None = None) -> None:
         self.llm, self.model_name, self.max_body_bytes = llm, model_name, max_body_bytes
         self.api_key = api_key
-        self.metrics = Metrics(llm)
+        self.metrics = Metrics(llm, model_name)
         llm.on_finished = self.metrics.observe
         self.created = int(time.time())
 
@@ -274,9 +274,12 @@ class Answer:
         except EngineDeadError as e:
             return JSONResponse(ApiError(503, str(e)).body(), status_code=503)
         choices = [self._choice(i, out, c, whole=True) for i, out in enumerate(outs) for c in out.outputs]
-        return JSONResponse({"id": self.rid, "object": "chat.completion" if self.chat else "text_completion",
-                             "created": self.created, "model": self.server.model_name, "choices": choices,
-                             "usage": self._usage(outs)})
+        body = {"id": self.rid, "object": "chat.completion" if self.chat else "text_completion",
+                "created": self.created, "model": self.server.model_name, "choices": choices,
+                "usage": self._usage(outs)}
+        if self.chat and self.parsed.prompt_logprobs is not None:  # vLLM's place for them in a chat response
+            body["prompt_logprobs"] = self._prompt_logprobs(0, outs[0])
+        return JSONResponse(body)
 
     async def stream(self, request: Request) -> Response:
         # Before any byte: an error here is the whole response, and a client that leaves while its request
@@ -332,24 +335,45 @@ class Answer:
         index = i * len(out.outputs) + c.index
         chars, toks = (0, 0) if whole else self.sent.get((i, c.index), (0, 0))
         done = c.finish_reason is not None
+        # echo with max_tokens 0: the one token drawn is not part of the answer
+        c_text, c_ids, c_lps = ("", [], []) if self.parsed.prompt_only else (c.text, c.token_ids, c.logprobs or [])
         # hold back what could still turn out to be the start of a stop string
-        upto = len(c.text) if done or not self.max_stop else max(chars, len(c.text) - self.max_stop + 1)
-        new_toks = c.token_ids[toks:]
+        upto = len(c_text) if done or not self.max_stop else max(chars, len(c_text) - self.max_stop + 1)
+        new_toks = c_ids[toks:]
         if not whole and upto == chars and not new_toks and not done:
             return None
-        self.sent[(i, c.index)] = (upto, len(c.token_ids))
-        text = c.text[chars:upto]
-        lp = self._logprobs(c.token_ids[toks:], (c.logprobs or [])[toks:], chars) if c.logprobs is not None else None
+        self.sent[(i, c.index)] = (upto, len(c_ids))
+        text = c_text[chars:upto]
+        lp = self._logprobs(c_ids[toks:], c_lps[toks:], chars) if c.logprobs is not None else None
         reason = None if not done else ("stop" if c.finish_reason == "stop" else
                                         "length" if c.finish_reason == "length" else c.finish_reason)
         if self.chat:
             body = {"message": {"role": "assistant", "content": text}} if whole else {"delta": {"content": text}}
             return {"index": index, **body, "logprobs": lp, "finish_reason": reason}
-        if self.parsed.echo and (i, c.index) not in self.echoed:  # the prompt first, once per choice
-            self.echoed.add((i, c.index))
+        first = (i, c.index) not in self.echoed
+        self.echoed.add((i, c.index))
+        if self.parsed.echo and first:  # the prompt first, once per choice
             text, lp = self._echo(i, out, text, lp)
+        extra = {"prompt_logprobs": self._prompt_logprobs(i, out)} if self.parsed.prompt_logprobs is not None and (
+            first) else {}
         return {"index": index, "text": text, "logprobs": lp, "finish_reason": reason,
-                **({"stop_reason": c.stop_reason} if done else {})}
+                **({"stop_reason": c.stop_reason} if done else {}), **extra}
+
+    def _prompt_logprobs(self, i: int, out: RequestOutput) -> list[dict[str, Any] | None]:
+        """vLLM's prompt_logprobs: per prompt token (the first: null) its top-n and its own token, by token id, each
+        {logprob, rank, decoded_token}; the own token's rank is null when it is not in the top-n (vt does not
+        count the vocabulary above it)."""
+        n = self.parsed.params.prompt_logprobs or 0
+        rows: list[dict[str, Any] | None] = []
+        for d in out.prompt_logprobs or [None]:
+            if d is None:
+                rows.append(None)
+                continue
+            ranked = sorted(d.items(), key=lambda kv: -kv[1])
+            rows.append({str(t): {"logprob": v, "rank": r + 1 if r < n else None,
+                                  "decoded_token": self.tokenizer.decode([t], skip_special_tokens=False)}
+                         for r, (t, v) in enumerate(ranked)})
+        return rows
 
     def _echo(self, i: int, out: RequestOutput, text: str, lp: dict | None) -> tuple[str, dict | None]:
         """echo: the prompt's text before the completion's, and with logprobs its tokens' (the first has none,
@@ -391,7 +415,7 @@ class Answer:
 
     def _usage(self, outs: list[RequestOutput]) -> dict[str, int]:
         prompt = sum(len(ids) for ids in self.token_ids)
-        completion = sum(len(c.token_ids) for out in outs for c in out.outputs)
+        completion = 0 if self.parsed.prompt_only else sum(len(c.token_ids) for out in outs for c in out.outputs)
         return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
 
     def _chunk(self, choices: list, usage: dict | None = None) -> dict[str, Any]:

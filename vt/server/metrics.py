@@ -4,6 +4,9 @@ Gauges are read from the engine at scrape time (requests running and waiting, KV
 counters and histograms are fed as requests finish (TTFT, TPOT, end-to-end latency, prompt and
 generation tokens) and from the engine's own counters (preemptions, graph replays against eager steps,
 pool misses).
+
+The figures a vLLM dashboard reads are also published under vLLM's names and labels (`vllm:` prefix,
+`model_name`), from the same observations: such a dashboard works unchanged. vt's own figures keep `vt_`.
 """
 
 from __future__ import annotations
@@ -20,25 +23,32 @@ class EngineCollector:
     """What the engine knows now, read on every scrape: ints and a tuple() of the request table, which
     CPython copies without letting the engine thread run in between (a snapshot, never a changing dict)."""
 
-    def __init__(self, llm: Any) -> None:
+    def __init__(self, llm: Any, model_name: str = "") -> None:
         self.llm = llm
+        self.model = {"model_name": model_name}  # vLLM's label on its own metrics
 
     def collect(self) -> Any:
         e = self.llm.engine
         sched, kv, driver = e.scheduler, e.kv_manager, e.runner.decoder
+        preemptions = sum(r.num_preemptions for r in tuple(e.requests.values())) + self.llm.num_preempted_done
         yield _gauge("vt_num_requests_running", "Requests in the running batch.", len(sched.running))
         yield _gauge("vt_num_requests_waiting", "Requests waiting to be admitted.", len(sched.waiting))
         yield _gauge("vt_kv_blocks_used", "KV cache blocks in use.", kv.num_used)
         yield _gauge("vt_kv_blocks_total", "KV cache blocks in the pool.", kv.num_blocks)
-        # vLLM's names, so its dashboards read vt: usage counts a cached block that no request holds as free
+        # vLLM's names and label: KV usage counts a cached block that no request holds as free, as vLLM's does
+        m = self.model
+        yield _gauge("vllm:num_requests_running", "Number of requests in model execution batches.",
+                     len(sched.running), m)
+        yield _gauge("vllm:num_requests_waiting", "Number of requests waiting to be processed.",
+                     len(sched.waiting), m)
         yield _gauge("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.",
-                     kv.num_used / kv.num_blocks)
+                     kv.num_used / kv.num_blocks, m)
         yield _counter("vllm:prefix_cache_queries", "Prefix cache queries, in terms of number of queried tokens.",
-                       kv.queries)
-        yield _counter("vllm:prefix_cache_hits", "Prefix cache hits, in terms of number of cached tokens.", kv.hits)
+                       kv.queries, m)
+        yield _counter("vllm:prefix_cache_hits", "Prefix cache hits, in terms of number of cached tokens.", kv.hits, m)
+        yield _counter("vllm:num_preemptions", "Cumulative number of preemption from the engine.", preemptions, m)
         yield _gauge("vt_engine_alive", "1 while the engine loop runs.", int(self.llm.is_alive))
-        yield _counter("vt_num_preemptions", "Requests preempted (to be recomputed).",
-                       sum(r.num_preemptions for r in tuple(e.requests.values())) + self.llm.num_preempted_done)
+        yield _counter("vt_num_preemptions", "Requests preempted (to be recomputed).", preemptions)
         yield _counter("vt_graph_replays", "Decode steps replayed from a captured graph.", driver.num_replays)
         yield _counter("vt_eager_steps", "Decode steps run eagerly (cold or graphs off).", driver.num_eager)
         yield _counter("vt_pool_misses", "Device-pool requests that went to the driver.", e.backend.pool.stats().get(
@@ -47,22 +57,23 @@ class EngineCollector:
         yield _counter("vt_requests_aborted", "Requests aborted (a client went away).", self.llm.num_aborted)
 
 
-def _gauge(name: str, doc: str, value: float) -> GaugeMetricFamily:
-    g = GaugeMetricFamily(name, doc)
-    g.add_metric([], value)
+def _gauge(name: str, doc: str, value: float, labels: dict[str, str] | None = None) -> GaugeMetricFamily:
+    g = GaugeMetricFamily(name, doc, labels=list(labels or {}))
+    g.add_metric(list((labels or {}).values()), value)
     return g
 
 
-def _counter(name: str, doc: str, value: float) -> CounterMetricFamily:
-    c = CounterMetricFamily(name, doc)
-    c.add_metric([], value)
+def _counter(name: str, doc: str, value: float, labels: dict[str, str] | None = None) -> CounterMetricFamily:
+    c = CounterMetricFamily(name, doc, labels=list(labels or {}))
+    c.add_metric(list((labels or {}).values()), value)
     return c
 
 
 class Metrics:
-    def __init__(self, llm: Any) -> None:
+    def __init__(self, llm: Any, model_name: str = "") -> None:
         self.registry = CollectorRegistry()
-        self.registry.register(EngineCollector(llm))
+        self.registry.register(EngineCollector(llm, model_name))
+        self.model_name = model_name
         r = self.registry
         self.ttft = Histogram("vt_time_to_first_token_seconds", "Time to first token.", registry=r,
                               buckets=LATENCY_BUCKETS)
@@ -75,20 +86,42 @@ class Metrics:
                                          registry=r)
         self.finished = Counter("vt_requests_finished", "Requests finished, by reason.", ["finish_reason"],
                                 registry=r)
+        # vLLM's names and labels, fed from the same observations
+        lab = ["model_name"]
+        self.vllm_ttft = Histogram("vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.",
+                                   lab, registry=r, buckets=LATENCY_BUCKETS).labels(model_name)
+        self.vllm_tpot = Histogram("vllm:time_per_output_token_seconds",
+                                   "Histogram of time per output token in seconds.", lab, registry=r,
+                                   buckets=LATENCY_BUCKETS).labels(model_name)
+        self.vllm_e2e = Histogram("vllm:e2e_request_latency_seconds", "Histogram of e2e request latency in seconds.",
+                                  lab, registry=r, buckets=LATENCY_BUCKETS).labels(model_name)
+        self.vllm_prompt = Counter("vllm:prompt_tokens", "Number of prefill tokens processed.", lab,
+                                   registry=r).labels(model_name)
+        self.vllm_generation = Counter("vllm:generation_tokens", "Number of generation tokens processed.", lab,
+                                       registry=r).labels(model_name)
+        self.vllm_success = Counter("vllm:request_success", "Count of successfully processed requests.",
+                                    ["model_name", "finished_reason"], registry=r)
 
     def observe(self, req: Any) -> None:
         """A finished request (called on the engine thread)."""
         n = len(req.output_ids)
         if req.first_token_time is not None:
-            self.ttft.observe(req.first_token_time - req.arrival)
+            for h in (self.ttft, self.vllm_ttft):
+                h.observe(req.first_token_time - req.arrival)
             if req.finish_time is not None and n > 1:
-                self.tpot.observe((req.finish_time - req.first_token_time) / (n - 1))
+                for h in (self.tpot, self.vllm_tpot):
+                    h.observe((req.finish_time - req.first_token_time) / (n - 1))
         if req.finish_time is not None:
-            self.e2e.observe(req.finish_time - req.arrival)
+            for h in (self.e2e, self.vllm_e2e):
+                h.observe(req.finish_time - req.arrival)
         if req.index == 0:
-            self.prompt_tokens.inc(len(req.prompt_ids))
-        self.generation_tokens.inc(n)
+            for c in (self.prompt_tokens, self.vllm_prompt):
+                c.inc(len(req.prompt_ids))
+        for c in (self.generation_tokens, self.vllm_generation):
+            c.inc(n)
         self.finished.labels(req.finish_reason or "unknown").inc()
+        if req.finish_reason in ("stop", "length", "abort"):  # vLLM counts the requests that ended so
+            self.vllm_success.labels(self.model_name, req.finish_reason).inc()
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

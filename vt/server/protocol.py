@@ -48,6 +48,12 @@ class Parsed:
     max_tokens: int | None  # None: 16 for completions (OpenAI's default); for chat what max_model_len leaves
     is_chat: bool = False
     echo: bool = False  # completions: the prompt (and, with logprobs, its tokens' logprobs) before the completion
+    prompt_logprobs: int | None = None  # vLLM's field: the prompt tokens' top-n in the response, as vLLM lays it out
+
+    @property
+    def prompt_only(self) -> bool:
+        """echo with max_tokens 0: the prompt is the whole answer; the one token drawn is not returned."""
+        return self.max_tokens == 0
 
 
 def _get(body: dict, name: str, kinds: tuple[type, ...], default: Any = None) -> Any:
@@ -105,7 +111,8 @@ def parse_messages(body: dict) -> list[dict[str, str]]:
 # What vt reads from a request; "user" (OpenAI's end-user id) changes nothing and is accepted as such.
 FIELDS_COMMON = frozenset({"model", "stream", "stream_options", "max_tokens", "logprobs", "stop", "temperature",
                            "top_p", "top_k", "min_p", "seed", "n", "presence_penalty", "frequency_penalty",
-                           "repetition_penalty", "min_tokens", "ignore_eos", "stop_token_ids", "user"})
+                           "repetition_penalty", "min_tokens", "ignore_eos", "stop_token_ids", "user",
+                           "prompt_logprobs"})
 FIELDS = {False: FIELDS_COMMON | {"prompt", "echo"},
           True: FIELDS_COMMON | {"messages", "max_completion_tokens", "top_logprobs"}}
 # Fields vt does not implement, accepted only at the value that means "not used".
@@ -142,8 +149,9 @@ def parse_sampling(body: dict, chat: bool) -> Parsed:
     opts = opts or {}
     name = "max_completion_tokens" if chat and body.get("max_completion_tokens") is not None else "max_tokens"
     max_tokens = _get(body, name, (int,))
-    if max_tokens is not None and max_tokens < 1:
-        raise bad(f"{name}: must be at least 1, got {max_tokens}", name)
+    echo = False if chat else _get(body, "echo", (bool,), False)
+    if max_tokens is not None and max_tokens < (0 if echo else 1):  # echo with 0: the prompt alone, scored
+        raise bad(f"{name}: must be at least 1 (0 only with echo), got {max_tokens}", name)
     if chat:
         want = _get(body, "logprobs", (bool,), False)
         top = _get(body, "top_logprobs", (int,))
@@ -168,12 +176,18 @@ def parse_sampling(body: dict, chat: bool) -> Parsed:
             kw[field] = v
     if kw.get("temperature") is not None and kw["temperature"] < 0:
         raise bad(f"temperature: must be >= 0, got {kw['temperature']}", "temperature")
-    echo = False if chat else _get(body, "echo", (bool,), False)
+    prompt_logprobs = _get(body, "prompt_logprobs", (int,))  # vLLM's: the top-n of every prompt token
+    if prompt_logprobs is not None and not 0 <= prompt_logprobs <= MAX_LOGPROBS:
+        raise bad(f"prompt_logprobs: must be in [0, {MAX_LOGPROBS}], got {prompt_logprobs}", "prompt_logprobs")
     if echo and logprobs is not None:  # the prompt's tokens are scored as the completion's are
-        kw["prompt_logprobs"] = logprobs
+        prompt_logprobs = max(logprobs, prompt_logprobs or 0)
+    if prompt_logprobs is not None:
+        kw["prompt_logprobs"] = prompt_logprobs
     try:
-        params = SamplingParams(max_tokens=max_tokens, stop=stop or [], logprobs=logprobs, **kw)
+        # max_tokens 0 (echo): one token is drawn (the prompt's last logits are computed anyway) and not returned
+        params = SamplingParams(max_tokens=max_tokens or (1 if max_tokens == 0 else None), stop=stop or [],
+                                logprobs=logprobs, **kw)
     except (ConfigError, TypeError) as e:
         raise bad(str(e), str(e).split("=", 1)[0] if "=" in str(e) else None) from None
     return Parsed([], params, stream, bool(opts.get("include_usage")), bool(opts.get("continuous_usage_stats")),
-                  logprobs, max_tokens, chat, echo)
+                  logprobs, max_tokens, chat, echo, _get(body, "prompt_logprobs", (int,)))
