@@ -53,7 +53,7 @@ def _engine_kwargs(args: argparse.Namespace) -> dict:
               max_num_seqs=args.max_num_seqs, enforce_eager=args.enforce_eager, seed=args.seed, dtype=args.dtype,
               max_num_batched_tokens=args.max_num_batched_tokens, tensor_parallel_size=args.tensor_parallel_size,
               startup_capture={"auto": None, "on": True, "off": False}[args.startup_capture],
-              enable_prefix_caching=args.enable_prefix_caching)
+              enable_prefix_caching=args.enable_prefix_caching, chat_template=args.chat_template)
     if getattr(args, "speculative_model", None):
         kw.update(speculative_model=args.speculative_model, num_speculative_tokens=args.num_speculative_tokens)
     return kw
@@ -218,6 +218,8 @@ def _engine_args(p: argparse.ArgumentParser, max_model_len: int, num_blocks: int
                    help="capture every graph at start-up, never on a request's time (auto: on for CUDA)")
     p.add_argument("--enable-prefix-caching", action=argparse.BooleanOptionalAction, default=True,
                    help="share the KV of full prompt blocks across requests (vLLM's automatic prefix caching)")
+    p.add_argument("--chat-template", help="a Jinja chat template (a file's path, or the template itself) in place "
+                                           "of the checkpoint's")
     p.add_argument("--seed", type=int, default=0, help="engine seed, and the request seed for generate")
     p.add_argument("--dtype", default="auto", choices=["auto", "bfloat16", "float16", "float32"],
                    help="what weights and the KV cache are held in (GEMMs accumulate in float32): auto is the "

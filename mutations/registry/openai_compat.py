@@ -30,4 +30,10 @@ ENTRIES: list[Mutation] = [
         gates=(f"{ECHO}::test_the_prompt_tokens_logprobs_equal_transformers",
                f"{LM_EVAL}::test_lm_eval_through_vt_serve_equals_its_hf_model"),
     ),
+    Mutation(
+        id="chat-template-flag-ignored",
+        description="--chat-template is read and checked, then the checkpoint's template is used anyway",
+        file="vt/engine/front/llm_engine.py", old="        if cfg.chat_template is not None:\n", new="        if False:\n",
+        gates=("tests/server/test_chat_template.py::test_the_server_renders_chat_with_the_given_template",),
+    ),
 ]

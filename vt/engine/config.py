@@ -36,6 +36,7 @@ class EngineConfig:
     dtype: str = "auto"  # auto: the checkpoint's dtype on CUDA, float32 compute on the CPU (see resolve_dtype)
     tensor_parallel_size: int = 1  # ranks, one process and one device each (vt/engine/worker/tp.py)
     enable_prefix_caching: bool = True  # full prompt blocks shared across requests (vt/engine/core/kv_manager.py)
+    chat_template: str | None = None  # a Jinja template (its file's path or its text) in place of the checkpoint's
 
     def __post_init__(self) -> None:
         _need(isinstance(self.model, str) and bool(self.model), "model", self.model, "a model name or path")

@@ -15,6 +15,31 @@ def _raise(message: str) -> None:
     raise RequestError(f"chat template: {message}")
 
 
+def load_template(given: str) -> str:
+    """--chat-template: a file's path, or the template's text itself (as vLLM takes it); checked to compile now,
+    so a broken one is one line at start-up, not an error on every chat request."""
+    import os
+
+    from jinja2 import TemplateSyntaxError
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+    from vt.errors import ConfigError
+
+    text = given
+    if "{" not in given:  # no Jinja in it: a path
+        try:
+            with open(os.path.expanduser(given), encoding="utf-8") as f:
+                text = f.read()
+        except OSError as e:
+            raise ConfigError(f"chat_template={given!r}: cannot read it ({e.strerror or e}), and it is no template "
+                              f"text either") from None
+    try:
+        ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True).from_string(text)
+    except TemplateSyntaxError as e:
+        raise ConfigError(f"chat_template: not a valid Jinja template: {e.message} (line {e.lineno})") from None
+    return text
+
+
 def render(template: str | None, messages: Any, special_tokens: dict[str, str], add_generation_prompt: bool) -> str:
     from jinja2 import TemplateError
     from jinja2.sandbox import ImmutableSandboxedEnvironment

@@ -39,7 +39,12 @@ class LLMEngine:
             raise ConfigError(f"max_model_len={cfg.max_model_len}: must be <= the model's "
                               f"max_position_embeddings ({ckpt.config.max_position_embeddings})")
         self.tokenizer = ckpt.tokenizer
-        self.chat_template = ckpt.chat_template
+        if cfg.chat_template is not None:
+            from vt.engine.front.chat import load_template
+
+            self.chat_template: str | None = load_template(cfg.chat_template)
+        else:
+            self.chat_template = ckpt.chat_template
         self.special_tokens = _special_tokens(ckpt.tokenizer_config)
         self.generation_config = _generation_config(ckpt)
         self.eos_ids = ckpt.eos_ids
