@@ -47,8 +47,8 @@ ENTRIES: list[Mutation] = [
     Mutation(
         id="server-usage-counts-one-sample",
         description="usage counts the first sample's tokens only, whatever n is",
-        file="vt/server/app.py", old="completion = sum(len(c.token_ids) for out in outs for c in out.outputs)",
-        new="completion = sum(len(out.outputs[0].token_ids) for out in outs)",
+        file="vt/server/app.py", old="else sum(len(c.token_ids) for out in outs for c in out.outputs)",
+        new="else sum(len(out.outputs[0].token_ids) for out in outs)",
         gates=(f"{OAI}::test_n_samples_logprobs_stop_and_seed",),
     ),
     Mutation(

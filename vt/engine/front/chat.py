@@ -34,7 +34,7 @@ def load_template(given: str) -> str:
             raise ConfigError(f"chat_template={given!r}: cannot read it ({e.strerror or e}), and it is no template "
                               f"text either") from None
     try:
-        ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True).from_string(text)
+        ImmutableSandboxedEnvironment().parse(text)  # syntax only: render() sets the environment's options
     except TemplateSyntaxError as e:
         raise ConfigError(f"chat_template: not a valid Jinja template: {e.message} (line {e.lineno})") from None
     return text
