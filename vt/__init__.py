@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["LLM", "SamplingParams"]
+__all__ = ["LLM", "Logprob", "SamplingParams"]
 
 
 def __getattr__(name: str) -> Any:
@@ -13,6 +13,10 @@ def __getattr__(name: str) -> Any:
         from vt.engine.front.llm import LLM
 
         return LLM
+    if name == "Logprob":
+        from vt.engine.core.request import Logprob
+
+        return Logprob
     if name == "SamplingParams":
         from vt.engine.sample.params import SamplingParams
 

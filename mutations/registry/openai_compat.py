@@ -36,4 +36,11 @@ ENTRIES: list[Mutation] = [
         file="vt/engine/front/llm_engine.py", old="        if cfg.chat_template is not None:\n", new="        if False:\n",
         gates=("tests/server/test_chat_template.py::test_the_server_renders_chat_with_the_given_template",),
     ),
+    Mutation(
+        id="logprob-ranks-off-by-one",
+        description="the offline API's Logprob objects rank the likeliest token 0, not 1 as vLLM's do",
+        file="vt/engine/core/request.py", old="Logprob(v, r + 1 if r < n else None, decode(t))",
+        new="Logprob(v, r if r < n else None, decode(t))",
+        gates=("tests/engine/test_tokenizer_api.py::test_offline_logprobs_are_vllms_logprob_objects",),
+    ),
 ]

@@ -18,7 +18,7 @@ def llm() -> LLM:
 
 
 def test_every_prompt_shape_vllm_accepts_generates_the_same(llm: LLM) -> None:
-    ids = llm.get_tokenizer().encode("Hello world").ids
+    ids = llm.get_tokenizer().encode("Hello world")
     want = llm.generate("Hello world", SP)[0]
     assert want.outputs[0].token_ids and want.outputs[0].text == want.text, "non-vacuity: it generated"
     shapes = [["Hello world"], {"prompt": "Hello world"}, [{"prompt": "Hello world"}], ids, [ids],
@@ -148,8 +148,11 @@ def test_logprobs_are_the_models_log_softmax_as_transformers_computes_it(spec) -
         assert tok in lp and len(lp) in (3, 4), "the top 3 and the sampled token"
         assert set(np.argsort(-row)[:3]) <= set(lp), f"step {i}: the top-3 tokens"
         for t, v in lp.items():
-            assert abs(v - row[t]) < 1e-4, f"step {i} token {t}: {v} vs {row[t]}"
-    assert abs(c.cumulative_logprob - sum(lp[t] for t, lp in zip(c.token_ids, c.logprobs))) < 1e-9
+            assert abs(v.logprob - row[t]) < 1e-4, f"step {i} token {t}: {v} vs {row[t]}"
+        top = sorted(lp.values(), key=lambda v: -v.logprob)
+        assert [v.rank for v in top[:3]] == [1, 2, 3], "vLLM's Logprob: the top 3 ranked 1, 2, 3"
+        assert top[0].decoded_token == llm.get_tokenizer().decode([int(np.argmax(row))])
+    assert abs(c.cumulative_logprob - sum(lp[t].logprob for t, lp in zip(c.token_ids, c.logprobs))) < 1e-9
     if spec:
         assert llm.engine.runner.proposer.num_accepted > 0, "non-vacuity: accepted runs carried logprobs"
 
@@ -173,7 +176,7 @@ def test_prompt_logprobs_score_each_prompt_token_as_transformers_does() -> None:
         got, row = plp[j], lsm[j - 1]
         assert got is not None and prompt[j] in got and set(np.argsort(-row)[:2]) <= set(got), f"position {j}"
         for t, v in got.items():
-            assert abs(v - row[t]) < 1e-4, f"position {j} token {t}: {v} vs {row[t]}"
+            assert abs(v.logprob - row[t]) < 1e-4, f"position {j} token {t}: {v} vs {row[t]}"
     assert any(prompt[j] not in set(np.argsort(-lsm[j - 1])[:2]) for j in range(1, len(prompt))), (
         "non-vacuity: some prompt tokens are outside the top 2, so their own entry is really looked up")
     assert len(out.outputs) == 2

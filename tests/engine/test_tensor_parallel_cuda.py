@@ -25,7 +25,7 @@ def _gpus() -> int:
 
 def _first_logprob(out) -> float:
     c = out.outputs[0]
-    return float(c.logprobs[0][c.token_ids[0]])
+    return float(c.logprobs[0][c.token_ids[0]].logprob)
 
 
 needs_two = pytest.mark.skipif(_gpus() < 2, reason="needs two CUDA GPUs")

@@ -9,7 +9,8 @@ from vt.engine.front.chat import load_template
 from vt.errors import ConfigError
 from vt.server.serve import running_server
 
-TEMPLATE = "{% for m in messages %}<<{{ m.role }}:{{ m.content }}>>{% endfor %}{% if add_generation_prompt %}=>{% endif %}"
+TEMPLATE = ("{% for m in messages %}<<{{ m.role }}:{{ m.content }}>>{% endfor %}"
+            "{% if add_generation_prompt %}=>{% endif %}")
 
 
 def test_the_server_renders_chat_with_the_given_template(tmp_path) -> None:

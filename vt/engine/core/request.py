@@ -63,6 +63,22 @@ class Request:
 
 
 @dataclass(frozen=True, slots=True)
+class Logprob:
+    """vLLM's Logprob: a token's log probability, its rank among the vocabulary (1 the likeliest; None where vt
+    did not count it: a sampled or prompt token outside the top-n asked for) and its text."""
+
+    logprob: float
+    rank: int | None = None
+    decoded_token: str | None = None
+
+
+def logprob_objects(d: dict[int, float], n: int, decode: Any) -> dict[int, Logprob]:
+    """A {token id: logprob} of the top n (and the token itself, when outside them) as vLLM lays it out."""
+    ranked = sorted(d.items(), key=lambda kv: -kv[1])
+    return {t: Logprob(v, r + 1 if r < n else None, decode(t)) for r, (t, v) in enumerate(ranked)}
+
+
+@dataclass(frozen=True, slots=True)
 class CompletionOutput:
     """One completion of a request, as vLLM's: index, text, token_ids, cumulative_logprob, logprobs,
     finish_reason ("stop", "length", "error"; None while running) and stop_reason (the stop string or
@@ -132,6 +148,16 @@ class RequestOutput:
         return self.metrics.num_preemptions
 
     prompt_logprobs: list[dict[int, float] | None] | None = None
+
+    def with_logprob_objects(self, logprobs_n: int, prompt_n: int, decode: Any) -> RequestOutput:
+        """The same output with every {token id: float} as {token id: Logprob} (the offline API's, as vLLM's)."""
+        from dataclasses import replace
+
+        def conv(rows: list | None, n: int) -> list | None:
+            return None if rows is None else [None if d is None else logprob_objects(d, n, decode) for d in rows]
+
+        outs = [replace(c, logprobs=conv(c.logprobs, logprobs_n)) for c in self.outputs]
+        return replace(self, outputs=outs, prompt_logprobs=conv(self.prompt_logprobs, prompt_n))
 
     @classmethod
     def of(cls, r: Request) -> RequestOutput:

@@ -14,6 +14,7 @@ from typing import Any
 from vt.engine.config import EngineConfig
 from vt.engine.core.request import RequestOutput
 from vt.engine.front.llm_engine import LLMEngine
+from vt.engine.front.tokenizer import Tokenizer
 from vt.engine.sample.params import SamplingParams
 from vt.errors import RequestError
 
@@ -70,8 +71,10 @@ class LLM:
     def __init__(self, model: str, backend: str = "cpu", **kw: Any) -> None:
         self.engine = LLMEngine(EngineConfig(model=model, backend=backend, **kw))
 
-    def get_tokenizer(self) -> Any:
-        return self.engine.tokenizer
+    def get_tokenizer(self) -> Tokenizer:
+        """A tokenizer with the methods transformers users call (vt/engine/front/tokenizer.py)."""
+        e = self.engine
+        return Tokenizer(e.tokenizer, e.chat_template, e.special_tokens)
 
     def generate(self, prompts: Any, sampling_params: SamplingParams | Sequence[SamplingParams] | None = None,
                  use_tqdm: bool = False) -> list[RequestOutput]:
@@ -88,7 +91,13 @@ class LLM:
         with _progress(use_tqdm, len(reqs)) as advance:
             while self.engine.has_unfinished():
                 advance(sum(r.is_finished for r in self.engine.step()))
-        return [RequestOutput.of(r) for r in reqs]
+        tok = self.engine.tokenizer
+
+        def decode(t: int) -> str:
+            return tok.decode([t], skip_special_tokens=False)
+
+        return [RequestOutput.of(r).with_logprob_objects(r.params.logprobs or 0, r.params.prompt_logprobs or 0, decode)
+                for r in reqs]
 
     def chat(self, messages: Any, sampling_params: SamplingParams | Sequence[SamplingParams] | None = None,
              use_tqdm: bool = False, add_generation_prompt: bool = True,
