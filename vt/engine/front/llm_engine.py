@@ -50,6 +50,7 @@ class LLMEngine:
         self.eos_ids = ckpt.eos_ids
         self.vocab_size = ckpt.config.vocab_size
         self.dtype = resolve_dtype(cfg.dtype, ckpt.config.dtype, cfg.backend)
+        self._check_memory(ckpt)  # before any weight or KV block is allocated
         self.workers: Any = None
         self._close: Any = None  # the workers' shutdown, also run at exit
         if cfg.tensor_parallel_size > 1:
@@ -111,6 +112,18 @@ class LLMEngine:
                 self.workers.kill()
             self._close()
             self.workers = None
+
+    def _check_memory(self, ckpt: Any) -> None:
+        """The target's KV pool and weights against the backend's free memory (one rank's share under tensor
+        parallelism; a draft model's KV group is not counted yet)."""
+        from vt.dtypes import STORAGE
+        from vt.engine.memory import available_bytes, check_fits, kv_bytes_per_block, weight_bytes
+
+        cfg, itemsize = self.cfg, STORAGE[self.dtype].itemsize
+        tp = cfg.tensor_parallel_size
+        per_block = kv_bytes_per_block(ckpt.config, cfg.block_size, itemsize, tp)
+        available, where = available_bytes(cfg.backend)
+        check_fits(cfg.num_blocks, per_block, weight_bytes(ckpt.weights.infos, itemsize, tp), available, where)
 
     def _make_proposer(self, ckpt: Any, stream: Any) -> Any:
         from models.loader import load_checkpoint, resolve_model
