@@ -206,7 +206,8 @@ def _engine_args(p: argparse.ArgumentParser, max_model_len: int, num_blocks: int
     else:
         p.add_argument("--model", required=model == "required", help=what + (
             "; with no --base-url, a server on it is started" if model == "optional" else ""))
-    p.add_argument("--backend", default="cpu", help=f"one of {', '.join(BACKENDS)}")
+    p.add_argument("--backend", default="auto", help=f"one of {', '.join(BACKENDS)}, or auto: CUDA where CuPy sees a "
+                                                     f"GPU, else the CPU")
     p.add_argument("--max-model-len", type=int, default=max_model_len, help="longest prompt + output, in tokens")
     p.add_argument("--num-blocks", type=int, default=num_blocks, help="KV cache blocks (block size 16)")
     p.add_argument("--max-num-seqs", type=int, default=16, help="requests in one step at most")

@@ -28,5 +28,15 @@ def backend_class(name: str) -> Any:
                           f"(pip install 'vt[cuda]' on a machine with a CUDA GPU): {e}") from None
 
 
+def detect_backend() -> str:
+    """backend="auto": CUDA where CuPy sees a GPU, else the CPU."""
+    try:
+        import cupy
+
+        return "cuda" if cupy.cuda.runtime.getDeviceCount() > 0 else "cpu"
+    except Exception:  # noqa: BLE001 - no CuPy, no driver, no device: the CPU
+        return "cpu"
+
+
 def make_backend(name: str, **kw: Any) -> Any:
     return backend_class(name)(**kw)

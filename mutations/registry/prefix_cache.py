@@ -41,4 +41,11 @@ ENTRIES: list[Mutation] = [
         gates=("tests/engine/test_memory_check.py::test_the_boundary_is_exact_and_counts_the_weights",),
         expect="DID NOT RAISE",
     ),
+    Mutation(
+        id="backend-auto-ignores-the-gpu",
+        description="backend auto picks the CPU even where CuPy sees a GPU",
+        file="vt/registry.py", old='        return "cuda" if cupy.cuda.runtime.getDeviceCount() > 0 else "cpu"\n',
+        new='        return "cpu"\n',
+        gates=("tests/vt/test_backend_auto.py::test_auto_picks_cuda_only_where_cupy_sees_a_gpu[1-cuda]",),
+    ),
 ]

@@ -18,7 +18,7 @@ def _need(cond: bool, field: str, value: object, allowed: str) -> None:
 @dataclass(slots=True)
 class EngineConfig:
     model: str
-    backend: str = "cpu"
+    backend: str = "auto"  # cpu, cuda, or auto: CUDA where CuPy sees a GPU, else the CPU
     max_model_len: int = 2048
     num_blocks: int = 1024  # KV blocks in the pool
     block_size: int = 16
@@ -40,6 +40,10 @@ class EngineConfig:
 
     def __post_init__(self) -> None:
         _need(isinstance(self.model, str) and bool(self.model), "model", self.model, "a model name or path")
+        if self.backend == "auto":
+            from vt.registry import detect_backend
+
+            self.backend = detect_backend()
         _need(isinstance(self.seed, int) and 0 <= self.seed < 2**63, "seed", self.seed, "an int in [0, 2**63)")
         _need(self.dtype in DTYPES, "dtype", self.dtype, f"one of {', '.join(DTYPES)}")
         _need(self.startup_capture in (None, True, False), "startup_capture", self.startup_capture,

@@ -68,7 +68,7 @@ def parse_prompts(prompts: Any) -> list[str | list[int]]:
 class LLM:
     """Offline generation: `LLM(model="tiny-qwen3").generate(["Hello"], SamplingParams(max_tokens=8))`."""
 
-    def __init__(self, model: str, backend: str = "cpu", **kw: Any) -> None:
+    def __init__(self, model: str, backend: str = "auto", **kw: Any) -> None:
         self.engine = LLMEngine(EngineConfig(model=model, backend=backend, **kw))
 
     def get_tokenizer(self) -> Tokenizer:
