@@ -5,7 +5,7 @@
 from __future__ import annotations
 
 from mutations.model import Mutation
-from mutations.registry.gates import CONF, CPU, MODEL, SCOPE, h200_traces
+from mutations.registry.gates import CONF, CPU, MODEL, SCOPE
 
 ENTRIES: list[Mutation] = [
     Mutation(
@@ -66,21 +66,21 @@ ENTRIES: list[Mutation] = [
         new="    def _hold(self, owner: Any, key: int) -> None:\n        return\n",
         gates=(f"{MODEL}::test_a_kernels_arrays_are_pool_blocks_for_exactly_their_life",
                f"{MODEL}::test_a_capture_charges_temporaries_so_a_missing_pregrow_is_caught_on_the_cpu",
-               f"{MODEL}::test_replay_creates_nothing", *h200_traces("moe")),
+               f"{MODEL}::test_replay_creates_nothing", f"{MODEL}::test_a_reduction_draws_its_result_and_cubs_temp_storage_from_the_pool", f"{MODEL}::test_a_kernels_recorded_traffic_is_replayed_only_at_its_own_shapes"),
     ),
     Mutation(
         id="cpu-model-forgets-cub-scratch",
         description="the CPU model leaves out CUB's temp storage for segmented reductions",
         file="backends/cupy_model.py",
         old="    def cub_temp(self) -> None:\n", new="    def cub_temp(self) -> None:\n        return\n",
-        gates=h200_traces("moe"), expect="cpu vs h200",
+        gates=(f"{MODEL}::test_a_reduction_draws_its_result_and_cubs_temp_storage_from_the_pool",),
     ),
     Mutation(
         id="cpu-model-replay-keeps-blocks",
         description="a kernel's replayed plan takes its blocks and never gives them back",
         file="backends/cupy_model.py", old="                    self.backend.pool.put(blocks[n])\n", new="",
         # The leak also starves the captures in the same file: their pre-grown blocks never come back.
-        gates=(*h200_traces("moe"), f"{MODEL}::test_a_capture_charges_temporaries_so_a_missing_pregrow_is_caught_on_the_cpu",
+        gates=(f"{MODEL}::test_a_capture_charges_temporaries_so_a_missing_pregrow_is_caught_on_the_cpu",
                f"{MODEL}::test_replay_creates_nothing"),
     ),
     Mutation(
@@ -88,7 +88,7 @@ ENTRIES: list[Mutation] = [
         description="a kernel's recorded pool traffic is replayed at any shape, not only at the signature it was made at",
         file="backends/cupy_model.py", old="            parts.append((name, v.shape, v.dtype.str, v.strides))",
         new="            parts.append((name, v.dtype.str))",
-        gates=h200_traces("moe"), expect="cpu vs h200",
+        gates=(f"{MODEL}::test_a_kernels_recorded_traffic_is_replayed_only_at_its_own_shapes",),
     ),
     Mutation(
         id="cpu-capture-skips-shadow-run",

@@ -90,6 +90,34 @@ def test_replay_creates_nothing() -> None:
     np.testing.assert_array_equal(b.copy_d2h(out), eager)
 
 
+def _row_max(xp, x, out) -> None:
+    """One reduction along the last axis: its result array and CUB's temp storage, nothing else."""
+    out[...] = x.max(axis=-1)
+
+
+def test_a_reduction_draws_its_result_and_cubs_temp_storage_from_the_pool() -> None:
+    """Since the model's kernels are fused (none allocates), only the CuPy model's own tests hold it to CuPy."""
+    b = CpuBackend()
+    x, out = b.empty((8, 64), np.float32), b.empty((8,), np.float32)
+    b.copy_h2d(x, np.random.default_rng(1).standard_normal((8, 64), dtype=np.float32))
+    before = b.pool.stats()["hits"] + b.pool.stats()["misses"]
+    b.launch(_row_max, x, out, stream=b.new_stream())
+    gets = b.pool.stats()["hits"] + b.pool.stats()["misses"] - before
+    assert gets == 2, f"{gets} pool gets: the reduction's result and CUB's segmented-reduction scratch"
+    assert np.allclose(b.copy_d2h(out), b.copy_d2h(x).max(axis=-1)), "non-vacuity: it ran"
+
+
+def test_a_kernels_recorded_traffic_is_replayed_only_at_its_own_shapes() -> None:
+    b = CpuBackend()
+    s = b.new_stream()
+    for rows in (8, 8, 32):  # the second launch replays the first's plan; the third has other shapes
+        x, out = b.empty((rows, 64), np.float32), b.empty((rows, 64), np.float32)
+        b.copy_h2d(x, np.ones((rows, 64), np.float32))
+        b.attribution.bytes.clear()
+        b.launch(_norm, x, out, stream=s)
+        assert b.attribution.bytes.get("_norm", 0) >= rows * 64 * 4, f"{rows} rows: x * x alone is [{rows}, 64]"
+
+
 def first_difference(a: list, b: list) -> str:
     i = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
     return f"first difference at event {i} of {len(a)} / {len(b)}: {a[i:i + 3]} vs {b[i:i + 3]}"
