@@ -4,8 +4,6 @@ and the helpers and gate tuples several areas share. Nothing here is a mutation.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 POOL = "tests/vt/test_pool.py"
 CPU = "tests/backends/test_cpu_backend.py"
 CONF = "tests/vt/test_conformance.py"
@@ -59,14 +57,6 @@ def g8() -> tuple[str, ...]:
     """The speculative seam cases (target verify q=5 and draft q=1 keys)."""
     return tuple(f"{SEAMS}::test_G8_spec_keys_capture_nothing[{m}-q{q}-B{b}]"
                  for m in (*MODELS, "tiny-qwen3-draft") for q in (1, 5) for b in (1, 3, 8))
-
-
-def h200_traces(only: str = "") -> tuple[str, ...]:
-    """The CPU-lane replays of the pool traffic an H200 recorded (one per fixture; `only`: fixtures whose name
-    holds it, e.g. "moe": since the kernel library, only the MoE step makes CuPy temporaries at all)."""
-    data = Path(__file__).resolve().parents[2] / "tests" / "backends" / "data"  # parents[2]: the repo root
-    return tuple(f"{MODEL}::test_the_cpu_step_makes_the_pool_traffic_an_h200_recorded[{p.stem}]"
-                 for p in sorted(data.glob("cupy-trace-*.json")) if only in p.stem)
 
 
 def per_model(test: str, suffix: str = "") -> tuple[str, ...]:
