@@ -15,6 +15,23 @@ def has_cuda() -> bool:
         return False
 
 
+def _mutant_runs_do_not_shrink() -> None:
+    """Under the mutation runner a gate only has to go red: hypothesis stops at the first failing example instead
+    of shrinking it (which took a minute on some gates). Loaded before any test module builds its settings, so
+    every settings() inherits it; the test lane and the bypass and sanitizer lanes shrink as ever."""
+    import os
+
+    if not os.environ.get("VT_MUTATION_SANDBOX"):
+        return
+    from hypothesis import Phase, settings
+
+    settings.register_profile("mutant", phases=[Phase.explicit, Phase.reuse, Phase.generate])
+    settings.load_profile("mutant")
+
+
+_mutant_runs_do_not_shrink()
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     if has_cuda():
         return

@@ -91,5 +91,6 @@ class BatchMachine(RuleBasedStateMachine):
                 assert (b.block_table[row] == TRASH).all(), f"hole row {row} keeps a stale block table"
 
 
-BatchMachine.TestCase.settings = settings(max_examples=80, stateful_step_count=40, deadline=None)
+BatchMachine.TestCase.settings = settings(max_examples=80, stateful_step_count=40, deadline=None,
+                                           derandomize=True)  # the same runs every time: a stable gate
 TestInputBatchMachine = BatchMachine.TestCase

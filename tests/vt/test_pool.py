@@ -282,7 +282,8 @@ class PoolMachine(RuleBasedStateMachine):
         assert self.pool.stats()["blocks_in_use"] == len(self.live)
 
 
-PoolMachine.TestCase.settings = settings(max_examples=60, stateful_step_count=40, deadline=None)
+PoolMachine.TestCase.settings = settings(max_examples=60, stateful_step_count=40, deadline=None,
+                                          derandomize=True)  # the same runs every time: a stable gate
 TestPoolMachine = PoolMachine.TestCase
 
 
