@@ -275,8 +275,8 @@ def build_parser() -> argparse.ArgumentParser:
     srv.add_argument("--port", type=int, default=8000,
                      help="port to listen on (0: a free one, named in the first line)")
     srv.add_argument("--served-model-name", help="the model name clients use; unset: MODEL as given")
-    srv.add_argument("--api-key", help="clients of the /v1 routes must send 'Authorization: Bearer KEY' (default: "
-                                       "$VT_API_KEY; unset: no key)")
+    srv.add_argument("--api-key", help="clients of the /v1 routes must send 'Authorization: Bearer KEY' (unset: "
+                                       "$VT_API_KEY, else no key)")
     srv.set_defaults(fn=_serve)
     bench = sub.add_parser("bench", help="benchmarks", formatter_class=fmt)
     bsub = bench.add_subparsers(dest="bench_cmd", required=True, help="what to benchmark")

@@ -25,9 +25,13 @@ def weight_bytes(infos: dict[str, Any], itemsize: int, tp: int = 1) -> int:
 def available_bytes(backend: str) -> tuple[int, str]:
     """(bytes free now, where): the GPU's free memory on CUDA, the host's available memory on the CPU."""
     if backend == "cuda":
-        import cupy
+        try:
+            import cupy
 
-        return int(cupy.cuda.runtime.memGetInfo()[0]), "the GPU"
+            return int(cupy.cuda.runtime.memGetInfo()[0]), "the GPU"
+        except Exception as e:  # noqa: BLE001 - no CuPy, no driver, no device: the backend's own words
+            raise ConfigError(f"backend='cuda' needs CuPy with a CUDA GPU (pip install 'vt[cuda]'): "
+                              f"{type(e).__name__}: {e}") from None
     try:
         with open("/proc/meminfo") as f:
             for line in f:

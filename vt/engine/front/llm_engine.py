@@ -118,7 +118,6 @@ class LLMEngine:
         parallelism; a draft model's KV group is not counted yet)."""
         from vt.dtypes import STORAGE
         from vt.engine.memory import available_bytes, check_fits, kv_bytes_per_block, weight_bytes
-
         cfg, itemsize = self.cfg, STORAGE[self.dtype].itemsize
         tp = cfg.tensor_parallel_size
         per_block = kv_bytes_per_block(ckpt.config, cfg.block_size, itemsize, tp)
