@@ -102,13 +102,14 @@ SPEC_PROPOSAL_GATES = tuple(f"{SPEC}::{t}" for t in (
 STREAMS = "tests/backends/test_stream_order.py"
 ENGINE_STREAMS = "tests/engine/test_engine_streams.py"
 TP = "tests/engine/test_tensor_parallel.py"
+TP4 = "tests/engine/test_tp4.py"
 TP_SHARDS = "tests/engine/test_tp_shards.py"
 TP_DEATH = "tests/engine/test_tp_death.py"
 TP_SEAMS = "tests/seams/test_tp_seams.py"
 TP_SERVE = "tests/server/test_tp_serve.py"
 TP_MODELS = ("tiny-qwen3", "tiny-qwen3-moe", "qwen2", "llama3", "qwen2-mqa")
 TP_EQUALITY = (*(f"{TP}::test_tp2_generates_the_tokens_tp1_does[{n}]" for n in TP_MODELS),
-               f"{TP}::test_tp4_replicates_the_kv_heads_and_generates_the_tokens_tp1_does")
+               f"{TP4}::test_tp4_replicates_the_kv_heads_and_generates_the_tokens_tp1_does")
 PIECES = "tests/seams/test_piecewise_seams.py"
 PIECE_STEPS = ("one-5", "two-40", "chunk-at-32")
 PIECE_SEAMS = tuple(f"{PIECES}::test_P1_a_buckets_capture_allocates_nothing_after_drain[{m}-{s}]"

@@ -28,6 +28,7 @@ ENTRIES: list[Mutation] = [
                     "loglikelihoods all read 0",
         file="vt/server/protocol.py", old="    if echo and logprobs is not None:", new="    if False:",
         gates=(f"{ECHO}::test_the_prompt_tokens_logprobs_equal_transformers",
+               f"{ECHO}::test_echo_with_max_tokens_0_answers_the_prompt_alone_scored",
                f"{LM_EVAL}::test_lm_eval_through_vt_serve_equals_its_hf_model"),
     ),
     Mutation(

@@ -13,7 +13,7 @@ from mutations.registry.gates import (
     RULE,
     STREAM_POLICIES,
     STREAMS,
-    TP,
+    TP4,
     TP_DEATH,
     TP_EQUALITY,
     TP_SEAMS,
@@ -54,7 +54,7 @@ ENTRIES: list[Mutation] = [
                     "its query heads read",
         file="vt/parallel.py", old="        return self.rank * num_kv_heads // self.size, 1\n",
         new="        return self.rank % num_kv_heads, 1\n",
-        gates=(f"{TP}::test_tp4_replicates_the_kv_heads_and_generates_the_tokens_tp1_does",
+        gates=(f"{TP4}::test_tp4_replicates_the_kv_heads_and_generates_the_tokens_tp1_does",
                f"{TP_SHARDS}::test_the_ranks_slices_tile_every_tensor[tiny-qwen3-4]"),
     ),
     Mutation(

@@ -13,8 +13,9 @@ from vt import LLM, SamplingParams
 pytestmark = pytest.mark.skipif(is_bypass_lane(), reason=GRAPHS_REASON)
 
 # Prompts that reach every bucket: short and long (past 256 tokens, the widest table and the largest
-# prefill bucket), a budget that chunks the longest, and up to four decoding rows at once.
-PROMPTS = [list(range(3, 3 + n)) for n in (5, 40, 300, 17, 130, 420)]
+# prefill bucket), a budget that chunks the longest, and up to four decoding rows at once. Each starts with its
+# own token, so none is served from another's cached prefix (which would shrink its steps below the buckets).
+PROMPTS = [[100 + i] + list(range(3, 2 + n)) for i, n in enumerate((5, 40, 300, 17, 130, 420))]
 KW = dict(max_model_len=512, num_blocks=160, max_num_seqs=4, max_num_batched_tokens=512)
 
 

@@ -10,28 +10,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from vt.engine.front.llm import LLM
-from vt.engine.sample.params import SamplingParams
+from tests.engine.tp_rig import PROMPTS
+from tests.engine.tp_rig import generate as _generate
 
 pytest.importorskip("torch.distributed")
-
-PROMPTS = [{"prompt_token_ids": [5 + i, 17, 99, 3 * i + 1] * (3 + i)} for i in range(4)]
-GREEDY = SamplingParams(max_tokens=16, temperature=0.0, ignore_eos=True, logprobs=1)
-KW = dict(max_model_len=128, num_blocks=64, max_num_batched_tokens=32)  # chunked prefills and mixed steps too
 
 
 @pytest.fixture(scope="module")
 def hf_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("hf-tp")
-
-
-def _generate(model: str, tp: int) -> tuple[list[list[int]], list[float]]:
-    llm = LLM(model, tensor_parallel_size=tp, **KW)
-    try:
-        outs = llm.generate(PROMPTS, GREEDY)
-    finally:
-        llm.engine.close()
-    return [o.outputs[0].token_ids for o in outs], [o.outputs[0].cumulative_logprob for o in outs]
 
 
 def _model(name: str, hf_root: Path) -> str:
@@ -50,11 +37,3 @@ def test_tp2_generates_the_tokens_tp1_does(name: str, hf_root: Path) -> None:
     assert two == one, "TP = 2 and TP = 1 generate the same greedy tokens"
     np.testing.assert_allclose(lp_two, lp_one, rtol=0, atol=1e-3)
     assert len({tuple(t) for t in one}) == len(PROMPTS), "non-vacuity: the prompts generate different tokens"
-
-
-def test_tp4_replicates_the_kv_heads_and_generates_the_tokens_tp1_does() -> None:
-    """tiny-qwen3 has 2 KV heads for 4 query heads: over 4 ranks each rank keeps the KV head its query head
-    reads (ranks 0 and 1 head 0, ranks 2 and 3 head 1)."""
-    one, _ = _generate("tiny-qwen3", 1)
-    four, _ = _generate("tiny-qwen3", 4)
-    assert four == one, "TP = 4 and TP = 1 generate the same greedy tokens"

@@ -22,16 +22,16 @@ def weight_bytes(infos: dict[str, Any], itemsize: int, tp: int = 1) -> int:
     return sum(math.prod(info.shape) for info in infos.values()) * itemsize // tp
 
 
-def available_bytes(backend: str) -> tuple[int, str]:
-    """(bytes free now, where): the GPU's free memory on CUDA, the host's available memory on the CPU."""
+def available_bytes(backend: str) -> tuple[int, str] | None:
+    """(bytes free now, where): the GPU's free memory on CUDA, the host's available memory on the CPU; None when
+    CUDA cannot be asked (no CuPy, no driver: the CUDA backend explains that, in one place)."""
     if backend == "cuda":
         try:
             import cupy
 
             return int(cupy.cuda.runtime.memGetInfo()[0]), "the GPU"
-        except Exception as e:  # noqa: BLE001 - no CuPy, no driver, no device: the backend's own words
-            raise ConfigError(f"backend='cuda' needs CuPy with a CUDA GPU (pip install 'vt[cuda]'): "
-                              f"{type(e).__name__}: {e}") from None
+        except Exception:  # noqa: BLE001 - see the docstring
+            return None
     try:
         with open("/proc/meminfo") as f:
             for line in f:

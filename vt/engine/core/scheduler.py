@@ -82,8 +82,9 @@ class Scheduler:
         if req.siblings is None or req.output_ids:
             return None
         ids = {s.id for s in req.siblings}
-        return next((r.req_id for r in out.new_reqs if r.req_id in ids and r.fork_of is None
-                     and len(r.token_ids) == r.num_prompt_tokens == out.num_scheduled_tokens[r.req_id]), None)
+        return next((r.req_id for r in out.new_reqs if r.req_id in ids and r.fork_of is None  # its whole prompt
+                     and len(r.token_ids) == r.num_prompt_tokens == r.num_cached + out.num_scheduled_tokens[r.req_id]),
+                    None)
 
     def _admit(self, out: SchedulerOutput, budget: int) -> None:
         while self.waiting and len(self.running) < self.cfg.max_num_seqs:

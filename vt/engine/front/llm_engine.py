@@ -121,8 +121,9 @@ class LLMEngine:
         cfg, itemsize = self.cfg, STORAGE[self.dtype].itemsize
         tp = cfg.tensor_parallel_size
         per_block = kv_bytes_per_block(ckpt.config, cfg.block_size, itemsize, tp)
-        available, where = available_bytes(cfg.backend)
-        check_fits(cfg.num_blocks, per_block, weight_bytes(ckpt.weights.infos, itemsize, tp), available, where)
+        free = available_bytes(cfg.backend)
+        if free is not None:
+            check_fits(cfg.num_blocks, per_block, weight_bytes(ckpt.weights.infos, itemsize, tp), *free)
 
     def _make_proposer(self, ckpt: Any, stream: Any) -> Any:
         from models.loader import load_checkpoint, resolve_model
