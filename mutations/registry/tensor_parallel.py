@@ -101,7 +101,7 @@ ENTRIES: list[Mutation] = [
         id="tp-death-unexplained",
         description="a step that fails because a worker died raises the raw socket error, not WorkerDied",
         file="vt/engine/front/llm_engine.py", old="            raise self.workers.explain(e) from e\n", new="            raise\n",
-        gates=(f"{TP_DEATH}::test_a_killed_worker_fails_the_engine_within_bounded_time_by_name",),
+        gates=("tests/engine/test_tp_explain.py::test_a_failed_step_raises_the_workers_explanation_not_the_socket_error",),
     ),
     Mutation(
         id="serve-ignores-dead-engine",
