@@ -47,6 +47,13 @@ def test_detokenize_refuses_what_is_not_token_ids(served, body: dict) -> None:
     assert r.status_code == 400 and r.json()["error"]["param"] == "tokens", r.text
 
 
+@pytest.mark.parametrize("body", [{"messages": "hi"}, {"messages": [{"content": "no role"}]}, {"prompt": 5},
+                                  {"prompt": "x", "add_special_tokens": "yes"}])
+def test_tokenize_refuses_bad_input_with_a_400(served, body: dict) -> None:
+    r = httpx.post(served[1] + "/tokenize", json=body, timeout=30)
+    assert r.status_code == 400 and r.json()["error"]["message"], r.text
+
+
 def test_version(served) -> None:
     r = httpx.get(served[1] + "/version", timeout=30)
     assert r.status_code == 200 and isinstance(r.json()["version"], str) and r.json()["version"]

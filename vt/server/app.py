@@ -99,8 +99,11 @@ class Server:
             if "messages" in body:
                 from vt.engine.front.chat import render
 
-                text = render(e.chat_template, parse_messages(body), e.special_tokens,
-                              bool(body.get("add_generation_prompt", True)))
+                try:
+                    text = render(e.chat_template, parse_messages(body), e.special_tokens,
+                                  bool(body.get("add_generation_prompt", True)))
+                except RequestError as err:  # messages the template cannot render: the client's to fix
+                    raise bad(str(err), "messages") from None
                 ids = e.tokenizer.encode(text, add_special_tokens=False).ids
             else:
                 prompt = body.get("prompt")
