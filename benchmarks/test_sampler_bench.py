@@ -46,6 +46,9 @@ def _logits(batch: int) -> np.ndarray:
     return (np.random.default_rng(batch).standard_normal((batch, VOCAB)) * 3).astype(np.float32)
 
 
+OUT_IDS = 8  # DeviceRows.t: logits, fparams, iparams, hist, hist_raw, bias ids / values / raw, out_ids, logprobs
+
+
 class DeviceRows:
     """The sampler's device tensors for one batch, staged once (a decode step restages only params)."""
 
@@ -53,7 +56,8 @@ class DeviceRows:
         b = self.backend = make_backend(backend)
         rows = pack([RowSpec(**params, seed=i, counter=0) for i in range(batch)], batch, 1)
         shapes = [((batch, VOCAB), np.float32), ((batch, NF), np.float32), ((batch, NI), np.int64),
-                  ((batch, 1), np.int64), ((batch, 1), np.float32), ((batch,), np.int64),
+                  ((batch, 1), np.int64), ((batch, 1), np.float32), ((batch, 1), np.int64), ((batch, 1), np.float32),
+                  ((batch, 1), np.float32), ((batch,), np.int64),
                   ((batch, NLP), np.float32), ((batch, NLP), np.int64)]
         self.t = [b.empty(s, d) for s, d in shapes]
         self.host_logits = _logits(batch)
@@ -64,7 +68,7 @@ class DeviceRows:
         b = self.backend
         b.copy_h2d(self.t[0], self.host_logits)  # the forward's output (the sampler penalizes in place)
         b.launch(sample_tokens, *self.t)
-        return b.copy_d2h(self.t[5])
+        return b.copy_d2h(self.t[OUT_IDS])
 
 
 @pytest.mark.parametrize("batch", BATCHES)
@@ -110,7 +114,7 @@ def test_after_batched_sampler_cuda_graph(benchmark, params: str, batch: int) ->
     def step() -> np.ndarray:
         scope.graph.replay(stream)  # type: ignore[union-attr]
         with b.use_stream(stream):
-            return b.copy_d2h(rows.t[5])
+            return b.copy_d2h(rows.t[OUT_IDS])
 
     benchmark.group = f"sampling {params} B={batch}"
     ids = benchmark(step)

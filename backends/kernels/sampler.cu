@@ -5,7 +5,8 @@
 // fixed-point integers, so every sum (and so every decision) is the same whatever order threads add in.
 // It allocates nothing: it runs inside a captured decode graph. The row layout comes from the binding
 // (backends/kernels/sampler.py) as macros: VT_NF floats and VT_NI ints per row, the first VT_NFI ints
-// named fields and the rest banned ids, VT_NLP logprob slots.
+// named fields and the rest banned ids, VT_NLP logprob slots. A row's logit bias (and allowed tokens) is
+// W (token, bias) pairs; the raw logits of those tokens are kept in bias_raw for the sampled token's logprob.
 typedef unsigned long long u64;
 typedef unsigned int u32;
 #define T VT_SAMPLER_THREADS
@@ -128,8 +129,9 @@ __device__ u32 radix_select(const float* row, int V, const Filter& f, u64 want, 
 }
 
 extern "C" __global__ void vt_sample(float* logits, const float* fparams, const long long* iparams,
-                                     const long long* hist, float* hist_raw, long long* out_ids,
-                                     float* lp_vals, long long* lp_ids, int V, int L) {
+                                     const long long* hist, float* hist_raw, const long long* bias_ids,
+                                     const float* bias_vals, float* bias_raw, long long* out_ids,
+                                     float* lp_vals, long long* lp_ids, int V, int L, int W) {
     __shared__ float shf[T];
     __shared__ int shi[T];
     __shared__ u64 shu[T];
@@ -147,6 +149,9 @@ extern "C" __global__ void vt_sample(float* logits, const float* fparams, const 
     const long long top_k = ip[2];
     const int num_prompt = (int)ip[3], num_hist = (int)ip[4], num_lp = (int)ip[5], num_banned = (int)ip[6];
     const long long forced = ip[7];
+    const int num_bias = forced < 0 ? (int)ip[8] : 0, allowed = (int)ip[9];  // a forced row scores raw logits
+    const long long* bi = bias_ids + (long long)r * W;
+    float* br = bias_raw + (long long)r * W;
 
     int bad = 0;
     for (int i = tid; i < V; i += T) bad |= !isfinite(row[i]);
@@ -195,6 +200,17 @@ extern "C" __global__ void vt_sample(float* logits, const float* fparams, const 
         }
     }
 
+    if (num_bias > 0) {  // vLLM's order: allowed_token_ids, then logit_bias, both before penalties and filters
+        const float* bv = bias_vals + (long long)r * W;
+        for (int j = tid; j < num_bias; j += T) br[j] = row[bi[j]];
+        __syncthreads();
+        if (allowed) {
+            for (int i = tid; i < V; i += T) row[i] = -VT_INF;
+            __syncthreads();
+        }
+        for (int j = tid; j < num_bias; j += T) row[bi[j]] = __fadd_rn(br[j], bv[j]);
+        __syncthreads();
+    }
     if (num_hist > 0) {  // penalties: every history token's raw value saved, then one write per distinct token
         for (int j = tid; j < num_hist; j += T) hr[j] = row[h[j]];
         __syncthreads();
@@ -261,6 +277,7 @@ extern "C" __global__ void vt_sample(float* logits, const float* fparams, const 
         if (num_lp > 0) {  // the sampled token's raw logit: saved if the penalties changed it
             float raw = row[tok];
             for (int j = 0; j < num_hist; j++) if (h[j] == tok) { raw = hr[j]; break; }
+            for (int j = 0; j < num_bias; j++) if (bi[j] == tok) { raw = br[j]; break; }  // before the bias too
             lp_ids[r * NLP + NLP - 1] = tok; lp_vals[r * NLP + NLP - 1] = raw - lse;
         }
     }

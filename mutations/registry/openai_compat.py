@@ -1,4 +1,5 @@
-"""Compatibility with evaluation harnesses and OpenAI clients (issue 31): echo, the API key."""
+"""Compatibility with evaluation harnesses and OpenAI clients (issue 31): echo, the API key, logit_bias and
+allowed_token_ids on the device sampler (issue 29)."""
 
 from __future__ import annotations
 
@@ -7,8 +8,50 @@ from mutations.model import Mutation
 ECHO = "tests/server/test_echo.py"
 ROUTES = "tests/server/test_vllm_routes.py"
 LM_EVAL = "tests/server/test_lm_eval.py"
+BIAS = "tests/engine/test_logit_bias.py"
+REFUSE = "tests/server/test_refusals.py"
 
 ENTRIES: list[Mutation] = [
+    Mutation(
+        id="logit-bias-after-the-filters",
+        description="the filters (top-k, top-p, min-p) choose their tokens from the unbiased logits: logit_bias "
+                    "applied after them instead of before",
+        file="vt/engine/sample/sampler.py",
+        old="        idx, w = support((logits[r] / F32(temp[r])).astype(F32),",
+        new="        pre = logits[r].copy()\n        pre[bias_ids[r, : num_bias[r]]] -= bias_vals[r, : num_bias[r]]\n"
+            "        idx, w = support((pre / F32(temp[r])).astype(F32),",
+        gates=(f"{BIAS}::test_the_bias_is_added_before_the_filters[cpu]",),
+    ),
+    Mutation(
+        id="allowed-token-ids-ignored",
+        description="allowed_token_ids is staged and never applied: every token stays drawable",
+        file="vt/engine/sample/sampler.py", old="    if allowed:\n        row[:] = -np.inf\n",
+        new="    if False:\n        row[:] = -np.inf\n",
+        gates=(f"{BIAS}::test_allowed_token_ids_are_the_whole_support[cpu]",
+               f"{BIAS}::test_allowed_token_ids_bound_every_sampled_token"),
+    ),
+    Mutation(
+        id="logit-bias-dropped-by-the-server",
+        description="the server parses and checks logit_bias, then never hands it to the engine",
+        file="vt/server/protocol.py", old='        kw["logit_bias"] = logit_bias\n', new="        pass\n",
+        gates=(f"{REFUSE}::test_logit_bias_reaches_the_sampler_on_both_endpoints",
+               f"{REFUSE}::test_a_bad_logit_bias_is_a_400_naming_it[outside-the-vocabulary]"),
+    ),
+    Mutation(
+        id="cuda-allowed-token-ids-ignored",
+        description="the CUDA sampler never masks the tokens allowed_token_ids leaves out",
+        file="backends/kernels/sampler.cu", old="        if (allowed) {", new="        if (false) {", needs_gpu=True,
+        gates=(f"{BIAS}::test_allowed_token_ids_are_the_whole_support[cuda]",
+               f"{BIAS}::test_the_cuda_sampler_biases_as_the_numpy_reference_at_a_real_vocabulary"),
+    ),
+    Mutation(
+        id="cuda-biased-token-logprob-from-the-biased-logit",
+        description="the CUDA sampler reports a biased token's logprob from its biased logit, not the model's",
+        file="backends/kernels/sampler.cu",
+        old="            for (int j = 0; j < num_bias; j++) if (bi[j] == tok) { raw = br[j]; break; }", new="", needs_gpu=True,
+        gates=(f"{BIAS}::test_logprobs_are_the_models_whatever_the_bias[cuda]",
+               f"{BIAS}::test_the_cuda_sampler_biases_as_the_numpy_reference_at_a_real_vocabulary"),
+    ),
     Mutation(
         id="echo-drops-the-prompt",
         description="echo without logprobs returns the completion alone, not the prompt before it",

@@ -28,15 +28,19 @@ def run_sampler(backend: str, logits: np.ndarray, specs: list[RowSpec]) -> Sampl
     n, V = logits.shape
     width = max([len(s.history) for s in specs if s.history is not None] or [1])
     rows = pack(specs, n, width)
+    bw = rows.bias_ids.shape[1] if rows.bias_ids is not None else 1
     t = [b.empty(shape, dt) for shape, dt in (((n, V), np.float32), ((n, NF), np.float32), ((n, NI), np.int64),
-                                               ((n, width), np.int64), ((n, width), np.float32), ((n,), np.int64),
+                                               ((n, width), np.int64), ((n, width), np.float32), ((n, bw), np.int64),
+                                               ((n, bw), np.float32), ((n, bw), np.float32), ((n,), np.int64),
                                                ((n, NLP), np.float32), ((n, NLP), np.int64))]
     b.copy_h2d(t[0], logits.astype(np.float32))
     b.copy_h2d(t[1], rows.fparams)
     b.copy_h2d(t[2], rows.iparams)
     b.copy_h2d(t[3], rows.hist if rows.hist is not None else np.zeros((n, width), np.int64))
+    b.copy_h2d(t[5], rows.bias_ids if rows.bias_ids is not None else np.zeros((n, bw), np.int64))
+    b.copy_h2d(t[6], rows.bias_vals if rows.bias_vals is not None else np.zeros((n, bw), np.float32))
     b.launch(sample_tokens, *t)
-    out = Sampled(*(b.copy_d2h(t[i]) for i in (5, 0, 6, 7)))
+    out = Sampled(*(b.copy_d2h(t[i]) for i in (8, 0, 9, 10)))
     for x in t:
         b.free(x.buffer)
     return out

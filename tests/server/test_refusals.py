@@ -26,10 +26,9 @@ def client(served):
     return openai.OpenAI(base_url=served[1] + "/v1", api_key="unused", max_retries=0)
 
 
-COMPLETION_REFUSALS = {"suffix": "and then", "logit_bias": {"5": 10}, "best_of": 3,
-                       "temprature": 0.5}  # the last: a typo, not a field at all
+COMPLETION_REFUSALS = {"suffix": "and then", "best_of": 3, "temprature": 0.5}  # the last: a typo, not a field at all
 CHAT_REFUSALS = {"tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}],
-                 "response_format": {"type": "json_object"}, "logit_bias": {"5": 10}, "prompt": "Hi", "echo": True}
+                 "response_format": {"type": "json_object"}, "prompt": "Hi", "echo": True}
 
 
 @pytest.mark.parametrize("field", list(COMPLETION_REFUSALS))
@@ -58,6 +57,38 @@ def test_the_values_that_mean_not_used_are_accepted(client) -> None:
     chat = client.chat.completions.create(model=MODEL, messages=MSGS, max_tokens=2,  # type: ignore[arg-type]
                                           response_format={"type": "text"})
     assert chat.choices[0].message is not None
+
+
+def detokenize(url: str, tokens: list[int]) -> str:
+    return httpx.post(url + "/detokenize", json={"model": MODEL, "tokens": tokens}, timeout=30).json()["prompt"]
+
+
+def test_logit_bias_reaches_the_sampler_on_both_endpoints(served, client) -> None:
+    """OpenAI's logit_bias (string keys) on completions and chat: +100 on a token makes greedy emit it every
+    step; vLLM's allowed_token_ids bounds the draws."""
+    url = served[1]
+    plain = client.completions.create(model=MODEL, prompt=[5, 6, 7], max_tokens=4, temperature=0).choices[0].text
+    tok = 300
+    biased = client.completions.create(model=MODEL, prompt=[5, 6, 7], max_tokens=4, temperature=0,
+                                       logit_bias={str(tok): 100}).choices[0].text
+    assert biased == detokenize(url, [tok] * 4) != plain, (biased, plain)
+    chat = client.chat.completions.create(model=MODEL, messages=MSGS, max_tokens=3, temperature=0,  # type: ignore[arg-type]
+                                          logit_bias={str(tok): 100})
+    assert chat.choices[0].message.content == detokenize(url, [tok] * 3)
+    allowed = [300, 301]
+    texts = {detokenize(url, [a, b, c]) for a in allowed for b in allowed for c in allowed}
+    drawn = client.completions.create(model=MODEL, prompt=[5, 6, 7], max_tokens=3, temperature=1.0, seed=1, n=4,
+                                      extra_body={"allowed_token_ids": allowed, "ignore_eos": True})
+    assert all(c.text in texts for c in drawn.choices), [c.text for c in drawn.choices]
+
+
+@pytest.mark.parametrize("bias", [{"5": 101}, {"five": 1}, {"5": "x"}, {str(10**7): 1.0}],
+                         ids=["out-of-range", "not-a-token-id", "not-a-number", "outside-the-vocabulary"])
+def test_a_bad_logit_bias_is_a_400_naming_it(client, bias: dict) -> None:
+    with pytest.raises(openai.BadRequestError) as e:
+        client.completions.create(model=MODEL, prompt="Hi", max_tokens=2, logit_bias=bias)  # type: ignore[arg-type]
+    err = e.value.body
+    assert isinstance(err, dict) and "logit_bias" in err.get("message", ""), err
 
 
 @pytest.mark.parametrize("depth", [200, 100_000], ids=["deep", "200-kb-of-brackets"])

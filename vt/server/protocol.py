@@ -112,11 +112,11 @@ def parse_messages(body: dict) -> list[dict[str, str]]:
 FIELDS_COMMON = frozenset({"model", "stream", "stream_options", "max_tokens", "logprobs", "stop", "temperature",
                            "top_p", "top_k", "min_p", "seed", "n", "presence_penalty", "frequency_penalty",
                            "repetition_penalty", "min_tokens", "ignore_eos", "stop_token_ids", "user",
-                           "prompt_logprobs"})
+                           "prompt_logprobs", "logit_bias", "allowed_token_ids"})
 FIELDS = {False: FIELDS_COMMON | {"prompt", "echo"},
           True: FIELDS_COMMON | {"messages", "max_completion_tokens", "top_logprobs"}}
 # Fields vt does not implement, accepted only at the value that means "not used".
-NO_OP = {"echo": (False,), "suffix": ("",), "logit_bias": ({},), "tools": ([],), "tool_choice": ("none",),
+NO_OP = {"echo": (False,), "suffix": ("",), "tools": ([],), "tool_choice": ("none",),
          "response_format": ({"type": "text"},), "parallel_tool_calls": (False, True)}
 
 
@@ -136,7 +136,23 @@ def check_fields(body: dict, chat: bool) -> None:
 
 
 KNOWN_UNSUPPORTED = frozenset({"functions", "function_call", "audio", "modalities", "prediction", "store", "metadata",
-                               "service_tier", "reasoning_effort", "web_search_options", "logit_bias", "echo"})
+                               "service_tier", "reasoning_effort", "web_search_options", "echo"})
+MAX_BIAS = 100.0  # OpenAI's range for a logit_bias value
+
+
+def parse_logit_bias(body: dict) -> dict[int, float] | None:
+    """OpenAI's logit_bias: {"token id": bias in [-100, 100]}; the keys are JSON strings of token ids."""
+    lb = _get(body, "logit_bias", (dict,))
+    if lb is None:
+        return None
+    out = {}
+    for key, v in lb.items():
+        if not (isinstance(key, str) and key.isdecimal() and key.isascii()):
+            raise bad(f"logit_bias: keys must be token ids, got {key!r}", "logit_bias")
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not -MAX_BIAS <= v <= MAX_BIAS:
+            raise bad(f"logit_bias[{key!r}]: must be a number in [-100, 100], got {v!r}", "logit_bias")
+        out[int(key)] = float(v)
+    return out
 
 
 def parse_sampling(body: dict, chat: bool) -> Parsed:
@@ -170,7 +186,8 @@ def parse_sampling(body: dict, chat: bool) -> Parsed:
     for field, kinds in (("temperature", (int, float)), ("top_p", (int, float)), ("top_k", (int,)),
                          ("min_p", (int, float)), ("seed", (int,)), ("n", (int,)), ("presence_penalty", (int, float)),
                          ("frequency_penalty", (int, float)), ("repetition_penalty", (int, float)),
-                         ("min_tokens", (int,)), ("ignore_eos", (bool,)), ("stop_token_ids", (list,))):
+                         ("min_tokens", (int,)), ("ignore_eos", (bool,)), ("stop_token_ids", (list,)),
+                         ("allowed_token_ids", (list,))):
         v = _get(body, field, kinds)
         if v is not None:
             kw[field] = v
@@ -183,6 +200,8 @@ def parse_sampling(body: dict, chat: bool) -> Parsed:
         prompt_logprobs = max(logprobs, prompt_logprobs or 0)
     if prompt_logprobs is not None:
         kw["prompt_logprobs"] = prompt_logprobs
+    if (logit_bias := parse_logit_bias(body)) is not None:
+        kw["logit_bias"] = logit_bias
     try:
         # max_tokens 0 (echo): one token is drawn (the prompt's last logits are computed anyway) and not returned
         params = SamplingParams(max_tokens=max_tokens or (1 if max_tokens == 0 else None), stop=stop or [],

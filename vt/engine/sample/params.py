@@ -7,6 +7,7 @@ is validated like SamplingParams: a bad value is named, never carried into a req
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -36,6 +37,8 @@ class SamplingParams:
     repetition_penalty: float = 1.0  # > 1 discourages any token of the prompt or the output (HF's rule)
     presence_penalty: float = 0.0  # subtracted once from each token the output holds (OpenAI's rule)
     frequency_penalty: float = 0.0  # subtracted per occurrence in the output (OpenAI's rule)
+    logit_bias: dict[int, float] | None = None  # token id -> added to its logit before penalties and filters
+    allowed_token_ids: list[int] | None = None  # only these may be drawn (vLLM's field)
 
     def __post_init__(self) -> None:
         if isinstance(self.stop, str):
@@ -81,6 +84,23 @@ class SamplingParams:
             raise ConfigError(f"min_tokens={mn!r}: must be an int in [0, max_tokens]")
         if any(isinstance(t, bool) or not isinstance(t, int) or t < 0 for t in self.stop_token_ids):
             raise ConfigError(f"stop_token_ids={self.stop_token_ids!r}: must be token ids (ints >= 0)")
+        self._check_bias()
+
+    def _check_bias(self) -> None:
+        from vt.engine.sample.sampler import MAX_BIASED
+
+        lb, allowed = self.logit_bias, self.allowed_token_ids
+        if lb is not None and (not isinstance(lb, dict) or any(
+                isinstance(t, bool) or not isinstance(t, int) or t < 0 or isinstance(v, bool)
+                or not isinstance(v, (int, float)) or not math.isfinite(v) for t, v in lb.items())):
+            raise ConfigError(f"logit_bias={lb!r}: must map token ids (ints >= 0) to finite numbers")
+        if allowed is not None and (not isinstance(allowed, list) or not allowed or any(
+                isinstance(t, bool) or not isinstance(t, int) or t < 0 for t in allowed)):
+            raise ConfigError(f"allowed_token_ids={allowed!r}: must be a non-empty list of token ids (ints >= 0)")
+        named = len(set(allowed)) if allowed is not None else len(lb or {})
+        if named > MAX_BIASED:
+            field_name = "allowed_token_ids" if allowed is not None else "logit_bias"
+            raise ConfigError(f"{field_name}={named} tokens: at most {MAX_BIASED} per request")
 
     def resolve(self, generation_config: dict[str, Any] | None = None) -> ResolvedParams:
         gen = generation_config or {}
@@ -93,12 +113,14 @@ class SamplingParams:
         if float(picked["temperature"]) == 0.0:
             picked.update(top_p=1.0, top_k=0, min_p=0.0)
         max_tokens = self.max_tokens or gen.get("max_new_tokens") or DEFAULT_MAX_TOKENS
+        bias = tuple(sorted((t, float(v)) for t, v in (self.logit_bias or {}).items()))
         return ResolvedParams(float(picked["temperature"]), float(picked["top_p"]), int(picked["top_k"]),
                               float(picked["min_p"]), int(max_tokens), list(self.stop), self.seed, self.ignore_eos,
                               tuple(self.stop_token_ids), self.include_stop_str_in_output,
                               float(self.repetition_penalty), float(self.presence_penalty),
                               float(self.frequency_penalty), self.logprobs, self.min_tokens, self.n,
-                              self.prompt_logprobs)
+                              self.prompt_logprobs, bias,
+                              None if self.allowed_token_ids is None else tuple(sorted(set(self.allowed_token_ids))))
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,6 +142,17 @@ class ResolvedParams:
     min_tokens: int = 0
     n: int = 1
     prompt_logprobs: int | None = None
+    logit_bias: tuple[tuple[int, float], ...] = ()  # (token, bias), ascending tokens
+    allowed_token_ids: tuple[int, ...] | None = None  # ascending, distinct
+
+    @property
+    def biased_tokens(self) -> tuple[tuple[int, float], ...]:
+        """What the sampler adds, per token: the logit bias, or with allowed_token_ids exactly those tokens
+        (their bias where one was asked, else 0; a bias on a token not allowed changes nothing)."""
+        if self.allowed_token_ids is None:
+            return self.logit_bias
+        bias = dict(self.logit_bias)
+        return tuple((t, bias.get(t, 0.0)) for t in self.allowed_token_ids)
 
     @property
     def is_greedy(self) -> bool:

@@ -6,9 +6,11 @@ lengths, logprobs, banned tokens). The host copies back the sampled ids (and req
 logits. NumPy runs it on the CPU backend (`_sample_numpy`, the reference); CUDA runs it as one kernel
 per row block (backends/kernels/sampler.cu). Both define the same draw:
 
-1. Penalties, as vLLM applies them, on the raw logits: for each distinct token of the prompt or the
-   output, repetition (HF's rule: divide a positive logit, multiply a negative one), then presence and
-   frequency for tokens of the output (OpenAI's rule: subtract presence + frequency * count).
+1. vLLM's order before any filter: `allowed_token_ids` (every other token to -inf), then `logit_bias` (added
+   to the raw logit, in float32); neither touches a forced row. Then penalties, as vLLM applies them: for
+   each distinct token of the prompt or the output, repetition (HF's rule: divide a positive logit,
+   multiply a negative one), then presence and frequency for tokens of the output (OpenAI's rule: subtract
+   presence + frequency * count).
 2. Banned tokens (EOS and stop ids while `min_tokens` is not reached) to -inf. A forced token (prompt
    logprobs) is taken as drawn. Temperature 0: argmax (lowest index on ties). Else x = logits /
    temperature, then the filters, ties at a threshold kept: top-k keeps keys >= the k-th largest;
@@ -31,10 +33,12 @@ import numpy as np
 F32, I64 = np.float32, np.int64
 MAX_LOGPROBS = 20
 MAX_BANNED = 16
+MAX_BIASED = 1024  # tokens a row's logit_bias and allowed_token_ids name together, at most
 FIELDS_F = ("temperature", "top_p", "min_p", "repetition", "presence", "frequency")
-FIELDS_I = ("seed", "counter", "top_k", "num_prompt", "num_hist", "num_logprobs", "num_banned", "forced")
+FIELDS_I = ("seed", "counter", "top_k", "num_prompt", "num_hist", "num_logprobs", "num_banned", "forced", "num_bias",
+            "allowed")
 NF, NI = len(FIELDS_F), len(FIELDS_I) + MAX_BANNED
-FORCED = FIELDS_I.index("forced")
+FORCED, NUM_BIAS, ALLOWED = (FIELDS_I.index(f) for f in ("forced", "num_bias", "allowed"))
 NLP = MAX_LOGPROBS + 1  # the top-n, then the sampled token's
 MASS_SCALE = np.float32(2.0**32)  # masses below 2**32 each, so V of them sum exactly in float64
 DRAW_CHUNK = 1024
@@ -44,11 +48,14 @@ GOLDEN, MIX1, MIX2 = np.uint64(0x9E3779B97F4A7C15), np.uint64(0xBF58476D1CE4E5B9
 @dataclass(slots=True)
 class SamplingRows:
     """Host arrays for one step's rows (row i samples logits row i). hist is None when no row has
-    penalties: the history is then neither staged nor read."""
+    penalties, bias_ids / bias_vals when no row has a logit bias or allowed tokens: they are then neither
+    staged nor read."""
 
     fparams: np.ndarray  # [n, NF] float32
     iparams: np.ndarray  # [n, NI] int64
     hist: np.ndarray | None  # [n, L] int64: prompt then output tokens (penalized rows only)
+    bias_ids: np.ndarray | None = None  # [n, W] int64: the biased (or allowed) tokens, distinct
+    bias_vals: np.ndarray | None = None  # [n, W] float32: what each adds to its raw logit
 
     @property
     def num_rows(self) -> int:
@@ -77,6 +84,8 @@ class RowSpec:
     num_prompt: int = 0
     banned: tuple[int, ...] = ()
     forced: int = -1  # >= 0: no draw; this token is "sampled" (prompt logprobs score the prompt's own)
+    bias: tuple[tuple[int, float], ...] = ()  # (token, added to its logit), distinct tokens
+    allowed: bool = False  # only the tokens of bias may be drawn (allowed_token_ids; bias 0 where none asked)
 
     @property
     def has_penalties(self) -> bool:
@@ -93,6 +102,9 @@ def pack(rows: list[RowSpec], num_rows: int, hist_width: int) -> SamplingRows:
     ip[:, FORCED] = -1
     penalized = any(r.has_penalties for r in rows)
     hist = np.zeros((num_rows, hist_width), I64) if penalized else None
+    bias_width = max((len(r.bias) for r in rows), default=0)
+    bias_ids = np.zeros((num_rows, bias_width), I64) if bias_width else None
+    bias_vals = np.zeros((num_rows, bias_width), F32) if bias_width else None
     for i, r in enumerate(rows):
         fp[i] = (r.temperature, r.top_p, r.min_p, r.repetition, r.presence, r.frequency)
         n_hist = len(r.history) if (r.has_penalties and r.history is not None) else 0
@@ -102,27 +114,32 @@ def pack(rows: list[RowSpec], num_rows: int, hist_width: int) -> SamplingRows:
             raise ConfigError(f"min_tokens bans {len(r.banned)} token ids (EOS and stop_token_ids); at most "
                               f"{MAX_BANNED} are supported")
         ip[i, : len(FIELDS_I)] = (r.seed, r.counter, r.top_k, r.num_prompt, n_hist, r.num_logprobs, len(r.banned),
-                                  r.forced)
+                                  r.forced, len(r.bias), r.allowed)
         ip[i, len(FIELDS_I) : len(FIELDS_I) + len(r.banned)] = r.banned
         if n_hist:
             assert hist is not None
             hist[i, :n_hist] = r.history
-    return SamplingRows(fp, ip, hist)
+        if r.bias:
+            assert bias_ids is not None and bias_vals is not None
+            bias_ids[i, : len(r.bias)], bias_vals[i, : len(r.bias)] = zip(*r.bias)
+    return SamplingRows(fp, ip, hist, bias_ids, bias_vals)
 
 
 # ---- the kernel's entry point (both backends) ----------------------------------------------------
-def sample_tokens(xp: Any, logits: Any, fparams: Any, iparams: Any, hist: Any, hist_raw: Any, out_ids: Any,
-                  lp_vals: Any, lp_ids: Any) -> None:
+def sample_tokens(xp: Any, logits: Any, fparams: Any, iparams: Any, hist: Any, hist_raw: Any, bias_ids: Any,
+                  bias_vals: Any, bias_raw: Any, out_ids: Any, lp_vals: Any, lp_ids: Any) -> None:
     """Samples every row of logits [n, V] into out_ids [n]; rows asking for logprobs also get the raw
     log-softmax of their top tokens and of the sampled one (lp_vals / lp_ids [n, NLP]). Writes only its
-    outputs and, in place, the logits (penalties, bans) and hist_raw [n, L] (scratch): no allocation, so
-    it runs inside a captured graph."""
+    outputs and, in place, the logits (bias, penalties, bans), hist_raw [n, L] and bias_raw [n, W] (scratch):
+    no allocation, so it runs inside a captured graph."""
     if hasattr(xp, "RawKernel"):
         from backends.kernels.sampler import launch
 
-        launch(xp, logits, fparams, iparams, hist, hist_raw, out_ids, lp_vals, lp_ids, len(FIELDS_I))
+        launch(xp, logits, fparams, iparams, hist, hist_raw, bias_ids, bias_vals, bias_raw, out_ids, lp_vals, lp_ids,
+               len(FIELDS_I))
         return
-    _sample_numpy(*(np.asarray(a) for a in (logits, fparams, iparams, hist, out_ids, lp_vals, lp_ids)))
+    _sample_numpy(*(np.asarray(a) for a in (logits, fparams, iparams, hist, bias_ids, bias_vals, out_ids, lp_vals,
+                                            lp_ids)))
 
 
 # ---- the NumPy reference ---------------------------------------------------------------------------
@@ -226,8 +243,16 @@ def _raw_logprobs(row: np.ndarray, n: int) -> tuple[float, np.ndarray]:
     return lse, top
 
 
-def _sample_numpy(logits: np.ndarray, fp: np.ndarray, ip: np.ndarray, hist: np.ndarray, out_ids: np.ndarray,
-                  lp_vals: np.ndarray, lp_ids: np.ndarray) -> None:
+def apply_bias(row: np.ndarray, ids: np.ndarray, vals: np.ndarray, allowed: bool) -> None:
+    """In place: logit_bias added in float32; with allowed_token_ids, every token not listed to -inf first."""
+    biased = (row[ids] + vals).astype(F32)
+    if allowed:
+        row[:] = -np.inf
+    row[ids] = biased
+
+
+def _sample_numpy(logits: np.ndarray, fp: np.ndarray, ip: np.ndarray, hist: np.ndarray, bias_ids: np.ndarray,
+                  bias_vals: np.ndarray, out_ids: np.ndarray, lp_vals: np.ndarray, lp_ids: np.ndarray) -> None:
     """Row by row where a row needs its own work (logprobs, penalties, bans, filters); the plain draws of
     the rest in one batched pass."""
     u = uniform(ip[:, 0], ip[:, 1])
@@ -240,6 +265,9 @@ def _sample_numpy(logits: np.ndarray, fp: np.ndarray, ip: np.ndarray, hist: np.n
         lse, top = _raw_logprobs(logits[r], int(num_lp[r]) - 1)
         lp_vals[r, : top.size], lp_ids[r, : top.size] = logits[r, top] - lse, top
         lp_vals[r, NLP - 1] = lse  # held here until the draw is known
+    num_bias = ip[:, NUM_BIAS]
+    for r in np.flatnonzero((num_bias > 0) & (forced < 0) & ~bad):
+        apply_bias(logits[r], bias_ids[r, : num_bias[r]], bias_vals[r, : num_bias[r]], bool(ip[r, ALLOWED]))
     for r in np.flatnonzero((num_hist > 0) & ~bad):
         apply_penalties(logits[r], hist[r, : num_hist[r]], int(ip[r, 3]), *(float(v) for v in fp[r, 3:6]))
     for r in np.flatnonzero(num_banned > 0):

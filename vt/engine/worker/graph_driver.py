@@ -30,7 +30,7 @@ from backends.kernels.decode_attention import MIN_PARTITION
 from models.base import ForwardBatch, KVCache, Model, prefill_inputs, prefill_logits
 from vt.backend import Graph, Tensor
 from vt.capture import BreakableGraph, GraphCaptureScope
-from vt.engine.sample.sampler import NF, NI, NLP, SamplingRows, pack, sample_tokens
+from vt.engine.sample.sampler import MAX_BIASED, NF, NI, NLP, SamplingRows, pack, sample_tokens
 from vt.engine.worker.piecewise import Bucket, carry_buffers, token_ladder
 from vt.engine.worker.readback import Readback
 from vt.errors import GraphInputMismatch
@@ -121,6 +121,7 @@ class Slot:
         self.hist_width = width * driver.kv.block_size
         self.hist = driver.hist.view((n, self.hist_width))
         self.hist_raw = driver.hist_raw.view((n, self.hist_width))
+        self.bias_ids, self.bias_vals, self.bias_raw = (t.view((n, MAX_BIASED)) for t in driver.bias)
         self.logits = driver.logits.view((n, c.vocab_size))
         self.hidden = driver.hidden.view((n, c.hidden_size))
         self.out_ids = b.empty((n,), I64)
@@ -162,6 +163,7 @@ class GraphDriver:
         self.hidden = self.backend.empty((rows, c.hidden_size), model.operand_dtype)
         self.hist = self.backend.empty((rows, self.max_width * kv.block_size), I64)
         self.hist_raw = self.backend.empty((rows, self.max_width * kv.block_size), F32)
+        self.bias = tuple(self.backend.empty((rows, MAX_BIASED), dt) for dt in (I64, F32, F32))  # ids, values, raw
         # The bypass lane has no free lists to pre-grow: every get is a driver allocation, which a
         # global-mode capture refuses. Graphs are off there; the lane exists for real lifetimes.
         self.is_enabled = enabled and flags().cudagraph and self.backend.can_capture and not self.pool.is_bypass
@@ -209,7 +211,7 @@ class GraphDriver:
         """Device bytes the graphs keep: the slots' and buckets' buffers, the shared outputs, and the pool
         blocks pinned as their temporaries."""
         own = [t for slot in self.slots.values() for t in slot.buffers()]
-        own += [self.logits, self.hidden, self.hist, self.hist_raw, *self.carry.values()]
+        own += [self.logits, self.hidden, self.hist, self.hist_raw, *self.bias, *self.carry.values()]
         own += [t for b in self.buckets.values() for t in (b.inputs, b.token_row, b.tiles, b.tables) if t is not None]
         pinned = {blk for slot in self.slots.values() for blk in slot.pinned}
         pinned |= {blk for b in self.buckets.values() for blk in b.pinned}
@@ -394,12 +396,21 @@ class GraphDriver:
             hist = np.zeros((S * q, slot.hist_width), I64)
             hist[:n, : rows.hist.shape[1]] = rows.hist
             self.backend.copy_h2d(slot.hist, hist)
+        if rows.bias_ids is not None and rows.bias_vals is not None:  # rows without a bias read none of it
+            W = rows.bias_ids.shape[1]
+            if W > MAX_BIASED:
+                raise GraphInputMismatch(f"logit bias of {W} tokens; the slot holds {MAX_BIASED}")
+            for dst, src, dt in ((slot.bias_ids, rows.bias_ids, I64), (slot.bias_vals, rows.bias_vals, F32)):
+                padded = np.zeros((S * q, MAX_BIASED), dt)
+                padded[:n, :W] = src
+                self.backend.copy_h2d(dst, padded)
 
     def _forward(self, slot: Slot) -> None:
         fb = ForwardBatch(slot.tokens, slot.positions, slot.slots, False, token_row=slot.token_row,
                           block_tables=slot.block_tables)
         self.model.forward(fb, self.kv, slot.logits, slot.hidden)
         self.backend.launch(sample_tokens, slot.logits, slot.fparams, slot.iparams, slot.hist, slot.hist_raw,
+                            slot.bias_ids, slot.bias_vals, slot.bias_raw,
                             slot.out_ids, slot.lp_vals, slot.lp_ids)
 
     def _run_cold(self, slot: Slot) -> None:

@@ -146,7 +146,8 @@ class ModelRunner:
         banned = () if counter >= p.min_tokens else (*(() if p.ignore_eos else self.eos_ids), *p.stop_token_ids)
         return RowSpec(p.temperature, p.top_p, p.top_k, p.min_p, p.repetition_penalty, p.presence_penalty,
                        p.frequency_penalty, st.seed, counter, 0 if p.logprobs is None else p.logprobs + 1,
-                       toks if p.has_penalties else None, st.num_prompt_tokens, tuple(dict.fromkeys(banned)))
+                       toks if p.has_penalties else None, st.num_prompt_tokens, tuple(dict.fromkeys(banned)),
+                       bias=p.biased_tokens, allowed=p.allowed_token_ids is not None)
 
     def _collect(self, req_ids: list[str], q: int, res: StepResult, out: RunnerOutput) -> None:
         """Row i*q of the result is request i's next token (non-speculative steps: q = 1)."""
@@ -241,13 +242,18 @@ class ModelRunner:
             pool.release(logits)
             return lambda: StepResult(np.zeros(0, I64))
         width = rows.hist.shape[1] if rows.hist is not None else 1
+        bias_width = rows.bias_ids.shape[1] if rows.bias_ids is not None else 1
         t = {"f": pool.empty((n, NF), F32), "i": pool.empty((n, NI), I64), "h": pool.empty((n, width), I64),
-             "hr": pool.empty((n, width), F32)}
+             "hr": pool.empty((n, width), F32), "bi": pool.empty((n, bias_width), I64),
+             "bv": pool.empty((n, bias_width), F32), "br": pool.empty((n, bias_width), F32)}
         ids, lv, li = self._sampled_rows(n)
         b.copy_h2d(t["f"], rows.fparams)
         b.copy_h2d(t["i"], rows.iparams)
         b.copy_h2d(t["h"], rows.hist if rows.hist is not None else np.zeros((n, 1), I64))
-        b.launch(sample_tokens, logits, t["f"], t["i"], t["h"], t["hr"], ids, lv, li)
+        if rows.bias_ids is not None and rows.bias_vals is not None:  # else num_bias is 0: never read
+            b.copy_h2d(t["bi"], rows.bias_ids)
+            b.copy_h2d(t["bv"], rows.bias_vals)
+        b.launch(sample_tokens, logits, *t.values(), ids, lv, li)
         for x in (logits, *t.values()):
             pool.release(x)  # stream-ordered: whatever draws them next runs after the sampler
         pending = self.decoder.readback.start([ids, lv, li] if rows.wants_logprobs else [ids])
