@@ -50,6 +50,7 @@ def _loaded(build, model: str):
 
 def _engine_kwargs(args: argparse.Namespace) -> dict:
     kw = dict(backend=args.backend, max_model_len=args.max_model_len, num_blocks=args.num_blocks,
+              gpu_memory_utilization=args.gpu_memory_utilization, kv_cache_gib=args.kv_cache_gib,
               max_num_seqs=args.max_num_seqs, enforce_eager=args.enforce_eager, seed=args.seed, dtype=args.dtype,
               max_num_batched_tokens=args.max_num_batched_tokens, tensor_parallel_size=args.tensor_parallel_size,
               startup_capture={"auto": None, "on": True, "off": False}[args.startup_capture],
@@ -64,7 +65,7 @@ def _generate(args: argparse.Namespace) -> int:
     from vt.engine.sample.params import SamplingParams
     from vt.errors import RequestError
 
-    if args.max_tokens > args.max_model_len:
+    if args.max_model_len and args.max_tokens > args.max_model_len:
         raise RequestError(f"--max-tokens {args.max_tokens}: more than --max-model-len {args.max_model_len} allows")
     llm = _loaded(lambda: LLM(args.model, **_engine_kwargs(args)), args.model)
     params = SamplingParams(temperature=args.temperature, top_p=args.top_p, top_k=args.top_k, min_p=args.min_p,
@@ -208,8 +209,15 @@ def _engine_args(p: argparse.ArgumentParser, max_model_len: int, num_blocks: int
             "; with no --base-url, a server on it is started" if model == "optional" else ""))
     p.add_argument("--backend", default="auto", help=f"one of {', '.join(BACKENDS)}, or auto: CUDA where CuPy sees a "
                                                      f"GPU, else the CPU")
-    p.add_argument("--max-model-len", type=int, default=max_model_len, help="longest prompt + output, in tokens")
-    p.add_argument("--num-blocks", type=int, default=num_blocks, help="KV cache blocks (block size 16)")
+    p.add_argument("--max-model-len", type=int, default=max_model_len,
+                   help="longest prompt + output, in tokens (0: the checkpoint's, capped by the KV cache)")
+    p.add_argument("--num-blocks", type=int, default=num_blocks,
+                   help="KV cache blocks of 16 tokens (0: sized from memory; see --gpu-memory-utilization)")
+    p.add_argument("--gpu-memory-utilization", type=float, default=0.9,
+                   help="CUDA: the share of the GPU the engine may hold; the KV cache gets what the weights and "
+                        "the largest step leave")
+    p.add_argument("--kv-cache-gib", type=float, help="the KV cache's size in GiB (over the utilization; the CPU's "
+                                                      "default: 4, or a quarter of the available memory if less)")
     p.add_argument("--max-num-seqs", type=int, default=16, help="requests in one step at most")
     p.add_argument("--max-num-batched-tokens", type=int, default=0, help="tokens one step computes at most "
                                                                           "(prompts beyond it are chunked); 0: 8192 "
@@ -247,7 +255,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--backend", default="cpu", help="cpu or cuda")
     c.set_defaults(fn=_conformance)
     g = sub.add_parser("generate", help="generate from one prompt", formatter_class=fmt)
-    _engine_args(g, 2048, 512)
+    _engine_args(g, 0, 0)
     g.add_argument("--prompt", required=True, help="the prompt text")
     g.add_argument("--max-tokens", type=int, default=32, help="tokens to generate at most")
     g.add_argument("--temperature", type=float, default=None, help="0 is greedy; unset: the checkpoint's default")
@@ -270,7 +278,7 @@ def build_parser() -> argparse.ArgumentParser:
     lad.set_defaults(fn=_ladder)
     srv = sub.add_parser("serve", help="serve the OpenAI API (completions, chat, models, health, metrics)",
                          formatter_class=fmt)
-    _engine_args(srv, 2048, 2048, model="positional")
+    _engine_args(srv, 0, 0, model="positional")
     srv.add_argument("--host", default="127.0.0.1", help="address to listen on")
     srv.add_argument("--port", type=int, default=8000,
                      help="port to listen on (0: a free one, named in the first line)")

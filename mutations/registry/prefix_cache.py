@@ -9,6 +9,7 @@ from mutations.model import Mutation
 UNIT = "tests/engine/test_prefix_cache.py"
 MACHINE = "tests/engine/test_prefix_cache_machine.py"
 KV = "vt/engine/core/kv_manager.py"
+MEM = "tests/engine/test_memory_check.py"
 
 ENTRIES: list[Mutation] = [
     Mutation(
@@ -47,5 +48,28 @@ ENTRIES: list[Mutation] = [
         file="vt/registry.py", old='        return "cuda" if cupy.cuda.runtime.getDeviceCount() > 0 else "cpu"\n',
         new='        return "cpu"\n',
         gates=("tests/vt/test_backend_auto.py::test_auto_picks_cuda_only_where_cupy_sees_a_gpu[1-cuda]",),
+    ),
+    Mutation(
+        id="gpu-memory-utilization-ignored",
+        description="the KV budget is 0.9 of the GPU whatever gpu_memory_utilization says",
+        file="vt/engine/memory.py", old="    requested = int(total * utilization)\n", new="    requested = int(total * 0.9)\n",
+        gates=(f"{MEM}::test_the_kv_budget_follows_gpu_memory_utilization",
+               f"{MEM}::test_a_gpu_that_others_fill_past_the_utilization_is_refused_by_name"),
+    ),
+    Mutation(
+        id="kv-budget-forgets-the-profiled-step",
+        description="the KV cache is sized from the utilization alone: the weights and the largest step are not "
+                    "subtracted, so the step after sizing runs out of memory",
+        file="vt/engine/memory.py", old="    budget = requested - non_kv - int(total * GRAPH_RESERVE_FRACTION)\n",
+        new="    budget = requested - int(total * GRAPH_RESERVE_FRACTION)\n",
+        gates=(f"{MEM}::test_the_kv_budget_follows_gpu_memory_utilization",
+               f"{MEM}::test_a_gpu_that_others_fill_past_the_utilization_is_refused_by_name"),
+    ),
+    Mutation(
+        id="cuda-engine-ignores-gpu-memory-utilization",
+        description="the CUDA engine sizes its KV cache at 0.9 whatever gpu_memory_utilization says",
+        file="vt/engine/front/llm_engine.py", old="cfg.gpu_memory_utilization, non_kv - used_by_others)",
+        new="0.9, non_kv - used_by_others)", needs_gpu=True,
+        gates=(f"{MEM}::test_on_the_gpu_the_kv_cache_follows_the_utilization",),
     ),
 ]

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from vt import LLM
-from vt.engine.memory import check_fits, kv_bytes_per_block
+from vt import LLM, SamplingParams
+from vt.engine.memory import check_fits, gpu_kv_budget, kv_bytes_per_block
 from vt.errors import ConfigError
 
 
@@ -30,3 +30,104 @@ def test_a_block_holds_k_and_v_of_every_layer_for_one_ranks_heads() -> None:
 
     assert kv_bytes_per_block(Cfg, 16, 2) == 2 * 28 * 16 * 8 * 128 * 2  # 0.6B in bf16: 112 KiB a block
     assert kv_bytes_per_block(Cfg, 16, 2, tp=2) == kv_bytes_per_block(Cfg, 16, 2) // 2
+
+
+# ---- sizing: --gpu-memory-utilization, kv_cache_gib, the CPU's default, max_model_len from the checkpoint ----
+GIB = 2**30
+TINY_LAYERS, TINY_KV_HEADS, TINY_HEAD_DIM, TINY_MAX_POSITIONS = 4, 2, 16, 32768  # models/tiny.py's tiny-qwen3
+
+
+def tiny_block_bytes(block_size: int = 16) -> int:
+    return 2 * TINY_LAYERS * block_size * TINY_KV_HEADS * TINY_HEAD_DIM * 4  # float32 on the CPU
+
+
+def test_max_model_len_comes_from_the_checkpoint_capped_by_what_the_kv_cache_holds(caplog) -> None:
+    caplog.set_level("INFO", logger="vt")
+    roomy = LLM("tiny-qwen3", kv_cache_gib=1.0, max_num_seqs=2).engine.cfg
+    assert roomy.max_model_len == TINY_MAX_POSITIONS, "the checkpoint's max_position_embeddings"
+    small = LLM("tiny-qwen3", num_blocks=64).engine.cfg
+    assert small.max_model_len == 64 * 16, "capped by 64 blocks of 16 tokens"
+    assert any("32768 does not fit" in r.message for r in caplog.records), "the cap is said, not silent"
+    assert LLM("tiny-qwen3", num_blocks=64).generate("Hi")[0].outputs[0].token_ids, "non-vacuity: it serves"
+
+
+def test_kv_cache_gib_sizes_the_pool_and_the_plan_is_printed(caplog) -> None:
+    caplog.set_level("INFO", logger="vt")
+    cfg = LLM("tiny-qwen3", kv_cache_gib=0.01, max_model_len=512).engine.cfg
+    per = tiny_block_bytes()
+    assert cfg.num_blocks * per <= 0.01 * GIB < (cfg.num_blocks + 1) * per
+    plan = " ".join(r.message for r in caplog.records)
+    assert f"{cfg.num_blocks} blocks" in plan and f"{cfg.num_blocks * 16 // 512} requests of 512 tokens" in plan
+
+
+def test_the_cpu_default_holds_max_num_seqs_requests_of_max_model_len() -> None:
+    """The host touches every block at start-up: its default budget (4 GiB at most) stops at what the
+    configured concurrency can use."""
+    cfg = LLM("tiny-qwen3", max_model_len=256, max_num_seqs=3).engine.cfg
+    assert cfg.num_blocks * 16 >= 3 * 256, "three full-length requests fit at once"
+    assert cfg.num_blocks * tiny_block_bytes() < 4 * GIB // 4, "and no more than the concurrency uses"
+
+
+def test_the_kv_budget_follows_gpu_memory_utilization() -> None:
+    """vLLM's rule: utilization x the GPU, less the weights and the largest step (profiled), is the KV's."""
+    total, non_kv = 140 * GIB, 9 * GIB
+    at = {u: gpu_kv_budget(total, total, u, non_kv) for u in (0.5, 0.7, 0.9)}
+    assert abs((at[0.9] - at[0.5]) - 0.4 * total) <= 2 and abs((at[0.7] - at[0.5]) - 0.2 * total) <= 2
+    assert at[0.5] < 0.5 * total - non_kv, "the weights and the largest step are not the KV cache's"
+    more = gpu_kv_budget(total, total, 0.9, non_kv + GIB)
+    assert at[0.9] - more == GIB, "every byte the profile finds is one the KV cache does not get"
+
+
+def test_a_gpu_that_others_fill_past_the_utilization_is_refused_by_name() -> None:
+    with pytest.raises(ConfigError, match=r"gpu_memory_utilization=0.9: .* only 100.00 GiB were free"):
+        gpu_kv_budget(140 * GIB, 100 * GIB, 0.9, 5 * GIB)
+    with pytest.raises(ConfigError, match="leaves nothing for the KV cache"):
+        gpu_kv_budget(140 * GIB, 140 * GIB, 0.05, 9 * GIB)
+    assert gpu_kv_budget(140 * GIB, 130 * GIB, 0.9, 5 * GIB) > 0, "non-vacuity: with room it sizes"
+
+
+def test_the_profile_run_keeps_the_largest_steps_temporaries_and_frees_its_kv() -> None:
+    """On the CPU backend (the same code the CUDA engine runs): what it reports is what stays allocated, the
+    pool grown by the largest prefill and decode, the throwaway KV cache and driver freed."""
+    from models.loader import load_checkpoint, resolve_model
+    from models.registry import load_model
+    from vt.engine.worker.profile import profile_non_kv_bytes
+    from vt.registry import make_backend
+
+    b = make_backend("cpu")
+    model = load_model(load_checkpoint(resolve_model("tiny-qwen3")), b, "float32")
+    weights = b.live_bytes
+    small = profile_non_kv_bytes(model, 16, 2, 64, 64, lambda: b.live_bytes)
+    assert small == b.live_bytes, "what it reports is what stays allocated"
+    big = profile_non_kv_bytes(model, 16, 32, 2048, 2048, lambda: b.live_bytes)
+    assert weights < small < big, "the largest step's temporaries are counted, and grow with its size"
+    kv = 2 * TINY_LAYERS * (2048 // 16 + 2) * 16 * TINY_KV_HEADS * TINY_HEAD_DIM * 4
+    assert big - weights < kv, "the throwaway KV cache (larger than the whole rest) was freed"
+
+
+@pytest.mark.parametrize("kw", [{"gpu_memory_utilization": 0.0}, {"gpu_memory_utilization": 1.5},
+                                {"gpu_memory_utilization": True}, {"kv_cache_gib": -1}, {"max_model_len": 1},
+                                {"num_blocks": -3}],
+                         ids=["zero", "above-one", "bool", "negative-gib", "len-1", "blocks"])
+def test_bad_sizing_arguments_are_refused_by_name(kw: dict) -> None:
+    from vt.engine.config import EngineConfig
+
+    with pytest.raises(ConfigError, match=next(iter(kw))):
+        EngineConfig("tiny-qwen3", backend="cpu", **kw)
+
+
+@pytest.mark.gpu
+def test_on_the_gpu_the_kv_cache_follows_the_utilization() -> None:
+    """Profiled at two utilizations on one GPU: the KV difference is the utilization's, and the largest step
+    runs after sizing at the higher one (no OOM)."""
+    import cupy
+
+    total = cupy.cuda.runtime.memGetInfo()[1]
+    low = LLM("tiny-qwen3", backend="cuda", gpu_memory_utilization=0.3, max_model_len=4096).engine
+    low_blocks, per = low.cfg.num_blocks, kv_bytes_per_block(low.model.cfg, 16, low.model.kv_dtype.itemsize)
+    del low
+    high = LLM("tiny-qwen3", backend="cuda", gpu_memory_utilization=0.5, max_model_len=4096)
+    grown = (high.engine.cfg.num_blocks - low_blocks) * per
+    assert abs(grown - 0.2 * total) < 0.02 * total, (grown, total)
+    sp = SamplingParams(temperature=0, max_tokens=4, ignore_eos=True)
+    assert all(o.outputs[0].token_ids for o in high.generate([[5] * 4000] + [[7] * 30] * 15, sp))

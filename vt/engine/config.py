@@ -10,6 +10,10 @@ NGRAM = "[ngram]"
 DTYPES = ("auto", "bfloat16", "float16", "float32")
 
 
+def _is_int(v: object) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
 def _need(cond: bool, field: str, value: object, allowed: str) -> None:
     if not cond:
         raise ConfigError(f"{field}={value!r}: must be {allowed}")
@@ -19,8 +23,10 @@ def _need(cond: bool, field: str, value: object, allowed: str) -> None:
 class EngineConfig:
     model: str
     backend: str = "auto"  # cpu, cuda, or auto: CUDA where CuPy sees a GPU, else the CPU
-    max_model_len: int = 2048
-    num_blocks: int = 1024  # KV blocks in the pool
+    max_model_len: int = 0  # 0 (or None): the checkpoint's, capped by what the KV cache holds
+    num_blocks: int = 0  # KV blocks in the pool; 0 (or None): sized from memory (vt/engine/memory.py)
+    gpu_memory_utilization: float = 0.9  # CUDA: the share of the GPU the engine may hold; the KV cache gets the rest
+    kv_cache_gib: float | None = None  # the KV cache's size in GiB (overrides the utilization); CPU default: 4 or less
     block_size: int = 16
     max_num_seqs: int = 16
     max_num_batched_tokens: int = 0  # tokens a step computes (decodes first, then prefill chunks); 0: 8192 or more
@@ -48,9 +54,19 @@ class EngineConfig:
         _need(self.dtype in DTYPES, "dtype", self.dtype, f"one of {', '.join(DTYPES)}")
         _need(self.startup_capture in (None, True, False), "startup_capture", self.startup_capture,
               "True, False or None (on for CUDA)")
-        _need(self.max_model_len >= 2, "max_model_len", self.max_model_len, ">= 2")
+        self.max_model_len = self.max_model_len or 0  # vLLM's None: the checkpoint's
+        self.num_blocks = self.num_blocks or 0
+        _need(_is_int(self.max_model_len) and self.max_model_len != 1 and self.max_model_len >= 0, "max_model_len",
+              self.max_model_len, "an int >= 2, or 0 / None (the checkpoint's)")
         _need(self.block_size in (8, 16, 32), "block_size", self.block_size, "8, 16 or 32")
-        _need(self.num_blocks >= 1, "num_blocks", self.num_blocks, ">= 1")
+        _need(_is_int(self.num_blocks) and self.num_blocks >= 0, "num_blocks", self.num_blocks,
+              "an int >= 1, or 0 / None (sized from memory)")
+        u = self.gpu_memory_utilization
+        _need(not isinstance(u, bool) and isinstance(u, (int, float)) and 0.0 < u <= 1.0, "gpu_memory_utilization", u,
+              "a number in (0, 1]")
+        g = self.kv_cache_gib
+        _need(g is None or not isinstance(g, bool) and isinstance(g, (int, float)) and 0.0 < g < 2**20, "kv_cache_gib",
+              g, "a positive number of GiB, or None")
         _need(isinstance(self.enable_prefix_caching, bool), "enable_prefix_caching", self.enable_prefix_caching,
               "True or False")
         _need(1 <= self.max_num_seqs <= 1024, "max_num_seqs", self.max_num_seqs, "in [1, 1024]")
@@ -63,6 +79,13 @@ class EngineConfig:
         if self.speculative_model is not None:
             _need(self.num_speculative_tokens >= 1, "num_speculative_tokens", self.num_speculative_tokens,
                   ">= 1 when speculative_model is set")
+        if self.max_model_len and self.num_blocks:
+            self.settle(self.max_model_len, self.num_blocks)
+
+    def settle(self, max_model_len: int, num_blocks: int) -> None:
+        """The checks and defaults that need max_model_len and num_blocks: at construction when both are given,
+        else once the engine has read the checkpoint and sized the KV cache."""
+        self.max_model_len, self.num_blocks = max_model_len, num_blocks
         if self.max_num_batched_tokens == 0:
             self.max_num_batched_tokens = max(8192, self.max_model_len)
         decode_tokens = self.max_num_seqs * (1 + self.num_speculative_tokens)
@@ -77,6 +100,7 @@ class EngineConfig:
 
     @property
     def max_blocks_per_seq(self) -> int:
+        assert self.max_model_len, "settle() first"
         return -(-self.max_model_len // self.block_size)
 
     @property
@@ -91,6 +115,7 @@ class EngineConfig:
     def check_capacity(self) -> None:
         """Refuse a configuration in which one max_model_len request cannot fit in the KV blocks, counting
         every group it holds blocks in (a draft model's KV draws on the same pool)."""
+        assert self.num_blocks, "settle() first"
         groups = self.num_kv_groups
         needed = self.max_blocks_per_seq * groups
         if needed > self.num_blocks:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import os
+from dataclasses import dataclass
 from typing import Any
 
 from vt.errors import ConfigError
@@ -55,3 +56,65 @@ def check_fits(num_blocks: int, per_block: int, weights: int, available: int, wh
     raise ConfigError(f"num_blocks={num_blocks}: the KV cache needs {gib(need)} ({per_block} bytes a block) and the "
                       f"weights {gib(weights)}, but {gib(available)} are available on {where}; at most {fit} blocks "
                       f"fit (lower num_blocks)")
+
+
+CPU_KV_DEFAULT_BYTES = 4 * 2**30  # vLLM's CPU default KV space; a quarter of the available memory if less
+GRAPH_RESERVE_FRACTION = 0.02  # of the GPU, held back for the start-up graphs' own buffers (not profiled)
+
+
+@dataclass(frozen=True, slots=True)
+class KVPlan:
+    """What the KV cache is sized to, and why: the lines the engine prints at start-up."""
+
+    num_blocks: int
+    max_model_len: int
+    lines: tuple[str, ...]
+
+
+def gpu_kv_budget(total: int, free_at_start: int, utilization: float, non_kv: int) -> int:
+    """vLLM's rule: the engine may hold utilization x the GPU; what the weights, the profiled largest step and
+    the graphs' reserve do not take is the KV cache's. A GPU that others already fill past that is refused."""
+    requested = int(total * utilization)
+    if free_at_start < requested:
+        raise ConfigError(f"gpu_memory_utilization={utilization}: the engine may use {gib(requested)} of the GPU's "
+                          f"{gib(total)}, but only {gib(free_at_start)} were free at start-up (another process holds "
+                          f"the rest); lower gpu_memory_utilization or free the GPU")
+    budget = requested - non_kv - int(total * GRAPH_RESERVE_FRACTION)
+    if budget <= 0:
+        raise ConfigError(f"gpu_memory_utilization={utilization}: {gib(requested)} leaves nothing for the KV cache "
+                          f"after the weights and the largest step ({gib(non_kv)}); raise it")
+    return budget
+
+
+def cpu_kv_budget(kv_cache_gib: float | None, available: int) -> int:
+    if kv_cache_gib is not None:
+        return int(kv_cache_gib * 2**30)
+    return min(CPU_KV_DEFAULT_BYTES, available // 4)
+
+
+def plan_kv(budget: int, per_block: int, block_size: int, groups: int, model_max_len: int,
+            max_model_len: int | None, max_num_seqs: int, cap_to_concurrency: bool) -> KVPlan:
+    """Blocks from a byte budget, and max_model_len when not given: the checkpoint's, capped by what the blocks
+    hold. cap_to_concurrency (the CPU's default): no more blocks than max_num_seqs sequences of max_model_len
+    can use, since on the host every block is touched at start-up."""
+    blocks = budget // per_block
+    want_len = max_model_len if max_model_len is not None else model_max_len
+    per_seq = -(-want_len // block_size) * groups
+    if cap_to_concurrency:
+        blocks = min(blocks, max_num_seqs * per_seq)
+    lines = []
+    if max_model_len is None:
+        fits = blocks // groups * block_size
+        if fits < want_len:
+            lines.append(f"max_model_len {fits}: the checkpoint's {model_max_len} does not fit the KV cache "
+                         f"({blocks} blocks); give more memory or a smaller max_model_len")
+            want_len = fits
+        else:
+            lines.append(f"max_model_len {want_len}, from the checkpoint")
+    if blocks < 1 or want_len < 2:
+        raise ConfigError(f"the KV cache budget {gib(budget)} holds {blocks} blocks of {gib(per_block)}: not one "
+                          f"sequence; give it more memory")
+    per_seq = -(-want_len // block_size) * groups
+    lines.append(f"KV cache: {blocks} blocks ({gib(blocks * per_block)}, {blocks * block_size // groups} tokens); "
+                 f"{blocks // per_seq} requests of {want_len} tokens fit at once")
+    return KVPlan(blocks, want_len, tuple(lines))

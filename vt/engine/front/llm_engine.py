@@ -21,6 +21,17 @@ from vt.errors import ConfigError, EngineInvariantError, RequestError
 Prompt = str | list[int]
 
 
+def _device_memory(backend: str) -> tuple[int, int] | None:
+    """(free, total) bytes of the current GPU, or None where CuPy cannot say."""
+    try:
+        import cupy
+
+        free, total = cupy.cuda.runtime.memGetInfo()
+        return int(free), int(total)
+    except Exception:  # noqa: BLE001 - no CuPy, no driver: the caller says what to give instead
+        return None
+
+
 class LLMEngine:
     """The engine core: `step()` schedules, runs the runner, and applies its output in the update step,
     the only place a request's tokens, stops and lifetime change."""
@@ -35,7 +46,7 @@ class LLMEngine:
 
         self.cfg = cfg
         ckpt = load_checkpoint(resolve_model(cfg.model))
-        if cfg.max_model_len > ckpt.config.max_position_embeddings:
+        if cfg.max_model_len and cfg.max_model_len > ckpt.config.max_position_embeddings:
             raise ConfigError(f"max_model_len={cfg.max_model_len}: must be <= the model's "
                               f"max_position_embeddings ({ckpt.config.max_position_embeddings})")
         self.tokenizer = ckpt.tokenizer
@@ -50,14 +61,22 @@ class LLMEngine:
         self.eos_ids = ckpt.eos_ids
         self.vocab_size = ckpt.config.vocab_size
         self.dtype = resolve_dtype(cfg.dtype, ckpt.config.dtype, cfg.backend)
-        self._check_memory(ckpt)  # before any weight or KV block is allocated
+        profile = not cfg.num_blocks and cfg.backend == "cuda" and cfg.kv_cache_gib is None
+        if not profile:
+            self._size_kv(ckpt)  # before any weight or KV block is allocated
         self.workers: Any = None
         self._close: Any = None  # the workers' shutdown, also run at exit
         if cfg.tensor_parallel_size > 1:
+            if profile:
+                raise ConfigError("tensor_parallel_size > 1 on CUDA: give num_blocks or kv_cache_gib (the profile run "
+                                  "that sizes the KV cache from gpu_memory_utilization runs on one GPU only, so far)")
             self.backend, self.model = self._start_ranks(ckpt)
         else:
+            free_at_start = _device_memory(cfg.backend) if profile else None
             self.backend = make_backend(cfg.backend)
             self.model = load_model(ckpt, self.backend, self.dtype)
+            if profile:
+                self._size_kv(ckpt, self._profile(ckpt, free_at_start))
         stream = self.backend.new_stream()  # one compute stream for the target and the draft
         proposer = self._make_proposer(ckpt, stream)
         self.kv_manager = KVCacheManager(cfg.num_blocks, cfg.block_size, cfg.max_blocks_per_seq, cfg.num_kv_groups,
@@ -113,17 +132,69 @@ class LLMEngine:
             self._close()
             self.workers = None
 
-    def _check_memory(self, ckpt: Any) -> None:
-        """The target's KV pool and weights against the backend's free memory (one rank's share under tensor
-        parallelism; a draft model's KV group is not counted yet)."""
+    def _size_kv(self, ckpt: Any, gpu_budget: int | None = None) -> None:
+        """Settles max_model_len and num_blocks. Given num_blocks: checked against the backend's free memory
+        with the weights (one rank's share under tensor parallelism; a draft model's KV group is not counted
+        yet), before anything is allocated. Else sized: from the profiled GPU budget, from kv_cache_gib, or on
+        the CPU from its default budget; max_model_len, when not given, is the checkpoint's, capped by what
+        the blocks hold. The plan is logged: blocks, GiB, the longest context, the concurrency that fits."""
+        import logging
+
         from vt.dtypes import STORAGE
-        from vt.engine.memory import available_bytes, check_fits, kv_bytes_per_block, weight_bytes
+        from vt.engine.memory import (
+            available_bytes,
+            check_fits,
+            cpu_kv_budget,
+            kv_bytes_per_block,
+            plan_kv,
+            weight_bytes,
+        )
         cfg, itemsize = self.cfg, STORAGE[self.dtype].itemsize
         tp = cfg.tensor_parallel_size
         per_block = kv_bytes_per_block(ckpt.config, cfg.block_size, itemsize, tp)
-        free = available_bytes(cfg.backend)
-        if free is not None:
-            check_fits(cfg.num_blocks, per_block, weight_bytes(ckpt.weights.infos, itemsize, tp), *free)
+        if cfg.num_blocks:
+            free = available_bytes(cfg.backend)
+            if free is not None:
+                check_fits(cfg.num_blocks, per_block, weight_bytes(ckpt.weights.infos, itemsize, tp), *free)
+            fits = cfg.num_blocks // cfg.num_kv_groups * cfg.block_size
+            if not cfg.max_model_len and fits < ckpt.config.max_position_embeddings:
+                logging.getLogger("vt").info("max_model_len %d: the checkpoint's %d does not fit num_blocks=%d", fits,
+                                             ckpt.config.max_position_embeddings, cfg.num_blocks)
+            cfg.settle(cfg.max_model_len or min(ckpt.config.max_position_embeddings, fits), cfg.num_blocks)
+            return
+        if gpu_budget is None:
+            avail = available_bytes(cfg.backend)
+            gpu_budget = cpu_kv_budget(cfg.kv_cache_gib, avail[0] if avail else 0)
+        plan = plan_kv(gpu_budget, per_block, cfg.block_size, cfg.num_kv_groups, ckpt.config.max_position_embeddings,
+                       cfg.max_model_len or None, cfg.max_num_seqs,
+                       cap_to_concurrency=cfg.backend == "cpu" and cfg.kv_cache_gib is None)
+        for line in plan.lines:
+            logging.getLogger("vt").info(line)
+        cfg.settle(plan.max_model_len, plan.num_blocks)
+
+    def _profile(self, ckpt: Any, free_at_start: tuple[int, int] | None) -> int:
+        """The KV budget on one GPU: gpu_memory_utilization of it, less what the weights and the largest step
+        hold (vt/engine/worker/profile.py)."""
+        from vt.engine.memory import gpu_kv_budget
+        from vt.engine.worker.profile import profile_non_kv_bytes
+
+        cfg = self.cfg
+        if free_at_start is None:
+            raise ConfigError("num_blocks: CUDA's free memory cannot be read; give num_blocks or kv_cache_gib")
+        free0, total = free_at_start
+        max_len = cfg.max_model_len or ckpt.config.max_position_embeddings
+        batched = cfg.max_num_batched_tokens or max(8192, max_len)
+        non_kv = profile_non_kv_bytes(self.model, cfg.block_size, cfg.max_num_seqs, batched, max_len,
+                                      lambda: total - _device_memory("cuda")[0])  # type: ignore[index]
+        if cfg.has_draft_model:  # loaded after the sizing: its weights are counted here, its KV in the plan
+            from models.loader import load_checkpoint, resolve_model
+            from vt.dtypes import STORAGE
+            from vt.engine.memory import weight_bytes
+
+            draft = load_checkpoint(resolve_model(str(cfg.speculative_model)))
+            non_kv += weight_bytes(draft.weights.infos, STORAGE[self.dtype].itemsize)
+        used_by_others = total - free0
+        return gpu_kv_budget(total, free0, cfg.gpu_memory_utilization, non_kv - used_by_others)
 
     def _make_proposer(self, ckpt: Any, stream: Any) -> Any:
         from models.loader import load_checkpoint, resolve_model
@@ -173,9 +244,12 @@ class LLMEngine:
         resolved = (params or SamplingParams()).resolve(self.generation_config)
         if resolved.has_penalties and self.scheduler.num_spec_tokens:
             raise RequestError("repetition/presence/frequency penalties are not supported with speculative decoding")
-        if any(t >= self.vocab_size for t in resolved.stop_token_ids):
-            raise RequestError(f"stop_token_ids {list(resolved.stop_token_ids)}: outside the vocabulary "
-                               f"[0, {self.vocab_size})")
+        for name, tokens in (("stop_token_ids", resolved.stop_token_ids),
+                             ("logit_bias", [t for t, _ in resolved.logit_bias]),
+                             ("allowed_token_ids", resolved.allowed_token_ids or ())):
+            if any(t >= self.vocab_size for t in tokens):
+                raise RequestError(f"{name} {[t for t in tokens if t >= self.vocab_size][:5]}: outside the "
+                                   f"vocabulary [0, {self.vocab_size})")
         banned = set(resolved.stop_token_ids) | (set() if resolved.ignore_eos else self.eos_ids)
         if resolved.min_tokens and len(banned) > MAX_BANNED:
             raise RequestError(f"min_tokens={resolved.min_tokens} holds off {len(banned)} token ids (EOS and "
