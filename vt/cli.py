@@ -67,7 +67,17 @@ def _generate(args: argparse.Namespace) -> int:
 
     if args.max_model_len and args.max_tokens > args.max_model_len:
         raise RequestError(f"--max-tokens {args.max_tokens}: more than --max-model-len {args.max_model_len} allows")
+    if not args.max_model_len:  # the checkpoint's limit, read before anything is built
+        from models.loader import load_checkpoint, resolve_model
+
+        limit = load_checkpoint(resolve_model(args.model)).config.max_position_embeddings
+        if args.max_tokens > limit:
+            raise RequestError(f"--max-tokens {args.max_tokens}: more than the model's max_position_embeddings "
+                               f"({limit}) allows")
     llm = _loaded(lambda: LLM(args.model, **_engine_kwargs(args)), args.model)
+    if args.max_tokens > llm.engine.cfg.max_model_len:  # the checkpoint's, capped by the KV cache
+        raise RequestError(f"--max-tokens {args.max_tokens}: more than max_model_len {llm.engine.cfg.max_model_len} "
+                           f"allows")
     params = SamplingParams(temperature=args.temperature, top_p=args.top_p, top_k=args.top_k, min_p=args.min_p,
                             max_tokens=args.max_tokens, seed=args.seed, stop=args.stop or [],
                             ignore_eos=args.ignore_eos, n=args.n, min_tokens=args.min_tokens,

@@ -44,7 +44,7 @@ def test_bad_sampling_params_name_the_field(kw: dict, field: str) -> None:
 
 
 @pytest.mark.parametrize("kw, field", [({"max_num_seqs": 0}, "max_num_seqs"), ({"block_size": 7}, "block_size"),
-                                       ({"num_blocks": 0}, "num_blocks"), ({"max_model_len": 1}, "max_model_len")])
+                                       ({"num_blocks": -1}, "num_blocks"), ({"max_model_len": 1}, "max_model_len")])
 def test_bad_engine_config_names_the_field(kw: dict, field: str) -> None:
     from vt.engine.config import EngineConfig
 

@@ -79,6 +79,8 @@ class EngineConfig:
         if self.speculative_model is not None:
             _need(self.num_speculative_tokens >= 1, "num_speculative_tokens", self.num_speculative_tokens,
                   ">= 1 when speculative_model is set")
+        if self.max_num_batched_tokens:  # given: checked now, before any checkpoint is read
+            self._check_token_budget()
         if self.max_model_len and self.num_blocks:
             self.settle(self.max_model_len, self.num_blocks)
 
@@ -88,6 +90,10 @@ class EngineConfig:
         self.max_model_len, self.num_blocks = max_model_len, num_blocks
         if self.max_num_batched_tokens == 0:
             self.max_num_batched_tokens = max(8192, self.max_model_len)
+        self._check_token_budget()
+        self.check_capacity()
+
+    def _check_token_budget(self) -> None:
         decode_tokens = self.max_num_seqs * (1 + self.num_speculative_tokens)
         _need(self.max_num_batched_tokens >= decode_tokens, "max_num_batched_tokens", self.max_num_batched_tokens,
               f">= max_num_seqs x (1 + num_speculative_tokens) = {decode_tokens}: every running request's decode "
@@ -96,7 +102,6 @@ class EngineConfig:
               "max_num_batched_tokens", self.max_num_batched_tokens,
               f">= max_model_len ({self.max_model_len}) with a speculative model (the draft prefills whole prompts)"
               if self.speculative_model else ">= 1")
-        self.check_capacity()
 
     @property
     def max_blocks_per_seq(self) -> int:
