@@ -65,8 +65,15 @@ class KVCacheManager:
 
     def num_missing(self, req_id: str, num_tokens: Sequence[int]) -> int:
         """Blocks to add so that group g holds num_tokens[g] tokens, summed over the groups."""
-        tables = self.tables.get(req_id) or [[] for _ in range(self.num_groups)]
-        return sum(max(0, self.blocks_for(n) - len(t)) for n, t in zip(num_tokens, tables))
+        tables = self.tables.get(req_id)
+        if tables is None:
+            return sum(-(-n // self.block_size) for n in num_tokens)
+        bs, missing = self.block_size, 0
+        for n, t in zip(num_tokens, tables):  # a loop, not a generator: this runs per request per step
+            k = -(-n // bs) - len(t)
+            if k > 0:
+                missing += k
+        return missing
 
     def can_allocate(self, req_id: str, num_tokens: Sequence[int], reserve: int = 0) -> bool:
         return self.num_missing(req_id, num_tokens) + reserve <= self.num_free
@@ -81,6 +88,8 @@ class KVCacheManager:
             raise EngineInvariantError(f"request {req_id}: {max(num_tokens)} tokens need {max(need)} blocks, over "
                                        f"the block table's width {self.max_blocks_per_seq}")
         missing = self.num_missing(req_id, num_tokens)
+        if missing == 0 and req_id in self.tables:  # most decode steps: the last block has room
+            return [[] for _ in range(self.num_groups)]
         if missing > self.num_free:
             raise EngineInvariantError(f"request {req_id}: needs {missing} more blocks, {self.num_free} free")
         tables = self.tables.setdefault(req_id, [[] for _ in range(self.num_groups)])
@@ -137,6 +146,12 @@ class KVCacheManager:
             self.refs[b] += 1
         self.tables[req_id] = [list(blocks) if g == TARGET else [] for g in range(self.num_groups)]
         self.req_keys[req_id] = [k for k in (self.block_key[b] for b in blocks) if k is not None]
+
+    def has_unkeyed(self, req_id: str, num_computed: int) -> bool:
+        """Whether cache_full_blocks would key a block now (its caller then builds the token list)."""
+        if not self.enable_caching or req_id not in self.tables:
+            return False
+        return num_computed // self.block_size > len(self.req_keys.get(req_id, ()))
 
     def cache_full_blocks(self, req_id: str, token_ids: Sequence[int], num_computed: int) -> None:
         """Key every full target block of req_id whose KV is computed (the first num_computed tokens), so later

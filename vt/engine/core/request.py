@@ -51,6 +51,11 @@ class Request:
     def all_ids(self) -> list[int]:
         return self.prompt_ids + self.output_ids
 
+    def ids_from(self, start: int) -> list[int]:
+        """all_ids[start:], without copying the prompt when start is past it (a decode step's new tokens)."""
+        p = len(self.prompt_ids)
+        return self.output_ids[start - p :] if start >= p else self.prompt_ids[start:] + self.output_ids
+
     @property
     def is_finished(self) -> bool:
         return self.status is Status.FINISHED

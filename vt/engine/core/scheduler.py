@@ -52,7 +52,8 @@ class Scheduler:
         if not out.preempted_ids:
             self._admit(out, budget)
         for req in self.running:
-            self.kv.cache_full_blocks(req.id, req.all_ids, req.num_computed)
+            if self.kv.has_unkeyed(req.id, min(req.num_computed, req.num_tokens)):  # else no list is built
+                self.kv.cache_full_blocks(req.id, req.all_ids, req.num_computed)
         return out
 
     def _cached_prefix(self, req: Request) -> list[int] | None:
@@ -156,7 +157,7 @@ class Scheduler:
             if req.status is Status.RUNNING:
                 blocks = self.kv.allocate(req.id, need)
                 sent = self._num_sent[req.id]
-                out.cached_reqs.append(CachedRequestData(req.id, req.all_ids[sent:], blocks, req.num_computed))
+                out.cached_reqs.append(CachedRequestData(req.id, req.ids_from(sent), blocks, req.num_computed))
                 self._num_sent[req.id] = req.num_tokens
                 out.num_scheduled_tokens[req.id] = 1 + spec
                 if spec:

@@ -145,14 +145,17 @@ class ResolvedParams:
     logit_bias: tuple[tuple[int, float], ...] = ()  # (token, bias), ascending tokens
     allowed_token_ids: tuple[int, ...] | None = None  # ascending, distinct
 
-    @property
-    def biased_tokens(self) -> tuple[tuple[int, float], ...]:
-        """What the sampler adds, per token: the logit bias, or with allowed_token_ids exactly those tokens
-        (their bias where one was asked, else 0; a bias on a token not allowed changes nothing)."""
+    biased_tokens: tuple[tuple[int, float], ...] = ()  # what the sampler adds per token (see __post_init__)
+
+    def __post_init__(self) -> None:
+        """biased_tokens: the logit bias, or with allowed_token_ids exactly those tokens (their bias where one was
+        asked, else 0; a bias on a token not allowed changes nothing). Computed once: rows read it every step."""
         if self.allowed_token_ids is None:
-            return self.logit_bias
-        bias = dict(self.logit_bias)
-        return tuple((t, bias.get(t, 0.0)) for t in self.allowed_token_ids)
+            biased = self.logit_bias
+        else:
+            bias = dict(self.logit_bias)
+            biased = tuple((t, bias.get(t, 0.0)) for t in self.allowed_token_ids)
+        object.__setattr__(self, "biased_tokens", biased)
 
     @property
     def is_greedy(self) -> bool:

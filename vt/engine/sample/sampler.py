@@ -105,17 +105,20 @@ def pack(rows: list[RowSpec], num_rows: int, hist_width: int) -> SamplingRows:
     bias_width = max((len(r.bias) for r in rows), default=0)
     bias_ids = np.zeros((num_rows, bias_width), I64) if bias_width else None
     bias_vals = np.zeros((num_rows, bias_width), F32) if bias_width else None
-    for i, r in enumerate(rows):
-        fp[i] = (r.temperature, r.top_p, r.min_p, r.repetition, r.presence, r.frequency)
-        n_hist = len(r.history) if (r.has_penalties and r.history is not None) else 0
-        if len(r.banned) > MAX_BANNED:
-            from vt.errors import ConfigError
+    hists = [len(r.history) if (r.has_penalties and r.history is not None) else 0 for r in rows]
+    if rows:  # the named fields of every row in two array writes; the per-row extras below
+        fp[: len(rows)] = [(r.temperature, r.top_p, r.min_p, r.repetition, r.presence, r.frequency) for r in rows]
+        ip[: len(rows), : len(FIELDS_I)] = [(r.seed, r.counter, r.top_k, r.num_prompt, n_hist, r.num_logprobs,
+                                             len(r.banned), r.forced, len(r.bias), r.allowed)
+                                            for r, n_hist in zip(rows, hists)]
+    for i, (r, n_hist) in enumerate(zip(rows, hists)):
+        if r.banned:
+            if len(r.banned) > MAX_BANNED:
+                from vt.errors import ConfigError
 
-            raise ConfigError(f"min_tokens bans {len(r.banned)} token ids (EOS and stop_token_ids); at most "
-                              f"{MAX_BANNED} are supported")
-        ip[i, : len(FIELDS_I)] = (r.seed, r.counter, r.top_k, r.num_prompt, n_hist, r.num_logprobs, len(r.banned),
-                                  r.forced, len(r.bias), r.allowed)
-        ip[i, len(FIELDS_I) : len(FIELDS_I) + len(r.banned)] = r.banned
+                raise ConfigError(f"min_tokens bans {len(r.banned)} token ids (EOS and stop_token_ids); at most "
+                                  f"{MAX_BANNED} are supported")
+            ip[i, len(FIELDS_I) : len(FIELDS_I) + len(r.banned)] = r.banned
         if n_hist:
             assert hist is not None
             hist[i, :n_hist] = r.history
