@@ -54,7 +54,8 @@ def _engine_kwargs(args: argparse.Namespace) -> dict:
               max_num_seqs=args.max_num_seqs, enforce_eager=args.enforce_eager, seed=args.seed, dtype=args.dtype,
               max_num_batched_tokens=args.max_num_batched_tokens, tensor_parallel_size=args.tensor_parallel_size,
               startup_capture={"auto": None, "on": True, "off": False}[args.startup_capture],
-              enable_prefix_caching=args.enable_prefix_caching, chat_template=args.chat_template)
+              enable_prefix_caching=args.enable_prefix_caching, chat_template=args.chat_template,
+              async_scheduling=args.async_scheduling)
     if getattr(args, "speculative_model", None):
         kw.update(speculative_model=args.speculative_model, num_speculative_tokens=args.num_speculative_tokens)
     return kw
@@ -235,6 +236,9 @@ def _engine_args(p: argparse.ArgumentParser, max_model_len: int, num_blocks: int
     p.add_argument("--enforce-eager", action="store_true", help="no decode graphs (as VT_CUDAGRAPH=0)")
     p.add_argument("--startup-capture", choices=["auto", "on", "off"], default="auto",
                    help="capture every graph at start-up, never on a request's time (auto: on for CUDA)")
+    p.add_argument("--async-scheduling", action="store_true",
+                   help="launch each decode step while the one before runs (its tokens read on the device): the "
+                        "host's update overlaps the GPU (not with speculation or tensor parallelism yet)")
     p.add_argument("--enable-prefix-caching", action=argparse.BooleanOptionalAction, default=True,
                    help="share the KV of full prompt blocks across requests (vLLM's automatic prefix caching)")
     p.add_argument("--chat-template", help="a Jinja chat template (a file's path, or the template itself) in place "

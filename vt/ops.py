@@ -39,6 +39,15 @@ class Ops:
         self.launch(self.kernels.qk_norm_rope_store, qkv, bias, w, rope, positions, slots, k_cache, v_cache, q_out,
                     has_norm=has_norm, eps=eps)
 
+    def feed_tokens(self, tokens: Any, src: Any, last: Any) -> None:
+        """tokens[i] = last[src[i]] where src[i] >= 0 (int64): a decode step's inputs sampled by the step before,
+        read on the device (async scheduling)."""
+        self.launch(self.kernels.feed_tokens, tokens, src, last)
+
+    def keep_sampled(self, ids: Any, dst: Any, last: Any) -> None:
+        """last[dst[i]] = ids[i] where dst[i] >= 0 (int64): each row's sampled id kept at its request's slot."""
+        self.launch(self.kernels.keep_sampled, ids, dst, last)
+
     def silu_mul(self, gate_up: Any, out: Any) -> None:
         """out [T, I] = SiLU(gate) * up from gate_up [T, 2 I] float32, in out's dtype."""
         self.launch(self.kernels.silu_mul, gate_up, out)

@@ -81,9 +81,11 @@ def ci_instances() -> list[Instance]:
         rotary,
         sampler,
         skinny_gemm,
+        tokens,
     )
 
-    mods = (convert, norm, rotary, activation, decode_attention, prefill_attention, moe, skinny_gemm, sampler)
+    mods = (convert, norm, rotary, activation, decode_attention, prefill_attention, moe, skinny_gemm, sampler,
+            tokens)
     return [i for mod in mods for i in mod.CI_INSTANCES]
 
 

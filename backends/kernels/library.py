@@ -11,6 +11,7 @@ from backends.kernels.moe import moe_combine, moe_gemm, moe_group, moe_route
 from backends.kernels.norm import add_rms_norm, embed
 from backends.kernels.prefill_attention import paged_prefill_attention
 from backends.kernels.rotary import qk_norm_rope_store
+from backends.kernels.tokens import feed_tokens, keep_sampled
 
 
 def matmul(xp: Any, a: Any, b: Any, out: Any) -> None:
@@ -23,4 +24,5 @@ matmul.writes = (2,)  # type: ignore[attr-defined]
 LIBRARY = types.SimpleNamespace(embed=embed, add_rms_norm=add_rms_norm, qk_norm_rope_store=qk_norm_rope_store,
                                 silu_mul=silu_mul, paged_decode_attention=paged_decode_attention,
                                 paged_prefill_attention=paged_prefill_attention, gemm=matmul, moe_route=moe_route,
-                                moe_group=moe_group, moe_gemm=moe_gemm, moe_combine=moe_combine)
+                                moe_group=moe_group, moe_gemm=moe_gemm, moe_combine=moe_combine,
+                                feed_tokens=feed_tokens, keep_sampled=keep_sampled)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from mutations.model import Mutation
 from mutations.registry import (
+    async_scheduling,
     capture,
     checkpoints,
     chunked_prefill,
@@ -69,6 +70,7 @@ AREAS = (
     prefix_cache,
     openai_compat,
     startup_capture,
+    async_scheduling,
 )
 
 ENTRIES: list[Mutation] = [m for area in AREAS for m in area.ENTRIES]

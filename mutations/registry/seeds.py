@@ -11,8 +11,8 @@ ENTRIES: list[Mutation] = [
     Mutation(
         id="seed-counter-keyed-by-row",
         description="a request's draw position is keyed by its batch row: neighbours and row moves change its tokens",
-        file="vt/engine/worker/runner.py", old="        counter = len(toks) - st.num_prompt_tokens + ahead\n",
-        new="        counter = len(toks) - st.num_prompt_tokens + ahead + 7 * self.batch.row_of[rid]\n",
+        file="vt/engine/worker/runner.py", old="        counter = len(toks) - st.num_prompt_tokens + self.ahead.get(rid, 0) + ahead\n",
+        new="        counter = len(toks) - st.num_prompt_tokens + self.ahead.get(rid, 0) + ahead + 7 * self.batch.row_of[rid]\n",
         gates=(f"{SEEDS}::test_a_seeded_request_draws_the_same_tokens_whatever_runs_beside_it",
                f"{SEEDS}::test_the_target_really_moves_rows_and_still_draws_the_same",
                f"{SEEDS}::test_a_preempted_seeded_request_resumes_the_same_draws"),

@@ -376,3 +376,45 @@ def test_cuda_paged_prefill_equals_its_twin(case: str, dtype: str) -> None:
         got, want = run_prefill(cupy, args, STORAGE[dtype]), run_prefill(np, args, STORAGE[dtype])
         assert np.isfinite(widen_host(got)).all(), f"hd={hd}: the kernel read a poisoned key or value"
         assert_within_bound(got, want, f"paged prefill attention {case} hd={hd} {dtype}", rounded_p=True)
+
+
+# ---- tokens between steps (async scheduling) ------------------------------------------------------------------
+def _token_case(n: int = 300, slots: int = 256) -> tuple[np.ndarray, ...]:
+    rng = np.random.default_rng(4)
+    tokens = rng.integers(0, 1000, n).astype(np.int64)
+    src = np.where(rng.random(n) < 0.7, rng.integers(0, slots, n), -1).astype(np.int64)
+    dst = np.where(rng.random(n) < 0.8, rng.permutation(slots)[np.arange(n) % slots], -1).astype(np.int64)
+    dst[slots:][np.isin(dst[slots:], dst[:slots])] = -1  # a slot is kept by one row at most
+    last = rng.integers(0, 1000, slots).astype(np.int64)
+    return tokens, src, dst, last
+
+
+def test_feed_and_keep_twins_move_tokens_by_request_slot() -> None:
+    from backends.kernels import tokens as tk
+
+    tokens, src, dst, last = _token_case()
+    fed, kept = tokens.copy(), last.copy()
+    tk.feed_tokens(np, fed, src, last)
+    want = [int(last[s]) if s >= 0 else int(t) for t, s in zip(tokens, src)]
+    assert fed.tolist() == want and (src >= 0).any() and (src < 0).any(), "fed where asked, kept elsewhere"
+    tk.keep_sampled(np, tokens, dst, kept)
+    for i in np.flatnonzero(dst >= 0):
+        assert kept[dst[i]] == tokens[i]
+    untouched = np.setdiff1d(np.arange(last.size), dst[dst >= 0])
+    assert untouched.size and (kept[untouched] == last[untouched]).all(), "slots no row keeps are left alone"
+
+
+@pytest.mark.gpu
+def test_cuda_feed_and_keep_equal_their_twins() -> None:
+    import cupy
+
+    from backends.kernels import tokens as tk
+
+    tokens, src, dst, last = _token_case()
+    fed, d_fed = tokens.copy(), cupy.asarray(tokens)
+    tk.feed_tokens(np, fed, src, last)
+    tk.feed_tokens(cupy, d_fed, cupy.asarray(src), cupy.asarray(last))
+    kept, d_kept = last.copy(), cupy.asarray(last)
+    tk.keep_sampled(np, tokens, dst, kept)
+    tk.keep_sampled(cupy, cupy.asarray(tokens), cupy.asarray(dst), d_kept)
+    assert np.array_equal(d_fed.get(), fed) and np.array_equal(d_kept.get(), kept)

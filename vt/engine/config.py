@@ -41,6 +41,9 @@ class EngineConfig:
     seed: int = 0
     dtype: str = "auto"  # auto: the checkpoint's dtype on CUDA, float32 compute on the CPU (see resolve_dtype)
     tensor_parallel_size: int = 1  # ranks, one process and one device each (vt/engine/worker/tp.py)
+    # vLLM's --async-scheduling: a decode step is scheduled and launched while the one before runs, its input
+    # tokens read on the device; the update step (stops, detokenization) overlaps it
+    async_scheduling: bool = False
     enable_prefix_caching: bool = True  # full prompt blocks shared across requests (vt/engine/core/kv_manager.py)
     chat_template: str | None = None  # a Jinja template (its file's path or its text) in place of the checkpoint's
 
@@ -76,6 +79,10 @@ class EngineConfig:
               "tensor_parallel_size", self.tensor_parallel_size, "an int in [1, 8]")
         _need(self.tensor_parallel_size == 1 or self.speculative_model is None, "tensor_parallel_size",
               self.tensor_parallel_size, "1 with speculative decoding (not supported across ranks yet)")
+        _need(isinstance(self.async_scheduling, bool), "async_scheduling", self.async_scheduling, "True or False")
+        _need(not self.async_scheduling or (self.speculative_model is None and self.tensor_parallel_size == 1),
+              "async_scheduling", self.async_scheduling,
+              "False with speculative decoding or tensor parallelism (not supported together yet)")
         if self.speculative_model is not None:
             _need(self.num_speculative_tokens >= 1, "num_speculative_tokens", self.num_speculative_tokens,
                   ">= 1 when speculative_model is set")

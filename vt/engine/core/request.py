@@ -27,6 +27,7 @@ class Request:
     status: Status = Status.WAITING
     num_computed: int = 0  # tokens whose K/V are in the cache (0 again after a preemption); the scheduler's
     num_prefill: int = 0  # tokens this admission prefills (its chunks run until num_computed reaches it)
+    num_inflight: int = 0  # launched steps that sample its next token, not yet applied (async scheduling: 0-2)
     can_speculate: bool = True  # False for life once (re)admitted with generated tokens (draft KV is gone)
     num_preemptions: int = 0
     first_token_time: float | None = None

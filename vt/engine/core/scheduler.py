@@ -147,8 +147,12 @@ class Scheduler:
         for req in list(self.running):
             if req.status is not Status.RUNNING or req.num_computed < req.num_prefill:
                 continue  # preempted earlier in this loop, or still prefilling
+            ahead = req.num_inflight  # tokens a step in flight samples (async scheduling), counted as if known
+            if ahead and (len(req.output_ids) + ahead >= req.params.max_tokens
+                          or req.num_tokens + ahead >= self.cfg.max_model_len):
+                continue  # the step in flight samples its last token
             spec = self._num_spec(req)
-            need = self._need(req, req.num_tokens + spec)  # the KV slots this step writes
+            need = self._need(req, req.num_tokens + ahead + spec)  # the KV slots this step writes
             while not self.kv.can_allocate(req.id, need):
                 victim = self.running[-1]
                 self._preempt(victim, out)

@@ -87,6 +87,10 @@ class LLMEngine:
         self._rng = np.random.default_rng(cfg.seed)
         self.requests: dict[str, Request] = {}
         self.num_steps = 0
+        # the step launched and not yet applied: (its schedule, the wait for its results, the requests it samples)
+        self._inflight: tuple[SchedulerOutput, Any, list[Request]] | None = None
+        self._left_inflight: set[str] = set()  # finished while a step that samples for them was in flight
+        self.num_overlapped = 0  # steps launched while the one before was still in flight
         if self.workers is not None:
             try:
                 self.workers.wait_ready()
@@ -292,32 +296,71 @@ class LLMEngine:
         return out
 
     def has_unfinished(self) -> bool:
-        return self.scheduler.has_work()
+        return self.scheduler.has_work() or self._inflight is not None
 
     # ---- the step ---------------------------------------------------------------------------
     def step(self) -> list[Request]:
-        """One engine step; returns the requests that got a token (or finished) in it."""
+        """One engine step; returns the requests that got a token (or finished) in it. With async scheduling,
+        the next decode step is scheduled and launched before this one's results are applied, so the host's
+        update (stops, detokenization) overlaps the device's next step."""
         try:
-            so = self.scheduler.schedule()
-            if so.is_empty:
-                return self._check_stall()
-            self.num_steps += 1
-            so.step = self.num_steps
-            return self._update(so, self._execute(so))
+            if self._inflight is None:
+                so = self.scheduler.schedule()
+                if so.is_empty:
+                    return self._check_stall()
+                self._launch(so)
+            assert self._inflight is not None
+            so, wait, sampling = self._inflight
+            self._inflight = None
+            if self.cfg.async_scheduling and self._can_overlap(so):
+                following = self.scheduler.schedule()
+                if not following.is_empty:
+                    self._launch(following)
+                    self.num_overlapped += 1
+            out = wait()
+            for r in sampling:
+                r.num_inflight -= 1
+            return self._update(so, out)
         except Exception:
             in_flight = [r.id for r in self.scheduler.running] + [r.id for r in self.scheduler.waiting]
             traceback.print_exc()
             print(f"vt: fatal engine error; requests in flight: {in_flight}", file=sys.stderr)
             raise
 
-    def _execute(self, so: SchedulerOutput) -> RunnerOutput:
+    def _launch(self, so: SchedulerOutput) -> None:
+        """Launches the step; it is in flight until the next step() applies it. The requests whose next token
+        it samples count it in num_inflight, so a step scheduled meanwhile counts that token's KV slot."""
+        self.num_steps += 1
+        so.step = self.num_steps
+        sampling = [r for rid in so.num_scheduled_tokens if (r := self.requests.get(rid)) is not None
+                    and r.num_computed >= r.num_tokens + r.num_inflight]
+        for r in sampling:
+            r.num_inflight += 1
+        self._inflight = (so, self._execute(so), sampling)
+
+    def _execute(self, so: SchedulerOutput) -> Any:
+        """The runner's launch; its result's wait. Without async scheduling (and on tensor-parallel ranks) the
+        step runs to its end here."""
         if self.workers is None:
-            return self.runner.execute(so)
+            if self.cfg.async_scheduling:
+                return self.runner.launch(so)
+            out = self.runner.execute(so)
+            return lambda: out
         try:
             self.workers.broadcast(so)
-            return self.runner.execute(so)
+            out = self.runner.execute(so)
         except Exception as e:
             raise self.workers.explain(e) from e
+        return lambda: out
+
+    def _can_overlap(self, so: SchedulerOutput) -> bool:
+        """Whether the next step may be scheduled before this one's results are applied: only decode after
+        decode, every input token on the device (no admission or prefill, no speculation, no penalties: their
+        history is staged from the host)."""
+        sched = self.scheduler
+        if sched.waiting or so.new_reqs or so.prefill_chunks or so.spec_tokens:
+            return False
+        return not any(r.num_computed < r.num_prefill or r.params.has_penalties for r in sched.running)
 
     def _check_stall(self) -> list[Request]:
         """Nothing was scheduled, yet requests are in flight: no later step would differ. A waiting head that
@@ -345,6 +388,9 @@ class LLMEngine:
         for rid in so.scheduled_ids:
             r = self.requests.get(rid)
             if r is None or r.is_finished:  # the scheduler runs only requests in flight
+                if rid in self._left_inflight:  # it finished while this step ran (async scheduling): drop it
+                    self._left_inflight.discard(rid)
+                    continue
                 raise EngineInvariantError(f"request {rid} was scheduled but is not in flight (finished or unknown)")
             if rid in out.errors:  # this request fails; its neighbours carry on
                 self._finish(r, "error", out.errors[rid])
@@ -394,6 +440,8 @@ class LLMEngine:
             self._finish(r, "length")
 
     def _finish(self, r: Request, reason: str, error: str | None = None) -> None:
+        if self._inflight is not None and r.id in self._inflight[0].num_scheduled_tokens:
+            self._left_inflight.add(r.id)  # that step's result for it is dropped when applied
         r.text = r.detok.text if r.stop_reason is not None else r.detok.flush()
         r.finish(reason, error)
         self.scheduler.finish(r)  # its blocks, in every KV group, are free before the step ends

@@ -52,6 +52,7 @@ def width_bucket(width: int, min_width: int = 1) -> int:
 
 
 SlotKey = tuple[int, int, bool, int]  # (rows, tokens per row, speculative, block-table width bucket)
+ROW_INPUTS = 6  # per-row int64 inputs of a slot: tokens, positions, KV slots, table rows, feed sources, keep slots
 
 
 def width_ladder(min_width: int, max_width: int) -> list[int]:
@@ -69,6 +70,10 @@ class DecodeInputs:
     block_tables: np.ndarray  # [B, W]
     q: int = 1
     sampling: SamplingRows | None = None  # [B*q] rows; None: greedy, no logprobs
+    # async scheduling: per row, the request slot whose last sampled id is its input token (-1: tokens[i] holds
+    # it), and the slot its sampled id is kept in (-1: not kept); None: every row -1
+    feed_src: np.ndarray | None = None
+    keep_dst: np.ndarray | None = None
 
 
 @dataclass(slots=True)
@@ -108,12 +113,12 @@ class Slot:
         # The integer step inputs are views of one buffer, staged from one host array in one copy; the
         # sampling floats take a second copy, the penalty history a third (only when a row has penalties).
         n = S * q
-        self.staged = np.zeros(4 * n + S * width + n * NI, I64)
+        self.staged = np.zeros(ROW_INPUTS * n + S * width + n * NI, I64)
         self.inputs = b.empty(self.staged.shape, I64)
-        self.tokens, self.positions, self.slots, self.token_row = (self.inputs.view((n,), offset=8 * i * n)
-                                                                   for i in range(4))
-        self.block_tables = self.inputs.view((S, width), offset=8 * 4 * n)
-        self.iparams = self.inputs.view((n, NI), offset=8 * (4 * n + S * width))
+        (self.tokens, self.positions, self.slots, self.token_row, self.feed_src,
+         self.keep_dst) = (self.inputs.view((n,), offset=8 * i * n) for i in range(ROW_INPUTS))
+        self.block_tables = self.inputs.view((S, width), offset=8 * ROW_INPUTS * n)
+        self.iparams = self.inputs.view((n, NI), offset=8 * (ROW_INPUTS * n + S * width))
         self.fparams = b.empty((n, NF), F32)
         # The penalty history, the sampler's scratch and the logits / hidden outputs are views of the driver's
         # one buffer each (slots replay one at a time, on one stream, and each step stages its own): a ladder
@@ -164,6 +169,10 @@ class GraphDriver:
         self.hist = self.backend.empty((rows, self.max_width * kv.block_size), I64)
         self.hist_raw = self.backend.empty((rows, self.max_width * kv.block_size), F32)
         self.bias = tuple(self.backend.empty((rows, MAX_BIASED), dt) for dt in (I64, F32, F32))  # ids, values, raw
+        # Each request's last sampled id, by its request slot (async scheduling: the next step's input token)
+        self.last_sampled = self.backend.empty((max_num_seqs,), I64)
+        self.backend.copy_h2d(self.last_sampled, np.zeros(max_num_seqs, I64))
+        self._last_copy: Any = None  # the event of the last step's read-back copy (its next step waits on it)
         # The bypass lane has no free lists to pre-grow: every get is a driver allocation, which a
         # global-mode capture refuses. Graphs are off there; the lane exists for real lifetimes.
         self.is_enabled = enabled and flags().cudagraph and self.backend.can_capture and not self.pool.is_bypass
@@ -211,7 +220,8 @@ class GraphDriver:
         """Device bytes the graphs keep: the slots' and buckets' buffers, the shared outputs, and the pool
         blocks pinned as their temporaries."""
         own = [t for slot in self.slots.values() for t in slot.buffers()]
-        own += [self.logits, self.hidden, self.hist, self.hist_raw, *self.bias, *self.carry.values()]
+        own += [self.logits, self.hidden, self.hist, self.hist_raw, *self.bias, self.last_sampled,
+                *self.carry.values()]
         own += [t for b in self.buckets.values() for t in (b.inputs, b.token_row, b.tiles, b.tables) if t is not None]
         pinned = {blk for slot in self.slots.values() for blk in slot.pinned}
         pinned |= {blk for b in self.buckets.values() for blk in b.pinned}
@@ -284,6 +294,8 @@ class GraphDriver:
             raise GraphInputMismatch(f"a block table {inp.block_tables.shape[1]} blocks wide: above the driver's "
                                      f"{self.max_width} (max_model_len)")
         slot = self._slot((S, inp.q, spec, width))
+        if self._last_copy is not None:  # the step before may still be copying its ids out of the buffers this
+            self.backend.wait_event(self.stream, self._last_copy)  # step's sampler writes (async scheduling)
         self._stage(slot, inp)
         if slot.demand is None or not self.is_enabled:
             self._run_cold(slot)
@@ -303,6 +315,7 @@ class GraphDriver:
         outs = [slot.out_ids.view((n,))] + ([slot.lp_vals.view((n, NLP)), slot.lp_ids.view((n, NLP))]
                                             if logprobs else [])
         pending = self.readback.start(outs)
+        self._last_copy = pending.done
         return lambda: StepResult(*pending.wait())
 
     # ---- prefill buckets --------------------------------------------------------------------
@@ -374,16 +387,20 @@ class GraphDriver:
         slot -1 (no KV write), position 0, and a block-table row of trash blocks."""
         S, q, _, _ = slot.key
         n, B, W = inp.tokens.shape[0], inp.block_tables.shape[0], inp.block_tables.shape[1]
-        tokens, positions, slots, token_row = slot.staged[: 4 * S * q].reshape(4, S * q)
+        tokens, positions, slots, token_row, feed_src, keep_dst = slot.staged[: ROW_INPUTS * S * q].reshape(
+            ROW_INPUTS, S * q)
         tokens[:n], tokens[n:] = inp.tokens, 0
         positions[:n], positions[n:] = inp.positions, 0
         slots[:n], slots[n:] = inp.slots, -1
         token_row[:] = np.repeat(np.arange(S, dtype=I64), q)
-        tables = slot.staged[4 * S * q : 4 * S * q + S * slot.width].reshape(S, slot.width)
+        feed_src[:n], feed_src[n:] = (inp.feed_src if inp.feed_src is not None else -1), -1
+        keep_dst[:n], keep_dst[n:] = (inp.keep_dst if inp.keep_dst is not None else -1), -1
+        base = ROW_INPUTS * S * q
+        tables = slot.staged[base : base + S * slot.width].reshape(S, slot.width)
         tables.fill(self.kv.num_blocks)
         tables[:B, :W] = inp.block_tables
         rows = inp.sampling if inp.sampling is not None else pack([], n, 0)
-        iparams = slot.staged[4 * S * q + S * slot.width :].reshape(S * q, NI)
+        iparams = slot.staged[base + S * slot.width :].reshape(S * q, NI)
         iparams[:n], iparams[n:] = rows.iparams, pack([], 1, 0).iparams  # padding: greedy, reads nothing
         fparams = np.zeros((S * q, NF), F32)
         fparams[:n] = rows.fparams
@@ -408,10 +425,12 @@ class GraphDriver:
     def _forward(self, slot: Slot) -> None:
         fb = ForwardBatch(slot.tokens, slot.positions, slot.slots, False, token_row=slot.token_row,
                           block_tables=slot.block_tables)
+        self.backend.feed_tokens(slot.tokens, slot.feed_src, self.last_sampled)
         self.model.forward(fb, self.kv, slot.logits, slot.hidden)
         self.backend.launch(sample_tokens, slot.logits, slot.fparams, slot.iparams, slot.hist, slot.hist_raw,
                             slot.bias_ids, slot.bias_vals, slot.bias_raw,
                             slot.out_ids, slot.lp_vals, slot.lp_ids)
+        self.backend.keep_sampled(slot.out_ids, slot.keep_dst, self.last_sampled)
 
     def _run_cold(self, slot: Slot) -> None:
         self._forward(slot)

@@ -26,6 +26,7 @@ from vt.engine.sample.sampler import NF, NI, NLP, RowSpec, SamplingRows, logprob
 from vt.engine.spec_decode.proposers import Proposer, SpecRequest
 from vt.engine.worker.graph_driver import DecodeInputs, GraphDriver, StepResult
 from vt.engine.worker.input_batch import InputBatch
+from vt.errors import EngineInvariantError
 
 I64, F32 = np.int64, np.float32
 NON_FINITE = "the model produced non-finite logits"
@@ -69,6 +70,11 @@ class ModelRunner:
         self.proposer = proposer
         self.eos_ids = eos_ids
         self.states: dict[str, RequestState] = {}
+        # Async scheduling: each request's slot in the decoder's device array of last sampled ids (by request,
+        # never by row: rows move), and how many of its sampled tokens the host has not been sent yet
+        self.req_slot: dict[str, int] = {}
+        self._free_slots = list(range(cfg.max_num_seqs - 1, -1, -1))
+        self.ahead: dict[str, int] = {}
         self.sampled_out: tuple[Tensor, Tensor, Tensor] | None = None  # the prefill sampler's outputs
         if cfg.startup_capture or (cfg.startup_capture is None and self.backend.name == "cuda"):
             self.capture_graphs()
@@ -90,13 +96,18 @@ class ModelRunner:
         for rid in gone:
             self.batch.remove(rid)
             del self.states[rid]
+            self._free_slots.append(self.req_slot.pop(rid))
+            self.ahead.pop(rid, None)
         if self.proposer is not None:
             self.proposer.drop(gone)
         for req in so.new_reqs:
             self.batch.add(req.req_id, req.token_ids, req.block_ids)
             self.states[req.req_id] = RequestState(req.params, req.seed, req.num_prompt_tokens)
+            self.req_slot[req.req_id] = self._free_slots.pop()
         for c in so.cached_reqs:
             self.batch.append_tokens(c.req_id, c.new_token_ids)
+            if c.new_token_ids and self.ahead.get(c.req_id):  # sampled tokens the host now holds
+                self.ahead[c.req_id] = max(0, self.ahead[c.req_id] - len(c.new_token_ids))
             for group, ids in enumerate(c.new_block_ids):
                 self.batch.append_blocks(c.req_id, group, ids)
         new = {r.req_id for r in so.new_reqs}
@@ -105,6 +116,11 @@ class ModelRunner:
 
     # ---- one step ---------------------------------------------------------------------------
     def execute(self, so: SchedulerOutput) -> RunnerOutput:
+        return self.launch(so)()
+
+    def launch(self, so: SchedulerOutput) -> Callable[[], RunnerOutput]:
+        """Stages and launches the step; the returned call waits for its sampled ids and returns them (the
+        engine's async scheduling launches the next step before it calls it)."""
         self._update_states(so)
         out = RunnerOutput()
         with self.backend.use_stream(self.stream):
@@ -121,20 +137,38 @@ class ModelRunner:
             speculating = bool(decodes) and self.proposer is not None and any(so.spec_tokens.get(r) for r in decodes)
             num_decode = 0
             if chunks and decodes and not speculating:  # one forward: a decode row is a one-token chunk at its end
+                if any(self.ahead.get(rid) for rid in decodes):
+                    raise EngineInvariantError("a mixed step's decode rows need their tokens on the host; the engine "
+                                               "pipelines decode-only steps only")
                 chunks = [Chunk(rid, self._position(rid), 1, None) for rid in decodes] + chunks
                 num_decode, decodes = len(decodes), []
             if chunks:
                 done = [c.req_id for c in chunks if c.start + c.length == len(self.batch.tokens(c.req_id))]
                 waits.append((done, self._prefill(chunks, out, num_decode)))
+                self._sampled(done)
                 if self.proposer is not None and so.new_reqs:
                     self.proposer.add(self.batch, so.new_reqs)
             if speculating:
                 self._speculate(decodes, so, out)
+                self._sampled(decodes)
             elif decodes:
                 waits.append((decodes, self._decode(decodes)))
+                self._sampled(decodes)
+
+        # read now: by the time the results are collected, the next step may have dropped a request's state
+        asked = {rid: self.states[rid].params.logprobs for ids, _ in waits for rid in ids}
+
+        def collect() -> RunnerOutput:
             for req_ids, wait in waits:
-                self._collect(req_ids, 1, wait(), out)
-        return out
+                self._collect(req_ids, 1, wait(), out, asked)
+            return out
+
+        return collect
+
+    def _sampled(self, req_ids: list[str]) -> None:
+        """These requests' next tokens are being sampled: the host holds them once the engine sends them back."""
+        for rid in req_ids:
+            self.ahead[rid] = self.ahead.get(rid, 0) + 1
 
     # ---- sampling rows ----------------------------------------------------------------------
     def row_spec(self, rid: str, ahead: int = 0) -> RowSpec:
@@ -142,25 +176,26 @@ class ModelRunner:
         Its draw is keyed by (seed, output position): nothing about the row it sits in."""
         st, toks = self.states[rid], self.batch.tokens(rid)
         p = st.params
-        counter = len(toks) - st.num_prompt_tokens + ahead
+        counter = len(toks) - st.num_prompt_tokens + self.ahead.get(rid, 0) + ahead
         banned = () if counter >= p.min_tokens else (*(() if p.ignore_eos else self.eos_ids), *p.stop_token_ids)
         return RowSpec(p.temperature, p.top_p, p.top_k, p.min_p, p.repetition_penalty, p.presence_penalty,
                        p.frequency_penalty, st.seed, counter, 0 if p.logprobs is None else p.logprobs + 1,
                        toks if p.has_penalties else None, st.num_prompt_tokens, tuple(dict.fromkeys(banned)),
                        bias=p.biased_tokens, allowed=p.allowed_token_ids is not None)
 
-    def _collect(self, req_ids: list[str], q: int, res: StepResult, out: RunnerOutput) -> None:
-        """Row i*q of the result is request i's next token (non-speculative steps: q = 1)."""
+    def _collect(self, req_ids: list[str], q: int, res: StepResult, out: RunnerOutput,
+                 asked: dict[str, int | None]) -> None:
+        """Row i*q of the result is request i's next token (non-speculative steps: q = 1); asked: each one's
+        logprobs count, as it was at launch."""
         for i, rid in enumerate(req_ids):
             tok = int(res.ids[i * q])
             if tok < 0:  # this request fails; its neighbours carry on
                 out.errors[rid] = NON_FINITE
                 continue
             out.sampled[rid] = [tok]
-            self._logprobs(rid, res, [i * q], out)
+            self._logprobs(rid, res, [i * q], out, asked[rid])
 
-    def _logprobs(self, rid: str, res: StepResult, rows: list[int], out: RunnerOutput) -> None:
-        n = self.states[rid].params.logprobs
+    def _logprobs(self, rid: str, res: StepResult, rows: list[int], out: RunnerOutput, n: int | None) -> None:
         if n is not None and res.logprob_vals is not None and res.logprob_ids is not None:
             out.logprobs[rid] = [logprobs_of(res.logprob_vals[r], res.logprob_ids[r], n) for r in rows]
 
@@ -272,17 +307,22 @@ class ModelRunner:
         return ids.view((n,)), lv.view((n, NLP)), li.view((n, NLP))
 
     def _position(self, rid: str) -> int:
-        return int(self.batch.num_tokens[self.batch.row_of[rid]]) - 1  # the last token: computed now
+        """The last token's position (computed now): past the host's tokens by those sampled but not sent yet."""
+        return int(self.batch.num_tokens[self.batch.row_of[rid]]) - 1 + self.ahead.get(rid, 0)
 
     def _decode(self, req_ids: list[str]) -> Callable[[], StepResult]:
         pos = [self._position(rid) for rid in req_ids]
         tables = self.batch.tables(req_ids, TARGET)
+        # a token the host does not hold yet (async scheduling) is read on the device from its request's slot
+        unsent = [bool(self.ahead.get(rid)) for rid in req_ids]
         inputs = DecodeInputs(
-            tokens=np.asarray([self.batch.tokens(rid)[p] for rid, p in zip(req_ids, pos)], I64),
+            tokens=np.asarray([0 if u else self.batch.tokens(rid)[p] for rid, p, u in zip(req_ids, pos, unsent)], I64),
             positions=np.asarray(pos, I64),
             slots=np.asarray([self.kv.slot(self.batch.blocks(rid), p) for rid, p in zip(req_ids, pos)], I64),
             block_tables=tables,
             sampling=pack([self.row_spec(rid) for rid in req_ids], len(req_ids), tables.shape[1] * self.kv.block_size),
+            feed_src=np.asarray([self.req_slot[rid] if u else -1 for rid, u in zip(req_ids, unsent)], I64),
+            keep_dst=np.asarray([self.req_slot[rid] for rid in req_ids], I64),
         )
         return self.decoder.step_async(inputs)
 
@@ -305,7 +345,8 @@ class ModelRunner:
             if rid in proposals:
                 self.proposer.accepted(self.batch, rid, self._position(rid), len(toks) - 1)
             out.sampled[rid] = toks
-            self._logprobs(rid, res, [i * q + j for j in range(len(toks))], out)  # row j scored token j
+            self._logprobs(rid, res, [i * q + j for j in range(len(toks))], out,  # row j scored token j
+                           self.states[rid].params.logprobs)
 
     def _verify(self, req_ids: list[str], proposals: dict[str, list[int]]) -> StepResult:
         """The target's forward over q = k+1 tokens per request. Rows without proposals carry k inert

@@ -1,0 +1,47 @@
+"""The GPU never waits for the host (issue 28): async scheduling. Step N+1 is launched before step N's results are
+applied; its input tokens are read on the device by request slot; it waits for step N's read-back copy before its
+sampler overwrites what is being copied. The gates: outputs equal the synchronous engine's, under the stream
+simulator's schedules too."""
+
+from __future__ import annotations
+
+from mutations.model import Mutation
+
+ASYNC = "tests/engine/test_async_scheduling.py"
+RACES = tuple(f"{ASYNC}::test_async_scheduling_is_race_free_under_every_schedule[{p}]"
+              for p in ("in order", "side streams late", "seeded 5"))
+EQUAL = (f"{ASYNC}::test_async_outputs_equal_the_synchronous_engines",
+         f"{ASYNC}::test_n_samples_and_preemption_under_async_scheduling",
+         f"{ASYNC}::test_an_abort_while_a_step_is_in_flight_drops_its_token_and_frees_its_blocks")
+
+ENTRIES: list[Mutation] = [
+    Mutation(
+        id="async-step-reads-a-token-not-sampled-yet",
+        description="the decode step stores its rows' ids before its sampler runs (and again after), and its "
+                    "input tokens after that: a step reads ids its own slot held from an earlier replay, not the "
+                    "ones the step before sampled",
+        file="vt/engine/worker/graph_driver.py",
+        old="        self.backend.feed_tokens(slot.tokens, slot.feed_src, self.last_sampled)\n",
+        new="        self.backend.keep_sampled(slot.out_ids, slot.keep_dst, self.last_sampled)\n"
+            "        self.backend.feed_tokens(slot.tokens, slot.feed_src, self.last_sampled)\n",
+        gates=(*EQUAL, *RACES),
+    ),
+    Mutation(
+        id="async-feed-keyed-by-a-moving-row",
+        description="a step's input token is read from the slot of its batch row, not of its request: once rows "
+                    "condense, a request reads another's token",
+        file="vt/engine/worker/runner.py",
+        old="            feed_src=np.asarray([self.req_slot[rid] if u else -1",
+        new="            feed_src=np.asarray([self.batch.row_of[rid] if u else -1",
+        gates=(*EQUAL, *RACES),
+    ),
+    Mutation(
+        id="async-next-step-skips-the-copy-wait",
+        description="the next step's sampler no longer waits for the step before's read-back copy of the ids it "
+                    "overwrites",
+        file="vt/engine/worker/graph_driver.py",
+        old="            self.backend.wait_event(self.stream, self._last_copy)",
+        new="            pass",
+        gates=RACES,
+    ),
+]
