@@ -334,6 +334,8 @@ class CpuBackend(Backend):
             for cap in self._captures:
                 cap.fail(CaptureUnsupported("event query"))
             raise CaptureUnsupported("event query during capture")
+        if self.order is not None and event.clock is not None:  # queued work under the simulator: not done yet
+            return self.order.query(event.clock)
         return True
 
     def synchronize(self, stream: Stream | None = None) -> None:

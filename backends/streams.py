@@ -149,6 +149,14 @@ class StreamOrder:
         for s in targets:
             self.host_wait(dict(self._merged(s)))
 
+    def query(self, clock: Clock) -> bool:
+        """An event query: whether everything in clock has run (the host has then seen it), without running
+        anything; work still queued answers False, as cudaEventQuery does."""
+        if any(self.done.get(s, 0) < n for s, n in clock.items() if s != HOST):
+            return False
+        _merge(self.host, clock)
+        return True
+
     def host_wait(self, clock: Clock) -> None:
         """The host blocks until everything in clock has run (an event synchronize); it has then seen it."""
         self._pump(until=clock)

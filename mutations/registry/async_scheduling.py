@@ -44,4 +44,12 @@ ENTRIES: list[Mutation] = [
         new="            pass",
         gates=RACES,
     ),
+    Mutation(
+        id="uploads-overwrite-a-buffer-a-copy-still-reads",
+        description="a step's inputs are written into a pinned buffer whose copy to the device is still queued",
+        file="vt/engine/worker/uploads.py",
+        old="        while self.busy and self.backend.query_event(self.busy[0][0]):",
+        new="        while self.busy:",
+        gates=("tests/engine/test_uploads.py::test_a_pinned_buffer_is_written_again_only_after_its_copy_ran",),
+    ),
 ]

@@ -33,6 +33,7 @@ from vt.capture import BreakableGraph, GraphCaptureScope
 from vt.engine.sample.sampler import MAX_BIASED, NF, NI, NLP, SamplingRows, pack, sample_tokens
 from vt.engine.worker.piecewise import Bucket, carry_buffers, token_ladder
 from vt.engine.worker.readback import Readback
+from vt.engine.worker.uploads import Uploads
 from vt.errors import GraphInputMismatch
 
 I64, F32 = np.int64, np.float32
@@ -178,6 +179,7 @@ class GraphDriver:
         self.is_enabled = enabled and flags().cudagraph and self.backend.can_capture and not self.pool.is_bypass
         self.stream = stream or self.backend.new_stream()  # the engine's one compute stream
         self.readback = Readback(self.backend, self.stream)  # sampled ids come back on a copy stream
+        self.uploads = Uploads(self.backend, self.stream)  # step inputs go up from pinned buffers
         self.slots: dict[SlotKey, Slot] = {}  # one per key: its graph, inputs and outputs
         self.last_slot: Slot | None = None
         self.num_eager = self.num_captures = self.num_replays = 0
@@ -404,15 +406,15 @@ class GraphDriver:
         iparams[:n], iparams[n:] = rows.iparams, pack([], 1, 0).iparams  # padding: greedy, reads nothing
         fparams = np.zeros((S * q, NF), F32)
         fparams[:n] = rows.fparams
-        self.backend.copy_h2d(slot.inputs, slot.staged)
-        self.backend.copy_h2d(slot.fparams, fparams)
+        self.uploads.upload(slot.inputs, slot.staged)
+        self.uploads.upload(slot.fparams, fparams)
         if rows.hist is not None:
             if rows.hist.shape[1] > slot.hist_width:
                 raise GraphInputMismatch(f"penalty history of {rows.hist.shape[1]} tokens; the slot holds "
                                          f"{slot.hist_width}")
             hist = np.zeros((S * q, slot.hist_width), I64)
             hist[:n, : rows.hist.shape[1]] = rows.hist
-            self.backend.copy_h2d(slot.hist, hist)
+            self.uploads.upload(slot.hist, hist)
         if rows.bias_ids is not None and rows.bias_vals is not None:  # rows without a bias read none of it
             W = rows.bias_ids.shape[1]
             if W > MAX_BIASED:
@@ -420,7 +422,7 @@ class GraphDriver:
             for dst, src, dt in ((slot.bias_ids, rows.bias_ids, I64), (slot.bias_vals, rows.bias_vals, F32)):
                 padded = np.zeros((S * q, MAX_BIASED), dt)
                 padded[:n, :W] = src
-                self.backend.copy_h2d(dst, padded)
+                self.uploads.upload(dst, padded)
 
     def _forward(self, slot: Slot) -> None:
         fb = ForwardBatch(slot.tokens, slot.positions, slot.slots, False, token_row=slot.token_row,
