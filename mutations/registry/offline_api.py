@@ -119,7 +119,7 @@ ENTRIES: list[Mutation] = [
     Mutation(
         id="top-k-off",
         description="top_k is accepted and never applied",
-        file="vt/engine/sample/sampler.py", old="    if 0 < top_k < x.size:\n        idx = np.flatnonzero", new="    if False:\n        idx = np.flatnonzero",
+        file="vt/engine/sample/sampler.py", old="    if 0 < top_k < V:\n        idx = np.flatnonzero", new="    if False:\n        idx = np.flatnonzero",
         gates=(*(f"{FIL}::test_top_k_keeps_the_k_most_likely[{k}]" for k in (1, 3, 7)),
                f"{FIL}::test_top_p_applies_to_the_top_k_survivors",
                *FILC("test_draws_follow_the_renormalized_support_chi_square", "top_k-cpu", "all-cpu")),
@@ -133,7 +133,7 @@ ENTRIES: list[Mutation] = [
     Mutation(
         id="top-p-off",
         description="top_p is accepted and never applied",
-        file="vt/engine/sample/sampler.py", old="    if top_p < 1.0:\n        k = keys(x[idx])\n", new="    if False:\n        k = keys(x[idx])\n",
+        file="vt/engine/sample/sampler.py", old="    if top_p < 1.0:\n        target = np.floor(", new="    if False:\n        target = np.floor(",
         gates=(*(f"{FIL}::test_top_p_keeps_the_smallest_set_reaching_p[{p}]" for p in (0.3, 0.5, 0.6, 0.9)),
                f"{FIL}::test_top_p_applies_to_the_top_k_survivors",
                *FILC("test_draws_follow_the_renormalized_support_chi_square", "top_p-cpu", "all-cpu")),
@@ -147,7 +147,7 @@ ENTRIES: list[Mutation] = [
     Mutation(
         id="top-p-one-short",
         description="top_p keeps the largest set below p instead of the smallest set reaching it",
-        file="vt/engine/sample/sampler.py", old='np.searchsorted(cum, target, side="left")', new='np.searchsorted(cum, target, side="left") - 1',
+        file="vt/engine/sample/sampler.py", old="        w *= k[idx] >= cut\n", new="        w *= k[idx] > cut\n",
         gates=(*(f"{FIL}::test_top_p_keeps_the_smallest_set_reaching_p[{p}]" for p in (0.3, 0.5, 0.6, 0.9)),
                f"{FIL}::test_top_p_applies_to_the_top_k_survivors",
                *FILC("test_draws_follow_the_renormalized_support_chi_square", "top_p-cpu", "all-cpu")),
@@ -204,5 +204,13 @@ ENTRIES: list[Mutation] = [
         file="vt/engine/front/llm_engine.py", old="            r.stop_reason = stop\n", new="",
         gates=(f"{API}::test_a_stop_string_names_itself_as_the_stop_reason",
                f"{API}::test_include_stop_str_in_output_keeps_the_stop_string"),
+    ),
+    Mutation(
+        id="sampler-drops-a-blocks-partial-histogram",
+        description="the radix selection merges the blocks' partial histograms without the first block's: top-k and "
+                    "top-p thresholds miss the tokens that block counted",
+        file="vt/engine/sample/sampler.py", old="    return parts.sum(axis=0)\n", new="    return parts[1:].sum(axis=0)\n",
+        gates=tuple(f"tests/engine/test_radix_select.py::test_thresholds_merge_every_blocks_partial_histogram[{c}]"
+                    for c in ("120-1.0", "400-1.0", "0-0.5", "0-0.9", "300-0.8")),
     ),
 ]

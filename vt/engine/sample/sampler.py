@@ -42,6 +42,7 @@ FORCED, NUM_BIAS, ALLOWED = (FIELDS_I.index(f) for f in ("forced", "num_bias", "
 NLP = MAX_LOGPROBS + 1  # the top-n, then the sampled token's
 MASS_SCALE = np.float32(2.0**32)  # masses below 2**32 each, so V of them sum exactly in float64
 DRAW_CHUNK = 1024
+SPLIT = 16  # the CUDA split sampler's blocks per row: each counts its share of the vocabulary, then they merge
 GOLDEN, MIX1, MIX2 = np.uint64(0x9E3779B97F4A7C15), np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
 
 
@@ -180,42 +181,54 @@ def apply_penalties(row: np.ndarray, hist: np.ndarray, num_prompt: int, rep: flo
     row[tokens] = v
 
 
+def merge_partials(parts: np.ndarray) -> np.ndarray:
+    """The histogram of a row from its blocks' partial ones [SPLIT, 256]: summed in block order (integers held
+    exactly in float64), so the threshold never depends on which block finished first."""
+    return parts.sum(axis=0)
+
+
+def radix_select(k: np.ndarray, w: np.ndarray, chunk: np.ndarray, want: float) -> int:
+    """The largest key K whose keys >= K weigh at least `want` (k: uint32 keys, w: their weights, chunk: the
+    vocabulary block each sits in). Four 8-bit passes; each a histogram per block of the vocabulary, as the
+    CUDA kernel's SPLIT blocks per row count them, merged, then the bin reaching `want` from the top."""
+    prefix = pmask = 0
+    for shift in (24, 16, 8, 0):
+        live = (k & np.uint32(pmask)) == np.uint32(prefix)
+        if pmask and not (k[live] != k[live][0]).any():  # one key left: the passes to come select its bytes
+            return int(k[live][0])
+        byte = ((k[live] >> np.uint32(shift)) & np.uint32(255)).astype(np.int64)
+        parts = np.bincount(chunk[live] * 256 + byte, weights=w[live], minlength=SPLIT * 256)
+        hist = merge_partials(parts.reshape(SPLIT, 256))
+        from_top = np.cumsum(hist[::-1])
+        i = int(np.searchsorted(from_top, want, side="left"))
+        sel = 255 - i if i < 256 else 0
+        want -= float(from_top[min(i, 255)] - hist[sel]) if i < 256 else float(from_top[-1])
+        prefix |= sel << shift
+        pmask |= 255 << shift
+    return prefix
+
+
 def support(x: np.ndarray, top_k: int, top_p: float, min_p: float) -> tuple[np.ndarray, np.ndarray]:
     """The filters on tempered logits x [V]: (the candidate token ids, ascending, and their fixed-point
     masses: floor(exp(x - max) * 2**32), integers held exactly in float32, 0 for a filtered token; what
-    the CUDA kernel truncates to). With top-k the candidates are the k survivors, not the vocabulary."""
+    the CUDA kernel truncates to). With top-k the candidates are the k survivors (ties at the k-th key kept),
+    not the vocabulary. Thresholds are keys found by radix selection (radix_select)."""
+    V = x.size
     m = x.max()
-    idx = np.arange(x.size)
-    if 0 < top_k < x.size:
-        idx = np.flatnonzero(x >= np.partition(x, x.size - top_k)[x.size - top_k])  # ties (and +-0) kept here,
-        k = keys(x[idx])
-        idx = idx[k >= np.partition(k, k.size - top_k)[k.size - top_k]]  # then cut on keys, as CUDA does
+    idx = np.arange(V)
+    k = keys(x)
+    chunk = idx // -(-V // SPLIT)
+    if 0 < top_k < V:
+        idx = np.flatnonzero(k >= radix_select(k, np.ones(V), chunk, top_k))
     e = np.exp(x[idx] - m).astype(F32)
     w = np.floor(e * MASS_SCALE)
     if min_p > 0.0:
         w *= e >= F32(min_p)
     if top_p < 1.0:
-        k = keys(x[idx])
         target = np.floor(top_p * w.sum(dtype=np.float64))  # exact: the masses sum below 2**53
-        alive = np.flatnonzero(w > 0)
-        order, cum = _nucleus(alive, -k[alive].astype(np.int64), w, target)
-        cut = k[order[min(int(np.searchsorted(cum, target, side="left")), order.size - 1)]]
-        w *= k >= cut
+        cut = radix_select(k[idx], w, chunk[idx], target)
+        w *= k[idx] >= cut
     return idx, w
-
-
-def _nucleus(alive: np.ndarray, neg_keys: np.ndarray, w: np.ndarray, target: float) -> tuple[np.ndarray, np.ndarray]:
-    """The largest tokens, in order, until their running mass reaches target: the top 1024 by partition,
-    then four times as many while they fall short; never a sort of the whole vocabulary unless the
-    nucleus is most of it."""
-    m = min(alive.size, 1024)
-    while True:
-        part = np.arange(alive.size) if m >= alive.size else np.argpartition(neg_keys, m - 1)[:m]
-        part = part[np.argsort(neg_keys[part], kind="stable")]
-        cum = np.cumsum(w[alive[part]], dtype=np.float64)
-        if cum[-1] >= target or m >= alive.size:
-            return alive[part], cum
-        m = min(alive.size, 4 * m)
 
 
 def _draw(w: np.ndarray, u: np.ndarray) -> np.ndarray:
