@@ -39,6 +39,16 @@ def _read_threads(name: str) -> int:
     raise ConfigError(f"{name}={raw!r}: expected a thread count >= 1 or 'auto'")
 
 
+def _read_choice(name: str, choices: tuple[str, ...]) -> str:
+    """One of choices (the first is the default)."""
+    raw = (os.environ.get(name) or choices[0]).strip().lower()
+    if raw in choices:
+        return raw
+    from vt.errors import ConfigError
+
+    raise ConfigError(f"{name}={raw!r}: expected one of {', '.join(choices)}")
+
+
 @dataclass(frozen=True, slots=True)
 class Flags:
     pool_bypass: bool  # VT_POOL_BYPASS=1: every get is a driver alloc, every put a driver free
@@ -51,6 +61,7 @@ class Flags:
     cache_dir: str  # VT_CACHE_DIR: where built-in tiny checkpoints are written on first use
     blas_threads: int  # VT_BLAS_THREADS: the CPU backend's BLAS threads (auto: cores - 1)
     api_key: str | None = None  # VT_API_KEY: `vt serve`'s API key when --api-key is not given (vLLM's VLLM_API_KEY)
+    sampler: str = "block"  # VT_SAMPLER: the CUDA decode sampler, block (a block per row) or split (SPLIT per row)
 
     @classmethod
     def from_environ(cls) -> Flags:
@@ -65,6 +76,7 @@ class Flags:
             cache_dir=os.environ.get("VT_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "vt"),
             blas_threads=_read_threads("VT_BLAS_THREADS"),
             api_key=os.environ.get("VT_API_KEY") or None,
+            sampler=_read_choice("VT_SAMPLER", ("block", "split")),
         )
 
 
@@ -83,4 +95,5 @@ def as_environ(f: Flags) -> dict[str, str]:
     out = {env: "1" if getattr(f, field) else "0" for field, env in names.items()}
     out["VT_CACHE_DIR"] = f.cache_dir
     out["VT_BLAS_THREADS"] = str(f.blas_threads)
+    out["VT_SAMPLER"] = f.sampler
     return out

@@ -131,7 +131,7 @@ __device__ u32 radix_select(const float* row, int V, const Filter& f, u64 want, 
 extern "C" __global__ void vt_sample(float* logits, const float* fparams, const long long* iparams,
                                      const long long* hist, float* hist_raw, const long long* bias_ids,
                                      const float* bias_vals, float* bias_raw, long long* out_ids,
-                                     float* lp_vals, long long* lp_ids, int V, int L, int W) {
+                                     float* lp_vals, long long* lp_ids, int V, int L, int W, int defer_draw) {
     __shared__ float shf[T];
     __shared__ int shi[T];
     __shared__ u64 shu[T];
@@ -232,6 +232,10 @@ extern "C" __global__ void vt_sample(float* logits, const float* fparams, const 
     __syncthreads();
 
     int tok;
+    if (defer_draw && forced < 0 && temp != 0.0f) {  // the split kernels below draw it: mark it, keep lse for them
+        if (tid == 0) { out_ids[r] = -2; if (num_lp > 0) lp_vals[r * NLP + NLP - 1] = lse; }
+        return;
+    }
     if (forced >= 0) {
         tok = (int)forced;
     } else if (temp == 0.0f) {
@@ -280,5 +284,193 @@ extern "C" __global__ void vt_sample(float* logits, const float* fparams, const 
             for (int j = 0; j < num_bias; j++) if (bi[j] == tok) { raw = br[j]; break; }  // before the bias too
             lp_ids[r * NLP + NLP - 1] = tok; lp_vals[r * NLP + NLP - 1] = raw - lse;
         }
+    }
+}
+
+
+// ---- the split sampler: SPLIT blocks per row (gridDim.y), for rows vt_sample deferred (out_ids[r] == -2) ------
+// The same draw as vt_sample's, with each pass over the vocabulary shared by the row's blocks: every block counts
+// its chunk (a partial max, sum or 256-bin histogram, in `parts`), and the last block of the row to finish (a
+// counter per row, back at zero when it is done, so a graph replays it) merges the partials in block order and
+// moves the row's state on. Sums are integers: the result never depends on which block finished first.
+// state[r]: 0 max (float bits), 1 top-k key, 2 top-p key, 3 total mass, 4 want, 5 prefix, 6 prefix mask.
+#define ST(r, i) state[(long long)(r) * 8 + (i)]
+
+__device__ __forceinline__ void chunk_of(int V, int* lo, int* hi) {
+    const int G = gridDim.y, per = (V + G - 1) / G;
+    *lo = min(V, (int)blockIdx.y * per);
+    *hi = min(V, *lo + per);
+}
+
+// Thread 0 of the last block of row r to arrive gets true (after every block's partials are visible).
+__device__ bool last_block(unsigned int* counters, int r, bool* sh_last) {
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) *sh_last = atomicAdd(&counters[r], 1u) == gridDim.y - 1;
+    __syncthreads();
+    if (*sh_last) __threadfence();
+    return *sh_last;
+}
+
+__device__ __forceinline__ Filter row_filter(const float* fp, const unsigned long long* state, int r, int phase) {
+    Filter f;
+    f.temp = fp[0];
+    f.m = __uint_as_float((u32)ST(r, 0));
+    f.min_p = fp[2];
+    f.kmin = (u32)(phase >= 2 ? max(ST(r, 1), ST(r, 2)) : ST(r, 1));
+    f.weighted = 1;
+    return f;
+}
+
+extern "C" __global__ void vt_split_max(const float* logits, const float* fparams, const long long* iparams,
+                                        const long long* out_ids, unsigned long long* parts,
+                                        unsigned long long* state, unsigned int* counters, int V) {
+    __shared__ float shf[T];
+    __shared__ bool sh_last;
+    const int r = blockIdx.x, G = gridDim.y;
+    if (out_ids[r] != -2) return;
+    const float* row = logits + (long long)r * V;
+    const float temp = fparams[r * NF];
+    int lo, hi;
+    chunk_of(V, &lo, &hi);
+    float m = -VT_INF;
+    for (int i = lo + threadIdx.x; i < hi; i += T) m = fmaxf(m, tempered(row, i, temp));
+    m = block_max(m, shf);
+    if (threadIdx.x == 0) parts[((long long)r * G + blockIdx.y) * 256] = __float_as_uint(m);
+    if (!last_block(counters, r, &sh_last) || threadIdx.x != 0) return;
+    float best = -VT_INF;
+    for (int g = 0; g < G; g++) best = fmaxf(best, __uint_as_float((u32)parts[((long long)r * G + g) * 256]));
+    ST(r, 0) = __float_as_uint(best);
+    ST(r, 1) = 0; ST(r, 2) = 0; ST(r, 5) = 0; ST(r, 6) = 0;
+    ST(r, 4) = (unsigned long long)iparams[r * NI + 2];  // top_k: the first selection's want
+    counters[r] = 0;
+}
+
+// One 8-bit pass of a radix selection: phase 0 top-k (every token weighs 1), phase 1 top-p (fixed-point masses
+// of the top-k survivors that min_p keeps).
+extern "C" __global__ void vt_split_radix(const float* logits, const float* fparams, const long long* iparams,
+                                          const long long* out_ids, unsigned long long* parts,
+                                          unsigned long long* state, unsigned int* counters, int V, int shift,
+                                          int phase) {
+    __shared__ u64 whist[WARPS * 256];
+    __shared__ bool sh_last;
+    const int r = blockIdx.x, G = gridDim.y;
+    if (out_ids[r] != -2) return;
+    const float* fp = fparams + r * NF;
+    const long long top_k = iparams[r * NI + 2];
+    if (phase == 0 ? !(top_k > 0 && top_k < V) : !(fp[1] < 1.0f)) return;
+    const float* row = logits + (long long)r * V;
+    Filter f = row_filter(fp, state, r, 1);
+    f.weighted = phase;
+    const u32 prefix = (u32)ST(r, 5), pmask = (u32)ST(r, 6);
+    for (int b = threadIdx.x; b < WARPS * 256; b += T) whist[b] = 0;
+    __syncthreads();
+    u64* mine = whist + (threadIdx.x / 32) * 256;
+    int lo, hi;
+    chunk_of(V, &lo, &hi);
+    for (int i = lo + threadIdx.x; i < hi; i += T) {
+        u32 k; u64 w = weight(row, i, f, &k);
+        if (w && (k & pmask) == prefix) atomicAdd(&mine[(k >> shift) & 255u], w);
+    }
+    __syncthreads();
+    u64* out = parts + ((long long)r * G + blockIdx.y) * 256;
+    for (int b = threadIdx.x; b < 256; b += T) {
+        u64 t = 0;
+        for (int w = 0; w < WARPS; w++) t += whist[w * 256 + b];
+        out[b] = t;
+    }
+    if (!last_block(counters, r, &sh_last) || threadIdx.x != 0) return;
+    u64 want = ST(r, 4);
+    u32 sel = 0;
+    for (int b = 255; b >= 0; b--) {
+        u64 h = 0;
+        for (int g = 0; g < G; g++) h += parts[((long long)r * G + g) * 256 + b];  // block order
+        if (h >= want) { sel = (u32)b; break; }
+        want -= h;
+    }
+    const u32 key = prefix | (sel << shift);
+    if (shift == 0) {
+        ST(r, phase == 0 ? 1 : 2) = key;
+        ST(r, 5) = 0; ST(r, 6) = 0;
+    } else {
+        ST(r, 4) = want; ST(r, 5) = key; ST(r, 6) = pmask | (255u << shift);
+    }
+    counters[r] = 0;
+}
+
+// The row's total mass: phase 1 over the top-k survivors min_p keeps (and, with top-p, the first selection's want),
+// phase 2 over what top-p keeps too. Each block's sum stays in psum for the draw.
+extern "C" __global__ void vt_split_sum(const float* logits, const float* fparams, const long long* out_ids,
+                                        unsigned long long* psum, unsigned long long* state,
+                                        unsigned int* counters, int V, int phase) {
+    __shared__ u64 shu[T];
+    __shared__ bool sh_last;
+    const int r = blockIdx.x, G = gridDim.y;
+    if (out_ids[r] != -2) return;
+    const float* fp = fparams + r * NF;
+    if (phase == 2 && !(fp[1] < 1.0f)) return;
+    const float* row = logits + (long long)r * V;
+    const Filter f = row_filter(fp, state, r, phase);
+    int lo, hi;
+    chunk_of(V, &lo, &hi);
+    u64 z = 0; u32 k;
+    for (int i = lo + threadIdx.x; i < hi; i += T) z += weight(row, i, f, &k);
+    z = block_sum_u(z, shu);
+    if (threadIdx.x == 0) psum[(long long)r * G + blockIdx.y] = z;
+    if (!last_block(counters, r, &sh_last) || threadIdx.x != 0) return;
+    u64 total = 0;
+    for (int g = 0; g < G; g++) total += psum[(long long)r * G + g];
+    ST(r, 3) = total;
+    if (phase == 1) ST(r, 4) = (u64)((double)fp[1] * (double)total);  // top-p's want
+    counters[r] = 0;
+}
+
+// The draw: the block whose chunk holds the target finds the token, as vt_sample does within a row.
+extern "C" __global__ void vt_split_draw(const float* logits, const float* fparams, const long long* iparams,
+                                         const long long* hist, const float* hist_raw, const long long* bias_ids,
+                                         const float* bias_raw, long long* out_ids, float* lp_vals,
+                                         long long* lp_ids, const unsigned long long* psum,
+                                         const unsigned long long* state, int V, int L, int W) {
+    __shared__ u64 shu[T];
+    __shared__ int found;
+    const int r = blockIdx.x, G = gridDim.y;
+    if (out_ids[r] != -2) return;
+    const float* fp = fparams + r * NF;
+    const long long* ip = iparams + r * NI;
+    const float* row = logits + (long long)r * V;
+    const Filter f = row_filter(fp, state, r, 2);
+    const u64 z = ST(r, 3);
+    const u64 key = mix64((u64)ip[0] + 0x9E3779B97F4A7C15ull * ((u64)ip[1] + 1ull));
+    const double u = (double)(key >> 11) * 1.1102230246251565e-16;  // 2**-53
+    u64 target = (u64)(u * (double)z);
+    if (target >= z) target = z - 1;
+    u64 pre = 0;
+    for (int g = 0; g < (int)blockIdx.y; g++) pre += psum[(long long)r * G + g];
+    const u64 mine = psum[(long long)r * G + blockIdx.y];
+    const bool last_chunk = blockIdx.y == G - 1;
+    if (!(target >= pre && target < pre + mine) && !(last_chunk && target >= pre + mine)) return;
+    int lo, hi;
+    chunk_of(V, &lo, &hi);
+    const int per = (hi - lo + T - 1) / T, a = min(hi, lo + (int)threadIdx.x * per), b = min(hi, a + per);
+    u64 s = 0; u32 k;
+    for (int i = a; i < b; i++) s += weight(row, i, f, &k);
+    u64 off = pre + block_exclusive_scan(s, shu);
+    if (threadIdx.x == 0) found = V - 1;
+    __syncthreads();
+    if (target >= off && target < off + s) {
+        u64 acc = off;
+        for (int i = a; i < b; i++) { acc += weight(row, i, f, &k); if (acc > target) { found = i; break; } }
+    }
+    __syncthreads();
+    if (threadIdx.x != 0) return;
+    const int tok = found;
+    out_ids[r] = tok;
+    const int num_lp = (int)ip[5], num_hist = (int)ip[4], num_bias = (int)ip[8];
+    if (num_lp > 0) {  // the sampled token's raw logprob: lse was kept in its slot by vt_sample
+        float raw = row[tok];
+        for (int j = 0; j < num_hist; j++) if (hist[(long long)r * L + j] == tok) { raw = hist_raw[(long long)r * L + j]; break; }
+        for (int j = 0; j < num_bias; j++) if (bias_ids[(long long)r * W + j] == tok) { raw = bias_raw[(long long)r * W + j]; break; }
+        lp_ids[r * NLP + NLP - 1] = tok;
+        lp_vals[r * NLP + NLP - 1] = raw - lp_vals[r * NLP + NLP - 1];
     }
 }

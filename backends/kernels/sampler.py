@@ -12,18 +12,56 @@ from backends.kernels.build import Instance, function
 THREADS = 512
 # The row layout the engine's sampler uses today (6 floats; 10 named ints + 16 banned ids; 21 logprob slots):
 # what CI compiles, since the binding itself takes the layout from the arrays it is given.
-CI_INSTANCES = [Instance("sampler.cu", "vt_sample", (("VT_SAMPLER_THREADS", THREADS), ("VT_NF", 6), ("VT_NI", 26),
-                                                     ("VT_NFI", 10), ("VT_NLP", 21)))]
+LAYOUT = (("VT_SAMPLER_THREADS", THREADS), ("VT_NF", 6), ("VT_NI", 26), ("VT_NFI", 10), ("VT_NLP", 21))
+SPLIT_KERNELS = ("vt_split_max", "vt_split_radix", "vt_split_sum", "vt_split_draw")
+CI_INSTANCES = [Instance("sampler.cu", name, LAYOUT) for name in ("vt_sample", *SPLIT_KERNELS)]
 
 
 def launch(cp: Any, logits: Any, fparams: Any, iparams: Any, hist: Any, hist_raw: Any, bias_ids: Any, bias_vals: Any,
            bias_raw: Any, out_ids: Any, lp_vals: Any, lp_ids: Any, num_int_fields: int) -> None:
     """The row layout comes from the arrays: fparams [n, NF], iparams [n, NI] whose first num_int_fields are
     the named fields and the rest the banned ids, bias_ids / bias_vals / bias_raw [n, W], lp_vals [n, NLP]."""
-    inst = Instance("sampler.cu", "vt_sample", (("VT_SAMPLER_THREADS", THREADS), ("VT_NF", fparams.shape[1]),
-                                                ("VT_NI", iparams.shape[1]), ("VT_NFI", num_int_fields),
-                                                ("VT_NLP", lp_vals.shape[1])))
+    _row_kernel(cp, logits, fparams, iparams, hist, hist_raw, bias_ids, bias_vals, bias_raw, out_ids, lp_vals, lp_ids,
+                num_int_fields, defer_draw=False)
+
+
+def _layout(fparams: Any, iparams: Any, lp_vals: Any, num_int_fields: int) -> tuple:
+    return (("VT_SAMPLER_THREADS", THREADS), ("VT_NF", fparams.shape[1]), ("VT_NI", iparams.shape[1]),
+            ("VT_NFI", num_int_fields), ("VT_NLP", lp_vals.shape[1]))
+
+
+def _row_kernel(cp: Any, logits: Any, fparams: Any, iparams: Any, hist: Any, hist_raw: Any, bias_ids: Any,
+                bias_vals: Any, bias_raw: Any, out_ids: Any, lp_vals: Any, lp_ids: Any, num_int_fields: int,
+                defer_draw: bool) -> None:
     n, V = logits.shape
+    inst = Instance("sampler.cu", "vt_sample", _layout(fparams, iparams, lp_vals, num_int_fields))
     function(cp, inst)((n,), (THREADS,), (logits, fparams, iparams, hist, hist_raw, bias_ids, bias_vals, bias_raw,
                                           out_ids, lp_vals, lp_ids, np.int32(V), np.int32(hist.shape[1]),
-                                          np.int32(bias_ids.shape[1])))
+                                          np.int32(bias_ids.shape[1]), np.int32(defer_draw)))
+
+
+def launch_split(cp: Any, logits: Any, fparams: Any, iparams: Any, hist: Any, hist_raw: Any, bias_ids: Any,
+                 bias_vals: Any, bias_raw: Any, out_ids: Any, lp_vals: Any, lp_ids: Any, num_int_fields: int,
+                 parts: Any, psum: Any, state: Any, counters: Any) -> None:
+    """The split sampler (issue 29): the row kernel does everything but the draw of rows that sample, which
+    SPLIT blocks per row then run pass by pass (max, top-k's 4 radix passes, the mass, top-p's 4, its mass, the
+    draw). Scratch: parts [n, SPLIT, 256] and psum [n, SPLIT] uint64, state [n, 8] uint64, counters [n] uint32
+    (zero, and zero again after every launch)."""
+    n, V = logits.shape
+    G = parts.shape[1]
+    _row_kernel(cp, logits, fparams, iparams, hist, hist_raw, bias_ids, bias_vals, bias_raw, out_ids, lp_vals, lp_ids,
+                num_int_fields, defer_draw=True)
+    layout = _layout(fparams, iparams, lp_vals, num_int_fields)
+
+    def k(name: str) -> Any:
+        return function(cp, Instance("sampler.cu", name, layout))
+
+    grid, block, V32 = (n, G), (THREADS,), np.int32(V)
+    k("vt_split_max")(grid, block, (logits, fparams, iparams, out_ids, parts, state, counters, V32))
+    for phase in (0, 1):
+        for shift in (24, 16, 8, 0):
+            k("vt_split_radix")(grid, block, (logits, fparams, iparams, out_ids, parts, state, counters, V32,
+                                              np.int32(shift), np.int32(phase)))
+        k("vt_split_sum")(grid, block, (logits, fparams, out_ids, psum, state, counters, V32, np.int32(phase + 1)))
+    k("vt_split_draw")(grid, block, (logits, fparams, iparams, hist, hist_raw, bias_ids, bias_raw, out_ids, lp_vals,
+                                     lp_ids, psum, state, V32, np.int32(hist.shape[1]), np.int32(bias_ids.shape[1])))

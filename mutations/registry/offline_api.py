@@ -213,4 +213,14 @@ ENTRIES: list[Mutation] = [
         gates=tuple(f"tests/engine/test_radix_select.py::test_thresholds_merge_every_blocks_partial_histogram[{c}]"
                     for c in ("120-1.0", "400-1.0", "0-0.5", "0-0.9", "300-0.8")),
     ),
+    Mutation(
+        id="cuda-split-drops-a-blocks-partial-histogram",
+        description="the split CUDA sampler's last block merges the partial histograms of every block but the first",
+        file="backends/kernels/sampler.cu",
+        old="        for (int g = 0; g < G; g++) h += parts[((long long)r * G + g) * 256 + b];  // block order",
+        new="        for (int g = 1; g < G; g++) h += parts[((long long)r * G + g) * 256 + b];  // block order",
+        needs_gpu=True,
+        gates=("tests/engine/test_split_sampler.py::test_the_split_sampler_draws_what_the_numpy_reference_draws",
+               "tests/engine/test_split_sampler.py::test_a_captured_split_sampler_replays_the_same_draws"),
+    ),
 ]

@@ -9,9 +9,11 @@ import numpy as np
 import pytest
 
 from vt.engine.sample.sampler import NF, NI, NLP, RowSpec, pack, sample_tokens
+from vt.engine.worker.graph_driver import split_scratch
 from vt.registry import make_backend
 
-BACKENDS = ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)]
+# cuda-split: the CUDA sampler with SPLIT blocks per row (issue 29), its draws the same as the one-block kernel's
+BACKENDS = ["cpu", pytest.param("cuda", marks=pytest.mark.gpu), pytest.param("cuda-split", marks=pytest.mark.gpu)]
 _backends: dict[str, object] = {}
 
 
@@ -24,7 +26,7 @@ class Sampled:
 
 
 def run_sampler(backend: str, logits: np.ndarray, specs: list[RowSpec]) -> Sampled:
-    b = _backends.setdefault(backend, make_backend(backend))
+    b = _backends.setdefault(backend, make_backend(backend.removesuffix("-split")))
     n, V = logits.shape
     width = max([len(s.history) for s in specs if s.history is not None] or [1])
     rows = pack(specs, n, width)
@@ -39,9 +41,10 @@ def run_sampler(backend: str, logits: np.ndarray, specs: list[RowSpec]) -> Sampl
     b.copy_h2d(t[3], rows.hist if rows.hist is not None else np.zeros((n, width), np.int64))
     b.copy_h2d(t[5], rows.bias_ids if rows.bias_ids is not None else np.zeros((n, bw), np.int64))
     b.copy_h2d(t[6], rows.bias_vals if rows.bias_vals is not None else np.zeros((n, bw), np.float32))
-    b.launch(sample_tokens, *t)
+    scratch = split_scratch(b, n) if backend.endswith("-split") else ()
+    b.launch(sample_tokens, *t, *scratch)
     out = Sampled(*(b.copy_d2h(t[i]) for i in (8, 0, 9, 10)))
-    for x in t:
+    for x in (*t, *scratch):
         b.free(x.buffer)
     return out
 

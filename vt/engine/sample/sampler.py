@@ -131,16 +131,20 @@ def pack(rows: list[RowSpec], num_rows: int, hist_width: int) -> SamplingRows:
 
 # ---- the kernel's entry point (both backends) ----------------------------------------------------
 def sample_tokens(xp: Any, logits: Any, fparams: Any, iparams: Any, hist: Any, hist_raw: Any, bias_ids: Any,
-                  bias_vals: Any, bias_raw: Any, out_ids: Any, lp_vals: Any, lp_ids: Any) -> None:
+                  bias_vals: Any, bias_raw: Any, out_ids: Any, lp_vals: Any, lp_ids: Any, *split: Any) -> None:
     """Samples every row of logits [n, V] into out_ids [n]; rows asking for logprobs also get the raw
     log-softmax of their top tokens and of the sampled one (lp_vals / lp_ids [n, NLP]). Writes only its
     outputs and, in place, the logits (bias, penalties, bans), hist_raw [n, L] and bias_raw [n, W] (scratch):
-    no allocation, so it runs inside a captured graph."""
+    no allocation, so it runs inside a captured graph. `split` (the split CUDA sampler's scratch: parts, psum,
+    state, counters) draws each row with SPLIT blocks; the NumPy body is the same draw either way."""
     if hasattr(xp, "RawKernel"):
-        from backends.kernels.sampler import launch
+        from backends.kernels.sampler import launch, launch_split
 
-        launch(xp, logits, fparams, iparams, hist, hist_raw, bias_ids, bias_vals, bias_raw, out_ids, lp_vals, lp_ids,
-               len(FIELDS_I))
+        args = (logits, fparams, iparams, hist, hist_raw, bias_ids, bias_vals, bias_raw, out_ids, lp_vals, lp_ids)
+        if split:
+            launch_split(xp, *args, len(FIELDS_I), *split)
+        else:
+            launch(xp, *args, len(FIELDS_I))
         return
     _sample_numpy(*(np.asarray(a) for a in (logits, fparams, iparams, hist, bias_ids, bias_vals, out_ids, lp_vals,
                                             lp_ids)))

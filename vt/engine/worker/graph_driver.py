@@ -30,7 +30,7 @@ from backends.kernels.decode_attention import MIN_PARTITION
 from models.base import ForwardBatch, KVCache, Model, prefill_inputs, prefill_logits
 from vt.backend import Graph, Tensor
 from vt.capture import BreakableGraph, GraphCaptureScope
-from vt.engine.sample.sampler import MAX_BIASED, NF, NI, NLP, SamplingRows, pack, sample_tokens
+from vt.engine.sample.sampler import MAX_BIASED, NF, NI, NLP, SPLIT, SamplingRows, pack, sample_tokens
 from vt.engine.worker.piecewise import Bucket, carry_buffers, token_ladder
 from vt.engine.worker.readback import Readback
 from vt.engine.worker.uploads import Uploads
@@ -54,6 +54,15 @@ def width_bucket(width: int, min_width: int = 1) -> int:
 
 SlotKey = tuple[int, int, bool, int]  # (rows, tokens per row, speculative, block-table width bucket)
 ROW_INPUTS = 6  # per-row int64 inputs of a slot: tokens, positions, KV slots, table rows, feed sources, keep slots
+
+
+def split_scratch(backend: Any, rows: int) -> tuple[Tensor, ...]:
+    """The split sampler's scratch for rows: block partials [rows, SPLIT, 256] and sums [rows, SPLIT], the row
+    state [rows, 8], and per row a counter of blocks done, zero (each launch leaves it zero)."""
+    parts, psum, state = (backend.empty(shape, np.uint64) for shape in ((rows, SPLIT, 256), (rows, SPLIT), (rows, 8)))
+    counters = backend.empty((rows,), np.uint32)
+    backend.copy_h2d(counters, np.zeros(rows, np.uint32))
+    return parts, psum, state, counters
 
 
 def width_ladder(min_width: int, max_width: int) -> list[int]:
@@ -128,6 +137,7 @@ class Slot:
         self.hist = driver.hist.view((n, self.hist_width))
         self.hist_raw = driver.hist_raw.view((n, self.hist_width))
         self.bias_ids, self.bias_vals, self.bias_raw = (t.view((n, MAX_BIASED)) for t in driver.bias)
+        self.split = tuple(t.view((n, *t.shape[1:])) for t in driver.split)  # the split sampler's scratch, or ()
         self.logits = driver.logits.view((n, c.vocab_size))
         self.hidden = driver.hidden.view((n, c.hidden_size))
         self.out_ids = b.empty((n,), I64)
@@ -170,6 +180,7 @@ class GraphDriver:
         self.hist = self.backend.empty((rows, self.max_width * kv.block_size), I64)
         self.hist_raw = self.backend.empty((rows, self.max_width * kv.block_size), F32)
         self.bias = tuple(self.backend.empty((rows, MAX_BIASED), dt) for dt in (I64, F32, F32))  # ids, values, raw
+        self.split = split_scratch(self.backend, rows) if flags().sampler == "split" else ()
         # Each request's last sampled id, by its request slot (async scheduling: the next step's input token)
         self.last_sampled = self.backend.empty((max_num_seqs,), I64)
         self.backend.copy_h2d(self.last_sampled, np.zeros(max_num_seqs, I64))
@@ -222,7 +233,7 @@ class GraphDriver:
         """Device bytes the graphs keep: the slots' and buckets' buffers, the shared outputs, and the pool
         blocks pinned as their temporaries."""
         own = [t for slot in self.slots.values() for t in slot.buffers()]
-        own += [self.logits, self.hidden, self.hist, self.hist_raw, *self.bias, self.last_sampled,
+        own += [self.logits, self.hidden, self.hist, self.hist_raw, *self.bias, *self.split, self.last_sampled,
                 *self.carry.values()]
         own += [t for b in self.buckets.values() for t in (b.inputs, b.token_row, b.tiles, b.tables) if t is not None]
         pinned = {blk for slot in self.slots.values() for blk in slot.pinned}
@@ -431,7 +442,7 @@ class GraphDriver:
         self.model.forward(fb, self.kv, slot.logits, slot.hidden)
         self.backend.launch(sample_tokens, slot.logits, slot.fparams, slot.iparams, slot.hist, slot.hist_raw,
                             slot.bias_ids, slot.bias_vals, slot.bias_raw,
-                            slot.out_ids, slot.lp_vals, slot.lp_ids)
+                            slot.out_ids, slot.lp_vals, slot.lp_ids, *slot.split)
         self.backend.keep_sampled(slot.out_ids, slot.keep_dst, self.last_sampled)
 
     def _run_cold(self, slot: Slot) -> None:
