@@ -104,3 +104,13 @@ def test_what_async_scheduling_does_not_support_is_refused_by_name(kw: dict) -> 
 
     with pytest.raises(ConfigError, match="async_scheduling"):
         EngineConfig(**{**KW, "num_blocks": 64, "async_scheduling": True, **kw})
+
+
+@pytest.mark.gpu
+def test_on_the_gpu_async_outputs_equal_the_synchronous_engines() -> None:
+    """On CUDA the next step really runs beside the host's update: same tokens, most steps overlapped."""
+    cuda = dict(KW, backend="cuda", num_blocks=128)
+    want = outputs(LLM(**cuda), mixed_params())
+    llm = LLM(**cuda, async_scheduling=True)
+    assert outputs(llm, mixed_params()) == want
+    assert llm.engine.num_overlapped > llm.engine.num_steps // 2
