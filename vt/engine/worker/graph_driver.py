@@ -159,7 +159,7 @@ class Slot:
 class GraphDriver:
     def __init__(self, model: Model, kv: KVCache, max_num_seqs: int, *, enabled: bool = True,
                  stream: Any = None, max_q: int = 1, max_num_batched_tokens: int = 8192,
-                 max_model_len: int | None = None) -> None:
+                 max_model_len: int | None = None, async_readback: bool = False) -> None:
         from vt.env import flags
 
         self.model, self.kv = model, kv
@@ -184,12 +184,12 @@ class GraphDriver:
         # Each request's last sampled id, by its request slot (async scheduling: the next step's input token)
         self.last_sampled = self.backend.empty((max_num_seqs,), I64)
         self.backend.copy_h2d(self.last_sampled, np.zeros(max_num_seqs, I64))
-        self._last_copy: Any = None  # the event of the last step's read-back copy (its next step waits on it)
         # The bypass lane has no free lists to pre-grow: every get is a driver allocation, which a
         # global-mode capture refuses. Graphs are off there; the lane exists for real lifetimes.
         self.is_enabled = enabled and flags().cudagraph and self.backend.can_capture and not self.pool.is_bypass
         self.stream = stream or self.backend.new_stream()  # the engine's one compute stream
-        self.readback = Readback(self.backend, self.stream)  # sampled ids come back on a copy stream
+        # sampled ids come back on a copy stream (with async scheduling, on the compute stream: see Readback)
+        self.readback = Readback(self.backend, self.stream, on_compute=async_readback)
         self.uploads = Uploads(self.backend, self.stream)  # step inputs go up from pinned buffers
         self.slots: dict[SlotKey, Slot] = {}  # one per key: its graph, inputs and outputs
         self.last_slot: Slot | None = None
@@ -307,8 +307,6 @@ class GraphDriver:
             raise GraphInputMismatch(f"a block table {inp.block_tables.shape[1]} blocks wide: above the driver's "
                                      f"{self.max_width} (max_model_len)")
         slot = self._slot((S, inp.q, spec, width))
-        if self._last_copy is not None:  # the step before may still be copying its ids out of the buffers this
-            self.backend.wait_event(self.stream, self._last_copy)  # step's sampler writes (async scheduling)
         self._stage(slot, inp)
         if slot.demand is None or not self.is_enabled:
             self._run_cold(slot)
@@ -328,7 +326,6 @@ class GraphDriver:
         outs = [slot.out_ids.view((n,))] + ([slot.lp_vals.view((n, NLP)), slot.lp_ids.view((n, NLP))]
                                             if logprobs else [])
         pending = self.readback.start(outs)
-        self._last_copy = pending.done
         return lambda: StepResult(*pending.wait())
 
     # ---- prefill buckets --------------------------------------------------------------------

@@ -38,9 +38,11 @@ class Pending:
 
 
 class Readback:
-    def __init__(self, backend: Backend, compute: Stream) -> None:
+    def __init__(self, backend: Backend, compute: Stream, on_compute: bool = False) -> None:
         self.backend, self.compute = backend, compute
-        self.stream = backend.new_stream()  # the copy stream
+        # the copy stream; with async scheduling the compute stream itself: the next step's sampler, launched
+        # before the host waits for this copy, overwrites the ids it reads, so it must run after it in stream order
+        self.stream = compute if on_compute else backend.new_stream()
         self.spare: dict[tuple, list[Any]] = {}  # (row shape, dtype) -> pinned buffers no read-back holds
 
     def start(self, tensors: list[Tensor]) -> Pending:
