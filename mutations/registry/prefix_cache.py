@@ -68,8 +68,8 @@ ENTRIES: list[Mutation] = [
     Mutation(
         id="cuda-engine-ignores-gpu-memory-utilization",
         description="the CUDA engine sizes its KV cache at 0.9 whatever gpu_memory_utilization says",
-        file="vt/engine/front/llm_engine.py", old="cfg.gpu_memory_utilization, non_kv - used_by_others)",
-        new="0.9, non_kv - used_by_others)", needs_gpu=True,
+        file="vt/engine/front/llm_engine.py", old="self.cfg.gpu_memory_utilization, own)",
+        new="0.9, own)", needs_gpu=True,
         gates=(f"{MEM}::test_on_the_gpu_the_kv_cache_follows_the_utilization",),
     ),
 ]

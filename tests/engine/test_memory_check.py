@@ -131,3 +131,17 @@ def test_on_the_gpu_the_kv_cache_follows_the_utilization() -> None:
     assert abs(grown - 0.2 * total) < 0.02 * total, (grown, total)
     sp = SamplingParams(temperature=0, max_tokens=4, ignore_eos=True)
     assert all(o.outputs[0].token_ids for o in high.generate([[5] * 4000] + [[7] * 30] * 15, sp))
+
+
+@pytest.mark.gpu
+def test_on_the_gpu_a_given_num_blocks_counts_the_largest_steps_peak() -> None:
+    """num_blocks that fit beside the weights alone but not beside the largest step's temporaries as well are
+    refused, naming the step; a smaller step budget fits the same blocks."""
+    import cupy
+
+    free = cupy.cuda.runtime.memGetInfo()[0]
+    per = kv_bytes_per_block(type("C", (), {"num_hidden_layers": 4, "num_key_value_heads": 2, "head_dim": 16}), 16, 4)
+    blocks = (free - 64 * 2**20) // per  # 64 MiB left beside the KV cache: the weights fit, a 64k-token step does not
+    with pytest.raises(ConfigError, match="largest step"):
+        LLM("tiny-qwen3", backend="cuda", dtype="float32", num_blocks=blocks, max_model_len=1024,
+            max_num_batched_tokens=65536)

@@ -47,14 +47,15 @@ def gib(n: float) -> str:
     return f"{n / 2**30:.2f} GiB" if n >= 2**30 else f"{n / 2**20:.1f} MiB"
 
 
-def check_fits(num_blocks: int, per_block: int, weights: int, available: int, where: str) -> None:
-    """Refuses a KV pool that, with the weights, needs more than is available."""
+def check_fits(num_blocks: int, per_block: int, weights: int, available: int, where: str,
+               what: str = "the weights") -> None:
+    """Refuses a KV pool that, with the weights (or what else the engine holds), needs more than is available."""
     need = num_blocks * per_block
     if need + weights <= available:
         return
     fit = max(0, (available - weights) // per_block)
-    raise ConfigError(f"num_blocks={num_blocks}: the KV cache needs {gib(need)} ({per_block} bytes a block) and the "
-                      f"weights {gib(weights)}, but {gib(available)} are available on {where}; at most {fit} blocks "
+    raise ConfigError(f"num_blocks={num_blocks}: the KV cache needs {gib(need)} ({per_block} bytes a block) and "
+                      f"{what} {gib(weights)}, but {gib(available)} are available on {where}; at most {fit} blocks "
                       f"fit (lower num_blocks)")
 
 

@@ -72,11 +72,13 @@ class LLMEngine:
                                   "that sizes the KV cache from gpu_memory_utilization runs on one GPU only, so far)")
             self.backend, self.model = self._start_ranks(ckpt)
         else:
-            free_at_start = _device_memory(cfg.backend) if profile else None
+            free_at_start = _device_memory(cfg.backend) if cfg.backend == "cuda" else None
             self.backend = make_backend(cfg.backend)
             self.model = load_model(ckpt, self.backend, self.dtype)
             if profile:
                 self._size_kv(ckpt, self._profile(ckpt, free_at_start))
+            elif cfg.backend == "cuda" and free_at_start is not None:  # given num_blocks: the largest step counts too
+                self._check_step_peak(ckpt, free_at_start)
         stream = self.backend.new_stream()  # one compute stream for the target and the draft
         proposer = self._make_proposer(ckpt, stream)
         self.kv_manager = KVCacheManager(cfg.num_blocks, cfg.block_size, cfg.max_blocks_per_seq, cfg.num_kv_groups,
@@ -180,11 +182,29 @@ class LLMEngine:
         """The KV budget on one GPU: gpu_memory_utilization of it, less what the weights and the largest step
         hold (vt/engine/worker/profile.py)."""
         from vt.engine.memory import gpu_kv_budget
+
+        if free_at_start is None:
+            raise ConfigError("num_blocks: CUDA's free memory cannot be read; give num_blocks or kv_cache_gib")
+        own = self._non_kv_bytes(ckpt, free_at_start)
+        return gpu_kv_budget(free_at_start[1], free_at_start[0], self.cfg.gpu_memory_utilization, own)
+
+    def _check_step_peak(self, ckpt: Any, free_at_start: tuple[int, int]) -> None:
+        """A given num_blocks against what the GPU had free, counting the weights and the real peak of the largest
+        step (profiled), not the weights alone: refused with both figures before the KV cache is allocated."""
+        from vt.dtypes import STORAGE
+        from vt.engine.memory import check_fits, kv_bytes_per_block
+
+        cfg = self.cfg
+        per_block = kv_bytes_per_block(ckpt.config, cfg.block_size, STORAGE[self.dtype].itemsize)
+        check_fits(cfg.num_blocks, per_block, self._non_kv_bytes(ckpt, free_at_start), free_at_start[0], "the GPU",
+                   what="the weights and the largest step (profiled)")
+
+    def _non_kv_bytes(self, ckpt: Any, free_at_start: tuple[int, int]) -> int:
+        """What this engine holds on the GPU besides the KV cache: the weights, the largest step's peak (its pool
+        blocks), a draft model's weights."""
         from vt.engine.worker.profile import profile_non_kv_bytes
 
         cfg = self.cfg
-        if free_at_start is None:
-            raise ConfigError("num_blocks: CUDA's free memory cannot be read; give num_blocks or kv_cache_gib")
         free0, total = free_at_start
         max_len = cfg.max_model_len or ckpt.config.max_position_embeddings
         batched = cfg.max_num_batched_tokens or max(8192, max_len)
@@ -197,8 +217,7 @@ class LLMEngine:
 
             draft = load_checkpoint(resolve_model(str(cfg.speculative_model)))
             non_kv += weight_bytes(draft.weights.infos, STORAGE[self.dtype].itemsize)
-        used_by_others = total - free0
-        return gpu_kv_budget(total, free0, cfg.gpu_memory_utilization, non_kv - used_by_others)
+        return non_kv - (total - free0)  # less what others held before this engine started
 
     def _make_proposer(self, ckpt: Any, stream: Any) -> Any:
         from models.loader import load_checkpoint, resolve_model
