@@ -253,7 +253,8 @@ extern "C" __global__ void vt_sample(float* logits, const float* fparams, const 
         for (int i = tid; i < V; i += T) z += weight(row, i, f, &k);
         z = block_sum_u(z, shu);
         if (top_p < 1.0f) {
-            f.kmin = radix_select(row, V, f, (u64)((double)top_p * (double)z), whist, hist256, shx);
+            // at least one unit of mass: a top_p so small that top_p * z < 1 keeps the top token, never nothing
+            f.kmin = radix_select(row, V, f, max(1ull, (u64)((double)top_p * (double)z)), whist, hist256, shx);
             z = 0;
             for (int i = tid; i < V; i += T) z += weight(row, i, f, &k);
             z = block_sum_u(z, shu);
@@ -421,7 +422,7 @@ extern "C" __global__ void vt_split_sum(const float* logits, const float* fparam
     u64 total = 0;
     for (int g = 0; g < G; g++) total += psum[(long long)r * G + g];
     ST(r, 3) = total;
-    if (phase == 1) ST(r, 4) = (u64)((double)fp[1] * (double)total);  // top-p's want
+    if (phase == 1) ST(r, 4) = max(1ull, (u64)((double)fp[1] * (double)total));  // top-p's want: one unit at least
     counters[r] = 0;
 }
 
@@ -448,6 +449,8 @@ extern "C" __global__ void vt_split_draw(const float* logits, const float* fpara
     for (int g = 0; g < (int)blockIdx.y; g++) pre += psum[(long long)r * G + g];
     const u64 mine = psum[(long long)r * G + blockIdx.y];
     const bool last_chunk = blockIdx.y == G - 1;
+    // (the block that finds the token writes out_ids[r] while others may still read it above: they return
+    // either way, since only one block's chunk holds the target)
     if (!(target >= pre && target < pre + mine) && !(last_chunk && target >= pre + mine)) return;
     int lo, hi;
     chunk_of(V, &lo, &hi);

@@ -5,11 +5,13 @@
 
 namespace vt {
 
-// tokens[i] = last[src[i]] where src[i] >= 0: the token step N sampled, fed to step N+1 without the host.
+// tokens[i] = last[src[i]] where src[i] >= 0: the token step N sampled, fed to step N+1 without the host. A row
+// whose logits were not finite sampled -1 and fails on the host; its next step, already queued, reads token 0.
 __global__ void feed_tokens(i64* __restrict__ tokens, const i64* __restrict__ src, const i64* __restrict__ last,
                             int n) {
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n && src[i] >= 0) tokens[i] = last[src[i]];
+    if (i < n && src[i] >= 0) tokens[i] = max(0ll, last[src[i]]);  // a failed row's -1: a valid id, never an index
+                                                                    // before the embedding table
 }
 
 // last[dst[i]] = ids[i] where dst[i] >= 0: each row's sampled id kept at its request's slot.

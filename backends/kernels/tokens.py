@@ -16,7 +16,7 @@ THREADS = 256
 
 def _feed_twin(tokens: np.ndarray, src: np.ndarray, last: np.ndarray) -> None:
     fed = src >= 0
-    tokens[fed] = last[src[fed]]
+    tokens[fed] = np.maximum(last[src[fed]], 0)  # a failed row's -1 reads as token 0 (tokens.cu)
 
 
 def _keep_twin(ids: np.ndarray, dst: np.ndarray, last: np.ndarray) -> None:

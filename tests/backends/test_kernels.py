@@ -393,10 +393,12 @@ def test_feed_and_keep_twins_move_tokens_by_request_slot() -> None:
     from backends.kernels import tokens as tk
 
     tokens, src, dst, last = _token_case()
+    last[src[src >= 0][0]] = -1  # a failed row's sampled id: read as token 0, never as an index before the table
     fed, kept = tokens.copy(), last.copy()
     tk.feed_tokens(np, fed, src, last)
-    want = [int(last[s]) if s >= 0 else int(t) for t, s in zip(tokens, src)]
+    want = [max(0, int(last[s])) if s >= 0 else int(t) for t, s in zip(tokens, src)]
     assert fed.tolist() == want and (src >= 0).any() and (src < 0).any(), "fed where asked, kept elsewhere"
+    assert 0 in fed[src == src[src >= 0][0]], "non-vacuity: a -1 was fed"
     tk.keep_sampled(np, tokens, dst, kept)
     for i in np.flatnonzero(dst >= 0):
         assert kept[dst[i]] == tokens[i]
@@ -411,6 +413,7 @@ def test_cuda_feed_and_keep_equal_their_twins() -> None:
     from backends.kernels import tokens as tk
 
     tokens, src, dst, last = _token_case()
+    last[src[src >= 0][0]] = -1
     fed, d_fed = tokens.copy(), cupy.asarray(tokens)
     tk.feed_tokens(np, fed, src, last)
     tk.feed_tokens(cupy, d_fed, cupy.asarray(src), cupy.asarray(last))

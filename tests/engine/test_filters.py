@@ -138,3 +138,13 @@ def test_the_cuda_sampler_draws_what_the_numpy_reference_draws_at_a_real_vocabul
         assert cpu.lp_ids[i, :5].tolist() == gpu.lp_ids[i, :5].tolist()
         np.testing.assert_allclose(gpu.lp_vals[i, :5], cpu.lp_vals[i, :5], atol=1e-4)
     assert len(set(cpu.ids.tolist())) > 16, "non-vacuity: the rows drew different tokens"
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_top_p_too_small_for_one_unit_of_mass_keeps_the_top_token(backend: str) -> None:
+    """top_p * total mass < 1 (top_p of 1e-13): the nucleus is the top token, never nothing (which drew the last
+    token of the vocabulary on CUDA)."""
+    ids = _draws(backend, RowSpec(temperature=1.0, top_p=1e-13, seed=2), 500)
+    assert set(ids.tolist()) == {DESC[0]}
+    wide = _draws(backend, RowSpec(temperature=1.0, top_p=0.5, seed=2), 500)
+    assert len(set(wide.tolist())) > 1, "non-vacuity: a usual top_p keeps more than the top token"

@@ -53,12 +53,13 @@ def test_a_captured_split_sampler_replays_the_same_draws() -> None:
     logits, specs = _rows(8)
     b = make_backend("cuda")
     rows = pack(specs, 8, 200)
+    assert rows.hist is not None and rows.bias_ids is not None and rows.bias_vals is not None
+    W = rows.bias_ids.shape[1]
     t = [b.empty(s, d) for s, d in (((8, V), np.float32), ((8, NF), np.float32), ((8, NI), np.int64),
-                                    ((8, 200), np.int64), ((8, 200), np.float32), ((8, 1), np.int64),
-                                    ((8, 1), np.float32), ((8, 1), np.float32), ((8,), np.int64),
+                                    ((8, 200), np.int64), ((8, 200), np.float32), ((8, W), np.int64),
+                                    ((8, W), np.float32), ((8, W), np.float32), ((8,), np.int64),
                                     ((8, NLP), np.float32), ((8, NLP), np.int64))]
-    for i, host in ((1, rows.fparams), (2, rows.iparams), (3, rows.hist), (5, np.zeros((8, 1), np.int64)),
-                    (6, np.zeros((8, 1), np.float32))):
+    for i, host in ((1, rows.fparams), (2, rows.iparams), (3, rows.hist), (5, rows.bias_ids), (6, rows.bias_vals)):
         b.copy_h2d(t[i], host)
     scratch = split_scratch(b, 8)
     stream = b.new_stream()

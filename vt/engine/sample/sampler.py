@@ -229,7 +229,8 @@ def support(x: np.ndarray, top_k: int, top_p: float, min_p: float) -> tuple[np.n
     if min_p > 0.0:
         w *= e >= F32(min_p)
     if top_p < 1.0:
-        target = np.floor(top_p * w.sum(dtype=np.float64))  # exact: the masses sum below 2**53
+        # exact (the masses sum below 2**53); one unit at least: a top_p so small that it rounds to 0 keeps the top
+        target = max(1.0, np.floor(top_p * w.sum(dtype=np.float64)))
         cut = radix_select(k[idx], w, chunk[idx], target)
         w *= k[idx] >= cut
     return idx, w
