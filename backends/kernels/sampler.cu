@@ -380,14 +380,20 @@ extern "C" __global__ void vt_split_radix(const float* logits, const float* fpar
         for (int w = 0; w < WARPS; w++) t += whist[w * 256 + b];
         out[b] = t;
     }
-    if (!last_block(counters, r, &sh_last) || threadIdx.x != 0) return;
+    if (!last_block(counters, r, &sh_last)) return;
+    u64* merged = whist;  // the last block's threads merge a bin each (one thread alone took ~100 us a pass)
+    for (int b = threadIdx.x; b < 256; b += T) {
+        u64 h = 0;
+        for (int g = 0; g < G; g++) h += parts[((long long)r * G + g) * 256 + b];  // block order
+        merged[b] = h;
+    }
+    __syncthreads();
+    if (threadIdx.x != 0) return;
     u64 want = ST(r, 4);
     u32 sel = 0;
     for (int b = 255; b >= 0; b--) {
-        u64 h = 0;
-        for (int g = 0; g < G; g++) h += parts[((long long)r * G + g) * 256 + b];  // block order
-        if (h >= want) { sel = (u32)b; break; }
-        want -= h;
+        if (merged[b] >= want) { sel = (u32)b; break; }
+        want -= merged[b];
     }
     const u32 key = prefix | (sel << shift);
     if (shift == 0) {
