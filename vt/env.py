@@ -61,7 +61,7 @@ class Flags:
     cache_dir: str  # VT_CACHE_DIR: where built-in tiny checkpoints are written on first use
     blas_threads: int  # VT_BLAS_THREADS: the CPU backend's BLAS threads (auto: cores - 1)
     api_key: str | None = None  # VT_API_KEY: `vt serve`'s API key when --api-key is not given (vLLM's VLLM_API_KEY)
-    sampler: str = "block"  # VT_SAMPLER: the CUDA decode sampler, block (a block per row) or split (SPLIT per row)
+    sampler: str = "split"  # VT_SAMPLER: the CUDA decode sampler, split (SPLIT blocks per row) or block (one)
 
     @classmethod
     def from_environ(cls) -> Flags:
@@ -76,7 +76,7 @@ class Flags:
             cache_dir=os.environ.get("VT_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "vt"),
             blas_threads=_read_threads("VT_BLAS_THREADS"),
             api_key=os.environ.get("VT_API_KEY") or None,
-            sampler=_read_choice("VT_SAMPLER", ("block", "split")),
+            sampler=_read_choice("VT_SAMPLER", ("split", "block")),
         )
 
 

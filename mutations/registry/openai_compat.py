@@ -42,6 +42,8 @@ ENTRIES: list[Mutation] = [
         description="the CUDA sampler never masks the tokens allowed_token_ids leaves out",
         file="backends/kernels/sampler.cu", old="        if (allowed) {", new="        if (false) {", needs_gpu=True,
         gates=(f"{BIAS}::test_allowed_token_ids_are_the_whole_support[cuda]",
+               f"{BIAS}::test_allowed_token_ids_are_the_whole_support[cuda-split]",
+               f"{BIAS}::test_allowed_token_ids_bound_every_sampled_token",  # the engine: on CUDA in the GPU lane
                f"{BIAS}::test_the_cuda_sampler_biases_as_the_numpy_reference_at_a_real_vocabulary"),
     ),
     Mutation(
@@ -50,6 +52,7 @@ ENTRIES: list[Mutation] = [
         file="backends/kernels/sampler.cu",
         old="            for (int j = 0; j < num_bias; j++) if (bi[j] == tok) { raw = br[j]; break; }", new="", needs_gpu=True,
         gates=(f"{BIAS}::test_logprobs_are_the_models_whatever_the_bias[cuda]",
+               f"{BIAS}::test_logprobs_are_the_models_whatever_the_bias[cuda-split]",
                f"{BIAS}::test_the_cuda_sampler_biases_as_the_numpy_reference_at_a_real_vocabulary"),
     ),
     Mutation(

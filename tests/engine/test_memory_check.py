@@ -132,7 +132,12 @@ def test_on_the_gpu_the_kv_cache_follows_the_utilization() -> None:
     low_blocks, per = low.cfg.num_blocks, kv_bytes_per_block(low.model.cfg, 16, low.model.kv_dtype.itemsize)
     del low
     gc.collect()  # its KV cache and pool go back before the next engine reads what is free
-    high = LLM("tiny-qwen3", backend="cuda", gpu_memory_utilization=0.5, max_model_len=4096)
+    refused = None
+    try:  # the first engine's share is still held: the second must size by its own utilization to fit
+        high = LLM("tiny-qwen3", backend="cuda", gpu_memory_utilization=0.5, max_model_len=4096)
+    except ConfigError as e:
+        refused = str(e)
+    assert refused is None, f"the second engine did not size its KV cache by its own utilization: {refused}"
     grown = (high.engine.cfg.num_blocks - low_blocks) * per
     assert abs(grown - 0.2 * total) < 0.02 * total, (grown, total)
     sp = SamplingParams(temperature=0, max_tokens=4, ignore_eos=True)

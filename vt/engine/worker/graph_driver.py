@@ -180,7 +180,9 @@ class GraphDriver:
         self.hist = self.backend.empty((rows, self.max_width * kv.block_size), I64)
         self.hist_raw = self.backend.empty((rows, self.max_width * kv.block_size), F32)
         self.bias = tuple(self.backend.empty((rows, MAX_BIASED), dt) for dt in (I64, F32, F32))  # ids, values, raw
-        self.split = split_scratch(self.backend, rows) if flags().sampler == "split" else ()
+        # the split sampler's scratch (CUDA: the NumPy body is one draw either way)
+        split = flags().sampler == "split" and self.backend.name == "cuda"
+        self.split = split_scratch(self.backend, rows) if split else ()
         # Each request's last sampled id, by its request slot (async scheduling: the next step's input token)
         self.last_sampled = self.backend.empty((max_num_seqs,), I64)
         self.backend.copy_h2d(self.last_sampled, np.zeros(max_num_seqs, I64))
