@@ -72,4 +72,12 @@ ENTRIES: list[Mutation] = [
         new="0.9, own)", needs_gpu=True,
         gates=(f"{MEM}::test_on_the_gpu_the_kv_cache_follows_the_utilization",),
     ),
+    Mutation(
+        id="cuda-given-num-blocks-ignores-the-largest-step",
+        description="a given num_blocks on CUDA is checked against the weights alone, not the largest step's peak",
+        file="vt/engine/front/llm_engine.py",
+        old="            elif cfg.backend == \"cuda\" and free_at_start is not None:",
+        new="            elif False:", needs_gpu=True,
+        gates=(f"{MEM}::test_on_the_gpu_a_given_num_blocks_counts_the_largest_steps_peak",),
+    ),
 ]
