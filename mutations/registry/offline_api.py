@@ -136,7 +136,8 @@ ENTRIES: list[Mutation] = [
         file="vt/engine/sample/sampler.py", old="    if top_p < 1.0:\n        # exact", new="    if False:\n        # exact",
         gates=(*(f"{FIL}::test_top_p_keeps_the_smallest_set_reaching_p[{p}]" for p in (0.3, 0.5, 0.6, 0.9)),
                f"{FIL}::test_top_p_applies_to_the_top_k_survivors",
-               *FILC("test_draws_follow_the_renormalized_support_chi_square", "top_p-cpu", "all-cpu")),
+               *FILC("test_draws_follow_the_renormalized_support_chi_square", "top_p-cpu", "all-cpu"),
+               *FILC("test_a_top_p_too_small_for_one_unit_of_mass_keeps_the_top_token", "cpu")),
     ),
     Mutation(
         id="cuda-top-p-off",
@@ -150,7 +151,8 @@ ENTRIES: list[Mutation] = [
         file="vt/engine/sample/sampler.py", old="        w *= k[idx] >= cut\n", new="        w *= k[idx] > cut\n",
         gates=(*(f"{FIL}::test_top_p_keeps_the_smallest_set_reaching_p[{p}]" for p in (0.3, 0.5, 0.6, 0.9)),
                f"{FIL}::test_top_p_applies_to_the_top_k_survivors",
-               *FILC("test_draws_follow_the_renormalized_support_chi_square", "top_p-cpu", "all-cpu")),
+               *FILC("test_draws_follow_the_renormalized_support_chi_square", "top_p-cpu", "all-cpu"),
+               *FILC("test_a_top_p_too_small_for_one_unit_of_mass_keeps_the_top_token", "cpu")),
     ),
     Mutation(
         id="min-p-off",
@@ -172,7 +174,8 @@ ENTRIES: list[Mutation] = [
         gates=(*FILC("test_draws_follow_the_renormalized_support_chi_square", *(f"{k}-cpu" for k in
                                                                                ("plain", "top_k", "top_p", "min_p", "all"))),
                *FILC("test_temperature_sharpens_and_zero_is_argmax_with_the_lowest_index_on_ties", "cpu"),
-               *FILC("test_banned_tokens_are_never_drawn_and_non_finite_rows_fail_alone", "cpu")),
+               *FILC("test_banned_tokens_are_never_drawn_and_non_finite_rows_fail_alone", "cpu"),
+               *FILC("test_a_top_p_too_small_for_one_unit_of_mass_keeps_the_top_token", "cpu")),
     ),
     Mutation(
         id="cuda-seed-counter-ignored",
