@@ -9,6 +9,22 @@
 // W (token, bias) pairs; the raw logits of those tokens are kept in bias_raw for the sampled token's logprob.
 typedef unsigned long long u64;
 typedef unsigned int u32;
+// Defaults (the engine's layout, backends/kernels/sampler.py's LAYOUT) so the file also compiles on its own.
+#ifndef VT_SAMPLER_THREADS
+#define VT_SAMPLER_THREADS 512
+#endif
+#ifndef VT_NF
+#define VT_NF 6
+#endif
+#ifndef VT_NI
+#define VT_NI 26
+#endif
+#ifndef VT_NFI
+#define VT_NFI 10
+#endif
+#ifndef VT_NLP
+#define VT_NLP 21
+#endif
 #define T VT_SAMPLER_THREADS
 #define WARPS (T / 32)
 #define NF VT_NF
