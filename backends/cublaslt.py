@@ -12,6 +12,11 @@ Row-major C[m, n] = A[m, k] @ B[k, n] is column-major C^T = B^T A^T, as in backe
 Besides cuBLASLt's own, a decode-sized shape (at most 8 rows, 16-bit operands) also times the kernel library's
 skinny GEMM (backends/kernels/skinny_gemm.py), which streams the weights at close to the memory's speed where
 cuBLASLt's picks reach about a quarter of it; whichever is fastest runs the shape.
+
+Only shapes of at most TUNED_MAX_ROWS rows are timed: those are the captured steps' (decode keys and the prefill
+buckets, all seen at start-up). A larger step runs eagerly with a row count that changes from step to step; it
+is compute-bound, where the heuristic's first pick is good, and timing each new count cost a request tens of
+milliseconds (H200: 4 shapes of a 1,024-token prompt, 30 ms of its TTFT).
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ PREF_MAX_WORKSPACE_BYTES = 1
 REQUESTED = 16  # algorithms asked of the heuristic per shape
 TIMED_REPS = 5
 L2_FLUSH_BYTES = 128 << 20  # more than the H200's L2
+TUNED_MAX_ROWS = 512  # the largest prefill bucket (vt/engine/worker/piecewise.py)
 
 
 class HeuristicResult(ctypes.Structure):
@@ -165,7 +171,7 @@ class CublasLt:
         if plan is None:
             t = time.perf_counter()
             plan = self.plans[key] = Plan(self, dtype, m, n, k)
-            if not stream.is_capturing():
+            if m <= TUNED_MAX_ROWS and not stream.is_capturing():
                 plan.tune(a.data.ptr, b.data.ptr, c.data.ptr, stream)
             self.tuning_s += time.perf_counter() - t
         plan.run(a.data.ptr, b.data.ptr, c.data.ptr, stream.ptr)

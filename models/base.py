@@ -128,25 +128,30 @@ def prefill(model: Model, seqs: Sequence[tuple[list[int], list[int] | np.ndarray
 
 
 def prefill_inputs(seqs: Sequence[tuple], kv: KVCache, all_rows: Sequence[int] = ()) -> tuple[
-        list[int], list[int], list[int], list[tuple[int, int, int, list[int]]], np.ndarray]:
+        np.ndarray, np.ndarray, np.ndarray, list[tuple[int, int, int, list[int]]], np.ndarray]:
     """A prefill step's host inputs: token ids, positions and KV slots (one per token), the attention's
     per-sequence metadata (first row, length, first position, block table) and the logit rows (each
     sequence's last, or all of its rows for the sequences named in all_rows). A sequence is (tokens,
-    block ids) or, for a chunk over KV already in the cache, (tokens, block ids, first position)."""
-    ids: list[int] = []
-    pos: list[int] = []
-    slots: list[int] = []
+    block ids) or, for a chunk over KV already in the cache, (tokens, block ids, first position).
+    Array work per sequence, none per token: a serving step stages thousands of tokens."""
+    bs = kv.block_size
+    ids, pos, slots = [], [], []
     meta: list[tuple[int, int, int, list[int]]] = []
+    row = 0
     for seq in seqs:
-        toks, blocks, pos0 = seq[0], seq[1], (seq[2] if len(seq) > 2 else 0)
-        meta.append((len(ids), len(toks), pos0, [int(x) for x in blocks]))
-        ids += toks
-        pos += range(pos0, pos0 + len(toks))
-        slots += [kv.slot(blocks, p) for p in range(pos0, pos0 + len(toks))]
+        toks, pos0 = seq[0], (seq[2] if len(seq) > 2 else 0)
+        blocks = np.asarray(seq[1], I64)
+        p = np.arange(pos0, pos0 + len(toks), dtype=I64)
+        meta.append((row, len(toks), pos0, blocks.tolist()))
+        ids.append(np.asarray(toks, I64))
+        pos.append(p)
+        slots.append(blocks[p // bs] * bs + p % bs)
+        row += len(toks)
     ends = np.cumsum([m[1] for m in meta])
     last = np.concatenate([np.arange(e - m[1], e) if i in all_rows else [e - 1]
                            for i, (e, m) in enumerate(zip(ends, meta))]).astype(I64)
-    return ids, pos, slots, meta, last
+    cat = (lambda xs: np.concatenate(xs) if xs else np.zeros(0, I64))
+    return cat(ids), cat(pos), cat(slots), meta, last
 
 
 def prefill_meta(meta: Sequence[tuple[int, int, int, list[int]]], num_tokens: int, tile_capacity: int = 0,
@@ -185,8 +190,13 @@ def prefill_logits(model: Model, seqs: Sequence[tuple], kv: KVCache, all_rows: S
     """As `prefill`, leaving the logits on the device in a pool tensor the caller releases: one row per
     sequence, or every position's row for the sequences named in all_rows (prompt logprobs), in order.
     Unpadded and eager (the engine's prefill goes through the graph driver's token buckets)."""
+    return run_prefill(model, kv, prefill_inputs(seqs, kv, all_rows), num_decode)
+
+
+def run_prefill(model: Model, kv: KVCache, inputs: tuple, num_decode: int = 0) -> Tensor:
+    """prefill_logits on inputs prefill_inputs made."""
     b, pool = model.backend, model.backend.pool
-    ids, pos, slots, meta, last = prefill_inputs(seqs, kv, all_rows)
+    ids, pos, slots, meta, last = inputs
     staged = []
     for host in (ids, pos, slots, last):
         t = pool.empty((len(host),), I64)

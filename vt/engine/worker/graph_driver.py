@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from backends.kernels.decode_attention import MIN_PARTITION
-from models.base import ForwardBatch, KVCache, Model, prefill_inputs, prefill_logits
+from models.base import ForwardBatch, KVCache, Model, prefill_inputs, run_prefill
 from vt.backend import Graph, Tensor
 from vt.capture import BreakableGraph, GraphCaptureScope
 from vt.engine.sample.sampler import MAX_BIASED, NF, NI, NLP, SPLIT, SamplingRows, pack, sample_tokens
@@ -279,9 +279,10 @@ class GraphDriver:
         """A prefill step (whole prompts or chunks of them): the logits `prefill_logits` would return, in a
         pool tensor the caller releases, computed through the piecewise graph of the smallest token bucket
         that holds the step; the final norm and LM head run eagerly on its logit rows."""
-        ids, positions, slots, meta, rows = prefill_inputs(seqs, self.kv, all_rows)
-        if len(ids) > self.token_ladder[-1]:  # more than the step budget: never scheduled, but stay correct
-            return prefill_logits(self.model, seqs, self.kv, all_rows, num_decode)
+        inputs = prefill_inputs(seqs, self.kv, all_rows)
+        ids, positions, slots, meta, rows = inputs
+        if len(ids) > self.token_ladder[-1]:  # larger than the largest bucket: the eager forward, unsplit
+            return run_prefill(self.model, self.kv, inputs, num_decode)
         with self.backend.use_stream(self.stream):
             self.pool.mark_step_boundary()
             bucket = self._bucket(next(t for t in self.token_ladder if t >= len(ids)))
