@@ -36,7 +36,7 @@ PREF_MAX_WORKSPACE_BYTES = 1
 REQUESTED = 16  # algorithms asked of the heuristic per shape
 TIMED_REPS = 5
 L2_FLUSH_BYTES = 128 << 20  # more than the H200's L2
-TUNED_MAX_ROWS = 512  # the largest prefill bucket (vt/engine/worker/piecewise.py)
+TUNED_MAX_ROWS = 2048  # the largest prefill bucket (vt/engine/worker/piecewise.py)
 
 
 class HeuristicResult(ctypes.Structure):

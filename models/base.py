@@ -150,8 +150,11 @@ def prefill_inputs(seqs: Sequence[tuple], kv: KVCache, all_rows: Sequence[int] =
     ends = np.cumsum([m[1] for m in meta])
     last = np.concatenate([np.arange(e - m[1], e) if i in all_rows else [e - 1]
                            for i, (e, m) in enumerate(zip(ends, meta))]).astype(I64)
-    cat = (lambda xs: np.concatenate(xs) if xs else np.zeros(0, I64))
-    return cat(ids), cat(pos), cat(slots), meta, last
+    return _cat(ids), _cat(pos), _cat(slots), meta, last
+
+
+def _cat(parts: list[np.ndarray]) -> np.ndarray:
+    return np.concatenate(parts) if parts else np.zeros(0, I64)
 
 
 def prefill_meta(meta: Sequence[tuple[int, int, int, list[int]]], num_tokens: int, tile_capacity: int = 0,

@@ -123,3 +123,12 @@ class EngineInvariantError(VtError, RuntimeError):
 
 class DraftPositionMismatch(EngineInvariantError):
     """Draft context length != the row's committed position (never silenced)."""
+
+
+class ServerStartError(VtError, RuntimeError):
+    """A server started as a child process (`vt bench serve --model`) exited before it listened; carries its
+    exit code and its last words."""
+
+    def __init__(self, message: str, exit_code: int | None = None) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code

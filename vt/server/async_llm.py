@@ -37,12 +37,38 @@ class EngineDeadError(RuntimeError):
 
 @dataclass(slots=True)
 class _Stream:
+    """A request's outputs on its way to the event loop. Outputs are cumulative (all text and tokens so far), so
+    a newer one replaces one the consumer has not taken yet, as vLLM's output collector merges them: a consumer
+    that falls behind under load reads one output for several steps instead of a backlog of one per step."""
+
     loop: asyncio.AbstractEventLoop
-    outputs: asyncio.Queue = field(default_factory=asyncio.Queue)
+    ready: asyncio.Event = field(default_factory=asyncio.Event)
+    latest: RequestOutput | None = None
+    error: BaseException | None = None
     request: Request | None = None
 
     def put(self, item: Any) -> None:
-        self.loop.call_soon_threadsafe(self.outputs.put_nowait, item)
+        self.loop.call_soon_threadsafe(_deliver, [(self, item)])
+
+    def take(self) -> RequestOutput | BaseException | None:
+        """The newest output not taken yet, else the error that ended the stream, else None."""
+        item: RequestOutput | BaseException | None = self.latest
+        self.latest = None
+        if item is None and self.error is not None:
+            item = self.error
+        if self.error is None:
+            self.ready.clear()
+        return item
+
+
+def _deliver(items: list[tuple[_Stream, Any]]) -> None:
+    """On the event loop: a step's outputs, for every stream at once (one wake-up a step, not one a request)."""
+    for stream, item in items:
+        if isinstance(item, BaseException):
+            stream.error = item
+        else:
+            stream.latest = item
+        stream.ready.set()
 
 
 IDLE_CHECK_S = 1.0
@@ -88,7 +114,10 @@ class AsyncLLM:
                     raise EngineDeadError(f"the engine stopped: {self.dead or 'shut down'}")
             added.result()  # raises the engine's RequestError: nothing was queued
             while True:
-                item = await stream.outputs.get()
+                await stream.ready.wait()
+                item = stream.take()
+                if item is None:
+                    continue
                 if isinstance(item, BaseException):
                     raise item
                 finished = item.finished
@@ -222,6 +251,7 @@ class AsyncLLM:
             return
         self.num_steps += 1
         seen: set[str] = set()
+        by_loop: dict[asyncio.AbstractEventLoop, list[tuple[_Stream, Any]]] = {}
         for r in stepped:
             if r.is_finished:
                 self._finished(r)
@@ -229,7 +259,9 @@ class AsyncLLM:
             out = self._streams.get(head.id)
             if out is not None and head.id not in seen:
                 seen.add(head.id)
-                out.put(RequestOutput.of(r))
+                by_loop.setdefault(out.loop, []).append((out, RequestOutput.of(r)))
+        for loop, items in by_loop.items():
+            loop.call_soon_threadsafe(_deliver, items)
 
 
 def _noop(req: Request) -> None:

@@ -1,20 +1,26 @@
-"""Starting the server: `vt serve` runs uvicorn in the foreground (SIGTERM drains the connections,
-then fails what is left); `running_server` runs one in a thread on a free port (tests, `vt bench serve
---model`). Both listen on a socket bound here, before uvicorn runs: the port is known at once (port 0 is
-one the OS picks as it binds, which no other process can take first, as it can a port probed free and
-bound later), and a port in use is a typed error before any model loads."""
+"""Starting the server: `vt serve` runs uvicorn in the foreground (SIGTERM drains the connections, then fails what is
+left); `running_server` runs one in a thread on a free port (tests); `server_process` runs `vt serve` as a child
+process (`vt bench serve --model`: a benchmark's client must not share the server's interpreter, whose one GIL would
+then parse every client stream between engine steps). Both listen on a socket bound here, before uvicorn runs: the
+port is known at once (port 0 is one the OS picks as it binds, which no other process can take first, as it can a
+port probed free and bound later), and a port in use is a typed error before any model loads."""
 
 from __future__ import annotations
 
 import contextlib
+import os
+import queue
+import re
 import socket
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
 from typing import Any
 
 from vt.engine.config import EngineConfig
-from vt.errors import ConfigError
+from vt.errors import ConfigError, ServerStartError
 from vt.server.app import Server, build_app
 from vt.server.async_llm import AsyncLLM
 
@@ -81,3 +87,53 @@ def running_server(model: str, host: str = "127.0.0.1", **kwargs: Any) -> Iterat
         uv.should_exit = True
         thread.join(timeout=GRACEFUL_SHUTDOWN_S + 10)
         sock.close()
+
+
+SERVING_LINE = re.compile(r"^vt: serving .* on (http://\S+) ")
+
+
+@contextlib.contextmanager
+def server_process(model: str, flags: list[str], host: str = "127.0.0.1",
+                   start_timeout_s: float = 1800.0) -> Iterator[str]:
+    """`vt serve MODEL --port 0 FLAGS` in a child process; yields its base URL once it listens (its first
+    'serving ... on URL' line). Its stderr is passed on as it comes but for its own error line, which becomes
+    this ServerStartError's text if it exits first. SIGTERM on the way out: it drains, as `vt serve` does."""
+    cmd = [sys.executable, "-m", "vt.cli", "serve", model, "--host", host, "--port", "0", *flags]
+    proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            text=True, env=os.environ.copy())
+    lines: queue.Queue = queue.Queue()
+    last: list[str] = []
+
+    def pump() -> None:
+        assert proc.stderr is not None
+        for line in proc.stderr:
+            if line.startswith("vt: error:"):
+                last.append(line.strip())
+            else:
+                sys.stderr.write(line)
+            lines.put(line)
+        lines.put(None)
+
+    threading.Thread(target=pump, name="vt-server-stderr", daemon=True).start()
+    try:
+        url, deadline = None, time.monotonic() + start_timeout_s
+        while url is None:
+            try:
+                line = lines.get(timeout=max(0.0, deadline - time.monotonic()))
+            except queue.Empty:
+                raise ServerStartError(f"the server did not listen within {start_timeout_s:.0f} s") from None
+            if line is None:
+                code = proc.wait()
+                why = last[-1].removeprefix("vt: error: ") if last else "no error line"
+                raise ServerStartError(f"the server exited with code {code} before it listened: {why}", code)
+            m = SERVING_LINE.match(line)
+            url = m.group(1) if m else None
+        yield url
+    finally:
+        if proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(timeout=GRACEFUL_SHUTDOWN_S + 10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()

@@ -252,19 +252,34 @@ class GraphDriver:
         return DecodeInputs(np.zeros(S * q, I64), np.zeros(S * q, I64), np.full(S * q, -1, I64),
                             np.full((S, width), trash, I64), q=q)
 
-    def _dummy_prefill(self, bucket: Bucket) -> None:
-        """A step of the bucket's size: sequences no longer than max_model_len (positions stay inside the
-        model's), their tables all trash blocks, no KV written."""
-        T, bs, longest = bucket.num_tokens, self.kv.block_size, self.max_width * self.kv.block_size
+    def _dummy_meta(self, T: int) -> tuple[list[tuple[int, int, int, list[int]]], list[int]]:
+        """T tokens of sequences no longer than max_model_len (positions stay inside the model's), their tables
+        all trash blocks: the per-sequence metadata and the positions."""
+        bs, longest = self.kv.block_size, self.max_width * self.kv.block_size
         if self.max_model_len:
             longest = min(longest, self.max_model_len)
         meta = [(row0, min(longest, T - row0), 0, [self.kv.num_blocks] * -(-min(longest, T - row0) // bs))
                 for row0 in range(0, T, longest)]
-        positions = [p for _, n, _, _ in meta for p in range(n)]
+        return meta, [p for _, n, _, _ in meta for p in range(n)]
+
+    def _dummy_prefill(self, bucket: Bucket) -> None:
+        """A step of the bucket's size on dummy sequences (_dummy_meta), no KV written."""
+        T = bucket.num_tokens
+        meta, positions = self._dummy_meta(T)
         with self.backend.use_stream(self.stream):
             self.pool.mark_step_boundary()
             bucket.stage(self.backend, [0] * T, positions, [-1] * T, meta)
             self._run_bucket(bucket)
+
+    def dummy_eager_prefill(self, T: int) -> None:
+        """A step of T tokens larger than every bucket, as the engine runs one (eager, unsplit), on dummy
+        sequences, no KV written; its logits released (the profile run's largest step)."""
+        meta, positions = self._dummy_meta(T)
+        last = np.cumsum([n for _, n, _, _ in meta]) - 1
+        inputs = (np.zeros(T, I64), np.asarray(positions, I64), np.full(T, -1, I64), meta, last.astype(I64))
+        with self.backend.use_stream(self.stream):
+            self.pool.mark_step_boundary()
+            self.pool.release(run_prefill(self.model, self.kv, inputs))
 
     def step(self, inp: DecodeInputs, spec: bool = False) -> StepResult:
         """Runs one decode step (forward and sampler); returns the sampled ids of its B*q rows."""
@@ -369,6 +384,11 @@ class GraphDriver:
         group = getattr(self.model, "group", None)
         if group is not None:
             group.warm_up()
+
+    def head_rows(self, rows: np.ndarray) -> Tensor:
+        """The LM head on these rows of the smallest bucket's last step (start-up's warm-up of the eager head)."""
+        with self.backend.use_stream(self.stream):
+            return self._head(self._bucket(self.token_ladder[0]), rows)
 
     def _head(self, bucket: Bucket, rows: np.ndarray) -> Tensor:
         b, pool = self.backend, self.pool

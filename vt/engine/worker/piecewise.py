@@ -2,7 +2,7 @@
 
 Attention is the only part of a prefill whose shape depends on each sequence's length, so a bucket of T
 padded tokens captures everything else (L + 1 segments) and runs the L attentions eagerly between them
-(vt/capture.py's BreakableGraph). Buckets go up to 512 tokens; a larger step runs eagerly, unsplit. The
+(vt/capture.py's BreakableGraph). Buckets go up to 2,048 tokens; a larger step runs eagerly, unsplit. The
 graph driver owns the buckets and gives each the decode slots' discipline: a cold eager step records the
 demand profile, the driver's one pre-grow runs before every segment's capture, and the segments'
 temporaries are pinned for the graph's life.
@@ -27,14 +27,17 @@ from vt.capture import BreakableGraph
 I64 = np.int64
 
 
-MAX_GRAPH_TOKENS = 512  # larger steps run the unsplit forward eagerly: their kernels outlast any launch cost
+# Larger steps run the unsplit forward eagerly. On the H200 an eager 1,024-token step of the 0.6B shape was
+# launch-bound (14.7 ms TTFT where its kernels take a few ms), so serving's mixed steps (a decode batch and a
+# prefill chunk, 1-2k tokens) need graphs; from about 8k tokens the kernels outlast the launches.
+MAX_GRAPH_TOKENS = 2048
 
 
 def token_ladder(max_tokens: int) -> list[int]:
-    """Powers of two from 16 up to min(max_tokens, 512): at most six buckets, so the graphs' pinned
-    temporaries stay bounded whatever the context length (vLLM caps its piecewise capture sizes likewise)."""
+    """Powers of two from 16 up to min(max_tokens, MAX_GRAPH_TOKENS): at most eight buckets, so the graphs'
+    pinned temporaries stay bounded whatever the context length."""
     top = min(max_tokens, MAX_GRAPH_TOKENS)
-    return [*(t for t in (16, 32, 64, 128, 256) if t < top), top]
+    return [*(t for t in (16, 32, 64, 128, 256, 512, 1024) if t < top), top]
 
 
 def carry_buffers(backend: Any, model: Any, max_tokens: int) -> dict[str, Tensor]:
@@ -75,7 +78,7 @@ class Bucket:
     def is_captured(self) -> bool:
         return self.graph is not None
 
-    def stage(self, backend: Any, ids: list[int], positions: list[int], slots: list[int],
+    def stage(self, backend: Any, ids: Any, positions: Any, slots: Any,
               seqs: list[tuple[int, int, int, list[int]]], num_decode: int = 0) -> None:
         T, n = self.num_tokens, len(ids)
         tok, pos, slot = self.staged.reshape(3, T)

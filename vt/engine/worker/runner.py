@@ -85,8 +85,17 @@ class ModelRunner:
         rank alike: the dummy steps' collectives pair up. Returns how many graphs."""
         kinds = ((1, False),) + (((1 + self.proposer.k, True),) if self.proposer is not None else ())
         n = self.decoder.capture_all(kinds)
+        if n:
+            self._warm_eager()
         draft = getattr(self.proposer, "driver", None)
         return n + (draft.capture_all(((1, True),)) if draft is not None else 0)
+
+    def _warm_eager(self) -> None:
+        """A prefill step's eager tail once (the LM head's row gather, the logit rows' gather, the sampler with
+        logprobs): CuPy compiles its own kernels on first use, which cost the H200's first request 134 ms."""
+        with self.backend.use_stream(self.stream):
+            logits = self.decoder.head_rows(np.zeros(2, I64))
+            self._sample_eager(self._gather(logits, [1]), pack([RowSpec(1.0, num_logprobs=2)], 1, 1))()
 
     # ---- the input batch follows the scheduler output --------------------------------------
     def _update_states(self, so: SchedulerOutput) -> None:
