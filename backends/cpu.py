@@ -156,6 +156,7 @@ class CpuBackend(Backend):
         return np.empty(nbytes, dtype=np.uint8)
 
     def _free(self, buf: Buffer) -> None:
+        self._refuse_if_forbidden("driver free")  # cudaFree is an unsafe call: it invalidates a global capture
         if self.is_sanitizing:
             buf.mem.fill(POISON_BYTE)  # keep the memory: a later touch must read poison, not reuse
 
@@ -389,10 +390,10 @@ class CpuBackend(Backend):
         if cap is not None and cap.invalid is not None:
             raise CaptureInvalidated(f"first failure: {cap.invalid}")
 
-    def _refuse_if_forbidden(self) -> None:
+    def _refuse_if_forbidden(self, call: str = "driver allocation") -> None:
         forbidding = [c for c in self._captures if c.forbids_unsafe_calls()]
         if forbidding:
-            err = CaptureUnsupported("driver allocation")
+            err = CaptureUnsupported(call)
             for cap in forbidding:
                 cap.fail(err)
             raise err

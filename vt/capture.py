@@ -12,6 +12,7 @@ Usage (the caller re-raises; a failed capture executed nothing, so its outputs a
 
 from __future__ import annotations
 
+import gc
 import threading
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
@@ -38,11 +39,17 @@ class GraphCaptureScope:
         self.capture_failed = False
         self.error: BaseException | None = None
         self._stream_ctx: Any = None
+        self._gc_was_enabled = False
 
     def __enter__(self) -> GraphCaptureScope:
         if getattr(_open_scopes, "scope", None) is not None:
             raise NestedCaptureScope("a GraphCaptureScope is already open on this thread")
         _open_scopes.scope = self
+        # No garbage collection while capturing: a collection may run any dead object's finalizer, and one that
+        # frees device memory (an engine a test dropped, say) is an unsafe call that invalidates a global
+        # capture (seen on the H200 as a random CaptureInvalidated). torch and vLLM capture with it off too.
+        self._gc_was_enabled = gc.isenabled()
+        gc.disable()
         self._stream_ctx = self.backend.use_stream(self.stream)
         self._stream_ctx.__enter__()
         if not self.is_inert:
@@ -80,6 +87,8 @@ class GraphCaptureScope:
 
     def _close(self) -> None:
         _open_scopes.scope = None
+        if self._gc_was_enabled:
+            gc.enable()
         if self._stream_ctx is not None:
             self._stream_ctx.__exit__(None, None, None)
             self._stream_ctx = None

@@ -36,6 +36,7 @@ from mutations.registry import (
     seams,
     seeds,
     server,
+    serving,
     spec,
     startup_capture,
     tensor_parallel,
@@ -71,6 +72,7 @@ AREAS = (
     openai_compat,
     startup_capture,
     async_scheduling,
+    serving,
 )
 
 ENTRIES: list[Mutation] = [m for area in AREAS for m in area.ENTRIES]

@@ -96,3 +96,50 @@ def test_breakable_graph_replays_segments_and_breaks_in_order() -> None:
     bg.replay()
     np.testing.assert_array_equal(b.copy_d2h(out), [3, 3, 3, 3])
     assert log == ["break", "break"]
+
+
+class _FreesOnCollect:
+    """Dead cyclic garbage whose finalizer frees a device buffer, as an engine a test dropped does."""
+
+    def __init__(self, backend, buf) -> None:
+        self.backend, self.buf, self.me = backend, buf, self
+
+    def __del__(self) -> None:
+        self.backend.free(self.buf)
+
+
+def test_no_garbage_collection_frees_device_memory_inside_a_capture() -> None:
+    import gc
+
+    b = CpuBackend()
+    x, out = _xyz(b)
+    gc.collect()
+    before = gc.get_threshold()
+    gc.set_threshold(1)  # a collection at the first allocation inside the capture, if the collector may run
+    try:
+        buf = b.alloc(64)
+        scope = GraphCaptureScope(b, b.new_stream(), enabled=True)
+        with scope:
+            b.launch(k_add, x, x, out)
+            _FreesOnCollect(b, buf)  # cyclic garbage at once, as anything another thread or an earlier test dropped
+            junk = [[i] for i in range(100)]  # allocations: the collector's chance
+        assert not scope.capture_failed, f"a collection ran a finalizer inside the capture: {scope.error}"
+        assert gc.isenabled(), "the collector is back on after the capture"
+        assert len(junk) == 100
+        dropped = _FreesOnCollect(b, b.alloc(64))
+        del dropped
+        gc.collect()
+        assert b.frees >= 2, "non-vacuity: outside a capture the garbage is collected and its buffers freed"
+    finally:
+        gc.set_threshold(*before)
+
+
+def test_a_driver_free_inside_a_global_capture_invalidates_it() -> None:
+    b = CpuBackend()
+    x, out = _xyz(b)
+    buf = b.alloc(64)
+    scope = GraphCaptureScope(b, b.new_stream(), enabled=True)
+    with scope:
+        b.launch(k_add, x, x, out)
+        b.free(buf)
+    assert scope.capture_failed and isinstance(scope.error, CaptureUnsupported), "cudaFree is an unsafe call"

@@ -18,6 +18,7 @@ on dummy inputs that write no KV, and no request ever waits for a capture.
 
 from __future__ import annotations
 
+import gc
 import logging
 import time
 from collections.abc import Callable
@@ -214,6 +215,7 @@ class GraphDriver:
         widths = width_ladder(self.min_width, self.max_width)
         keys = [(S, q, spec, w) for q, spec in kinds for S in self.ladder for w in widths]
         buckets = self.token_ladder if prefill else []
+        gc.collect()  # what is already dead goes now, outside any capture (captures run with the collector off)
         total, t0, self._quiet = len(keys) + len(buckets), time.monotonic(), True
         log.info("capturing %d graphs (%d decode keys, %d prefill buckets)", total, len(keys), len(buckets))
         try:

@@ -1,0 +1,72 @@
+"""Serving at the H200's speed (issues 26 and 28, session 5): the benchmark's server in its own process with every
+engine flag, a lagging stream reading merged outputs, the eager tail of a prefill warmed at start-up, captures
+closed to the garbage collector, and the profile run's eager step past the largest bucket."""
+
+from __future__ import annotations
+
+from mutations.model import Mutation
+from mutations.registry.gates import SCOPE
+
+BENCH = "tests/server/test_bench.py"
+MERGE = "tests/server/test_output_merging.py"
+STARTUP = "tests/engine/test_startup_capture.py"
+MEM = "tests/engine/test_memory_check.py"
+
+ENTRIES: list[Mutation] = [
+    Mutation(
+        id="bench-server-drops-a-negated-flag",
+        description="vt bench serve passes a --no-... engine flag to the server it starts as nothing: the server "
+                    "runs with prefix caching on where the benchmark asked for it off",
+        file="vt/cli.py", old='            argv.append(flag if value else "--no-" + flag[2:])\n',
+        new="            argv += [flag] if value else []\n",
+        gates=(f"{BENCH}::test_bench_serve_passes_every_engine_flag_to_the_server_it_starts",),
+    ),
+    Mutation(
+        id="server-start-error-loses-the-childs-reason",
+        description="a server that exits before it listens is reported without its own error line",
+        file="vt/server/serve.py",
+        old='                why = last[-1].removeprefix("vt: error: ") if last else "no error line"\n',
+        new='                why = "no error line"\n',
+        gates=(f"{BENCH}::test_a_server_that_cannot_start_is_one_typed_line_and_exit_2",),
+    ),
+    Mutation(
+        id="stream-keeps-the-older-output",
+        description="a stream whose consumer has not taken its last output keeps that one and drops the newer: "
+                    "a lagging consumer reads stale outputs and can miss the finished one",
+        file="vt/server/async_llm.py", old="        else:\n            stream.latest = item\n",
+        new="        elif stream.latest is None:\n            stream.latest = item\n",
+        gates=(f"{MERGE}::test_a_lagging_consumer_reads_merged_outputs_and_loses_nothing",),
+    ),
+    Mutation(
+        id="startup-skips-the-eager-tail-warm-up",
+        description="start-up captures the graphs but never runs a prefill's eager tail: the first request "
+                    "compiles the LM head's row gather (134 ms on the H200)",
+        file="vt/engine/worker/runner.py", old="        if n:\n            self._warm_eager()\n", new="",
+        gates=(f"{STARTUP}::test_the_first_request_launches_no_kernel_start_up_did_not_run",),
+    ),
+    Mutation(
+        id="capture-lets-the-collector-run",
+        description="a capture runs with the garbage collector on: a dead object's finalizer frees device "
+                    "memory inside it and invalidates the capture",
+        file="vt/capture.py", old="        gc.disable()\n", new="",
+        gates=(f"{SCOPE}::test_no_garbage_collection_frees_device_memory_inside_a_capture",),
+    ),
+    Mutation(
+        id="cpu-free-inside-a-capture-allowed",
+        description="the CPU backend lets a driver free run inside a global capture, which CUDA refuses",
+        file="backends/cpu.py",
+        old='        self._refuse_if_forbidden("driver free")  # cudaFree is an unsafe call: it invalidates a global '
+            'capture\n',
+        new="",
+        gates=(f"{SCOPE}::test_a_driver_free_inside_a_global_capture_invalidates_it",),
+    ),
+    Mutation(
+        id="profile-run-skips-the-eager-step",
+        description="the profile run behind --gpu-memory-utilization runs the largest prefill bucket only, not "
+                    "the larger eager step max_num_batched_tokens allows: the KV cache is sized from too small "
+                    "a peak",
+        file="vt/engine/worker/profile.py",
+        old="        driver.dummy_eager_prefill(max_num_batched_tokens)\n", new="        pass\n",
+        gates=(f"{MEM}::test_the_profile_run_keeps_the_largest_steps_temporaries_and_frees_its_kv",),
+    ),
+]
