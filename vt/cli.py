@@ -123,7 +123,8 @@ def _serve(args: argparse.Namespace) -> int:
 
     key = args.api_key if args.api_key is not None else flags().api_key
     server, app = _loaded(lambda: make_server(args.model, args.served_model_name, api_key=key,
-                                              **_engine_kwargs(args)), args.model)
+                                              engine_process=flags().engine_process, **_engine_kwargs(args)),
+                          args.model)
     host = f"[{args.host}]" if ":" in args.host else args.host
     print(f"vt: serving {args.served_model_name or args.model} on http://{host}:{sock.getsockname()[1]} "
           f"(OpenAI API under /v1; /health, /metrics)", file=sys.stderr, flush=True)

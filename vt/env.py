@@ -62,6 +62,7 @@ class Flags:
     blas_threads: int  # VT_BLAS_THREADS: the CPU backend's BLAS threads (auto: cores - 1)
     api_key: str | None = None  # VT_API_KEY: `vt serve`'s API key when --api-key is not given (vLLM's VLLM_API_KEY)
     sampler: str = "split"  # VT_SAMPLER: the CUDA decode sampler, split (SPLIT blocks per row) or block (one)
+    engine_process: bool = True  # VT_ENGINE_PROCESS=0: `vt serve` runs the engine on a thread of its own process
 
     @classmethod
     def from_environ(cls) -> Flags:
@@ -77,6 +78,7 @@ class Flags:
             blas_threads=_read_threads("VT_BLAS_THREADS"),
             api_key=os.environ.get("VT_API_KEY") or None,
             sampler=_read_choice("VT_SAMPLER", ("split", "block")),
+            engine_process=_read_bool("VT_ENGINE_PROCESS", True),
         )
 
 

@@ -17,7 +17,8 @@ ENTRIES: list[Mutation] = [
                f"{CONF}::test_capture_rule[driver alloc on a forked side stream-global-cpu]",
                f"{CONF}::test_capture_rule[raw driver alloc-global-cpu]",
                f"{CPU}::test_global_capture_refuses_the_first_allocation_and_counts_it",
-               f"{SCOPE}::test_failure_inside_is_marked_kept_and_exit_does_not_raise"),
+               f"{SCOPE}::test_failure_inside_is_marked_kept_and_exit_does_not_raise",
+               f"{SCOPE}::test_a_driver_free_inside_a_global_capture_invalidates_it"),
         expect="cudaErrorStreamCaptureUnsupported",
     ),
     Mutation(

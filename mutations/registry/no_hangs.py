@@ -82,8 +82,8 @@ ENTRIES: list[Mutation] = [
     Mutation(
         id="prompt-utf8-unchecked",
         description="a prompt with undecodable bytes reaches the tokenizer, which raises a raw TypeError",
-        file="vt/engine/front/llm_engine.py", old='            try:\n                prompt.encode("utf-8")\n',
-        new='            try:\n                pass\n',
+        file="vt/engine/front/llm_engine.py", old='        try:\n            prompt.encode("utf-8")\n',
+        new='        try:\n            pass\n',
         gates=(f"{CLI}::test_bad_input_is_one_typed_line_and_exit_2[non-utf8-prompt]",),
         expect="raw TypeError escaped",
     ),

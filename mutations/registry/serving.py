@@ -70,3 +70,40 @@ ENTRIES: list[Mutation] = [
         gates=(f"{MEM}::test_the_profile_run_keeps_the_largest_steps_temporaries_and_frees_its_kv",),
     ),
 ]
+
+PROC = "tests/server/test_engine_process.py"
+ENTRIES += [
+    Mutation(
+        id="engine-process-text-only-appends",
+        description="the front appends each text delta to what it has, ignoring how much of it the core keeps: a "
+                    "text the core cut (a stop string) comes out wrong",
+        file="vt/engine/core/proc.py", old="            s.text = s.text[:keep] + add\n",
+        new="            s.text = s.text + add\n",
+        gates=(f"{PROC}::test_the_engine_process_answers_as_the_engine_thread_does",),
+    ),
+    Mutation(
+        id="engine-process-resends-a-finished-samples-tokens",
+        description="the core forgets what it sent of a sample once that sample finishes, while its siblings run on: "
+                    "every later step sends the finished sample's tokens again",
+        file="vt/engine/core/proc.py", old="        sent[0], sent[1] = len(s.output_ids), text\n",
+        new="        sent[0], sent[1] = len(s.output_ids), text\n        if s.is_finished:\n"
+            "            self.sent.pop(s.id, None)\n",
+        gates=(f"{PROC}::test_the_engine_process_answers_as_the_engine_thread_does",),
+    ),
+    Mutation(
+        id="engine-process-death-unnoticed",
+        description="the front's reader stops quietly when the engine process's pipe closes: the requests in flight "
+                    "wait forever and vt serve keeps running without an engine",
+        file="vt/engine/core/proc.py",
+        old='            o.die(EngineDeadError(f"the engine stopped: its process exited with code {self.proc.exitcode}"))\n',
+        new="            return\n",
+        gates=(f"{PROC}::test_a_killed_engine_process_fails_the_stream_and_vt_serve_exits_1",),
+    ),
+    Mutation(
+        id="engine-process-config-not-settled",
+        description="the front keeps the configuration it was given, not the one the engine core settled: "
+                    "max_model_len 0 (the checkpoint's) is what /v1/models says",
+        file="vt/engine/core/proc.py", old="        self.cfg = replace(cfg, **msg[1])\n", new="        self.cfg = cfg\n",
+        gates=(f"{PROC}::test_the_settled_configuration_comes_back_from_the_engine_process",),
+    ),
+]

@@ -18,9 +18,9 @@ from tests.server.processes import start_serve
 pytest.importorskip("torch.distributed")
 
 
-def _workers_of(pid: int) -> list[int]:
-    """Child processes of pid running a tensor-parallel rank (from /proc)."""
-    out = []
+def _processes() -> dict[int, tuple[int, str]]:
+    """pid -> (parent pid, command line), from /proc."""
+    out = {}
     for d in Path("/proc").iterdir():
         if not d.name.isdigit():
             continue
@@ -29,9 +29,20 @@ def _workers_of(pid: int) -> list[int]:
             cmd = (d / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
         except (OSError, IndexError, ValueError):
             continue
-        if ppid == pid and "vt.engine.worker.tp" in cmd:
-            out.append(int(d.name))
+        out[int(d.name)] = (ppid, cmd)
     return out
+
+
+def _workers_of(pid: int) -> list[int]:
+    """Descendant processes of pid running a tensor-parallel rank (the engine core's children, when the engine
+    runs in a process of its own)."""
+    procs = _processes()
+    family, grew = {pid}, True
+    while grew:
+        more = {p for p, (pp, _) in procs.items() if pp in family} - family
+        family |= more
+        grew = bool(more)
+    return [p for p in family if p != pid and "vt.engine.worker.tp" in procs[p][1]]
 
 
 def _exit_code_within(proc: subprocess.Popen, seconds: float) -> int | None:

@@ -142,4 +142,5 @@ def test_a_driver_free_inside_a_global_capture_invalidates_it() -> None:
     with scope:
         b.launch(k_add, x, x, out)
         b.free(buf)
-    assert scope.capture_failed and isinstance(scope.error, CaptureUnsupported), "cudaFree is an unsafe call"
+    assert scope.capture_failed and isinstance(scope.error, CaptureUnsupported), (
+        f"cudaFree is an unsafe call: cudaErrorStreamCaptureUnsupported expected, got {scope.error!r}")

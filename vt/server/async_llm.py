@@ -1,6 +1,8 @@
 """The async front of the engine: `async for out in llm.generate(prompt, params, request_id)`.
 
-One engine thread runs the batching loop for every request; the event loop never computes. Commands
+The engine runs in its own process (engine_process=True, `vt serve`'s default: vt/engine/core/proc.py, the front
+reading its outputs on a thread) or on a thread of this one (tests that plant faults in the engine). On a
+thread: one engine thread runs the batching loop for every request; the event loop never computes. Commands
 (add, abort) reach the engine thread through a queue and are applied between steps, the only time the
 engine is not stepping; each step's outputs go back to their requests' asyncio queues. A request's
 first `__anext__` raises its RequestError (bad input, a prompt that can never fit) before anything is
@@ -23,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from vt.engine.config import EngineConfig
-from vt.engine.core.request import Request, RequestOutput
+from vt.engine.core.request import Finished, Request, RequestOutput
 from vt.engine.front.llm_engine import LLMEngine
 from vt.engine.sample.params import SamplingParams
 from vt.errors import RequestError
@@ -77,23 +79,44 @@ IDLE_CHECK_S = 1.0
 class AsyncLLM:
     MAX_ABORT_RECORDS = 1024
 
-    def __init__(self, cfg: EngineConfig) -> None:
-        self.engine = LLMEngine(cfg)
+    def __init__(self, cfg: EngineConfig, engine_process: bool = False) -> None:
         self.cfg = cfg
-        self._commands: queue.Queue = queue.Queue()
         self._streams: dict[str, _Stream] = {}
+        self._adds: dict[str, asyncio.Future] = {}  # engine process: adds not answered yet
         self.num_steps = 0
         self.num_aborted = 0
         # request id -> (engine steps when the abort was asked, when applied, KV blocks in use right after): the
         # newest MAX_ABORT_RECORDS only (a long-lived server sees a disconnect per impatient client)
         self.aborts: OrderedDict[str, tuple[int, int | None, int | None]] = OrderedDict()
         self.num_preempted_done = 0  # preemptions of requests that have left (running ones are counted live)
-        self.on_finished: Any = _noop  # called on the engine thread with each request that finishes
-        self.on_dead: Any = _noop  # called on the engine thread with the fatal error, after the requests failed
+        self.on_finished: Any = _noop  # called with each request that finishes (a Finished record)
+        self.on_dead: Any = _noop  # called with the fatal error, after the requests failed
         self.dead: BaseException | None = None
         self._running = True
-        self._thread = threading.Thread(target=self._loop, name="vt-engine", daemon=True)
-        self._thread.start()
+        self._core: Any = None
+        if engine_process:
+            from vt.engine.core.proc import EngineCoreClient
+            from vt.engine.front.llm_engine import FrontEngine
+
+            self.engine: Any = FrontEngine(cfg)  # what the server reads of an engine: tokenizer, template, limits
+            self._core = EngineCoreClient(cfg, self)
+            self.cfg = self.engine.cfg = self._core.cfg
+            self._thread = self._core.reader
+        else:
+            self.engine = LLMEngine(cfg)
+            self._commands: queue.Queue = queue.Queue()
+            self._thread = threading.Thread(target=self._loop, name="vt-engine", daemon=True)
+            self._thread.start()
+
+    def stats(self) -> dict[str, int]:
+        """The engine's numbers for /metrics: its own, or the last the engine process sent."""
+        if self._core is not None:
+            return dict(self._core.stats) or {"running": 0, "waiting": 0, "kv_used": 0, "kv_total": 1,
+                                              "prefix_queries": 0, "prefix_hits": 0, "preemptions": 0,
+                                              "graph_replays": 0, "eager_steps": 0, "pool_misses": 0}
+        st = self.engine.stats()
+        st["preemptions"] += self.num_preempted_done
+        return st
 
     # ---- the event loop's side --------------------------------------------------------------
     async def generate(self, prompt: Any, params: SamplingParams,
@@ -105,7 +128,12 @@ class AsyncLLM:
         stream = _Stream(asyncio.get_running_loop())
         self._streams[request_id] = stream
         added: asyncio.Future = stream.loop.create_future()
-        self._commands.put(("add", request_id, (prompt, params, added)))
+        if self._core is not None:
+            ids = self.engine.tokenize(prompt)  # a RequestError before anything is queued
+            self._adds[request_id] = added
+            self._core.add(request_id, prompt if isinstance(prompt, str) else None, ids, params)
+        else:
+            self._commands.put(("add", request_id, (prompt, params, added)))
         finished = False
         try:
             while not added.done():  # the engine may die (or stop) with this add still queued: never hang
@@ -133,10 +161,19 @@ class AsyncLLM:
         self.aborts[request_id] = (self.num_steps, None, None)  # steps when asked; when applied; blocks then
         while len(self.aborts) > self.MAX_ABORT_RECORDS:
             self.aborts.popitem(last=False)
+        if self._core is not None:
+            with contextlib.suppress(OSError):  # a dead core aborts nothing
+                self._core.send(("abort", request_id))
+            return
         self._commands.put(("abort", request_id, None))
 
     def shutdown(self, reason: str = "the server is shutting down") -> None:
-        """Fails whatever is still in flight, then stops the engine thread."""
+        """Fails whatever is still in flight, then stops the engine thread (or process)."""
+        if self._core is not None:
+            self._core.stop()
+            self._running = False
+            self._fail_all(reason)
+            return
         self._commands.put(("stop", reason, None))
         self._thread.join(timeout=30)
         # tensor-parallel workers, if any: stopped in order if the engine thread is done with the group,
@@ -146,6 +183,38 @@ class AsyncLLM:
     @property
     def is_alive(self) -> bool:
         return self.dead is None and self._thread.is_alive()
+
+    # ---- the engine process's reader (vt/engine/core/proc.py calls these on its thread) ----------
+    def deliver_outputs(self, outs: list[RequestOutput]) -> None:
+        by_loop: dict[asyncio.AbstractEventLoop, list[tuple[_Stream, Any]]] = {}
+        for out in outs:
+            stream = self._streams.get(out.request_id)
+            if stream is not None:
+                by_loop.setdefault(stream.loop, []).append((stream, out))
+        for loop, items in by_loop.items():
+            loop.call_soon_threadsafe(_deliver, items)
+
+    def settle_add(self, rid: str, error: BaseException | None) -> None:
+        added, stream = self._adds.pop(rid, None), self._streams.get(rid)
+        if added is not None and stream is not None:
+            stream.loop.call_soon_threadsafe(_settle, added, error)
+
+    def finished(self, f: Finished) -> None:
+        self._finished(f)
+
+    def abort_applied(self, rid: str, applied: bool, steps: int, blocks_in_use: int) -> None:
+        if applied:
+            self.num_aborted += 1
+        if rid in self.aborts and applied:
+            self.aborts[rid] = (self.aborts[rid][0], steps, blocks_in_use)
+        else:
+            self.aborts.pop(rid, None)
+
+    def die(self, e: BaseException) -> None:
+        self._die(e)
+
+    def stopped(self) -> None:
+        self._running = False
 
     # ---- the engine thread ------------------------------------------------------------------
     def _loop(self) -> None:
@@ -198,7 +267,7 @@ class AsyncLLM:
             aborted = self.engine.abort(rid)
             for r in aborted:
                 self.num_aborted += 1
-                self._finished(r)
+                self._finished(Finished.of(r))
             if rid in self.aborts and aborted:
                 self.aborts[rid] = (self.aborts[rid][0], self.num_steps, self.engine.kv_manager.num_used)
             else:
@@ -206,7 +275,7 @@ class AsyncLLM:
         elif kind == "stop":
             for r in list(self.engine.requests.values()):
                 for a in self.engine.abort(r.id):
-                    self._finished(a)
+                    self._finished(Finished.of(a))
             self._running = False
             self._fail_all(rid)
 
@@ -214,6 +283,10 @@ class AsyncLLM:
         """Every request in flight, and every add still queued, fails with why."""
         for stream in list(self._streams.values()):
             stream.put(EngineDeadError(why))
+        for rid in list(self._adds):  # engine process: adds it never answered
+            self.settle_add(rid, EngineDeadError(why))
+        if self._core is not None:
+            return
         while True:
             try:
                 kind, rid, arg = self._commands.get_nowait()
@@ -222,9 +295,9 @@ class AsyncLLM:
             if kind == "add" and rid in self._streams:
                 self._streams[rid].loop.call_soon_threadsafe(_settle, arg[2], EngineDeadError(why))
 
-    def _finished(self, r: Request) -> None:
-        self.num_preempted_done += r.num_preemptions
-        self.on_finished(r)
+    def _finished(self, f: Finished) -> None:
+        self.num_preempted_done += f.num_preemptions
+        self.on_finished(f)
 
     def _healthy(self) -> bool:
         """An idle engine can die too (a tensor-parallel worker killed between requests): noticed here, so
@@ -240,7 +313,8 @@ class AsyncLLM:
         """A fatal engine error: every request in flight and every queued add fails with it, then on_dead."""
         self.dead = e
         self._running = False
-        self._fail_all(f"the engine stopped on a fatal error: {type(e).__name__}: {e}")
+        self._fail_all(str(e) if isinstance(e, EngineDeadError) else
+                       f"the engine stopped on a fatal error: {type(e).__name__}: {e}")
         self.on_dead(e)
 
     def _step(self) -> None:
@@ -254,7 +328,7 @@ class AsyncLLM:
         by_loop: dict[asyncio.AbstractEventLoop, list[tuple[_Stream, Any]]] = {}
         for r in stepped:
             if r.is_finished:
-                self._finished(r)
+                self._finished(Finished.of(r))
             head = (r.siblings or [r])[0]
             out = self._streams.get(head.id)
             if out is not None and head.id not in seen:

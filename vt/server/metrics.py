@@ -20,39 +20,35 @@ LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
 
 
 class EngineCollector:
-    """What the engine knows now, read on every scrape: ints and a tuple() of the request table, which
-    CPython copies without letting the engine thread run in between (a snapshot, never a changing dict)."""
+    """What the engine knows now, read on every scrape (AsyncLLM.stats: the engine's own numbers, or the last
+    ones the engine core process sent)."""
 
     def __init__(self, llm: Any, model_name: str = "") -> None:
         self.llm = llm
         self.model = {"model_name": model_name}  # vLLM's label on its own metrics
 
     def collect(self) -> Any:
-        e = self.llm.engine
-        sched, kv, driver = e.scheduler, e.kv_manager, e.runner.decoder
-        preemptions = sum(r.num_preemptions for r in tuple(e.requests.values())) + self.llm.num_preempted_done
-        yield _gauge("vt_num_requests_running", "Requests in the running batch.", len(sched.running))
-        yield _gauge("vt_num_requests_waiting", "Requests waiting to be admitted.", len(sched.waiting))
-        yield _gauge("vt_kv_blocks_used", "KV cache blocks in use.", kv.num_used)
-        yield _gauge("vt_kv_blocks_total", "KV cache blocks in the pool.", kv.num_blocks)
+        st = self.llm.stats()
+        yield _gauge("vt_num_requests_running", "Requests in the running batch.", st["running"])
+        yield _gauge("vt_num_requests_waiting", "Requests waiting to be admitted.", st["waiting"])
+        yield _gauge("vt_kv_blocks_used", "KV cache blocks in use.", st["kv_used"])
+        yield _gauge("vt_kv_blocks_total", "KV cache blocks in the pool.", st["kv_total"])
         # vLLM's names and label: KV usage counts a cached block that no request holds as free, as vLLM's does
         m = self.model
-        yield _gauge("vllm:num_requests_running", "Number of requests in model execution batches.",
-                     len(sched.running), m)
-        yield _gauge("vllm:num_requests_waiting", "Number of requests waiting to be processed.",
-                     len(sched.waiting), m)
+        yield _gauge("vllm:num_requests_running", "Number of requests in model execution batches.", st["running"], m)
+        yield _gauge("vllm:num_requests_waiting", "Number of requests waiting to be processed.", st["waiting"], m)
         yield _gauge("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.",
-                     kv.num_used / kv.num_blocks, m)
+                     st["kv_used"] / st["kv_total"], m)
         yield _counter("vllm:prefix_cache_queries", "Prefix cache queries, in terms of number of queried tokens.",
-                       kv.queries, m)
-        yield _counter("vllm:prefix_cache_hits", "Prefix cache hits, in terms of number of cached tokens.", kv.hits, m)
-        yield _counter("vllm:num_preemptions", "Cumulative number of preemption from the engine.", preemptions, m)
+                       st["prefix_queries"], m)
+        yield _counter("vllm:prefix_cache_hits", "Prefix cache hits, in terms of number of cached tokens.",
+                       st["prefix_hits"], m)
+        yield _counter("vllm:num_preemptions", "Cumulative number of preemption from the engine.", st["preemptions"], m)
         yield _gauge("vt_engine_alive", "1 while the engine loop runs.", int(self.llm.is_alive))
-        yield _counter("vt_num_preemptions", "Requests preempted (to be recomputed).", preemptions)
-        yield _counter("vt_graph_replays", "Decode steps replayed from a captured graph.", driver.num_replays)
-        yield _counter("vt_eager_steps", "Decode steps run eagerly (cold or graphs off).", driver.num_eager)
-        yield _counter("vt_pool_misses", "Device-pool requests that went to the driver.", e.backend.pool.stats().get(
-            "misses", 0))
+        yield _counter("vt_num_preemptions", "Requests preempted (to be recomputed).", st["preemptions"])
+        yield _counter("vt_graph_replays", "Decode steps replayed from a captured graph.", st["graph_replays"])
+        yield _counter("vt_eager_steps", "Decode steps run eagerly (cold or graphs off).", st["eager_steps"])
+        yield _counter("vt_pool_misses", "Device-pool requests that went to the driver.", st["pool_misses"])
         yield _counter("vt_engine_steps", "Engine steps run.", self.llm.num_steps)
         yield _counter("vt_requests_aborted", "Requests aborted (a client went away).", self.llm.num_aborted)
 
@@ -103,8 +99,9 @@ class Metrics:
                                     ["model_name", "finished_reason"], registry=r)
 
     def observe(self, req: Any) -> None:
-        """A finished request (called on the engine thread)."""
-        n = len(req.output_ids)
+        """A finished request (vt.engine.core.request.Finished), called on the engine's thread (or, with the engine
+        core in its own process, on the thread that reads its outputs)."""
+        n = req.num_output_tokens
         if req.first_token_time is not None:
             for h in (self.ttft, self.vllm_ttft):
                 h.observe(req.first_token_time - req.arrival)
@@ -116,7 +113,7 @@ class Metrics:
                 h.observe(req.finish_time - req.arrival)
         if req.index == 0:
             for c in (self.prompt_tokens, self.vllm_prompt):
-                c.inc(len(req.prompt_ids))
+                c.inc(req.num_prompt_tokens)
         for c in (self.generation_tokens, self.vllm_generation):
             c.inc(n)
         self.finished.labels(req.finish_reason or "unknown").inc()

@@ -28,10 +28,11 @@ GRACEFUL_SHUTDOWN_S = 30
 
 
 def make_server(model: str, served_name: str | None = None, max_body_bytes: int | None = None,
-                api_key: str | None = None, **engine_kwargs: Any) -> tuple[Server, Any]:
+                api_key: str | None = None, engine_process: bool = False, **engine_kwargs: Any) -> tuple[Server, Any]:
+    """The app on an AsyncLLM; engine_process: the engine core in a process of its own (`vt serve`'s default)."""
     if api_key is not None and not api_key.strip():
         raise ConfigError("--api-key: an empty key protects nothing; give a key or leave it out")
-    llm = AsyncLLM(EngineConfig(model=model, **engine_kwargs))
+    llm = AsyncLLM(EngineConfig(model=model, **engine_kwargs), engine_process=engine_process)
     server = Server(llm, served_name or model, **({"max_body_bytes": max_body_bytes} if max_body_bytes else {}),
                     api_key=api_key)
     return server, build_app(server)

@@ -182,3 +182,24 @@ class RequestOutput:
         errors = [s.error for s in samples if s.error]
         return cls(first.id, first.prompt, list(first.prompt_ids), outs, all(s.is_finished for s in samples),
                    metrics, errors[0] if errors else None, first.prompt_logprobs)
+
+
+@dataclass(frozen=True, slots=True)
+class Finished:
+    """What a finished request (one sample) leaves for the metrics and the server's hooks: plain numbers, which
+    the engine core process sends to the front as they are."""
+
+    request_id: str
+    index: int
+    num_prompt_tokens: int
+    num_output_tokens: int
+    arrival: float
+    first_token_time: float | None
+    finish_time: float | None
+    finish_reason: str | None
+    num_preemptions: int
+
+    @classmethod
+    def of(cls, r: Request) -> Finished:
+        return cls(r.id, r.index, len(r.prompt_ids), len(r.output_ids), r.arrival, r.first_token_time, r.finish_time,
+                   r.finish_reason, r.num_preemptions)

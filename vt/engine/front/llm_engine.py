@@ -241,22 +241,17 @@ class LLMEngine:
 
     # ---- requests ---------------------------------------------------------------------------
     def tokenize(self, prompt: Prompt) -> list[int]:
-        if isinstance(prompt, str):
-            if not prompt:
-                raise RequestError("prompt is empty")
-            try:
-                prompt.encode("utf-8")
-            except UnicodeEncodeError as e:
-                raise RequestError(f"prompt is not valid UTF-8 text (at character {e.start})") from None
-            ids = self.tokenizer.encode(prompt).ids
-        else:
-            ids = [int(t) for t in prompt]
-            bad = [t for t in ids if not 0 <= t < self.vocab_size]
-            if bad:
-                raise RequestError(f"prompt token ids {bad[:5]} are outside the vocabulary [0, {self.vocab_size})")
-        if not ids:
-            raise RequestError("prompt is empty")
-        return ids
+        return tokenize_prompt(self.tokenizer, self.vocab_size, prompt)
+
+    def stats(self) -> dict[str, int]:
+        """What /metrics reports of the engine now: ints, and a tuple() of the request table, which CPython copies
+        without letting the engine thread run in between (a snapshot, never a changing dict)."""
+        sched, kv, driver = self.scheduler, self.kv_manager, self.runner.decoder
+        return {"running": len(sched.running), "waiting": len(sched.waiting), "kv_used": kv.num_used,
+                "kv_total": kv.num_blocks, "prefix_queries": kv.queries, "prefix_hits": kv.hits,
+                "preemptions": sum(r.num_preemptions for r in tuple(self.requests.values())),
+                "graph_replays": driver.num_replays, "eager_steps": driver.num_eager,
+                "pool_misses": self.backend.pool.stats().get("misses", 0)}
 
     def check_request(self, prompt: Prompt, params: SamplingParams | None = None) -> tuple[list[int], Any]:
         """The prompt's token ids and the resolved parameters, or the RequestError add_request would raise
@@ -465,6 +460,50 @@ class LLMEngine:
         r.finish(reason, error)
         self.scheduler.finish(r)  # its blocks, in every KV group, are free before the step ends
         self.requests.pop(r.id, None)  # ids are unique among requests in flight
+
+
+class FrontEngine:
+    """What the API server reads of an engine, in a process that does not run it (the engine core runs in its
+    own, vt/engine/core/proc.py): the checkpoint's tokenizer, chat template, special tokens and vocabulary,
+    read without its weights, and the configuration (settled by the core once it has started)."""
+
+    def __init__(self, cfg: EngineConfig) -> None:
+        from models.loader import load_checkpoint, resolve_model
+
+        ckpt = load_checkpoint(resolve_model(cfg.model))  # lazy: headers, config and tokenizer only
+        self.cfg = cfg
+        self.tokenizer = ckpt.tokenizer
+        if cfg.chat_template is not None:
+            from vt.engine.front.chat import load_template
+
+            self.chat_template: str | None = load_template(cfg.chat_template)
+        else:
+            self.chat_template = ckpt.chat_template
+        self.special_tokens = _special_tokens(ckpt.tokenizer_config)
+        self.vocab_size = ckpt.config.vocab_size
+
+    def tokenize(self, prompt: Prompt) -> list[int]:
+        return tokenize_prompt(self.tokenizer, self.vocab_size, prompt)
+
+
+def tokenize_prompt(tokenizer: Any, vocab_size: int, prompt: Prompt) -> list[int]:
+    """A prompt's token ids (text through the tokenizer, ids checked against the vocabulary), or a RequestError."""
+    if isinstance(prompt, str):
+        if not prompt:
+            raise RequestError("prompt is empty")
+        try:
+            prompt.encode("utf-8")
+        except UnicodeEncodeError as e:
+            raise RequestError(f"prompt is not valid UTF-8 text (at character {e.start})") from None
+        ids = tokenizer.encode(prompt).ids
+    else:
+        ids = [int(t) for t in prompt]
+        bad = [t for t in ids if not 0 <= t < vocab_size]
+        if bad:
+            raise RequestError(f"prompt token ids {bad[:5]} are outside the vocabulary [0, {vocab_size})")
+    if not ids:
+        raise RequestError("prompt is empty")
+    return ids
 
 
 def _generation_config(ckpt: Any) -> dict[str, Any]:

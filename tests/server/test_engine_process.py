@@ -1,0 +1,131 @@
+"""The engine core in its own process (issue 28, as vLLM's EngineCore): the server's answers equal those of the
+engine on a thread of the server's process, token for token and byte for byte in the text (stop strings,
+n > 1, logprobs, prompt logprobs, echo, streaming); the settled configuration and the engine's numbers reach the
+front; bad input is refused by the front; and a dead engine process fails the requests in flight with one
+error frame, /health answers 503 and `vt serve` exits 1."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from pathlib import Path
+
+import httpx
+
+from tests.server.processes import start_serve
+from vt.server.serve import running_server
+
+KW = dict(backend="cpu", max_model_len=256, num_blocks=96, max_num_seqs=4)
+BODIES = [
+    {"prompt": "hello world", "max_tokens": 12, "temperature": 0},
+    {"prompt": "the quick brown fox", "max_tokens": 16, "temperature": 0.8, "seed": 3, "n": 2, "stop": [" two"]},
+    {"prompt": [5, 6, 7, 8], "max_tokens": 10, "temperature": 0, "logprobs": 3, "echo": True},
+    {"prompt": "abc abc abc", "max_tokens": 8, "temperature": 0, "prompt_logprobs": 2},
+    {"prompt": "streamed text", "max_tokens": 14, "temperature": 0.5, "seed": 9, "stream": True, "logprobs": 1},
+]
+
+
+def _answer(url: str, body: dict) -> object:
+    body = {"model": "tiny-qwen3", **body}
+    if not body.get("stream"):
+        r = httpx.post(url + "/v1/completions", json=body, timeout=60)
+        out = r.json()
+        return r.status_code, out.get("choices"), out.get("usage")
+    text, tokens, reasons = {}, {}, {}
+    with httpx.stream("POST", url + "/v1/completions", json=body, timeout=60) as r:
+        for line in r.iter_lines():
+            if not line.startswith("data: {"):
+                continue
+            for c in json.loads(line[6:]).get("choices", []):
+                text[c["index"]] = text.get(c["index"], "") + c["text"]
+                tokens[c["index"]] = tokens.get(c["index"], []) + (c["logprobs"] or {}).get("tokens", [])
+                reasons[c["index"]] = c["finish_reason"] or reasons.get(c["index"])
+    return r.status_code, text, tokens, reasons
+
+
+def _all_answers(engine_process: bool) -> tuple[list, dict]:
+    with running_server("tiny-qwen3", engine_process=engine_process, **KW) as (server, url):
+        answers = [_answer(url, b) for b in BODIES]
+        models = httpx.get(url + "/v1/models").json()["data"][0]
+        metrics = httpx.get(url + "/metrics").text
+        bad = httpx.post(url + "/v1/completions", json={"model": "tiny-qwen3", "prompt": [99999]}, timeout=30)
+    return answers, {"max_model_len": models["max_model_len"], "metrics": metrics, "bad": bad}
+
+
+def test_the_engine_process_answers_as_the_engine_thread_does() -> None:
+    got, info = _all_answers(engine_process=True)
+    want, ref = _all_answers(engine_process=False)
+    for body, g, w in zip(BODIES, got, want):
+        assert g == w, f"{body}: through the engine process {g}, on a thread {w}"
+    assert all(a[0] == 200 for a in got) and len(got[1][1]) == 2, "non-vacuity: every body answered, n=2 twice"
+    assert any(c["finish_reason"] == "stop" for c in got[1][1]), "non-vacuity: a stop string ended a sample"
+    assert info["max_model_len"] == ref["max_model_len"] == KW["max_model_len"]
+    assert 'vllm:prefix_cache_queries_total{model_name="tiny-qwen3"} 0.0' not in info["metrics"], (
+        "the engine process's numbers reach /metrics")
+    assert info["bad"].status_code == 400 and "outside the vocabulary" in info["bad"].json()["error"]["message"]
+
+
+def test_the_settled_configuration_comes_back_from_the_engine_process() -> None:
+    """max_model_len 0 is the checkpoint's, capped by the KV cache: only the core knows it once it has started."""
+    kw = {**KW, "max_model_len": 0, "num_blocks": 40}
+    with running_server("tiny-qwen3", engine_process=True, **kw) as (_, url):
+        got = httpx.get(url + "/v1/models").json()["data"][0]["max_model_len"]
+    with running_server("tiny-qwen3", engine_process=False, **kw) as (_, url):
+        want = httpx.get(url + "/v1/models").json()["data"][0]["max_model_len"]
+    assert got == want and 0 < want <= 40 * 16, f"the core's settled max_model_len {want}, the front says {got}"
+
+
+def _engine_core_of(pid: int) -> int:
+    """The spawned engine core process under `vt serve` (from /proc)."""
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            ppid = int((d / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            cmd = (d / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except (OSError, IndexError, ValueError):
+            continue
+        if ppid == pid and "spawn_main" in cmd:
+            return int(d.name)
+    raise AssertionError(f"no engine core process under {pid}")
+
+
+def test_a_killed_engine_process_fails_the_stream_and_vt_serve_exits_1() -> None:
+    proc, url = start_serve(["tiny-qwen3", "--backend", "cpu", "--max-model-len", "2048", "--num-blocks", "160"])
+    try:
+        core = _engine_core_of(proc.pid)
+        body = {"model": "tiny-qwen3", "prompt": [5, 6, 7], "max_tokens": 1800, "stream": True, "ignore_eos": True}
+        with httpx.stream("POST", url + "/v1/completions", json=body, timeout=60) as r:
+            lines = r.iter_lines()
+            for line in lines:
+                if line.startswith("data: {"):
+                    break
+            os.kill(core, signal.SIGKILL)
+            frames = [line[6:] for line in lines if line.startswith("data: ")]
+        assert frames[-1] == "[DONE]", "the stream ends cleanly"
+        errors = [json.loads(f)["error"]["message"] for f in frames[:-1] if f.startswith('{"error"')]
+        assert len(errors) == 1 and "process exited" in errors[0], f"one error frame saying why: {errors}"
+        deadline = time.monotonic() + 15
+        while proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert proc.returncode == 1, f"vt serve exits 1 once its engine died, not {proc.returncode} (None: running)"
+        err = proc.stderr.read() if proc.stderr else ""
+        assert "the engine died" in err, err[-1500:]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def test_an_engine_that_cannot_start_is_one_typed_line_and_exit_2() -> None:
+    import subprocess
+    import sys
+
+    p = subprocess.run([sys.executable, "-m", "vt.cli", "serve", "tiny-qwen3", "--backend", "cpu", "--port", "0",
+                        "--max-model-len", "99999999"], capture_output=True, text=True, timeout=120,
+                       env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    errors = [ln for ln in p.stderr.splitlines() if "error" in ln.lower() or "Traceback" in ln]
+    assert p.returncode == 2 and errors == [errors[0]], p.stderr[-1500:]
+    assert errors[0].startswith("vt: error: ConfigError: max_model_len=99999999"), errors
