@@ -132,3 +132,7 @@ class ServerStartError(VtError, RuntimeError):
     def __init__(self, message: str, exit_code: int | None = None) -> None:
         super().__init__(message)
         self.exit_code = exit_code
+
+
+class EngineDeadError(RuntimeError):
+    """The engine loop (or its process) stopped on a fatal error: every request in flight failed with it."""

@@ -100,9 +100,18 @@ def _partition(qg: np.ndarray, kf: np.ndarray, vf: np.ndarray, tables: np.ndarra
     return m, lsum, acc / np.where(lsum > 0, lsum, 1)[..., None]
 
 
+MAX_GRID_Y = 65535  # CUDA's limit on a grid's y and z
+
+
 def _cuda(cp: Any, q: Any, k_cache: Any, v_cache: Any, block_tables: Any, token_row: Any, positions: Any, out: Any,
           part_o: Any, part_ml: Any) -> None:
     T, nh, hd = q.shape
+    if T > MAX_GRID_Y and part_o is None:  # the grid's y is the token: at most 65,535 a launch (an eager prefill's
+        for t0 in range(0, T, MAX_GRID_Y):  # float32 fallback can hold more), so slices of that many
+            t1 = min(T, t0 + MAX_GRID_Y)
+            _cuda(cp, q[t0:t1], k_cache, v_cache, block_tables, token_row[t0:t1], positions[t0:t1], out[t0:t1],
+                  None, None)
+        return
     bs, nkv = k_cache.shape[1], k_cache.shape[2]
     W = block_tables.shape[1]
     P = 1 if part_ml is None else part_ml.shape[2]

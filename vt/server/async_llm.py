@@ -28,13 +28,9 @@ from vt.engine.config import EngineConfig
 from vt.engine.core.request import Finished, Request, RequestOutput
 from vt.engine.front.llm_engine import LLMEngine
 from vt.engine.sample.params import SamplingParams
-from vt.errors import RequestError
+from vt.errors import EngineDeadError, RequestError
 
 POLL_S = 0.25  # how often a request waiting to be added checks that the engine still runs
-
-
-class EngineDeadError(RuntimeError):
-    """The engine loop stopped on a fatal error: every request in flight failed with it."""
 
 
 @dataclass(slots=True)

@@ -33,7 +33,7 @@ import msgspec
 from vt.engine.config import EngineConfig
 from vt.engine.core.request import CompletionOutput, Finished, RequestMetrics, RequestOutput
 from vt.engine.sample.params import SamplingParams
-from vt.errors import VtError
+from vt.errors import EngineDeadError, VtError
 
 IDLE_CHECK_S = 1.0  # an idle core checks its health (and the front's pipe) this often
 _enc = msgspec.msgpack.Encoder()
@@ -309,8 +309,6 @@ class EngineCoreClient:
             self.proc.join()
 
     def _read(self) -> None:
-        from vt.server.async_llm import EngineDeadError
-
         o = self.owner
         try:
             while True:
