@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+
 import numpy as np
 import pytest
 
@@ -139,7 +141,7 @@ def test_a_driver_free_inside_a_global_capture_invalidates_it() -> None:
     x, out = _xyz(b)
     buf = b.alloc(64)
     scope = GraphCaptureScope(b, b.new_stream(), enabled=True)
-    with scope:
+    with contextlib.suppress(CaptureUnsupported), scope:  # marked by the scope (whether its exit raises: not here)
         b.launch(k_add, x, x, out)
         b.free(buf)
     assert scope.capture_failed and isinstance(scope.error, CaptureUnsupported), (
