@@ -114,9 +114,11 @@ ENTRIES: list[Mutation] = [
     ),
     Mutation(
         id="idle-engine-never-checked",
-        description="an idle engine never checks its health: a worker killed between requests goes unnoticed",
-        file="vt/server/async_llm.py",
-        old="                if not busy and not self._healthy():\n                    return\n", new="",
+        description="an idle engine never checks its health: a worker killed between requests goes unnoticed (the "
+                    "engine core process's idle loop, which vt serve runs)",
+        file="vt/engine/core/proc.py",
+        old="                    self.engine.check_health()  # a tensor-parallel worker may die between requests\n",
+        new="",
         gates=(f"{TP_SERVE}::test_a_worker_killed_while_the_server_idles_stops_it_within_seconds",),
     ),
     Mutation(
