@@ -7,7 +7,7 @@ from __future__ import annotations
 from mutations.model import Mutation
 from mutations.registry.gates import SCOPE
 
-BENCH = "tests/server/test_bench.py"
+BENCH = "tests/server/test_bench_server.py"
 MERGE = "tests/server/test_output_merging.py"
 STARTUP = "tests/engine/test_startup_capture.py"
 MEM = "tests/engine/test_memory_check.py"
@@ -72,6 +72,7 @@ ENTRIES: list[Mutation] = [
 ]
 
 PROC = "tests/server/test_engine_process.py"
+PROC_DEATH = "tests/server/test_engine_process_death.py"
 ENTRIES += [
     Mutation(
         id="engine-process-text-only-appends",
@@ -97,7 +98,7 @@ ENTRIES += [
         file="vt/engine/core/proc.py",
         old='            o.die(EngineDeadError(f"the engine stopped: its process exited with code {self.proc.exitcode}"))\n',
         new="            return\n",
-        gates=(f"{PROC}::test_a_killed_engine_process_fails_the_stream_and_vt_serve_exits_1",),
+        gates=(f"{PROC_DEATH}::test_a_killed_engine_process_fails_the_stream_and_vt_serve_exits_1",),
     ),
     Mutation(
         id="engine-process-config-not-settled",
