@@ -7,6 +7,7 @@ import re
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import httpx
 
@@ -39,3 +40,18 @@ def start_serve(args: list[str], merge_stderr: bool = False, within_s: float = 1
             time.sleep(0.1)
     proc.kill()
     raise AssertionError(f"vt serve at {url} did not answer /health within {within_s:.0f} s (exit {proc.poll()})")
+
+
+def processes() -> dict[int, tuple[int, str]]:
+    """Every process on this machine: pid -> (parent pid, command line), from /proc."""
+    out = {}
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            ppid = int((d / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            cmd = (d / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except (OSError, IndexError, ValueError):
+            continue
+        out[int(d.name)] = (ppid, cmd)
+    return out

@@ -8,27 +8,18 @@ import json
 import os
 import signal
 import time
-from pathlib import Path
 
 import httpx
 import pytest
 
-from tests.server.processes import start_serve
+from tests.server.processes import processes, start_serve
 
 
 def _engine_core_of(pid: int) -> int:
-    """The spawned engine core process under `vt serve` (from /proc)."""
-    for d in Path("/proc").iterdir():
-        if not d.name.isdigit():
-            continue
-        try:
-            ppid = int((d / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            cmd = (d / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-        except (OSError, IndexError, ValueError):
-            continue
-        if ppid == pid and "spawn_main" in cmd:
-            return int(d.name)
-    raise AssertionError(f"no engine core process under {pid}")
+    """The spawned engine core process under `vt serve`."""
+    cores = [p for p, (ppid, cmd) in processes().items() if ppid == pid and "spawn_main" in cmd]
+    assert cores, f"no engine core process under {pid}"
+    return cores[0]
 
 
 def test_a_killed_engine_process_fails_the_stream_and_vt_serve_exits_1() -> None:

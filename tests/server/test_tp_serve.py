@@ -8,35 +8,19 @@ import os
 import signal
 import subprocess
 import time
-from pathlib import Path
 
 import httpx
 import pytest
 
-from tests.server.processes import start_serve
+from tests.server.processes import processes, start_serve
 
 pytest.importorskip("torch.distributed")
-
-
-def _processes() -> dict[int, tuple[int, str]]:
-    """pid -> (parent pid, command line), from /proc."""
-    out = {}
-    for d in Path("/proc").iterdir():
-        if not d.name.isdigit():
-            continue
-        try:
-            ppid = int((d / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            cmd = (d / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-        except (OSError, IndexError, ValueError):
-            continue
-        out[int(d.name)] = (ppid, cmd)
-    return out
 
 
 def _workers_of(pid: int) -> list[int]:
     """Descendant processes of pid running a tensor-parallel rank (the engine core's children, when the engine
     runs in a process of its own)."""
-    procs = _processes()
+    procs = processes()
     family, grew = {pid}, True
     while grew:
         more = {p for p, (pp, _) in procs.items() if pp in family} - family

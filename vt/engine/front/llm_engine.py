@@ -49,14 +49,7 @@ class LLMEngine:
         if cfg.max_model_len and cfg.max_model_len > ckpt.config.max_position_embeddings:
             raise ConfigError(f"max_model_len={cfg.max_model_len}: must be <= the model's "
                               f"max_position_embeddings ({ckpt.config.max_position_embeddings})")
-        self.tokenizer = ckpt.tokenizer
-        if cfg.chat_template is not None:
-            from vt.engine.front.chat import load_template
-
-            self.chat_template: str | None = load_template(cfg.chat_template)
-        else:
-            self.chat_template = ckpt.chat_template
-        self.special_tokens = _special_tokens(ckpt.tokenizer_config)
+        self.tokenizer, self.chat_template, self.special_tokens = _text_side(ckpt, cfg)
         self.generation_config = _generation_config(ckpt)
         self.eos_ids = ckpt.eos_ids
         self.vocab_size = ckpt.config.vocab_size
@@ -472,18 +465,23 @@ class FrontEngine:
 
         ckpt = load_checkpoint(resolve_model(cfg.model))  # lazy: headers, config and tokenizer only
         self.cfg = cfg
-        self.tokenizer = ckpt.tokenizer
-        if cfg.chat_template is not None:
-            from vt.engine.front.chat import load_template
-
-            self.chat_template: str | None = load_template(cfg.chat_template)
-        else:
-            self.chat_template = ckpt.chat_template
-        self.special_tokens = _special_tokens(ckpt.tokenizer_config)
+        self.tokenizer, self.chat_template, self.special_tokens = _text_side(ckpt, cfg)
         self.vocab_size = ckpt.config.vocab_size
 
     def tokenize(self, prompt: Prompt) -> list[int]:
         return tokenize_prompt(self.tokenizer, self.vocab_size, prompt)
+
+
+def _text_side(ckpt: Any, cfg: EngineConfig) -> tuple[Any, str | None, dict[str, str]]:
+    """The checkpoint's tokenizer, the chat template (--chat-template's, else the checkpoint's) and its special
+    tokens: what the engine and a front without the engine both read."""
+    if cfg.chat_template is not None:
+        from vt.engine.front.chat import load_template
+
+        template: str | None = load_template(cfg.chat_template)
+    else:
+        template = ckpt.chat_template
+    return ckpt.tokenizer, template, _special_tokens(ckpt.tokenizer_config)
 
 
 def tokenize_prompt(tokenizer: Any, vocab_size: int, prompt: Prompt) -> list[int]:
