@@ -197,3 +197,27 @@ ENTRIES += [
         needs_gpu=True,
     ),
 ]
+
+SHORT = "tests/engine/test_short_prefill.py"
+
+ENTRIES += [
+    Mutation(
+        id="short-prefill-takes-the-prefill-kernel",
+        description="a step of few prefill tokens (a prefix hit's tail) attends with the tensor-core prefill kernel, "
+                    "whose one block per tile and head walks the whole cached context serially",
+        file="models/decoder.py",
+        old="    return sum(n for _, n, _, _ in fb.seqs[fb.num_decode:]) <= SHORT_PREFILL_TOKENS",
+        new="    return sum(n for _, n, _, _ in fb.seqs[fb.num_decode:]) <= 0",
+        gates=(f"{SHORT}::test_a_prefix_hits_tail_attends_with_the_decode_kernel_and_a_miss_with_the_prefill_kernel",),
+    ),
+    Mutation(
+        id="short-prefill-reads-the-decode-rows-positions",
+        description="in a mixed step whose chunks the decode kernel attends, the chunks' tokens read the positions "
+                    "of the decode rows before them",
+        file="models/decoder.py",
+        old="                                   fb.positions.view((n,), offset=8 * D), fb.token_row.view((n,), offset=8 * D),",
+        new="                                   fb.positions.view((n,)), fb.token_row.view((n,), offset=8 * D),",
+        gates=(*(f"{CHUNKED}::test_chunked_runs_generate_what_the_unchunked_run_does[{b}]" for b in (16, 33, 64)),
+               f"{CHUNKED}::test_a_preempted_chunked_prefill_recomputes_to_the_same_tokens_and_prompt_logprobs"),
+    ),
+]
