@@ -56,16 +56,19 @@ def expected_tensors(c: ModelConfig) -> dict[str, tuple[int, ...]]:
 
 
 
-# A step whose prefill chunks hold at most this many tokens in all attends them with the decode kernel (each token
-# its own query over keys 0..its position: the same attention). The tensor-core prefill kernel gives one block to
-# each 64-query tile and head, and walks the context serially: a prefix-cache hit's 16-token tail over 1,008
-# cached keys was 16 blocks on 132 SMs, 6.05 ms of TTFT on the H200 (a 16-token prompt: ~1.9 ms); the decode
-# kernel splits the context across blocks.
+# A step of few prefill tokens over a long context attends them with the decode kernel (each token its own query
+# over keys 0..its position: the same attention), which splits the context across blocks. The tensor-core prefill
+# kernel gives one block to each 64-query tile and head and walks the context serially: a prefix-cache hit's
+# 16-token tail over 1,008 cached keys was 16 blocks on 132 SMs and 5.95 ms of TTFT on the H200, 3.5 ms on the
+# decode kernel. Over a short context the prefill kernel is the faster (a 16-token prompt: 1.84 against 2.6 ms).
 SHORT_PREFILL_TOKENS = 64
+LONG_CONTEXT_KEYS = 256
 
 
 def prefill_by_decode_kernel(fb: ForwardBatch) -> bool:
-    return sum(n for _, n, _, _ in fb.seqs[fb.num_decode:]) <= SHORT_PREFILL_TOKENS
+    chunks = fb.seqs[fb.num_decode:]
+    return (sum(n for _, n, _, _ in chunks) <= SHORT_PREFILL_TOKENS
+            and max((p0 + n for _, n, p0, _ in chunks), default=0) > LONG_CONTEXT_KEYS)
 
 class DecoderForCausalLM:
     """Dense or MoE by the config (Qwen3MoeForCausalLM has num_experts > 0).

@@ -199,6 +199,7 @@ ENTRIES += [
 ]
 
 SHORT = "tests/engine/test_short_prefill.py"
+SHORT_ROUTE = "test_a_hits_tail_takes_the_decode_kernel_a_miss_and_a_short_prompt_the_prefill_kernel"
 
 ENTRIES += [
     Mutation(
@@ -206,9 +207,18 @@ ENTRIES += [
         description="a step of few prefill tokens (a prefix hit's tail) attends with the tensor-core prefill kernel, "
                     "whose one block per tile and head walks the whole cached context serially",
         file="models/decoder.py",
-        old="    return sum(n for _, n, _, _ in fb.seqs[fb.num_decode:]) <= SHORT_PREFILL_TOKENS",
-        new="    return sum(n for _, n, _, _ in fb.seqs[fb.num_decode:]) <= 0",
-        gates=(f"{SHORT}::test_a_prefix_hits_tail_attends_with_the_decode_kernel_and_a_miss_with_the_prefill_kernel",),
+        old="    return (sum(n for _, n, _, _ in chunks) <= SHORT_PREFILL_TOKENS",
+        new="    return (sum(n for _, n, _, _ in chunks) <= 0",
+        gates=(f"{SHORT}::{SHORT_ROUTE}",),
+    ),
+    Mutation(
+        id="short-prefill-ignores-the-context",
+        description="every step of few prefill tokens attends with the decode kernel, a fresh short prompt's too "
+                    "(two launches a layer where the prefill kernel's one is faster)",
+        file="models/decoder.py",
+        old="            and max((p0 + n for _, n, p0, _ in chunks), default=0) > LONG_CONTEXT_KEYS)",
+        new="            and max((p0 + n for _, n, p0, _ in chunks), default=0) >= 0)",
+        gates=(f"{SHORT}::{SHORT_ROUTE}",),
     ),
     Mutation(
         id="short-prefill-reads-the-decode-rows-positions",
@@ -217,7 +227,6 @@ ENTRIES += [
         file="models/decoder.py",
         old="                                   fb.positions.view((n,), offset=8 * D), fb.token_row.view((n,), offset=8 * D),",
         new="                                   fb.positions.view((n,)), fb.token_row.view((n,), offset=8 * D),",
-        gates=(*(f"{CHUNKED}::test_chunked_runs_generate_what_the_unchunked_run_does[{b}]" for b in (16, 33, 64)),
-               f"{CHUNKED}::test_a_preempted_chunked_prefill_recomputes_to_the_same_tokens_and_prompt_logprobs"),
+        gates=(f"{SHORT}::test_short_and_long_prefills_generate_the_same_tokens_through_either_kernel",),
     ),
 ]
