@@ -261,9 +261,10 @@ def _engine_args(p: argparse.ArgumentParser, max_model_len: int, num_blocks: int
     p.add_argument("--enforce-eager", action="store_true", help="no decode graphs (as VT_CUDAGRAPH=0)")
     p.add_argument("--startup-capture", choices=["auto", "on", "off"], default="auto",
                    help="capture every graph at start-up, never on a request's time (auto: on for CUDA)")
-    p.add_argument("--async-scheduling", action="store_true",
+    p.add_argument("--async-scheduling", action=argparse.BooleanOptionalAction, default=None,
                    help="launch each decode step while the one before runs (its tokens read on the device): the "
-                        "host's update overlaps the GPU (not with speculation or tensor parallelism yet)")
+                        "host's update overlaps the GPU (not with speculation or tensor parallelism yet); "
+                        "default: on for CUDA where it applies")
     p.add_argument("--enable-prefix-caching", action=argparse.BooleanOptionalAction, default=True,
                    help="share the KV of full prompt blocks across requests (vLLM's automatic prefix caching)")
     p.add_argument("--chat-template", help="a Jinja chat template (a file's path, or the template itself) in place "

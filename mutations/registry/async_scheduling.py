@@ -51,3 +51,14 @@ ENTRIES: list[Mutation] = [
         gates=("tests/engine/test_uploads.py::test_a_pinned_buffer_is_written_again_only_after_its_copy_ran",),
     ),
 ]
+
+ENTRIES += [
+    Mutation(
+        id="async-scheduling-off-by-default-on-cuda",
+        description="unset, async scheduling stays off on CUDA: the GPU idles while the host updates each step",
+        file="vt/engine/config.py",
+        old="            self.async_scheduling = (self.backend == \"cuda\" and self.speculative_model is None",
+        new="            self.async_scheduling = (self.backend == \"none\" and self.speculative_model is None",
+        gates=(f"{ASYNC}::test_async_scheduling_is_on_by_default_where_the_gpu_has_something_to_overlap[cuda]",),
+    ),
+]

@@ -106,6 +106,21 @@ def test_what_async_scheduling_does_not_support_is_refused_by_name(kw: dict) -> 
         EngineConfig(**{**KW, "num_blocks": 64, "async_scheduling": True, **kw})
 
 
+@pytest.mark.parametrize("kw, expect", [({"backend": "cuda"}, True), ({"backend": "cpu"}, False),
+                                        ({"backend": "cuda", "speculative_model": "[ngram]",
+                                          "num_speculative_tokens": 2}, False),
+                                        ({"backend": "cuda", "tensor_parallel_size": 2}, False),
+                                        ({"backend": "cuda", "async_scheduling": False}, False),
+                                        ({"backend": "cpu", "async_scheduling": True}, True)],
+                         ids=["cuda", "cpu", "cuda-speculating", "cuda-tp2", "cuda-asked-off", "cpu-asked-on"])
+def test_async_scheduling_is_on_by_default_where_the_gpu_has_something_to_overlap(kw: dict, expect: bool) -> None:
+    """Unset, it is on for CUDA where it applies (the host's update runs while the GPU computes the next step) and
+    off on the CPU (its steps are the host's own work); an explicit choice is kept."""
+    from vt.engine.config import EngineConfig
+
+    assert EngineConfig(**{**KW, "num_blocks": 64, **kw}).async_scheduling is expect
+
+
 @pytest.mark.gpu
 def test_on_the_gpu_async_outputs_equal_the_synchronous_engines() -> None:
     """On CUDA the next step really runs beside the host's update: same tokens, most steps overlapped."""

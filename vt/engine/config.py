@@ -42,8 +42,10 @@ class EngineConfig:
     dtype: str = "auto"  # auto: the checkpoint's dtype on CUDA, float32 compute on the CPU (see resolve_dtype)
     tensor_parallel_size: int = 1  # ranks, one process and one device each (vt/engine/worker/tp.py)
     # vLLM's --async-scheduling: a decode step is scheduled and launched while the one before runs, its input
-    # tokens read on the device; the update step (stops, detokenization) overlaps it
-    async_scheduling: bool = False
+    # tokens read on the device; the update step (stops, detokenization) overlaps it. None: on for CUDA without
+    # speculation or tensor parallelism (the H200: GPU idle between decode steps 29.6% -> 0.1% at c=32); the
+    # CPU's steps are the host's own work, with nothing to overlap
+    async_scheduling: bool | None = None
     enable_prefix_caching: bool = True  # full prompt blocks shared across requests (vt/engine/core/kv_manager.py)
     chat_template: str | None = None  # a Jinja template (its file's path or its text) in place of the checkpoint's
 
@@ -79,7 +81,12 @@ class EngineConfig:
               "tensor_parallel_size", self.tensor_parallel_size, "an int in [1, 8]")
         _need(self.tensor_parallel_size == 1 or self.speculative_model is None, "tensor_parallel_size",
               self.tensor_parallel_size, "1 with speculative decoding (not supported across ranks yet)")
-        _need(isinstance(self.async_scheduling, bool), "async_scheduling", self.async_scheduling, "True or False")
+        _need(self.async_scheduling is None or isinstance(self.async_scheduling, bool), "async_scheduling",
+              self.async_scheduling,
+              "True, False or None (on for CUDA without speculation or tensor parallelism)")
+        if self.async_scheduling is None:
+            self.async_scheduling = (self.backend == "cuda" and self.speculative_model is None
+                                     and self.tensor_parallel_size == 1)
         _need(not self.async_scheduling or (self.speculative_model is None and self.tensor_parallel_size == 1),
               "async_scheduling", self.async_scheduling,
               "False with speculative decoding or tensor parallelism (not supported together yet)")
