@@ -65,6 +65,13 @@ def parse_junit(path: Path, files: set[str]) -> tuple[set[str], dict[str, str], 
     return passed, failed, errors, skipped
 
 
+# pytest plugins no gate uses, blocked in every gate run: each one's start-up is paid once per mutant. The
+# hypothesis plugin imports all of hypothesis at the session's end (its terminal summary; ~1 s of a 1.5 s pytest
+# start-up) even where no test uses it; hypothesis itself works without it (the plugin adds reporting and the
+# fixture health check, which the test lanes keep). anyio's and pytest-benchmark's fixtures are used nowhere.
+UNUSED_PLUGINS = ("hypothesispytest", "anyio", "benchmark")
+
+
 def run_gates(sandbox: Path, m: Mutation, timeout: float | None) -> Outcome:
     return run_files(sandbox, m.gate_files, m.env, timeout)
 
@@ -81,6 +88,7 @@ def run_files(sandbox: Path, files: tuple[str, ...], extra_env: tuple[tuple[str,
         env[var] = "1"  # mutants run in parallel, one per core: BLAS threads would only spin against them
     env["VT_MUTATION_SANDBOX"] = str(sandbox)
     cmd = [sys.executable, "-m", "pytest", "-q", "--tb=short", "-p", "no:cacheprovider", "-p", "no:randomly",
+           *(a for name in UNUSED_PLUGINS for a in ("-p", f"no:{name}")),
            f"--basetemp={sandbox / '.pytest-tmp'}", f"--junitxml={report}", "-o", "junit_family=xunit1",
            *(["-n", str(workers)] if workers > 1 else []), *files]
     t0 = time.monotonic()

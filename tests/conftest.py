@@ -19,17 +19,38 @@ def _mutant_runs_do_not_shrink() -> None:
     """Under the mutation runner a gate only has to go red: hypothesis stops at the first failing example instead
     of shrinking it (which took a minute on some gates). Loaded before any test module builds its settings, so
     every settings() inherits it; the test lane and the bypass and sanitizer lanes shrink as ever."""
-    import os
-
-    if not os.environ.get("VT_MUTATION_SANDBOX"):
-        return
     from hypothesis import Phase, settings
 
     settings.register_profile("mutant", phases=[Phase.explicit, Phase.reuse, Phase.generate])
     settings.load_profile("mutant")
 
 
-_mutant_runs_do_not_shrink()
+def pytest_collectstart(collector: pytest.Collector) -> None:
+    """Under the mutation runner, the mutant profile is loaded just before each test module that names hypothesis
+    is imported: a gate run that uses none never imports it (~1 s of every mutant's pytest start-up; the runner
+    blocks hypothesis's pytest plugin, which would import it at the session's end)."""
+    import os
+
+    if not os.environ.get("VT_MUTATION_SANDBOX") or not isinstance(collector, pytest.Module):
+        return
+    if "hypothesis" in collector.path.read_text(errors="replace"):
+        _mutant_runs_do_not_shrink()
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """...and proof that no hypothesis test was built before it (in a module that reaches hypothesis through a
+    helper without naming it): that test would shrink, silently slow."""
+    import os
+    import sys
+
+    if not os.environ.get("VT_MUTATION_SANDBOX") or "hypothesis" not in sys.modules:
+        return
+    from hypothesis import is_hypothesis_test, settings
+
+    if settings.get_current_profile_name() != "mutant" and any(
+            is_hypothesis_test(getattr(item, "obj", None)) for item in session.items):
+        raise pytest.UsageError("a hypothesis test was collected without the mutant profile: its module reaches "
+                                "hypothesis without naming it (see pytest_collectstart in tests/conftest.py)")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

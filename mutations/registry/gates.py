@@ -26,6 +26,7 @@ GUAR = "tests/engine/test_guarantees.py"
 CLI = "tests/vt/test_cli.py"
 CLI_RUNS = "tests/vt/test_cli_runs.py"
 API = "tests/engine/test_offline_api.py"
+API_ORACLE = "tests/engine/test_offline_api_oracle.py"  # chat() and logprobs against transformers
 DETOK = "tests/engine/test_detokenizer.py"
 PEN = "tests/engine/test_penalties.py"
 FIL = "tests/engine/test_filters.py"

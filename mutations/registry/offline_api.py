@@ -5,7 +5,7 @@ penalties, top-k / top-p / min-p, seeded draws and logprobs, on the NumPy sample
 from __future__ import annotations
 
 from mutations.model import Mutation
-from mutations.registry.gates import API, DETOK, FIL, FILC, PEN
+from mutations.registry.gates import API, API_ORACLE, DETOK, FIL, FILC, PEN
 
 ENTRIES: list[Mutation] = [
     Mutation(
@@ -22,14 +22,14 @@ ENTRIES: list[Mutation] = [
         description="chat templates render without trim_blocks: every block tag leaves its newline behind",
         file="vt/engine/front/chat.py", old="ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)",
         new="ImmutableSandboxedEnvironment(trim_blocks=False, lstrip_blocks=True)",
-        gates=tuple(f"{API}::test_chat_renders_the_template_as_transformers_does[{g}-layered]" for g in ("True", "False")),
+        gates=tuple(f"{API_ORACLE}::test_chat_renders_the_template_as_transformers_does[{g}-layered]" for g in ("True", "False")),
     ),
     Mutation(
         id="chat-template-without-lstrip-blocks",
         description="chat templates render without lstrip_blocks: indented block tags leave their indentation",
         file="vt/engine/front/chat.py", old="ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)",
         new="ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=False)",
-        gates=tuple(f"{API}::test_chat_renders_the_template_as_transformers_does[{g}-layered]" for g in ("True", "False")),
+        gates=tuple(f"{API_ORACLE}::test_chat_renders_the_template_as_transformers_does[{g}-layered]" for g in ("True", "False")),
     ),
     Mutation(
         id="detok-releases-partial-characters",
@@ -191,15 +191,15 @@ ENTRIES: list[Mutation] = [
         id="logprobs-from-the-penalized-row",
         description="logprobs are taken from a rescaled row instead of the model's logits",
         file="vt/engine/sample/sampler.py", old="    x = row.astype(np.float64)\n", new="    x = row.astype(np.float64) / 2\n",
-        gates=(*(f"{API}::test_logprobs_are_the_models_log_softmax_as_transformers_computes_it[{s}]"
+        gates=(*(f"{API_ORACLE}::test_logprobs_are_the_models_log_softmax_as_transformers_computes_it[{s}]"
                  for s in ("plain", "ngram")),
-               f"{API}::test_prompt_logprobs_score_each_prompt_token_as_transformers_does"),
+               f"{API_ORACLE}::test_prompt_logprobs_score_each_prompt_token_as_transformers_does"),
     ),
     Mutation(
         id="logprobs-of-an-accepted-run-misaligned",
         description="after a verify, every accepted token gets the first position's logprobs",
         file="vt/engine/worker/runner.py", old="[i * q + j for j in range(len(toks))]", new="[i * q for _ in range(len(toks))]",
-        gates=(f"{API}::test_logprobs_are_the_models_log_softmax_as_transformers_computes_it[ngram]",),
+        gates=(f"{API_ORACLE}::test_logprobs_are_the_models_log_softmax_as_transformers_computes_it[ngram]",),
     ),
     Mutation(
         id="stop-reason-unset",

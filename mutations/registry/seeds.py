@@ -5,7 +5,7 @@ prompt logprobs and the graph slots' shared logits buffer.
 from __future__ import annotations
 
 from mutations.model import Mutation
-from mutations.registry.gates import API, SEAMS, SEEDS
+from mutations.registry.gates import API, API_ORACLE, SEAMS, SEEDS
 
 ENTRIES: list[Mutation] = [
     Mutation(
@@ -35,7 +35,7 @@ ENTRIES: list[Mutation] = [
         id="prompt-logprobs-off-by-one",
         description="prompt logprobs score each position's own token instead of the next one",
         file="vt/engine/worker/runner.py", old="for t in toks[c.start + 1 : upto + 1]]", new="for t in toks[c.start : upto]]",
-        gates=(f"{API}::test_prompt_logprobs_score_each_prompt_token_as_transformers_does",),
+        gates=(f"{API_ORACLE}::test_prompt_logprobs_score_each_prompt_token_as_transformers_does",),
     ),
 
     Mutation(
