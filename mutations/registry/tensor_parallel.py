@@ -190,3 +190,27 @@ ENTRIES: list[Mutation] = [
         gates=(f"{RULE}::test_the_servers_connections_send_each_frame_at_once",),
     ),
 ]
+
+RANKS = "tests/seams/test_run_ranks.py"
+
+ENTRIES += [
+    Mutation(
+        id="rank-output-through-pipes-read-at-the-end",
+        description="each rank writes to a pipe that is read only once every rank has exited: a rank that writes "
+                    "more than a pipe holds blocks before its collective, and the group waits for it to the deadline",
+        file="seams/ranks.py",
+        old="            procs = [subprocess.Popen(argv, stdout=o, stderr=e, text=True, env=env, start_new_session=True)",
+        new="            procs = [subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, "
+            "env=env, start_new_session=True)",
+        gates=(f"{RANKS}::test_ranks_that_write_more_than_a_pipe_holds_before_their_collective_all_finish",
+               f"{RANKS}::test_a_rank_that_fails_ends_the_ranks_waiting_for_it_at_once"),  # its stderr is lost
+    ),
+    Mutation(
+        id="a-failed-rank-leaves-the-others-waiting",
+        description="a rank that fails does not end the ranks waiting for it in a collective: they run to the deadline",
+        file="seams/ranks.py",
+        old="        failed = next((r for r, c in enumerate(codes) if c not in (None, 0)), None)",
+        new="        failed = None",
+        gates=(f"{RANKS}::test_a_rank_that_fails_ends_the_ranks_waiting_for_it_at_once",),
+    ),
+]

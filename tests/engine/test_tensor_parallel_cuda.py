@@ -5,11 +5,12 @@ rank's decode capture after a drain allocates nothing."""
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 
 import numpy as np
 import pytest
+
+from seams.ranks import first_failure, run_ranks
 
 pytestmark = pytest.mark.gpu
 
@@ -58,12 +59,10 @@ def test_the_decode_capture_allocates_nothing_on_every_gpu_rank() -> None:
     from vt.parallel import host_store
 
     store = host_store(2, 60.0)  # held here until both ranks are done
-    procs = [subprocess.Popen([sys.executable, "-m", "seams.tp", "tiny-qwen3", str(r), "2", str(store.port), "cuda"],
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for r in range(2)]
-    outs = [p.communicate(timeout=600) for p in procs]
-    for p, (_, err) in zip(procs, outs):
-        assert p.returncode == 0, err[-3000:]
-    for r in (json.loads(o.strip().splitlines()[-1]) for o, _ in outs):
+    results = run_ranks([[sys.executable, "-m", "seams.tp", "tiny-qwen3", str(r), "2", str(store.port), "cuda"]
+                         for r in range(2)], timeout=240)
+    assert all(r.ok for r in results), f"a rank failed: {first_failure(results)}"
+    for r in (json.loads(res.stdout.strip().splitlines()[-1]) for res in results):
         assert r["first_collectives"]["failed"] is None, r
         assert r["freed"] > 0 and r["captured"] and r["allocs_in_step"] > 0, r
         assert r["allocs_in_capture"] == 0, r

@@ -5,12 +5,12 @@ the decode capture after a drain allocates nothing, with non-vacuity guards on e
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 
 import pytest
 
 from seams.lanes import GRAPHS_REASON, guarantee
+from seams.ranks import first_failure, run_ranks
 from vt.parallel import host_store
 
 pytest.importorskip("torch.distributed")
@@ -19,12 +19,10 @@ pytest.importorskip("torch.distributed")
 @pytest.fixture(scope="module")
 def ranks(request: pytest.FixtureRequest) -> list[dict]:
     store, model = host_store(2, 60.0), request.param  # held here until both ranks are done
-    procs = [subprocess.Popen([sys.executable, "-m", "seams.tp", model, str(r), "2", str(store.port)],
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for r in range(2)]
-    outs = [p.communicate(timeout=240) for p in procs]
-    for p, (_, err) in zip(procs, outs):
-        assert p.returncode == 0, f"a rank failed:\n{err[-3000:]}"
-    return [json.loads(o.strip().splitlines()[-1]) for o, _ in outs]
+    results = run_ranks([[sys.executable, "-m", "seams.tp", model, str(r), "2", str(store.port)] for r in range(2)],
+                        timeout=240)
+    assert all(r.ok for r in results), f"a rank failed: {first_failure(results)}"
+    return [json.loads(r.stdout.strip().splitlines()[-1]) for r in results]
 
 
 MODELS = [guarantee(m, id=m, reason=GRAPHS_REASON) for m in ("tiny-qwen3", "tiny-qwen3-moe")]
