@@ -39,7 +39,7 @@ ENTRIES: list[Mutation] = [
         id="async-read-back-races-the-next-sampler",
         description="with async scheduling the sampled ids are still copied out on a side stream: the next step's "
                     "sampler, launched before the host waits for that copy, overwrites them with no wait between",
-        file="vt/engine/worker/runner.py", old="async_readback=cfg.async_scheduling)", new="async_readback=False)",
+        file="vt/engine/worker/runner.py", old="async_readback=bool(cfg.async_scheduling))", new="async_readback=False)",
         gates=RACES,
     ),
     Mutation(

@@ -66,7 +66,7 @@ class ModelRunner:
         self.decoder = GraphDriver(model, self.kv, cfg.max_num_seqs, enabled=not cfg.enforce_eager,
                                    stream=self.stream, max_q=1 + (proposer.k if proposer is not None else 0),
                                    max_num_batched_tokens=cfg.max_num_batched_tokens,
-                                   max_model_len=cfg.max_model_len, async_readback=cfg.async_scheduling)
+                                   max_model_len=cfg.max_model_len, async_readback=bool(cfg.async_scheduling))
         self.proposer = proposer
         self.eos_ids = eos_ids
         self.states: dict[str, RequestState] = {}
