@@ -81,3 +81,31 @@ ENTRIES: list[Mutation] = [
         gates=(f"{MEM}::test_on_the_gpu_a_given_num_blocks_counts_the_largest_steps_peak",),
     ),
 ]
+
+DRAFT = "tests/engine/test_prefix_cache_draft.py"
+DRAFT_HIT = f"{DRAFT}::test_a_hit_starts_the_draft_behind_the_prefix_and_it_proposes_what_it_does_uncached"
+
+ENTRIES += [
+    Mutation(
+        id="draft-hit-served-without-the-drafts-blocks",
+        description="a speculating request is served the target's cached prefix where the draft group holds none",
+        file=KV, old="            if b is None or (draft and d is None):", new="            if b is None:",
+        gates=(f"{DRAFT}::test_a_speculating_request_is_served_only_as_far_as_the_drafts_group_is_cached",),
+    ),
+    Mutation(
+        id="draft-group-never-cached",
+        description="the draft's prompt blocks are never keyed: a draft-model engine serves no prefix hits",
+        file=KV, old="        if draft_computed and self.num_groups > DRAFT:", new="        if False:",
+        gates=(DRAFT_HIT, f"{DRAFT}::test_a_speculating_request_is_served_only_as_far_as_the_drafts_group_is_cached"),
+    ),
+    Mutation(
+        id="draft-prefills-the-cached-prefix-again",
+        description="on a hit the draft prefills the whole prompt again, its cached prefix included",
+        file="vt/engine/spec_decode/proposers.py",
+        old="            self.driver.pool.release(self.driver.prefill([(r.token_ids[r.num_cached:], "
+            "batch.blocks(r.req_id, DRAFT),\n                                                           r.num_cached)",
+        new="            self.driver.pool.release(self.driver.prefill([(r.token_ids, batch.blocks(r.req_id, DRAFT),\n"
+            "                                                           0)",
+        gates=(DRAFT_HIT,),
+    ),
+]

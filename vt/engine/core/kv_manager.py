@@ -13,7 +13,10 @@ computed is keyed by a hash chained through its parent block's hash (so a block 
 whole prefix). A released block keeps its key in the free queue, which is in least-recently-released order
 (a request's blocks go back tail first, so its shared prefix is evicted last); taking a block for new KV
 evicts its key. A new request's longest cached prefix is served from those blocks, referenced again.
-Invariants: a block is free (in the queue) or referenced, never both; a key names exactly one block and
+With a draft model, the draft group's blocks of a prompt are keyed beside the target's (the draft prefills the
+whole prompt in the step the target does), under the target block's key tagged as the draft's: a request that
+speculates is served a prefix only as far as both groups hold it, so the draft's KV starts where the target's
+does. Invariants: a block is free (in the queue) or referenced, never both; a key names exactly one block and
 that block carries the key; an evicted block is never served.
 """
 
@@ -124,28 +127,41 @@ class KVCacheManager:
             keys.append(self.chain(keys[-1] if keys else b"", token_ids[i * bs : (i + 1) * bs]))
         return keys
 
+    @staticmethod
+    def draft_key(key: bytes) -> bytes:
+        """The key of the draft group's block that holds the same prefix as the target block keyed `key`."""
+        return b"draft:" + key
+
     def lookup(self, token_ids: Sequence[int]) -> list[int]:
-        """The blocks holding the longest cached prefix of token_ids, whole blocks only and never the last token
-        (its logits must be computed)."""
-        hit: list[int] = []
+        """The target blocks holding the longest cached prefix of token_ids (lookup_groups' first list)."""
+        return self.lookup_groups(token_ids)[TARGET]
+
+    def lookup_groups(self, token_ids: Sequence[int], draft: bool = False) -> list[list[int]]:
+        """Per KV group, the blocks holding the longest cached prefix of token_ids, whole blocks only and never
+        the last token (its logits must be computed). draft: the prefix must be cached in the draft group too
+        (a request that speculates); else the draft's list is empty."""
+        hit: list[list[int]] = [[] for _ in range(self.num_groups)]
         for key in self.keys_of(token_ids, (len(token_ids) - 1) // self.block_size):
             b = self.cached.get(key)
-            if b is None:
+            d = self.cached.get(self.draft_key(key)) if draft else None
+            if b is None or (draft and d is None):
                 break
-            hit.append(b)
+            hit[TARGET].append(b)
+            if d is not None:
+                hit[DRAFT].append(d)
         return hit
 
-    def attach(self, req_id: str, blocks: list[int]) -> None:
-        """req_id's target table starts with cached blocks (from `lookup`), referenced again; a free one leaves the
-        free queue. req_id must hold no blocks yet."""
+    def attach(self, req_id: str, blocks: list[list[int]]) -> None:
+        """req_id's tables start with cached blocks, per group (from `lookup`), referenced again; a free one leaves
+        the free queue. req_id must hold no blocks yet."""
         if req_id in self.tables:
             raise EngineInvariantError(f"request {req_id}: served a cached prefix but already holds blocks")
-        for b in blocks:
+        for b in (b for group in blocks for b in group):
             if self.refs[b] == 0:
                 del self.free[b]
             self.refs[b] += 1
-        self.tables[req_id] = [list(blocks) if g == TARGET else [] for g in range(self.num_groups)]
-        self.req_keys[req_id] = [k for k in (self.block_key[b] for b in blocks) if k is not None]
+        self.tables[req_id] = [list(group) for group in blocks]
+        self.req_keys[req_id] = [k for k in (self.block_key[b] for b in blocks[TARGET]) if k is not None]
 
     def has_unkeyed(self, req_id: str, num_computed: int) -> bool:
         """Whether cache_full_blocks would key a block now (its caller then builds the token list)."""
@@ -153,23 +169,32 @@ class KVCacheManager:
             return False
         return num_computed // self.block_size > len(self.req_keys.get(req_id, ()))
 
-    def cache_full_blocks(self, req_id: str, token_ids: Sequence[int], num_computed: int) -> None:
+    def cache_full_blocks(self, req_id: str, token_ids: Sequence[int], num_computed: int,
+                          draft_computed: int = 0) -> None:
         """Key every full target block of req_id whose KV is computed (the first num_computed tokens), so later
-        requests find it. A prefix already cached in another block leaves this one unkeyed."""
+        requests find it, and every full draft block whose draft KV is (the first draft_computed tokens: the
+        prompt, prefilled whole). A prefix already cached in another block leaves this one unkeyed."""
         if not self.enable_caching or req_id not in self.tables:
             return
-        table = self.tables[req_id][TARGET]
+        tables = self.tables[req_id]
         full = min(num_computed, len(token_ids)) // self.block_size
         known = self.req_keys.setdefault(req_id, [])
-        if full <= len(known):
+        if full <= len(known) and not draft_computed:
             return
-        keys = self.keys_of(token_ids, full, known)
+        keys = self.keys_of(token_ids, max(full, len(known)), known)
         for i in range(len(known), full):
-            b = table[i]
-            if keys[i] not in self.cached and self.block_key[b] is None:
-                self.cached[keys[i]] = b
-                self.block_key[b] = keys[i]
-        self.req_keys[req_id] = keys
+            self._key(tables[TARGET][i], keys[i])
+        if draft_computed and self.num_groups > DRAFT:
+            draft_full = min(draft_computed, len(tables[DRAFT]) * self.block_size, len(token_ids)) // self.block_size
+            keys = self.keys_of(token_ids, max(draft_full, len(keys)), keys)
+            for i in range(draft_full):
+                self._key(tables[DRAFT][i], self.draft_key(keys[i]))
+        self.req_keys[req_id] = keys[: max(full, len(known))]
+
+    def _key(self, b: int, key: bytes) -> None:
+        if key not in self.cached and self.block_key[b] is None:
+            self.cached[key] = b
+            self.block_key[b] = key
 
     def fork(self, src_id: str, dst_id: str, num_blocks: int) -> list[int]:
         """dst's target table starts with src's first num_blocks blocks, shared (read-only from now: full

@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections import deque
 
 from vt.engine.config import EngineConfig
-from vt.engine.core.kv_manager import KVCacheManager
+from vt.engine.core.kv_manager import TARGET, KVCacheManager
 from vt.engine.core.outputs import CachedRequestData, NewRequestData, SchedulerOutput
 from vt.engine.core.request import Request, Status
 
@@ -56,11 +56,12 @@ class Scheduler:
                 self.kv.cache_full_blocks(req.id, req.all_ids, req.num_computed)
         return out
 
-    def _cached_prefix(self, req: Request) -> list[int] | None:
-        """The blocks of req's longest cached prefix it may start from; None when it may not use the cache."""
-        if not self.kv.enable_caching or req.params.prompt_logprobs is not None or self.kv.num_groups > 1:
+    def _cached_prefix(self, req: Request) -> list[list[int]] | None:
+        """Per KV group, the blocks of req's longest cached prefix it may start from (a request that speculates
+        with a draft model: as far as the draft's group holds it too); None when it may not use the cache."""
+        if not self.kv.enable_caching or req.params.prompt_logprobs is not None:
             return None
-        return self.kv.lookup(req.all_ids)
+        return self.kv.lookup_groups(req.all_ids, draft=self.kv.num_groups > 1 and req.can_speculate)
 
     def _chunk(self, remaining: int, budget: int) -> int:
         """Tokens of a prefill this step: all that remain if they fit, else what the budget leaves, but
@@ -94,13 +95,13 @@ class Scheduler:
             req.can_speculate = req.can_speculate and not req.output_ids  # the draft's KV did not survive
             leader = self._leader(req, out)
             looked_up = None if leader else self._cached_prefix(req)
-            cached = looked_up or []
+            cached = looked_up or [[] for _ in range(self.kv.num_groups)]
             if leader:
-                shared = self.kv.fork(leader, req.id, n // self.kv.block_size)
+                shared = [self.kv.fork(leader, req.id, n // self.kv.block_size), *cached[1:]]
             else:
                 shared = cached
                 self.kv.attach(req.id, cached)
-            start = len(cached) * self.kv.block_size  # tokens the cache serves
+            start = len(cached[TARGET]) * self.kv.block_size  # tokens the cache serves
             # keep a block per running request and group free, so admitting does not force a preemption
             reserve = len(self.running) * self.kv.num_groups
             chunk = n if leader else self._chunk(n - start, budget)  # a fork computes nothing: it shares the leader's
@@ -109,7 +110,7 @@ class Scheduler:
                 break
             self.waiting.popleft()
             blocks = self.kv.allocate(req.id, self._need(req, (0 if leader else start) + chunk))
-            blocks[0] = shared + blocks[0]
+            blocks = [s + b for s, b in zip(shared, blocks)]
             req.status, req.num_computed, req.num_prefill = Status.RUNNING, (0 if leader else start) + chunk, n
             self.running.append(req)
             self._num_sent[req.id] = n
@@ -119,7 +120,9 @@ class Scheduler:
             out.prefill_chunks[req.id] = start
             budget -= 0 if leader else chunk
             self.prefill_tokens += 0 if leader else chunk
-            self.kv.cache_full_blocks(req.id, req.all_ids, req.num_computed)
+            # a request that speculates has its whole prompt prefilled by the draft in this step as well
+            self.kv.cache_full_blocks(req.id, req.all_ids, req.num_computed,
+                                      draft_computed=req.num_computed if req.can_speculate and not leader else 0)
             if looked_up is not None:  # vLLM's prefix-cache counters, in tokens, once per admission
                 self.kv.queries += n
                 self.kv.hits += start
