@@ -108,3 +108,29 @@ ENTRIES += [
         gates=(f"{PROC}::test_the_settled_configuration_comes_back_from_the_engine_process",),
     ),
 ]
+
+OFFLINE = "tests/engine/test_offline_engine_process.py"
+PE = "vt/engine/front/process_engine.py"
+
+ENTRIES += [
+    Mutation(
+        id="offline-core-outputs-in-arrival-order",
+        description="the offline LLM through the engine process returns its outputs in the order they finished, "
+                    "not the prompts' order",
+        file=PE, old="            return [self._outputs[r] for r in rids]",
+        new="            return sorted((self._outputs[r] for r in rids), key=lambda o: o.metrics.finished_time or 0)",
+        gates=(f"{OFFLINE}::test_through_the_engine_process_the_outputs_are_the_in_process_engines",),
+    ),
+    Mutation(
+        id="offline-core-refusal-dropped",
+        description="a prompt the engine process refuses is dropped silently: the batch waits for its output forever",
+        file=PE, old="            if refused is not None:", new="            if False:",
+        gates=(f"{OFFLINE}::test_a_refused_prompt_refuses_its_batch_and_loses_nothing_after_it",),
+    ),
+    Mutation(
+        id="offline-core-death-unnoticed",
+        description="the offline LLM never checks that its engine process is alive: a killed core hangs generate",
+        file=PE, old="    def _check_alive(self) -> None:\n", new="    def _check_alive(self) -> None:\n        return\n",
+        gates=(f"{OFFLINE}::test_a_core_that_dies_fails_the_batch_instead_of_a_hang",),
+    ),
+]

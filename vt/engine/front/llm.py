@@ -14,9 +14,10 @@ from typing import Any
 from vt.engine.config import EngineConfig
 from vt.engine.core.request import RequestOutput
 from vt.engine.front.llm_engine import LLMEngine
+from vt.engine.front.process_engine import ProcessEngine
 from vt.engine.front.tokenizer import Tokenizer
 from vt.engine.sample.params import SamplingParams
-from vt.errors import RequestError
+from vt.errors import ConfigError, RequestError
 
 PROMPT_KEYS = ("prompt", "prompt_token_ids")
 
@@ -68,8 +69,13 @@ def parse_prompts(prompts: Any) -> list[str | list[int]]:
 class LLM:
     """Offline generation: `LLM(model="tiny-qwen3").generate(["Hello"], SamplingParams(max_tokens=8))`."""
 
-    def __init__(self, model: str, backend: str = "auto", **kw: Any) -> None:
-        self.engine = LLMEngine(EngineConfig(model=model, backend=backend, **kw))
+    def __init__(self, model: str, backend: str = "auto", engine_process: bool = False, **kw: Any) -> None:
+        """engine_process: the engine core in a process of its own (vt/engine/front/process_engine.py), as vLLM's
+        offline LLM runs it; `engine` is then its front (the text side), not the engine itself."""
+        if not isinstance(engine_process, bool):
+            raise ConfigError(f"engine_process={engine_process!r}: expected True or False")
+        cfg = EngineConfig(model=model, backend=backend, **kw)
+        self.engine: Any = ProcessEngine(cfg) if engine_process else LLMEngine(cfg)
 
     def get_tokenizer(self) -> Tokenizer:
         """A tokenizer with the methods transformers users call (vt/engine/front/tokenizer.py)."""
@@ -85,6 +91,8 @@ class LLM:
             raise RequestError(f"{len(parsed)} prompts but {len(plist)} SamplingParams")
         if any(sp is not None and not isinstance(sp, SamplingParams) for sp in plist):
             raise RequestError("sampling_params must be SamplingParams or a list of them")
+        if isinstance(self.engine, ProcessEngine):
+            return self._generate_through_the_core(parsed, plist)
         for p, sp in zip(parsed, plist):  # validate everything before queueing anything: bad input loses nothing
             self.engine.check_request(p, sp)
         reqs = [self.engine.add_request(p, sp) for p, sp in zip(parsed, plist)]
@@ -98,6 +106,17 @@ class LLM:
 
         return [RequestOutput.of(r).with_logprob_objects(r.params.logprobs or 0, r.params.prompt_logprobs or 0, decode)
                 for r in reqs]
+
+    def _generate_through_the_core(self, prompts: list, plist: list) -> list[RequestOutput]:
+        """Through the engine core's process: the same outputs, built from its deltas."""
+        outs = self.engine.run(prompts, plist)
+        tok = self.engine.tokenizer
+
+        def decode(t: int) -> str:
+            return tok.decode([t], skip_special_tokens=False)
+
+        return [o.with_logprob_objects((sp or SamplingParams()).logprobs or 0, (sp or SamplingParams()).prompt_logprobs
+                                       or 0, decode) for o, sp in zip(outs, plist)]
 
     def chat(self, messages: Any, sampling_params: SamplingParams | Sequence[SamplingParams] | None = None,
              use_tqdm: bool = False, add_generation_prompt: bool = True,

@@ -1,0 +1,90 @@
+"""The offline LLM with its engine core in a process of its own (`LLM(engine_process=True)`, vLLM's default for
+its offline LLM): the outputs of the in-process engine, a refused prompt refuses its batch and loses nothing
+after it, and a core that dies fails the batch with EngineDeadError instead of a hang."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+
+import pytest
+
+from vt import LLM, SamplingParams
+from vt.errors import ConfigError, EngineDeadError, RequestError
+
+KW = dict(model="tiny-qwen3", backend="cpu", max_model_len=256, num_blocks=128)
+PROMPTS = ["Hello there", [5, 17, 99, 3] * 3, "Once upon a time", "The cat"]
+PARAMS = [SamplingParams(temperature=0, max_tokens=8),
+          SamplingParams(temperature=0.8, seed=3, max_tokens=8, n=2, logprobs=2),
+          SamplingParams(temperature=0, max_tokens=20, stop=["ain"], include_stop_str_in_output=True),
+          SamplingParams(temperature=0, max_tokens=6, prompt_logprobs=1)]
+
+
+def view(outs: list) -> list:
+    return [(o.prompt, o.prompt_token_ids, o.prompt_logprobs,
+             [(c.index, c.token_ids, c.text, c.finish_reason, c.stop_reason, c.cumulative_logprob, c.logprobs)
+              for c in o.outputs]) for o in outs]
+
+
+def in_thread(fn) -> tuple[threading.Thread, list]:  # type: ignore[no-untyped-def]
+    got: list = []
+
+    def run() -> None:
+        try:
+            got.append(fn())
+        except BaseException as e:  # noqa: BLE001 - handed to the test
+            got.append(e)
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    return t, got
+
+
+def test_through_the_engine_process_the_outputs_are_the_in_process_engines() -> None:
+    llm = LLM(**KW, engine_process=True)
+    try:
+        got = view(llm.generate(PROMPTS, PARAMS))
+        chat = llm.chat([{"role": "user", "content": "hi"}], SamplingParams(temperature=0, max_tokens=5))
+    finally:
+        llm.engine.close()
+    local = LLM(**KW)
+    want = view(local.generate(PROMPTS, PARAMS))
+    assert got == want
+    assert want[2][3][0][4] == "ain" and len(want[1][3]) == 2 and want[3][2], (
+        "non-vacuity: a stop string, n = 2 and prompt logprobs are in the comparison")
+    assert [c.token_ids for o in chat for c in o.outputs] == \
+        [c.token_ids for o in local.chat([{"role": "user", "content": "hi"}],
+                                          SamplingParams(temperature=0, max_tokens=5)) for c in o.outputs]
+
+
+def test_a_refused_prompt_refuses_its_batch_and_loses_nothing_after_it() -> None:
+    llm = LLM(**KW, engine_process=True)
+    try:
+        t, got = in_thread(lambda: llm.generate(["a b c", [7] * 300], SamplingParams(temperature=0, max_tokens=4)))
+        t.join(20)
+        assert not t.is_alive(), "the batch with a refused prompt never returned"
+        assert isinstance(got[0], RequestError) and "300" in str(got[0]), got
+        again = llm.generate(["a b c"], SamplingParams(temperature=0, max_tokens=4))
+        assert len(again[0].outputs[0].token_ids) == 4
+    finally:
+        llm.engine.close()
+
+
+def test_a_core_that_dies_fails_the_batch_instead_of_a_hang() -> None:
+    llm = LLM(**KW, engine_process=True)
+    proc = llm.engine.core.proc
+    t, got = in_thread(lambda: llm.generate(["a b c"] * 4, SamplingParams(temperature=0, max_tokens=200,
+                                                                             ignore_eos=True)))
+    time.sleep(0.5)
+    assert t.is_alive(), "non-vacuity: the batch was still running when the core was killed"
+    os.kill(proc.pid, signal.SIGKILL)
+    t.join(15)
+    assert not t.is_alive(), "generate hung on a dead engine core"
+    assert isinstance(got[0], EngineDeadError), got
+
+
+def test_engine_process_must_be_a_bool() -> None:
+    with pytest.raises(ConfigError, match="engine_process"):
+        LLM(**KW, engine_process="yes")  # type: ignore[arg-type]
