@@ -75,10 +75,12 @@ def test_a_refused_prompt_refuses_its_batch_and_loses_nothing_after_it() -> None
 def test_a_core_that_dies_fails_the_batch_instead_of_a_hang() -> None:
     llm = LLM(**KW, engine_process=True)
     proc = llm.engine.core.proc
-    t, got = in_thread(lambda: llm.generate(["a b c"] * 4, SamplingParams(temperature=0, max_tokens=200,
+    t, got = in_thread(lambda: llm.generate(["a b c"] * 4, SamplingParams(temperature=0, max_tokens=240,
                                                                              ignore_eos=True)))
-    time.sleep(0.5)
-    assert t.is_alive(), "non-vacuity: the batch was still running when the core was killed"
+    deadline = time.monotonic() + 30
+    while llm.engine.num_steps < 1 and time.monotonic() < deadline:  # the batch is in the core's steps
+        time.sleep(0.005)
+    assert t.is_alive() and llm.engine.num_steps >= 1, "non-vacuity: the core was killed mid-batch"
     os.kill(proc.pid, signal.SIGKILL)
     t.join(15)
     assert not t.is_alive(), "generate hung on a dead engine core"
