@@ -81,6 +81,16 @@ class KVCacheManager:
     def can_allocate(self, req_id: str, num_tokens: Sequence[int], reserve: int = 0) -> bool:
         return self.num_missing(req_id, num_tokens) + reserve <= self.num_free
 
+    def grow(self, req_id: str, num_tokens: Sequence[int]) -> list[list[int]] | None:
+        """allocate when the free blocks hold what it needs (the new ids per group, empty lists when the last
+        blocks have room: most decode steps), else None: one count of the missing blocks, not three."""
+        missing = self.num_missing(req_id, num_tokens)
+        if missing == 0 and req_id in self.tables:
+            return [[] for _ in range(self.num_groups)]
+        if missing > self.num_free:
+            return None
+        return self.allocate(req_id, num_tokens)
+
     def allocate(self, req_id: str, num_tokens: Sequence[int]) -> list[list[int]]:
         """Grow the request's table in group g to hold num_tokens[g] tokens; returns the new ids per group."""
         if len(num_tokens) != self.num_groups:

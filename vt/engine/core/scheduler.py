@@ -155,17 +155,19 @@ class Scheduler:
                           or req.num_tokens + ahead >= self.cfg.max_model_len):
                 continue  # the step in flight samples its last token
             spec = self._num_spec(req)
-            need = self._need(req, req.num_tokens + ahead + spec)  # the KV slots this step writes
-            while not self.kv.can_allocate(req.id, need):
+            n = req.num_tokens
+            need = self._need(req, n + ahead + spec)  # the KV slots this step writes
+            blocks = self.kv.grow(req.id, need)
+            while blocks is None:
                 victim = self.running[-1]
                 self._preempt(victim, out)
                 if victim is req:
                     break
-            if req.status is Status.RUNNING:
-                blocks = self.kv.allocate(req.id, need)
+                blocks = self.kv.grow(req.id, need)
+            if blocks is not None:
                 sent = self._num_sent[req.id]
                 out.cached_reqs.append(CachedRequestData(req.id, req.ids_from(sent), blocks, req.num_computed))
-                self._num_sent[req.id] = req.num_tokens
+                self._num_sent[req.id] = n
                 out.num_scheduled_tokens[req.id] = 1 + spec
                 if spec:
                     out.spec_tokens[req.id] = spec

@@ -118,7 +118,8 @@ class ModelRunner:
             if c.new_token_ids and self.ahead.get(c.req_id):  # sampled tokens the host now holds
                 self.ahead[c.req_id] = max(0, self.ahead[c.req_id] - len(c.new_token_ids))
             for group, ids in enumerate(c.new_block_ids):
-                self.batch.append_blocks(c.req_id, group, ids)
+                if ids:  # most decode steps add none
+                    self.batch.append_blocks(c.req_id, group, ids)
         new = {r.req_id for r in so.new_reqs}
         self.batch.reorder_decode_first(lambda rid: rid not in new)  # rows past their prefill first
         self.batch.condense()
