@@ -55,7 +55,6 @@ def expected_tensors(c: ModelConfig) -> dict[str, tuple[int, ...]]:
     return out
 
 
-
 # A step of few prefill tokens over a long context attends them with the decode kernel (each token its own query
 # over keys 0..its position: the same attention), which splits the context across blocks. The tensor-core prefill
 # kernel gives one block to each 64-query tile and head and walks the context serially: a prefix-cache hit's
@@ -69,6 +68,7 @@ def prefill_by_decode_kernel(fb: ForwardBatch) -> bool:
     chunks = fb.seqs[fb.num_decode:]
     return (sum(n for _, n, _, _ in chunks) <= SHORT_PREFILL_TOKENS
             and max((p0 + n for _, n, p0, _ in chunks), default=0) > LONG_CONTEXT_KEYS)
+
 
 class DecoderForCausalLM:
     """Dense or MoE by the config (Qwen3MoeForCausalLM has num_experts > 0).
