@@ -17,6 +17,7 @@ BATCH = "tests/engine/test_input_batch.py"
 CUDA = "tests/backends/test_cuda_backend.py"
 MODEL = "tests/backends/test_cupy_model.py"
 SPEC = "tests/engine/test_spec_decode.py"
+SPEC_REFUSALS = "tests/engine/test_spec_decode_refusals.py"
 MODELS = ("tiny-qwen3", "tiny-qwen3-moe")
 ARCH = "tests/models/test_architectures.py"
 ARCH_ERR = "tests/models/test_checkpoint_errors.py"
@@ -93,12 +94,11 @@ SPEC_PROPOSAL_GATES = tuple(f"{SPEC}::{t}" for t in (
     "test_G2_keeper_keeps_proposing_when_the_decode_first_reorder_swaps_rows",
     "test_G3_keepers_proposals_match_a_solo_run",
     "test_G3_the_draft_is_sensitive_to_its_context",
-    "test_G4_a_broken_position_invariant_raises",
     "test_G5_draft_entries_never_outnumber_live_requests_after_a_step",
     "test_G5_preempted_and_resumed_requests_are_disabled_not_crashed",
     "test_ladder_reports_the_acceptance_rate",
     "test_G6_speculative_sampling_draws_from_the_target_distribution",
-))
+)) + (f"{SPEC_REFUSALS}::test_G4_a_broken_position_invariant_raises",)
 
 STREAMS = "tests/backends/test_stream_order.py"
 ENGINE_STREAMS = "tests/engine/test_engine_streams.py"

@@ -35,7 +35,8 @@ ENTRIES: list[Mutation] = [
                     "a lagging consumer reads stale outputs and can miss the finished one",
         file="vt/server/async_llm.py", old="        else:\n            stream.latest = item\n",
         new="        elif stream.latest is None:\n            stream.latest = item\n",
-        gates=(f"{MERGE}::test_a_lagging_consumer_reads_merged_outputs_and_loses_nothing",),
+        gates=(f"{MERGE}::test_a_lagging_consumer_reads_merged_outputs_and_loses_nothing",
+               f"{MERGE}::test_outputs_delivered_while_the_consumer_is_away_leave_only_the_newest"),
     ),
     Mutation(
         id="startup-skips-the-eager-tail-warm-up",

@@ -6,7 +6,14 @@ hidden slots and the pool's per-thread recordings, which landed with it.
 from __future__ import annotations
 
 from mutations.model import Mutation
-from mutations.registry.gates import POOL, SPEC, SPEC_LOSSLESS, SPEC_PROPOSAL_GATES, SPEC_ROW_MOVE_GATES
+from mutations.registry.gates import (
+    POOL,
+    SPEC,
+    SPEC_LOSSLESS,
+    SPEC_PROPOSAL_GATES,
+    SPEC_REFUSALS,
+    SPEC_ROW_MOVE_GATES,
+)
 
 ENTRIES: list[Mutation] = [
     Mutation(
@@ -37,7 +44,7 @@ ENTRIES: list[Mutation] = [
         file="vt/engine/spec_decode/proposers.py",
         old="        if ctx is not None and ctx.length + ctx.owed != r.position:\n",
         new="        if ctx is not None and ctx.length + ctx.owed != r.position:\n            return None\n",
-        gates=(f"{SPEC}::test_G4_a_broken_position_invariant_raises",),
+        gates=(f"{SPEC_REFUSALS}::test_G4_a_broken_position_invariant_raises",),
     ),
     Mutation(
         id="spec-row-keyed-and-reset-context-stands",
@@ -119,6 +126,6 @@ ENTRIES: list[Mutation] = [
         file="vt/engine/front/llm_engine.py",
         old="        if cfg.max_model_len + cfg.num_speculative_tokens > draft.config.max_position_embeddings:",
         new="        if False:",
-        gates=(f"{SPEC}::test_a_draft_too_short_for_max_model_len_is_refused_at_startup",),
+        gates=(f"{SPEC_REFUSALS}::test_a_draft_too_short_for_max_model_len_is_refused_at_startup",),
     ),
 ]

@@ -1,0 +1,39 @@
+"""Speculative decoding's refusals, apart from the lossless and row-move tests (tests/engine/test_spec_decode.py)
+so that a mutant gated by one of them runs this small file alone: a draft context that no longer matches its row
+raises, and a draft too short for max_model_len is refused at start-up."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from models.loader import resolve_model
+from tests.engine.test_spec_decode import DRAFT, engine, greedy
+from vt.errors import DraftPositionMismatch
+
+
+def test_G4_a_broken_position_invariant_raises() -> None:
+    e = engine()
+    e.add_request("the keeper keeps going", greedy(30))
+    for _ in range(3):
+        e.step()
+    ctx = next(iter(e.runner.proposer.contexts.values()))
+    ctx.length -= 1  # a context that no longer matches its row
+    with pytest.raises(DraftPositionMismatch, match="draft context holds"):
+        e.step()
+
+
+def test_a_draft_too_short_for_max_model_len_is_refused_at_startup(tmp_path: Path) -> None:
+    import json
+
+    from vt.errors import ConfigError
+
+    d = tmp_path / "short-draft"
+    shutil.copytree(resolve_model(DRAFT), d)
+    cfg = json.loads((d / "config.json").read_text())
+    (d / "config.json").write_text(json.dumps(cfg | {"max_position_embeddings": 64}))
+    with pytest.raises(ConfigError, match="draft's max_position_embeddings"):
+        engine(draft=str(d), max_model_len=128)
+    engine(draft=str(d), max_model_len=60)  # fits: 60 + k <= 64
