@@ -56,7 +56,8 @@ class IllegalMemoryAccess(CudaError):
 
 
 class WorkerDied(VtError, RuntimeError):
-    """A tensor-parallel worker process is gone: the engine cannot step without its shard."""
+    """A tensor-parallel worker process, or the engine core's process, is gone: the engine cannot step without
+    it."""
 
 
 class StreamRace(VtError, RuntimeError):

@@ -135,3 +135,14 @@ ENTRIES += [
         gates=(f"{OFFLINE}::test_a_core_that_dies_fails_the_batch_instead_of_a_hang",),
     ),
 ]
+
+ENTRIES += [
+    Mutation(
+        id="core-start-death-untyped",
+        description="an engine core process that dies while starting surfaces as a bare RuntimeError, "
+                    "with no hint of the spawn's main guard (vt serve would print a traceback)",
+        file="vt/engine/core/proc.py", old="            raise WorkerDied(f\"the engine core process exited with code",
+        new="            raise RuntimeError(f\"the engine core process exited with code",
+        gates=(f"{OFFLINE}::test_a_core_that_dies_while_starting_is_a_typed_error_that_names_the_main_guard",),
+    ),
+]

@@ -90,3 +90,19 @@ def test_a_core_that_dies_fails_the_batch_instead_of_a_hang() -> None:
 def test_engine_process_must_be_a_bool() -> None:
     with pytest.raises(ConfigError, match="engine_process"):
         LLM(**KW, engine_process="yes")  # type: ignore[arg-type]
+
+
+def test_a_core_that_dies_while_starting_is_a_typed_error_that_names_the_main_guard(tmp_path) -> None:
+    """A script without `if __name__ == "__main__":` makes the spawned core re-run it and die while starting."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = tmp_path / "no_guard.py"
+    script.write_text(f"import sys\nsys.path.insert(0, {str(Path(__file__).resolve().parents[2])!r})\n"
+                      "from vt import LLM\nLLM('tiny-qwen3', backend='cpu', engine_process=True, max_model_len=128, "
+                      "num_blocks=32)\n")
+    p = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60)
+    last = p.stderr.strip().splitlines()[-1]
+    assert p.returncode != 0, "non-vacuity: the core could not start"
+    assert last.startswith("vt.errors.WorkerDied: the engine core process exited") and "__main__" in last, last

@@ -33,7 +33,7 @@ import msgspec
 from vt.engine.config import EngineConfig
 from vt.engine.core.request import CompletionOutput, Finished, RequestMetrics, RequestOutput
 from vt.engine.sample.params import SamplingParams
-from vt.errors import EngineDeadError, VtError
+from vt.errors import EngineDeadError, VtError, WorkerDied
 
 IDLE_CHECK_S = 1.0  # an idle core checks its health (and the front's pipe) this often
 _enc = msgspec.msgpack.Encoder()
@@ -280,8 +280,9 @@ class EngineCoreClient:
             msg = _dec.decode(self.conn.recv_bytes())
         except EOFError:
             self.proc.join(10)
-            raise RuntimeError(f"the engine core process exited with code {self.proc.exitcode} while starting") \
-                from None
+            raise WorkerDied(f"the engine core process exited with code {self.proc.exitcode} while starting (its "
+                             f"stderr says why; it is spawned, so a script that starts it needs "
+                             f"`if __name__ == \"__main__\":`)") from None
         if msg[0] == "failed":
             self.proc.join(30)
             raise error_from_wire(msg[1], msg[2])
