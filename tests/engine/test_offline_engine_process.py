@@ -11,6 +11,7 @@ import time
 
 import pytest
 
+from tests.helpers import ends_within
 from vt import LLM, SamplingParams
 from vt.errors import ConfigError, EngineDeadError, RequestError
 
@@ -26,20 +27,6 @@ def view(outs: list) -> list:
     return [(o.prompt, o.prompt_token_ids, o.prompt_logprobs,
              [(c.index, c.token_ids, c.text, c.finish_reason, c.stop_reason, c.cumulative_logprob, c.logprobs)
               for c in o.outputs]) for o in outs]
-
-
-def in_thread(fn) -> tuple[threading.Thread, list]:  # type: ignore[no-untyped-def]
-    got: list = []
-
-    def run() -> None:
-        try:
-            got.append(fn())
-        except BaseException as e:  # noqa: BLE001 - handed to the test
-            got.append(e)
-
-    t = threading.Thread(target=run, daemon=True)
-    t.start()
-    return t, got
 
 
 def test_through_the_engine_process_the_outputs_are_the_in_process_engines() -> None:
@@ -62,10 +49,9 @@ def test_through_the_engine_process_the_outputs_are_the_in_process_engines() -> 
 def test_a_refused_prompt_refuses_its_batch_and_loses_nothing_after_it() -> None:
     llm = LLM(**KW, engine_process=True)
     try:
-        t, got = in_thread(lambda: llm.generate(["a b c", [7] * 300], SamplingParams(temperature=0, max_tokens=4)))
-        t.join(8)
-        assert not t.is_alive(), "the batch with a refused prompt never returned"
-        assert isinstance(got[0], RequestError) and "300" in str(got[0]), got
+        box = ends_within(lambda: llm.generate(["a b c", [7] * 300], SamplingParams(temperature=0, max_tokens=4)),
+                          8)
+        assert isinstance(box.get("error"), RequestError) and "300" in str(box["error"]), box
         again = llm.generate(["a b c"], SamplingParams(temperature=0, max_tokens=4))
         assert len(again[0].outputs[0].token_ids) == 4
     finally:
@@ -75,16 +61,20 @@ def test_a_refused_prompt_refuses_its_batch_and_loses_nothing_after_it() -> None
 def test_a_core_that_dies_fails_the_batch_instead_of_a_hang() -> None:
     llm = LLM(**KW, engine_process=True)
     proc = llm.engine.core.proc
-    t, got = in_thread(lambda: llm.generate(["a b c"] * 4, SamplingParams(temperature=0, max_tokens=240,
-                                                                             ignore_eos=True)))
-    deadline = time.monotonic() + 30
-    while llm.engine.num_steps < 1 and time.monotonic() < deadline:  # the batch is in the core's steps
-        time.sleep(0.005)
-    assert t.is_alive() and llm.engine.num_steps >= 1, "non-vacuity: the core was killed mid-batch"
-    os.kill(proc.pid, signal.SIGKILL)
-    t.join(8)
-    assert not t.is_alive(), "generate hung on a dead engine core"
-    assert isinstance(got[0], EngineDeadError), got
+    killed_mid_batch: list[bool] = []
+
+    def kill_once_the_batch_steps() -> None:
+        deadline = time.monotonic() + 30
+        while llm.engine.num_steps < 1 and time.monotonic() < deadline:  # the batch is in the core's steps
+            time.sleep(0.005)
+        killed_mid_batch.append(llm.engine.num_steps >= 1)
+        os.kill(proc.pid, signal.SIGKILL)
+
+    threading.Thread(target=kill_once_the_batch_steps, daemon=True).start()
+    box = ends_within(lambda: llm.generate(["a b c"] * 4, SamplingParams(temperature=0, max_tokens=240,
+                                                                           ignore_eos=True)), 8)
+    assert killed_mid_batch == [True], "non-vacuity: the core was killed mid-batch"
+    assert isinstance(box.get("error"), EngineDeadError), box
 
 
 def test_engine_process_must_be_a_bool() -> None:
