@@ -108,6 +108,7 @@ TP_SHARDS = "tests/engine/test_tp_shards.py"
 TP_DEATH = "tests/engine/test_tp_death.py"
 TP_SEAMS = "tests/seams/test_tp_seams.py"
 TP_SERVE = "tests/server/test_tp_serve.py"
+TP_SERVE_IDLE = "tests/server/test_tp_serve_idle.py"  # apart: the idle check's mutant runs one TP server
 TP_MODELS = ("tiny-qwen3", "tiny-qwen3-moe", "qwen2", "llama3", "qwen2-mqa")
 TP_EQUALITY = (*(f"{TP}::test_tp2_generates_the_tokens_tp1_does[{n}]" for n in TP_MODELS),
                f"{TP4}::test_tp4_replicates_the_kv_heads_and_generates_the_tokens_tp1_does")

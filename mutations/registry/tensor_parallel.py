@@ -18,6 +18,7 @@ from mutations.registry.gates import (
     TP_EQUALITY,
     TP_SEAMS,
     TP_SERVE,
+    TP_SERVE_IDLE,
     TP_SHARDS,
 )
 
@@ -110,7 +111,7 @@ ENTRIES: list[Mutation] = [
         old="    server.llm.on_dead = lambda e: setattr(uv, \"should_exit\", True)  # a dead engine serves nothing: exit 1\n",
         new="",
         gates=(f"{TP_SERVE}::test_a_killed_worker_fails_the_stream_and_the_server_exits_1",
-               f"{TP_SERVE}::test_a_worker_killed_while_the_server_idles_stops_it_within_seconds"),
+               f"{TP_SERVE_IDLE}::test_a_worker_killed_while_the_server_idles_stops_it_within_seconds"),
     ),
     Mutation(
         id="idle-engine-never-checked",
@@ -119,7 +120,7 @@ ENTRIES: list[Mutation] = [
         file="vt/engine/core/proc.py",
         old="                    self.engine.check_health()  # a tensor-parallel worker may die between requests\n",
         new="",
-        gates=(f"{TP_SERVE}::test_a_worker_killed_while_the_server_idles_stops_it_within_seconds",),
+        gates=(f"{TP_SERVE_IDLE}::test_a_worker_killed_while_the_server_idles_stops_it_within_seconds",),
     ),
     Mutation(
         id="tp-cuda-check-raw",

@@ -55,3 +55,27 @@ def processes() -> dict[int, tuple[int, str]]:
             continue
         out[int(d.name)] = (ppid, cmd)
     return out
+
+
+def workers_of(pid: int) -> list[int]:
+    """Descendant processes of pid running a tensor-parallel rank (the engine core's children, when the engine
+    runs in a process of its own)."""
+    procs = processes()
+    family, grew = {pid}, True
+    while grew:
+        more = {p for p, (pp, _) in procs.items() if pp in family} - family
+        family |= more
+        grew = bool(more)
+    return [p for p in family if p != pid and "vt.engine.worker.tp" in procs[p][1]]
+
+
+def exit_code_within(proc: subprocess.Popen, seconds: float) -> int | None:
+    """proc's exit code once it exits, or None if it still runs after seconds."""
+    deadline = time.monotonic() + seconds
+    while proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return proc.poll()
+
+
+def serve_tp2() -> tuple[subprocess.Popen, str]:
+    return start_serve(["tiny-qwen3", "--tensor-parallel-size", "2", "--max-model-len", "2048", "--num-blocks", "256"])
