@@ -30,7 +30,7 @@ ENTRIES: list[Mutation] = [
         description="a test report older than the tree is taken as the mutants' baseline",
         file="mutations/runner.py", old="        if path.stat().st_mtime < newest:\n",
         new="        if path.stat().st_mtime < newest and False:\n",
-        gates=("tests/mutations/test_runner_scope.py::"
+        gates=("tests/mutations/test_runner_baseline_report.py::"
                "test_a_fresh_report_of_the_suite_is_the_baseline_and_a_red_or_stale_one_is_not",),
         expect="non-vacuity: a report older than the tree is never the baseline",
     ),
