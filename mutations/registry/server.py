@@ -10,6 +10,7 @@ from mutations.registry.gates import OAI, PAR, RULE
 LEAVING = "tests/server/test_server_leaving.py"
 FAULTS = "tests/server/test_server_faults.py"
 BENCH = "tests/server/test_bench.py"
+BENCH_PLOT = "tests/server/test_bench_plot.py"  # apart from test_bench.py's servers
 REFUSALS = "tests/server/test_refusals.py"
 
 ENTRIES: list[Mutation] = [
@@ -121,7 +122,7 @@ ENTRIES: list[Mutation] = [
         file="vt/server/bench.py",
         old='              ("ms", "TPOT", [("median", col("median_tpot_ms")), ("p99", col("p99_tpot_ms"))]))\n',
         new=")\n",
-        gates=(f"{BENCH}::test_the_plot_has_a_title_and_a_tpot_panel",),
+        gates=(f"{BENCH_PLOT}::test_the_plot_has_a_title_and_a_tpot_panel",),
     ),
     Mutation(
         id="unsupported-field-accepted",
@@ -159,7 +160,7 @@ ENTRIES: list[Mutation] = [
         description="the soak runs for a negative or NaN time, or with no clients, and reports a meaningless result",
         file="vt/server/soak.py", old="    if not args.seconds >= 1 or args.clients < 1:  # nan fails the first test too\n",
         new="    if False:\n",
-        gates=("tests/server/test_soak.py::test_the_soak_refuses_a_run_of_no_time_or_no_clients_in_one_line",),
+        gates=("tests/server/test_soak_arguments.py::test_the_soak_refuses_a_run_of_no_time_or_no_clients_in_one_line",),
         expect="DID NOT RAISE",
     ),
 ]

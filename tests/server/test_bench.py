@@ -41,14 +41,6 @@ def test_bench_serve_starts_its_own_server_and_reports_every_level(tmp_path, cap
     assert out.with_suffix(".png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
-def test_the_plot_has_a_title_and_a_tpot_panel() -> None:
-    r = bench.summarize([bench.One(ok=True, ttft=0.01, latency=0.1, itl=[0.01], output_tokens=10)], 4, float("inf"),
-                        1.0, 16)
-    fig = bench.figure([r], "vt bench serve: tiny-qwen3")
-    assert fig._suptitle is not None and fig._suptitle.get_text() == "vt bench serve: tiny-qwen3"
-    assert [ax.get_title() for ax in fig.axes] == ["throughput", "TTFT", "TPOT"]
-
-
 def test_the_clients_ttft_agrees_with_the_engines_first_token_time() -> None:
     with running_server("tiny-qwen3", max_model_len=256, num_blocks=64) as (server, url):
         engine_ttft: list[float] = []

@@ -17,15 +17,3 @@ def test_a_short_soak_leaves_the_server_healthy_and_holding_nothing() -> None:
     assert r.healthy, "/health answers 200 after the soak"
     assert r.rss_end_mb <= 1.10 * r.rss_start_mb, f"memory grew {r.rss_start_mb:.0f} -> {r.rss_end_mb:.0f} MB"
     assert r.ok
-
-
-def test_the_soak_refuses_a_run_of_no_time_or_no_clients_in_one_line(capsys) -> None:
-    import pytest
-
-    from vt.server.soak import main
-
-    for argv in (["--seconds", "-1"], ["--seconds", "nan"], ["--clients", "0"]):
-        with pytest.raises(SystemExit) as e:
-            main(argv)
-        err = capsys.readouterr().err
-        assert e.value.code == 2 and "need at least 1 second and 1 client" in err, (argv, err)
