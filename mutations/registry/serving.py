@@ -9,8 +9,8 @@ from mutations.registry.gates import SCOPE
 
 BENCH = "tests/server/test_bench_server.py"
 MERGE = "tests/server/test_output_merging.py"
-STARTUP = "tests/engine/test_startup_capture.py"
-MEM = "tests/engine/test_memory_check.py"
+FIRST_LAUNCH = "tests/engine/test_startup_first_launch.py"  # apart from test_startup_capture.py
+PROFILE_RUN = "tests/engine/test_profile_run.py"  # apart from test_memory_check.py: 4 s its mutants need not run
 
 ENTRIES: list[Mutation] = [
     Mutation(
@@ -43,7 +43,7 @@ ENTRIES: list[Mutation] = [
         description="start-up captures the graphs but never runs a prefill's eager tail: the first request "
                     "compiles the LM head's row gather (134 ms on the H200)",
         file="vt/engine/worker/runner.py", old="        if n:\n            self._warm_eager()\n", new="",
-        gates=(f"{STARTUP}::test_the_first_request_launches_no_kernel_start_up_did_not_run",),
+        gates=(f"{FIRST_LAUNCH}::test_the_first_request_launches_no_kernel_start_up_did_not_run",),
     ),
     Mutation(
         id="capture-lets-the-collector-run",
@@ -68,7 +68,7 @@ ENTRIES: list[Mutation] = [
                     "a peak",
         file="vt/engine/worker/profile.py",
         old="        driver.dummy_eager_prefill(max_num_batched_tokens)\n", new="        pass\n",
-        gates=(f"{MEM}::test_the_profile_run_keeps_the_largest_steps_temporaries_and_frees_its_kv",),
+        gates=(f"{PROFILE_RUN}::test_the_profile_run_keeps_the_largest_steps_temporaries_and_frees_its_kv",),
     ),
 ]
 

@@ -7,7 +7,7 @@ from mutations.model import Mutation
 STARTUP = "tests/engine/test_startup_capture.py"
 NO_WAIT = f"{STARTUP}::test_no_request_waits_for_a_capture_and_the_tokens_are_first_uses"
 COVERS = f"{STARTUP}::test_startup_capture_covers_the_widest_table_and_the_largest_prefill_bucket"
-TP2 = f"{STARTUP}::test_tp2_ranks_capture_at_startup_in_step_and_generate_the_tp1_tokens"
+TP2 = "tests/engine/test_startup_capture_tp.py::test_tp2_ranks_capture_at_startup_in_step_and_generate_the_tp1_tokens"
 KINDS = ("plain", "ngram", "draft")
 
 ENTRIES: list[Mutation] = [
