@@ -5,7 +5,7 @@ one typed line for bad input, a missing CuPy, an unwritable cache dir or a bad f
 from __future__ import annotations
 
 from mutations.model import Mutation
-from mutations.registry.gates import CLI, CLI_RUNS, GUAR
+from mutations.registry.gates import CLI, CLI_CACHE_DIR, CLI_LADDERS, CLI_RUNS, GUAR
 
 STALL = f"{GUAR}::test_a_request_that_can_never_be_admitted_fails_alone_and_the_rest_run"
 
@@ -45,7 +45,7 @@ ENTRIES: list[Mutation] = [
         id="ladder-progress-only-on-a-terminal",
         description="the ladder shows progress only as a terminal bar: a CI log sees nothing for minutes",
         file="vt/engine/front/ladder.py", old="    if not sys.stderr.isatty():", new="    if False:",
-        gates=(f"{CLI_RUNS}::test_long_work_shows_progress_as_plain_lines_off_a_terminal",),
+        gates=(f"{CLI_LADDERS}::test_long_work_shows_progress_as_plain_lines_off_a_terminal",),
         expect="vt ladder: c=1 done",
     ),
     Mutation(
@@ -53,7 +53,7 @@ ENTRIES: list[Mutation] = [
         description="a ladder rung reports failed requests without saying why",
         file="vt/cli.py", old="            print(f\"vt: c={r.c}: {r.errors.count(reason)} request(s) failed: {reason}\", file=sys.stderr)",
         new="            pass",
-        gates=(f"{CLI_RUNS}::test_a_ladder_with_failed_requests_says_why",),
+        gates=(f"{CLI_LADDERS}::test_a_ladder_with_failed_requests_says_why",),
     ),
     Mutation(
         id="no-cupy-unexplained",
@@ -67,7 +67,7 @@ ENTRIES: list[Mutation] = [
         id="cache-dir-error-unexplained",
         description="an unwritable VT_CACHE_DIR ends in a raw OSError traceback",
         file="models/tiny.py", old="    except OSError as e:\n        from vt.errors import ConfigError", new="    except ZeroDivisionError as e:\n        from vt.errors import ConfigError",
-        gates=(f"{CLI_RUNS}::test_an_unwritable_cache_dir_is_one_typed_line",),
+        gates=(f"{CLI_CACHE_DIR}::test_an_unwritable_cache_dir_is_one_typed_line",),
     ),
     Mutation(
         id="engine-seed-unchecked",

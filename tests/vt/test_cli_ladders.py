@@ -1,0 +1,31 @@
+"""`vt ladder` run as a process: progress lines off a terminal, and a ladder whose requests fail says why. Apart
+from test_cli_runs.py: their mutants run these two processes, not the others'."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+SMALL = ["--max-model-len", "64", "--num-blocks", "16"]
+
+
+def test_long_work_shows_progress_as_plain_lines_off_a_terminal() -> None:
+    """Loading, each graph capture and each ladder rung print a line when stderr is no terminal (CI logs)."""
+    cmd = [sys.executable, "-m", "vt.cli", "ladder", "--model", "tiny-qwen3", "--concurrency", "1,2",
+           "--num-prompts", "2", "--input-len", "4", "--output-len", "3", *SMALL]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    err = proc.stderr
+    assert "vt: loading tiny-qwen3" in err and "vt: loaded tiny-qwen3 in" in err
+    from seams.lanes import is_bypass_lane
+
+    assert "vt: captured a graph for 1 rows" in err or is_bypass_lane(), "captures show (no graphs on the bypass lane)"
+    assert "vt ladder: c=1 done: 2 requests" in err and "vt ladder: c=2 done: 2 requests" in err
+
+
+def test_a_ladder_with_failed_requests_says_why() -> None:
+    cmd = [sys.executable, "-m", "vt.cli", "ladder", "--model", "tiny-qwen3", "--concurrency", "2", "--num-prompts",
+           "2", "--input-len", "40", "--output-len", "2", "--max-model-len", "32", "--num-blocks", "8"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1, "a rung with failed requests is no success"
+    assert "vt: c=2: 2 request(s) failed: prompt has 40 tokens; max_model_len=32" in proc.stderr, proc.stderr
