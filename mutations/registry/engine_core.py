@@ -5,7 +5,7 @@ the driver's input checks.
 from __future__ import annotations
 
 from mutations.model import Mutation
-from mutations.registry.gates import CAP, SEAMS, SPEC, SPEC_ROW_MOVE_GATES, per_model
+from mutations.registry.gates import CAP, SEAMS_REPLAY, SPEC, SPEC_ROW_MOVE_GATES, per_model
 
 ENTRIES: list[Mutation] = [
     Mutation(
@@ -61,7 +61,7 @@ ENTRIES: list[Mutation] = [
         id="driver-replays-over-mismatched-inputs",
         description="the driver stages inputs of any shape or dtype into a captured slot",
         file="vt/engine/worker/graph_driver.py", old="        _check_inputs(inp)\n", new="",
-        gates=tuple(f"{SEAMS}::test_G9_inputs_of_another_shape_or_dtype_are_refused_by_name[{f}]"
+        gates=tuple(f"{SEAMS_REPLAY}::test_G9_inputs_of_another_shape_or_dtype_are_refused_by_name[{f}]"
                     for f in ("tokens", "positions", "block_tables")),
     ),
 ]

@@ -5,7 +5,7 @@ draft state per request, requeue order, speculative lookahead, a checkpoint's ze
 from __future__ import annotations
 
 from mutations.model import Mutation
-from mutations.registry.gates import CONF, GUAR, SEAMS, per_model
+from mutations.registry.gates import CONF, GUAR, SEAMS_PINS, SEAMS_WIDTH, per_model
 
 ENTRIES: list[Mutation] = [
     Mutation(
@@ -34,7 +34,7 @@ ENTRIES: list[Mutation] = [
         description="retiring one graph drops every pin on its blocks, though another live graph still holds them",
         file="vt/pool.py", old="                n = self._pins.pop(b) - 1\n                if n:\n                    self._pins[b] = n",
         new="                self._pins.pop(b, None)",
-        gates=per_model(f"{SEAMS}::test_G7_retiring_one_of_two_graphs_keeps_the_pins_the_other_holds"),
+        gates=per_model(f"{SEAMS_PINS}::test_G7_retiring_one_of_two_graphs_keeps_the_pins_the_other_holds"),
         expect="the surviving graph replayed over blocks the drain freed",
     ),
     Mutation(
@@ -75,7 +75,7 @@ ENTRIES: list[Mutation] = [
         description="the slot's staging copies only each row's first block: graphed and eager steps agree, both wrong",
         file="vt/engine/worker/graph_driver.py", old="        tables[:B, :W] = inp.block_tables",
         new="        tables[:B, :1] = inp.block_tables[:, :1]",
-        gates=per_model(f"{SEAMS}::test_G4_graph_is_rebuilt_not_reused_after_the_block_table_width_changes"),
+        gates=per_model(f"{SEAMS_WIDTH}::test_G4_graph_is_rebuilt_not_reused_after_the_block_table_width_changes"),
         expect="disagrees with an independent forward",
     ),
 ]

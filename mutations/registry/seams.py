@@ -5,7 +5,18 @@ pins against drain, and the bypass lane's predicate.
 from __future__ import annotations
 
 from mutations.model import Kind, Mutation
-from mutations.registry.gates import MODELS, SEAM_GUARANTEES, SEAMS, TP_SEAMS, g1, g8, per_model
+from mutations.registry.gates import (
+    MODELS,
+    SEAM_GUARANTEES,
+    SEAMS,
+    SEAMS_PINS,
+    SEAMS_REPLAY,
+    SEAMS_WIDTH,
+    TP_SEAMS,
+    g1,
+    g8,
+    per_model,
+)
 
 ENTRIES: list[Mutation] = [
     Mutation(
@@ -36,13 +47,13 @@ ENTRIES: list[Mutation] = [
         description="the driver no longer marks the step boundary, so a slot's profile carries old peaks",
         file="vt/engine/worker/graph_driver.py", old="        _check_inputs(inp)\n        self.pool.mark_step_boundary()\n",
         new="        _check_inputs(inp)\n",
-        gates=per_model(f"{SEAMS}::test_G5_demand_profile_is_the_decode_steps_own"),
+        gates=per_model(f"{SEAMS_REPLAY}::test_G5_demand_profile_is_the_decode_steps_own"),
     ),
     Mutation(
         id="driver-padding-rows-write-kv",
         description="padding rows get slot 0 instead of -1 and write another request's KV",
         file="vt/engine/worker/graph_driver.py", old="slots[:n], slots[n:] = inp.slots, -1", new="slots[:n], slots[n:] = inp.slots, 0",
-        gates=per_model(f"{SEAMS}::test_G3_padding_rows_leave_every_other_requests_kv_untouched"),
+        gates=per_model(f"{SEAMS_REPLAY}::test_G3_padding_rows_leave_every_other_requests_kv_untouched"),
         expect="were written",
     ),
     Mutation(
@@ -53,8 +64,8 @@ ENTRIES: list[Mutation] = [
         old="        self.max_width = width_bucket(max(1, blocks), self.min_width)\n",
         new="        self.max_width = self.min_width = width_bucket(max(1, blocks), self.min_width)\n",
         # the slots' staged tables grow to the widest too: the one-logits-buffer test's size bound sees it
-        gates=(*per_model(f"{SEAMS}::test_G4_graph_is_rebuilt_not_reused_after_the_block_table_width_changes"),
-               f"{SEAMS}::test_the_graph_slots_share_one_logits_buffer"),
+        gates=(*per_model(f"{SEAMS_WIDTH}::test_G4_graph_is_rebuilt_not_reused_after_the_block_table_width_changes"),
+               f"{SEAMS_REPLAY}::test_the_graph_slots_share_one_logits_buffer"),
     ),
     Mutation(
         id="driver-returns-failed-capture",
@@ -68,8 +79,8 @@ ENTRIES: list[Mutation] = [
         id="pool-drain-ignores-graph-pins",
         description="drain frees blocks a live graph uses as temporaries",
         file="vt/pool.py", old="for b in sc.free if b not in self._pins]", new="for b in sc.free]",
-        gates=(*per_model(f"{SEAMS}::test_G7_drain_never_frees_a_live_graphs_temporaries"),
-               *per_model(f"{SEAMS}::test_G7_retiring_one_of_two_graphs_keeps_the_pins_the_other_holds")),
+        gates=(*per_model(f"{SEAMS_PINS}::test_G7_drain_never_frees_a_live_graphs_temporaries"),
+               *per_model(f"{SEAMS_PINS}::test_G7_retiring_one_of_two_graphs_keeps_the_pins_the_other_holds")),
     ),
     Mutation(
         id="test-seam-drain-removed",
@@ -83,6 +94,6 @@ ENTRIES: list[Mutation] = [
         description="the bypass-lane predicate says False on the bypass lane, so guarantee tests run there",
         file="seams/lanes.py", old="    return flags().pool_bypass", new="    return False",
         env=(("VT_POOL_BYPASS", "1"),), baseline_skipped=True,
-        gates=(*SEAM_GUARANTEES, *per_model(f"{SEAMS}::test_G3_padding_rows_leave_every_other_requests_kv_untouched")),
+        gates=(*SEAM_GUARANTEES, *per_model(f"{SEAMS_REPLAY}::test_G3_padding_rows_leave_every_other_requests_kv_untouched")),
     ),
 ]

@@ -5,7 +5,7 @@ prompt logprobs and the graph slots' shared logits buffer.
 from __future__ import annotations
 
 from mutations.model import Mutation
-from mutations.registry.gates import API, API_ORACLE, SEAMS, SEEDS
+from mutations.registry.gates import API, API_ORACLE, SEAMS_REPLAY, SEEDS
 
 ENTRIES: list[Mutation] = [
     Mutation(
@@ -43,6 +43,6 @@ ENTRIES: list[Mutation] = [
         description="every graph slot allocates its own [rows, vocab] logits buffer",
         file="vt/engine/worker/graph_driver.py", old="        self.logits = driver.logits.view((n, c.vocab_size))\n",
         new="        self.logits = b.empty((n, c.vocab_size), F32)\n",
-        gates=(f"{SEAMS}::test_the_graph_slots_share_one_logits_buffer",),
+        gates=(f"{SEAMS_REPLAY}::test_the_graph_slots_share_one_logits_buffer",),
     ),
 ]
