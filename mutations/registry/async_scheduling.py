@@ -31,8 +31,8 @@ ENTRIES: list[Mutation] = [
         description="a step's input token is read from the slot of its batch row, not of its request: once rows "
                     "condense, a request reads another's token",
         file="vt/engine/worker/runner.py",
-        old="            feed_src=np.asarray([self.req_slot[rid] if u else -1",
-        new="            feed_src=np.asarray([self.batch.row_of[rid] if u else -1",
+        old="            feed_src=np.where(unsent, b.feed_slot[rows], -1),",
+        new="            feed_src=np.where(unsent, rows, -1),",
         gates=(*EQUAL, *RACES),
     ),
     Mutation(

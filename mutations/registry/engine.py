@@ -23,6 +23,15 @@ ENTRIES: list[Mutation] = [
         gates=(f"{BATCH}::TestInputBatchMachine",), expect="block table moved apart",
     ),
     Mutation(
+        id="batch-moves-rows-without-their-sampling-floats",
+        description="a condensed batch keeps a stale row: swaps move tokens and block tables but leave the "
+                    "sampler's float column behind, so a moved request samples at another's temperature",
+        file="vt/engine/worker/input_batch.py", old='"feed_slot", "sampling_f",\n', new='"feed_slot",\n',
+        gates=("tests/engine/test_batch_sampling_rows.py::"
+               "test_every_decode_row_samples_with_its_own_requests_parameters_as_rows_move",),
+        expect="the float parameters of each row",
+    ),
+    Mutation(
         id="batch-remove-keeps-stale-block-table",
         description="a finished request's row keeps its block table (a stale row trusted to stay hidden)",
         file="vt/engine/worker/input_batch.py", old="        self.block_table[row] = self.trash_block\n        self._trim()",

@@ -113,7 +113,8 @@ ENTRIES: list[Mutation] = [
     Mutation(
         id="penalties-never-applied",
         description="penalties are validated and carried, never staged for the sampler",
-        file="vt/engine/worker/runner.py", old="                       toks if p.has_penalties else None,", new="                       None,",
+        file="vt/engine/worker/runner.py", old="        b.min_tokens[row], b.penalized[row] = p.min_tokens, spec.has_penalties\n",
+        new="        b.min_tokens[row], b.penalized[row] = p.min_tokens, False\n",
         gates=(f"{PEN}::test_a_strong_repetition_penalty_changes_greedy_output_in_the_engine",),
     ),
     Mutation(

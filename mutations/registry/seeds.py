@@ -11,8 +11,8 @@ ENTRIES: list[Mutation] = [
     Mutation(
         id="seed-counter-keyed-by-row",
         description="a request's draw position is keyed by its batch row: neighbours and row moves change its tokens",
-        file="vt/engine/worker/runner.py", old="        counter = len(toks) - st.num_prompt_tokens + self.ahead.get(rid, 0) + ahead\n",
-        new="        counter = len(toks) - st.num_prompt_tokens + self.ahead.get(rid, 0) + ahead + 7 * self.batch.row_of[rid]\n",
+        file="vt/engine/worker/runner.py", old="        counter = num_tokens - ip[:, NUM_PROMPT] + b.ahead[rows] + offsets\n",
+        new="        counter = num_tokens - ip[:, NUM_PROMPT] + b.ahead[rows] + offsets + 7 * rows\n",
         gates=(f"{SEEDS}::test_a_seeded_request_draws_the_same_tokens_whatever_runs_beside_it",
                f"{SEEDS}::test_the_target_really_moves_rows_and_still_draws_the_same",
                f"{SEEDS}::test_a_preempted_seeded_request_resumes_the_same_draws"),
@@ -27,8 +27,8 @@ ENTRIES: list[Mutation] = [
     Mutation(
         id="min-tokens-bans-nothing",
         description="min_tokens is accepted but EOS and stop ids are never banned: the output may stop early",
-        file="vt/engine/worker/runner.py", old="        banned = () if counter >= p.min_tokens else",
-        new="        banned = () if True else",
+        file="vt/engine/worker/runner.py", old="        ip[:, NUM_BANNED] *= counter < b.min_tokens[rows]",
+        new="        ip[:, NUM_BANNED] *= False",
         gates=(f"{API}::test_min_tokens_holds_off_eos_and_stop_ids_then_lets_them_stop",),
     ),
     Mutation(

@@ -129,6 +129,26 @@ def pack(rows: list[RowSpec], num_rows: int, hist_width: int) -> SamplingRows:
     return SamplingRows(fp, ip, hist, bias_ids, bias_vals)
 
 
+def stack(a: SamplingRows, b: SamplingRows) -> SamplingRows:
+    """a's rows, then b's (one sampler launch for both): the optional arrays padded to the wider of the two,
+    zeros where a side had none (its rows read none: their counts are 0)."""
+    def cat(x: np.ndarray | None, y: np.ndarray | None, na: int, nb: int, dtype: Any) -> np.ndarray | None:
+        if x is None and y is None:
+            return None
+        width = max(0 if x is None else x.shape[1], 0 if y is None else y.shape[1])
+        out = np.zeros((na + nb, width), dtype)
+        if x is not None:
+            out[:na, : x.shape[1]] = x
+        if y is not None:
+            out[na:, : y.shape[1]] = y
+        return out
+
+    na, nb = a.num_rows, b.num_rows
+    return SamplingRows(np.concatenate([a.fparams, b.fparams]), np.concatenate([a.iparams, b.iparams]),
+                        cat(a.hist, b.hist, na, nb, I64), cat(a.bias_ids, b.bias_ids, na, nb, I64),
+                        cat(a.bias_vals, b.bias_vals, na, nb, F32))
+
+
 # ---- the kernel's entry point (both backends) ----------------------------------------------------
 def sample_tokens(xp: Any, logits: Any, fparams: Any, iparams: Any, hist: Any, hist_raw: Any, bias_ids: Any,
                   bias_vals: Any, bias_raw: Any, out_ids: Any, lp_vals: Any, lp_ids: Any, *split: Any) -> None:

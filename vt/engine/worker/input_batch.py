@@ -1,5 +1,6 @@
-"""The runner's per-row mirror of the running requests: their token ids and, per KV group, their block
-tables as the KV manager hands them out (the device inputs are staged from here).
+"""The runner's per-row mirror of the running requests: their token ids, per KV group their block tables as
+the KV manager hands them out, and what their next token samples with (the sampler's parameter columns, set
+once when the request joins), so a step's device inputs are slices of these arrays, not a loop over requests.
 
 Rows move (condense, swap, decode-first reorder); every per-row field moves with its row, so anything
 keyed by a row must be re-read after a move. State that must survive moves (draft contexts, n-gram
@@ -12,9 +13,11 @@ from collections.abc import Callable
 
 import numpy as np
 
+from vt.engine.sample.sampler import NF, NI
 from vt.errors import EngineInvariantError
 
-ROW_ARRAYS = ("token_ids", "num_tokens", "block_table", "num_blocks")
+ROW_ARRAYS = ("token_ids", "num_tokens", "block_table", "num_blocks", "ahead", "feed_slot", "sampling_f",
+              "sampling_i", "min_tokens", "penalized")
 
 
 class InputBatch:
@@ -29,6 +32,16 @@ class InputBatch:
         self.num_tokens = np.zeros(max_rows, np.int64)
         self.block_table = np.full((max_rows, num_groups, max_blocks), trash_block, np.int64)
         self.num_blocks = np.zeros((max_rows, num_groups), np.int64)
+        # async scheduling: sampled tokens the host has not been sent yet, and the request's slot in the
+        # decoder's device array of last sampled ids (a request's, moving with its row)
+        self.ahead = np.zeros(max_rows, np.int64)
+        self.feed_slot = np.zeros(max_rows, np.int64)
+        # the sampler's parameter rows (vt/engine/sample/sampler.py FIELDS_F / FIELDS_I) as the request fixed
+        # them; a step sets the output position, the history length and whether the bans still hold
+        self.sampling_f = np.zeros((max_rows, NF), np.float32)
+        self.sampling_i = np.zeros((max_rows, NI), np.int64)
+        self.min_tokens = np.zeros(max_rows, np.int64)
+        self.penalized = np.zeros(max_rows, np.bool_)
 
     def __len__(self) -> int:
         return len(self.row_of)
@@ -55,8 +68,8 @@ class InputBatch:
         """Leaves a hole; the row's fields are cleared (block tables back to the trash block)."""
         row = self.row_of.pop(req_id)
         self.requests[row] = None
-        self.num_tokens[row] = 0
-        self.num_blocks[row] = 0
+        for name in ROW_ARRAYS[1:]:
+            getattr(self, name)[row] = 0
         self.block_table[row] = self.trash_block
         self._trim()
         return row
@@ -85,9 +98,15 @@ class InputBatch:
         row = self.row_of[req_id]
         return self.block_table[row, group, : self.num_blocks[row, group]]
 
+    def rows_of(self, req_ids: list[str]) -> np.ndarray:
+        row_of = self.row_of
+        return np.fromiter((row_of[r] for r in req_ids), np.int64, len(req_ids))
+
     def tables(self, req_ids: list[str], group: int = 0) -> np.ndarray:
         """[len(req_ids), width] block tables, as wide as the widest of them (trash block beyond)."""
-        rows = [self.row_of[r] for r in req_ids]
+        return self.tables_of(self.rows_of(req_ids), group)
+
+    def tables_of(self, rows: np.ndarray, group: int = 0) -> np.ndarray:
         width = max(1, int(self.num_blocks[rows, group].max()))
         return self.block_table[rows, group, :width]
 

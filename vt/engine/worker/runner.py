@@ -22,13 +22,26 @@ from vt.engine.core.kv_manager import TARGET
 from vt.engine.core.outputs import RunnerOutput, SchedulerOutput
 from vt.engine.sample.params import ResolvedParams
 from vt.engine.sample.rejection import accept
-from vt.engine.sample.sampler import NF, NI, NLP, RowSpec, SamplingRows, logprobs_of, pack, sample_tokens
+from vt.engine.sample.sampler import (
+    FIELDS_I,
+    NF,
+    NI,
+    NLP,
+    RowSpec,
+    SamplingRows,
+    logprobs_of,
+    pack,
+    sample_tokens,
+    stack,
+)
 from vt.engine.spec_decode.proposers import Proposer, SpecRequest
 from vt.engine.worker.graph_driver import DecodeInputs, GraphDriver, StepResult
 from vt.engine.worker.input_batch import InputBatch
 from vt.errors import EngineInvariantError
 
 I64, F32 = np.int64, np.float32
+COUNTER, NUM_PROMPT, NUM_HIST, NUM_BANNED, NUM_BIAS = (FIELDS_I.index(f) for f in
+                                                       ("counter", "num_prompt", "num_hist", "num_banned", "num_bias"))
 NON_FINITE = "the model produced non-finite logits"
 
 
@@ -70,11 +83,10 @@ class ModelRunner:
         self.proposer = proposer
         self.eos_ids = eos_ids
         self.states: dict[str, RequestState] = {}
-        # Async scheduling: each request's slot in the decoder's device array of last sampled ids (by request,
-        # never by row: rows move), and how many of its sampled tokens the host has not been sent yet
-        self.req_slot: dict[str, int] = {}
+        # Async scheduling: the free slots of the decoder's device array of last sampled ids; a request holds
+        # one while it runs (batch.feed_slot, moving with its row), beside how many of its sampled tokens the
+        # host has not been sent yet (batch.ahead)
         self._free_slots = list(range(cfg.max_num_seqs - 1, -1, -1))
-        self.ahead: dict[str, int] = {}
         self.sampled_out: tuple[Tensor, Tensor, Tensor] | None = None  # the prefill sampler's outputs
         if cfg.startup_capture or (cfg.startup_capture is None and self.backend.name == "cuda"):
             self.capture_graphs()
@@ -101,22 +113,24 @@ class ModelRunner:
     def _update_states(self, so: SchedulerOutput) -> None:
         """Leavers leave holes; new requests fill holes first; cached ones grow; then decoding rows move
         to the front and the rest condense (rows move: nothing may be keyed by a row)."""
-        gone = [rid for rid in (*so.finished_ids, *so.preempted_ids) if rid in self.batch.row_of]
+        b = self.batch
+        gone = [rid for rid in (*so.finished_ids, *so.preempted_ids) if rid in b.row_of]
         for rid in gone:
-            self.batch.remove(rid)
+            self._free_slots.append(int(b.feed_slot[b.row_of[rid]]))
+            b.remove(rid)
             del self.states[rid]
-            self._free_slots.append(self.req_slot.pop(rid))
-            self.ahead.pop(rid, None)
         if self.proposer is not None:
             self.proposer.drop(gone)
         for req in so.new_reqs:
-            self.batch.add(req.req_id, req.token_ids, req.block_ids)
-            self.states[req.req_id] = RequestState(req.params, req.seed, req.num_prompt_tokens)
-            self.req_slot[req.req_id] = self._free_slots.pop()
+            row = b.add(req.req_id, req.token_ids, req.block_ids)
+            self.states[req.req_id] = st = RequestState(req.params, req.seed, req.num_prompt_tokens)
+            b.feed_slot[row] = self._free_slots.pop()
+            self._fix_sampling(row, st)
         for c in so.cached_reqs:
-            self.batch.append_tokens(c.req_id, c.new_token_ids)
-            if c.new_token_ids and self.ahead.get(c.req_id):  # sampled tokens the host now holds
-                self.ahead[c.req_id] = max(0, self.ahead[c.req_id] - len(c.new_token_ids))
+            if c.new_token_ids:
+                row = b.row_of[c.req_id]
+                b.append_tokens(c.req_id, c.new_token_ids)
+                b.ahead[row] = max(0, b.ahead[row] - len(c.new_token_ids))  # sampled tokens the host now holds
             for group, ids in enumerate(c.new_block_ids):
                 if ids:  # most decode steps add none
                     self.batch.append_blocks(c.req_id, group, ids)
@@ -147,7 +161,7 @@ class ModelRunner:
             speculating = bool(decodes) and self.proposer is not None and any(so.spec_tokens.get(r) for r in decodes)
             num_decode = 0
             if chunks and decodes and not speculating:  # one forward: a decode row is a one-token chunk at its end
-                if any(self.ahead.get(rid) for rid in decodes):
+                if self.batch.ahead[self.batch.rows_of(decodes)].any():
                     raise EngineInvariantError("a mixed step's decode rows need their tokens on the host; the engine "
                                                "pipelines decode-only steps only")
                 chunks = [Chunk(rid, self._position(rid), 1, None) for rid in decodes] + chunks
@@ -166,7 +180,10 @@ class ModelRunner:
                 self._sampled(decodes)
 
         # read now: by the time the results are collected, the next step may have dropped a request's state
-        asked = {rid: self.states[rid].params.logprobs for ids, _ in waits for rid in ids}
+        asked: dict[str, int] = {}
+        for rid in (rid for ids, _ in waits for rid in ids):
+            if (n := self.states[rid].params.logprobs) is not None:
+                asked[rid] = n
 
         def collect() -> RunnerOutput:
             for req_ids, wait in waits:
@@ -177,33 +194,62 @@ class ModelRunner:
 
     def _sampled(self, req_ids: list[str]) -> None:
         """These requests' next tokens are being sampled: the host holds them once the engine sends them back."""
-        for rid in req_ids:
-            self.ahead[rid] = self.ahead.get(rid, 0) + 1
+        self.batch.ahead[self.batch.rows_of(req_ids)] += 1
 
     # ---- sampling rows ----------------------------------------------------------------------
-    def row_spec(self, rid: str, ahead: int = 0) -> RowSpec:
-        """What request rid's next token (or, verifying, the one `ahead` positions later) samples with.
-        Its draw is keyed by (seed, output position): nothing about the row it sits in."""
-        st, toks = self.states[rid], self.batch.tokens(rid)
+    def _fix_sampling(self, row: int, st: RequestState) -> None:
+        """A joining request's sampler row, as far as its parameters fix it (the bans listed whether or not
+        min_tokens still holds them; the step counts them in or out)."""
         p = st.params
-        counter = len(toks) - st.num_prompt_tokens + self.ahead.get(rid, 0) + ahead
-        banned = () if counter >= p.min_tokens else (*(() if p.ignore_eos else self.eos_ids), *p.stop_token_ids)
-        return RowSpec(p.temperature, p.top_p, p.top_k, p.min_p, p.repetition_penalty, p.presence_penalty,
-                       p.frequency_penalty, st.seed, counter, 0 if p.logprobs is None else p.logprobs + 1,
-                       toks if p.has_penalties else None, st.num_prompt_tokens, tuple(dict.fromkeys(banned)),
-                       bias=p.biased_tokens, allowed=p.allowed_token_ids is not None)
+        banned = (*(() if p.ignore_eos else self.eos_ids), *p.stop_token_ids) if p.min_tokens else ()
+        spec = RowSpec(p.temperature, p.top_p, p.top_k, p.min_p, p.repetition_penalty, p.presence_penalty,
+                       p.frequency_penalty, st.seed, 0, 0 if p.logprobs is None else p.logprobs + 1, None,
+                       st.num_prompt_tokens, tuple(dict.fromkeys(banned)), bias=p.biased_tokens,
+                       allowed=p.allowed_token_ids is not None)
+        fixed = pack([spec], 1, 1)  # refuses more bans than the sampler holds
+        b = self.batch
+        b.sampling_f[row], b.sampling_i[row] = fixed.fparams[0], fixed.iparams[0]
+        b.min_tokens[row], b.penalized[row] = p.min_tokens, spec.has_penalties
+
+    def _sampling(self, rows: np.ndarray, hist_width: int, offsets: np.ndarray | int = 0) -> SamplingRows:
+        """The sampler's rows for these batch rows (a row may repeat: verifying, `offsets` positions later),
+        sliced from the batch's columns. A draw is keyed by (seed, output position): nothing about the row."""
+        b = self.batch
+        fp, ip = b.sampling_f[rows], b.sampling_i[rows]
+        num_tokens = b.num_tokens[rows]
+        counter = num_tokens - ip[:, NUM_PROMPT] + b.ahead[rows] + offsets
+        ip[:, COUNTER] = counter
+        ip[:, NUM_BANNED] *= counter < b.min_tokens[rows]  # min_tokens reached: EOS and stop ids drawable
+        hist = bias_ids = bias_vals = None
+        penalized = b.penalized[rows]
+        if penalized.any():  # the prompt and output so far, for the penalties
+            ip[:, NUM_HIST] = np.where(penalized, num_tokens, 0)
+            hist = np.zeros((len(rows), hist_width), I64)
+            width = min(hist_width, b.token_ids.shape[1])
+            hist[:, :width] = b.token_ids[rows, :width]
+        num_bias = ip[:, NUM_BIAS]
+        if num_bias.any():  # logit_bias / allowed_token_ids: few rows, each its own list
+            bias_ids = np.zeros((len(rows), int(num_bias.max())), I64)
+            bias_vals = np.zeros(bias_ids.shape, F32)
+            for i in np.flatnonzero(num_bias):
+                biased = self.states[b.requests[rows[i]]].params.biased_tokens  # type: ignore[index]
+                bias_ids[i, : len(biased)], bias_vals[i, : len(biased)] = zip(*biased)
+        return SamplingRows(fp, ip, hist, bias_ids, bias_vals)
 
     def _collect(self, req_ids: list[str], q: int, res: StepResult, out: RunnerOutput,
-                 asked: dict[str, int | None]) -> None:
-        """Row i*q of the result is request i's next token (non-speculative steps: q = 1); asked: each one's
-        logprobs count, as it was at launch."""
+                 asked: dict[str, int]) -> None:
+        """Row i*q of the result is request i's next token (non-speculative steps: q = 1); asked: the logprobs
+        count of those that asked, as it was at launch."""
+        ids = res.ids[: len(req_ids) * q : q].tolist()
+        out.sampled.update(zip(req_ids, ([t] for t in ids)))
+        if min(ids, default=0) < 0:  # these requests fail; their neighbours carry on
+            for rid, tok in zip(req_ids, ids):
+                if tok < 0:
+                    del out.sampled[rid]
+                    out.errors[rid] = NON_FINITE
         for i, rid in enumerate(req_ids):
-            tok = int(res.ids[i * q])
-            if tok < 0:  # this request fails; its neighbours carry on
-                out.errors[rid] = NON_FINITE
-                continue
-            out.sampled[rid] = [tok]
-            self._logprobs(rid, res, [i * q], out, asked[rid])
+            if rid in asked and rid in out.sampled:
+                self._logprobs(rid, res, [i * q], out, asked[rid])
 
     def _logprobs(self, rid: str, res: StepResult, rows: list[int], out: RunnerOutput, n: int | None) -> None:
         if n is not None and res.logprob_vals is not None and res.logprob_ids is not None:
@@ -226,7 +272,7 @@ class ModelRunner:
         ends = [c for c in chunks if c.end == len(self.batch.tokens(c.req_id))]
         rows = [int(first[c.fork_of or c.req_id]) + (c.length - 1 if (c.fork_of or c.req_id) in scored else 0)
                 for c in ends]
-        specs = [self.row_spec(c.req_id) for c in ends]
+        forced: list[RowSpec] = []
         spans = {}
         for rid in scored:  # row j of a scored chunk predicts the prompt's token j + 1
             c, toks = computed[rid], self.batch.tokens(rid)
@@ -234,10 +280,13 @@ class ModelRunner:
             k = self.states[rid].params.prompt_logprobs or 0
             spans[rid] = (len(rows), upto - c.start, k)
             rows += range(int(first[rid]), int(first[rid]) + upto - c.start)
-            specs += [RowSpec(0.0, num_logprobs=k + 1, forced=int(t)) for t in toks[c.start + 1 : upto + 1]]
+            forced += [RowSpec(0.0, num_logprobs=k + 1, forced=int(t)) for t in toks[c.start + 1 : upto + 1]]
         self._fork([c for c in chunks if c.fork_of is not None])
         width = max(len(self.batch.tokens(c.req_id)) for c in chunks)
-        sampled = self._sample_eager(self._gather(logits, rows), pack(specs, len(specs), width))
+        specs = self._sampling(self.batch.rows_of([c.req_id for c in ends]), width)
+        if forced:
+            specs = stack(specs, pack(forced, len(forced), width))
+        sampled = self._sample_eager(self._gather(logits, rows), specs)
 
         def wait() -> StepResult:
             res = sampled()
@@ -318,21 +367,26 @@ class ModelRunner:
 
     def _position(self, rid: str) -> int:
         """The last token's position (computed now): past the host's tokens by those sampled but not sent yet."""
-        return int(self.batch.num_tokens[self.batch.row_of[rid]]) - 1 + self.ahead.get(rid, 0)
+        row = self.batch.row_of[rid]
+        return int(self.batch.num_tokens[row] + self.batch.ahead[row]) - 1
 
     def _decode(self, req_ids: list[str]) -> Callable[[], StepResult]:
-        pos = [self._position(rid) for rid in req_ids]
-        tables = self.batch.tables(req_ids, TARGET)
+        """Every input is a slice of the batch's columns at the decoding rows: no per-request work."""
+        b, bs = self.batch, self.kv.block_size
+        rows = b.rows_of(req_ids)
+        num_tokens, ahead = b.num_tokens[rows], b.ahead[rows]
+        pos = num_tokens + ahead - 1
+        tables = b.tables_of(rows, TARGET)
         # a token the host does not hold yet (async scheduling) is read on the device from its request's slot
-        unsent = [bool(self.ahead.get(rid)) for rid in req_ids]
+        unsent = ahead > 0
         inputs = DecodeInputs(
-            tokens=np.asarray([0 if u else self.batch.tokens(rid)[p] for rid, p, u in zip(req_ids, pos, unsent)], I64),
-            positions=np.asarray(pos, I64),
-            slots=np.asarray([self.kv.slot(self.batch.blocks(rid), p) for rid, p in zip(req_ids, pos)], I64),
+            tokens=np.where(unsent, 0, b.token_ids[rows, num_tokens - 1]),
+            positions=pos,
+            slots=tables[np.arange(len(rows)), pos // bs] * bs + pos % bs,
             block_tables=tables,
-            sampling=pack([self.row_spec(rid) for rid in req_ids], len(req_ids), tables.shape[1] * self.kv.block_size),
-            feed_src=np.asarray([self.req_slot[rid] if u else -1 for rid, u in zip(req_ids, unsent)], I64),
-            keep_dst=np.asarray([self.req_slot[rid] for rid in req_ids], I64),
+            sampling=self._sampling(rows, tables.shape[1] * bs),
+            feed_src=np.where(unsent, b.feed_slot[rows], -1),
+            keep_dst=b.feed_slot[rows],
         )
         return self.decoder.step_async(inputs)
 
@@ -366,11 +420,9 @@ class ModelRunner:
         toks: list[int] = []
         pos: list[int] = []
         slots: list[int] = []
-        specs: list[RowSpec] = []
         for rid in req_ids:
             p0, blocks = self._position(rid), self.batch.blocks(rid)
             last = int(self.batch.tokens(rid)[p0])
-            specs += [self.row_spec(rid, j) for j in range(q)]
             if rid in proposals:
                 toks += [last, *proposals[rid]]
                 pos += range(p0, p0 + q)
@@ -380,6 +432,8 @@ class ModelRunner:
                 pos += [p0] * q
                 slots += [self.kv.slot(blocks, p0)] + [-1] * k
         tables = self.batch.tables(req_ids, TARGET)
+        rows = np.repeat(self.batch.rows_of(req_ids), q)  # row i*q + j: request i's token j positions on
         inp = DecodeInputs(np.asarray(toks, I64), np.asarray(pos, I64), np.asarray(slots, I64), tables, q=q,
-                           sampling=pack(specs, len(specs), tables.shape[1] * self.kv.block_size))
+                           sampling=self._sampling(rows, tables.shape[1] * self.kv.block_size,
+                                                   np.tile(np.arange(q), len(req_ids))))
         return self.decoder.step(inp, spec=True)

@@ -1,0 +1,89 @@
+"""A decode step's sampling rows are slices of the input batch's columns (issue 28: no per-request loop on the
+hot path), set once when a request joins and moved with its row. Whatever rows the requests sit in after others
+leave and join and the batch condenses, each row samples with its own request's parameters at its own output
+position: checked at every decode step against rows built from the requests themselves by the sampler's
+reference packer (`pack`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from vt import LLM, SamplingParams
+from vt.engine.sample.sampler import FIELDS_I, RowSpec, SamplingRows, pack
+
+NUM_HIST, NUM_BIAS, NUM_BANNED = (FIELDS_I.index(f) for f in ("num_hist", "num_bias", "num_banned"))
+
+
+def _params(i: int) -> SamplingParams:
+    """Six requests that differ in every field a row carries; they finish at different steps."""
+    return SamplingParams(temperature=0.5 + 0.1 * i, top_p=0.95 - 0.05 * i, top_k=3 + i, min_p=0.01 * i, seed=100 + i,
+                          max_tokens=4 + 3 * i, min_tokens=min(i, 3), ignore_eos=i % 2 == 0,
+                          stop_token_ids=[60 + i] if i % 3 else [], presence_penalty=0.5 if i % 3 == 0 else 0.0,
+                          logit_bias={7 + i: 1.5, 9: -2.0} if i % 2 else None, logprobs=(i % 3) or None)
+
+
+def _expected(engine: Any, req_ids: list[str], width: int) -> SamplingRows:
+    """The rows as the requests define them: output position = tokens generated so far, EOS and stop ids banned
+    until min_tokens, the history only where a penalty reads it."""
+    runner, specs = engine.runner, []
+    for rid in req_ids:
+        r = engine.requests[rid]
+        p, counter = r.params, len(r.output_ids)
+        banned = () if counter >= p.min_tokens else (*(() if p.ignore_eos else runner.eos_ids), *p.stop_token_ids)
+        specs.append(RowSpec(p.temperature, p.top_p, p.top_k, p.min_p, p.repetition_penalty, p.presence_penalty,
+                             p.frequency_penalty, runner.states[rid].seed, counter,
+                             0 if p.logprobs is None else p.logprobs + 1, r.all_ids if p.has_penalties else None,
+                             len(r.prompt_ids), tuple(dict.fromkeys(banned)), bias=p.biased_tokens,
+                             allowed=p.allowed_token_ids is not None))
+    return pack(specs, len(specs), width)
+
+
+def _same(got: SamplingRows, want: SamplingRows) -> None:
+    np.testing.assert_array_equal(got.fparams, want.fparams, "the float parameters of each row")
+    fields = len(FIELDS_I)
+    np.testing.assert_array_equal(got.iparams[:, :fields], want.iparams[:, :fields], "seed, output position, counts")
+    for i, n in enumerate(want.iparams[:, NUM_BANNED]):  # the sampler reads the first num_banned
+        np.testing.assert_array_equal(got.iparams[i, fields : fields + n], want.iparams[i, fields : fields + n])
+    assert (got.hist is None) == (want.hist is None), "history staged exactly when a row is penalized"
+    if want.hist is not None:
+        for i, n in enumerate(want.iparams[:, NUM_HIST]):
+            np.testing.assert_array_equal(got.hist[i, :n], want.hist[i, :n], f"row {i}'s history")
+    if want.bias_ids is not None:
+        for i, n in enumerate(want.iparams[:, NUM_BIAS]):
+            np.testing.assert_array_equal(got.bias_ids[i, :n], want.bias_ids[i, :n], f"row {i}'s biased tokens")
+            np.testing.assert_array_equal(got.bias_vals[i, :n], want.bias_vals[i, :n], f"row {i}'s biases")
+
+
+def test_every_decode_row_samples_with_its_own_requests_parameters_as_rows_move() -> None:
+    llm = LLM("tiny-qwen3", backend="cpu", max_model_len=128, num_blocks=64, max_num_seqs=4)
+    engine = llm.engine
+    runner, driver = engine.runner, engine.runner.decoder
+    steps: list[tuple[list[str], dict[str, int], SamplingRows, SamplingRows]] = []
+    launch, decode, decoding = driver.step_async, runner._decode, []
+
+    def spy_decode(req_ids: list[str]) -> Any:
+        decoding[:] = req_ids
+        return decode(req_ids)
+
+    def spy_launch(inputs: Any) -> Any:
+        want = _expected(engine, decoding, inputs.block_tables.shape[1] * runner.kv.block_size)
+        steps.append((list(decoding), dict(runner.batch.row_of), inputs.sampling, want))
+        return launch(inputs)
+
+    runner._decode, driver.step_async = spy_decode, spy_launch
+    for i in range(6):  # four rows: the last two join as the first leave, into the holes they leave
+        engine.add_request([20 + i, 21, 22 + 2 * i], _params(i))
+    while engine.has_unfinished():
+        engine.step()
+
+    rows_seen: dict[str, set[int]] = {}
+    for req_ids, row_of, got, want in steps:
+        _same(got, want)
+        for rid in req_ids:
+            rows_seen.setdefault(rid, set()).add(row_of[rid])
+    assert len(steps) >= 10 and len(rows_seen) == 6, f"non-vacuity: {len(steps)} decode steps over {len(rows_seen)}"
+    assert any(len(rows) > 1 for rows in rows_seen.values()), f"non-vacuity: no request moved rows {rows_seen}"
+    banning = [want.iparams[:, NUM_BANNED].any() for _, _, _, want in steps]
+    assert any(banning) and not all(banning), "non-vacuity: min_tokens bans held, then lifted"
