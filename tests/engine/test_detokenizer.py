@@ -1,5 +1,6 @@
-"""Incremental detokenization: the text equals a whole decode, costs linear work, never ends in a partial
-character; stop strings are found across token boundaries and inside multi-byte characters' neighbours."""
+"""Incremental detokenization: the text equals a whole decode and never ends in a partial character, also when
+the output is cut inside one; stop strings are found across token boundaries and inside multi-byte characters'
+neighbours. (Linear work per token is the tokenizers library's DecodeStream's: it decodes a window.)"""
 
 from __future__ import annotations
 
@@ -30,13 +31,17 @@ def test_the_released_text_is_the_whole_decode_and_never_ends_in_a_partial_chara
     d, _ = _feed(text, [])
     assert d.flush() == TOK.decode(TOK.encode(text).ids, skip_special_tokens=True)
     assert not d.text.endswith(REPLACEMENT), "released text never ends in a partial character"
-    assert d.num_decoded <= 8 * len(d.ids) + 8, f"linear: {d.num_decoded} tokens decoded for {len(d.ids)}"
 
 
-def test_the_cost_stays_linear_on_a_long_output() -> None:
-    d, _ = _feed("the engine schedules requests in steps. " * 60, [])
-    assert len(d.ids) > 200, "non-vacuity: a long output"
-    assert d.num_decoded <= 8 * len(d.ids), f"{d.num_decoded} tokens decoded for {len(d.ids)}: quadratic?"
+@pytest.mark.parametrize("char", ["€", "😀"], ids=["euro", "emoji"])
+def test_an_output_cut_inside_a_character_ends_before_it(char: str) -> None:
+    ids = TOK.encode("ab" + char).ids
+    whole = TOK.decode(ids[:-1], skip_special_tokens=True)
+    assert whole.endswith(REPLACEMENT) and whole.startswith("ab"), "non-vacuity: the cut splits the character"
+    d = IncrementalDetokenizer(TOK, [])
+    for t in ids[:-1]:
+        d.add(t)
+    assert d.flush() == whole.rstrip(REPLACEMENT), "the end drops the partial character, keeps the rest"
 
 
 @settings(max_examples=150, deadline=None, derandomize=True)
