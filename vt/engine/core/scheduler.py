@@ -146,18 +146,17 @@ class Scheduler:
     def _decode(self, out: SchedulerOutput) -> int:
         """One token (and its speculative positions) for every running request past its prefill;
         returns the tokens scheduled."""
-        num_tokens = 0
-        for req in list(self.running):
-            if req.status is not Status.RUNNING or req.num_computed < req.num_prefill:
+        num_tokens, running, max_len, kv = 0, Status.RUNNING, self.cfg.max_model_len, self.kv
+        for req in list(self.running):  # per request: keep this loop's body lean (it is most of a step's host)
+            if req.status is not running or req.num_computed < req.num_prefill:
                 continue  # preempted earlier in this loop, or still prefilling
+            n = len(req.prompt_ids) + len(req.output_ids)
             ahead = req.num_inflight  # tokens a step in flight samples (async scheduling), counted as if known
-            if ahead and (len(req.output_ids) + ahead >= req.params.max_tokens
-                          or req.num_tokens + ahead >= self.cfg.max_model_len):
+            if ahead and (len(req.output_ids) + ahead >= req.params.max_tokens or n + ahead >= max_len):
                 continue  # the step in flight samples its last token
-            spec = self._num_spec(req)
-            n = req.num_tokens
+            spec = self._num_spec(req) if self.num_spec_tokens else 0
             need = self._need(req, n + ahead + spec)  # the KV slots this step writes
-            blocks = self.kv.grow(req.id, need)
+            blocks = kv.grow(req.id, need)
             while blocks is None:
                 victim = self.running[-1]
                 self._preempt(victim, out)

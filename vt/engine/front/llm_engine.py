@@ -339,10 +339,12 @@ class LLMEngine:
         it samples count it in num_inflight, so a step scheduled meanwhile counts that token's KV slot."""
         self.num_steps += 1
         so.step = self.num_steps
-        sampling = [r for rid in so.num_scheduled_tokens if (r := self.requests.get(rid)) is not None
-                    and r.num_computed >= r.num_tokens + r.num_inflight]
-        for r in sampling:
-            r.num_inflight += 1
+        sampling, requests = [], self.requests
+        for rid in so.num_scheduled_tokens:
+            r = requests.get(rid)
+            if r is not None and r.num_computed >= len(r.prompt_ids) + len(r.output_ids) + r.num_inflight:
+                r.num_inflight += 1
+                sampling.append(r)
         self._inflight = (so, self._execute(so), sampling)
 
     def _execute(self, so: SchedulerOutput) -> Any:
@@ -391,9 +393,9 @@ class LLMEngine:
 
     def _update(self, so: SchedulerOutput, out: RunnerOutput) -> list[Request]:
         """The update step: the only place tokens are appended, stops checked, requests finished."""
-        stepped = []
+        stepped, requests, spec_tokens = [], self.requests, so.spec_tokens
         for rid in so.scheduled_ids:
-            r = self.requests.get(rid)
+            r = requests.get(rid)
             if r is None or r.is_finished:  # the scheduler runs only requests in flight
                 if rid in self._left_inflight:  # it finished while this step ran (async scheduling): drop it
                     self._left_inflight.discard(rid)
@@ -402,14 +404,19 @@ class LLMEngine:
             if rid in out.errors:  # this request fails; its neighbours carry on
                 self._finish(r, "error", out.errors[rid])
             else:
-                if rid in out.prompt_logprobs:  # chunk by chunk, by position: a rescored position replaces itself
-                    first, scored = out.prompt_logprobs[rid]
+                if out.prompt_logprobs and rid in out.prompt_logprobs:  # chunk by chunk, by position: a rescored
+                    first, scored = out.prompt_logprobs[rid]  # position replaces itself
                     r.prompt_logprobs = [*(r.prompt_logprobs or [None])[:first], *scored]
-                if rid not in out.sampled:
+                tokens = out.sampled.get(rid)
+                if tokens is None:
                     continue  # a prefill chunk short of the prompt's end: nothing sampled yet
-                tokens = out.sampled[rid]
-                r.num_computed -= so.spec_tokens.get(rid, 0) - (len(tokens) - 1)  # rejected positions' KV is stale
-                logprobs = out.logprobs.get(rid)
+                if spec_tokens:
+                    r.num_computed -= spec_tokens.get(rid, 0) - (len(tokens) - 1)  # rejected positions' KV is stale
+                logprobs = out.logprobs.get(rid) if out.logprobs else None
+                if logprobs is None and len(tokens) == 1:  # a plain decode step's
+                    self._append(r, tokens[0])
+                    stepped.append(r)
+                    continue
                 for i, token in enumerate(tokens):  # a speculative step may bring several; stop at the first finish
                     if logprobs is not None:
                         self._log(r, logprobs[i], token)

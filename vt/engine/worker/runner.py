@@ -126,14 +126,21 @@ class ModelRunner:
             self.states[req.req_id] = st = RequestState(req.params, req.seed, req.num_prompt_tokens)
             b.feed_slot[row] = self._free_slots.pop()
             self._fix_sampling(row, st)
+        ones = [c for c in so.cached_reqs if len(c.new_token_ids) == 1]  # a decode step's: one token each
+        if ones:
+            rows = b.rows_of([c.req_id for c in ones])
+            b.token_ids[rows, b.num_tokens[rows]] = [c.new_token_ids[0] for c in ones]
+            b.num_tokens[rows] += 1
+            b.ahead[rows] = np.maximum(b.ahead[rows] - 1, 0)  # sampled tokens the host now holds
         for c in so.cached_reqs:
-            if c.new_token_ids:
+            if len(c.new_token_ids) > 1:  # a verified speculation's, or a resumed request's
                 row = b.row_of[c.req_id]
                 b.append_tokens(c.req_id, c.new_token_ids)
-                b.ahead[row] = max(0, b.ahead[row] - len(c.new_token_ids))  # sampled tokens the host now holds
-            for group, ids in enumerate(c.new_block_ids):
-                if ids:  # most decode steps add none
-                    self.batch.append_blocks(c.req_id, group, ids)
+                b.ahead[row] = max(0, b.ahead[row] - len(c.new_token_ids))
+            if any(c.new_block_ids):  # most decode steps add none
+                for group, ids in enumerate(c.new_block_ids):
+                    if ids:
+                        b.append_blocks(c.req_id, group, ids)
         new = {r.req_id for r in so.new_reqs}
         self.batch.reorder_decode_first(lambda rid: rid not in new)  # rows past their prefill first
         self.batch.condense()
