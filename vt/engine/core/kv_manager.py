@@ -85,8 +85,13 @@ class KVCacheManager:
         """allocate when the free blocks hold what it needs (the new ids per group, empty lists when the last
         blocks have room: most decode steps), else None: one count of the missing blocks, not three."""
         tables = self.tables.get(req_id)
-        if tables is not None and all(n <= len(t) * self.block_size for n, t in zip(num_tokens, tables)):
-            return [[] for _ in tables]  # most decode steps: the last blocks have room
+        if tables is not None:
+            bs = self.block_size
+            for n, t in zip(num_tokens, tables):
+                if n > len(t) * bs:
+                    break
+            else:
+                return [[] for _ in tables]  # most decode steps: the last blocks have room
         missing = self.num_missing(req_id, num_tokens)
         if missing > self.num_free:
             return None

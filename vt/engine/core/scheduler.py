@@ -52,7 +52,8 @@ class Scheduler:
         if not out.preempted_ids:
             self._admit(out, budget)
         for req in self.running:
-            if self.kv.has_unkeyed(req.id, min(req.num_computed, req.num_tokens)):  # else no list is built
+            computed = min(req.num_computed, len(req.prompt_ids) + len(req.output_ids))
+            if self.kv.has_unkeyed(req.id, computed):  # else no list is built
                 self.kv.cache_full_blocks(req.id, req.all_ids, req.num_computed)
         return out
 
