@@ -65,3 +65,32 @@ ENTRIES: list[Mutation] = [
                     for f in ("tokens", "positions", "block_tables")),
     ),
 ]
+
+SPLIT = "tests/engine/test_detokenize_split.py"
+ENTRIES += [
+    Mutation(
+        id="front-drops-the-text-it-detokenized",
+        description="the engine process's front asks the core for no text, then keeps the core's empty text "
+                    "instead of decoding the ids: answers lose their text",
+        file="vt/engine/core/proc.py",
+        old="                s.text = s.detok.text if reason is None or stop is not None else s.detok.flush()",
+        new="                s.text = s.text[:keep] + add",
+        gates=(f"{SPLIT}::test_the_front_makes_the_text_the_core_did_not_send",
+               "tests/server/test_engine_process.py::test_the_engine_process_answers_as_the_engine_thread_does"),
+    ),
+    Mutation(
+        id="front-asks-the-core-for-every-text",
+        description="the front never takes detokenization off the core: every step decodes every request there",
+        file="vt/engine/core/proc.py",
+        old="        here = self.tokenizer is not None and params.detokenize and not params.stop\n",
+        new="        here = False\n",
+        gates=(f"{SPLIT}::test_the_core_is_asked_for_text_only_where_stop_strings_need_it",),
+    ),
+    Mutation(
+        id="detokenize-false-ignored",
+        description="detokenize=False is accepted and the engine decodes the text anyway",
+        file="vt/engine/front/llm_engine.py", old="                         if resolved.detokenize else NO_TEXT)",
+        new="                         if True else NO_TEXT)",
+        gates=(f"{SPLIT}::test_detokenize_false_gives_the_same_tokens_and_no_text",),
+    ),
+]

@@ -95,7 +95,7 @@ class AsyncLLM:
             from vt.engine.front.llm_engine import FrontEngine
 
             self.engine: Any = FrontEngine(cfg)  # what the server reads of an engine: tokenizer, template, limits
-            self._core = EngineCoreClient(cfg, self)
+            self._core = EngineCoreClient(cfg, self, self.engine.tokenizer)
             self.cfg = self.engine.cfg = self._core.cfg
             self._thread = self._core.reader
         else:

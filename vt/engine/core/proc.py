@@ -10,7 +10,9 @@ core -> front   ("ready", settled config)   ("failed", error class, text)   ("ad
 A step's items carry what changed per request: each sample's new token ids and logprobs, and its text as the
 length it keeps of what was sent plus what it adds (text is cumulative but not append-only: a stop string is
 cut from it at the end). The front keeps each request's output and hands its streams whole RequestOutputs,
-as the in-process engine thread does. Stop strings are checked by the core, which owns the detokenizer.
+as the in-process engine thread does. A request with stop strings is detokenized by the core (it finds them in
+the text); every other request's text is made here, in the front, from the ids (the core is asked for none:
+detokenize=False), so the core's steps do not wait on detokenization (vLLM's split).
 
 The core exits when the front's end of the pipe closes (the front died) and says "dead" before it exits on a
 fatal error; a core that dies without a word (killed, out of memory) is an end of file to the front's reader.
@@ -32,6 +34,7 @@ import msgspec
 
 from vt.engine.config import EngineConfig
 from vt.engine.core.request import CompletionOutput, Finished, RequestMetrics, RequestOutput
+from vt.engine.front.detokenizer import IncrementalDetokenizer
 from vt.engine.sample.params import SamplingParams
 from vt.errors import EngineDeadError, VtError, WorkerDied
 
@@ -232,6 +235,7 @@ class _Sample:
     cumulative_logprob: float | None = None
     finish_reason: str | None = None
     stop_reason: int | str | None = None
+    detok: IncrementalDetokenizer | None = None  # the front's, when the core sends no text
 
 
 @dataclass(slots=True)
@@ -242,6 +246,8 @@ class _Output:
     prompt_ids: list[int]
     samples: dict[int, _Sample] = field(default_factory=dict)
     prompt_logprobs: list | None = None
+    tokenizer: Any = None  # set: the core sends no text, the front detokenizes
+
 
     def apply(self, item: list) -> RequestOutput:
         rid, done, error, arrival, first, end, preemptions, scores, deltas = item
@@ -250,7 +256,13 @@ class _Output:
         for index, ids, keep, add, lps, cum, reason, stop in deltas:
             s = self.samples.setdefault(index, _Sample())
             s.ids += ids
-            s.text = s.text[:keep] + add
+            if self.tokenizer is None:
+                s.text = s.text[:keep] + add
+            else:  # no stop strings: nothing in the text ends the sample, its ids say it all
+                s.detok = s.detok or IncrementalDetokenizer(self.tokenizer, [])
+                for t in ids:
+                    s.detok.add(t)
+                s.text = s.detok.text if reason is None or stop is not None else s.detok.flush()  # as the core's
             if lps is not None:
                 s.logprobs = (s.logprobs or []) + lps
             s.cumulative_logprob, s.finish_reason, s.stop_reason = cum, reason, stop
@@ -266,8 +278,9 @@ class EngineCoreClient:
     interpreter), waits for it to be ready, and reads its messages on a thread of its own, calling back into
     the AsyncLLM that owns it."""
 
-    def __init__(self, cfg: EngineConfig, owner: Any) -> None:
+    def __init__(self, cfg: EngineConfig, owner: Any, tokenizer: Any = None) -> None:
         self.owner = owner
+        self.tokenizer = tokenizer  # None: the core detokenizes every request
         ctx = multiprocessing.get_context("spawn")
         self.conn, child = ctx.Pipe(duplex=True)
         self.proc = ctx.Process(target=run_core, args=(cfg, child), name="vt-engine-core")
@@ -295,8 +308,9 @@ class EngineCoreClient:
             _send(self.conn, msg)
 
     def add(self, rid: str, prompt: str | None, ids: list[int], params: SamplingParams) -> None:
-        self.outputs[rid] = _Output(prompt, ids)
-        self.send(("add", rid, ids, _params_wire(params)))
+        here = self.tokenizer is not None and params.detokenize and not params.stop
+        self.outputs[rid] = _Output(prompt, ids, tokenizer=self.tokenizer if here else None)
+        self.send(("add", rid, ids, _params_wire(replace(params, detokenize=False) if here else params)))
 
     def stop(self, timeout_s: float = 30.0) -> None:
         try:

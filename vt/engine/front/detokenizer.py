@@ -14,6 +14,22 @@ from tokenizers.decoders import DecodeStream
 REPLACEMENT = "\ufffd"
 
 
+class NoText:
+    """A request that asked for no text (detokenize=False; the engine process's front detokenizes those without
+    stop strings itself): nothing decoded, nothing stops it."""
+
+    text = ""
+
+    def add(self, token: int, can_stop: bool = True) -> str | None:
+        return None
+
+    def flush(self) -> str:
+        return ""
+
+
+NO_TEXT = NoText()
+
+
 class IncrementalDetokenizer:
     def __init__(self, tokenizer: Any, stop: list[str], include_stop: bool = False) -> None:
         self.tokenizer = tokenizer

@@ -14,7 +14,7 @@ import numpy as np
 from vt.engine.config import EngineConfig, resolve_dtype
 from vt.engine.core.outputs import RunnerOutput, SchedulerOutput
 from vt.engine.core.request import Request
-from vt.engine.front.detokenizer import IncrementalDetokenizer
+from vt.engine.front.detokenizer import NO_TEXT, IncrementalDetokenizer
 from vt.engine.sample.params import SamplingParams
 from vt.errors import ConfigError, EngineInvariantError, RequestError
 
@@ -281,7 +281,8 @@ class LLMEngine:
                            index=k) for k, i in enumerate(ids_n)]
         for req in samples:
             req.siblings = samples if resolved.n > 1 else None
-            req.detok = IncrementalDetokenizer(self.tokenizer, resolved.stop, resolved.include_stop_str_in_output)
+            req.detok = (IncrementalDetokenizer(self.tokenizer, resolved.stop, resolved.include_stop_str_in_output)
+                         if resolved.detokenize else NO_TEXT)
             if len(ids) >= self.cfg.max_model_len:
                 req.finish("error", f"prompt has {len(ids)} tokens; max_model_len={self.cfg.max_model_len} leaves "
                                     f"no room for one generated token")
@@ -450,7 +451,7 @@ class LLMEngine:
         elif stop is not None:
             r.stop_reason = stop
             self._finish(r, "stop")
-        elif len(r.output_ids) >= p.max_tokens or r.num_tokens >= self.cfg.max_model_len:
+        elif len(r.output_ids) >= p.max_tokens or len(r.prompt_ids) + len(r.output_ids) >= self.cfg.max_model_len:
             self._finish(r, "length")
 
     def _finish(self, r: Request, reason: str, error: str | None = None) -> None:

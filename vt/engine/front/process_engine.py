@@ -36,7 +36,7 @@ class ProcessEngine:
         self.dead: BaseException | None = None
         self.num_steps = 0  # the reader thread sets it from each step's message
         self._ids = itertools.count()
-        self.core = EngineCoreClient(cfg, self)
+        self.core = EngineCoreClient(cfg, self, self.front.tokenizer)
         self.cfg = self.front.cfg = self.core.cfg
         atexit.register(self.close)  # after multiprocessing's own exit hook, so it runs first: the core stops
 

@@ -39,6 +39,7 @@ class SamplingParams:
     frequency_penalty: float = 0.0  # subtracted per occurrence in the output (OpenAI's rule)
     logit_bias: dict[int, float] | None = None  # token id -> added to its logit before penalties and filters
     allowed_token_ids: list[int] | None = None  # only these may be drawn (vLLM's field)
+    detokenize: bool = True  # False: token ids only, no text (vLLM's field; stop strings need text)
 
     def __post_init__(self) -> None:
         if isinstance(self.stop, str):
@@ -66,6 +67,9 @@ class SamplingParams:
             raise ConfigError(f"max_tokens={self.max_tokens}: must be an int >= 1")
         if any(not isinstance(s, str) or not s for s in self.stop):
             raise ConfigError(f"stop={self.stop!r}: must be non-empty strings")
+        if not isinstance(self.detokenize, bool) or (self.stop and not self.detokenize):
+            raise ConfigError(f"detokenize={self.detokenize!r}: must be a bool, and True where stop strings are "
+                              f"asked (they are found in the text)")
         for name, lo, hi in (("repetition_penalty", 0.0, 100.0), ("presence_penalty", -2.0, 2.0),
                              ("frequency_penalty", -2.0, 2.0)):
             v = getattr(self, name)
@@ -120,7 +124,8 @@ class SamplingParams:
                               float(self.repetition_penalty), float(self.presence_penalty),
                               float(self.frequency_penalty), self.logprobs, self.min_tokens, self.n,
                               self.prompt_logprobs, bias,
-                              None if self.allowed_token_ids is None else tuple(sorted(set(self.allowed_token_ids))))
+                              None if self.allowed_token_ids is None else tuple(sorted(set(self.allowed_token_ids))),
+                              detokenize=self.detokenize)
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,6 +149,7 @@ class ResolvedParams:
     prompt_logprobs: int | None = None
     logit_bias: tuple[tuple[int, float], ...] = ()  # (token, bias), ascending tokens
     allowed_token_ids: tuple[int, ...] | None = None  # ascending, distinct
+    detokenize: bool = True
 
     biased_tokens: tuple[tuple[int, float], ...] = ()  # what the sampler adds per token (see __post_init__)
 
