@@ -34,10 +34,11 @@ def test_a_worker_that_never_gets_ready_ends_the_startup_wait_at_its_deadline(tm
     stuck = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
         w = _workers_around([stuck], tmp_path)
-        err = ends_within(lambda: w.wait_ready(deadline_s=1.0), 20).get("error")
+        # 10 s for a 1 s deadline (an unbounded wait is what a mutant makes: it waits this out)
+        err = ends_within(lambda: w.wait_ready(deadline_s=1.0), 10).get("error")
         assert isinstance(err, WorkerDied) and "did not finish loading within 1 s" in str(err), repr(err)
         w.store.add(READY_KEY, 1)  # non-vacuity: a ready worker ends the wait at once, without an error
-        assert ends_within(lambda: w.wait_ready(deadline_s=1.0), 20).get("error") is None
+        assert ends_within(lambda: w.wait_ready(deadline_s=1.0), 10).get("error") is None
     finally:
         stuck.kill()
         stuck.wait()
@@ -48,7 +49,8 @@ def test_a_worker_that_dies_while_loading_is_named_before_the_deadline(tmp_path:
     dead.wait(30)
     w = _workers_around([dead], tmp_path)
     t0 = time.monotonic()
-    err = ends_within(lambda: w.wait_ready(deadline_s=20.0), 40).get("error")
+    # the deadline is the bound asserted below: a wait that ran to it fails as it would have later
+    err = ends_within(lambda: w.wait_ready(deadline_s=10.0), 20).get("error")
     assert isinstance(err, WorkerDied) and "rank 1" in str(err) and "exit code 3" in str(err), repr(err)
     assert time.monotonic() - t0 < 10, "found by its exit code, not by the deadline"
 

@@ -99,12 +99,11 @@ def test_the_html_report_renders_in_a_real_browser(tmp_path: Path) -> None:
                    route.abort())  # offline: anything but the file itself is refused
         url = (tmp_path / "out" / "mutation-report.html").as_uri()
         page.goto(url)
-        shown_score = _shows(page, score)
+        # asserted at once: a page that shows no score shows no source either, and each look waits up to 10 s
+        assert _shows(page, score), f"the viewer shows the mutation score {score}"
         page.goto(url + "#mutant/mod.py")  # the viewer's route to one file: its source, mutants inline
-        shown_source = _shows(page, "def f(x):")
+        assert _shows(page, "def f(x):"), "the viewer shows the mutated file's source"
         browser.close()
-    assert shown_score, f"the viewer shows the mutation score {score}"
-    assert shown_source, "the viewer shows the mutated file's source"
 
 
 def _shows(page, text: str) -> bool:

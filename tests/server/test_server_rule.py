@@ -94,12 +94,14 @@ def test_no_byte_is_sent_while_the_engine_is_held_inside_sampling(served) -> Non
 
     t = threading.Thread(target=client)
     t.start()
-    assert entered.wait(30), "non-vacuity: the engine reached sampling for this request"
-    time.sleep(GRACE_S)
-    assert "headers" not in seen, "the response began while the engine was held, before any result"
-    held.set()
-    t.join(60)
-    runner._sample_eager = real
+    try:
+        assert entered.wait(30), "non-vacuity: the engine reached sampling for this request"
+        time.sleep(GRACE_S)
+        assert "headers" not in seen, "the response began while the engine was held, before any result"
+    finally:  # a failed assertion releases the engine too: else the server's shutdown waits out its 30 s hold
+        held.set()
+        t.join(60)
+        runner._sample_eager = real
     frames = frames_of(seen["lines"])
     assert frames[-1] == "[DONE]" and frames[0]["choices"], "the first frame carries the first result"
     assert seen["headers"] >= first_token["t"] and seen["first_chunk"] >= first_token["t"], (
