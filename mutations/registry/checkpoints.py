@@ -7,6 +7,8 @@ from __future__ import annotations
 from mutations.model import Mutation
 from mutations.registry.gates import ARCH, ARCH_ERR, ARCH_NAMES, DTYPES, bf16_vs_hf
 
+LOW_PRECISION = "tests/models/test_low_precision.py"  # apart from test_architectures.py's transformers
+
 ENTRIES: list[Mutation] = [
     Mutation(
         id="manifest-check-removed",
@@ -96,7 +98,8 @@ ENTRIES: list[Mutation] = [
         id="kv-cache-ignores-model-dtype",
         description="the KV cache is float32 whatever the model dtype: a bf16 model's cache takes twice the memory",
         file="models/base.py", old="    dtype = model.kv_dtype\n", new="    dtype = np.dtype(F32)\n",
-        gates=tuple(f"{ARCH}::test_a_low_precision_model_holds_half_the_bytes[{d}]" for d in ("bfloat16", "float16")),
+        gates=tuple(f"{LOW_PRECISION}::test_a_low_precision_model_holds_half_the_bytes[{d}]"
+                    for d in ("bfloat16", "float16")),
     ),
     Mutation(
         id="low-precision-weights-kept-float32",

@@ -110,6 +110,7 @@ ENGINE_STREAMS = "tests/engine/test_engine_streams.py"
 TP = "tests/engine/test_tensor_parallel.py"
 TP4 = "tests/engine/test_tp4.py"
 TP_SHARDS = "tests/engine/test_tp_shards.py"
+TP_REFUSALS = "tests/engine/test_tp_refusals.py"  # apart from the shards' checkpoints
 TP_DEATH = "tests/engine/test_tp_death.py"
 TP_SEAMS = "tests/seams/test_tp_seams.py"
 TP_SERVE = "tests/server/test_tp_serve.py"

@@ -6,6 +6,7 @@ from __future__ import annotations
 from mutations.model import Mutation
 
 ECHO = "tests/server/test_echo.py"
+ECHO_TEXT = "tests/server/test_echo_text.py"  # apart from test_echo.py's transformers
 ROUTES = "tests/server/test_vllm_routes.py"
 LM_EVAL = "tests/server/test_lm_eval.py"
 BIAS = "tests/engine/test_logit_bias.py"
@@ -60,7 +61,7 @@ ENTRIES: list[Mutation] = [
         description="echo without logprobs returns the completion alone, not the prompt before it",
         file="vt/server/app.py", old="            return prompt_text + text, None\n",
         new="            return text, None\n",
-        gates=(f"{ECHO}::test_echo_puts_the_prompt_before_the_completion",),
+        gates=(f"{ECHO_TEXT}::test_echo_puts_the_prompt_before_the_completion",),
     ),
     Mutation(
         id="api-key-not-checked",

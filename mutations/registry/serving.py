@@ -111,6 +111,7 @@ ENTRIES += [
 ]
 
 OFFLINE = "tests/engine/test_offline_engine_process.py"
+OFFLINE_DEATH = "tests/engine/test_offline_engine_death.py"  # apart: each mutant starts its gates' cores only
 PE = "vt/engine/front/process_engine.py"
 
 ENTRIES += [
@@ -132,7 +133,7 @@ ENTRIES += [
         id="offline-core-death-unnoticed",
         description="the offline LLM never checks that its engine process is alive: a killed core hangs generate",
         file=PE, old="    def _check_alive(self) -> None:\n", new="    def _check_alive(self) -> None:\n        return\n",
-        gates=(f"{OFFLINE}::test_a_core_that_dies_fails_the_batch_instead_of_a_hang",),
+        gates=(f"{OFFLINE_DEATH}::test_a_core_that_dies_fails_the_batch_instead_of_a_hang",),
     ),
 ]
 
@@ -143,6 +144,6 @@ ENTRIES += [
                     "with no hint of the spawn's main guard (vt serve would print a traceback)",
         file="vt/engine/core/proc.py", old="            raise WorkerDied(f\"the engine core process exited with code",
         new="            raise RuntimeError(f\"the engine core process exited with code",
-        gates=(f"{OFFLINE}::test_a_core_that_dies_while_starting_is_a_typed_error_that_names_the_main_guard",),
+        gates=(f"{OFFLINE_DEATH}::test_a_core_that_dies_while_starting_is_a_typed_error_that_names_the_main_guard",),
     ),
 ]

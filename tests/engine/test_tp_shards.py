@@ -1,6 +1,6 @@
-"""Tensor parallelism's shards and refusals, no rank spawned: each rank's slices tile every checkpoint tensor
-(a replicated KV head is the one its query heads read), and a model that cannot be split is refused before any
-process starts. Apart from test_tensor_parallel.py, whose TP runs take a minute."""
+"""Tensor parallelism's shards, no rank spawned: each rank's slices tile every checkpoint tensor (a replicated KV
+head is the one its query heads read). Apart from test_tensor_parallel.py, whose TP runs take a minute; the
+refusals of a model that cannot be split are in test_tp_refusals.py (their mutants need no checkpoint built)."""
 
 from __future__ import annotations
 
@@ -8,11 +8,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
-from vt.engine.front.llm import LLM
-from vt.errors import ConfigError
-
-KW = dict(max_model_len=128, num_blocks=64, max_num_batched_tokens=32)
 
 
 @pytest.fixture(scope="module")
@@ -26,13 +21,6 @@ def _model(name: str, hf_root: Path) -> str:
     from tests.models.hf_checkpoints import make
 
     return str(make(name, hf_root))
-
-
-def test_a_model_that_cannot_be_split_is_refused_by_name() -> None:
-    with pytest.raises(ConfigError, match="num_attention_heads=4 is not divisible"):
-        LLM("tiny-qwen3", tensor_parallel_size=3, **KW)
-    with pytest.raises(ConfigError, match=r"tensor_parallel_size=9: must be an int in \[1, 8\]"):
-        LLM("tiny-qwen3", tensor_parallel_size=9, **KW)
 
 
 @pytest.mark.parametrize("name, size", [("tiny-qwen3-moe", 2), ("qwen2", 2), ("qwen2-mqa", 2), ("tiny-qwen3", 4)])

@@ -1,7 +1,8 @@
 """echo on completions, as evaluation harnesses use it: lm-evaluation-harness's local-completions scores a
 continuation by sending the context and continuation as token ids with echo, logprobs 1, max_tokens 1 and
 temperature 0, then reads token_logprobs[ctxlen:-1] and compares each with the top of its top_logprobs
-(greedy). Driven by the real `openai` client; the prompt tokens' logprobs are checked against transformers."""
+(greedy). Driven by the real `openai` client; the prompt tokens' logprobs are checked against transformers. (The
+echoed text: test_echo_text.py, apart so its mutant needs no transformers.)"""
 
 from __future__ import annotations
 
@@ -44,16 +45,6 @@ def test_the_prompt_tokens_logprobs_equal_transformers(client) -> None:
         greedy = [lp.token_logprobs[j] == max(lp.top_logprobs[j].values()) for j in range(1, len(ids))]
         assert greedy == [ids[j] == int(np.argmax(want[j - 1])) for j in range(1, len(ids))], "lm-eval's is_greedy"
         assert lp.text_offset == sorted(lp.text_offset) and lp.text_offset[0] == 0, "offsets into the echoed text"
-
-
-def test_echo_puts_the_prompt_before_the_completion(client) -> None:
-    plain = client.completions.create(model=MODEL, prompt="Once upon a time", max_tokens=4, temperature=0)
-    echoed = client.completions.create(model=MODEL, prompt="Once upon a time", max_tokens=4, temperature=0, echo=True)
-    assert echoed.choices[0].text == "Once upon a time" + plain.choices[0].text
-    assert plain.choices[0].text, "non-vacuous: the completion is not empty"
-    streamed = "".join(ch.choices[0].text for ch in client.completions.create(
-        model=MODEL, prompt="Once upon a time", max_tokens=4, temperature=0, echo=True, stream=True) if ch.choices)
-    assert streamed == echoed.choices[0].text, "streamed, the prompt comes once, first"
 
 
 def test_echo_with_max_tokens_0_answers_the_prompt_alone_scored(client) -> None:

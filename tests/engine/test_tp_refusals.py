@@ -1,0 +1,19 @@
+"""Tensor parallelism's refusals, no rank spawned: a model that cannot be split, or a size out of range, is
+refused by name before any process starts. Apart from test_tp_shards.py, whose slicing tests build checkpoints
+with transformers that these mutants need not."""
+
+from __future__ import annotations
+
+import pytest
+
+from vt.engine.front.llm import LLM
+from vt.errors import ConfigError
+
+KW = dict(max_model_len=128, num_blocks=64, max_num_batched_tokens=32)
+
+
+def test_a_model_that_cannot_be_split_is_refused_by_name() -> None:
+    with pytest.raises(ConfigError, match="num_attention_heads=4 is not divisible"):
+        LLM("tiny-qwen3", tensor_parallel_size=3, **KW)
+    with pytest.raises(ConfigError, match=r"tensor_parallel_size=9: must be an int in \[1, 8\]"):
+        LLM("tiny-qwen3", tensor_parallel_size=9, **KW)
