@@ -32,6 +32,16 @@ ENTRIES: list[Mutation] = [
         expect="the float parameters of each row",
     ),
     Mutation(
+        id="decode-step-stages-its-floats-apart",
+        description="a decode step copies its sampling floats to the device in a pinned copy of their own: two "
+                    "uploads a step where one holds every input",
+        file="vt/engine/worker/graph_driver.py", old="        self.uploads.upload(slot.inputs, slot.staged)\n",
+        new="        self.uploads.upload(slot.inputs, slot.staged)\n"
+            "        self.uploads.upload(slot.fparams, slot.staged_floats)\n",
+        gates=("tests/engine/test_batch_sampling_rows.py::"
+               "test_a_plain_decode_step_stages_its_inputs_in_one_pinned_copy",),
+    ),
+    Mutation(
         id="batch-remove-keeps-stale-block-table",
         description="a finished request's row keeps its block table (a stale row trusted to stay hidden)",
         file="vt/engine/worker/input_batch.py", old="        self.block_table[row] = self.trash_block\n        self._trim()",

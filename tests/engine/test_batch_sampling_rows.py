@@ -87,3 +87,29 @@ def test_every_decode_row_samples_with_its_own_requests_parameters_as_rows_move(
     assert any(len(rows) > 1 for rows in rows_seen.values()), f"non-vacuity: no request moved rows {rows_seen}"
     banning = [want.iparams[:, NUM_BANNED].any() for _, _, _, want in steps]
     assert any(banning) and not all(banning), "non-vacuity: min_tokens bans held, then lifted"
+
+
+def test_a_plain_decode_step_stages_its_inputs_in_one_pinned_copy() -> None:
+    """Tokens, positions, KV slots, block tables and both sampler parameter arrays: one upload a decode step;
+    a penalized row's history is a second (non-vacuity: the count sees uploads)."""
+    llm = LLM("tiny-qwen3", backend="cpu", max_model_len=128, num_blocks=64, max_num_seqs=4)
+    engine, uploads = llm.engine, llm.engine.runner.decoder.uploads
+    copies: list[int] = []
+    upload, decode = uploads.upload, engine.runner._decode
+
+    def counted(*args: Any) -> Any:
+        copies[-1] += 1
+        return upload(*args)
+
+    def step(req_ids: list[str]) -> Any:
+        copies.append(0)
+        return decode(req_ids)
+
+    uploads.upload, engine.runner._decode = counted, step
+    plain = SamplingParams(temperature=0.7, seed=1, max_tokens=6, ignore_eos=True)
+    llm.generate([[5, 6, 7], [8, 9]], plain)
+    plain_steps, copies[:] = list(copies), []
+    llm.generate([[5, 6, 7]], SamplingParams(temperature=0.7, seed=1, max_tokens=6, ignore_eos=True,
+                                             repetition_penalty=1.3))
+    assert len(plain_steps) >= 4 and set(plain_steps) == {1}, f"copies per plain decode step: {plain_steps}"
+    assert set(copies) == {2}, f"non-vacuity: a penalized step stages its history too: {copies}"

@@ -55,6 +55,8 @@ def width_bucket(width: int, min_width: int = 1) -> int:
 
 SlotKey = tuple[int, int, bool, int]  # (rows, tokens per row, speculative, block-table width bucket)
 ROW_INPUTS = 6  # per-row int64 inputs of a slot: tokens, positions, KV slots, table rows, feed sources, keep slots
+GREEDY_PADDING = pack([], 1, 0).iparams  # a padding row's sampler ints: greedy, reads nothing
+assert NF % 2 == 0, "a row's sampling floats fill whole int64 words of the staged inputs"
 
 
 def split_scratch(backend: Any, rows: int) -> tuple[Tensor, ...]:
@@ -121,16 +123,19 @@ class Slot:
         S, q, _, width = key
         b, c = driver.backend, driver.model.cfg
         self.key, self.width = key, width
-        # The integer step inputs are views of one buffer, staged from one host array in one copy; the
-        # sampling floats take a second copy, the penalty history a third (only when a row has penalties).
+        # The step inputs are views of one buffer, staged from one host array in one copy (the sampling floats
+        # too, NF float32 in NF / 2 of its int64 words a row); the penalty history takes a second copy and the
+        # logit biases a third, only when a row has them.
         n = S * q
-        self.staged = np.zeros(ROW_INPUTS * n + S * width + n * NI, I64)
+        floats_at = ROW_INPUTS * n + S * width + n * NI
+        self.staged = np.zeros(floats_at + n * NF // 2, I64)
+        self.staged_floats = self.staged[floats_at:].view(F32).reshape(n, NF)
         self.inputs = b.empty(self.staged.shape, I64)
         (self.tokens, self.positions, self.slots, self.token_row, self.feed_src,
          self.keep_dst) = (self.inputs.view((n,), offset=8 * i * n) for i in range(ROW_INPUTS))
         self.block_tables = self.inputs.view((S, width), offset=8 * ROW_INPUTS * n)
         self.iparams = self.inputs.view((n, NI), offset=8 * (ROW_INPUTS * n + S * width))
-        self.fparams = b.empty((n, NF), F32)
+        self.fparams = self.inputs.view((n, NF), F32, offset=8 * floats_at)
         # The penalty history, the sampler's scratch and the logits / hidden outputs are views of the driver's
         # one buffer each (slots replay one at a time, on one stream, and each step stages its own): a ladder
         # of slots at every width holds one [max rows, max width] history, not one per slot.
@@ -154,7 +159,7 @@ class Slot:
 
     def buffers(self) -> list[Tensor]:
         """The slot's own buffers (the shared ones are the driver's)."""
-        return [self.inputs, self.fparams, self.out_ids, self.lp_vals, self.lp_ids]
+        return [self.inputs, self.out_ids, self.lp_vals, self.lp_ids]
 
 
 class GraphDriver:
@@ -435,12 +440,10 @@ class GraphDriver:
         tables.fill(self.kv.num_blocks)
         tables[:B, :W] = inp.block_tables
         rows = inp.sampling if inp.sampling is not None else pack([], n, 0)
-        iparams = slot.staged[base + S * slot.width :].reshape(S * q, NI)
-        iparams[:n], iparams[n:] = rows.iparams, pack([], 1, 0).iparams  # padding: greedy, reads nothing
-        fparams = np.zeros((S * q, NF), F32)
-        fparams[:n] = rows.fparams
+        iparams = slot.staged[base + S * slot.width : base + S * slot.width + S * q * NI].reshape(S * q, NI)
+        iparams[:n], iparams[n:] = rows.iparams, GREEDY_PADDING  # padding: greedy, reads nothing
+        slot.staged_floats[:n], slot.staged_floats[n:] = rows.fparams, 0.0
         self.uploads.upload(slot.inputs, slot.staged)
-        self.uploads.upload(slot.fparams, fparams)
         if rows.hist is not None:
             if rows.hist.shape[1] > slot.hist_width:
                 raise GraphInputMismatch(f"penalty history of {rows.hist.shape[1]} tokens; the slot holds "
