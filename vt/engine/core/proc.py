@@ -178,7 +178,9 @@ class _Core:
                 f.finish_time, f.finish_reason, f.num_preemptions)
 
     def _item(self, head: Any) -> tuple:
-        samples = head.siblings or [head]
+        if head.siblings is None:  # one sample (most requests): its own fields, no merging (runs per request)
+            return self._item_of_one(head)
+        samples = head.siblings
         deltas = [self._delta(s) for s in samples]
         times = [s.first_token_time for s in samples if s.first_token_time is not None]
         ends = [s.finish_time for s in samples]
@@ -195,6 +197,19 @@ class _Core:
         return (head.id, done, errors[0] if errors else None, head.arrival, min(times) if times else None,
                 None if None in ends else max(e for e in ends if e is not None),
                 sum(s.num_preemptions for s in samples), scores, deltas)
+
+    def _item_of_one(self, r: Any) -> tuple:
+        delta = self._delta(r)
+        scores = None
+        if r.prompt_logprobs is not None and r.id not in self.prompt_scores_sent:
+            scores = [None if d is None else {int(k): float(v) for k, v in d.items()} for d in r.prompt_logprobs]
+            self.prompt_scores_sent.add(r.id)
+        done = r.is_finished
+        if done:
+            self.prompt_scores_sent.discard(r.id)
+            self.sent.pop(r.id, None)
+        return (r.id, done, r.error or None, r.arrival, r.first_token_time, r.finish_time, r.num_preemptions, scores,
+                [delta])
 
     def _delta(self, s: Any) -> tuple:
         sent = self.sent.setdefault(s.id, [0, ""])
