@@ -148,6 +148,8 @@ class Scheduler:
         """One token (and its speculative positions) for every running request past its prefill;
         returns the tokens scheduled."""
         num_tokens, running, max_len, kv = 0, Status.RUNNING, self.cfg.max_model_len, self.kv
+        one_group, sent_of, scheduled = kv.num_groups == 1, self._num_sent, out.num_scheduled_tokens
+        cached = out.cached_reqs  # _preempt filters it in place
         for req in list(self.running):  # per request: keep this loop's body lean (it is most of a step's host)
             if req.status is not running or req.num_computed < req.num_prefill:
                 continue  # preempted earlier in this loop, or still prefilling
@@ -156,7 +158,7 @@ class Scheduler:
             if ahead and (len(req.output_ids) + ahead >= req.params.max_tokens or n + ahead >= max_len):
                 continue  # the step in flight samples its last token
             spec = self._num_spec(req) if self.num_spec_tokens else 0
-            need = self._need(req, n + ahead + spec)  # the KV slots this step writes
+            need = [n + ahead + spec] if one_group else self._need(req, n + ahead + spec)  # the slots it writes
             blocks = kv.grow(req.id, need)
             while blocks is None:
                 victim = self.running[-1]
@@ -165,10 +167,9 @@ class Scheduler:
                     break
                 blocks = self.kv.grow(req.id, need)
             if blocks is not None:
-                sent = self._num_sent[req.id]
-                out.cached_reqs.append(CachedRequestData(req.id, req.ids_from(sent), blocks, req.num_computed))
-                self._num_sent[req.id] = n
-                out.num_scheduled_tokens[req.id] = 1 + spec
+                cached.append(CachedRequestData(req.id, req.ids_from(sent_of[req.id]), blocks, req.num_computed))
+                sent_of[req.id] = n
+                scheduled[req.id] = 1 + spec
                 if spec:
                     out.spec_tokens[req.id] = spec
                 req.num_computed += 1 + spec
@@ -177,7 +178,7 @@ class Scheduler:
 
     def _preempt(self, req: Request, out: SchedulerOutput) -> None:
         if out.num_scheduled_tokens.pop(req.id, None) is not None:  # a victim already scheduled: unschedule
-            out.cached_reqs = [c for c in out.cached_reqs if c.req_id != req.id]
+            out.cached_reqs[:] = [c for c in out.cached_reqs if c.req_id != req.id]
             out.prefill_chunks.pop(req.id, None)
             out.spec_tokens.pop(req.id, None)
         out.preempted_ids.append(req.id)
