@@ -93,4 +93,25 @@ ENTRIES += [
         new="                         if True else NO_TEXT)",
         gates=(f"{SPLIT}::test_detokenize_false_gives_the_same_tokens_and_no_text",),
     ),
+    Mutation(
+        id="front-reader-dies-quietly",
+        description="the front's reader ends on an exception of its own without failing anything: streams in flight "
+                    "wait forever and the server keeps running on a front that reads nothing",
+        file="vt/engine/core/proc.py",
+        old="        except Exception as e:  # noqa: BLE001 - this front's own failure: said, never a reader that dies quietly\n"
+            "            traceback.print_exc()\n"
+            "            o.die(EngineDeadError(f\"the front failed on the engine's output: {type(e).__name__}: {e}\"))",
+        new="        except Exception:  # noqa: BLE001\n            return",
+        gates=(f"{SPLIT}::test_a_front_that_fails_on_the_engines_output_says_so_instead_of_a_silent_reader",),
+    ),
+    Mutation(
+        id="detok-invalid-prefix-fatal",
+        description="a byte-fallback output whose window DecodeStream refuses raises out of the detokenizer: one "
+                    "request's odd bytes stop the engine",
+        file="vt/engine/front/detokenizer.py",
+        old="                if \"invalid prefix\" not in str(e).lower():\n                    raise\n",
+        new="                raise\n",
+        gates=("tests/engine/test_detokenizer.py::"
+               "test_a_byte_fallback_output_that_unmakes_a_released_character_goes_on",),
+    ),
 ]

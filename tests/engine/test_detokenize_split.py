@@ -56,3 +56,40 @@ def test_detokenize_false_gives_the_same_tokens_and_no_text() -> None:
     assert ids_only.text == "" and with_text.text, "no text where none was asked (non-vacuity: there is some)"
     with pytest.raises(ConfigError, match="detokenize"):
         SamplingParams(stop=["x"], detokenize=False)
+
+
+def test_a_front_that_fails_on_the_engines_output_says_so_instead_of_a_silent_reader() -> None:
+    """Whatever the front's reader meets in the core's output (here an output it cannot apply), it fails every
+    request in flight through the owner, as a dead core does: never a reader thread that ends quietly while
+    streams wait for it."""
+    import multiprocessing
+    import threading
+
+    from vt.engine.core.proc import _send
+
+    class Owner:
+        num_steps, died, delivered = 0, None, 0
+
+        def deliver_outputs(self, outs: list) -> None:
+            self.delivered += len(outs)
+
+        def die(self, e: BaseException) -> None:
+            self.died = e
+
+    class Broken(_Output):
+        def apply(self, item: list) -> Any:
+            raise ValueError("an output this front cannot apply")
+
+    mine, core = multiprocessing.Pipe(duplex=True)
+    client = EngineCoreClient.__new__(EngineCoreClient)
+    client.owner, client.conn, client.stats = Owner(), mine, {}
+    client.outputs = {"ok": _Output(None, [5], tokenizer=TOK), "bad": Broken(None, [5])}
+    reader = threading.Thread(target=client._read, daemon=True)
+    reader.start()
+    item = ["ok", False, None, 0.0, None, None, 0, None, [(0, [7], 0, "", None, None, None, None)]]
+    _send(core, ("out", 1, {}, [item], []))
+    _send(core, ("out", 2, {}, [["bad", *item[1:]]], []))
+    reader.join(5)
+    assert client.owner.delivered == 1, "non-vacuity: the reader delivered the output it could apply"
+    assert not reader.is_alive() and client.owner.died is not None, "the reader ended and said why"
+    assert "cannot apply" in str(client.owner.died), client.owner.died

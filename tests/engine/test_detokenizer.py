@@ -4,6 +4,8 @@ neighbours. (Linear work per token is the tokenizers library's DecodeStream's: i
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -64,3 +66,35 @@ def test_a_stop_string_of_multibyte_characters_splitting_across_tokens(stop: str
     assert any(REPLACEMENT in TOK.decode([t]) for t in ids), "non-vacuity: a character spans tokens"
     d, hit = _feed(text, [stop])
     assert hit == stop and d.text == "ab "
+
+
+def _byte_fallback_tokenizer() -> tuple[Any, dict[str, int]]:
+    """SentencePiece's byte fallback (the Llama-2 family): bytes spelled as tokens <0xNN>."""
+    from tokenizers import Tokenizer, decoders, models
+
+    vocab = {"<unk>": 0, **{f"<0x{b:02X}>": 1 + b for b in range(256)}, "▁the": 257}
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=[], unk_token="<unk>", byte_fallback=True))
+    tok.decoder = decoders.Sequence([decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse(),
+                                     decoders.Strip(" ", 1, 0)])
+    return tok, vocab
+
+
+def test_a_byte_fallback_output_that_unmakes_a_released_character_goes_on() -> None:
+    """A sampled '’' (three byte tokens), a stray lead byte, then words: the stray byte turns the whole byte run
+    back into U+FFFD, so the window's decode no longer starts with the text already released. The output goes
+    on (the released '’' stays), rather than failing the request and the engine with it."""
+    from tokenizers.decoders import DecodeStream
+
+    tok, vocab = _byte_fallback_tokenizer()
+    ids = [vocab["▁the"], 1 + 0xE2, 1 + 0x80, 1 + 0x99, 1 + 0xE2, vocab["▁the"], vocab["▁the"]]
+    with pytest.raises(Exception, match="(?i)invalid prefix"):  # non-vacuity: the library alone refuses it
+        stream = DecodeStream(skip_special_tokens=True)
+        for t in ids:
+            stream.step(tok, t)
+    d = IncrementalDetokenizer(tok, [" the the"])
+    try:
+        hits = [d.add(t) for t in ids]
+    except Exception as e:  # noqa: BLE001 - the failure under test
+        pytest.fail(f"the detokenizer raised on a byte-fallback output: {type(e).__name__}: {e}")
+    assert d.text.startswith("the’"), f"the released character stays: {d.text!r}"
+    assert hits[-1] == " the the" and d.text.endswith(REPLACEMENT * 3), "and stop strings are still found after it"

@@ -374,3 +374,6 @@ class EngineCoreClient:
         except (EOFError, OSError):
             self.proc.join(5)
             o.die(EngineDeadError(f"the engine stopped: its process exited with code {self.proc.exitcode}"))
+        except Exception as e:  # noqa: BLE001 - this front's own failure: said, never a reader that dies quietly
+            traceback.print_exc()
+            o.die(EngineDeadError(f"the front failed on the engine's output: {type(e).__name__}: {e}"))

@@ -2,8 +2,10 @@
 HF's text streamers and vLLM's fast detokenizer, in Rust: one call a token instead of two decodes from Python)
 releases text only once it no longer ends in a partial UTF-8 character, so an output never ends in U+FFFD.
 Stop strings are searched in the newly released text plus the few characters before it that a stop string
-could straddle. The offsets of the last two releases are kept for the end: an output cut inside a character
-ends before it."""
+could straddle. The offsets of the last two releases are kept for the end (an output cut inside a character
+ends before it) and for byte-fallback tokenizers (SentencePiece's Llama-2 family): there a stray byte can turn a
+released character back into U+FFFD, DecodeStream then refuses the window ("invalid prefix", vLLM's issue
+17448), and this request's text goes on by decoding the same window from Python, as before DecodeStream."""
 
 from __future__ import annotations
 
@@ -37,7 +39,7 @@ class IncrementalDetokenizer:
         self.include_stop = include_stop  # keep the stop string at the end of the text
         self.max_stop = max((len(s) for s in stop), default=0)
         self.ids: list[int] = []
-        self.stream = DecodeStream(skip_special_tokens=True)
+        self.stream: DecodeStream | None = DecodeStream(skip_special_tokens=True)
         self.prefix_offset = 0  # the release before the last: where the end's window starts
         self.read_offset = 0  # tokens before this are in `text`
         self.text = ""
@@ -49,7 +51,7 @@ class IncrementalDetokenizer:
         """Appends a token; returns the stop string it completed, if any (the text is then cut before it).
         can_stop False (before min_tokens): the text grows, no stop string is searched."""
         self.ids.append(token)
-        new = self.stream.step(self.tokenizer, token)
+        new = self._step(token)
         if not new:
             return None  # nothing new yet, or a character still incomplete: wait for its next byte
         start = max(0, len(self.text) - self.max_stop + 1)
@@ -61,6 +63,20 @@ class IncrementalDetokenizer:
                 self.text = self.text[: at + (len(s) if self.include_stop else 0)]
                 return s
         return None
+
+    def _step(self, token: int) -> str | None:
+        if self.stream is not None:
+            try:
+                return self.stream.step(self.tokenizer, token)
+            except Exception as e:  # noqa: BLE001 - tokenizers raises a bare Exception for it
+                if "invalid prefix" not in str(e).lower():
+                    raise
+                self.stream = None  # from here on, the window below (the text it released stays)
+        prefix = self._decode(self.ids[self.prefix_offset : self.read_offset])
+        full = self._decode(self.ids[self.prefix_offset :])
+        if len(full) <= len(prefix) or full.endswith(REPLACEMENT):
+            return None  # nothing new yet, or a character still incomplete
+        return full[len(prefix) :]
 
     def flush(self) -> str:
         """At the end: whatever is left, a trailing incomplete character dropped rather than shown as U+FFFD."""
