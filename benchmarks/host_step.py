@@ -7,6 +7,9 @@ the update step, detokenization. The same measurement runs on REF (a git worktre
 on this checkout, alternating, so the ratio is taken under one machine load.
 
     .venv/bin/python benchmarks/host_step.py [--ref REF] [--rows 32,256] [--steps 40]
+
+A last column measures this checkout with detokenize=False: the engine process's core, whose front makes the
+text of every request without stop strings (vt/engine/core/proc.py).
 """
 
 from __future__ import annotations
@@ -24,10 +27,10 @@ import json, sys, time
 import numpy as np
 from vt import LLM, SamplingParams
 
-rows, steps = int(sys.argv[1]), int(sys.argv[2])
+rows, steps, text = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3] == "text"
 llm = LLM(model="tiny-qwen3", max_model_len=1024, num_blocks=rows * 64 + 64, max_num_seqs=rows)
 e = llm.engine
-sp = SamplingParams(temperature=0, max_tokens=900, ignore_eos=True)
+sp = SamplingParams(temperature=0, max_tokens=900, ignore_eos=True, **({} if text else {"detokenize": False}))
 for i in range(rows):
     e.add_request([3 + i % 400, 5, 7, 9, 11], sp)
 for _ in range(60):  # prefill, then decode past the first block-table widths
@@ -46,9 +49,10 @@ print(json.dumps({"rows": rows, "ms_per_step": 1e3 * (time.perf_counter() - t) /
 """
 
 
-def measure(root: str, rows: int, steps: int) -> float:
+def measure(root: str, rows: int, steps: int, text: bool = True) -> float:
     env = {**os.environ, "PYTHONPATH": root, "OPENBLAS_NUM_THREADS": "1"}
-    p = subprocess.run([sys.executable, "-c", MEASURE, str(rows), str(steps)], cwd=root, env=env,
+    p = subprocess.run([sys.executable, "-c", MEASURE, str(rows), str(steps), "text" if text else "ids"], cwd=root,
+                       env=env,
                        capture_output=True, text=True, timeout=900)
     if p.returncode != 0:
         raise RuntimeError(f"{root}: {p.stderr[-2000:]}")
@@ -68,14 +72,16 @@ def main() -> int:
         subprocess.run(["git", "worktree", "add", "--detach", ref_root, args.ref], cwd=here, check=True,
                        capture_output=True)
         try:
-            print(f"| rows | {args.ref} ms/step | this checkout ms/step | ratio |\n|---|---|---|---|")
+            print(f"| rows | {args.ref} ms/step | this checkout ms/step | ratio | this checkout, no text |\n"
+                  f"|---|---|---|---|---|")
             for rows in (int(r) for r in args.rows.split(",")):
-                ref, now = [], []
-                for _ in range(args.repeats):  # alternate, so both see the same load
+                ref, now, ids = [], [], []
+                for _ in range(args.repeats):  # alternate, so all see the same load
                     ref.append(measure(ref_root, rows, args.steps))
                     now.append(measure(here, rows, args.steps))
+                    ids.append(measure(here, rows, args.steps, text=False))
                 r, n = min(ref), min(now)
-                print(f"| {rows} | {r:.3f} | {n:.3f} | {r / n:.2f}x |", flush=True)
+                print(f"| {rows} | {r:.3f} | {n:.3f} | {r / n:.2f}x | {min(ids):.3f} |", flush=True)
         finally:
             subprocess.run(["git", "worktree", "remove", "--force", ref_root], cwd=here, capture_output=True)
     return 0
