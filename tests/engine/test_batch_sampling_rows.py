@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+import pytest
 
 from vt import LLM, SamplingParams
 from vt.engine.sample.sampler import FIELDS_I, RowSpec, SamplingRows, pack
@@ -113,3 +114,23 @@ def test_a_plain_decode_step_stages_its_inputs_in_one_pinned_copy() -> None:
                                              repetition_penalty=1.3))
     assert len(plain_steps) >= 4 and set(plain_steps) == {1}, f"copies per plain decode step: {plain_steps}"
     assert set(copies) == {2}, f"non-vacuity: a penalized step stages its history too: {copies}"
+
+
+def test_a_decode_row_past_its_kv_blocks_is_refused_by_name_not_written_to_the_trash_block() -> None:
+    """The decode inputs read KV slots from the batch's padded block tables, whose unused entries name the trash
+    block: a row whose position outran its blocks (a broken growth invariant) must fail loudly, naming it."""
+    from vt.engine.core.kv_manager import TARGET
+    from vt.errors import EngineInvariantError
+
+    llm = LLM("tiny-qwen3", backend="cpu", max_model_len=128, num_blocks=64, max_num_seqs=4)
+    engine, runner = llm.engine, llm.engine.runner
+    engine.add_request([5, 6, 7], SamplingParams(temperature=0, max_tokens=40, ignore_eos=True))
+    engine.add_request(list(range(10, 30)), SamplingParams(temperature=0, max_tokens=40, ignore_eos=True))
+    for _ in range(3):
+        engine.step()
+    rids = [r for r in runner.batch.requests[: runner.batch.num_rows] if r is not None]
+    runner._decode(rids)()  # non-vacuity: as the engine keeps them, the rows decode
+    row = runner.batch.row_of[rids[1]]
+    runner.batch.num_blocks[row, TARGET] -= 1  # its table now ends before its last token's block
+    with pytest.raises(EngineInvariantError, match=rf"request {rids[1]}: position \d+ is past its \d+ KV blocks"):
+        runner._decode(rids)

@@ -384,6 +384,11 @@ class ModelRunner:
         num_tokens, ahead = b.num_tokens[rows], b.ahead[rows]
         pos = num_tokens + ahead - 1
         tables = b.tables_of(rows, TARGET)
+        short = pos // bs >= b.num_blocks[rows, TARGET]
+        if short.any():  # the padded table would hand it the trash block: a KV write lost, silently
+            rid = req_ids[int(np.flatnonzero(short)[0])]
+            raise EngineInvariantError(f"request {rid}: position {int(pos[short][0])} is past its "
+                                       f"{int(b.num_blocks[b.row_of[rid], TARGET])} KV blocks")
         # a token the host does not hold yet (async scheduling) is read on the device from its request's slot
         unsent = ahead > 0
         inputs = DecodeInputs(
