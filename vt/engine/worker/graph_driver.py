@@ -130,6 +130,7 @@ class Slot:
         floats_at = ROW_INPUTS * n + S * width + n * NI
         self.staged = np.zeros(floats_at + n * NF // 2, I64)
         self.staged_floats = self.staged[floats_at:].view(F32).reshape(n, NF)
+        self.staged[3 * n : 4 * n] = np.repeat(np.arange(S, dtype=I64), q)  # token_row: the same every step
         self.inputs = b.empty(self.staged.shape, I64)
         (self.tokens, self.positions, self.slots, self.token_row, self.feed_src,
          self.keep_dst) = (self.inputs.view((n,), offset=8 * i * n) for i in range(ROW_INPUTS))
@@ -427,12 +428,10 @@ class GraphDriver:
         slot -1 (no KV write), position 0, and a block-table row of trash blocks."""
         S, q, _, _ = slot.key
         n, B, W = inp.tokens.shape[0], inp.block_tables.shape[0], inp.block_tables.shape[1]
-        tokens, positions, slots, token_row, feed_src, keep_dst = slot.staged[: ROW_INPUTS * S * q].reshape(
-            ROW_INPUTS, S * q)
+        tokens, positions, slots, _, feed_src, keep_dst = slot.staged[: ROW_INPUTS * S * q].reshape(ROW_INPUTS, S * q)
         tokens[:n], tokens[n:] = inp.tokens, 0
         positions[:n], positions[n:] = inp.positions, 0
         slots[:n], slots[n:] = inp.slots, -1
-        token_row[:] = np.repeat(np.arange(S, dtype=I64), q)
         feed_src[:n], feed_src[n:] = (inp.feed_src if inp.feed_src is not None else -1), -1
         keep_dst[:n], keep_dst[n:] = (inp.keep_dst if inp.keep_dst is not None else -1), -1
         base = ROW_INPUTS * S * q
