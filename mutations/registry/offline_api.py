@@ -34,8 +34,9 @@ ENTRIES: list[Mutation] = [
     Mutation(
         id="detok-releases-partial-characters",
         description="an output cut inside a character ends in half of it (U+FFFD)",
-        file="vt/engine/front/detokenizer.py", old="        return self.text + rest.rstrip(REPLACEMENT)\n",
-        new="        return self.text + rest\n",
+        file="vt/engine/front/detokenizer.py",
+        old="        return self.text + self._unreleased()[0].rstrip(REPLACEMENT)\n",
+        new="        return self.text + self._unreleased()[0]\n",
         gates=tuple(f"{DETOK}::test_an_output_cut_inside_a_character_ends_before_it[{c}]" for c in ("euro", "emoji")),
     ),
     Mutation(

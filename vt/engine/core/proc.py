@@ -185,31 +185,34 @@ class _Core:
         times = [s.first_token_time for s in samples if s.first_token_time is not None]
         ends = [s.finish_time for s in samples]
         done = all(s.is_finished for s in samples)
-        scores = None
-        if head.prompt_logprobs is not None and head.id not in self.prompt_scores_sent:
-            scores = [None if d is None else {int(k): float(v) for k, v in d.items()} for d in head.prompt_logprobs]
-            self.prompt_scores_sent.add(head.id)
+        scores = self._prompt_scores(head)
         errors = [s.error for s in samples if s.error]
         if done:  # what was sent of its samples is forgotten with it (a finished sample stays while others run)
-            self.prompt_scores_sent.discard(head.id)
-            for smp in samples:
-                self.sent.pop(smp.id, None)
+            self._forget(head, samples)
         return (head.id, done, errors[0] if errors else None, head.arrival, min(times) if times else None,
                 None if None in ends else max(e for e in ends if e is not None),
                 sum(s.num_preemptions for s in samples), scores, deltas)
 
     def _item_of_one(self, r: Any) -> tuple:
         delta = self._delta(r)
-        scores = None
-        if r.prompt_logprobs is not None and r.id not in self.prompt_scores_sent:
-            scores = [None if d is None else {int(k): float(v) for k, v in d.items()} for d in r.prompt_logprobs]
-            self.prompt_scores_sent.add(r.id)
+        scores = self._prompt_scores(r)
         done = r.is_finished
         if done:
-            self.prompt_scores_sent.discard(r.id)
-            self.sent.pop(r.id, None)
+            self._forget(r, [r])
         return (r.id, done, r.error or None, r.arrival, r.first_token_time, r.finish_time, r.num_preemptions, scores,
                 [delta])
+
+    def _prompt_scores(self, head: Any) -> list | None:
+        """The prompt's logprobs, sent once (with the request's first output that holds them)."""
+        if head.prompt_logprobs is None or head.id in self.prompt_scores_sent:
+            return None
+        self.prompt_scores_sent.add(head.id)
+        return [None if d is None else {int(k): float(v) for k, v in d.items()} for d in head.prompt_logprobs]
+
+    def _forget(self, head: Any, samples: list) -> None:
+        self.prompt_scores_sent.discard(head.id)
+        for s in samples:
+            self.sent.pop(s.id, None)
 
     def _delta(self, s: Any) -> tuple:
         sent = self.sent.setdefault(s.id, [0, ""])

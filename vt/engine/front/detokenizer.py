@@ -72,14 +72,16 @@ class IncrementalDetokenizer:
                 if "invalid prefix" not in str(e).lower():
                     raise
                 self.stream = None  # from here on, the window below (the text it released stays)
+        rest, whole = self._unreleased()
+        return rest if whole else None  # else nothing new yet, or a character still incomplete
+
+    def _unreleased(self) -> tuple[str, bool]:
+        """The window's text past what was released, and whether it ends on whole characters (the window starts
+        at the release before the last, so a token's leading space decodes as it does mid-text)."""
         prefix = self._decode(self.ids[self.prefix_offset : self.read_offset])
         full = self._decode(self.ids[self.prefix_offset :])
-        if len(full) <= len(prefix) or full.endswith(REPLACEMENT):
-            return None  # nothing new yet, or a character still incomplete
-        return full[len(prefix) :]
+        return full[len(prefix) :], len(full) > len(prefix) and not full.endswith(REPLACEMENT)
 
     def flush(self) -> str:
         """At the end: whatever is left, a trailing incomplete character dropped rather than shown as U+FFFD."""
-        window = self.ids[self.prefix_offset :]
-        rest = self._decode(window)[len(self._decode(window[: self.read_offset - self.prefix_offset])) :]
-        return self.text + rest.rstrip(REPLACEMENT)
+        return self.text + self._unreleased()[0].rstrip(REPLACEMENT)

@@ -414,10 +414,6 @@ class LLMEngine:
                 if spec_tokens:
                     r.num_computed -= spec_tokens.get(rid, 0) - (len(tokens) - 1)  # rejected positions' KV is stale
                 logprobs = out.logprobs.get(rid) if out.logprobs else None
-                if logprobs is None and len(tokens) == 1:  # a plain decode step's
-                    self._append(r, tokens[0])
-                    stepped.append(r)
-                    continue
                 for i, token in enumerate(tokens):  # a speculative step may bring several; stop at the first finish
                     if logprobs is not None:
                         self._log(r, logprobs[i], token)
