@@ -6,7 +6,7 @@ nothing and every read-back hands back ids at once, so what is left per step is 
 the update step, detokenization. The same measurement runs on REF (a git worktree of it, in a subprocess) and
 on this checkout, alternating, so the ratio is taken under one machine load.
 
-    .venv/bin/python benchmarks/host_step.py [--ref REF] [--rows 32,256] [--steps 40]
+    .venv/bin/python benchmarks/host_step.py [--ref REF] [--rows 32 256] [--steps 40]
 
 A last column measures this checkout with detokenize=False: the engine process's core, whose front makes the
 text of every request without stop strings (vt/engine/core/proc.py).
@@ -62,10 +62,12 @@ def measure(root: str, rows: int, steps: int, text: bool = True) -> float:
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--ref", default="HEAD~0", help="the revision to compare against (a worktree is made)")
-    ap.add_argument("--rows", default="32,256")
+    ap.add_argument("--rows", type=int, nargs="+", default=[32, 256])
     ap.add_argument("--steps", type=int, default=40)
     ap.add_argument("--repeats", type=int, default=3)
     args = ap.parse_args()
+    if min(args.rows + [args.steps, args.repeats]) < 1:
+        ap.error("--rows, --steps and --repeats take positive ints")
     here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     with tempfile.TemporaryDirectory() as tmp:
         ref_root = os.path.join(tmp, "ref")
@@ -74,7 +76,7 @@ def main() -> int:
         try:
             print(f"| rows | {args.ref} ms/step | this checkout ms/step | ratio | this checkout, no text |\n"
                   f"|---|---|---|---|---|")
-            for rows in (int(r) for r in args.rows.split(",")):
+            for rows in args.rows:
                 ref, now, ids = [], [], []
                 for _ in range(args.repeats):  # alternate, so all see the same load
                     ref.append(measure(ref_root, rows, args.steps))

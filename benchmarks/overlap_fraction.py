@@ -4,7 +4,7 @@ keeps C in flight), output lengths drawn uniformly from [out/2, 3*out/2] so requ
 A step with an admission or a prefill chunk runs after the one before is applied (README, Async scheduling), so
 the GPU waits for the host on it; this counts those steps. Scheduling only: no timing.
 
-    .venv/bin/python benchmarks/overlap_fraction.py [--concurrency 32,128] [--requests 5] [--out 64]
+    .venv/bin/python benchmarks/overlap_fraction.py [--concurrency 32 128] [--requests 5] [--out 64]
 """
 
 from __future__ import annotations
@@ -40,12 +40,14 @@ def fraction(concurrency: int, num_requests: int, out: int, prompt_len: int = 20
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--concurrency", default="32,128")
+    ap.add_argument("--concurrency", type=int, nargs="+", default=[32, 128])
     ap.add_argument("--requests", type=int, default=4, help="requests per concurrency slot")
     ap.add_argument("--out", type=int, default=64)
     args = ap.parse_args()
+    if min(args.concurrency + [args.requests]) < 1 or args.out < 2:
+        ap.error("--concurrency and --requests take positive ints, --out one of at least 2")
     print("| concurrency | steps | may overlap |\n|---|---|---|")
-    for c in (int(x) for x in args.concurrency.split(",")):
+    for c in args.concurrency:
         yes, total = fraction(c, c * args.requests, args.out)
         print(f"| {c} | {total} | {yes} ({100 * yes / max(1, total):.0f}%) |", flush=True)
 

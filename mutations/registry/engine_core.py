@@ -114,4 +114,13 @@ ENTRIES += [
         gates=("tests/engine/test_detokenizer.py::"
                "test_a_byte_fallback_output_that_unmakes_a_released_character_goes_on",),
     ),
+    Mutation(
+        id="detokenize-false-beside-stop-strings-accepted",
+        description="detokenize=False is accepted beside stop strings, which are then never found (no text)",
+        file="vt/engine/sample/params.py",
+        old="        if not isinstance(self.detokenize, bool) or (self.stop and not self.detokenize):",
+        new="        if not isinstance(self.detokenize, bool):",
+        gates=(f"{SPLIT}::test_detokenize_false_gives_the_same_tokens_and_no_text",),
+        expect="DID NOT RAISE",
+    ),
 ]
