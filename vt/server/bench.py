@@ -59,8 +59,10 @@ async def _one(client: Any, url: str, model: str, prompt: list[int], output_len:
     t0 = time.perf_counter()
     first = last = 0.0
     out = One(ok=False)
+    chunks, status = 0, None
     try:
         async with client.stream("POST", url, json=body) as r:
+            status = r.status_code
             if r.status_code != 200:
                 out.error = f"HTTP {r.status_code}: {(await r.aread()).decode()[:200]}"
                 return out
@@ -71,7 +73,7 @@ async def _one(client: Any, url: str, model: str, prompt: list[int], output_len:
                 if "error" in chunk:
                     out.error = chunk["error"].get("message", "error")
                     return out
-                now = time.perf_counter()
+                now, chunks = time.perf_counter(), chunks + 1
                 if chunk.get("choices"):
                     if not first:
                         first = now
@@ -81,7 +83,11 @@ async def _one(client: Any, url: str, model: str, prompt: list[int], output_len:
                 if chunk.get("usage"):
                     out.output_tokens = chunk["usage"]["completion_tokens"]
     except Exception as e:  # noqa: BLE001 - a failed request is counted, not fatal
-        out.error = f"{type(e).__name__}: {e}"
+        # where it broke tells a connection the server dropped before answering (a keep-alive race) from a stream
+        # cut mid-way; an exception with no text of its own is named by its cause (httpx's ReadError wraps an OSError)
+        why = str(e) or repr(e.__cause__ or e.__context__)
+        where = "before any response" if status is None else f"after {chunks} chunks"
+        out.error = f"{type(e).__name__} {where}, {time.perf_counter() - t0:.2f} s in: {why}"
         return out
     out.ok, out.ttft, out.latency = True, first - t0, time.perf_counter() - t0
     return out
