@@ -70,12 +70,22 @@ __device__ u64 block_sum_u(u64 v, u64* sh) {
     u64 r = sh[0]; __syncthreads();
     return r;
 }
-// Exclusive prefix sum over the block (thread order), by one thread: T adds, deterministic.
+// Exclusive prefix sum over the block (thread order): each warp scans by shuffles, warp 0 scans the warps' totals.
+// Integers: the same sums in any order. (One thread adding T values took ~8 us of a draw's tail on the H200.)
 __device__ u64 block_exclusive_scan(u64 v, u64* sh) {
-    sh[threadIdx.x] = v; __syncthreads();
-    if (threadIdx.x == 0) { u64 acc = 0; for (int i = 0; i < T; i++) { u64 t = sh[i]; sh[i] = acc; acc += t; } }
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    u64 x = v;
+    for (int o = 1; o < 32; o <<= 1) { const u64 y = __shfl_up_sync(0xffffffffu, x, o); if (lane >= o) x += y; }
+    if (lane == 31) sh[warp] = x;
     __syncthreads();
-    u64 r = sh[threadIdx.x]; __syncthreads();
+    if (warp == 0) {
+        u64 t = lane < WARPS ? sh[lane] : 0ull;
+        for (int o = 1; o < 32; o <<= 1) { const u64 y = __shfl_up_sync(0xffffffffu, t, o); if (lane >= o) t += y; }
+        if (lane < WARPS) sh[lane] = t;
+    }
+    __syncthreads();
+    const u64 r = x - v + (warp ? sh[warp - 1] : 0ull);
+    __syncthreads();
     return r;
 }
 __device__ void block_argmax(float v, int i, float* shv, int* shi, float* outv, int* outi) {
@@ -92,6 +102,9 @@ __device__ void block_argmax(float v, int i, float* shv, int* shi, float* outv, 
 }
 
 struct Filter { float temp, m, min_p; u32 kmin; int weighted; };
+
+// A row with nothing to change before its draw: no logprobs, penalty history, bans, bias or allowed tokens.
+__device__ __forceinline__ bool plain_row(const long long* ip) { return ip[5] == 0 && ip[4] == 0 && ip[6] == 0 && ip[8] == 0; }
 
 // Token i's tempered value, whether the filters so far keep it, and its fixed-point mass.
 __device__ __forceinline__ float tempered(const float* row, int i, float temp) { return __fdiv_rn(row[i], temp); }
@@ -144,6 +157,55 @@ __device__ u32 radix_select(const float* row, int V, const Filter& f, u64 want, 
     return prefix;
 }
 
+// The row's target mass in [0, z): its one uniform (a hash of seed and output position, 53 bits) times z.
+__device__ __forceinline__ u64 draw_target(u64 seed, u64 counter, u64 z) {
+    u64 key = mix64(seed + 0x9E3779B97F4A7C15ull * (counter + 1ull));
+    double u = (double)(key >> 11) * 1.1102230246251565e-16;  // 2**-53
+    u64 target = (u64)(u * (double)z);
+    return target >= z ? z - 1 : target;
+}
+
+// The draw of one row by one block (every thread of it): top-k, min-p and top-p thresholds by radix selection over
+// the whole vocabulary, then the inverse CDF. vt_sample's body for a row it draws, and the candidate sampler's exact
+// fallback (ties past what its candidates hold).
+__device__ int draw_block(const float* row, int V, const float* fp, const long long* ip, float* shf, int* shi,
+                          u64* shu, u64* hist256, u64* whist, u64* shx) {
+    const int tid = threadIdx.x;
+    const float temp = fp[0], top_p = fp[1], min_p = fp[2];
+    const long long top_k = ip[2];
+    float m = -VT_INF;
+    for (int i = tid; i < V; i += T) m = fmaxf(m, tempered(row, i, temp));
+    m = block_max(m, shf);
+    Filter f = {temp, m, 0.0f, 0u, 0};
+    if (top_k > 0 && top_k < V) f.kmin = radix_select(row, V, f, (u64)top_k, whist, hist256, shx);
+    f.weighted = 1; f.min_p = min_p;
+    u64 z = 0; u32 k;
+    for (int i = tid; i < V; i += T) z += weight(row, i, f, &k);
+    z = block_sum_u(z, shu);
+    if (top_p < 1.0f) {
+        // at least one unit of mass: a top_p so small that top_p * z < 1 keeps the top token, never nothing
+        f.kmin = radix_select(row, V, f, max(1ull, (u64)((double)top_p * (double)z)), whist, hist256, shx);
+        z = 0;
+        for (int i = tid; i < V; i += T) z += weight(row, i, f, &k);
+        z = block_sum_u(z, shu);
+    }
+    const u64 target = draw_target((u64)ip[0], (u64)ip[1], z);
+    int chunk = (V + T - 1) / T, lo = tid * chunk, hi = min(V, lo + chunk);
+    u64 s = 0;
+    for (int i = lo; i < hi; i++) s += weight(row, i, f, &k);
+    u64 pre = block_exclusive_scan(s, shu);
+    if (tid == 0) shi[0] = V - 1;
+    __syncthreads();
+    if (target >= pre && target < pre + s) {
+        u64 acc = pre;
+        for (int i = lo; i < hi; i++) { acc += weight(row, i, f, &k); if (acc > target) { shi[0] = i; break; } }
+    }
+    __syncthreads();
+    const int tok = shi[0];
+    __syncthreads();
+    return tok;
+}
+
 extern "C" __global__ void vt_sample(float* logits, const float* fparams, const long long* iparams,
                                      const long long* hist, float* hist_raw, const long long* bias_ids,
                                      const float* bias_vals, float* bias_raw, long long* out_ids,
@@ -160,15 +222,17 @@ extern "C" __global__ void vt_sample(float* logits, const float* fparams, const 
     const long long* ip = iparams + r * NI;
     const long long* h = hist + (long long)r * L;
     float* hr = hist_raw + (long long)r * L;
-    const float temp = fp[0], top_p = fp[1], min_p = fp[2], rep = fp[3], pres = fp[4], freq = fp[5];
-    const u64 seed = (u64)ip[0], counter = (u64)ip[1];
-    const long long top_k = ip[2];
+    const float temp = fp[0], rep = fp[3], pres = fp[4], freq = fp[5];
     const int num_prompt = (int)ip[3], num_hist = (int)ip[4], num_lp = (int)ip[5], num_banned = (int)ip[6];
     const long long forced = ip[7];
     const int num_bias = forced < 0 ? (int)ip[8] : 0, allowed = (int)ip[9];  // a forced row scores raw logits
     const long long* bi = bias_ids + (long long)r * W;
     float* br = bias_raw + (long long)r * W;
 
+    if (defer_draw && forced < 0 && temp != 0.0f && plain_row(ip)) {  // nothing to do before the draw: the
+        if (tid == 0) out_ids[r] = -2;                                 // candidate kernel checks its logits
+        return;
+    }
     int bad = 0;
     for (int i = tid; i < V; i += T) bad |= !isfinite(row[i]);
     if (block_max((float)bad, shf) > 0.0f) { if (tid == 0) out_ids[r] = -1; return; }
@@ -259,39 +323,7 @@ extern "C" __global__ void vt_sample(float* logits, const float* fparams, const 
         for (int i = tid; i < V; i += T) { float v = row[i]; if (v > bv || (v == bv && i < bi)) { bv = v; bi = i; } }
         float mv; block_argmax(bv, bi, shf, shi, &mv, &tok);
     } else {
-        float m = -VT_INF;
-        for (int i = tid; i < V; i += T) m = fmaxf(m, tempered(row, i, temp));
-        m = block_max(m, shf);
-        Filter f = {temp, m, 0.0f, 0u, 0};
-        if (top_k > 0 && top_k < V) f.kmin = radix_select(row, V, f, (u64)top_k, whist, hist256, shx);
-        f.weighted = 1; f.min_p = min_p;
-        u64 z = 0; u32 k;
-        for (int i = tid; i < V; i += T) z += weight(row, i, f, &k);
-        z = block_sum_u(z, shu);
-        if (top_p < 1.0f) {
-            // at least one unit of mass: a top_p so small that top_p * z < 1 keeps the top token, never nothing
-            f.kmin = radix_select(row, V, f, max(1ull, (u64)((double)top_p * (double)z)), whist, hist256, shx);
-            z = 0;
-            for (int i = tid; i < V; i += T) z += weight(row, i, f, &k);
-            z = block_sum_u(z, shu);
-        }
-        u64 key = mix64(seed + 0x9E3779B97F4A7C15ull * (counter + 1ull));
-        double u = (double)(key >> 11) * 1.1102230246251565e-16;  // 2**-53
-        u64 target = (u64)(u * (double)z);
-        if (target >= z) target = z - 1;
-        int chunk = (V + T - 1) / T, lo = tid * chunk, hi = min(V, lo + chunk);
-        u64 s = 0;
-        for (int i = lo; i < hi; i++) s += weight(row, i, f, &k);
-        u64 pre = block_exclusive_scan(s, shu);
-        if (tid == 0) shi[0] = V - 1;
-        __syncthreads();
-        if (target >= pre && target < pre + s) {
-            u64 acc = pre;
-            for (int i = lo; i < hi; i++) { acc += weight(row, i, f, &k); if (acc > target) { shi[0] = i; break; } }
-        }
-        __syncthreads();
-        tok = shi[0];
-        __syncthreads();
+        tok = draw_block(row, V, fp, ip, shf, shi, shu, hist256, whist, shx);
     }
     if (tid == 0) {
         out_ids[r] = tok;
@@ -448,6 +480,22 @@ extern "C" __global__ void vt_split_sum(const float* logits, const float* fparam
     counters[r] = 0;
 }
 
+// A deferred row's token, and its raw logprob when asked (lse was kept in its slot by vt_sample; the raw logit is
+// the one saved before penalties and bias changed it). One thread.
+__device__ void finish_row(int r, int tok, const float* row, const long long* ip, const long long* hist,
+                           const float* hist_raw, const long long* bias_ids, const float* bias_raw, long long* out_ids,
+                           float* lp_vals, long long* lp_ids, int L, int W) {
+    out_ids[r] = tok;
+    const int num_lp = (int)ip[5], num_hist = (int)ip[4], num_bias = (int)ip[8];
+    if (num_lp > 0) {
+        float raw = row[tok];
+        for (int j = 0; j < num_hist; j++) if (hist[(long long)r * L + j] == tok) { raw = hist_raw[(long long)r * L + j]; break; }
+        for (int j = 0; j < num_bias; j++) if (bias_ids[(long long)r * W + j] == tok) { raw = bias_raw[(long long)r * W + j]; break; }
+        lp_ids[r * NLP + NLP - 1] = tok;
+        lp_vals[r * NLP + NLP - 1] = raw - lp_vals[r * NLP + NLP - 1];
+    }
+}
+
 // The draw: the block whose chunk holds the target finds the token, as vt_sample does within a row.
 extern "C" __global__ void vt_split_draw(const float* logits, const float* fparams, const long long* iparams,
                                          const long long* hist, const float* hist_raw, const long long* bias_ids,
@@ -463,10 +511,7 @@ extern "C" __global__ void vt_split_draw(const float* logits, const float* fpara
     const float* row = logits + (long long)r * V;
     const Filter f = row_filter(fp, state, r, 2);
     const u64 z = ST(r, 3);
-    const u64 key = mix64((u64)ip[0] + 0x9E3779B97F4A7C15ull * ((u64)ip[1] + 1ull));
-    const double u = (double)(key >> 11) * 1.1102230246251565e-16;  // 2**-53
-    u64 target = (u64)(u * (double)z);
-    if (target >= z) target = z - 1;
+    const u64 target = draw_target((u64)ip[0], (u64)ip[1], z);
     u64 pre = 0;
     for (int g = 0; g < (int)blockIdx.y; g++) pre += psum[(long long)r * G + g];
     const u64 mine = psum[(long long)r * G + blockIdx.y];
@@ -487,15 +532,243 @@ extern "C" __global__ void vt_split_draw(const float* logits, const float* fpara
         for (int i = a; i < b; i++) { acc += weight(row, i, f, &k); if (acc > target) { found = i; break; } }
     }
     __syncthreads();
-    if (threadIdx.x != 0) return;
-    const int tok = found;
-    out_ids[r] = tok;
-    const int num_lp = (int)ip[5], num_hist = (int)ip[4], num_bias = (int)ip[8];
-    if (num_lp > 0) {  // the sampled token's raw logprob: lse was kept in its slot by vt_sample
-        float raw = row[tok];
-        for (int j = 0; j < num_hist; j++) if (hist[(long long)r * L + j] == tok) { raw = hist_raw[(long long)r * L + j]; break; }
-        for (int j = 0; j < num_bias; j++) if (bias_ids[(long long)r * W + j] == tok) { raw = bias_raw[(long long)r * W + j]; break; }
-        lp_ids[r * NLP + NLP - 1] = tok;
-        lp_vals[r * NLP + NLP - 1] = raw - lp_vals[r * NLP + NLP - 1];
+    if (threadIdx.x == 0) finish_row(r, found, row, ip, hist, hist_raw, bias_ids, bias_raw, out_ids, lp_vals, lp_ids, L, W);
+}
+
+
+// ---- the candidate sampler (issue 29): two launches draw what the passes above draw, for the rows that need no
+// selection over the whole vocabulary. Rows the split kernels above still draw: top-k above KMAX, top-p without
+// top-k (launched only when a step has such a row; see backends/kernels/sampler.py).
+//
+// vt_cand_scan, SPLIT blocks per row: each block reads its chunk: the row's max (tempered), whether a plain row's
+// logits are finite, and for a row with top_k <= KMAX its candidates. The block's bound is the k-th largest of its
+// threads' own largest keys: k tokens of the block reach it, so the row's k-th largest key does too. The block keeps
+// every token that reaches its bound (at most CAND_CAP, in parts[r, g, 8:]). The row's last block merges those that
+// reach the largest bound: every token of the row that reaches it, so every token of the support (keys >= the k-th,
+// ties kept); top-p, min-p and the draw run on those few. A block with more than CAND_CAP tokens at its bound (a
+// row of equal logits) sends the row to the one-block draw. Integer masses: no result depends on the block order.
+#define KMAX 32
+#define CAND_CAP 248
+#define SUPPORT_CAP T
+// parts[r, g, 0..5]: max (float bits), bad, candidates, the block's bound, -, overflow
+#define PART(r, g, i) parts[((long long)(r) * gridDim.y + (g)) * 256 + (i)]
+
+__device__ __forceinline__ bool fast_topk(long long top_k, int V) { return top_k > 0 && top_k < V && top_k <= KMAX; }
+__device__ __forceinline__ u32 cand_key(u64 v) { return (u32)(v >> 32); }
+__device__ __forceinline__ int cand_index(u64 v) { return (int)(~(u32)v); }
+// larger key first, then the lower index: one order over distinct tokens (0 is no candidate)
+__device__ __forceinline__ u64 cand_pack(u32 key, int i) { return ((u64)key << 32) | (u64)(~(u32)i); }
+
+// The k-th largest of the packed values vals[0:n] (0 when fewer than k), by rank: each thread counts what beats its own.
+__device__ u64 kth_largest(const u64* vals, int n, int k, u64* sh) {
+    if (threadIdx.x == 0) sh[0] = 0;
+    __syncthreads();
+    for (int p = threadIdx.x; p < n; p += T) {
+        const u64 v = vals[p];
+        int rank = 0;
+        for (int q = 0; q < n; q++) rank += vals[q] > v;
+        if (rank == k - 1) sh[0] = v;
+    }
+    __syncthreads();
+    const u64 r = sh[0];
+    __syncthreads();
+    return r;
+}
+
+// keys[0:T] in descending order (bitonic, every thread of the block)
+__device__ void sort_desc(u32* keys) {
+    for (int size = 2; size <= T; size <<= 1) {
+        for (int stride = size >> 1; stride > 0; stride >>= 1) {
+            const int i = threadIdx.x, j = i ^ stride;
+            if (j > i) {
+                const u32 a = keys[i], b = keys[j];
+                if (((i & size) == 0) == (a < b)) { keys[i] = b; keys[j] = a; }
+            }
+            __syncthreads();
+        }
+    }
+}
+
+extern "C" __global__ void vt_cand_scan(const float* logits, const float* fparams, const long long* iparams,
+                                        const long long* hist, const float* hist_raw, const long long* bias_ids,
+                                        const float* bias_raw, long long* out_ids, float* lp_vals, long long* lp_ids,
+                                        unsigned long long* parts, unsigned long long* state, unsigned int* counters,
+                                        int V, int L, int W) {
+    __shared__ float shf[T];
+    __shared__ int shi[T];
+    __shared__ u64 shu[T];
+    __shared__ u64 hist256[256];
+    __shared__ u64 whist[WARPS * 256];  // the one-block draw's histograms, or the merged candidates
+    __shared__ u64 sup[SUPPORT_CAP];
+    __shared__ u32 tkeys[T];
+    __shared__ u64 shx[2];
+    __shared__ u32 sh_bound;
+    __shared__ int sh_count;
+    __shared__ bool sh_last;
+    const int r = blockIdx.x, G = gridDim.y, tid = threadIdx.x;
+    if (out_ids[r] != -2) return;
+    const float* row = logits + (long long)r * V;
+    const float* fp = fparams + r * NF;
+    const long long* ip = iparams + r * NI;
+    const float temp = fp[0];
+    const long long top_k = ip[2];
+    const bool plain = plain_row(ip), fast = fast_topk(top_k, V);
+    int lo, hi;
+    chunk_of(V, &lo, &hi);
+
+    float m = -VT_INF;
+    int bad = 0;
+    for (int i = lo + tid; i < hi; i += T) {
+        if (plain) bad |= !isfinite(row[i]);
+        m = fmaxf(m, tempered(row, i, temp));  // this thread's largest: its key is the largest of its keys
+    }
+    if (fast) tkeys[tid] = lo + tid < hi ? fkey(m) : 0u;
+    m = block_max(m, shf);
+    bad = block_max((float)bad, shf) > 0.0f;
+    if (tid == 0) { PART(r, blockIdx.y, 0) = __float_as_uint(m); PART(r, blockIdx.y, 1) = bad; }
+    if (fast) {
+        if (tid == 0) sh_count = 0;
+        sort_desc(tkeys);
+        const u32 bound = tkeys[top_k - 1];  // k threads' largest keys reach it (0: fewer than k threads hold tokens)
+        for (int i = lo + tid; i < hi; i += T) {
+            const u32 k = fkey(tempered(row, i, temp));
+            if (k >= bound) {
+                const int slot = atomicAdd(&sh_count, 1);
+                if (slot < CAND_CAP) PART(r, blockIdx.y, 8 + slot) = cand_pack(k, i);
+            }
+        }
+        __syncthreads();
+        if (tid == 0) {
+            PART(r, blockIdx.y, 2) = min(sh_count, CAND_CAP);
+            PART(r, blockIdx.y, 3) = bound;
+            PART(r, blockIdx.y, 5) = sh_count > CAND_CAP;
+        }
+    }
+    if (!last_block(counters, r, &sh_last)) return;
+
+    // ---- the row's last block
+    float mm = -VT_INF;
+    int any_bad = 0;
+    for (int g = 0; g < G; g++) { mm = fmaxf(mm, __uint_as_float((u32)PART(r, g, 0))); any_bad |= (int)PART(r, g, 1); }
+    __syncthreads();
+    if (tid == 0) {
+        counters[r] = 0;
+        ST(r, 0) = __float_as_uint(mm);
+        if (any_bad) out_ids[r] = -1;
+    }
+    if (any_bad || !fast) return;  // a row with a NaN or an infinity samples -1; the others draw in the next kernels
+    u32 bound = 0;
+    int overflow = 0;
+    for (int g = 0; g < G; g++) { bound = max(bound, (u32)PART(r, g, 3)); overflow |= (int)PART(r, g, 5); }
+    if (tid == 0) sh_count = 0;
+    __syncthreads();
+    u64* merged = whist;
+    for (int g = 0; g < G; g++) {
+        const int n = (int)PART(r, g, 2);
+        for (int p = tid; p < n; p += T) {
+            const u64 v = PART(r, g, 8 + p);
+            if (cand_key(v) >= bound) merged[atomicAdd(&sh_count, 1)] = v;  // at most G * CAND_CAP <= WARPS * 256
+        }
+    }
+    __syncthreads();
+    const int n = sh_count;
+    const u32 kth = cand_key(kth_largest(merged, n, (int)top_k, hist256));
+    int support = 0;
+    for (int p = tid; p < n; p += T) support += cand_key(merged[p]) >= kth;
+    support = (int)block_sum_u((u64)support, shu);
+    int tok;
+    if (overflow || support > SUPPORT_CAP) {
+        tok = draw_block(row, V, fp, ip, shf, shi, shu, hist256, whist, shx);
+    } else {
+        // the support, one token a thread: (key, index) and its mass; then top-p and the draw over it
+        if (tid == 0) sh_count = 0;
+        __syncthreads();
+        for (int p = tid; p < n; p += T)
+            if (cand_key(merged[p]) >= kth) sup[atomicAdd(&sh_count, 1)] = merged[p];
+        __syncthreads();
+        u64* mass = whist;  // the merged candidates are no longer read
+        Filter f = {temp, mm, fp[2], kth, 1};
+        u32 kk;
+        const bool mine = tid < support;
+        const u32 key = mine ? cand_key(sup[tid]) : 0u;
+        const int idx = mine ? cand_index(sup[tid]) : V;
+        u64 w = mine ? weight(row, idx, f, &kk) : 0ull;
+        mass[tid] = w;
+        u64 z = block_sum_u(w, shu);
+        if (fp[1] < 1.0f) {  // top-p: the largest key whose kept mass (of keys >= it) reaches the want
+            const u64 want = max(1ull, (u64)((double)fp[1] * (double)z));
+            if (tid == 0) sh_bound = 0;
+            __syncthreads();
+            if (mine) {
+                u64 above = 0;
+                for (int q = 0; q < support; q++) above += cand_key(sup[q]) >= key ? mass[q] : 0ull;
+                if (above >= want) atomicMax(&sh_bound, key);
+            }
+            __syncthreads();
+            if (key < sh_bound) w = 0;
+            __syncthreads();
+            mass[tid] = w;
+            z = block_sum_u(w, shu);
+        }
+        const u64 target = draw_target((u64)ip[0], (u64)ip[1], z);
+        if (tid == 0) shi[0] = V - 1;
+        __syncthreads();
+        if (w) {  // inverse CDF in index order: the token whose [mass of lower indices, + its own) holds the target
+            u64 below = 0;
+            for (int q = 0; q < support; q++) below += cand_index(sup[q]) < idx ? mass[q] : 0ull;
+            if (target >= below && target < below + w) shi[0] = idx;
+        }
+        __syncthreads();
+        tok = shi[0];
+    }
+    if (tid == 0) finish_row(r, tok, row, ip, hist, hist_raw, bias_ids, bias_raw, out_ids, lp_vals, lp_ids, L, W);
+}
+
+// vt_cand_mass, SPLIT blocks per row: the rows with neither top-k nor top-p (temperature alone, or min-p): each block
+// sums its chunk's masses under the row's max; the last block finds the chunk that holds the target and draws in it.
+extern "C" __global__ void vt_cand_mass(const float* logits, const float* fparams, const long long* iparams,
+                                        const long long* hist, const float* hist_raw, const long long* bias_ids,
+                                        const float* bias_raw, long long* out_ids, float* lp_vals, long long* lp_ids,
+                                        unsigned long long* psum, unsigned long long* state, unsigned int* counters,
+                                        int V, int L, int W) {
+    __shared__ u64 shu[T];
+    __shared__ int found;
+    __shared__ bool sh_last;
+    const int r = blockIdx.x, G = gridDim.y, tid = threadIdx.x;
+    if (out_ids[r] != -2) return;
+    const float* fp = fparams + r * NF;
+    const long long* ip = iparams + r * NI;
+    const long long top_k = ip[2];
+    if ((top_k > 0 && top_k < V) || fp[1] < 1.0f) return;  // the split kernels draw it
+    const float* row = logits + (long long)r * V;
+    const Filter f = {fp[0], __uint_as_float((u32)ST(r, 0)), fp[2], 0u, 1};
+    int lo, hi;
+    chunk_of(V, &lo, &hi);
+    u64 z = 0; u32 k;
+    for (int i = lo + tid; i < hi; i += T) z += weight(row, i, f, &k);
+    z = block_sum_u(z, shu);
+    if (tid == 0) psum[(long long)r * G + blockIdx.y] = z;
+    if (!last_block(counters, r, &sh_last)) return;
+    u64 total = 0;
+    for (int g = 0; g < G; g++) total += psum[(long long)r * G + g];  // every thread: block order, integers
+    const u64 target = draw_target((u64)ip[0], (u64)ip[1], total);
+    u64 pre = 0;
+    int g = 0;
+    while (g < G - 1 && target >= pre + psum[(long long)r * G + g]) pre += psum[(long long)r * G + g++];
+    const int per = (V + G - 1) / G, clo = min(V, g * per), chi = min(V, clo + per);
+    const int each = (chi - clo + T - 1) / T, a = min(chi, clo + tid * each), b = min(chi, a + each);
+    u64 s = 0;
+    for (int i = a; i < b; i++) s += weight(row, i, f, &k);
+    const u64 off = pre + block_exclusive_scan(s, shu);
+    if (tid == 0) found = V - 1;
+    __syncthreads();
+    if (target >= off && target < off + s) {
+        u64 acc = off;
+        for (int i = a; i < b; i++) { acc += weight(row, i, f, &k); if (acc > target) { found = i; break; } }
+    }
+    __syncthreads();
+    if (tid == 0) {
+        counters[r] = 0;
+        finish_row(r, found, row, ip, hist, hist_raw, bias_ids, bias_raw, out_ids, lp_vals, lp_ids, L, W);
     }
 }

@@ -14,7 +14,8 @@ THREADS = 512
 # what CI compiles, since the binding itself takes the layout from the arrays it is given.
 LAYOUT = (("VT_SAMPLER_THREADS", THREADS), ("VT_NF", 6), ("VT_NI", 26), ("VT_NFI", 10), ("VT_NLP", 21))
 SPLIT_KERNELS = ("vt_split_max", "vt_split_radix", "vt_split_sum", "vt_split_draw")
-CI_INSTANCES = [Instance("sampler.cu", name, LAYOUT) for name in ("vt_sample", *SPLIT_KERNELS)]
+CANDIDATE_KERNELS = ("vt_cand_scan", "vt_cand_mass")
+CI_INSTANCES = [Instance("sampler.cu", name, LAYOUT) for name in ("vt_sample", *CANDIDATE_KERNELS, *SPLIT_KERNELS)]
 
 
 def launch(cp: Any, logits: Any, fparams: Any, iparams: Any, hist: Any, hist_raw: Any, bias_ids: Any, bias_vals: Any,
@@ -42,15 +43,36 @@ def _row_kernel(cp: Any, logits: Any, fparams: Any, iparams: Any, hist: Any, his
 
 def launch_split(cp: Any, logits: Any, fparams: Any, iparams: Any, hist: Any, hist_raw: Any, bias_ids: Any,
                  bias_vals: Any, bias_raw: Any, out_ids: Any, lp_vals: Any, lp_ids: Any, num_int_fields: int,
-                 parts: Any, psum: Any, state: Any, counters: Any) -> None:
-    """The split sampler (issue 29): the row kernel does everything but the draw of rows that sample, which
-    SPLIT blocks per row then run pass by pass (max, top-k's 4 radix passes, the mass, top-p's 4, its mass, the
-    draw). Scratch: parts [n, SPLIT, 256] and psum [n, SPLIT] uint64, state [n, 8] uint64, counters [n] uint32
-    (zero, and zero again after every launch)."""
+                 parts: Any, psum: Any, state: Any, counters: Any, *, general: bool = True) -> None:
+    """The split sampler (issue 29): the row kernel does everything but the draw of rows that sample; SPLIT blocks
+    per row then draw them. Two launches draw every row with top-k <= KMAX (its candidates) or with neither top-k
+    nor top-p (temperature, min-p); the rest (top-k above KMAX, top-p alone) are left marked -2 for the general
+    passes (`launch_general`), run here unless general is False (a captured decode graph: its driver runs them
+    after the replay of a step that has such a row). Scratch: parts [n, SPLIT, 256] and psum [n, SPLIT] uint64,
+    state [n, 8] uint64, counters [n] uint32 (zero, and zero again after every launch)."""
     n, V = logits.shape
     G = parts.shape[1]
     _row_kernel(cp, logits, fparams, iparams, hist, hist_raw, bias_ids, bias_vals, bias_raw, out_ids, lp_vals, lp_ids,
                 num_int_fields, defer_draw=True)
+    layout = _layout(fparams, iparams, lp_vals, num_int_fields)
+    rest = (hist, hist_raw, bias_ids, bias_raw, out_ids, lp_vals, lp_ids)
+    sizes = (np.int32(V), np.int32(hist.shape[1]), np.int32(bias_ids.shape[1]))
+    function(cp, Instance("sampler.cu", "vt_cand_scan", layout))(
+        (n, G), (THREADS,), (logits, fparams, iparams, *rest, parts, state, counters, *sizes))
+    function(cp, Instance("sampler.cu", "vt_cand_mass", layout))(
+        (n, G), (THREADS,), (logits, fparams, iparams, *rest, psum, state, counters, *sizes))
+    if general:
+        launch_general(cp, logits, fparams, iparams, hist, hist_raw, bias_ids, bias_raw, out_ids, lp_vals, lp_ids,
+                       num_int_fields, parts, psum, state, counters)
+
+
+def launch_general(cp: Any, logits: Any, fparams: Any, iparams: Any, hist: Any, hist_raw: Any, bias_ids: Any,
+                   bias_raw: Any, out_ids: Any, lp_vals: Any, lp_ids: Any, num_int_fields: int, parts: Any, psum: Any,
+                   state: Any, counters: Any) -> None:
+    """The general passes over the rows still marked -2: max, top-k's 4 radix passes, the mass, top-p's 4, its
+    mass, the draw (each a launch: a pass's blocks merge before the next reads the result)."""
+    n, V = logits.shape
+    G = parts.shape[1]
     layout = _layout(fparams, iparams, lp_vals, num_int_fields)
 
     def k(name: str) -> Any:

@@ -118,7 +118,9 @@ ENTRIES: list[Mutation] = [
     Mutation(
         id="top-k-off",
         description="top_k is accepted and never applied",
-        file="vt/engine/sample/sampler.py", old="    if 0 < top_k < V:\n        idx = np.flatnonzero", new="    if False:\n        idx = np.flatnonzero",
+        file="vt/engine/sample/sampler.py",
+        old="    found = candidate_support(k, top_k) if 0 < top_k < V and top_k <= KMAX else None\n    if found is not None:\n        idx = found\n    elif 0 < top_k < V:\n        idx = np.flatnonzero",
+        new="    if False:\n        idx = np.flatnonzero",
         gates=(*(f"{FIL}::test_top_k_keeps_the_k_most_likely[{k}]" for k in (1, 3, 7)),
                f"{FIL}::test_top_p_applies_to_the_top_k_survivors",
                *FILC("test_draws_follow_the_renormalized_support_chi_square", "top_k-cpu", "all-cpu")),
@@ -141,8 +143,9 @@ ENTRIES: list[Mutation] = [
     Mutation(
         id="cuda-top-p-off",
         description="the CUDA sampler never applies top_p",
-        file="backends/kernels/sampler.cu", old="        if (top_p < 1.0f) {", new="        if (false) {", needs_gpu=True,
-        gates=(*FILC("test_draws_follow_the_renormalized_support_chi_square", "top_p-cuda", "all-cuda"), f"{FIL}::test_the_cuda_sampler_draws_what_the_numpy_reference_draws_at_a_real_vocabulary"),
+        file="backends/kernels/sampler.cu", old="    if (top_p < 1.0f) {", new="    if (false) {", needs_gpu=True,
+        gates=(*FILC("test_draws_follow_the_renormalized_support_chi_square", "top_p-cuda", "all-cuda"), f"{FIL}::test_the_cuda_sampler_draws_what_the_numpy_reference_draws_at_a_real_vocabulary",
+               f"{FIL}::test_a_top_p_too_small_for_one_unit_of_mass_keeps_the_top_token[cuda]"),
     ),
     Mutation(
         id="top-p-one-short",
@@ -223,5 +226,35 @@ ENTRIES: list[Mutation] = [
         new="        for (int g = 1; g < G; g++) h += parts[((long long)r * G + g) * 256 + b];  // block order",
         needs_gpu=True,
         gates=("tests/engine/test_split_sampler.py::test_the_split_sampler_draws_what_the_numpy_reference_draws",),
+    ),
+    Mutation(
+        id="sampler-candidates-drop-ties-at-the-bound",
+        description="the candidate twin keeps a block's tokens above its bound, not at it: where the bound is the row's "
+                    "k-th key, the tokens that tie it leave the support",
+        file="vt/engine/sample/sampler.py",
+        old="    keep = (blocks != 0) & ((blocks >> np.uint64(32)) >= bounds[:, None])\n",
+        new="    keep = (blocks != 0) & ((blocks >> np.uint64(32)) > bounds[:, None])\n",
+        gates=("tests/engine/test_candidate_topk.py::test_ties_at_a_blocks_bound_are_all_kept[20-in-20-threads]",
+               "tests/engine/test_candidate_topk.py::test_the_candidates_are_the_whole_top_k_support_or_the_row_defers",
+               "tests/engine/test_candidate_topk.py::test_a_row_of_equal_logits_takes_the_one_block_draw"),
+    ),
+    Mutation(
+        id="cuda-candidates-drop-ties-at-the-bound",
+        description="the candidate kernel keeps a block's tokens above its bound, not at it: tokens tied at the row's "
+                    "k-th key are never drawn",
+        file="backends/kernels/sampler.cu", old="            if (k >= bound) {", new="            if (k > bound) {",
+        needs_gpu=True,
+        gates=("tests/engine/test_split_sampler.py::test_the_candidate_sampler_draws_what_the_reference_draws_at_ties",
+               "tests/engine/test_split_sampler.py::test_the_split_sampler_draws_what_the_numpy_reference_draws"),
+        expect="rows that differ",
+    ),
+    Mutation(
+        id="cuda-general-passes-skipped-after-a-graph",
+        description="the graph driver never runs the split sampler's general passes after a replay: rows with top-p "
+                    "alone or top-k above KMAX stay undrawn",
+        file="vt/engine/worker/graph_driver.py", old="        if slot.general:\n", new="        if False:\n",
+        needs_gpu=True,
+        gates=("tests/engine/test_split_sampler.py::test_a_decode_graph_with_rows_only_the_general_passes_draw",),
+        expect="never drawn",
     ),
 ]

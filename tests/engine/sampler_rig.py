@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 import pytest
 
-from vt.engine.sample.sampler import NF, NI, NLP, RowSpec, pack, sample_tokens
+from vt.engine.sample.sampler import NF, NI, NLP, RowSpec, pack, sample_general, sample_tokens
 from vt.engine.worker.graph_driver import split_scratch
 from vt.registry import make_backend
 
@@ -25,7 +25,9 @@ class Sampled:
     lp_ids: np.ndarray
 
 
-def run_sampler(backend: str, logits: np.ndarray, specs: list[RowSpec]) -> Sampled:
+def run_sampler(backend: str, logits: np.ndarray, specs: list[RowSpec], general: str = "inline") -> Sampled:
+    """general (cuda-split): "inline" runs the general passes in the same launch; "skipped" leaves their rows at -2
+    (what a captured decode graph does); "after" runs them as a second launch (what its driver does next)."""
     b = _backends.setdefault(backend, make_backend(backend.removesuffix("-split")))
     n, V = logits.shape
     width = max([len(s.history) for s in specs if s.history is not None] or [1])
@@ -42,7 +44,9 @@ def run_sampler(backend: str, logits: np.ndarray, specs: list[RowSpec]) -> Sampl
     b.copy_h2d(t[5], rows.bias_ids if rows.bias_ids is not None else np.zeros((n, bw), np.int64))
     b.copy_h2d(t[6], rows.bias_vals if rows.bias_vals is not None else np.zeros((n, bw), np.float32))
     scratch = split_scratch(b, n) if backend.endswith("-split") else ()
-    b.launch(sample_tokens, *t, *scratch)
+    b.launch(sample_tokens, *t, *scratch, general=general == "inline")
+    if general == "after":
+        b.launch(sample_general, *t, *scratch)
     out = Sampled(*(b.copy_d2h(t[i]) for i in (8, 0, 9, 10)))
     for x in (*t, *scratch):
         b.free(x.buffer)

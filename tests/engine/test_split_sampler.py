@@ -79,3 +79,80 @@ def test_a_captured_split_sampler_replays_the_same_draws() -> None:
     assert draws[0] == draws[1] == draws[2]
     ref = run_sampler("cpu", logits[:8], specs[:8]).ids.tolist()
     assert sum(a == b for a, b in zip(draws[0], ref)) >= 7, (draws[0], ref)  # an expf ulp may move one
+
+
+def _tie_rows() -> tuple[np.ndarray, list[RowSpec]]:
+    """Rows the candidate kernel must get right past its easy case: equal largest logits in one block (forty in ten
+    threads; twenty in twenty threads, where the block's bound is their key), half-precision logits (ties near the
+    top), a constant row (every token ties: the one-block draw), a NaN (the row samples -1), and the kinds on either
+    side of KMAX."""
+    from vt.engine.sample.sampler import KMAX, THREADS
+
+    Vt = 16 * 4 * THREADS
+    rng = np.random.default_rng(29)
+    rows, specs = [], []
+    for i in range(8):
+        threads, each = (10, 4) if i < 4 else (20, 1)
+        x = (rng.standard_normal(Vt) - 10).astype(np.float32)
+        x[[r * THREADS + t for r in range(each) for t in range(threads)]] = 5.0
+        rows.append(x)
+        specs.append(RowSpec(temperature=1.0, top_k=20, seed=100 + i))
+    for i, (top_k, top_p, min_p) in enumerate([(1, 1.0, 0.0), (20, 0.9, 0.0), (KMAX, 0.95, 0.05), (KMAX + 1, 1.0, 0.0),
+                                               (0, 0.9, 0.0), (0, 1.0, 0.1), (0, 1.0, 0.0), (20, 1.0, 0.0)]):
+        rows.append((rng.standard_normal(Vt) * 3).astype(np.float16).astype(np.float32))
+        specs.append(RowSpec(temperature=0.8, top_k=top_k, top_p=top_p, min_p=min_p, seed=200 + i))
+    rows.append(np.zeros(Vt, np.float32))
+    specs.append(RowSpec(temperature=1.0, top_k=20, seed=300))
+    nan = (rng.standard_normal(Vt)).astype(np.float32)
+    nan[Vt // 3] = np.nan
+    rows.append(nan)
+    specs.append(RowSpec(temperature=1.0, top_k=20, seed=301))
+    return np.stack(rows), specs
+
+
+def test_the_candidate_sampler_draws_what_the_reference_draws_at_ties() -> None:
+    logits, specs = _tie_rows()
+    cpu, split = run_sampler("cpu", logits, specs), run_sampler("cuda-split", logits, specs)
+    same = cpu.ids == split.ids
+    assert same.sum() >= len(specs) - 1, f"rows that differ: {np.flatnonzero(~same).tolist()}"  # an expf ulp
+    assert split.ids[-1] == -1, "the NaN row samples -1"
+    tied = {int(t) for t in cpu.ids[:8]}
+    assert len(tied) >= 4 and all(t < 4 * 512 and t % 512 < 20 for t in tied), sorted(tied)
+
+
+def test_a_captured_sampler_leaves_the_general_rows_to_the_passes_after_it() -> None:
+    """general=False (a decode graph) draws every row but those `needs_general` names (top-k above KMAX, top-p
+    alone), which stay -2; the general passes launched after it draw them as one launch does."""
+    from vt.engine.sample.sampler import needs_general, pack
+
+    logits, specs = _rows(16)
+    skipped = run_sampler("cuda-split", logits, specs, general="skipped")
+    general = [needs_general(r.fparams, r.iparams, V) for r in (pack([s], 1, 200) for s in specs)]
+    assert any(general) and not all(general), "non-vacuity: both kinds of row"
+    assert [bool(i == -2) for i in skipped.ids] == general, skipped.ids.tolist()
+    after = run_sampler("cuda-split", logits, specs, general="after")
+    inline = run_sampler("cuda-split", logits, specs)
+    assert after.ids.tolist() == inline.ids.tolist()
+
+
+def test_a_decode_graph_with_rows_only_the_general_passes_draw() -> None:
+    """Through the CUDA engine with graphs: top-p alone, top-k above KMAX and Qwen3's defaults side by side, seeded;
+    every request gets its tokens (the driver runs the general passes after the replay) and the same tokens on a
+    second engine (the draws are the seeds', not the batch's)."""
+    from vt import LLM, SamplingParams
+    from vt.errors import EngineInvariantError
+
+    params = [SamplingParams(temperature=1.0, top_p=0.9, seed=1, max_tokens=12, ignore_eos=True),
+              SamplingParams(temperature=0.8, top_k=50, seed=2, max_tokens=12, ignore_eos=True),
+              SamplingParams(temperature=0.6, top_k=20, top_p=0.95, seed=3, max_tokens=12, ignore_eos=True)]
+    prompts = [{"prompt_token_ids": [5 + i, 17, 99, 3]} for i in range(3)]
+    runs = []
+    for _ in range(2):
+        llm = LLM(model="tiny-qwen3", backend="cuda", max_model_len=128, max_num_seqs=4, num_blocks=64)
+        try:
+            out = llm.generate(prompts, params)
+        except EngineInvariantError as e:
+            pytest.fail(f"a row the graph left to the general passes was never drawn: {e}")
+        runs.append([o.outputs[0].token_ids for o in out])
+        assert llm.engine.runner.decoder.num_replays > 0, "non-vacuity: decode steps replayed graphs"
+    assert all(len(t) == 12 for t in runs[0]) and runs[0] == runs[1]

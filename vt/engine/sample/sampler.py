@@ -30,6 +30,8 @@ from typing import Any
 
 import numpy as np
 
+from backends.kernels.sampler import THREADS  # the candidate kernel's threads per block: how it deals a block's tokens
+
 F32, I64 = np.float32, np.int64
 MAX_LOGPROBS = 20
 MAX_BANNED = 16
@@ -43,6 +45,9 @@ NLP = MAX_LOGPROBS + 1  # the top-n, then the sampled token's
 MASS_SCALE = np.float32(2.0**32)  # masses below 2**32 each, so V of them sum exactly in float64
 DRAW_CHUNK = 1024
 SPLIT = 16  # the CUDA split sampler's blocks per row: each counts its share of the vocabulary, then they merge
+KMAX = 32  # top-k up to this draws from a few candidates (backends/kernels/sampler.cu, vt_cand_scan)
+CAND_CAP = 248  # candidates a block keeps (its slice of the split scratch)
+SUPPORT_CAP = 512  # the candidate path's largest support (one token a thread of the last block)
 GOLDEN, MIX1, MIX2 = np.uint64(0x9E3779B97F4A7C15), np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
 
 
@@ -151,23 +156,45 @@ def stack(a: SamplingRows, b: SamplingRows) -> SamplingRows:
 
 # ---- the kernel's entry point (both backends) ----------------------------------------------------
 def sample_tokens(xp: Any, logits: Any, fparams: Any, iparams: Any, hist: Any, hist_raw: Any, bias_ids: Any,
-                  bias_vals: Any, bias_raw: Any, out_ids: Any, lp_vals: Any, lp_ids: Any, *split: Any) -> None:
+                  bias_vals: Any, bias_raw: Any, out_ids: Any, lp_vals: Any, lp_ids: Any, *split: Any,
+                  general: bool = True) -> None:
     """Samples every row of logits [n, V] into out_ids [n]; rows asking for logprobs also get the raw
     log-softmax of their top tokens and of the sampled one (lp_vals / lp_ids [n, NLP]). Writes only its
     outputs and, in place, the logits (bias, penalties, bans), hist_raw [n, L] and bias_raw [n, W] (scratch):
     no allocation, so it runs inside a captured graph. `split` (the split CUDA sampler's scratch: parts, psum,
-    state, counters) draws each row with SPLIT blocks; the NumPy body is the same draw either way."""
+    state, counters) draws each row with SPLIT blocks; the NumPy body is the same draw either way. With split and
+    general False, rows that `needs_general` names are left at -2 for `sample_general` (a captured graph's tail)."""
     if hasattr(xp, "RawKernel"):
         from backends.kernels.sampler import launch, launch_split
 
         args = (logits, fparams, iparams, hist, hist_raw, bias_ids, bias_vals, bias_raw, out_ids, lp_vals, lp_ids)
         if split:
-            launch_split(xp, *args, len(FIELDS_I), *split)
+            launch_split(xp, *args, len(FIELDS_I), *split, general=general)
         else:
             launch(xp, *args, len(FIELDS_I))
         return
     _sample_numpy(*(np.asarray(a) for a in (logits, fparams, iparams, hist, bias_ids, bias_vals, out_ids, lp_vals,
                                             lp_ids)))
+
+
+def sample_general(xp: Any, logits: Any, fparams: Any, iparams: Any, hist: Any, hist_raw: Any, bias_ids: Any,
+                   bias_vals: Any, bias_raw: Any, out_ids: Any, lp_vals: Any, lp_ids: Any, *split: Any) -> None:
+    """The split sampler's general passes: draws the rows `sample_tokens(..., general=False)` left at -2. The NumPy
+    body drew every row already: nothing to do there."""
+    if hasattr(xp, "RawKernel") and split:
+        from backends.kernels.sampler import launch_general
+
+        launch_general(xp, logits, fparams, iparams, hist, hist_raw, bias_ids, bias_raw, out_ids, lp_vals, lp_ids,
+                       len(FIELDS_I), *split)
+
+
+def needs_general(fparams: np.ndarray, iparams: np.ndarray, vocab: int) -> bool:
+    """Whether a row of these draws with neither the candidates (top-k up to KMAX) nor the plain mass (no top-k,
+    no top-p): top-k above KMAX, or top-p without top-k."""
+    temp, top_p = fparams[:, 0], fparams[:, 1]
+    top_k, forced = iparams[:, FIELDS_I.index("top_k")], iparams[:, FORCED]
+    has_k = (top_k > 0) & (top_k < vocab)
+    return bool(((temp != 0) & (forced < 0) & ((has_k & (top_k > KMAX)) | (~has_k & (top_p < 1.0)))).any())
 
 
 # ---- the NumPy reference ---------------------------------------------------------------------------
@@ -232,6 +259,43 @@ def radix_select(k: np.ndarray, w: np.ndarray, chunk: np.ndarray, want: float) -
     return prefix
 
 
+def _packed(k: np.ndarray, idx: np.ndarray) -> np.ndarray:
+    """(key, index) as one uint64 ordering larger keys first, then lower indices; 0 is no token."""
+    return (k.astype(np.uint64) << np.uint64(32)) | (~idx.astype(np.uint32)).astype(np.uint64)
+
+
+def _kth_key(vals: np.ndarray, k: int) -> int:
+    """The key of the k-th largest packed value (0 when there are fewer than k)."""
+    vals = vals[vals != 0]
+    return int(np.partition(vals, vals.size - k)[vals.size - k] >> np.uint64(32)) if vals.size >= k else 0
+
+
+def candidate_support(k: np.ndarray, top_k: int) -> np.ndarray | None:
+    """The top-k support (every token whose key reaches the k-th largest, ties kept), found as the CUDA candidate
+    kernel finds it, or None where that kernel hands the row to the one-block draw. The vocabulary in SPLIT blocks of
+    THREADS threads, thread t of a block holding its tokens t, t + THREADS, ...; a block's bound is the k-th largest
+    of its threads' largest keys (k of its tokens reach it, so the row's k-th largest does); it keeps every token
+    that reaches its bound (at most CAND_CAP); the row merges those that reach the largest bound."""
+    V, per = k.size, -(-k.size // SPLIT)
+    span = -(-per // THREADS) * THREADS  # a block's tokens, padded to whole rounds of its threads
+    padded = np.zeros(SPLIT * span, np.uint64)
+    for g in range(SPLIT):
+        lo, hi = min(V, g * per), min(V, (g + 1) * per)
+        padded[g * span : g * span + hi - lo] = _packed(k[lo:hi], np.arange(lo, hi))
+    blocks = padded.reshape(SPLIT, span)
+    largest = (blocks.reshape(SPLIT, -1, THREADS).max(axis=1) >> np.uint64(32)).astype(np.uint32)  # [block, thread]
+    bounds = np.sort(largest, axis=1)[:, THREADS - top_k].astype(np.uint64)  # each block's k-th largest
+    keep = (blocks != 0) & ((blocks >> np.uint64(32)) >= bounds[:, None])
+    if (keep.sum(axis=1) > CAND_CAP).any():
+        return None
+    merged = blocks[keep & ((blocks >> np.uint64(32)) >= bounds.max())]
+    kth = _kth_key(merged, top_k)
+    chosen = merged[(merged >> np.uint64(32)) >= np.uint64(kth)]
+    if chosen.size > SUPPORT_CAP:
+        return None
+    return np.sort((~(chosen & np.uint64(0xFFFFFFFF)).astype(np.uint32)).astype(np.int64))
+
+
 def support(x: np.ndarray, top_k: int, top_p: float, min_p: float) -> tuple[np.ndarray, np.ndarray]:
     """The filters on tempered logits x [V]: (the candidate token ids, ascending, and their fixed-point
     masses: floor(exp(x - max) * 2**32), integers held exactly in float32, 0 for a filtered token; what
@@ -242,7 +306,10 @@ def support(x: np.ndarray, top_k: int, top_p: float, min_p: float) -> tuple[np.n
     idx = np.arange(V)
     k = keys(x)
     chunk = idx // -(-V // SPLIT)
-    if 0 < top_k < V:
+    found = candidate_support(k, top_k) if 0 < top_k < V and top_k <= KMAX else None
+    if found is not None:
+        idx = found
+    elif 0 < top_k < V:
         idx = np.flatnonzero(k >= radix_select(k, np.ones(V), chunk, top_k))
     e = np.exp(x[idx] - m).astype(F32)
     w = np.floor(e * MASS_SCALE)
