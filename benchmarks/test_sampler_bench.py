@@ -21,7 +21,8 @@ VOCAB = 151_936
 BATCHES = [1, 8, 32]
 PARAMS = {"temperature": dict(temperature=1.0), "qwen3": dict(temperature=0.6, top_k=20, top_p=0.95)}
 GPU_BATCHES = [*BATCHES, 256]  # the captured kernels only: the host samplers at 256 rows take minutes
-GPU_PARAMS = {**PARAMS, "qwen3-min-p": dict(temperature=0.6, top_k=20, top_p=0.95, min_p=0.05)}
+GPU_PARAMS = {**PARAMS, "qwen3-min-p": dict(temperature=0.6, top_k=20, top_p=0.95, min_p=0.05),
+              "top-p": dict(temperature=1.0, top_p=0.9)}  # top-p alone: the general passes, after the graph
 
 
 def legacy_sample(row: np.ndarray, temperature: float, top_k: int, top_p: float, rng: np.random.Generator) -> int:
@@ -103,25 +104,32 @@ def test_after_batched_sampler_cpu(benchmark, params: str, batch: int) -> None:
 def test_after_batched_sampler_cuda_graph(benchmark, params: str, batch: int, kernel: str) -> None:
     """The sampler captured in a CUDA graph, as it runs in the decode graph: replay, then read back B ids. block:
     a block per row; split: SPLIT blocks per row (issue 29's goals: <= 60 us at B=1 and <= 150 us at B=256 with
-    top-k + top-p + min-p, <= 25 us at B=1 with temperature alone)."""
+    top-k + top-p + min-p, <= 25 us at B=1 with temperature alone). As the graph driver runs it: the graph holds
+    the candidate and plain-mass launches; rows that need the general passes get them after the replay."""
     from vt.capture import GraphCaptureScope
+    from vt.engine.sample.sampler import needs_general, sample_general
     from vt.engine.worker.graph_driver import split_scratch
 
     rows = DeviceRows("cuda", batch, GPU_PARAMS[params])
     b = rows.backend
     scratch = split_scratch(b, batch) if kernel == "split" else ()
+    packed = pack([RowSpec(**GPU_PARAMS[params])], 1, 1)
+    general = bool(scratch) and needs_general(packed.fparams, packed.iparams, VOCAB)
     stream = b.new_stream()
     with b.use_stream(stream):
         rows.step()  # compile and warm, outside the capture
-        b.launch(sample_tokens, *rows.t, *scratch)
+        b.launch(sample_tokens, *rows.t, *scratch, general=False)
+        b.launch(sample_general, *rows.t, *scratch)
         scope = GraphCaptureScope(b, stream, enabled=True)
         with scope:
-            b.launch(sample_tokens, *rows.t, *scratch)
+            b.launch(sample_tokens, *rows.t, *scratch, general=False)
     assert scope.graph is not None
 
     def step() -> np.ndarray:
         scope.graph.replay(stream)  # type: ignore[union-attr]
         with b.use_stream(stream):
+            if general:
+                b.launch(sample_general, *rows.t, *scratch)
             return b.copy_d2h(rows.t[OUT_IDS])
 
     benchmark.group = f"sampling {params} B={batch}"

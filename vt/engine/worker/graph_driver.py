@@ -31,7 +31,18 @@ from backends.kernels.decode_attention import MIN_PARTITION
 from models.base import ForwardBatch, KVCache, Model, prefill_inputs, run_prefill
 from vt.backend import Graph, Tensor
 from vt.capture import BreakableGraph, GraphCaptureScope
-from vt.engine.sample.sampler import MAX_BIASED, NF, NI, NLP, SPLIT, SamplingRows, pack, sample_tokens
+from vt.engine.sample.sampler import (
+    MAX_BIASED,
+    NF,
+    NI,
+    NLP,
+    SPLIT,
+    SamplingRows,
+    needs_general,
+    pack,
+    sample_general,
+    sample_tokens,
+)
 from vt.engine.worker.piecewise import Bucket, carry_buffers, token_ladder
 from vt.engine.worker.readback import Readback
 from vt.engine.worker.uploads import Uploads
@@ -153,6 +164,7 @@ class Slot:
         self.graph: Graph | None = None
         self.pinned: set = set()  # pool blocks the graph uses as temporaries
         self.num_replays = 0
+        self.general = False  # this step has a row only the split sampler's general passes draw (staged per step)
 
     @property
     def is_captured(self) -> bool:
@@ -344,6 +356,7 @@ class GraphDriver:
             slot.graph.replay(self.stream)
             slot.num_replays += 1
             self.num_replays += 1
+        self._sample_general(slot)
         self.last_slot, self._last_rows = slot, B * inp.q
         return self._read(slot, B * inp.q, inp.sampling is not None and inp.sampling.wants_logprobs)
 
@@ -442,6 +455,7 @@ class GraphDriver:
         iparams = slot.staged[base + S * slot.width : base + S * slot.width + S * q * NI].reshape(S * q, NI)
         iparams[:n], iparams[n:] = rows.iparams, GREEDY_PADDING  # padding: greedy, reads nothing
         slot.staged_floats[:n], slot.staged_floats[n:] = rows.fparams, 0.0
+        slot.general = bool(slot.split) and needs_general(rows.fparams, rows.iparams, self.model.cfg.vocab_size)
         self.uploads.upload(slot.inputs, slot.staged)
         if rows.hist is not None:
             if rows.hist.shape[1] > slot.hist_width:
@@ -464,10 +478,21 @@ class GraphDriver:
                           block_tables=slot.block_tables)
         self.backend.feed_tokens(slot.tokens, slot.feed_src, self.last_sampled)
         self.model.forward(fb, self.kv, slot.logits, slot.hidden)
-        self.backend.launch(sample_tokens, slot.logits, slot.fparams, slot.iparams, slot.hist, slot.hist_raw,
-                            slot.bias_ids, slot.bias_vals, slot.bias_raw,
-                            slot.out_ids, slot.lp_vals, slot.lp_ids, *slot.split)
+        self.backend.launch(sample_tokens, *self._sampler_args(slot), *slot.split, general=False)
         self.backend.keep_sampled(slot.out_ids, slot.keep_dst, self.last_sampled)
+
+    @staticmethod
+    def _sampler_args(slot: Slot) -> tuple[Tensor, ...]:
+        return (slot.logits, slot.fparams, slot.iparams, slot.hist, slot.hist_raw, slot.bias_ids, slot.bias_vals,
+                slot.bias_raw, slot.out_ids, slot.lp_vals, slot.lp_ids)
+
+    def _sample_general(self, slot: Slot) -> None:
+        """After a step's graph (or its cold run): the split sampler's general passes for the rows the graph left
+        at -2 (top-k above KMAX, top-p alone), then their ids kept for the next step's feed. Only when the step
+        has such a row: the graph itself carries two launches of the sampler, not twelve."""
+        if slot.general:
+            self.backend.launch(sample_general, *self._sampler_args(slot), *slot.split)
+            self.backend.keep_sampled(slot.out_ids, slot.keep_dst, self.last_sampled)
 
     def _run_cold(self, slot: Slot) -> None:
         self._forward(slot)

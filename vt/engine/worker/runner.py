@@ -251,6 +251,8 @@ class ModelRunner:
         out.sampled.update(zip(req_ids, ([t] for t in ids)))
         if min(ids, default=0) < 0:  # these requests fail; their neighbours carry on
             for rid, tok in zip(req_ids, ids):
+                if tok < -1:  # -1 is a row whose logits were not finite; below it, a row no sampler pass drew
+                    raise EngineInvariantError(f"request {rid}'s row was never drawn (sampler id {tok})")
                 if tok < 0:
                     del out.sampled[rid]
                     out.errors[rid] = NON_FINITE
@@ -414,6 +416,8 @@ class ModelRunner:
         res = self._verify(req_ids, {rid: p.tokens for rid, p in proposals.items()})
         for i, rid in enumerate(req_ids):
             sampled = [int(t) for t in res.ids[i * q : (i + 1) * q]]
+            if min(sampled) < -1:
+                raise EngineInvariantError(f"request {rid}'s rows were not all drawn (sampler ids {sampled})")
             if min(sampled) < 0:
                 out.errors[rid] = NON_FINITE
                 continue
