@@ -108,8 +108,7 @@ __device__ __forceinline__ bool plain_row(const long long* ip) { return ip[5] ==
 
 // Token i's tempered value, whether the filters so far keep it, and its fixed-point mass.
 __device__ __forceinline__ float tempered(const float* row, int i, float temp) { return __fdiv_rn(row[i], temp); }
-__device__ __forceinline__ u64 weight(const float* row, int i, const Filter& f, u32* key_out) {
-    float x = tempered(row, i, f.temp);
+__device__ __forceinline__ u64 weight_of(float x, const Filter& f, u32* key_out) {  // x: the tempered value
     u32 k = fkey(x);
     *key_out = k;
     if (!f.weighted) return 1;
@@ -118,6 +117,26 @@ __device__ __forceinline__ u64 weight(const float* row, int i, const Filter& f, 
     if (f.min_p > 0.0f && e < f.min_p) return 0;
     return (u64)(e * MASS_SCALE);
 }
+__device__ __forceinline__ u64 weight(const float* row, int i, const Filter& f, u32* key_out) {
+    return weight_of(tempered(row, i, f.temp), f, key_out);
+}
+
+// A block's pass over its chunk [lo, hi), thread t taking lo + t, lo + t + T, ...: UNROLL loads issued before any is
+// used (one load in flight a thread left a pass over 256 rows of 151,936 logits at ~1 TB/s on the H200).
+#define UNROLL 4
+#define CHUNK_PASS(lo, hi, row, body)                                                     \
+    for (int base_ = (lo) + (int)threadIdx.x; base_ < (hi); base_ += UNROLL * T) {        \
+        float v_[UNROLL];                                                                 \
+        _Pragma("unroll") for (int u_ = 0; u_ < UNROLL; u_++) {                           \
+            const int j_ = base_ + u_ * T;                                                \
+            v_[u_] = j_ < (hi) ? (row)[j_] : 0.0f;                                        \
+        }                                                                                 \
+        _Pragma("unroll") for (int u_ = 0; u_ < UNROLL; u_++) {                           \
+            const int i = base_ + u_ * T;                                                 \
+            const float raw = v_[u_];                                                     \
+            if (i < (hi)) { body }                                                        \
+        }                                                                                 \
+    }
 
 // The largest key K with (sum of weights of keys >= K) >= want, over keys >= f.kmin when weighted.
 // Each warp counts into its own histogram (most keys share their top byte: one shared histogram would
@@ -618,10 +637,10 @@ extern "C" __global__ void vt_cand_scan(const float* logits, const float* fparam
 
     float m = -VT_INF;
     int bad = 0;
-    for (int i = lo + tid; i < hi; i += T) {
-        if (plain) bad |= !isfinite(row[i]);
-        m = fmaxf(m, tempered(row, i, temp));  // this thread's largest: its key is the largest of its keys
-    }
+    CHUNK_PASS(lo, hi, row, {
+        if (plain) bad |= !isfinite(raw);
+        m = fmaxf(m, __fdiv_rn(raw, temp));  // this thread's largest: its key is the largest of its keys
+    })
     if (fast) tkeys[tid] = lo + tid < hi ? fkey(m) : 0u;
     m = block_max(m, shf);
     bad = block_max((float)bad, shf) > 0.0f;
@@ -630,13 +649,13 @@ extern "C" __global__ void vt_cand_scan(const float* logits, const float* fparam
         if (tid == 0) sh_count = 0;
         sort_desc(tkeys);
         const u32 bound = tkeys[top_k - 1];  // k threads' largest keys reach it (0: fewer than k threads hold tokens)
-        for (int i = lo + tid; i < hi; i += T) {
-            const u32 k = fkey(tempered(row, i, temp));
+        CHUNK_PASS(lo, hi, row, {
+            const u32 k = fkey(__fdiv_rn(raw, temp));
             if (k >= bound) {
                 const int slot = atomicAdd(&sh_count, 1);
                 if (slot < CAND_CAP) PART(r, blockIdx.y, 8 + slot) = cand_pack(k, i);
             }
-        }
+        })
         __syncthreads();
         if (tid == 0) {
             PART(r, blockIdx.y, 2) = min(sh_count, CAND_CAP);
@@ -745,7 +764,7 @@ extern "C" __global__ void vt_cand_mass(const float* logits, const float* fparam
     int lo, hi;
     chunk_of(V, &lo, &hi);
     u64 z = 0; u32 k;
-    for (int i = lo + tid; i < hi; i += T) z += weight(row, i, f, &k);
+    CHUNK_PASS(lo, hi, row, { z += weight_of(__fdiv_rn(raw, f.temp), f, &k); })
     z = block_sum_u(z, shu);
     if (tid == 0) psum[(long long)r * G + blockIdx.y] = z;
     if (!last_block(counters, r, &sh_last)) return;
