@@ -31,7 +31,7 @@ ENTRIES: list[Mutation] = [
     Mutation(
         id="update-appends-past-a-finish",
         description="the update step keeps appending a speculative run's tokens after the request finished",
-        file="vt/engine/front/llm_engine.py", old="                    if r.is_finished:\n                        break\n", new="",
+        file="vt/engine/front/llm_engine.py", old="                    if r.status is Status.FINISHED:\n                        break\n", new="",
         # A finished request that keeps tokens diverges from the same run without speculation.
         gates=(f"{SPEC}::test_G6_speculative_sampling_draws_from_the_target_distribution",
                f"{SPEC}::test_a_request_finishing_inside_an_accepted_run",

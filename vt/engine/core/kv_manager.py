@@ -24,11 +24,15 @@ from __future__ import annotations
 
 import hashlib
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from vt.errors import EngineInvariantError
+
+if TYPE_CHECKING:
+    from vt.engine.core.request import Request
 
 TARGET, DRAFT = 0, 1
 
@@ -179,11 +183,16 @@ class KVCacheManager:
         self.tables[req_id] = [list(group) for group in blocks]
         self.req_keys[req_id] = [k for k in (self.block_key[b] for b in blocks[TARGET]) if k is not None]
 
-    def has_unkeyed(self, req_id: str, num_computed: int) -> bool:
-        """Whether cache_full_blocks would key a block now (its caller then builds the token list)."""
-        if not self.enable_caching or req_id not in self.tables:
-            return False
-        return num_computed // self.block_size > len(self.req_keys.get(req_id, ()))
+    def cache_computed(self, requests: Iterable[Request]) -> None:
+        """cache_full_blocks for each request a block of which filled since it was last keyed: its token list is
+        built only then (one request in block_size, a decode step). Per request per step: kept lean."""
+        if not self.enable_caching:
+            return
+        bs, keys, tables = self.block_size, self.req_keys, self.tables
+        for req in requests:
+            computed = min(req.num_computed, len(req.prompt_ids) + len(req.output_ids))
+            if computed // bs > len(keys.get(req.id, ())) and req.id in tables:
+                self.cache_full_blocks(req.id, req.all_ids, req.num_computed)
 
     def cache_full_blocks(self, req_id: str, token_ids: Sequence[int], num_computed: int,
                           draft_computed: int = 0) -> None:

@@ -51,10 +51,7 @@ class Scheduler:
         budget = self._continue_prefills(out, budget)
         if not out.preempted_ids:
             self._admit(out, budget)
-        for req in self.running:
-            computed = min(req.num_computed, len(req.prompt_ids) + len(req.output_ids))
-            if self.kv.has_unkeyed(req.id, computed):  # else no list is built
-                self.kv.cache_full_blocks(req.id, req.all_ids, req.num_computed)
+        self.kv.cache_computed(self.running)
         return out
 
     def _cached_prefix(self, req: Request) -> list[list[int]] | None:
@@ -149,6 +146,7 @@ class Scheduler:
         returns the tokens scheduled."""
         num_tokens, running, max_len, kv = 0, Status.RUNNING, self.cfg.max_model_len, self.kv
         one_group, sent_of, scheduled = kv.num_groups == 1, self._num_sent, out.num_scheduled_tokens
+        tables, block_size = kv.tables, kv.block_size
         cached = out.cached_reqs  # _preempt filters it in place
         for req in list(self.running):  # per request: keep this loop's body lean (it is most of a step's host)
             if req.status is not running or req.num_computed < req.num_prefill:
@@ -159,7 +157,11 @@ class Scheduler:
                 continue  # the step in flight samples its last token
             spec = self._num_spec(req) if self.num_spec_tokens else 0
             need = [n + ahead + spec] if one_group else self._need(req, n + ahead + spec)  # the slots it writes
-            blocks = kv.grow(req.id, need)
+            table = tables.get(req.id) if one_group else None
+            if table is not None and need[0] <= len(table[0]) * block_size:
+                blocks: list[list[int]] | None = [[]]  # most decode steps: its last block has room (kv.grow's test)
+            else:
+                blocks = kv.grow(req.id, need)
             while blocks is None:
                 victim = self.running[-1]
                 self._preempt(victim, out)

@@ -13,7 +13,7 @@ import numpy as np
 
 from vt.engine.config import EngineConfig, resolve_dtype
 from vt.engine.core.outputs import RunnerOutput, SchedulerOutput
-from vt.engine.core.request import Request
+from vt.engine.core.request import Request, Status
 from vt.engine.front.detokenizer import NO_TEXT, IncrementalDetokenizer
 from vt.engine.sample.params import SamplingParams
 from vt.errors import ConfigError, EngineInvariantError, RequestError
@@ -395,30 +395,31 @@ class LLMEngine:
     def _update(self, so: SchedulerOutput, out: RunnerOutput) -> list[Request]:
         """The update step: the only place tokens are appended, stops checked, requests finished."""
         stepped, requests, spec_tokens = [], self.requests, so.spec_tokens
-        for rid in so.scheduled_ids:
+        errors, sampled, prompt_logprobs, logprobs_of = out.errors, out.sampled, out.prompt_logprobs, out.logprobs
+        for rid in so.scheduled_ids:  # per request: keep this loop's body lean
             r = requests.get(rid)
-            if r is None or r.is_finished:  # the scheduler runs only requests in flight
+            if r is None or r.status is Status.FINISHED:  # the scheduler runs only requests in flight
                 if rid in self._left_inflight:  # it finished while this step ran (async scheduling): drop it
                     self._left_inflight.discard(rid)
                     continue
                 raise EngineInvariantError(f"request {rid} was scheduled but is not in flight (finished or unknown)")
-            if rid in out.errors:  # this request fails; its neighbours carry on
-                self._finish(r, "error", out.errors[rid])
+            if errors and rid in errors:  # this request fails; its neighbours carry on
+                self._finish(r, "error", errors[rid])
             else:
-                if out.prompt_logprobs and rid in out.prompt_logprobs:  # chunk by chunk, by position: a rescored
-                    first, scored = out.prompt_logprobs[rid]  # position replaces itself
+                if prompt_logprobs and rid in prompt_logprobs:  # chunk by chunk, by position: a rescored
+                    first, scored = prompt_logprobs[rid]  # position replaces itself
                     r.prompt_logprobs = [*(r.prompt_logprobs or [None])[:first], *scored]
-                tokens = out.sampled.get(rid)
+                tokens = sampled.get(rid)
                 if tokens is None:
                     continue  # a prefill chunk short of the prompt's end: nothing sampled yet
                 if spec_tokens:
                     r.num_computed -= spec_tokens.get(rid, 0) - (len(tokens) - 1)  # rejected positions' KV is stale
-                logprobs = out.logprobs.get(rid) if out.logprobs else None
+                logprobs = logprobs_of.get(rid) if logprobs_of else None
                 for i, token in enumerate(tokens):  # a speculative step may bring several; stop at the first finish
                     if logprobs is not None:
                         self._log(r, logprobs[i], token)
                     self._append(r, token)
-                    if r.is_finished:
+                    if r.status is Status.FINISHED:
                         break
             stepped.append(r)
         return stepped
@@ -431,13 +432,14 @@ class LLMEngine:
         r.cumulative_logprob = (r.cumulative_logprob or 0.0) + logprobs[token]
 
     def _append(self, r: Request, token: int) -> None:
-        if r.params.prompt_logprobs is not None and r.prompt_logprobs is None:
+        p, out = r.params, r.output_ids
+        if p.prompt_logprobs is not None and r.prompt_logprobs is None:
             r.prompt_logprobs = [None]  # a one-token prompt: nothing to score, as vLLM returns it
-        r.output_ids.append(token)
+        out.append(token)
         if r.first_token_time is None:
             r.first_token_time = time.monotonic()
-        p = r.params
-        can_stop = len(r.output_ids) >= p.min_tokens  # the sampler bans EOS and stop ids until then
+        n = len(out)
+        can_stop = n >= p.min_tokens  # the sampler bans EOS and stop ids until then
         stop = r.detok.add(token, can_stop)
         if can_stop and not p.ignore_eos and token in self.eos_ids:
             self._finish(r, "stop")
@@ -447,7 +449,7 @@ class LLMEngine:
         elif stop is not None:
             r.stop_reason = stop
             self._finish(r, "stop")
-        elif len(r.output_ids) >= p.max_tokens or len(r.prompt_ids) + len(r.output_ids) >= self.cfg.max_model_len:
+        elif n >= p.max_tokens or len(r.prompt_ids) + n >= self.cfg.max_model_len:
             self._finish(r, "length")
 
     def _finish(self, r: Request, reason: str, error: str | None = None) -> None:
