@@ -76,7 +76,7 @@ ENTRIES: list[Mutation] = [
     Mutation(
         id="greedy-keeps-filters",
         description="temperature 0 no longer clears top_k/top_p/min_p",
-        file="vt/engine/sample/params.py", old="            picked.update(top_p=1.0, top_k=0, min_p=0.0)", new="            pass",
+        file="vt/engine/sample/params.py", old="            picked.update(temperature=0.0, top_p=1.0, top_k=0, min_p=0.0)", new="            picked.update(temperature=0.0)",
         gates=(f"{GEN}::test_temperature_zero_is_greedy_and_clears_the_filters",),
     ),
     Mutation(

@@ -228,6 +228,15 @@ ENTRIES: list[Mutation] = [
         gates=("tests/engine/test_split_sampler.py::test_the_split_sampler_draws_what_the_numpy_reference_draws",),
     ),
     Mutation(
+        id="greedy-below-epsilon-ignored",
+        description="a temperature below vLLM's 1e-5 samples instead of taking the argmax: logits divided by 1e-39 "
+                    "overflow, their masses are NaN, and the draw fails inside the engine",
+        file="vt/engine/sample/params.py",
+        old="        if float(picked[\"temperature\"]) < GREEDY_BELOW:  # vLLM's rule: greedy, the filters off\n",
+        new="        if float(picked[\"temperature\"]) == 0.0:\n",
+        gates=tuple(f"{API}::test_a_temperature_below_vllms_epsilon_samples_greedily[{t}]" for t in ("1e-39", "1e-44")),
+    ),
+    Mutation(
         id="sampler-candidates-drop-ties-at-the-bound",
         description="the candidate twin keeps a block's tokens above its bound, not at it: where the bound is the row's "
                     "k-th key, the tokens that tie it leave the support",

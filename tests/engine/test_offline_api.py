@@ -95,3 +95,20 @@ def test_min_tokens_holds_off_eos_and_stop_ids_then_lets_them_stop() -> None:
     no_eos = llm.generate(["Hello"] * 4, [SamplingParams(temperature=1.0, max_tokens=6, min_tokens=6, seed=s)
                                          for s in range(4)])
     assert all(len(o.token_ids) == 6 and not set(o.token_ids) & set(eos) for o in no_eos)
+
+
+@pytest.mark.parametrize("temperature", [1e-39, 1e-44, 1e-6])
+def test_a_temperature_below_vllms_epsilon_samples_greedily(temperature: float) -> None:
+    """vLLM's rule: below 1e-5 a temperature is greedy (its filters off). Logits divided by 1e-39 overflow float32:
+    without the rule their masses are NaN, and the draw raised inside the engine (every request in flight lost)."""
+    llm = LLM("tiny-qwen3", max_model_len=128, num_blocks=32)  # its own: a mutant that kills it spares the others
+    prompts = [{"prompt_token_ids": [5 + i, 17, 99, 3]} for i in range(4)]
+    greedy = llm.generate(prompts, SamplingParams(temperature=0.0, max_tokens=12, ignore_eos=True))
+    try:
+        tiny = llm.generate(prompts, SamplingParams(temperature=temperature, top_k=5, seed=1, max_tokens=12,
+                                                    ignore_eos=True))
+    except Exception as e:  # noqa: BLE001 - the API accepted this temperature: nothing may die of it
+        pytest.fail(f"temperature={temperature} took the engine down: {e!r}")
+    want = [o.outputs[0].token_ids for o in greedy]
+    assert [o.outputs[0].token_ids for o in tiny] == want
+    assert len({tuple(t) for t in want}) > 1, "non-vacuity: the prompts decode differently"

@@ -14,6 +14,10 @@ from typing import Any
 from vt.errors import ConfigError
 
 NEUTRAL = {"temperature": 1.0, "top_p": 1.0, "top_k": 0, "min_p": 0.0}
+# A temperature below this samples greedily, as vLLM's does (its _SAMPLING_EPS): logits divided by less than ~1e-38
+# overflow float32 to infinities whose masses are NaN (the NumPy draw then raised: a fatal engine error), and long
+# before that the draw is the argmax to within rounding.
+GREEDY_BELOW = 1e-5
 DEFAULT_MAX_TOKENS = 16
 GENERATION_KEYS = ("temperature", "top_p", "top_k", "min_p", "max_new_tokens")
 
@@ -114,8 +118,8 @@ class SamplingParams:
             picked[name] = explicit if explicit is not None else gen.get(name, neutral)
         if picked["top_k"] in (None, -1):
             picked["top_k"] = 0
-        if float(picked["temperature"]) == 0.0:
-            picked.update(top_p=1.0, top_k=0, min_p=0.0)
+        if float(picked["temperature"]) < GREEDY_BELOW:  # vLLM's rule: greedy, the filters off
+            picked.update(temperature=0.0, top_p=1.0, top_k=0, min_p=0.0)
         max_tokens = self.max_tokens or gen.get("max_new_tokens") or DEFAULT_MAX_TOKENS
         bias = tuple(sorted((t, float(v)) for t, v in (self.logit_bias or {}).items()))
         return ResolvedParams(float(picked["temperature"]), float(picked["top_p"]), int(picked["top_k"]),
