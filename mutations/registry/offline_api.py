@@ -237,6 +237,16 @@ ENTRIES: list[Mutation] = [
         gates=tuple(f"{API}::test_a_temperature_below_vllms_epsilon_samples_greedily[{t}]" for t in ("1e-39", "1e-44")),
     ),
     Mutation(
+        id="logit-bias-range-unchecked",
+        description="SamplingParams takes any finite logit_bias: 1e39 is infinite in float32, the biased logit's mass "
+                    "NaN, and the draw fails the engine",
+        file="vt/engine/sample/params.py",
+        old="                or not isinstance(v, (int, float)) or not -MAX_BIAS <= v <= MAX_BIAS for t, v in lb.items())):",
+        new="                or not isinstance(v, (int, float)) or v != v for t, v in lb.items())):",
+        gates=tuple(f"tests/engine/test_logit_bias.py::test_bad_bias_parameters_are_refused_by_name[{c}]"
+                    for c in ("past-float32", "past-openai-range")),
+    ),
+    Mutation(
         id="sampler-candidates-drop-ties-at-the-bound",
         description="the candidate twin keeps a block's tokens above its bound, not at it: where the bound is the row's "
                     "k-th key, the tokens that tie it leave the support",

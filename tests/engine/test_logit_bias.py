@@ -134,9 +134,11 @@ def test_speculation_keeps_the_bias() -> None:
 
 
 @pytest.mark.parametrize("kw", [{"logit_bias": {5: float("nan")}}, {"logit_bias": {-1: 1.0}}, {"logit_bias": [5]},
+                                {"logit_bias": {5: 1e39}}, {"logit_bias": {5: -100.5}},
                                 {"allowed_token_ids": []}, {"allowed_token_ids": [True]},
                                 {"allowed_token_ids": list(range(1025))}],
-                         ids=["nan", "negative-id", "not-a-dict", "empty", "bool", "too-many"])
+                         ids=["nan", "negative-id", "not-a-dict", "past-float32", "past-openai-range", "empty", "bool",
+                              "too-many"])
 def test_bad_bias_parameters_are_refused_by_name(kw: dict) -> None:
     with pytest.raises(ConfigError, match=next(iter(kw))):
         SamplingParams(**kw)

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from vt.engine.sample.params import SamplingParams
+from vt.engine.sample.params import MAX_BIAS, SamplingParams
 from vt.errors import ConfigError
 
 MAX_LOGPROBS = 20
@@ -137,7 +137,6 @@ def check_fields(body: dict, chat: bool) -> None:
 
 KNOWN_UNSUPPORTED = frozenset({"functions", "function_call", "audio", "modalities", "prediction", "store", "metadata",
                                "service_tier", "reasoning_effort", "web_search_options", "echo"})
-MAX_BIAS = 100.0  # OpenAI's range for a logit_bias value
 
 
 def parse_logit_bias(body: dict) -> dict[int, float] | None:

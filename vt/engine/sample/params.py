@@ -7,7 +7,6 @@ is validated like SamplingParams: a bad value is named, never carried into a req
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -18,6 +17,7 @@ NEUTRAL = {"temperature": 1.0, "top_p": 1.0, "top_k": 0, "min_p": 0.0}
 # overflow float32 to infinities whose masses are NaN (the NumPy draw then raised: a fatal engine error), and long
 # before that the draw is the argmax to within rounding.
 GREEDY_BELOW = 1e-5
+MAX_BIAS = 100.0  # a logit_bias value's largest magnitude: OpenAI's range
 DEFAULT_MAX_TOKENS = 16
 GENERATION_KEYS = ("temperature", "top_p", "top_k", "min_p", "max_new_tokens")
 
@@ -100,8 +100,11 @@ class SamplingParams:
         lb, allowed = self.logit_bias, self.allowed_token_ids
         if lb is not None and (not isinstance(lb, dict) or any(
                 isinstance(t, bool) or not isinstance(t, int) or t < 0 or isinstance(v, bool)
-                or not isinstance(v, (int, float)) or not math.isfinite(v) for t, v in lb.items())):
-            raise ConfigError(f"logit_bias={lb!r}: must map token ids (ints >= 0) to finite numbers")
+                or not isinstance(v, (int, float)) or not -MAX_BIAS <= v <= MAX_BIAS for t, v in lb.items())):
+            # OpenAI's range (vLLM's server clamps to it): a bias past float32's range turned a logit infinite, whose
+            # mass is NaN, and the draw failed the engine
+            raise ConfigError(f"logit_bias={lb!r}: must map token ids (ints >= 0) to numbers in [-{MAX_BIAS:g}, "
+                              f"{MAX_BIAS:g}]")
         if allowed is not None and (not isinstance(allowed, list) or not allowed or any(
                 isinstance(t, bool) or not isinstance(t, int) or t < 0 for t in allowed)):
             raise ConfigError(f"allowed_token_ids={allowed!r}: must be a non-empty list of token ids (ints >= 0)")
