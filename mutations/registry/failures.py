@@ -23,4 +23,24 @@ ENTRIES: list[Mutation] = [
         new="",
         gates=("tests/engine/test_failures.py::test_a_fatal_error_prints_the_traceback_and_the_requests_in_flight",),
     ),
+    Mutation(
+        id="nan-masses-drawn-anyway",
+        description="the NumPy sampler draws a row whose masses are NaN (a penalty pushed a logit past float32): the "
+                    "inverse CDF indexes past its chunks and the engine dies with every request in flight",
+        file="vt/engine/sample/sampler.py", old="            finite = np.isfinite(w).all(axis=1)\n",
+        new="            finite = np.ones(len(rows), bool)\n",
+        gates=("tests/engine/test_failures.py::test_a_penalty_that_overflows_its_logits_fails_its_request_alone"
+               "[no-filters]",),
+        expect="took the engine down",
+    ),
+    Mutation(
+        id="nan-masses-drawn-anyway-through-filters",
+        description="the NumPy sampler draws a filtered row (top-k / top-p) whose masses are NaN",
+        file="vt/engine/sample/sampler.py",
+        old="            out_ids[r] = idx[_draw(w[None], u[r : r + 1])[0]] if np.isfinite(w).all() else -1\n",
+        new="            out_ids[r] = idx[_draw(w[None], u[r : r + 1])[0]]\n",
+        gates=("tests/engine/test_failures.py::test_a_penalty_that_overflows_its_logits_fails_its_request_alone"
+               "[checkpoint-filters]",),
+        expect="took the engine down",
+    ),
 ]

@@ -77,3 +77,21 @@ def test_a_failed_requests_garbage_kv_never_reaches_its_neighbours(spec: bool) -
                         SamplingParams(temperature=0, max_tokens=40, ignore_eos=True))
     assert outs[0].finish_reason == "error", "non-vacuity: the poisoned request really failed"
     assert outs[1].finish_reason == "length" and outs[1].token_ids == clean.token_ids
+
+
+@pytest.mark.parametrize("filters", [{}, {"top_k": 0, "top_p": 1.0}], ids=["checkpoint-filters", "no-filters"])
+def test_a_penalty_that_overflows_its_logits_fails_its_request_alone(filters: dict) -> None:
+    """repetition_penalty=1e-39 (the API takes any in (0, 100]) divides a positive logit of the history past
+    float32's range: its mass is NaN. That request fails by name; its neighbour, in the same steps, finishes. With
+    the checkpoint's top-k / top-p (its generation config) and with none: the sampler's two draws."""
+    llm = LLM(model="tiny-qwen3", max_model_len=128, num_blocks=32, max_num_seqs=4)
+    prompt = {"prompt_token_ids": list(range(3, 40))}  # a long history: some token of it has a positive logit
+    params = [SamplingParams(temperature=1.0, repetition_penalty=1e-39, seed=1, max_tokens=6, ignore_eos=True,
+                             **filters),
+              SamplingParams(temperature=0, max_tokens=6, ignore_eos=True)]
+    try:
+        outs = llm.generate([prompt, prompt], params)
+    except Exception as e:  # noqa: BLE001 - one request's parameters may fail it, never the engine
+        pytest.fail(f"one request's overflowing penalty took the engine down: {e!r}")
+    assert outs[0].outputs[0].finish_reason == "error" and "non-finite" in (outs[0].error or ""), outs[0].error
+    assert outs[1].outputs[0].finish_reason == "length" and len(outs[1].outputs[0].token_ids) == 6

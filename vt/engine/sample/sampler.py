@@ -226,7 +226,8 @@ def apply_penalties(row: np.ndarray, hist: np.ndarray, num_prompt: int, rep: flo
     counts[np.searchsorted(tokens, out_tokens)] = out_counts
     v = row[tokens]
     if rep != 1.0:
-        v = np.where(v > 0, v / F32(rep), v * F32(rep)).astype(F32)
+        with np.errstate(over="ignore"):  # a tiny penalty may overflow: the draw fails that row alone
+            v = np.where(v > 0, v / F32(rep), v * F32(rep)).astype(F32)
     hit = counts > 0
     v[hit] = v[hit] - (F32(freq) * counts[hit].astype(F32) + F32(pres))
     row[tokens] = v
@@ -385,15 +386,20 @@ def _sample_numpy(logits: np.ndarray, fp: np.ndarray, ip: np.ndarray, hist: np.n
     out_ids[greedy] = np.argmax(logits[greedy], axis=1)
     drawn = ~greedy & (forced < 0) & ~bad
     filtered = drawn & ((top_k > 0) | (top_p < 1.0) | (min_p > 0.0))
-    for r in np.flatnonzero(filtered):
-        idx, w = support((logits[r] / F32(temp[r])).astype(F32), int(top_k[r]), float(top_p[r]), float(min_p[r]))
-        out_ids[r] = idx[_draw(w[None], u[r : r + 1])[0]]
-    plain = np.flatnonzero(drawn & ~filtered)
-    for g in range(0, plain.size, 4):  # a few rows at a time: their temporaries stay in cache
-        rows = plain[g : g + 4]
-        x = (logits[rows] / temp[rows, None]).astype(F32)
-        e = np.exp(x - x.max(axis=1, keepdims=True)).astype(F32)
-        out_ids[rows] = _draw(np.floor(e * MASS_SCALE), u[rows])
+    with np.errstate(over="ignore", invalid="ignore"):  # an overflow is found below, by the masses it leaves
+        for r in np.flatnonzero(filtered):
+            idx, w = support((logits[r] / F32(temp[r])).astype(F32), int(top_k[r]), float(top_p[r]),
+                             float(min_p[r]))
+            out_ids[r] = idx[_draw(w[None], u[r : r + 1])[0]] if np.isfinite(w).all() else -1
+        plain = np.flatnonzero(drawn & ~filtered)
+        for g in range(0, plain.size, 4):  # a few rows at a time: their temporaries stay in cache
+            rows = plain[g : g + 4]
+            x = (logits[rows] / temp[rows, None]).astype(F32)
+            w = np.floor(np.exp(x - x.max(axis=1, keepdims=True)).astype(F32) * MASS_SCALE)
+            # a logit a penalty pushed past float32's range leaves NaN masses: that row fails alone (-1)
+            finite = np.isfinite(w).all(axis=1)
+            out_ids[rows] = -1
+            out_ids[rows[finite]] = _draw(w[finite], u[rows[finite]])
     out_ids[bad] = -1
     for r, row in raw.items():
         tok = int(out_ids[r])
