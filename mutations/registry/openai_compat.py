@@ -18,9 +18,9 @@ ENTRIES: list[Mutation] = [
         description="the filters (top-k, top-p, min-p) choose their tokens from the unbiased logits: logit_bias "
                     "applied after them instead of before",
         file="vt/engine/sample/sampler.py",
-        old="        idx, w = support((logits[r] / F32(temp[r])).astype(F32),",
-        new="        pre = logits[r].copy()\n        pre[bias_ids[r, : num_bias[r]]] -= bias_vals[r, : num_bias[r]]\n"
-            "        idx, w = support((pre / F32(temp[r])).astype(F32),",
+        old="            idx, w = support((logits[r] / F32(temp[r])).astype(F32),",
+        new="            pre = logits[r].copy()\n            pre[bias_ids[r, : num_bias[r]]] -= bias_vals[r, : num_bias[r]]\n"
+            "            idx, w = support((pre / F32(temp[r])).astype(F32),",
         gates=(f"{BIAS}::test_the_bias_is_added_before_the_filters[cpu]",),
     ),
     Mutation(
