@@ -136,6 +136,10 @@ def test_registry_entries_are_well_formed() -> None:
     for m in ENTRIES:
         text = (root / m.file).read_text()
         assert text.count(m.old) == m.count, f"{m.id}: anchor matches {text.count(m.old)} places"
+        if "\n" in m.new.rstrip("\n"):  # lines it adds carry their own indentation: the anchor must start a line
+            at = text.find(m.old)
+            assert at == 0 or text[at - 1] == "\n" or not m.old[:1].isspace(), (
+                f"{m.id}: anchor starts inside a line's indentation; its replacement's lines would be misindented")
         for f in m.gate_files:
             assert (root / f).is_file(), f"{m.id}: gate file {f} missing"
     assert os.path.exists(root / "mutations" / "registry" / "__init__.py")
