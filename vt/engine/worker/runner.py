@@ -42,7 +42,7 @@ from vt.errors import EngineInvariantError
 I64, F32 = np.int64, np.float32
 COUNTER, NUM_PROMPT, NUM_HIST, NUM_BANNED, NUM_BIAS = (FIELDS_I.index(f) for f in
                                                        ("counter", "num_prompt", "num_hist", "num_banned", "num_bias"))
-NON_FINITE = "the model produced non-finite logits"
+NON_FINITE = "non-finite logits (the model's, or a repetition penalty pushed one past float32's range)"
 
 
 @dataclass(slots=True)
