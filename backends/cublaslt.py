@@ -10,8 +10,8 @@ replay and eager results agree bit for bit (one algorithm per shape for the proc
 Row-major C[m, n] = A[m, k] @ B[k, n] is column-major C^T = B^T A^T, as in backends/cublas.py.
 
 Besides cuBLASLt's own, a decode-sized shape (at most 8 rows, 16-bit operands) also times the kernel library's
-skinny GEMM (backends/kernels/skinny_gemm.py), which streams the weights at close to the memory's speed where
-cuBLASLt's picks reach about a quarter of it; whichever is fastest runs the shape.
+skinny GEMM (backends/kernels/skinny_gemm.py) in each of its configurations, built to stream the weights at the
+memory's speed; whichever candidate is fastest runs the shape.
 
 Only shapes of at most TUNED_MAX_ROWS rows are timed: those are the captured steps' (decode keys and the prefill
 buckets, all seen at start-up). A larger step runs eagerly with a row count that changes from step to step; it
@@ -31,7 +31,6 @@ from typing import Any
 from backends.kernels import skinny_gemm
 
 CUDA_R_32F, CUDA_R_16F, CUDA_R_16BF, CUBLAS_COMPUTE_32F = 0, 2, 14, 68
-SKINNY = "skinny_gemm"  # the candidate that is the kernel library's skinny GEMM, not a cuBLASLt algorithm
 PREF_MAX_WORKSPACE_BYTES = 1
 REQUESTED = 16  # algorithms asked of the heuristic per shape
 TIMED_REPS = 5
@@ -61,6 +60,11 @@ def _load() -> ctypes.CDLL:
     raise OSError("libcublasLt not found")
 
 
+def name(algo: Any) -> str:
+    """A candidate as a log names it: a skinny GEMM configuration, or cuBLASLt."""
+    return str(algo) if isinstance(algo, skinny_gemm.Config) else "cuBLASLt"
+
+
 class Plan:
     """One GEMM shape: its descriptors and the algorithm chosen for it."""
 
@@ -86,27 +90,29 @@ class Plan:
             raise RuntimeError(f"cuBLASLt offers no algorithm for {m}x{n}x{k}")
         self.storage = {CUDA_R_16BF: "uint16", CUDA_R_16F: "float16"}.get(dtype)
         if lt.skinny is not None and self.storage is not None and skinny_gemm.fits(m, n, self.storage):
-            self.candidates.append(SKINNY)  # timed last: the heuristic's first pick stays candidates[0]
+            self.candidates += skinny_gemm.CONFIGS  # timed last: the heuristic's first pick stays candidates[0]
         self.algo = self.candidates[0]
         self.times_us: list[float] = []
 
     @property
     def picked(self) -> str:
-        return "skinny_gemm" if self.algo is SKINNY else "cuBLASLt"
+        return name(self.algo)
 
     def run(self, a_ptr: int, b_ptr: int, c_ptr: int, stream: int, algo: Any = None) -> None:
         lt = self.lt
-        if (algo or self.algo) is SKINNY:  # on CuPy's current stream, which is `stream` (CublasLt.gemm)
+        algo = algo or self.algo
+        if isinstance(algo, skinny_gemm.Config):  # on CuPy's current stream, which is `stream` (CublasLt.gemm)
             import cupy
 
-            assert lt.skinny is not None and self.storage is not None  # SKINNY is a candidate only then
+            assert lt.skinny is not None and self.storage is not None  # a Config is a candidate only then
             partials, counters = lt.skinny
-            skinny_gemm.launch(cupy, self.storage, a_ptr, b_ptr, c_ptr, partials, counters, self.m, self.n, self.k)
+            skinny_gemm.launch(cupy, self.storage, a_ptr, b_ptr, c_ptr, partials, counters, self.m, self.n, self.k,
+                               algo)
             return
         lt.check(lt.lib.cublasLtMatmul(
             lt.handle, self.desc, ctypes.byref(lt.one), ctypes.c_void_p(b_ptr), self.a, ctypes.c_void_p(a_ptr), self.b,
             ctypes.byref(lt.zero), ctypes.c_void_p(c_ptr), self.c, ctypes.c_void_p(c_ptr), self.c,
-            ctypes.byref((algo or self.algo).algo), ctypes.c_void_p(lt.workspace_ptr),
+            ctypes.byref(algo.algo), ctypes.c_void_p(lt.workspace_ptr),
             ctypes.c_size_t(lt.workspace_bytes), ctypes.c_void_p(stream)), "cublasLtMatmul")
 
     def tune(self, a_ptr: int, b_ptr: int, c_ptr: int, stream: Any) -> None:

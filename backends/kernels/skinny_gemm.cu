@@ -1,28 +1,42 @@
 // Decode's GEMM: C [M, N] float32 = A [M, K] @ B [K, N] for a few rows (M <= 8), bf16 / fp16 operands, float32
 // accumulation. At such M a GEMM is a read of B, so the kernel is built to stream B at the memory's speed: a
-// thread owns 8 consecutive columns (one 16-byte load a row), a block 64 columns and one slice of K, and the grid
-// splits K into S slices so that every SM has blocks even when N is small. A slice's partial tile goes to
-// scratch; the last block of a column tile to finish (a counter per tile) adds the S partials in slice order, so
-// the sum's order never depends on timing. The counter is back to zero when the kernel ends: a graph replays it.
+// thread owns 8 consecutive columns (one 16-byte load a row of B), TC threads side by side a block's TC x 8
+// columns, the block's 256 / TC rows of threads walk one slice of K, each thread with U loads in flight before
+// it uses any, and the grid splits K into S slices so that every SM has blocks even when N is small. Which TC and
+// U stream a shape fastest is measured (backends/cublaslt.py times each configuration on the H200). A slice's
+// partial tile goes to scratch; the last block of a column tile to finish (a counter per tile) adds the S partials
+// in slice order, so the sum's order never depends on timing. The counter is back to zero when the kernel ends: a
+// graph replays it.
 #include "common.cuh"
 
 namespace vt {
 
 constexpr int SKINNY_MAX_M = 8;
-constexpr int SKINNY_COLS = 64;      // a block's columns: 8 threads x 8 columns
-constexpr int SKINNY_THREADS = 256;  // 32 rows of threads
+constexpr int SKINNY_THREADS = 256;
+constexpr int SKINNY_WARPS = SKINNY_THREADS / 32;
 
-// M is a template argument: a thread holds M x 8 accumulators, so one row keeps registers few and blocks many.
-template <typename T, int M>
+// 16 bytes of B, streamed: read once, so kept out of L1.
+__device__ __forceinline__ uint4 load_stream(const void* p) {
+    uint4 r;
+    asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+        : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w) : "l"(p));
+    return r;
+}
+
+// M, TC and U are template arguments: a thread holds M x 8 accumulators and U raw vectors, so one row keeps
+// registers few and blocks many.
+template <typename T, int M, int TC, int U>
 __global__ void __launch_bounds__(SKINNY_THREADS)
 skinny_gemm(const T* __restrict__ a, const T* __restrict__ b, float* __restrict__ c, float* __restrict__ partials,
             unsigned int* __restrict__ counters, int N, int K, int slice) {
     static_assert(M >= 1 && M <= SKINNY_MAX_M, "1..8 rows");
-    __shared__ float warp_part[SKINNY_THREADS / 32][M][SKINNY_COLS];
+    static_assert(TC == 8 || TC == 16 || TC == 32, "a warp holds whole rows of threads");
+    static_assert(sizeof(T) == 2, "8 columns are one 16-byte vector");
+    constexpr int TR = SKINNY_THREADS / TC, COLS = TC * 8;
+    __shared__ float warp_part[SKINNY_WARPS][COLS];
     __shared__ bool last;
-    const int tc = threadIdx.x & 7, tr = threadIdx.x >> 3;  // column group, row of threads (0..31)
-    const int warp = threadIdx.x >> 5;
-    const int n = blockIdx.x * SKINNY_COLS + tc * 8;
+    const int tc = threadIdx.x % TC, tr = threadIdx.x / TC, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int n = blockIdx.x * COLS + tc * 8;
     const int k0 = blockIdx.y * slice, k1 = min(K, k0 + slice);
     float acc[M][8];
 #pragma unroll
@@ -30,40 +44,50 @@ skinny_gemm(const T* __restrict__ a, const T* __restrict__ b, float* __restrict_
 #pragma unroll
         for (int j = 0; j < 8; j++) acc[m][j] = 0.0f;
     if (n < N) {
-#pragma unroll 4
-        for (int k = k0 + tr; k < k1; k += 32) {
-            float w[8];
-            load_f32<T, 8>(b + (i64)k * N + n, w);
+        for (int kb = k0 + tr; kb < k1; kb += TR * U) {
+            uint4 raw[U];
 #pragma unroll
-            for (int m = 0; m < M; m++) {
-                const float x = to_f32(a[(i64)m * K + k]);
+            for (int u = 0; u < U; u++) {  // every load issued before any is used
+                const int k = kb + u * TR;
+                raw[u] = k < k1 ? load_stream(b + (i64)k * N + n) : make_uint4(0u, 0u, 0u, 0u);
+            }
 #pragma unroll
-                for (int j = 0; j < 8; j++) acc[m][j] += x * w[j];
+            for (int u = 0; u < U; u++) {
+                const int k = kb + u * TR;
+                if (k >= k1) break;
+                const T* e = reinterpret_cast<const T*>(&raw[u]);
+#pragma unroll
+                for (int m = 0; m < M; m++) {
+                    const float x = to_f32(a[(i64)m * K + k]);
+#pragma unroll
+                    for (int j = 0; j < 8; j++) acc[m][j] += x * to_f32(e[j]);
+                }
             }
         }
     }
-    // the 4 thread rows of a warp sharing a column group (lanes tc, tc + 8, tc + 16, tc + 24), then the 8 warps
+    const int S = gridDim.y;
 #pragma unroll
     for (int m = 0; m < M; m++) {
+        // the rows of threads of a warp that share a column group (lanes tc, tc + TC, ...), then the warps
 #pragma unroll
         for (int j = 0; j < 8; j++) {
             float v = acc[m][j];
-            v += __shfl_xor_sync(0xffffffffu, v, 8);
-            v += __shfl_xor_sync(0xffffffffu, v, 16);
-            if ((threadIdx.x & 31) < 8) warp_part[warp][m][tc * 8 + j] = v;
-        }
-    }
-    __syncthreads();
-    const int S = gridDim.y;
-    for (int i = threadIdx.x; i < M * SKINNY_COLS; i += SKINNY_THREADS) {
-        const int m = i / SKINNY_COLS, col = i - m * SKINNY_COLS, nn = blockIdx.x * SKINNY_COLS + col;
-        float v = 0.0f;
 #pragma unroll
-        for (int w = 0; w < SKINNY_THREADS / 32; w++) v += warp_part[w][m][col];
-        if (nn < N) {
-            if (S == 1) c[(i64)m * N + nn] = v;
-            else partials[((i64)blockIdx.y * M + m) * N + nn] = v;
+            for (int o = TC; o < 32; o <<= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+            if (lane < TC) warp_part[warp][tc * 8 + j] = v;
         }
+        __syncthreads();
+        for (int col = threadIdx.x; col < COLS; col += SKINNY_THREADS) {
+            const int nn = blockIdx.x * COLS + col;
+            float v = 0.0f;
+#pragma unroll
+            for (int w = 0; w < SKINNY_WARPS; w++) v += warp_part[w][col];
+            if (nn < N) {
+                if (S == 1) c[(i64)m * N + nn] = v;
+                else partials[((i64)blockIdx.y * M + m) * N + nn] = v;
+            }
+        }
+        __syncthreads();
     }
     if (S == 1) return;
     __threadfence();  // this slice's partials are visible before the counter says so
@@ -72,8 +96,8 @@ skinny_gemm(const T* __restrict__ a, const T* __restrict__ b, float* __restrict_
     __syncthreads();
     if (!last) return;
     __threadfence();
-    for (int i = threadIdx.x; i < M * SKINNY_COLS; i += SKINNY_THREADS) {
-        const int m = i / SKINNY_COLS, nn = blockIdx.x * SKINNY_COLS + (i - m * SKINNY_COLS);
+    for (int i = threadIdx.x; i < M * COLS; i += SKINNY_THREADS) {
+        const int m = i / COLS, nn = blockIdx.x * COLS + (i - m * COLS);
         if (nn >= N) continue;
         float v = 0.0f;
         for (int s = 0; s < S; s++) v += __ldcg(&partials[((i64)s * M + m) * N + nn]);  // L2: other SMs wrote them

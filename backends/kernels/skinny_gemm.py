@@ -1,14 +1,16 @@
 """Decode's GEMM (skinny_gemm.cu) beside its NumPy twin: C = A @ B for at most 8 rows, B [K, N] bf16 / fp16.
 
-It is one of the algorithms the cuBLASLt plan of a shape times (backends/cublaslt.py): the fastest one on the
-H200 runs that shape for the life of the process, so the kernel serves exactly where it beats cuBLAS. K is split
-into S slices (`split`); S > 1 needs the owner's scratch (partials [S, M, N] float32 and a zeroed counter per
-64-column tile), which the CUDA backend allocates once, long-lived. One GEMM at a time uses it: every GEMM
-runs on the step's compute stream.
+It is one of the algorithms the cuBLASLt plan of a shape times (backends/cublaslt.py), once per configuration in
+CONFIGS: the fastest one on the H200 runs that shape for the life of the process, so the kernel serves exactly
+where it beats cuBLAS. A configuration is the kernel's column width (TC threads of 8 columns), its loads in flight
+a thread (U) and the blocks it aims at per SM, which set how K is split into S slices (`split`). S > 1 needs the
+owner's scratch (partials [S, M, N] float32 and a zeroed counter per column tile), which the CUDA backend
+allocates once, long-lived. One GEMM at a time uses it: every GEMM runs on the step's compute stream.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -16,13 +18,39 @@ import numpy as np
 from backends.kernels.build import Instance, function
 from backends.kernels.fused import FusedKernel, ctype
 
-MAX_M, COLS, THREADS = 8, 64, 256  # skinny_gemm.cu's SKINNY_* constants
+MAX_M, THREADS = 8, 256  # skinny_gemm.cu's SKINNY_* constants
 SCRATCH_FLOATS = 2 << 20  # partials: S x M x N at most (8 MiB)
-MAX_TILES = 4096  # counters: one per 64-column tile of a split GEMM
-SMS = 132  # the H200's; blocks enough for two a multiprocessor
+MAX_TILES = 4096  # counters: one per column tile of a split GEMM
+SMS = 132  # the H200's
 STORAGE_TYPES = ("vt::bf16", "vt::f16")
-CI_INSTANCES = [Instance("skinny_gemm.cu", f"vt::skinny_gemm<{t}, {m}>") for t in STORAGE_TYPES
-                for m in range(1, MAX_M + 1)]
+
+
+@dataclass(frozen=True, slots=True)
+class Config:
+    """One way to run the kernel: TC threads side by side (a block's columns are 8 TC), U loads in flight a thread,
+    enough K slices for `per_sm` blocks a multiprocessor."""
+
+    tc: int = 8
+    unroll: int = 4
+    per_sm: int = 2
+
+    @property
+    def cols(self) -> int:
+        return 8 * self.tc
+
+    @property
+    def thread_rows(self) -> int:
+        return THREADS // self.tc
+
+    def __str__(self) -> str:
+        return f"skinny_gemm[tc{self.tc} u{self.unroll} x{self.per_sm}]"
+
+
+DEFAULT = Config()
+# What the tuner times beside cuBLASLt: narrow tiles split deep, wide tiles with more loads in flight.
+CONFIGS = (DEFAULT, Config(8, 8, 4), Config(16, 8, 2), Config(32, 8, 2), Config(32, 4, 4))
+CI_INSTANCES = sorted({Instance("skinny_gemm.cu", f"vt::skinny_gemm<{t}, {m}, {c.tc}, {c.unroll}>")
+                       for t in STORAGE_TYPES for m in range(1, MAX_M + 1) for c in CONFIGS}, key=str)
 
 
 def fits(m: int, n: int, dtype: Any) -> bool:
@@ -30,23 +58,24 @@ def fits(m: int, n: int, dtype: Any) -> bool:
     return 0 < m <= MAX_M and n % 8 == 0 and np.dtype(dtype).itemsize == 2
 
 
-def split(m: int, n: int, k: int) -> tuple[int, int]:
-    """(rows of K a slice takes, S): enough blocks for two per SM, a slice at least 64 rows, the partials and
-    counters within the scratch."""
-    tiles = -(-n // COLS)
-    s = max(1, min(-(-2 * SMS // tiles), k // 64))
+def split(m: int, n: int, k: int, config: Config = DEFAULT) -> tuple[int, int]:
+    """(rows of K a slice takes, S): blocks enough for the configuration's count a SM, a slice at least two rows
+    a row of threads, the partials and counters within the scratch."""
+    tiles = -(-n // config.cols)
+    s = max(1, min(-(-config.per_sm * SMS // tiles), k // (2 * config.thread_rows)))
     if s > 1 and (s * m * n > SCRATCH_FLOATS or tiles > MAX_TILES):
         s = 1
     step = -(-k // s)
     return step, -(-k // step)
 
 
-def _twin(a: np.ndarray, b: np.ndarray, out: np.ndarray, partials: Any = None, counters: Any = None) -> None:
+def _twin(a: np.ndarray, b: np.ndarray, out: np.ndarray, partials: Any = None, counters: Any = None,
+          config: Config = DEFAULT) -> None:
     """float32 partial products per K slice, added in slice order (the kernel's order across slices)."""
     from vt.dtypes import widen_host
 
     m, k = a.shape
-    step, s = split(m, out.shape[1], k)
+    step, s = split(m, out.shape[1], k, config)
     acc = np.zeros(out.shape, np.float32)
     for i in range(s):
         ks = slice(i * step, min(k, (i + 1) * step))
@@ -55,12 +84,13 @@ def _twin(a: np.ndarray, b: np.ndarray, out: np.ndarray, partials: Any = None, c
 
 
 def launch(cp: Any, dtype: Any, a: Any, b: Any, c: Any, partials: Any, counters: Any, m: int, n: int,
-           k: int) -> None:
+           k: int, config: Config = DEFAULT) -> None:
     """The kernel on CuPy's current stream; a, b, c, partials, counters are arrays or device pointers."""
-    step, s = split(m, n, k)
-    fn = function(cp, Instance("skinny_gemm.cu", f"vt::skinny_gemm<{ctype(dtype)}, {m}>"))
-    fn((-(-n // COLS), s), (THREADS,), (ptr(a), ptr(b), ptr(c), ptr(partials), ptr(counters), np.int32(n),
-                                        np.int32(k), np.int32(step)))
+    step, s = split(m, n, k, config)
+    fn = function(cp, Instance("skinny_gemm.cu", f"vt::skinny_gemm<{ctype(dtype)}, {m}, {config.tc}, "
+                                                  f"{config.unroll}>"))
+    fn((-(-n // config.cols), s), (THREADS,), (ptr(a), ptr(b), ptr(c), ptr(partials), ptr(counters), np.int32(n),
+                                               np.int32(k), np.int32(step)))
 
 
 def ptr(x: Any) -> Any:
@@ -68,11 +98,11 @@ def ptr(x: Any) -> Any:
     return np.uint64(x) if isinstance(x, int) else x
 
 
-def _cuda(cp: Any, a: Any, b: Any, out: Any, partials: Any, counters: Any) -> None:
+def _cuda(cp: Any, a: Any, b: Any, out: Any, partials: Any, counters: Any, config: Config = DEFAULT) -> None:
     m, k = a.shape
     if not fits(m, out.shape[1], b.dtype) or a.dtype != b.dtype:
         raise ValueError(f"skinny_gemm: {a.shape} {a.dtype} @ {b.shape} {b.dtype} is not a shape it serves")
-    launch(cp, b.dtype, a, b, out, partials, counters, m, out.shape[1], k)
+    launch(cp, b.dtype, a, b, out, partials, counters, m, out.shape[1], k, config)
 
 
 skinny_gemm = FusedKernel("skinny_gemm", _twin, _cuda, writes=(2,))

@@ -17,6 +17,7 @@ SKINNY = "tests/backends/test_skinny_gemm.py"
 SKINNY_SHAPES = [(1, 1024, 1024), (3, 4096, 1024), (8, 5120, 2048), (2, 1000, 96), (1, 128, 2048), (5, 8, 4096)]
 SKINNY_PLAN = f"{SKINNY}::test_a_decode_shapes_plan_times_the_skinny_gemm_and_every_candidate_is_right"
 SKINNY_SPLIT = [s for s in SKINNY_SHAPES if s != (2, 1000, 96)]  # the shapes split along K (one is not)
+SKINNY_CONFIGS = ("tc8u4x2", "tc8u8x4", "tc16u8x2", "tc32u8x2", "tc32u4x4")  # the test's ids of skinny_gemm.CONFIGS
 
 
 def cases(test: str, names: tuple[str, ...], dtypes: tuple[str, ...] = ("float32", "bfloat16")) -> tuple[str, ...]:
@@ -174,16 +175,16 @@ ENTRIES += [
         id="skinny-twin-drops-a-k-slice",
         description="the skinny GEMM's twin adds every K slice's partial product but the last",
         file="backends/kernels/skinny_gemm.py", old="    for i in range(s):\n", new="    for i in range(s - 1):\n",
-        gates=tuple(f"{SKINNY}::test_twin_equals_the_product[{m}-{n}-{k}-{d}]" for m, n, k in SKINNY_SHAPES
-                    for d in ("bfloat16", "float16")),
+        gates=tuple(f"{SKINNY}::test_twin_equals_the_product[{m}-{n}-{k}-{d}-{c}]" for m, n, k in SKINNY_SHAPES
+                    for d in ("bfloat16", "float16") for c in SKINNY_CONFIGS),
     ),
     Mutation(
         id="cuda-skinny-drops-a-k-slice-partial",
         description="the skinny GEMM's last block adds the K slices' partials from the second on",
         file="backends/kernels/skinny_gemm.cu", old="for (int s = 0; s < S; s++) v +=",
         new="for (int s = 1; s < S; s++) v +=",
-        gates=(*(f"{SKINNY}::test_cuda_skinny_gemm_equals_its_twin_twice_on_one_scratch[{m}-{n}-{k}-{d}]"
-                 for m, n, k in SKINNY_SPLIT for d in ("bfloat16", "float16")), SKINNY_PLAN),
+        gates=(*(f"{SKINNY}::test_cuda_skinny_gemm_equals_its_twin_twice_on_one_scratch[{m}-{n}-{k}-{d}-{c}]"
+                 for m, n, k in SKINNY_SPLIT for d in ("bfloat16", "float16") for c in SKINNY_CONFIGS), SKINNY_PLAN),
         needs_gpu=True,
     ),
     Mutation(
@@ -192,8 +193,8 @@ ENTRIES += [
                     "see their last slice",
         file="backends/kernels/skinny_gemm.cu", old="    if (threadIdx.x == 0) counters[blockIdx.x] = 0;\n",
         new="",
-        gates=(*(f"{SKINNY}::test_cuda_skinny_gemm_equals_its_twin_twice_on_one_scratch[{m}-{n}-{k}-{d}]"
-                 for m, n, k in SKINNY_SPLIT for d in ("bfloat16", "float16")), SKINNY_PLAN),
+        gates=(*(f"{SKINNY}::test_cuda_skinny_gemm_equals_its_twin_twice_on_one_scratch[{m}-{n}-{k}-{d}-{c}]"
+                 for m, n, k in SKINNY_SPLIT for d in ("bfloat16", "float16") for c in SKINNY_CONFIGS), SKINNY_PLAN),
         needs_gpu=True,
     ),
 ]
