@@ -196,8 +196,10 @@ def prefill_logits(model: Model, seqs: Sequence[tuple], kv: KVCache, all_rows: S
     return run_prefill(model, kv, prefill_inputs(seqs, kv, all_rows), num_decode)
 
 
-def run_prefill(model: Model, kv: KVCache, inputs: tuple, num_decode: int = 0) -> Tensor:
-    """prefill_logits on inputs prefill_inputs made."""
+def run_prefill(model: Model, kv: KVCache, inputs: tuple, num_decode: int = 0,
+                before: Callable[[Tensor], None] | None = None) -> Tensor:
+    """prefill_logits on inputs prefill_inputs made; `before` sees the uploaded token ids first (the graph
+    driver's device feed of decode rows' tokens)."""
     b, pool = model.backend, model.backend.pool
     ids, pos, slots, meta, last = inputs
     staged = []
@@ -205,6 +207,8 @@ def run_prefill(model: Model, kv: KVCache, inputs: tuple, num_decode: int = 0) -
         t = pool.empty((len(host),), I64)
         b.copy_h2d(t, np.asarray(host, I64))
         staged.append(t)
+    if before is not None:
+        before(staged[0])
     logits = pool.empty((len(last), model.cfg.vocab_size), F32)
     fb = ForwardBatch(staged[0], staged[1], staged[2], True, logits_rows=staged[3])
     own = stage_prefill_meta(b, fb, meta, num_decode)

@@ -1,7 +1,7 @@
-"""The GPU never waits for the host (issue 28): async scheduling. Step N+1 is launched before step N's results are
-applied; its input tokens are read on the device by request slot; step N's ids are copied out on the compute
-stream, so step N+1's sampler cannot overwrite them first. The gates: outputs equal the synchronous engine's, under the stream
-simulator's schedules too."""
+"""The GPU never waits for the host (issue 28): async scheduling. Step N+1 (decode or mixed) is launched before step
+N's results are applied; its decode rows' input tokens are read on the device by request slot, from a decode step's
+sampler or a prefill's; step N's ids are copied out on the compute stream, so step N+1's sampler cannot overwrite
+them first. The gates: outputs equal the synchronous engine's, under the stream simulator's schedules too."""
 
 from __future__ import annotations
 
@@ -13,6 +13,9 @@ RACES = tuple(f"{ASYNC}::test_async_scheduling_is_race_free_under_every_schedule
 EQUAL = (f"{ASYNC}::test_async_outputs_equal_the_synchronous_engines",
          f"{ASYNC}::test_n_samples_and_preemption_under_async_scheduling",
          f"{ASYNC}::test_an_abort_while_a_step_is_in_flight_drops_its_token_and_frees_its_blocks")
+MIXED = (f"{ASYNC}::test_mixed_steps_overlap_their_decode_rows_reading_tokens_on_the_device",
+         *(f"{ASYNC}::test_overlapped_mixed_steps_are_race_free_under_every_schedule[{p}]"
+           for p in ("in order", "side streams late", "seeded 5")))
 
 ENTRIES: list[Mutation] = [
     Mutation(
@@ -24,7 +27,7 @@ ENTRIES: list[Mutation] = [
         old="        self.backend.feed_tokens(slot.tokens, slot.feed_src, self.last_sampled)\n",
         new="        self.backend.keep_sampled(slot.out_ids, slot.keep_dst, self.last_sampled)\n"
             "        self.backend.feed_tokens(slot.tokens, slot.feed_src, self.last_sampled)\n",
-        gates=(*EQUAL, *RACES),
+        gates=(*EQUAL, *RACES, *MIXED),
     ),
     Mutation(
         id="async-feed-keyed-by-a-moving-row",
@@ -33,14 +36,14 @@ ENTRIES: list[Mutation] = [
         file="vt/engine/worker/runner.py",
         old="            feed_src=np.where(unsent, b.feed_slot[rows], -1),",
         new="            feed_src=np.where(unsent, rows, -1),",
-        gates=(*EQUAL, *RACES),
+        gates=(*EQUAL, *RACES, *MIXED),
     ),
     Mutation(
         id="async-read-back-races-the-next-sampler",
         description="with async scheduling the sampled ids are still copied out on a side stream: the next step's "
                     "sampler, launched before the host waits for that copy, overwrites them with no wait between",
         file="vt/engine/worker/runner.py", old="async_readback=bool(cfg.async_scheduling))", new="async_readback=False)",
-        gates=RACES,
+        gates=(*RACES, *MIXED[1:]),
     ),
     Mutation(
         id="uploads-overwrite-a-buffer-a-copy-still-reads",
@@ -53,6 +56,32 @@ ENTRIES: list[Mutation] = [
 ]
 
 ENTRIES += [
+    Mutation(
+        id="mixed-step-decode-rows-not-fed",
+        description="a mixed step's decode rows take the host's placeholder for a token the step before sampled, not "
+                    "the sampled id from their request slot",
+        file="vt/engine/worker/runner.py",
+        old="        feed = np.where(b.ahead[decoding] > 0, b.feed_slot[decoding], -1)\n",
+        new="        feed = np.full(len(decoding), -1)\n",
+        gates=(*MIXED, EQUAL[0], *RACES),
+    ),
+    Mutation(
+        id="mixed-feed-keyed-by-a-moving-row",
+        description="a mixed step's decode row reads the slot of its batch row, not of its request",
+        file="vt/engine/worker/runner.py",
+        old="        feed = np.where(b.ahead[decoding] > 0, b.feed_slot[decoding], -1)\n",
+        new="        feed = np.where(b.ahead[decoding] > 0, decoding, -1)\n",
+        gates=(*MIXED, EQUAL[0], *RACES),
+    ),
+    Mutation(
+        id="prefill-ids-not-kept-for-the-next-step",
+        description="the ids a prefill samples for the prompts it ends are not stored at their request slots: the "
+                    "next step's decode rows read whatever the slot held",
+        file="vt/engine/worker/runner.py",
+        old="        keep[: len(ends)] = b.feed_slot[ending]",
+        new="        keep[: len(ends)] = -1",
+        gates=(*MIXED, *EQUAL, *RACES),
+    ),
     Mutation(
         id="async-scheduling-off-by-default-on-cuda",
         description="unset, async scheduling stays off on CUDA: the GPU idles while the host updates each step",

@@ -113,7 +113,8 @@ ENTRIES: list[Mutation] = [
         id="piecewise-prefill-unreachable",
         description="the runner prefills through the unsplit eager forward: no bucket is ever captured",
         file="vt/engine/worker/runner.py",
-        old="        logits = self.decoder.prefill(seqs, [i for i, rid in enumerate(computed) if rid in scored], num_decode)\n",
+        old="        logits = self.decoder.prefill(seqs, [i for i, rid in enumerate(computed) if rid in scored], num_decode, "
+            "feed)\n",
         new="        logits = __import__('models.base', fromlist=['x']).prefill_logits(self.model, seqs, self.kv, "
             "[i for i, rid in enumerate(computed) if rid in scored], num_decode)\n",
         gates=(f"{ENGINE_STREAMS}::test_prefills_replay_piecewise_graphs_in_the_engine",

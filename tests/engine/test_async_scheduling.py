@@ -1,8 +1,8 @@
-"""Async scheduling (vLLM's --async-scheduling): decode step N+1 is scheduled and launched while step N runs, its
-input tokens read on the device from the ids step N sampled (by request slot, never by batch row), and the
-update step of N (stops, detokenization) overlaps it. Outputs equal the synchronous engine's token for token,
-with stop strings, EOS, n > 1, logprobs, min_tokens, preemption and aborts; no race under the stream
-simulator's schedules; most decode steps overlap."""
+"""Async scheduling (vLLM's --async-scheduling): step N+1 (a decode step or a mixed one) is scheduled and launched
+while step N runs, its decode rows' input tokens read on the device from the ids step N sampled (by request slot,
+never by batch row), and the update step of N (stops, detokenization) overlaps it. Outputs equal the synchronous
+engine's token for token, with stop strings, EOS, n > 1, logprobs, min_tokens, preemption and aborts; no race under
+the stream simulator's schedules; most steps overlap, mixed ones too."""
 
 from __future__ import annotations
 
@@ -94,6 +94,50 @@ def test_async_scheduling_is_race_free_under_every_schedule(policy: str, sync_mi
     assert got == sync_mixed
     assert order.done.get(runner.decoder.readback.stream.id, 0) > 0 and llm.engine.num_overlapped > 0, (
         "non-vacuity: copies ran on the read-back stream while steps overlapped")
+
+
+# Few rows and a small token budget: requests join while others decode, and long prompts arrive in chunks, so most
+# steps are mixed (decode rows and prefill chunks in one forward) and launched while the step before runs.
+MIXED_KW = dict(KW, max_num_seqs=4, max_num_batched_tokens=16, num_blocks=128)
+LONG_PROMPTS = [[7 + i, 40, 3 * i + 2, 11] * (3 + 2 * (i % 4)) for i in range(9)]
+
+
+def staggered_params() -> list[SamplingParams]:
+    return [SamplingParams(max_tokens=3 + 4 * (i % 3), temperature=0.0 if i % 2 else 0.8, top_k=40, seed=i,
+                           ignore_eos=i % 3 != 1, stop=[" the"] if i == 4 else [], logprobs=1 if i == 6 else None,
+                           n=2 if i == 5 else 1) for i in range(len(LONG_PROMPTS))]
+
+
+@pytest.fixture(scope="module")
+def sync_staggered() -> list[tuple]:
+    return outputs(LLM(**MIXED_KW), staggered_params(), LONG_PROMPTS)
+
+
+def test_mixed_steps_overlap_their_decode_rows_reading_tokens_on_the_device(sync_staggered) -> None:
+    """A mixed step launched while the step before runs: its decode rows' last tokens (sampled by a decode step, or
+    by the prefill that ended their prompt) are read on the device, by request slot; same tokens as synchronous."""
+    llm = LLM(**MIXED_KW, async_scheduling=True)
+    assert outputs(llm, staggered_params(), LONG_PROMPTS) == sync_staggered
+    e = llm.engine
+    assert e.runner.num_fed_mixed >= 5, (
+        f"non-vacuity: {e.runner.num_fed_mixed} mixed steps read a decode row's token the host did not hold")
+    assert e.num_overlapped > 0.8 * e.num_steps, f"{e.num_overlapped} of {e.num_steps} steps overlapped"
+    assert e.kv_manager.num_used == 0 and not e.requests, "every block back, nothing left in flight"
+
+
+@pytest.mark.parametrize("policy", list(POLICIES))
+def test_overlapped_mixed_steps_are_race_free_under_every_schedule(policy: str, sync_staggered) -> None:
+    """The prefill sampler's ids kept at their request slots before the next step's forward reads them; its read-
+    back done before the next prefill sampler writes the same outputs."""
+    llm = LLM(**MIXED_KW, async_scheduling=True)
+    runner = llm.engine.runner
+    runner.backend.simulate_streams(POLICIES[policy](runner.stream))
+    try:
+        got = outputs(llm, staggered_params(), LONG_PROMPTS)
+    except StreamRace as race:
+        pytest.fail(f"a race under async scheduling: {race}")
+    assert got == sync_staggered
+    assert runner.num_fed_mixed > 0, "non-vacuity: mixed steps fed decode rows on the device"
 
 
 @pytest.mark.parametrize("kw", [{"speculative_model": "[ngram]", "num_speculative_tokens": 2},

@@ -80,9 +80,9 @@ def test_a_mixed_step_is_one_forward_and_one_sampler_launch() -> None:
     real_prefill, real_step = e.runner.decoder.prefill, e.runner.decoder.step_async
     real_sample = e.runner._sample_eager
 
-    def prefill(seqs, all_rows=(), num_decode=0):
+    def prefill(seqs, all_rows=(), num_decode=0, feed=None):
         forwards.append(("prefill", num_decode))
-        return real_prefill(seqs, all_rows, num_decode)
+        return real_prefill(seqs, all_rows, num_decode, feed)
 
     def step_async(inp, spec=False):
         forwards.append(("decode", 0))
@@ -90,9 +90,9 @@ def test_a_mixed_step_is_one_forward_and_one_sampler_launch() -> None:
 
     samples: list[int] = []
 
-    def sample(logits, rows):
+    def sample(logits, rows, keep=None):
         samples.append(len(forwards))
-        return real_sample(logits, rows)
+        return real_sample(logits, rows, keep)
 
     e.runner.decoder.prefill, e.runner.decoder.step_async, e.runner._sample_eager = prefill, step_async, sample
     reqs, steps = drive(e, {0: [4], 3: [2]})

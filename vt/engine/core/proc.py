@@ -121,6 +121,8 @@ class _Core:
 
     def apply(self, msg: list) -> bool:
         kind = msg[0]
+        if kind == "batch":
+            return all(self.apply(m) for m in msg[1])
         if kind == "add":
             _, rid, prompt, params = msg
             try:
@@ -325,10 +327,19 @@ class EngineCoreClient:
         with self._send_lock:
             _send(self.conn, msg)
 
-    def add(self, rid: str, prompt: str | None, ids: list[int], params: SamplingParams) -> None:
+    def add(self, rid: str, prompt: str | None, ids: list[int], params: SamplingParams, send: bool = True) -> tuple:
+        """Queues a request; send=False returns its message for a batch (add_all) instead of sending it."""
         here = self.tokenizer is not None and params.detokenize and not params.stop
         self.outputs[rid] = _Output(prompt, ids, tokenizer=self.tokenizer if here else None)
-        self.send(("add", rid, ids, _params_wire(replace(params, detokenize=False) if here else params)))
+        msg = ("add", rid, ids, _params_wire(replace(params, detokenize=False) if here else params))
+        if send:
+            self.send(msg)
+        return msg
+
+    def add_all(self, msgs: list[tuple]) -> None:
+        """Requests the core adds before its next step, all of them: an offline batch's steps are the same as
+        in-process, so its sampled tokens are too (a step's batch sets its GEMMs' rounding)."""
+        self.send(("batch", msgs))
 
     def stop(self, timeout_s: float = 30.0) -> None:
         try:

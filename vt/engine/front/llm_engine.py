@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import logging
 import sys
 import time
 import traceback
@@ -17,6 +18,8 @@ from vt.engine.core.request import Request, Status
 from vt.engine.front.detokenizer import NO_TEXT, IncrementalDetokenizer
 from vt.engine.sample.params import SamplingParams
 from vt.errors import ConfigError, EngineInvariantError, RequestError
+
+SLOW_STEP_S = 1.0  # a step this long is logged with what it computed: on a GPU, steps take milliseconds
 
 Prompt = str | list[int]
 
@@ -311,6 +314,7 @@ class LLMEngine:
         """One engine step; returns the requests that got a token (or finished) in it. With async scheduling,
         the next decode step is scheduled and launched before this one's results are applied, so the host's
         update (stops, detokenization) overlaps the device's next step."""
+        t0 = time.perf_counter()
         try:
             if self._inflight is None:
                 so = self.scheduler.schedule()
@@ -326,6 +330,8 @@ class LLMEngine:
                     self._launch(following)
                     self.num_overlapped += 1
             out = wait()
+            if (took := time.perf_counter() - t0) > SLOW_STEP_S:
+                self._log_slow(so, took)
             for r in sampling:
                 r.num_inflight -= 1
             return self._update(so, out)
@@ -334,6 +340,14 @@ class LLMEngine:
             traceback.print_exc()
             print(f"vt: fatal engine error; requests in flight: {in_flight}", file=sys.stderr)
             raise
+
+    def _log_slow(self, so: SchedulerOutput, took: float) -> None:
+        chunks = so.prefill_chunks
+        prefill = sum(so.num_scheduled_tokens[rid] for rid in chunks)
+        logging.getLogger("vt").warning(
+            "step %d took %.2f s to its results (%d decode rows, %d prefill tokens in %d chunks, %d admitted); "
+            "a first use compiling kernels, or the GPU shared with another process, makes such a step",
+            so.step, took, len(so.num_scheduled_tokens) - len(chunks), prefill, len(chunks), len(so.new_reqs))
 
     def _launch(self, so: SchedulerOutput) -> None:
         """Launches the step; it is in flight until the next step() applies it. The requests whose next token
@@ -364,13 +378,12 @@ class LLMEngine:
         return lambda: out
 
     def _can_overlap(self, so: SchedulerOutput) -> bool:
-        """Whether the next step may be scheduled before this one's results are applied: only decode after
-        decode, every input token on the device (no admission or prefill, no speculation, no penalties: their
-        history is staged from the host)."""
-        sched = self.scheduler
-        if sched.waiting or so.new_reqs or so.prefill_chunks or so.spec_tokens:
+        """Whether the next step may be scheduled before this one's results are applied: any step after any
+        step (decode rows read their last token on the device, whether the step is a decode step or a mixed
+        one), except with speculation or penalties, whose inputs (proposals, token history) are the host's."""
+        if so.spec_tokens:
             return False
-        return not any(r.num_computed < r.num_prefill or r.params.has_penalties for r in sched.running)
+        return not any(r.params.has_penalties for r in self.scheduler.running)
 
     def _check_stall(self) -> list[Request]:
         """Nothing was scheduled, yet requests are in flight: no later step would differ. A waiting head that

@@ -59,8 +59,8 @@ class ProcessEngine:
             self._check_alive()
             for rid in rids:
                 self._adds[rid] = _PENDING
-        for rid, p, toks, sp in zip(rids, prompts, ids, params):
-            self.core.add(rid, p if isinstance(p, str) else None, toks, sp or SamplingParams())
+        self.core.add_all([self.core.add(rid, p if isinstance(p, str) else None, toks, sp or SamplingParams(),
+                                         send=False) for rid, p, toks, sp in zip(rids, prompts, ids, params)])
         try:
             self._wait(lambda: all(self._adds[r] is not _PENDING for r in rids))
             refused = next((self._adds[r] for r in rids if self._adds[r] is not None), None)

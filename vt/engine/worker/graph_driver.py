@@ -310,20 +310,42 @@ class GraphDriver:
         with self.backend.use_stream(self.stream):  # staging, replay and read-back stay in order
             return self._step(inp, spec)
 
-    def prefill(self, seqs: list[tuple], all_rows: list[int] | tuple = (), num_decode: int = 0) -> Tensor:
+    def prefill(self, seqs: list[tuple], all_rows: list[int] | tuple = (), num_decode: int = 0,
+                feed: np.ndarray | None = None) -> Tensor:
         """A prefill step (whole prompts or chunks of them): the logits `prefill_logits` would return, in a
         pool tensor the caller releases, computed through the piecewise graph of the smallest token bucket
-        that holds the step; the final norm and LM head run eagerly on its logit rows."""
+        that holds the step; the final norm and LM head run eagerly on its logit rows. feed: for each of the
+        first num_decode tokens, the request slot of `last_sampled` it is read from on the device (-1: staged)."""
         inputs = prefill_inputs(seqs, self.kv, all_rows)
         ids, positions, slots, meta, rows = inputs
+        fed = feed if feed is not None and (feed >= 0).any() else None
         if len(ids) > self.token_ladder[-1]:  # larger than the largest bucket: the eager forward, unsplit
-            return run_prefill(self.model, self.kv, inputs, num_decode)
+            return run_prefill(self.model, self.kv, inputs, num_decode,
+                               before=None if fed is None else lambda tokens: self._feed(tokens, fed))
         with self.backend.use_stream(self.stream):
             self.pool.mark_step_boundary()
             bucket = self._bucket(next(t for t in self.token_ladder if t >= len(ids)))
             bucket.stage(self.backend, ids, positions, slots, meta, num_decode)
+            if fed is not None:
+                self._feed(bucket.fb.input_ids, fed)
             self._run_bucket(bucket)
             return self._head(bucket, rows)
+
+    def _feed(self, tokens: Tensor, feed: np.ndarray) -> None:
+        """tokens[i] = last_sampled[feed[i]] where feed[i] >= 0, on the device, before the forward reads them."""
+        src = self.pool.empty((len(feed),), I64)
+        self.backend.copy_h2d(src, feed.astype(I64))
+        self.backend.feed_tokens(tokens.view((len(feed),)), src, self.last_sampled)
+        self.pool.release(src)
+
+    def keep(self, ids: Tensor, dst: np.ndarray) -> None:
+        """last_sampled[dst[i]] = ids[i] where dst[i] >= 0: a prefill's sampled ids, where the next step's decode
+        rows read them (async scheduling)."""
+        with self.backend.use_stream(self.stream):
+            idx = self.pool.empty((len(dst),), I64)
+            self.backend.copy_h2d(idx, dst.astype(I64))
+            self.backend.keep_sampled(ids.view((len(dst),)), idx, self.last_sampled)
+            self.pool.release(idx)
 
     def last_logits(self) -> np.ndarray:
         """The last step's logits [B*q, vocab] after penalties and bans: a diagnostic copy for tests; the

@@ -88,6 +88,8 @@ class ModelRunner:
         # host has not been sent yet (batch.ahead)
         self._free_slots = list(range(cfg.max_num_seqs - 1, -1, -1))
         self.sampled_out: tuple[Tensor, Tensor, Tensor] | None = None  # the prefill sampler's outputs
+        self._retired: list[Tensor] = []  # sampler outputs outgrown while a step in flight read them back
+        self.num_fed_mixed = 0  # mixed steps whose decode rows read a token the host did not hold yet
         if cfg.startup_capture or (cfg.startup_capture is None and self.backend.name == "cuda"):
             self.capture_graphs()
 
@@ -168,13 +170,10 @@ class ModelRunner:
             speculating = bool(decodes) and self.proposer is not None and any(so.spec_tokens.get(r) for r in decodes)
             num_decode = 0
             if chunks and decodes and not speculating:  # one forward: a decode row is a one-token chunk at its end
-                if self.batch.ahead[self.batch.rows_of(decodes)].any():
-                    raise EngineInvariantError("a mixed step's decode rows need their tokens on the host; the engine "
-                                               "pipelines decode-only steps only")
                 chunks = [Chunk(rid, self._position(rid), 1, None) for rid in decodes] + chunks
                 num_decode, decodes = len(decodes), []
             if chunks:
-                done = [c.req_id for c in chunks if c.start + c.length == len(self.batch.tokens(c.req_id))]
+                done = [c.req_id for c in chunks if c.end == self._length(c.req_id)]
                 waits.append((done, self._prefill(chunks, out, num_decode)))
                 self._sampled(done)
                 if self.proposer is not None and so.new_reqs:
@@ -274,11 +273,15 @@ class ModelRunner:
         order (which also files the prompt logprobs)."""
         computed = {c.req_id: c for c in chunks if c.fork_of is None}
         scored = {rid for rid, c in computed.items() if self._scores_prompt(c)}
-        seqs = [(self.batch.tokens(rid)[c.start : c.end].tolist(), self.batch.blocks(rid), c.start)
-                for rid, c in computed.items()]
-        logits = self.decoder.prefill(seqs, [i for i, rid in enumerate(computed) if rid in scored], num_decode)
+        b = self.batch
+        # a decode row whose last token the host does not hold yet (async scheduling) reads it on the device
+        decoding = b.rows_of([c.req_id for c in chunks[:num_decode]])
+        feed = np.where(b.ahead[decoding] > 0, b.feed_slot[decoding], -1)
+        self.num_fed_mixed += bool((feed >= 0).any())
+        seqs = [(b.tokens(rid)[c.start : c.end].tolist() or [0], b.blocks(rid), c.start) for rid, c in computed.items()]
+        logits = self.decoder.prefill(seqs, [i for i, rid in enumerate(computed) if rid in scored], num_decode, feed)
         first = dict(zip(computed, np.cumsum([0] + [c.length if rid in scored else 1 for rid, c in computed.items()])))
-        ends = [c for c in chunks if c.end == len(self.batch.tokens(c.req_id))]
+        ends = [c for c in chunks if c.end == self._length(c.req_id)]
         rows = [int(first[c.fork_of or c.req_id]) + (c.length - 1 if (c.fork_of or c.req_id) in scored else 0)
                 for c in ends]
         forced: list[RowSpec] = []
@@ -291,11 +294,14 @@ class ModelRunner:
             rows += range(int(first[rid]), int(first[rid]) + upto - c.start)
             forced += [RowSpec(0.0, num_logprobs=k + 1, forced=int(t)) for t in toks[c.start + 1 : upto + 1]]
         self._fork([c for c in chunks if c.fork_of is not None])
-        width = max(len(self.batch.tokens(c.req_id)) for c in chunks)
-        specs = self._sampling(self.batch.rows_of([c.req_id for c in ends]), width)
+        width = max(self._length(c.req_id) for c in chunks)
+        ending = b.rows_of([c.req_id for c in ends])
+        specs = self._sampling(ending, width)
         if forced:
             specs = stack(specs, pack(forced, len(forced), width))
-        sampled = self._sample_eager(self._gather(logits, rows), specs)
+        keep = np.full(specs.num_rows, -1, I64)
+        keep[: len(ends)] = b.feed_slot[ending]  # the next step's decode reads them there (async scheduling)
+        sampled = self._sample_eager(self._gather(logits, rows), specs, keep)
 
         def wait() -> StepResult:
             res = sampled()
@@ -337,9 +343,11 @@ class ModelRunner:
             pool.release(t)
         return out
 
-    def _sample_eager(self, logits: Tensor, rows: SamplingRows) -> Callable[[], StepResult]:
+    def _sample_eager(self, logits: Tensor, rows: SamplingRows,
+                      keep: np.ndarray | None = None) -> Callable[[], StepResult]:
         """Samples the rows into the runner's persistent outputs (read back after the host's next work, so no
-        pool block the decode graph may reuse) and returns the wait for them."""
+        pool block the decode graph may reuse) and returns the wait for them. keep: per row, the request slot its
+        id is kept at for the next step's feed (-1: none)."""
         b, pool, n = self.backend, self.backend.pool, rows.num_rows
         if n == 0:  # only chunks short of their sequence's end: nothing to sample (and no empty CUDA grid)
             pool.release(logits)
@@ -357,6 +365,8 @@ class ModelRunner:
             b.copy_h2d(t["bi"], rows.bias_ids)
             b.copy_h2d(t["bv"], rows.bias_vals)
         b.launch(sample_tokens, logits, *t.values(), ids, lv, li)
+        if keep is not None and (keep >= 0).any():
+            self.decoder.keep(ids, keep)
         for x in (logits, *t.values()):
             pool.release(x)  # stream-ordered: whatever draws them next runs after the sampler
         pending = self.decoder.readback.start([ids, lv, li] if rows.wants_logprobs else [ids])
@@ -364,15 +374,21 @@ class ModelRunner:
 
     def _sampled_rows(self, n: int) -> tuple[Tensor, Tensor, Tensor]:
         """Views of n rows of the prefill sampler's persistent outputs (ids, logprob values and ids), grown
-        by doubling (the old ones were read back: every read-back is waited for within its step)."""
+        by doubling; the old ones are freed at the next growth, when no step in flight reads them any more."""
         if self.sampled_out is None or self.sampled_out[0].shape[0] < n:
             rows = max(n, 2 * self.sampled_out[0].shape[0] if self.sampled_out else self.cfg.max_num_seqs)
-            for old in self.sampled_out or ():
+            for old in self._retired:  # retired one growth ago: every read-back of them was waited for since
                 self.backend.free(old.buffer)
+            self._retired = list(self.sampled_out or ())  # the step in flight may still be reading them back
             self.sampled_out = (self.backend.empty((rows,), I64), self.backend.empty((rows, NLP), F32),
                                 self.backend.empty((rows, NLP), I64))
         ids, lv, li = self.sampled_out
         return ids.view((n,)), lv.view((n, NLP)), li.view((n, NLP))
+
+    def _length(self, rid: str) -> int:
+        """A request's tokens, counting those sampled but not sent to the host yet."""
+        row = self.batch.row_of[rid]
+        return int(self.batch.num_tokens[row] + self.batch.ahead[row])
 
     def _position(self, rid: str) -> int:
         """The last token's position (computed now): past the host's tokens by those sampled but not sent yet."""
