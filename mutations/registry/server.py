@@ -110,6 +110,13 @@ ENTRIES: list[Mutation] = [
         expect="is not JSON",
     ),
     Mutation(
+        id="bench-concurrency-unbounded",
+        description="a level starts a worker per prompt: every request at once, whatever --max-concurrency says",
+        file="vt/server/bench.py", old="    workers = max(1, min(concurrency, len(prompts)))\n",
+        new="    workers = max(1, len(prompts))\n",
+        gates=(f"{BENCH}::test_a_level_keeps_exactly_its_concurrency_in_flight",),
+    ),
+    Mutation(
         id="bench-no-combined-table",
         description="vt bench serve prints each level's table but never all levels together",
         file="vt/cli.py", old="        print(bench.summary(results), flush=True)\n", new="",

@@ -69,3 +69,24 @@ def test_bench_serve_against_a_running_server_at_a_finite_rate(capsys) -> None:
     text = capsys.readouterr().out
     assert "Successful requests:                    10" in text
     assert "Failed requests:                        0" in text
+
+
+def test_a_level_keeps_exactly_its_concurrency_in_flight(monkeypatch) -> None:
+    """Each of c workers holds one request at a time: never more than c in flight, and c at once when prompts
+    outnumber it (each worker has a client and a connection of its own)."""
+    real, now, peak = bench._one, [0], [0]
+
+    async def counted(*args, **kwargs):
+        now[0] += 1
+        peak[0] = max(peak[0], now[0])
+        try:
+            return await real(*args, **kwargs)
+        finally:
+            now[0] -= 1
+
+    monkeypatch.setattr(bench, "_one", counted)
+    with running_server("tiny-qwen3", max_model_len=128, num_blocks=64) as (_, url):
+        prompts = [list(range(5 + i, 20 + i)) for i in range(14)]
+        result = asyncio.run(bench.run_level(url, "tiny-qwen3", prompts, 6, 5, float("inf")))
+    assert result.completed == 14 and result.failed == 0 and result.total_output_tokens == 14 * 6
+    assert peak[0] == 5, f"at most, and at some point exactly, 5 requests in flight: {peak[0]}"
