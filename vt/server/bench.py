@@ -100,6 +100,9 @@ def _quiet_httpx() -> None:
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one INFO line per request otherwise
 
 
+# An idle connection is dropped by the client before a server would close it (uvicorn's keep-alive: 5 s, as httpx's
+# own expiry): at equal timeouts a request sent as the server closes its connection fails before any response.
+KEEPALIVE_S = 2.0
 PROGRESS_S = 10.0  # a progress line at least this often while a level runs (and at every tenth of it)
 
 
@@ -131,7 +134,7 @@ async def run_level(base_url: str, model: str, prompts: list[list[int]], output_
     tls = ssl.create_default_context()  # one for every client: each building its own cost 22 ms of CPU
 
     async def work() -> None:
-        limits = httpx.Limits(max_connections=1, max_keepalive_connections=1)
+        limits = httpx.Limits(max_connections=1, max_keepalive_connections=1, keepalive_expiry=KEEPALIVE_S)
         async with httpx.AsyncClient(timeout=httpx.Timeout(600.0), limits=limits, verify=tls) as client:
             while (i := await arrivals.get()) is not None:
                 done[i] = await _one(client, url, model, prompts[i], output_len)
