@@ -5,6 +5,7 @@ transformers on both lanes."""
 
 from __future__ import annotations
 
+from backends.kernels import skinny_gemm
 from mutations.model import Mutation
 from mutations.registry.gates import ARCH
 
@@ -16,8 +17,10 @@ CU = "backends/kernels/decode_attention.cu"
 SKINNY = "tests/backends/test_skinny_gemm.py"
 SKINNY_SHAPES = [(1, 1024, 1024), (3, 4096, 1024), (8, 5120, 2048), (2, 1000, 96), (1, 128, 2048), (5, 8, 4096)]
 SKINNY_PLAN = f"{SKINNY}::test_a_decode_shapes_plan_times_the_skinny_gemm_and_every_candidate_is_right"
-SKINNY_SPLIT = [s for s in SKINNY_SHAPES if s != (2, 1000, 96)]  # the shapes split along K (one is not)
-SKINNY_CONFIGS = ("tc8u4x2", "tc8u8x4", "tc16u8x2", "tc32u8x2", "tc32u4x4")  # the test's ids of skinny_gemm.CONFIGS
+# The (shape, configuration) cases split along K, by the test's ids: only those have partials and counters.
+SKINNY_SPLIT = [f"{m}-{n}-{k}-{d}-tc{c.tc}u{c.unroll}x{c.per_sm}" for m, n, k in SKINNY_SHAPES
+                for d in ("bfloat16", "float16") for c in skinny_gemm.CONFIGS if skinny_gemm.split(m, n, k, c)[1] > 1]
+SKINNY_CONFIGS = tuple(f"tc{c.tc}u{c.unroll}x{c.per_sm}" for c in skinny_gemm.CONFIGS)
 
 
 def cases(test: str, names: tuple[str, ...], dtypes: tuple[str, ...] = ("float32", "bfloat16")) -> tuple[str, ...]:
@@ -183,8 +186,8 @@ ENTRIES += [
         description="the skinny GEMM's last block adds the K slices' partials from the second on",
         file="backends/kernels/skinny_gemm.cu", old="for (int s = 0; s < S; s++) v +=",
         new="for (int s = 1; s < S; s++) v +=",
-        gates=(*(f"{SKINNY}::test_cuda_skinny_gemm_equals_its_twin_twice_on_one_scratch[{m}-{n}-{k}-{d}-{c}]"
-                 for m, n, k in SKINNY_SPLIT for d in ("bfloat16", "float16") for c in SKINNY_CONFIGS), SKINNY_PLAN),
+        gates=(*(f"{SKINNY}::test_cuda_skinny_gemm_equals_its_twin_twice_on_one_scratch[{case}]"
+                 for case in SKINNY_SPLIT), SKINNY_PLAN),
         needs_gpu=True,
     ),
     Mutation(
@@ -193,8 +196,8 @@ ENTRIES += [
                     "see their last slice",
         file="backends/kernels/skinny_gemm.cu", old="    if (threadIdx.x == 0) counters[blockIdx.x] = 0;\n",
         new="",
-        gates=(*(f"{SKINNY}::test_cuda_skinny_gemm_equals_its_twin_twice_on_one_scratch[{m}-{n}-{k}-{d}-{c}]"
-                 for m, n, k in SKINNY_SPLIT for d in ("bfloat16", "float16") for c in SKINNY_CONFIGS), SKINNY_PLAN),
+        gates=(*(f"{SKINNY}::test_cuda_skinny_gemm_equals_its_twin_twice_on_one_scratch[{case}]"
+                 for case in SKINNY_SPLIT), SKINNY_PLAN),
         needs_gpu=True,
     ),
 ]
