@@ -90,3 +90,14 @@ def test_a_level_keeps_exactly_its_concurrency_in_flight(monkeypatch) -> None:
         result = asyncio.run(bench.run_level(url, "tiny-qwen3", prompts, 6, 5, float("inf")))
     assert result.completed == 14 and result.failed == 0 and result.total_output_tokens == 14 * 6
     assert peak[0] == 5, f"at most, and at some point exactly, 5 requests in flight: {peak[0]}"
+
+
+def test_the_client_drops_an_idle_connection_before_vts_server_would() -> None:
+    """A request sent on a keep-alive connection as the server closes it fails before any response: the
+    benchmark's client lets an idle connection go well before `vt serve`'s uvicorn closes one."""
+    from vt.server.serve import uvicorn_server
+
+    server_keep_alive = uvicorn_server(None, "127.0.0.1", 0).config.timeout_keep_alive
+    assert server_keep_alive >= 1, f"non-vacuity: the server keeps idle connections ({server_keep_alive} s)"
+    assert bench.KEEPALIVE_S <= server_keep_alive - 1, (
+        f"client expiry {bench.KEEPALIVE_S} s against the server's {server_keep_alive} s: no margin for the race")
