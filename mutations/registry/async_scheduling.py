@@ -10,9 +10,10 @@ from mutations.model import Mutation
 ASYNC = "tests/engine/test_async_scheduling.py"
 RACES = tuple(f"{ASYNC}::test_async_scheduling_is_race_free_under_every_schedule[{p}]"
               for p in ("in order", "side streams late", "seeded 5"))
+REUSED = f"{ASYNC}::test_an_id_reused_while_its_aborted_request_is_in_flight_gets_none_of_its_tokens"
 EQUAL = (f"{ASYNC}::test_async_outputs_equal_the_synchronous_engines",
          f"{ASYNC}::test_n_samples_and_preemption_under_async_scheduling",
-         f"{ASYNC}::test_an_abort_while_a_step_is_in_flight_drops_its_token_and_frees_its_blocks")
+         f"{ASYNC}::test_an_abort_while_a_step_is_in_flight_drops_its_token_and_frees_its_blocks", REUSED)
 MIXED = (f"{ASYNC}::test_mixed_steps_overlap_their_decode_rows_reading_tokens_on_the_device",
          *(f"{ASYNC}::test_overlapped_mixed_steps_are_race_free_under_every_schedule[{p}]"
            for p in ("in order", "side streams late", "seeded 5")))
@@ -81,6 +82,15 @@ ENTRIES += [
         old="        keep[: len(ends)] = b.feed_slot[ending]",
         new="        keep[: len(ends)] = -1",
         gates=(*MIXED, *EQUAL, *RACES),
+    ),
+    Mutation(
+        id="reused-id-takes-an-aborted-requests-token",
+        description="a step's token for a request that left while it ran is dropped only when no request has taken "
+                    "its id since: a new request under that id receives the old one's token",
+        file="vt/engine/front/llm_engine.py",
+        old="            if left and rid in left:  # it finished while this step ran",
+        new="            if left and rid in left and rid not in requests:  # it finished while this step ran",
+        gates=(REUSED,),
     ),
     Mutation(
         id="async-scheduling-off-by-default-on-cuda",

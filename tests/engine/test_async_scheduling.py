@@ -76,6 +76,29 @@ def test_an_abort_while_a_step_is_in_flight_drops_its_token_and_frees_its_blocks
     assert e.kv_manager.num_used == 0
 
 
+def test_an_id_reused_while_its_aborted_request_is_in_flight_gets_none_of_its_tokens() -> None:
+    """A request aborted while a step samples for it, its id at once given to a new request: the new one's tokens
+    are its own (as alone), never the aborted one's in-flight token."""
+    sp = SamplingParams(max_tokens=12, temperature=0.0, ignore_eos=True)
+    alone = LLM(**KW, num_blocks=128).engine
+    want = alone.add_request(PROMPTS[1], sp, request_id="x")
+    while alone.has_unfinished():
+        alone.step()
+    e = LLM(**KW, num_blocks=128, async_scheduling=True).engine
+    e.add_request(PROMPTS[0], sp, request_id="y")
+    e.add_request(PROMPTS[2], sp, request_id="x")
+    for _ in range(4):
+        e.step()
+    assert e._inflight is not None and "x" in e._inflight[0].num_scheduled_tokens, (
+        "non-vacuity: a step that samples for the first x is in flight when it is aborted")
+    e.abort("x")
+    new = e.add_request(PROMPTS[1], sp, request_id="x")
+    while e.has_unfinished():
+        e.step()
+    assert new.output_ids == want.output_ids, "the new x's tokens are its own"
+    assert e.kv_manager.num_used == 0 and not e._left_inflight
+
+
 POLICIES = {"in order": lambda s: in_order, "side streams late": side_streams_late,
             "seeded 5": lambda s: seeded(5, primary=s)}
 

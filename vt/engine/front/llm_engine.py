@@ -409,12 +409,13 @@ class LLMEngine:
         """The update step: the only place tokens are appended, stops checked, requests finished."""
         stepped, requests, spec_tokens = [], self.requests, so.spec_tokens
         errors, sampled, prompt_logprobs, logprobs_of = out.errors, out.sampled, out.prompt_logprobs, out.logprobs
+        left = self._left_inflight
         for rid in so.scheduled_ids:  # per request: keep this loop's body lean
+            if left and rid in left:  # it finished while this step ran (async scheduling): its token is dropped,
+                left.discard(rid)  # even when a request added since has taken its id
+                continue
             r = requests.get(rid)
             if r is None or r.status is Status.FINISHED:  # the scheduler runs only requests in flight
-                if rid in self._left_inflight:  # it finished while this step ran (async scheduling): drop it
-                    self._left_inflight.discard(rid)
-                    continue
                 raise EngineInvariantError(f"request {rid} was scheduled but is not in flight (finished or unknown)")
             if errors and rid in errors:  # this request fails; its neighbours carry on
                 self._finish(r, "error", errors[rid])
