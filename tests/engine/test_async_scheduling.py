@@ -196,3 +196,14 @@ def test_on_the_gpu_async_outputs_equal_the_synchronous_engines() -> None:
     llm = LLM(**cuda, async_scheduling=True)
     assert outputs(llm, mixed_params()) == want
     assert llm.engine.num_overlapped > llm.engine.num_steps // 2
+
+
+@pytest.mark.gpu
+def test_on_the_gpu_overlapped_mixed_steps_equal_the_synchronous_engines() -> None:
+    """On CUDA: the prefill sampler's kept ids and the mixed steps' device-fed decode rows (piecewise buckets), the
+    same tokens as synchronous."""
+    cuda = dict(MIXED_KW, backend="cuda")
+    want = outputs(LLM(**cuda), staggered_params(), LONG_PROMPTS)
+    llm = LLM(**cuda, async_scheduling=True)
+    assert outputs(llm, staggered_params(), LONG_PROMPTS) == want
+    assert llm.engine.runner.num_fed_mixed >= 5, "non-vacuity: mixed steps fed decode rows on the device"
