@@ -124,6 +124,14 @@ ENTRIES += [
         gates=(f"{OFFLINE}::test_through_the_engine_process_the_outputs_are_the_in_process_engines",),
     ),
     Mutation(
+        id="offline-batch-sent-one-request-at-a-time",
+        description="the offline LLM sends a batch's requests to the engine process one message each: the core may "
+                    "step between them, so its first batch (and a seeded sample's rounding) differs from in-process",
+        file="vt/engine/core/proc.py", old='        self.send(("batch", msgs))',
+        new="        for msg in msgs:\n            self.send(msg)",
+        gates=(f"{OFFLINE}::test_an_offline_batch_reaches_the_core_in_one_message",),
+    ),
+    Mutation(
         id="offline-core-refusal-dropped",
         description="a prompt the engine process refuses is dropped silently: the batch waits for its output forever",
         file=PE, old="            if refused is not None:", new="            if False:",

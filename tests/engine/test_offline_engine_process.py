@@ -42,6 +42,24 @@ def test_through_the_engine_process_the_outputs_are_the_in_process_engines() -> 
                                           SamplingParams(temperature=0, max_tokens=5)) for c in o.outputs]
 
 
+def test_an_offline_batch_reaches_the_core_in_one_message() -> None:
+    """A generate call's requests arrive together, so the core's first step holds them all, as the in-process
+    engine's does (one at a time, the core could step between them: another first batch, other GEMM shapes, other
+    rounding, and a seeded sample drawing another token)."""
+    llm = LLM(**KW, engine_process=True)
+    sent: list[tuple] = []
+    real = llm.engine.core.send
+    llm.engine.core.send = lambda msg: (sent.append(msg), real(msg))[1]
+    try:
+        llm.generate(PROMPTS, PARAMS)
+    finally:
+        llm.engine.core.send = real
+        llm.engine.close()
+    adds = [m for m in sent if m[0] in ("add", "batch")]
+    assert len(adds) == 1 and adds[0][0] == "batch", f"one message for the batch: {[m[0] for m in adds]}"
+    assert [m[0] for m in adds[0][1]] == ["add"] * len(PROMPTS), "every request of the batch in it"
+
+
 def test_a_refused_prompt_refuses_its_batch_and_loses_nothing_after_it() -> None:
     llm = LLM(**KW, engine_process=True)
     try:
