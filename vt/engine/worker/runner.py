@@ -173,8 +173,9 @@ class ModelRunner:
                 chunks = [Chunk(rid, self._position(rid), 1, None) for rid in decodes] + chunks
                 num_decode, decodes = len(decodes), []
             if chunks:
-                done = [c.req_id for c in chunks if c.end == self._length(c.req_id)]
-                waits.append((done, self._prefill(chunks, out, num_decode)))
+                ends = [c for c in chunks if c.end == self._length(c.req_id)]  # they sample their next token
+                done = [c.req_id for c in ends]
+                waits.append((done, self._prefill(chunks, ends, out, num_decode)))
                 self._sampled(done)
                 if self.proposer is not None and so.new_reqs:
                     self.proposer.add(self.batch, so.new_reqs)
@@ -263,14 +264,15 @@ class ModelRunner:
         if n is not None and res.logprob_vals is not None and res.logprob_ids is not None:
             out.logprobs[rid] = [logprobs_of(res.logprob_vals[r], res.logprob_ids[r], n) for r in rows]
 
-    def _prefill(self, chunks: list[Chunk], out: RunnerOutput, num_decode: int = 0) -> Callable[[], StepResult]:
+    def _prefill(self, chunks: list[Chunk], ends: list[Chunk], out: RunnerOutput,
+                 num_decode: int = 0) -> Callable[[], StepResult]:
         """One forward over every chunk (a whole prompt, a piece of it over the KV of the pieces before, or, for
         the first num_decode, a decoding request's one new token: the decode kernel attends those),
         then the sampler on the last-token logits of the chunks that end their sequence, in transient pool
         tensors; for prompt logprobs, also on each prompt position with the prompt's next token forced. A
         forked sample (n > 1) computes nothing: it copies its leader's partial prompt block and samples the
-        leader's logits row with its own seed. Returns the wait for the sampled rows of the ending chunks, in
-        order (which also files the prompt logprobs)."""
+        leader's logits row with its own seed. Returns the wait for the sampled rows of `ends` (the chunks that
+        end their sequence), in order (which also files the prompt logprobs)."""
         computed = {c.req_id: c for c in chunks if c.fork_of is None}
         scored = {rid for rid, c in computed.items() if self._scores_prompt(c)}
         b = self.batch
@@ -281,7 +283,6 @@ class ModelRunner:
         seqs = [(b.tokens(rid)[c.start : c.end].tolist() or [0], b.blocks(rid), c.start) for rid, c in computed.items()]
         logits = self.decoder.prefill(seqs, [i for i, rid in enumerate(computed) if rid in scored], num_decode, feed)
         first = dict(zip(computed, np.cumsum([0] + [c.length if rid in scored else 1 for rid, c in computed.items()])))
-        ends = [c for c in chunks if c.end == self._length(c.req_id)]
         rows = [int(first[c.fork_of or c.req_id]) + (c.length - 1 if (c.fork_of or c.req_id) in scored else 0)
                 for c in ends]
         forced: list[RowSpec] = []
@@ -392,8 +393,7 @@ class ModelRunner:
 
     def _position(self, rid: str) -> int:
         """The last token's position (computed now): past the host's tokens by those sampled but not sent yet."""
-        row = self.batch.row_of[rid]
-        return int(self.batch.num_tokens[row] + self.batch.ahead[row]) - 1
+        return self._length(rid) - 1
 
     def _decode(self, req_ids: list[str]) -> Callable[[], StepResult]:
         """Every input is a slice of the batch's columns at the decoding rows: no per-request work."""
