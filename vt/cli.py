@@ -156,6 +156,8 @@ def _bench_serve(args: argparse.Namespace) -> int:
     from vt.server.serve import server_process
 
     levels = _concurrency(args.max_concurrency, "--max-concurrency")
+    if min(levels) < 1:  # a level of 0 requests in flight would never send one
+        raise ConfigError(f"--max-concurrency {args.max_concurrency}: every level must be >= 1")
     for name in ("input_len", "output_len", "num_prompts"):
         if getattr(args, name) < 1:
             raise ConfigError(f"--{name.replace('_', '-')} {getattr(args, name)}: must be >= 1")

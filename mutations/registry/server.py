@@ -117,6 +117,13 @@ ENTRIES: list[Mutation] = [
         gates=(f"{BENCH}::test_a_level_keeps_exactly_its_concurrency_in_flight",),
     ),
     Mutation(
+        id="bench-concurrency-zero-accepted",
+        description="vt bench serve takes --max-concurrency 0 and runs that level anyway, at one request in flight",
+        file="vt/cli.py", old="    if min(levels) < 1:  # a level of 0 requests in flight would never send one\n",
+        new="    if False:\n",
+        gates=("tests/vt/test_cli.py::test_bad_input_is_one_typed_line_and_exit_2[bench-concurrency-0]",),
+    ),
+    Mutation(
         id="bench-keep-alive-as-long-as-the-servers",
         description="the benchmark's client keeps an idle connection as long as uvicorn does (httpx's default): a "
                     "request sent as the server closes it fails before any response",

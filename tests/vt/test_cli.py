@@ -39,6 +39,7 @@ def run_cli(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, s
     (["bench", "serve"], "--base-url of a running server, or --model"),
     (["bench", "serve", "--base-url", "http://127.0.0.1:1"], "no OpenAI-compatible server answered"),
     (["bench", "serve", "--model", "tiny-qwen3", "--max-concurrency", "x"], "--max-concurrency 'x'"),
+    (["bench", "serve", "--model", "tiny-qwen3", "--max-concurrency", "4,0"], "--max-concurrency 4,0: every level"),
     (["bench", "serve", "--model", "tiny-qwen3", "--request-rate", "0"], "--request-rate 0.0"),
     (["serve", "tiny-qwen3", "--port", "99999"], "--port 99999"),
     (["generate", "--model", "tiny-qwen3", "--prompt", "hi", "--n", "0", *SMALL], "n=0"),
@@ -51,7 +52,8 @@ def run_cli(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, s
       "--num-speculative-tokens", "2", *SMALL], "1 with speculative decoding"),
 ], ids=["concurrency-0", "concurrency-negative", "concurrency-words", "no-prompts", "negative-seed",
         "negative-ladder-seed", "huge-max-tokens", "non-utf8-prompt", "prompt-too-long", "unknown-model",
-        "bench-without-target", "bench-unreachable-server", "bench-concurrency-words", "bench-rate-0",
+        "bench-without-target", "bench-unreachable-server", "bench-concurrency-words", "bench-concurrency-0",
+        "bench-rate-0",
         "serve-port-out-of-range", "generate-n-0", "negative-token-budget", "tp-indivisible", "tp-0",
         "tp-with-speculation"])
 def test_bad_input_is_one_typed_line_and_exit_2(argv: list[str], names: str, capsys) -> None:
