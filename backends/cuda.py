@@ -81,11 +81,12 @@ class _Lease:
 
 class CudaGraph(Graph):
     def __init__(self, backend: CudaBackend, graph: Any, graph_buffers: list[Buffer],
-                 node_kinds: dict[int, int]) -> None:
+                 node_kinds: dict[int, int], programmatic_edges: int = 0) -> None:
         super().__init__(backend)
         self.graph = graph
         self.graph_buffers = graph_buffers
         self.node_kinds = node_kinds  # CUgraphNodeType -> count (backends/cugraph.py)
+        self.programmatic_edges = programmatic_edges  # kernels that may start before the one ahead completes
 
     @property
     def cuda(self) -> CudaBackend:
@@ -324,8 +325,9 @@ class CudaBackend(Backend):
         census_error: Exception | None = None
         try:
             kinds = cugraph.node_kinds(stream.handle.ptr)  # read while the capture is open
+            programmatic = cugraph.programmatic_edges(stream.handle.ptr)
         except Exception as e:  # noqa: BLE001 - reported after the capture is closed
-            kinds, census_error = {}, e
+            kinds, programmatic, census_error = {}, 0, e
         try:
             graph = stream.handle.end_capture()
         except Exception as e:
@@ -343,7 +345,7 @@ class CudaBackend(Backend):
         hidden = kinds.get(cugraph.MEM_ALLOC, 0) - len(cap.graph_buffers)
         with self._lock:
             self.allocs_in_capture += max(hidden, 0)
-        return CudaGraph(self, graph, cap.graph_buffers, kinds)
+        return CudaGraph(self, graph, cap.graph_buffers, kinds, programmatic)
 
     def _bury(self, cupy_graph: Any) -> None:
         if self._captures:

@@ -19,8 +19,7 @@ def _driver() -> ctypes.CDLL:
     return ctypes.CDLL("libcuda.so.1")
 
 
-def node_kinds(stream_ptr: int) -> dict[int, int]:
-    """CUgraphNodeType -> count, for the graph the stream is capturing."""
+def _capturing_graph(stream_ptr: int) -> ctypes.c_void_p:
     lib = _driver()
     status, capture_id, graph = ctypes.c_int(), ctypes.c_uint64(), ctypes.c_void_p()
     deps, num_deps = ctypes.c_void_p(), ctypes.c_size_t()
@@ -28,6 +27,35 @@ def node_kinds(stream_ptr: int) -> dict[int, int]:
                                        ctypes.byref(graph), ctypes.byref(deps), ctypes.byref(num_deps))
     if rc != 0 or not graph.value:
         raise RuntimeError(f"cuStreamGetCaptureInfo_v2 failed with CUresult {rc}")
+    return graph
+
+
+class EdgeData(ctypes.Structure):  # CUgraphEdgeData
+    _fields_ = [("from_port", ctypes.c_ubyte), ("to_port", ctypes.c_ubyte), ("type", ctypes.c_ubyte),
+                ("reserved", ctypes.c_ubyte * 5)]
+
+
+PROGRAMMATIC = 1  # CUgraphDependencyType: the downstream kernel may start before the upstream one completes
+
+
+def programmatic_edges(stream_ptr: int) -> int:
+    """How many edges of the graph the stream is capturing are programmatic (backends/launch.py made them)."""
+    lib, graph = _driver(), _capturing_graph(stream_ptr)
+    n = ctypes.c_size_t(0)
+    rc = lib.cuGraphGetEdges_v2(graph, None, None, None, ctypes.byref(n))
+    if rc != 0:
+        raise RuntimeError(f"cuGraphGetEdges_v2 failed with CUresult {rc}")
+    ends = (ctypes.c_void_p * max(1, n.value))(), (ctypes.c_void_p * max(1, n.value))()
+    data = (EdgeData * max(1, n.value))()
+    rc = lib.cuGraphGetEdges_v2(graph, ends[0], ends[1], data, ctypes.byref(n))
+    if rc != 0:
+        raise RuntimeError(f"cuGraphGetEdges_v2 failed with CUresult {rc}")
+    return sum(1 for i in range(n.value) if data[i].type == PROGRAMMATIC)
+
+
+def node_kinds(stream_ptr: int) -> dict[int, int]:
+    """CUgraphNodeType -> count, for the graph the stream is capturing."""
+    lib, graph = _driver(), _capturing_graph(stream_ptr)
     n = ctypes.c_size_t(0)
     lib.cuGraphGetNodes(graph, None, ctypes.byref(n))
     nodes = (ctypes.c_void_p * n.value)()

@@ -63,6 +63,7 @@ class Flags:
     api_key: str | None = None  # VT_API_KEY: `vt serve`'s API key when --api-key is not given (vLLM's VLLM_API_KEY)
     sampler: str = "split"  # VT_SAMPLER: the CUDA decode sampler, split (SPLIT blocks per row) or block (one)
     engine_process: bool = True  # VT_ENGINE_PROCESS=0: `vt serve` runs the engine on a thread of its own process
+    pdl: bool = True  # VT_PDL=0: captured kernels launch plainly, not with programmatic stream serialization
 
     @classmethod
     def from_environ(cls) -> Flags:
@@ -79,6 +80,7 @@ class Flags:
             api_key=os.environ.get("VT_API_KEY") or None,
             sampler=_read_choice("VT_SAMPLER", ("split", "block")),
             engine_process=_read_bool("VT_ENGINE_PROCESS", True),
+            pdl=_read_bool("VT_PDL", True),
         )
 
 
@@ -93,7 +95,7 @@ def as_environ(f: Flags) -> dict[str, str]:
     with this process's flags, whatever its own environment says."""
     names = {"pool_bypass": "VT_POOL_BYPASS", "pool_exact": "VT_POOL_EXACT", "pool_borrow": "VT_POOL_BORROW",
              "pool_stats": "VT_POOL_STATS", "cudagraph": "VT_CUDAGRAPH", "sanitize": "VT_SANITIZE",
-             "gemm_tuned": "VT_GEMM_TUNED"}
+             "gemm_tuned": "VT_GEMM_TUNED", "pdl": "VT_PDL"}
     out = {env: "1" if getattr(f, field) else "0" for field, env in names.items()}
     out["VT_CACHE_DIR"] = f.cache_dir
     out["VT_BLAS_THREADS"] = str(f.blas_threads)

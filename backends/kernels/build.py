@@ -54,18 +54,84 @@ def source(file: str) -> str:
     return expand(file)
 
 
-_functions: dict[Instance, Any] = {}
+PDL_ENTRY = "vt::pdl_entry();"  # common.cuh: the wait that makes a programmatic launch safe
 
 
-def function(cp: Any, inst: Instance) -> Any:
-    """The CuPy RawKernel of an instance, compiled (NVRTC) and loaded on first use. A first use happens in a
-    slot's cold eager step, never inside a capture (loading a module is not a capturable operation)."""
+def _kernel_name(expr: str) -> str:
+    """`vt::skinny_gemm<vt::bf16, 1, 8, 4>` -> `skinny_gemm`."""
+    return expr.split("<", 1)[0].rsplit("::", 1)[-1]
+
+
+def waits_first(text: str, expr: str) -> bool:
+    """Whether the kernel `expr` names opens its body with PDL_ENTRY: it then reads and writes nothing before the
+    kernel ahead of it in the stream has completed, so it may be launched programmatically. A kernel not found, or
+    whose first statement is anything else, may not."""
+    name = re.escape(_kernel_name(expr))
+    m = re.search(r"__global__\s+void\s+(?:__launch_bounds__\s*\([^)]*\)\s*)?" + name + r"\s*\(", text)
+    if m is None:
+        return False
+    depth, i = 1, m.end()
+    while depth and i < len(text):  # to the parameter list's closing parenthesis
+        depth += {"(": 1, ")": -1}.get(text[i], 0)
+        i += 1
+    body = text.find("{", i)
+    rest = re.sub(r"^(\s|//[^\n]*\n|/\*.*?\*/)*", "", text[body + 1:], flags=re.S)
+    return body >= 0 and rest.startswith(PDL_ENTRY)
+
+
+class Kernel:
+    """A compiled kernel of the library, called as CuPy's RawKernel is: (grid, block, args, shared_mem=0). While the
+    current stream captures (a graph's launches, not an eager step's), a kernel that waits first is launched with
+    programmatic stream serialization (backends/launch.py), unless VT_PDL=0."""
+
+    def __init__(self, raw: Any, waits: bool) -> None:
+        self.raw, self.waits = raw, waits
+
+    def __call__(self, grid: tuple, block: tuple, args: tuple, shared_mem: int = 0) -> None:
+        stream = _capturing_stream() if self.waits and _programmatic() else None
+        if stream is not None:
+            from backends.launch import launch_programmatic
+
+            launch_programmatic(self.raw.kernel.ptr, grid, block, args, shared_mem, stream)
+        else:
+            self.raw(grid, block, args, shared_mem=shared_mem)
+
+    @property
+    def max_dynamic_shared_size_bytes(self) -> int:
+        return int(self.raw.max_dynamic_shared_size_bytes)
+
+    @max_dynamic_shared_size_bytes.setter
+    def max_dynamic_shared_size_bytes(self, n: int) -> None:
+        self.raw.max_dynamic_shared_size_bytes = n
+
+
+def _programmatic() -> bool:
+    from vt.env import flags
+
+    return flags().pdl
+
+
+def _capturing_stream() -> int | None:
+    """CuPy's current stream's handle while it captures, else None."""
+    import cupy
+
+    stream = cupy.cuda.get_current_stream()
+    return int(stream.ptr) if stream.is_capturing() else None
+
+
+_functions: dict[Instance, Kernel] = {}
+
+
+def function(cp: Any, inst: Instance) -> Kernel:
+    """The kernel of an instance, compiled (NVRTC) and loaded on first use. A first use happens in a slot's cold
+    eager step, never inside a capture (loading a module is not a capturable operation)."""
     fn = _functions.get(inst)
     if fn is None:
         templated = "<" in inst.expr or "::" in inst.expr  # a namespaced name needs its lowered name
-        mod = cp.RawModule(code=source(inst.file), options=NVRTC_OPTIONS + inst.options,
+        text = source(inst.file)
+        mod = cp.RawModule(code=text, options=NVRTC_OPTIONS + inst.options,
                            name_expressions=(inst.expr,) if templated else None)
-        fn = _functions[inst] = mod.get_function(inst.expr)
+        fn = _functions[inst] = Kernel(mod.get_function(inst.expr), waits_first(text, inst.expr))
     return fn
 
 

@@ -73,4 +73,16 @@ __device__ __forceinline__ float block_sum(float v, float* scratch /* [32] */) {
 
 __device__ __forceinline__ float neg_inf() { return -__int_as_float(0x7f800000); }
 
+// Programmatic dependent launch (sm_90+). A captured step is hundreds of small kernels back to back; launched with
+// programmatic stream serialization (build.py), a kernel's blocks start while the kernel before it in the stream
+// still runs, and this first statement of every kernel holds them until that kernel has completed and its writes
+// are visible: nothing is read or written before it. The kernel then lets the kernel after it launch the same way.
+// Launched plainly (eagerly, or before sm_90), the wait returns at once.
+__device__ __forceinline__ void pdl_entry() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
 }  // namespace vt

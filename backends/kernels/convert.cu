@@ -7,6 +7,7 @@ namespace vt {
 
 template <typename SRC, typename DST>
 __global__ void convert(const SRC* __restrict__ x, DST* __restrict__ y, long long n) {
+    vt::pdl_entry();
     for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x)
         y[i] = from_f32<DST>(to_f32(x[i]));
 }

@@ -66,6 +66,7 @@ paged_decode_attention(const float* __restrict__ q, const KV* __restrict__ k_cac
                        const i64* __restrict__ block_tables, const i64* __restrict__ token_row,
                        const i64* __restrict__ positions, OUT* __restrict__ out, float* __restrict__ part_o,
                        float* __restrict__ part_ml, int nkv, int block_size, int table_width, int partition) {
+    vt::pdl_entry();
     using L = DecodeLayout<KV, HD>;
     const int kvh = blockIdx.x, p = blockIdx.z, P = gridDim.z;
     const i64 t = blockIdx.y;
@@ -190,6 +191,7 @@ template <typename OUT, int HD>
 __global__ void paged_decode_reduce(const float* __restrict__ part_o, const float* __restrict__ part_ml,
                                     const i64* __restrict__ positions, OUT* __restrict__ out, int nh, int P,
                                     int partition, int max_context) {
+    vt::pdl_entry();
     const int head = blockIdx.x;
     const i64 t = blockIdx.y;
     const int ctx = min((int)positions[t] + 1, max_context);

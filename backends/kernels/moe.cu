@@ -15,6 +15,7 @@ constexpr int MOE_WARPS = 8;          // moe_gemm's block: 8 warps, each its own
 // norm (Qwen3-MoE's norm_topk_prob). One warp per token.
 __global__ void moe_route(const float* __restrict__ logits, int* __restrict__ ids, float* __restrict__ weights,
                           int T, int E, int k, int norm) {
+    vt::pdl_entry();
     constexpr int PER = MOE_MAX_EXPERTS / 32;
     const int lane = threadIdx.x & 31;
     const int t = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
@@ -65,6 +66,7 @@ __global__ void moe_route(const float* __restrict__ logits, int* __restrict__ id
 // rows, ascending, then -1: moe_gemm's blocks). One block; shared counts [E] and cursors [E].
 __global__ void moe_group(const int* __restrict__ ids, int* __restrict__ offsets, int* __restrict__ experts,
                           int* __restrict__ slots, int n, int E, int n_list) {
+    vt::pdl_entry();
     extern __shared__ int counts[];
     int* cursor = counts + E;
     for (int e = threadIdx.x; e < E; e += blockDim.x) counts[e] = 0;
@@ -106,6 +108,7 @@ template <typename T, typename OUT, int VEC, bool SWIGLU>
 __global__ void moe_gemm(const T* __restrict__ x, const T* __restrict__ w, const int* __restrict__ offsets,
                          const int* __restrict__ experts, const int* __restrict__ slots, OUT* __restrict__ out,
                          int N, int K, int row_div, int cols) {
+    vt::pdl_entry();
     extern __shared__ __align__(16) unsigned char moe_smem[];
     T* xs = reinterpret_cast<T*>(moe_smem);  // [MOE_ROWS, K]
     const int e = experts[blockIdx.x];
@@ -172,6 +175,7 @@ __global__ void moe_gemm(const T* __restrict__ x, const T* __restrict__ w, const
 // them in), of weights[t, j] * y[t k + j]. One block per token.
 __global__ void moe_combine(const float* __restrict__ y, const int* __restrict__ ids,
                             const float* __restrict__ weights, float* __restrict__ out, int H, int k) {
+    vt::pdl_entry();
     __shared__ int order[MOE_MAX_TOP_K];
     const int t = blockIdx.x;
     const int* tid = ids + (i64)t * k;

@@ -7,6 +7,7 @@ namespace vt {
 // out[t, :] = table[ids[t], :] widened to float32. Grid: one block per token.
 template <typename W>
 __global__ void embed(const W* __restrict__ table, const i64* __restrict__ ids, float* __restrict__ out, int H) {
+    vt::pdl_entry();
     const i64 t = blockIdx.x;
     const W* row = table + ids[t] * (i64)H;
     for (int i = threadIdx.x; i < H; i += blockDim.x) out[t * H + i] = to_f32(row[i]);
@@ -20,6 +21,7 @@ constexpr int NORM_VECS = 4;
 template <typename OUT>
 __global__ void add_rms_norm(float* __restrict__ x, const float* __restrict__ delta, const float* __restrict__ bias,
                              const float* __restrict__ w, OUT* __restrict__ out, int H, float eps) {
+    vt::pdl_entry();
     __shared__ float scratch[32];
     const i64 row = blockIdx.x;
     float4* xr = reinterpret_cast<float4*>(x + row * H);

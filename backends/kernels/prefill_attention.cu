@@ -46,6 +46,7 @@ __global__ void __launch_bounds__(PREFILL_THREADS)
 paged_prefill_attention(const float* __restrict__ q, const KV* __restrict__ k_cache, const KV* __restrict__ v_cache,
                         const i64* __restrict__ block_tables, const int* __restrict__ tiles, OUT* __restrict__ out,
                         int nh, int nkv, int block_size, int table_width) {
+    vt::pdl_entry();
     constexpr int STRIDE = HD + 8;  // shared rows padded: the fragment loads of eight rows hit distinct banks
     extern __shared__ unsigned short smem[];
     unsigned short* ks = smem;

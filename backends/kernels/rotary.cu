@@ -17,6 +17,7 @@ __global__ void qk_norm_rope_store(const float* __restrict__ qkv, const float* _
                                    const i64* __restrict__ positions, const i64* __restrict__ slots,
                                    KV* __restrict__ k_cache, KV* __restrict__ v_cache, float* __restrict__ q_out,
                                    int nh, int nkv, int has_norm, float eps) {
+    vt::pdl_entry();
     constexpr int PER = HD >= 32 ? HD / 32 : 1;  // elements a lane holds: d = lane + 32 j
     const int lane = threadIdx.x & 31;
     const i64 t = blockIdx.x;

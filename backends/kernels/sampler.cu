@@ -7,6 +7,8 @@
 // (backends/kernels/sampler.py) as macros: VT_NF floats and VT_NI ints per row, the first VT_NFI ints
 // named fields and the rest banned ids, VT_NLP logprob slots. A row's logit bias (and allowed tokens) is
 // W (token, bias) pairs; the raw logits of those tokens are kept in bias_raw for the sampled token's logprob.
+#include "common.cuh"
+
 typedef unsigned long long u64;
 typedef unsigned int u32;
 // Defaults (the engine's layout, backends/kernels/sampler.py's LAYOUT) so the file also compiles on its own.
@@ -229,6 +231,7 @@ extern "C" __global__ void vt_sample(float* logits, const float* fparams, const 
                                      const long long* hist, float* hist_raw, const long long* bias_ids,
                                      const float* bias_vals, float* bias_raw, long long* out_ids,
                                      float* lp_vals, long long* lp_ids, int V, int L, int W, int defer_draw) {
+    vt::pdl_entry();
     __shared__ float shf[T];
     __shared__ int shi[T];
     __shared__ u64 shu[T];
@@ -393,6 +396,7 @@ __device__ __forceinline__ Filter row_filter(const float* fp, const unsigned lon
 extern "C" __global__ void vt_split_max(const float* logits, const float* fparams, const long long* iparams,
                                         const long long* out_ids, unsigned long long* parts,
                                         unsigned long long* state, unsigned int* counters, int V) {
+    vt::pdl_entry();
     __shared__ float shf[T];
     __shared__ bool sh_last;
     const int r = blockIdx.x, G = gridDim.y;
@@ -420,6 +424,7 @@ extern "C" __global__ void vt_split_radix(const float* logits, const float* fpar
                                           const long long* out_ids, unsigned long long* parts,
                                           unsigned long long* state, unsigned int* counters, int V, int shift,
                                           int phase) {
+    vt::pdl_entry();
     __shared__ u64 whist[WARPS * 256];
     __shared__ bool sh_last;
     const int r = blockIdx.x, G = gridDim.y;
@@ -477,6 +482,7 @@ extern "C" __global__ void vt_split_radix(const float* logits, const float* fpar
 extern "C" __global__ void vt_split_sum(const float* logits, const float* fparams, const long long* out_ids,
                                         unsigned long long* psum, unsigned long long* state,
                                         unsigned int* counters, int V, int phase) {
+    vt::pdl_entry();
     __shared__ u64 shu[T];
     __shared__ bool sh_last;
     const int r = blockIdx.x, G = gridDim.y;
@@ -521,6 +527,7 @@ extern "C" __global__ void vt_split_draw(const float* logits, const float* fpara
                                          const float* bias_raw, long long* out_ids, float* lp_vals,
                                          long long* lp_ids, const unsigned long long* psum,
                                          const unsigned long long* state, int V, int L, int W) {
+    vt::pdl_entry();
     __shared__ u64 shu[T];
     __shared__ int found;
     const int r = blockIdx.x, G = gridDim.y;
@@ -613,6 +620,7 @@ extern "C" __global__ void vt_cand_scan(const float* logits, const float* fparam
                                         const float* bias_raw, long long* out_ids, float* lp_vals, long long* lp_ids,
                                         unsigned long long* parts, unsigned long long* state, unsigned int* counters,
                                         int V, int L, int W) {
+    vt::pdl_entry();
     __shared__ float shf[T];
     __shared__ int shi[T];
     __shared__ u64 shu[T];
@@ -750,6 +758,7 @@ extern "C" __global__ void vt_cand_mass(const float* logits, const float* fparam
                                         const float* bias_raw, long long* out_ids, float* lp_vals, long long* lp_ids,
                                         unsigned long long* psum, unsigned long long* state, unsigned int* counters,
                                         int V, int L, int W) {
+    vt::pdl_entry();
     __shared__ u64 shu[T];
     __shared__ int found;
     __shared__ bool sh_last;

@@ -29,6 +29,7 @@ template <typename T, int M, int TC, int U>
 __global__ void __launch_bounds__(SKINNY_THREADS)
 skinny_gemm(const T* __restrict__ a, const T* __restrict__ b, float* __restrict__ c, float* __restrict__ partials,
             unsigned int* __restrict__ counters, int N, int K, int slice) {
+    vt::pdl_entry();
     static_assert(M >= 1 && M <= SKINNY_MAX_M, "1..8 rows");
     static_assert(TC == 8 || TC == 16 || TC == 32, "a warp holds whole rows of threads");
     static_assert(sizeof(T) == 2, "8 columns are one 16-byte vector");

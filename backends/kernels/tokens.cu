@@ -9,6 +9,7 @@ namespace vt {
 // whose logits were not finite sampled -1 and fails on the host; its next step, already queued, reads token 0.
 __global__ void feed_tokens(i64* __restrict__ tokens, const i64* __restrict__ src, const i64* __restrict__ last,
                             int n) {
+    vt::pdl_entry();
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n && src[i] >= 0) tokens[i] = max(0ll, last[src[i]]);  // a failed row's -1: a valid id, never an index
                                                                     // before the embedding table
@@ -17,6 +18,7 @@ __global__ void feed_tokens(i64* __restrict__ tokens, const i64* __restrict__ sr
 // last[dst[i]] = ids[i] where dst[i] >= 0: each row's sampled id kept at its request's slot.
 __global__ void keep_sampled(const i64* __restrict__ ids, const i64* __restrict__ dst, i64* __restrict__ last,
                              int n) {
+    vt::pdl_entry();
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n && dst[i] >= 0) last[dst[i]] = ids[i];
 }

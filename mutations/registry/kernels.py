@@ -234,3 +234,48 @@ ENTRIES += [
         gates=(f"{SHORT}::test_short_and_long_prefills_generate_the_same_tokens_through_either_kernel",),
     ),
 ]
+
+# Programmatic dependent launch (backends/launch.py): only a kernel whose first statement waits for the kernel
+# ahead may start early; otherwise it could read that kernel's output half-written.
+LAUNCH = "tests/backends/test_launch.py"
+ROUTE = f"{LAUNCH}::test_a_kernel_launches_programmatically_only_when_it_waits_while_capturing"
+RULE = f"{LAUNCH}::test_only_a_kernel_whose_first_statement_is_the_wait_may_launch_programmatically"
+ENTRIES += [
+    Mutation(
+        id="pdl-launches-a-kernel-that-never-waits",
+        description="a captured kernel is launched programmatically whether or not its source waits first",
+        file="backends/kernels/build.py",
+        old="        stream = _capturing_stream() if self.waits and _programmatic() else None\n",
+        new="        stream = _capturing_stream() if _programmatic() else None\n",
+        gates=(f"{ROUTE}[pdl-capturing-reads-first]",),
+    ),
+    Mutation(
+        id="pdl-rule-takes-a-wait-anywhere-in-the-body",
+        description="a kernel counts as waiting first when its body holds the wait anywhere, after a read, a write "
+                    "or inside a branch",
+        file="backends/kernels/build.py",
+        old="    return body >= 0 and rest.startswith(PDL_ENTRY)\n",
+        new="    return body >= 0 and PDL_ENTRY in rest\n",
+        gates=(f"{RULE}[read-before]", f"{RULE}[write-before]", f"{RULE}[conditional]"),
+    ),
+    Mutation(
+        id="norm-kernel-reads-before-its-pdl-wait",
+        description="the residual add + RMSNorm kernel computes its row index before the wait, so it is launched "
+                    "plainly and the decode step loses its overlap there",
+        file="backends/kernels/norm.cu",
+        old="    vt::pdl_entry();\n    __shared__ float scratch[32];\n    const i64 row = blockIdx.x;\n",
+        new="    __shared__ float scratch[32];\n    const i64 row = blockIdx.x;\n    vt::pdl_entry();\n",
+        gates=(f"{LAUNCH}::test_every_library_kernel_waits_for_the_kernel_ahead_before_touching_memory",),
+    ),
+    Mutation(
+        id="cuda-launch-drops-the-serialization-attribute",
+        description="the programmatic launch passes no attribute: every captured kernel waits for the whole kernel "
+                    "ahead, as a plain launch does",
+        file="backends/launch.py",
+        old="shared_mem=shared_mem, stream=stream_ptr, attrs=ctypes.pointer(attr), num_attrs=1)",
+        new="shared_mem=shared_mem, stream=stream_ptr, attrs=ctypes.pointer(attr), num_attrs=0)",
+        gates=(f"{LAUNCH}::test_on_the_gpu_a_captured_decode_step_chains_its_kernels_programmatically_and_computes"
+               "_the_same",),
+        needs_gpu=True,
+    ),
+]

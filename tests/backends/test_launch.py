@@ -1,0 +1,141 @@
+"""Programmatic dependent launch: which kernels may start before the kernel ahead of them completes, and how a
+launch reaches the driver. A captured kernel launched programmatically that read its input before its wait would
+read the previous kernel's half-written output: a race no test on a CPU could see in the numbers, so the rule that
+prevents it is checked here, on the sources and on the launcher's routing."""
+
+from __future__ import annotations
+
+import ctypes
+import re
+
+import numpy as np
+import pytest
+
+from backends import launch
+from backends.kernels import build
+from backends.kernels.build import KERNEL_DIR, Kernel, ci_instances, source, waits_first
+
+
+def test_every_library_kernel_waits_for_the_kernel_ahead_before_touching_memory() -> None:
+    instances = ci_instances()
+    late = sorted({i.expr for i in instances if not waits_first(source(i.file), i.expr)})
+    assert late == [], f"kernels that would be launched plainly (no programmatic overlap): {late}"
+    # non-vacuity: the instances cover every kernel the library's sources define
+    defined = {m for f in KERNEL_DIR.glob("*.cu")
+               for m in re.findall(r"__global__\s+void\s+(?:__launch_bounds__\s*\([^)]*\)\s*)?(\w+)\s*\(",
+                                   f.read_text())}
+    covered = {i.expr.split("<", 1)[0].rsplit("::", 1)[-1] for i in instances}
+    assert len(defined) >= 20 and defined <= covered, defined - covered
+
+
+KERNELS = {
+    "first": "__global__ void k(const float* x, float* y) {\n    vt::pdl_entry();\n    y[0] = x[0];\n}",
+    "after-a-comment": "__global__ void k(float* y) { // why\n    /* more */ vt::pdl_entry(); y[0] = 1; }",
+    "bounded-template": "template <int N>\n__global__ void __launch_bounds__(256)\nk(const float* __restrict__ x,\n"
+                        "  float* y) {\n    vt::pdl_entry();\n}",
+    "read-before": "__global__ void k(const float* x, float* y) {\n    const float v = x[0];\n    vt::pdl_entry();\n"
+                   "    y[0] = v;\n}",
+    "write-before": "__global__ void k(float* y) {\n    y[threadIdx.x] = 0;\n    vt::pdl_entry();\n}",
+    "conditional": "__global__ void k(float* y) {\n    if (threadIdx.x == 0) vt::pdl_entry();\n}",
+    "never": "__global__ void k(const float* x, float* y) {\n    y[0] = x[0];\n}",
+}
+
+
+@pytest.mark.parametrize("case", sorted(KERNELS))
+def test_only_a_kernel_whose_first_statement_is_the_wait_may_launch_programmatically(case: str) -> None:
+    safe = case in ("first", "after-a-comment", "bounded-template")
+    assert waits_first(KERNELS[case], "vt::k<4>") is safe
+    assert waits_first(KERNELS[case], "other") is False  # a kernel the source does not define never qualifies
+
+
+class FakeRaw:
+    def __init__(self) -> None:
+        self.plain: list = []
+
+        class Fn:
+            ptr = 0xF00
+
+        self.kernel = Fn()
+
+    def __call__(self, grid, block, args, shared_mem=0) -> None:
+        self.plain.append((grid, block, args, shared_mem))
+
+
+@pytest.mark.parametrize("waits", [True, False], ids=["waits", "reads-first"])
+@pytest.mark.parametrize("capturing", [True, False], ids=["capturing", "eager"])
+@pytest.mark.parametrize("enabled", [True, False], ids=["pdl", "VT_PDL=0"])
+def test_a_kernel_launches_programmatically_only_when_it_waits_while_capturing(
+        monkeypatch: pytest.MonkeyPatch, waits: bool, capturing: bool, enabled: bool) -> None:
+    programmatic: list = []
+    monkeypatch.setattr(build, "_programmatic", lambda: enabled)
+    monkeypatch.setattr(build, "_capturing_stream", lambda: 0x5EA if capturing else None)
+    monkeypatch.setattr(launch, "launch_programmatic", lambda *a: programmatic.append(a))
+    raw = FakeRaw()
+    Kernel(raw, waits)((3,), (128,), (np.int32(7),), shared_mem=64)
+    expect = waits and capturing and enabled
+    assert (len(programmatic), len(raw.plain)) == ((1, 0) if expect else (0, 1))
+    if expect:
+        assert programmatic[0] == (0xF00, (3,), (128,), (np.int32(7),), 64, 0x5EA)
+    else:
+        assert raw.plain == [((3,), (128,), (np.int32(7),), 64)]
+
+
+class DeviceArray:
+    class data:
+        ptr = 0x7F00_0000_1234
+
+
+@pytest.mark.parametrize("value, raw", [
+    (np.int32(-7), np.int32(-7).tobytes()),
+    (np.float32(1.5), np.float32(1.5).tobytes()),
+    (np.uint64(0), bytes(8)),
+    (np.int64(1 << 40), np.int64(1 << 40).tobytes()),
+    (12, np.int64(12).tobytes()),  # a Python int is an int64, as CuPy passes it
+    (0.25, np.float64(0.25).tobytes()),
+    (DeviceArray(), np.uint64(0x7F00_0000_1234).tobytes()),
+], ids=["int32", "float32", "null", "int64", "py-int", "py-float", "device-array"])
+def test_kernel_arguments_reach_the_driver_as_cupy_passes_them(value: object, raw: bytes) -> None:
+    arg = launch.argument(value)
+    assert ctypes.string_at(ctypes.addressof(arg), ctypes.sizeof(arg)) == raw
+
+
+def test_an_argument_cupy_cannot_pass_is_refused() -> None:
+    with pytest.raises(TypeError, match="str"):
+        launch.argument("x")
+
+
+def test_the_launch_structures_have_the_drivers_layout() -> None:
+    # cuda.h: CUlaunchAttribute is a 4-byte id, 4 bytes of padding and a 64-byte union; CUlaunchConfig has seven
+    # 4-byte dimensions, the stream (at 32) and attribute pointers, then the attribute count
+    assert ctypes.sizeof(launch.LaunchAttribute) == 72 and launch.LaunchAttribute.value.offset == 8
+    assert launch.LaunchConfig.stream.offset == 32 and launch.LaunchConfig.num_attrs.offset == 48
+    attr = launch._serialization()
+    value = ctypes.string_at(ctypes.addressof(attr) + launch.LaunchAttribute.value.offset, 4)
+    assert attr.id == 6 and value == np.int32(1).tobytes()
+
+
+@pytest.mark.gpu
+def test_on_the_gpu_a_captured_decode_step_chains_its_kernels_programmatically_and_computes_the_same(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from backends.cuda import CudaBackend
+    from models.loader import load_checkpoint, resolve_model
+    from models.registry import load_model
+    from vt.engine.worker.graph_driver import DecodeInputs, GraphDriver
+
+    model = load_model(load_checkpoint(resolve_model("tiny-qwen3")), CudaBackend(), "bfloat16")
+    kv = model.make_kv_cache(num_blocks=16, block_size=16)
+    tables = np.array([[3, 5], [7, 9]])
+    inp = DecodeInputs(np.array([11, 400]), np.array([20, 5]), np.array([5 * 16 + 4, 7 * 16 + 5]), tables)
+    got = {}
+    for pdl in (True, False):
+        monkeypatch.setattr(build, "_programmatic", lambda pdl=pdl: pdl)
+        driver = GraphDriver(model, kv, max_num_seqs=4)
+        for _ in range(3):  # cold, capture, replay
+            driver.step(inp)
+        assert driver.num_replays > 0, "non-vacuity: the step replayed a captured graph"
+        graph = driver.last_slot.graph
+        got[pdl] = graph.programmatic_edges, driver.last_logits()
+    layers = model.cfg.num_hidden_layers
+    assert got[True][0] >= 2 * layers, f"{got[True][0]} programmatic edges for {layers} layers"
+    assert got[False][0] == 0
+    np.testing.assert_array_equal(got[True][1], got[False][1])
