@@ -1,11 +1,12 @@
 """cuBLASLt GEMMs with the algorithm measured, not guessed: a decode GEMM is a matrix-vector product, where
 cuBLAS's first heuristic pick runs a 64x8 tile over a 1,024 x 4,096 weight on 64 blocks, half the H200's SMs,
 at a quarter of its bandwidth (Nsight Compute, docs/). For each GEMM shape, the first time it is seen (outside
-any capture: a slot's cold step), every algorithm the heuristic offers is timed on the real operands, each
-call after the L2 cache was flushed (in a step the weights come from DRAM; timed back to back they would sit
-in the 50 MB L2 and reward the wrong algorithm, measured on the H200), and the fastest kept. Later calls,
-captured or eager, run it with the preset workspace, so nothing allocates inside a capture and a shape's
-replay and eager results agree bit for bit (one algorithm per shape for the process).
+any capture: a slot's cold step), every algorithm the heuristic offers is timed on the real shape as a step runs
+it: a captured chain of launches, each over weights no other launch of the chain reads (in a step the weights
+come from DRAM; timed back to back on one weight they would sit in the 50 MB L2 and reward the wrong algorithm,
+measured on the H200), and the fastest kept. Later calls, captured or eager, run it with the preset workspace, so
+nothing allocates inside a capture and a shape's replay and eager results agree bit for bit (one algorithm per
+shape for the process).
 
 Row-major C[m, n] = A[m, k] @ B[k, n] is column-major C^T = B^T A^T, as in backends/cublas.py.
 
@@ -31,9 +32,11 @@ from typing import Any
 from backends.kernels import skinny_gemm
 
 CUDA_R_32F, CUDA_R_16F, CUDA_R_16BF, CUBLAS_COMPUTE_32F = 0, 2, 14, 68
+ITEM_BYTES = {CUDA_R_32F: 4, CUDA_R_16F: 2, CUDA_R_16BF: 2}
 PREF_MAX_WORKSPACE_BYTES = 1
 REQUESTED = 16  # algorithms asked of the heuristic per shape
 TIMED_REPS = 5
+CHAIN = 8  # launches in a candidate's timing graph
 L2_FLUSH_BYTES = 128 << 20  # more than the H200's L2
 TUNED_MAX_ROWS = 2048  # the largest prefill bucket (vt/engine/worker/piecewise.py)
 
@@ -69,7 +72,7 @@ class Plan:
     """One GEMM shape: its descriptors and the algorithm chosen for it."""
 
     def __init__(self, lt: CublasLt, dtype: int, m: int, n: int, k: int) -> None:
-        self.lt, self.m, self.n, self.k = lt, m, n, k
+        self.lt, self.dtype, self.m, self.n, self.k = lt, dtype, m, n, k
         lib, c = lt.lib, ctypes
         self.desc, self.a, self.b, self.c = c.c_void_p(), c.c_void_p(), c.c_void_p(), c.c_void_p()
         lt.check(lib.cublasLtMatmulDescCreate(c.byref(self.desc), CUBLAS_COMPUTE_32F, CUDA_R_32F), "MatmulDescCreate")
@@ -116,25 +119,54 @@ class Plan:
             ctypes.c_size_t(lt.workspace_bytes), ctypes.c_void_p(stream)), "cublasLtMatmul")
 
     def tune(self, a_ptr: int, b_ptr: int, c_ptr: int, stream: Any) -> None:
-        """Times every candidate on these operands from a cold L2 (outside any capture); keeps the fastest."""
+        """Times every candidate as a captured step runs it (outside any capture) and keeps the fastest: CHAIN
+        launches back to back in a CUDA graph, as a step's GEMMs and the kernels between them are (a launch's latency
+        partly hidden, and with programmatic launch its start overlapping the launch ahead), each over weights no
+        other launch of the chain reads (regions of the tuner's scratch, so none finds them in L2, as no layer of a
+        step finds its own). Timed one launch at a time after an L2 flush, on the H200 every 0.6B decode GEMM cost
+        8-10 us whatever its size, and the skinny GEMM lost shapes it wins inside a step (docs/)."""
         import cupy
 
-        best, best_t = self.candidates[0], float("inf")
-        start, end = cupy.cuda.Event(), cupy.cuda.Event()
-        for cand in self.candidates:
-            self.run(a_ptr, b_ptr, c_ptr, stream.ptr, cand)  # warm
-            t = 0.0
-            for _ in range(TIMED_REPS):
-                self.lt.flush_l2(stream)
-                start.record(stream)
-                self.run(a_ptr, b_ptr, c_ptr, stream.ptr, cand)
-                end.record(stream)
-                end.synchronize()
-                t += cupy.cuda.get_elapsed_time(start, end) * 1e3 / TIMED_REPS
-            self.times_us.append(round(t, 2))
-            if t < best_t:
-                best, best_t = cand, t
+        lt = self.lt
+        caller = cupy.cuda.get_current_stream()
+        ready = caller.record()
+        tuning = lt.tuning_stream()
+        tuning.wait_event(ready)  # the operands are written
+        with tuning:
+            lt.flush_l2(tuning)
+            weights = self._timing_weights(b_ptr)
+            best, best_t = self.candidates[0], float("inf")
+            start, end = cupy.cuda.Event(), cupy.cuda.Event()
+            for cand in self.candidates:
+                tuning.begin_capture(mode=cupy.cuda.runtime.streamCaptureModeRelaxed)
+                try:
+                    for w in weights:
+                        self.run(a_ptr, w, c_ptr, tuning.ptr, cand)
+                finally:
+                    graph = tuning.end_capture()
+                graph.launch(tuning)  # warm
+                times = []
+                for _ in range(TIMED_REPS):
+                    start.record(tuning)
+                    graph.launch(tuning)
+                    end.record(tuning)
+                    end.synchronize()
+                    times.append(cupy.cuda.get_elapsed_time(start, end) * 1e3 / len(weights))
+                t = sorted(times)[len(times) // 2]
+                self.times_us.append(round(t, 2))
+                if t < best_t:
+                    best, best_t = cand, t
         self.algo = best
+
+    def _timing_weights(self, b_ptr: int) -> list[int]:
+        """CHAIN weight pointers: distinct regions of the scratch when CHAIN of them fit it, else (a weight larger
+        than the L2 cache by itself, as the LM head is) the weight itself each time. Their values do not matter:
+        only the time is kept, and the output the chain wrote is overwritten by the real call after the tuning."""
+        size = self.n * self.k * ITEM_BYTES[self.dtype]
+        if size * CHAIN <= L2_FLUSH_BYTES:
+            base = self.lt.scratch()
+            return [base + i * size for i in range(CHAIN)]
+        return [b_ptr] * CHAIN
 
 
 class CublasLt:
@@ -154,6 +186,16 @@ class CublasLt:
         self.one, self.zero = ctypes.c_float(1.0), ctypes.c_float(0.0)
         self.plans: dict[tuple[int, int, int, int], Plan] = {}
         self.tuning_s = 0.0
+        self._tuning_stream: Any = None
+
+    def tuning_stream(self) -> Any:
+        """A stream of the tuner's own: a timing graph is captured on it, whatever stream the caller is on (the
+        legacy default stream cannot capture)."""
+        import cupy
+
+        if self._tuning_stream is None:
+            self._tuning_stream = cupy.cuda.Stream(non_blocking=True)
+        return self._tuning_stream
 
     def flush_l2(self, stream: Any) -> None:
         import cupy

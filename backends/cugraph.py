@@ -45,8 +45,10 @@ def programmatic_edges(stream_ptr: int) -> int:
     rc = lib.cuGraphGetEdges_v2(graph, None, None, None, ctypes.byref(n))
     if rc != 0:
         raise RuntimeError(f"cuGraphGetEdges_v2 failed with CUresult {rc}")
-    ends = (ctypes.c_void_p * max(1, n.value))(), (ctypes.c_void_p * max(1, n.value))()
-    data = (EdgeData * max(1, n.value))()
+    if n.value == 0:  # an empty graph (asking for zero edges into arrays is an invalid value)
+        return 0
+    ends = (ctypes.c_void_p * n.value)(), (ctypes.c_void_p * n.value)()
+    data = (EdgeData * n.value)()
     rc = lib.cuGraphGetEdges_v2(graph, ends[0], ends[1], data, ctypes.byref(n))
     if rc != 0:
         raise RuntimeError(f"cuGraphGetEdges_v2 failed with CUresult {rc}")
