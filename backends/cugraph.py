@@ -39,7 +39,7 @@ PROGRAMMATIC = 1  # CUgraphDependencyType: the downstream kernel may start befor
 
 
 def programmatic_edges(stream_ptr: int) -> int:
-    """How many edges of the graph the stream is capturing are programmatic (backends/launch.py made them)."""
+    """How many edges of the graph the stream is capturing are programmatic (backends/kernels/launch.py made them)."""
     lib, graph = _driver(), _capturing_graph(stream_ptr)
     n = ctypes.c_size_t(0)
     rc = lib.cuGraphGetEdges_v2(graph, None, None, None, ctypes.byref(n))

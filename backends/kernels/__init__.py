@@ -2,6 +2,7 @@
 
     common.cuh          storage types (bf16 / fp16 as bits), exact conversions, vector loads, reductions
     build.py            compile options in one place, NVRTC through CuPy's RawModule, the CI nvcc check
+    launch.py           a captured kernel's programmatic launch (cuLaunchKernelEx), for kernels that wait first
     fused.py            FusedKernel: one semantics, a NumPy twin and a CUDA body, picked by the backend
     convert.cu/.py      float32 <-> bf16 / fp16 storage conversions
     norm.cu/.py         embedding gather, residual add + RMSNorm (the GEMM operand narrowed as it is written)

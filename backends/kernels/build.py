@@ -82,7 +82,7 @@ def waits_first(text: str, expr: str) -> bool:
 class Kernel:
     """A compiled kernel of the library, called as CuPy's RawKernel is: (grid, block, args, shared_mem=0). While the
     current stream captures (a graph's launches, not an eager step's), a kernel that waits first is launched with
-    programmatic stream serialization (backends/launch.py), unless VT_PDL=0."""
+    programmatic stream serialization (backends/kernels/launch.py), unless VT_PDL=0."""
 
     def __init__(self, raw: Any, waits: bool) -> None:
         self.raw, self.waits = raw, waits
@@ -90,7 +90,7 @@ class Kernel:
     def __call__(self, grid: tuple, block: tuple, args: tuple, shared_mem: int = 0) -> None:
         stream = _capturing_stream() if self.waits and _programmatic() else None
         if stream is not None:
-            from backends.launch import launch_programmatic
+            from backends.kernels.launch import launch_programmatic
 
             launch_programmatic(self.raw.kernel.ptr, grid, block, args, shared_mem, stream)
         else:

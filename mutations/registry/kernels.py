@@ -235,7 +235,7 @@ ENTRIES += [
     ),
 ]
 
-# Programmatic dependent launch (backends/launch.py): only a kernel whose first statement waits for the kernel
+# Programmatic dependent launch (backends/kernels/launch.py): only a kernel whose first statement waits for the kernel
 # ahead may start early; otherwise it could read that kernel's output half-written.
 LAUNCH = "tests/backends/test_launch.py"
 ROUTE = f"{LAUNCH}::test_a_kernel_launches_programmatically_only_when_it_waits_while_capturing"
@@ -271,7 +271,7 @@ ENTRIES += [
         id="cuda-launch-drops-the-serialization-attribute",
         description="the programmatic launch passes no attribute: every captured kernel waits for the whole kernel "
                     "ahead, as a plain launch does",
-        file="backends/launch.py",
+        file="backends/kernels/launch.py",
         old="shared_mem=shared_mem, stream=stream_ptr, attrs=ctypes.pointer(attr), num_attrs=1)",
         new="shared_mem=shared_mem, stream=stream_ptr, attrs=ctypes.pointer(attr), num_attrs=0)",
         gates=(f"{LAUNCH}::test_on_the_gpu_a_captured_decode_step_chains_its_kernels_programmatically_and_computes"

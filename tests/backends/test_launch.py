@@ -11,8 +11,7 @@ import re
 import numpy as np
 import pytest
 
-from backends import launch
-from backends.kernels import build
+from backends.kernels import build, launch
 from backends.kernels.build import KERNEL_DIR, Kernel, ci_instances, source, waits_first
 
 
