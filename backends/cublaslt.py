@@ -36,8 +36,11 @@ ITEM_BYTES = {CUDA_R_32F: 4, CUDA_R_16F: 2, CUDA_R_16BF: 2}
 PREF_MAX_WORKSPACE_BYTES = 1
 REQUESTED = 16  # algorithms asked of the heuristic per shape
 TIMED_REPS = 5
-CHAIN = 8  # launches in a candidate's timing graph
+CHAIN = 8  # launches in a candidate's timing graph, at least
+MAX_CHAIN = 128  # ... and at most (a tiny weight's chain need not cover the L2)
+COLD_MAX_ROWS = 64  # GEMMs of at most this many rows are timed over weights not in L2
 L2_FLUSH_BYTES = 128 << 20  # more than the H200's L2
+L2_BYTES = 50 << 20  # the H200's L2
 TUNED_MAX_ROWS = 2048  # the largest prefill bucket (vt/engine/worker/piecewise.py)
 
 
@@ -119,12 +122,12 @@ class Plan:
             ctypes.c_size_t(lt.workspace_bytes), ctypes.c_void_p(stream)), "cublasLtMatmul")
 
     def tune(self, a_ptr: int, b_ptr: int, c_ptr: int, stream: Any) -> None:
-        """Times every candidate as a captured step runs it (outside any capture) and keeps the fastest: CHAIN
+        """Times every candidate as a captured step runs it (outside any capture) and keeps the fastest: a chain of
         launches back to back in a CUDA graph, as a step's GEMMs and the kernels between them are (a launch's latency
         partly hidden, and with programmatic launch its start overlapping the launch ahead), each over weights no
         other launch of the chain reads (regions of the tuner's scratch, so none finds them in L2, as no layer of a
-        step finds its own). Timed one launch at a time after an L2 flush, on the H200 every 0.6B decode GEMM cost
-        8-10 us whatever its size, and the skinny GEMM lost shapes it wins inside a step (docs/)."""
+        step finds its own; `_timing_weights`). Timed one launch at a time after an L2 flush, on the H200 every 0.6B
+        decode GEMM cost 8-10 us whatever its size, and the skinny GEMM lost shapes it wins inside a step (docs/)."""
         import cupy
 
         lt = self.lt
@@ -138,12 +141,8 @@ class Plan:
             best, best_t = self.candidates[0], float("inf")
             start, end = cupy.cuda.Event(), cupy.cuda.Event()
             for cand in self.candidates:
-                tuning.begin_capture(mode=cupy.cuda.runtime.streamCaptureModeRelaxed)
-                try:
-                    for w in weights:
-                        self.run(a_ptr, w, c_ptr, tuning.ptr, cand)
-                finally:
-                    graph = tuning.end_capture()
+                self.run(a_ptr, weights[0], c_ptr, tuning.ptr, cand)  # eager first: modules load outside a capture
+                graph = self._chain(cand, a_ptr, weights, c_ptr, tuning)
                 graph.launch(tuning)  # warm
                 times = []
                 for _ in range(TIMED_REPS):
@@ -158,15 +157,37 @@ class Plan:
                     best, best_t = cand, t
         self.algo = best
 
+    def _chain(self, cand: Any, a_ptr: int, weights: list[int], c_ptr: int, stream: Any) -> Any:
+        """One candidate's launches over every weight pointer, captured (relaxed: nothing else's business)."""
+        import cupy
+
+        stream.begin_capture(mode=cupy.cuda.runtime.streamCaptureModeRelaxed)
+        try:
+            for w in weights:
+                self.run(a_ptr, w, c_ptr, stream.ptr, cand)
+        except BaseException:
+            try:
+                stream.end_capture()
+            except Exception:  # noqa: BLE001 - the launch's own error is the one to report
+                pass
+            raise
+        return stream.end_capture()
+
     def _timing_weights(self, b_ptr: int) -> list[int]:
-        """CHAIN weight pointers: distinct regions of the scratch when CHAIN of them fit it, else (a weight larger
-        than the L2 cache by itself, as the LM head is) the weight itself each time. Their values do not matter:
-        only the time is kept, and the output the chain wrote is overwritten by the real call after the tuning."""
+        """The weight pointers of a timing chain, each read after more than the L2 cache holds of other weights (so
+        no launch finds its weights in L2, as no layer of a step does): every region of the scratch the weight fits,
+        whole chains of them (at least CHAIN launches); or, for a weight larger than the L2 cache by itself (the LM
+        head), the weight itself. Their values do not matter: only the time is kept, and the output the chain wrote
+        is overwritten by the real call after the tuning. A GEMM of more than COLD_MAX_ROWS rows (a prefill bucket's)
+        is bound by its arithmetic, not by where its weights come from: its chain reuses the weight, and stays short
+        (start-up times every bucket's shapes)."""
         size = self.n * self.k * ITEM_BYTES[self.dtype]
-        if size * CHAIN <= L2_FLUSH_BYTES:
-            base = self.lt.scratch()
-            return [base + i * size for i in range(CHAIN)]
-        return [b_ptr] * CHAIN
+        stride = -(-size // 256) * 256  # cuBLASLt's heuristic assumes 256-byte aligned operands
+        regions = min(L2_FLUSH_BYTES // stride, -(-2 * L2_BYTES // stride), MAX_CHAIN)  # twice the L2, if it may
+        if self.m > COLD_MAX_ROWS or stride >= L2_BYTES or regions < 2:
+            return [b_ptr] * CHAIN
+        base = self.lt.scratch()
+        return [base + (i % regions) * stride for i in range(max(CHAIN, regions))]
 
 
 class CublasLt:

@@ -10,6 +10,7 @@ compile in `CI_INSTANCES`, and `python -m backends.kernels.build` compiles them 
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import re
 import shutil
@@ -64,19 +65,23 @@ def _kernel_name(expr: str) -> str:
 
 def waits_first(text: str, expr: str) -> bool:
     """Whether the kernel `expr` names opens its body with PDL_ENTRY: it then reads and writes nothing before the
-    kernel ahead of it in the stream has completed, so it may be launched programmatically. A kernel not found, or
-    whose first statement is anything else, may not."""
+    kernel ahead of it in the stream has completed, so it may be launched programmatically. Anything the parse
+    cannot pin down is a no: a name not defined exactly once as a kernel (a declaration, an overload, an explicit
+    specialization, a variant under #if), or a first statement other than the wait."""
+    text = re.sub(r"/\*.*?\*/|//[^\n]*", " ", text, flags=re.S)  # a signature in a comment is no definition
     name = re.escape(_kernel_name(expr))
-    m = re.search(r"__global__\s+void\s+(?:__launch_bounds__\s*\([^)]*\)\s*)?" + name + r"\s*\(", text)
+    head = r"__global__\s+void\s+(?:__launch_bounds__\s*\([^)]*\)\s*)?" + name + r"\s*"
+    if len(re.findall(head + r"[(<]", text)) != 1 or len(re.findall(r"\b" + name + r"\s*<[^;{()]*>\s*\(", text)):
+        return False
+    m = re.search(head + r"\(", text)
     if m is None:
         return False
     depth, i = 1, m.end()
     while depth and i < len(text):  # to the parameter list's closing parenthesis
         depth += {"(": 1, ")": -1}.get(text[i], 0)
         i += 1
-    body = text.find("{", i)
-    rest = re.sub(r"^(\s|//[^\n]*\n|/\*.*?\*/)*", "", text[body + 1:], flags=re.S)
-    return body >= 0 and rest.startswith(PDL_ENTRY)
+    body = re.match(r"\s*\{\s*", text[i:])  # a definition, not a declaration
+    return body is not None and text[i + body.end():].startswith(PDL_ENTRY)
 
 
 class Kernel:
@@ -108,7 +113,15 @@ class Kernel:
 def _programmatic() -> bool:
     from vt.env import flags
 
-    return flags().pdl
+    return flags().pdl and _device_waits()
+
+
+@functools.cache
+def _device_waits() -> bool:
+    """The wait compiles to `griddepcontrol.wait` only from sm_90 (common.cuh); below it, no programmatic launch."""
+    import cupy
+
+    return int(cupy.cuda.Device().compute_capability) >= 90
 
 
 def _capturing_stream() -> int | None:

@@ -75,4 +75,13 @@ def launch_programmatic(function_ptr: int, grid: tuple[int, ...], block: tuple[i
                           shared_mem=shared_mem, stream=stream_ptr, attrs=ctypes.pointer(attr), num_attrs=1)
     rc = _driver().cuLaunchKernelEx(ctypes.byref(config), function_ptr, params, None)
     if rc != 0:
-        raise RuntimeError(f"cuLaunchKernelEx failed with CUresult {rc}")
+        raise LaunchError(rc)
+
+
+class LaunchError(RuntimeError):
+    """A failed launch, its CUresult as `status` (as CuPy's errors carry theirs): the CUDA backend turns a capture's
+    refusal (900, 901, 905 ...) into vt's typed error from it, whichever path launched the kernel."""
+
+    def __init__(self, status: int) -> None:
+        super().__init__(f"cuLaunchKernelEx failed with CUresult {status}")
+        self.status = status

@@ -254,9 +254,10 @@ ENTRIES += [
         description="a kernel counts as waiting first when its body holds the wait anywhere, after a read, a write "
                     "or inside a branch",
         file="backends/kernels/build.py",
-        old="    return body >= 0 and rest.startswith(PDL_ENTRY)\n",
-        new="    return body >= 0 and PDL_ENTRY in rest\n",
-        gates=(f"{RULE}[read-before]", f"{RULE}[write-before]", f"{RULE}[conditional]"),
+        old="    return body is not None and text[i + body.end():].startswith(PDL_ENTRY)\n",
+        new="    return body is not None and PDL_ENTRY in text[i + body.end():]\n",
+        gates=(f"{RULE}[read-before]", f"{RULE}[write-before]", f"{RULE}[conditional]",
+               f"{RULE}[signature-in-a-comment]"),
     ),
     Mutation(
         id="norm-kernel-reads-before-its-pdl-wait",
@@ -277,5 +278,30 @@ ENTRIES += [
         gates=(f"{LAUNCH}::test_on_the_gpu_a_captured_decode_step_chains_its_kernels_programmatically_and_computes"
                "_the_same",),
         needs_gpu=True,
+    ),
+]
+ENTRIES += [
+    Mutation(
+        id="pdl-rule-reads-the-first-of-several-definitions",
+        description="a kernel name defined more than once (an overload, an explicit specialization, #if variants) "
+                    "counts as waiting first when its first definition does, whichever body is compiled",
+        file="backends/kernels/build.py",
+        old='    if len(re.findall(head + r"[(<]", text)) != 1 or len(re.findall(r"\\b" + name + r"\\s*<[^;{()]*>\\s*\\(", '
+            'text)):\n        return False\n',
+        new="",
+        gates=(f"{RULE}[specialized]", f"{RULE}[overloaded]", f"{RULE}[if-variants]"),
+    ),
+]
+TUNER = "tests/backends/test_gemm_tuner.py::test_a_decode_gemm_is_timed_over_weights_the_l2_does_not_hold"
+ENTRIES += [
+    Mutation(
+        id="tuner-times-decode-gemms-from-l2",
+        description="the GEMM tuner's chain is CHAIN regions whatever the weight's size: a small decode weight's "
+                    "chain fits the L2, so every timed replay reads its weights from L2 and rewards the wrong "
+                    "algorithm",
+        file="backends/cublaslt.py",
+        old="        regions = min(L2_FLUSH_BYTES // stride, -(-2 * L2_BYTES // stride), MAX_CHAIN)",
+        new="        regions = min(L2_FLUSH_BYTES // stride, CHAIN, MAX_CHAIN)",
+        gates=tuple(f"{TUNER}[{s}]" for s in ("1x1024x2048", "1x1024x3072", "4x1000x96", "1x128x2048")),
     ),
 ]

@@ -37,6 +37,16 @@ KERNELS = {
     "write-before": "__global__ void k(float* y) {\n    y[threadIdx.x] = 0;\n    vt::pdl_entry();\n}",
     "conditional": "__global__ void k(float* y) {\n    if (threadIdx.x == 0) vt::pdl_entry();\n}",
     "never": "__global__ void k(const float* x, float* y) {\n    y[0] = x[0];\n}",
+    # the parse cannot tell which body runs, or finds none: never programmatic
+    "specialized": "template <typename T>\n__global__ void k(T* y) {\n    vt::pdl_entry();\n}\n"
+                   "template <>\n__global__ void k<float>(float* y) {\n    y[0] = 1;\n}",
+    "overloaded": "__global__ void k(float* y) {\n    vt::pdl_entry();\n}\n__global__ void k(int* y) {\n"
+                  "    y[0] = 1;\n}",
+    "if-variants": "#if VT_A\n__global__ void k(float* y) {\n    vt::pdl_entry();\n}\n#else\n"
+                   "__global__ void k(float* y) {\n    y[0] = 1;\n}\n#endif",
+    "declared-only": "__global__ void k(float* y);\n__global__ void j(float* y) {\n    vt::pdl_entry();\n}",
+    "signature-in-a-comment": "// __global__ void k(float* y) { vt::pdl_entry(); }\n__global__ void k(float* y) {\n"
+                              "    y[0] = 1;\n    vt::pdl_entry();\n}",
 }
 
 
