@@ -148,3 +148,12 @@ def test_on_the_gpu_a_captured_decode_step_chains_its_kernels_programmatically_a
     assert got[True][0] >= 2 * layers, f"{got[True][0]} programmatic edges for {layers} layers"
     assert got[False][0] == 0
     np.testing.assert_array_equal(got[True][1], got[False][1])
+
+
+@pytest.mark.parametrize("status, name", [(900, "CaptureUnsupported"), (901, "CaptureInvalidated"),
+                                          (905, "CaptureIsolation")])
+def test_a_programmatic_launch_a_capture_refuses_fails_with_vts_typed_error(status: int, name: str) -> None:
+    from backends.cuda import _translate
+
+    # as CuPy's own launch errors do, the driver's code rides on `status`, which the backend types
+    assert type(_translate(launch.LaunchError(status))).__name__ == name
