@@ -305,3 +305,15 @@ ENTRIES += [
         gates=tuple(f"{TUNER}[{s}]" for s in ("1x1024x2048", "1x1024x3072", "4x1000x96", "1x128x2048")),
     ),
 ]
+ENTRIES += [
+    Mutation(
+        id="programmatic-launch-error-untyped",
+        description="a programmatic launch's failure carries no CUresult: a capture's refusal of it surfaces as a "
+                    "bare RuntimeError, not vt's capture error, and the capture is not marked invalid",
+        file="backends/kernels/launch.py",
+        old="        self.status = status\n",
+        new="        self.code = status\n",
+        gates=tuple(f"{LAUNCH}::test_a_programmatic_launch_a_capture_refuses_fails_with_vts_typed_error[{s}-{n}]"
+                    for s, n in ((900, "CaptureUnsupported"), (901, "CaptureInvalidated"), (905, "CaptureIsolation"))),
+    ),
+]
