@@ -317,3 +317,14 @@ ENTRIES += [
                     for s, n in ((900, "CaptureUnsupported"), (901, "CaptureInvalidated"), (905, "CaptureIsolation"))),
     ),
 ]
+ENTRIES += [
+    Mutation(
+        id="tp-rank-loses-the-pdl-flag",
+        description="a tensor-parallel rank's environment leaves VT_PDL out: with VT_PDL=0 on rank 0 the other "
+                    "ranks still launch programmatically",
+        file="vt/env.py",
+        old='"gemm_tuned": "VT_GEMM_TUNED", "pdl": "VT_PDL"}',
+        new='"gemm_tuned": "VT_GEMM_TUNED"}',
+        gates=("tests/vt/test_env.py::test_a_tensor_parallel_rank_reads_back_every_flag_rank_0_read",),
+    ),
+]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from tests.helpers import MockAllocator
@@ -71,3 +73,30 @@ def test_a_bad_blas_thread_count_names_the_flag(monkeypatch: pytest.MonkeyPatch)
     monkeypatch.setenv("VT_BLAS_THREADS", "0")
     with pytest.raises(ValueError, match="VT_BLAS_THREADS='0'"):
         Flags.from_environ()
+
+
+def test_a_tensor_parallel_rank_reads_back_every_flag_rank_0_read(monkeypatch: pytest.MonkeyPatch) -> None:
+    """as_environ is what a rank's process gets (vt/engine/worker/tp.py): every flag that shapes a step must read
+    back as rank 0 read it, a flag added later included (the key and the server's engine process are not a rank's)."""
+    import dataclasses
+    import os
+
+    from vt.env import as_environ
+
+    base = Flags.from_environ()
+    flipped: dict[str, Any] = {}
+    for f in dataclasses.fields(Flags):
+        value = getattr(base, f.name)
+        flipped[f.name] = (not value) if isinstance(value, bool) else value
+    flipped |= {"blas_threads": 3, "sampler": "block" if base.sampler == "split" else "split", "cache_dir": "/tmp/x"}
+    want = Flags(**flipped)
+    for name in [k for k in os.environ if k.startswith("VT_")]:
+        monkeypatch.delenv(name)
+    for k, v in as_environ(want).items():
+        monkeypatch.setenv(k, v)
+    got = Flags.from_environ()
+    not_a_ranks = {"api_key", "engine_process"}
+    differ = [f.name for f in dataclasses.fields(Flags)
+              if f.name not in not_a_ranks and getattr(got, f.name) != getattr(want, f.name)]
+    assert differ == [], f"flags a rank would read differently: {differ}"
+    assert sum(isinstance(getattr(want, f.name), bool) for f in dataclasses.fields(Flags)) >= 8, "non-vacuity"
