@@ -9,7 +9,7 @@ tensor released as soon as it is dead, so a step's demand profile is what its ca
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Any
 
@@ -64,10 +64,15 @@ SHORT_PREFILL_TOKENS = 64
 LONG_CONTEXT_KEYS = 256
 
 
+def short_over_long_context(spans: Sequence[tuple[int, int]]) -> bool:
+    """Whether prefill chunks, as (first position, tokens) each, are few tokens over a long context: the decode
+    kernel attends them (and the engine runs such a step whole, as a captured decode step: vt/engine/worker)."""
+    return (sum(n for _, n in spans) <= SHORT_PREFILL_TOKENS
+            and max((p0 + n for p0, n in spans), default=0) > LONG_CONTEXT_KEYS)
+
+
 def prefill_by_decode_kernel(fb: ForwardBatch) -> bool:
-    chunks = fb.seqs[fb.num_decode:]
-    return (sum(n for _, n, _, _ in chunks) <= SHORT_PREFILL_TOKENS
-            and max((p0 + n for _, n, p0, _ in chunks), default=0) > LONG_CONTEXT_KEYS)
+    return short_over_long_context([(p0, n) for _, n, p0, _ in fb.seqs[fb.num_decode:]])
 
 
 class DecoderForCausalLM:

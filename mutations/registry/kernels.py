@@ -202,6 +202,9 @@ ENTRIES += [
     ),
 ]
 
+WHOLE = "tests/engine/test_whole_short_steps.py"
+WHOLE_OUTPUTS = tuple(f"{WHOLE}::test_hits_run_whole_generate_what_the_prefill_path_generates[{p}]"
+                      for p in ("greedy", "seeded"))
 SHORT = "tests/engine/test_short_prefill.py"
 SHORT_ROUTE = "test_a_hits_tail_takes_the_decode_kernel_a_miss_and_a_short_prompt_the_prefill_kernel"
 
@@ -211,8 +214,8 @@ ENTRIES += [
         description="a step of few prefill tokens (a prefix hit's tail) attends with the tensor-core prefill kernel, "
                     "whose one block per tile and head walks the whole cached context serially",
         file="models/decoder.py",
-        old="    return (sum(n for _, n, _, _ in chunks) <= SHORT_PREFILL_TOKENS",
-        new="    return (sum(n for _, n, _, _ in chunks) <= 0",
+        old="    return (sum(n for _, n in spans) <= SHORT_PREFILL_TOKENS",
+        new="    return (sum(n for _, n in spans) <= 0",
         gates=(f"{SHORT}::{SHORT_ROUTE}",),
     ),
     Mutation(
@@ -220,9 +223,35 @@ ENTRIES += [
         description="every step of few prefill tokens attends with the decode kernel, a fresh short prompt's too "
                     "(two launches a layer where the prefill kernel's one is faster)",
         file="models/decoder.py",
-        old="            and max((p0 + n for _, n, p0, _ in chunks), default=0) > LONG_CONTEXT_KEYS)",
-        new="            and max((p0 + n for _, n, p0, _ in chunks), default=0) >= 0)",
+        old="            and max((p0 + n for p0, n in spans), default=0) > LONG_CONTEXT_KEYS)",
+        new="            and max((p0 + n for p0, n in spans), default=0) >= 0)",
         gates=(f"{SHORT}::{SHORT_ROUTE}",),
+    ),
+    Mutation(
+        id="short-step-runs-piecewise",
+        description="a prefix hit's tail runs through the piecewise prefill graph, an eager attention launch between "
+                    "every two layers, not whole as one captured decode step",
+        file="vt/engine/worker/runner.py",
+        old="        if self._runs_whole(chunks, scored, num_decode):\n",
+        new="        if False:\n",
+        gates=(f"{WHOLE}::test_a_hits_tail_runs_as_one_decode_step_with_no_piecewise_prefill", *WHOLE_OUTPUTS),
+    ),
+    Mutation(
+        id="whole-step-samples-a-chunks-first-row",
+        description="a short step run whole keeps the sample of each ending chunk's first token row, not its last",
+        file="vt/engine/worker/runner.py",
+        old="        at = np.fromiter((firsts[index[id(c)]] + c.length - 1 for c in ends), I64, len(ends))",
+        new="        at = np.fromiter((firsts[index[id(c)]] for c in ends), I64, len(ends))",
+        gates=WHOLE_OUTPUTS,
+    ),
+    Mutation(
+        id="whole-step-positions-from-the-chunk-start",
+        description="every token row of a chunk run whole takes the chunk's first position: each attends the "
+                    "same keys and writes one KV slot",
+        file="vt/engine/worker/runner.py",
+        old="        positions = starts[owner] + np.arange(len(owner)) - firsts[owner]\n",
+        new="        positions = starts[owner]\n",
+        gates=WHOLE_OUTPUTS,
     ),
     Mutation(
         id="short-prefill-reads-the-decode-rows-positions",

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pytest
 
+from models.decoder import LONG_CONTEXT_KEYS
 from seams.lanes import GRAPHS_REASON, is_bypass_lane
 from tests.engine.startup_rig import KW, PROMPTS, captures
 from vt import LLM, SamplingParams
@@ -47,7 +48,9 @@ def test_startup_capture_covers_the_widest_table_and_the_largest_prefill_bucket(
     d = llm.engine.runner.decoder
     widths = {key[3] for key in d.slots}
     assert max(widths) == d.max_width and d.max_width * 16 >= KW["max_model_len"], (widths, d.max_width)
-    assert {key[0] for key in d.slots} == set(d.ladder)
+    assert {key[0] for key in d.slots} == set(d.rows_ladder) > set(d.ladder), "decode rows, and short steps' above"
+    assert all(w * 16 > LONG_CONTEXT_KEYS for rows, _, _, w in d.slots if rows > d.ladder[-1]), \
+        "rows above the decode ladder serve only a short step over a long context"
     assert all(slot.is_captured for slot in d.slots.values())
     assert sorted(t for t, b in d.buckets.items() if b.is_captured) == d.token_ladder
     assert d.token_ladder[-1] == KW["max_num_batched_tokens"], "non-vacuity: the largest bucket is the budget"

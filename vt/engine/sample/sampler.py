@@ -154,6 +154,21 @@ def stack(a: SamplingRows, b: SamplingRows) -> SamplingRows:
                         cat(a.bias_vals, b.bias_vals, na, nb, F32))
 
 
+def spread(rows: SamplingRows, at: np.ndarray, num_rows: int) -> SamplingRows:
+    """num_rows rows: rows' row i at at[i], greedy padding that reads nothing everywhere else."""
+    out = pack([], num_rows, 0)
+    out.fparams[at], out.iparams[at] = rows.fparams, rows.iparams
+
+    def placed(x: np.ndarray | None) -> np.ndarray | None:
+        if x is None:
+            return None
+        full = np.zeros((num_rows, x.shape[1]), x.dtype)
+        full[at] = x
+        return full
+
+    return SamplingRows(out.fparams, out.iparams, placed(rows.hist), placed(rows.bias_ids), placed(rows.bias_vals))
+
+
 # ---- the kernel's entry point (both backends) ----------------------------------------------------
 def sample_tokens(xp: Any, logits: Any, fparams: Any, iparams: Any, hist: Any, hist_raw: Any, bias_ids: Any,
                   bias_vals: Any, bias_raw: Any, out_ids: Any, lp_vals: Any, lp_ids: Any, *split: Any,

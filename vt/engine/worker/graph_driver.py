@@ -29,6 +29,7 @@ import numpy as np
 
 from backends.kernels.decode_attention import MIN_PARTITION
 from models.base import ForwardBatch, KVCache, Model, prefill_inputs, run_prefill
+from models.decoder import LONG_CONTEXT_KEYS, SHORT_PREFILL_TOKENS
 from vt.backend import Graph, Tensor
 from vt.capture import BreakableGraph, GraphCaptureScope
 from vt.engine.sample.sampler import (
@@ -56,6 +57,13 @@ def capture_ladder(max_num_seqs: int) -> list[int]:
     """{1, 2, 4, 8, 16, 24, 32, ...} up to max_num_seqs (which is always a rung)."""
     rungs = [s for s in (1, 2, 4, 8) if s < max_num_seqs] + list(range(16, max_num_seqs, 8))
     return [*rungs, max_num_seqs]
+
+
+def token_rows_ladder(max_num_seqs: int) -> list[int]:
+    """The rungs of one-token-a-row steps: the decode ladder, then 16, 32 and 64 rows where they lie above it, so
+    a short prefill over a long context (up to SHORT_PREFILL_TOKENS tokens, a row each) finds a graph too."""
+    ladder = capture_ladder(max_num_seqs)
+    return ladder + [r for r in (16, 32, SHORT_PREFILL_TOKENS) if r > ladder[-1]]
 
 
 def width_bucket(width: int, min_width: int = 1) -> int:
@@ -183,7 +191,8 @@ class GraphDriver:
 
         self.model, self.kv = model, kv
         self.backend, self.pool = model.backend, model.backend.pool
-        self.ladder = capture_ladder(max_num_seqs)
+        self.ladder = capture_ladder(max_num_seqs)  # rows of a step of several tokens a row (verification)
+        self.rows_ladder = token_rows_ladder(max_num_seqs)  # rows of a step of one token a row
         self.max_q = max_q  # tokens per row at most (k + 1 when verifying k proposals)
         # The widest block table a step can bring: a sequence of max_model_len tokens (or, without one, the
         # whole cache); its bucket is the last of width_ladder.
@@ -193,7 +202,7 @@ class GraphDriver:
         # partition, reading only each row's own context): they share its graphs, half as many to capture.
         self.min_width = width_bucket(-(-MIN_PARTITION // kv.block_size))
         self.max_width = width_bucket(max(1, blocks), self.min_width)
-        c, rows = model.cfg, max_num_seqs * max_q
+        c, rows = model.cfg, max(max_num_seqs * max_q, self.rows_ladder[-1])
         self.logits = self.backend.empty((rows, c.vocab_size), F32)  # the slots' shared outputs (see Slot)
         self.hidden = self.backend.empty((rows, c.hidden_size), model.operand_dtype)
         self.hist = self.backend.empty((rows, self.max_width * kv.block_size), I64)
@@ -231,7 +240,8 @@ class GraphDriver:
         if not self.is_enabled:
             return 0
         widths = width_ladder(self.min_width, self.max_width)
-        keys = [(S, q, spec, w) for q, spec in kinds for S in self.ladder for w in widths]
+        keys = [(S, q, spec, w) for q, spec in kinds for S in self._rungs(q, spec) for w in widths
+                if S <= self.ladder[-1] or w * self.kv.block_size > LONG_CONTEXT_KEYS]  # rows above: short steps
         buckets = self.token_ladder if prefill else []
         gc.collect()  # what is already dead goes now, outside any capture (captures run with the collector off)
         total, t0, self._quiet = len(keys) + len(buckets), time.monotonic(), True
@@ -250,6 +260,9 @@ class GraphDriver:
         log.info("captured %d graphs in %.1f s; they hold %.1f MiB (their buffers and pinned temporaries)",
                  total, time.monotonic() - t0, self.graph_bytes() / 2**20)
         return total
+
+    def _rungs(self, q: int, spec: bool) -> list[int]:
+        return self.rows_ladder if q == 1 and not spec else self.ladder
 
     def graph_bytes(self) -> int:
         """Device bytes the graphs keep: the slots' and buckets' buffers, the shared outputs, and the pool
@@ -357,11 +370,11 @@ class GraphDriver:
     def _step(self, inp: DecodeInputs, spec: bool) -> Callable[[], StepResult]:
         _check_inputs(inp)
         self.pool.mark_step_boundary()
-        B = inp.block_tables.shape[0]
-        if B > self.ladder[-1] or inp.q > self.max_q:
-            raise GraphInputMismatch(f"{B} rows x q={inp.q}: above max_num_seqs={self.ladder[-1]} x "
-                                     f"max_q={self.max_q}, the driver's output buffers")
-        S = next(s for s in self.ladder if s >= B)
+        B, rungs = inp.block_tables.shape[0], self._rungs(inp.q, spec)
+        if B > rungs[-1] or inp.q > self.max_q:
+            raise GraphInputMismatch(f"{B} rows x q={inp.q}: above {rungs[-1]} rows x max_q={self.max_q}, the "
+                                     f"driver's output buffers")
+        S = next(s for s in rungs if s >= B)
         width = width_bucket(inp.block_tables.shape[1], self.min_width)
         if width > self.max_width:
             raise GraphInputMismatch(f"a block table {inp.block_tables.shape[1]} blocks wide: above the driver's "

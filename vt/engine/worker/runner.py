@@ -16,6 +16,7 @@ import numpy as np
 
 from models import kernels as K
 from models.base import Model
+from models.decoder import short_over_long_context
 from vt.backend import Tensor
 from vt.engine.config import EngineConfig
 from vt.engine.core.kv_manager import TARGET
@@ -32,6 +33,7 @@ from vt.engine.sample.sampler import (
     logprobs_of,
     pack,
     sample_tokens,
+    spread,
     stack,
 )
 from vt.engine.spec_decode.proposers import Proposer, SpecRequest
@@ -90,6 +92,7 @@ class ModelRunner:
         self.sampled_out: tuple[Tensor, Tensor, Tensor] | None = None  # the prefill sampler's outputs
         self._retired: list[Tensor] = []  # sampler outputs outgrown while a step in flight read them back
         self.num_fed_mixed = 0  # mixed steps whose decode rows read a token the host did not hold yet
+        self.num_whole_prefills = 0  # steps with prefill tokens run whole as a captured decode step (_prefill_whole)
         if cfg.startup_capture or (cfg.startup_capture is None and self.backend.name == "cuda"):
             self.capture_graphs()
 
@@ -275,6 +278,8 @@ class ModelRunner:
         end their sequence), in order (which also files the prompt logprobs)."""
         computed = {c.req_id: c for c in chunks if c.fork_of is None}
         scored = {rid for rid, c in computed.items() if self._scores_prompt(c)}
+        if self._runs_whole(chunks, scored, num_decode):
+            return self._prefill_whole(chunks, ends, num_decode)
         b = self.batch
         # a decode row whose last token the host does not hold yet (async scheduling) reads it on the device
         decoding = b.rows_of([c.req_id for c in chunks[:num_decode]])
@@ -313,6 +318,55 @@ class ModelRunner:
             return res
 
         return wait
+
+    def _runs_whole(self, chunks: list[Chunk], scored: set[str], num_decode: int) -> bool:
+        """Few prefill tokens over a long context (a prefix-cache hit's tail, a late chunk), beside the decode rows:
+        the step runs as one captured decode step, a row a token, when its rows fit the driver's ladder. Not for a
+        fork (it computes nothing but samples its leader's row) or a prompt scored for its logprobs (every row)."""
+        prefill = chunks[num_decode:]
+        return (not scored and all(c.fork_of is None for c in prefill)
+                and sum(c.length for c in chunks) <= self.decoder.rows_ladder[-1]
+                and short_over_long_context([(c.start, c.length) for c in prefill]))
+
+    def _prefill_whole(self, chunks: list[Chunk], ends: list[Chunk], num_decode: int) -> Callable[[], StepResult]:
+        """The step as a decode step of one token a row: row t attends keys 0..its position through its chunk's
+        block table (the decode kernel's causal mask is the position), and the graph samples every row; only
+        the last row of each chunk that ends its sequence is kept, in `ends` order. The other rows are greedy
+        padding that keeps nothing."""
+        b, bs = self.batch, self.kv.block_size
+        rows = b.rows_of([c.req_id for c in chunks])
+        lengths = np.fromiter((c.length for c in chunks), I64, len(chunks))
+        owner = np.repeat(np.arange(len(chunks)), lengths)  # token -> its chunk
+        firsts = np.cumsum(lengths) - lengths
+        starts = np.fromiter((c.start for c in chunks), I64, len(chunks))
+        positions = starts[owner] + np.arange(len(owner)) - firsts[owner]
+        tables = b.tables_of(rows, TARGET)[owner]
+        token_rows = rows[owner]
+        if (short := positions // bs >= b.num_blocks[token_rows, TARGET]).any():
+            rid = chunks[int(owner[np.flatnonzero(short)[0]])].req_id
+            raise EngineInvariantError(f"request {rid}: position {int(positions[short][0])} is past its KV blocks")
+        # a decode row's token the host does not hold yet (async scheduling) is read on the device from its slot
+        feed = np.full(len(owner), -1, I64)
+        decoding = rows[:num_decode]
+        feed[firsts[:num_decode]] = np.where(b.ahead[decoding] > 0, b.feed_slot[decoding], -1)
+        self.num_fed_mixed += bool((feed >= 0).any())
+        tokens = np.where(feed >= 0, 0, b.token_ids[token_rows, np.minimum(positions, b.token_ids.shape[1] - 1)])
+        index = {id(c): i for i, c in enumerate(chunks)}
+        at = np.fromiter((firsts[index[id(c)]] + c.length - 1 for c in ends), I64, len(ends))  # the sampled rows
+        ending = b.rows_of([c.req_id for c in ends])
+        keep = np.full(len(owner), -1, I64)
+        keep[at] = b.feed_slot[ending]  # the next step's decode rows read them there (async scheduling)
+        sampling = spread(self._sampling(ending, tables.shape[1] * bs), at, len(owner))
+        inputs = DecodeInputs(tokens, positions, tables[np.arange(len(owner)), positions // bs] * bs + positions % bs,
+                              tables, sampling=sampling, feed_src=feed, keep_dst=keep)
+        wait = self.decoder.step_async(inputs)
+        self.num_whole_prefills += 1
+
+        def picked() -> StepResult:
+            res = wait()
+            return StepResult(res.ids[at], *(None if a is None else a[at] for a in (res.logprob_vals, res.logprob_ids)))
+
+        return picked
 
     def _scores_prompt(self, c: Chunk) -> bool:
         """Prompt logprobs come from the prefill of the prompt, chunk by chunk (a request preempted before
