@@ -305,14 +305,23 @@ class DecoderForCausalLM:
         T, H = x.shape
         carry.put("q")
         out = pool.empty((T, H), F32)
-        b.gemm(o.view((T, o.shape[1] * o.shape[2])), w[f"{i}.o_t"], out)
-        self._reduce(out)
-        carry.put("o")
-        b.add_rms_norm(x, out, w[f"{i}.ln2"], h, eps=c.rms_norm_eps, bias=w.get(f"{i}.o_b"))
+        o2 = o.view((T, o.shape[1] * o.shape[2]))
+        if self.group is None and f"{i}.o_b" not in w:  # one launch where the GEMM's plan allows (vt/ops.py)
+            b.gemm_add_rms_norm(o2, w[f"{i}.o_t"], out, x, w[f"{i}.ln2"], h, eps=c.rms_norm_eps)
+            carry.put("o")
+        else:  # a shard's partial sum is reduced between the two
+            b.gemm(o2, w[f"{i}.o_t"], out)
+            self._reduce(out)
+            carry.put("o")
+            b.add_rms_norm(x, out, w[f"{i}.ln2"], h, eps=c.rms_norm_eps, bias=w.get(f"{i}.o_b"))
         pool.release(out)
-        mlp = self._moe(i, h) if c.is_sparse_layer(i) else self._mlp(i, h)
-        self._reduce(mlp)
-        b.add_rms_norm(x, mlp, w["norm"] if is_last else w[f"{i + 1}.ln1"], h, eps=c.rms_norm_eps)
+        after = w["norm"] if is_last else w[f"{i + 1}.ln1"]  # the norm the layer's output feeds
+        if c.is_sparse_layer(i) or self.group is not None:
+            mlp = self._moe(i, h) if c.is_sparse_layer(i) else self._mlp(i, h)
+            self._reduce(mlp)
+            b.add_rms_norm(x, mlp, after, h, eps=c.rms_norm_eps)
+        else:
+            mlp = self._mlp(i, h, (x, after))
         pool.release(mlp)
         if not is_last:
             self._qkv(i + 1, fb, kv, carry)
@@ -320,7 +329,9 @@ class DecoderForCausalLM:
             for name in ("x", "part_o", "part_ml"):
                 carry.put(name)
 
-    def _mlp(self, i: int, h: Tensor) -> Tensor:
+    def _mlp(self, i: int, h: Tensor, residual: tuple[Tensor, Tensor] | None = None) -> Tensor:
+        """The dense MLP of h; with residual (x, the next norm's weight), its down projection also adds into x and
+        writes the next norm into h (gemm_add_rms_norm)."""
         b, pool, c = self.backend, self.pool, self.cfg
         T = h.shape[0]
         gu = pool.empty((T, 2 * c.intermediate_size), F32)
@@ -329,7 +340,10 @@ class DecoderForCausalLM:
         b.silu_mul(gu, act)
         pool.release(gu)
         out = pool.empty((T, c.hidden_size), F32)
-        b.gemm(act, self.w[f"{i}.down_t"], out)
+        if residual is None:
+            b.gemm(act, self.w[f"{i}.down_t"], out)
+        else:
+            b.gemm_add_rms_norm(act, self.w[f"{i}.down_t"], out, residual[0], residual[1], h, eps=c.rms_norm_eps)
         pool.release(act)
         return out
 

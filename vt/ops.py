@@ -96,3 +96,9 @@ class Ops:
         """out = a @ b, float32 out: cuBLAS on CUDA, with a low-precision b (weights) taking a in its dtype and
         accumulating in float32."""
         self.launch(self.kernels.gemm, a, b, out)
+
+    def gemm_add_rms_norm(self, a: Any, b: Any, out: Any, x: Any, w: Any, h: Any, *, eps: float) -> None:
+        """gemm(a, b, out), then add_rms_norm(x, out, w, h): a projection joining the residual stream and the norm
+        after it. On CUDA one launch where the shape's tuned GEMM is the skinny kernel (a decode step's few rows,
+        backends/kernels/skinny_gemm.py); out is written either way."""
+        self.launch(self.kernels.gemm_add_rms_norm, a, b, out, x, w, h, eps=eps)

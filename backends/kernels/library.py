@@ -21,8 +21,22 @@ def matmul(xp: Any, a: Any, b: Any, out: Any) -> None:
 
 matmul.writes = (2,)  # type: ignore[attr-defined]
 
+
+def gemm_add_rms_norm(xp: Any, a: Any, b: Any, out: Any, x: Any, w: Any, h: Any, eps: float) -> None:
+    """out = a @ b; x += out; h = RMSNorm(x) * w. On CUDA one launch where the shape's tuned plan is the skinny GEMM
+    (its epilogue runs the norm); anywhere else the GEMM and then add_rms_norm, as two launches."""
+    fused = getattr(xp, "gemm_add_rms_norm", None)
+    if fused is not None and fused(a, b, out, x, w, h, eps):
+        return
+    xp.matmul(a, b, out=out)
+    add_rms_norm(xp, x, out, None, w, h, eps=eps)
+
+
+gemm_add_rms_norm.writes = (2, 3, 5)  # type: ignore[attr-defined]
+
 LIBRARY = types.SimpleNamespace(embed=embed, add_rms_norm=add_rms_norm, qk_norm_rope_store=qk_norm_rope_store,
                                 silu_mul=silu_mul, paged_decode_attention=paged_decode_attention,
                                 paged_prefill_attention=paged_prefill_attention, gemm=matmul, moe_route=moe_route,
                                 moe_group=moe_group, moe_gemm=moe_gemm, moe_combine=moe_combine,
-                                feed_tokens=feed_tokens, keep_sampled=keep_sampled)
+                                feed_tokens=feed_tokens, keep_sampled=keep_sampled,
+                                gemm_add_rms_norm=gemm_add_rms_norm)

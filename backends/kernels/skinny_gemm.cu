@@ -7,6 +7,11 @@
 // partial tile goes to scratch; the last block of a column tile to finish (a counter per tile) adds the S partials
 // in slice order, so the sum's order never depends on timing. The counter is back to zero when the kernel ends: a
 // graph replays it.
+//
+// With NORM, the GEMM is an o or down projection whose output joins the residual stream: the last block of the grid
+// to finish its column tile (a second counter) runs the residual add + RMSNorm of the next layer (norm.cu's
+// add_rms_norm) over the M rows, a warp a row: x += C; h = narrow(x / sqrt(mean(x^2) + eps) * w). One launch where
+// there were two, for the few rows where a kernel's fixed cost is most of its time.
 #include "common.cuh"
 
 namespace vt {
@@ -25,12 +30,13 @@ __device__ __forceinline__ uint4 load_stream(const void* p) {
 
 // M, TC and U are template arguments: a thread holds M x 8 accumulators and U raw vectors, so one row keeps
 // registers few and blocks many.
-template <typename T, int M, int TC, int U>
+template <typename T, int M, int TC, int U, bool NORM = false>
 __global__ void __launch_bounds__(SKINNY_THREADS)
 skinny_gemm(const T* __restrict__ a, const T* __restrict__ b, float* __restrict__ c, float* __restrict__ partials,
-            unsigned int* __restrict__ counters, int N, int K, int slice) {
+            unsigned int* __restrict__ counters, int N, int K, int slice, float* __restrict__ x,
+            const float* __restrict__ w, T* __restrict__ h, unsigned int* __restrict__ done, float eps) {
     vt::pdl_entry();
-    static_assert(M >= 1 && M <= SKINNY_MAX_M, "1..8 rows");
+    static_assert(M >= 1 && M <= SKINNY_MAX_M && M <= SKINNY_WARPS, "1..8 rows, a warp a row for the norm");
     static_assert(TC == 8 || TC == 16 || TC == 32, "a warp holds whole rows of threads");
     static_assert(sizeof(T) == 2, "8 columns are one 16-byte vector");
     constexpr int TR = SKINNY_THREADS / TC, COLS = TC * 8;
@@ -90,21 +96,44 @@ skinny_gemm(const T* __restrict__ a, const T* __restrict__ b, float* __restrict_
         }
         __syncthreads();
     }
-    if (S == 1) return;
-    __threadfence();  // this slice's partials are visible before the counter says so
-    __syncthreads();
-    if (threadIdx.x == 0) last = atomicAdd(&counters[blockIdx.x], 1u) == (unsigned)(S - 1);
-    __syncthreads();
-    if (!last) return;
-    __threadfence();
-    for (int i = threadIdx.x; i < M * COLS; i += SKINNY_THREADS) {
-        const int m = i / COLS, nn = blockIdx.x * COLS + (i - m * COLS);
-        if (nn >= N) continue;
-        float v = 0.0f;
-        for (int s = 0; s < S; s++) v += __ldcg(&partials[((i64)s * M + m) * N + nn]);  // L2: other SMs wrote them
-        c[(i64)m * N + nn] = v;
+    if (S > 1) {
+        __threadfence();  // this slice's partials are visible before the counter says so
+        __syncthreads();
+        if (threadIdx.x == 0) last = atomicAdd(&counters[blockIdx.x], 1u) == (unsigned)(S - 1);
+        __syncthreads();
+        if (!last) return;
+        __threadfence();
+        for (int i = threadIdx.x; i < M * COLS; i += SKINNY_THREADS) {
+            const int m = i / COLS, nn = blockIdx.x * COLS + (i - m * COLS);
+            if (nn >= N) continue;
+            float v = 0.0f;
+            for (int s = 0; s < S; s++) v += __ldcg(&partials[((i64)s * M + m) * N + nn]);  // L2: other SMs wrote them
+            c[(i64)m * N + nn] = v;
+        }
+        if (threadIdx.x == 0) counters[blockIdx.x] = 0;
     }
-    if (threadIdx.x == 0) counters[blockIdx.x] = 0;
+    if constexpr (NORM) {
+        // this block's tile of C is final; the grid's last tile to be so runs the norm over every column
+        __threadfence();
+        __syncthreads();
+        if (threadIdx.x == 0) last = atomicAdd(done, 1u) == gridDim.x - 1;
+        __syncthreads();
+        if (!last) return;
+        __threadfence();
+        if (warp < M) {
+            float* xr = x + (i64)warp * N;
+            const float* cr = c + (i64)warp * N;
+            float sumsq = 0.0f;
+            for (int i = lane; i < N; i += 32) {
+                const float v = xr[i] + __ldcg(&cr[i]);  // L2: other SMs wrote C
+                xr[i] = v;
+                sumsq += v * v;
+            }
+            const float denom = sqrtf(warp_sum(sumsq) / (float)N + eps);
+            for (int i = lane; i < N; i += 32) h[(i64)warp * N + i] = from_f32<T>(xr[i] / denom * w[i]);
+        }
+        if (threadIdx.x == 0) *done = 0;
+    }
 }
 
 }  // namespace vt

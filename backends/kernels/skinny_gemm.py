@@ -6,6 +6,11 @@ where it beats cuBLAS. A configuration is the kernel's column width (TC threads 
 a thread (U) and the blocks it aims at per SM, which set how K is split into S slices (`split`). S > 1 needs the
 owner's scratch (partials [S, M, N] float32 and a zeroed counter per column tile), which the CUDA backend
 allocates once, long-lived. One GEMM at a time uses it: every GEMM runs on the step's compute stream.
+
+With a norm (`launch(..., norm=...)`, the op gemm_add_rms_norm), the grid's last block to finish adds the output
+into the residual stream and writes the next norm's output (norm.cu's add_rms_norm over the M rows): the decode
+step's o and down projections, where the plan picked this kernel, launch once where they launched twice. Its
+counter is the scratch's last (DONE), which no column tile uses.
 """
 
 from __future__ import annotations
@@ -20,7 +25,8 @@ from backends.kernels.fused import FusedKernel, ctype
 
 MAX_M, THREADS = 8, 256  # skinny_gemm.cu's SKINNY_* constants
 SCRATCH_FLOATS = 2 << 20  # partials: S x M x N at most (8 MiB)
-MAX_TILES = 4096  # counters: one per column tile of a split GEMM
+MAX_TILES = 4096  # counters: one per column tile of a split GEMM, and the norm's (the last, DONE)
+DONE = MAX_TILES - 1
 SMS = 132  # the H200's
 STORAGE_TYPES = ("vt::bf16", "vt::f16")
 
@@ -50,7 +56,9 @@ DEFAULT = Config()
 # What the tuner times beside cuBLASLt: narrow tiles split deep, wide tiles with more loads in flight.
 CONFIGS = (DEFAULT, Config(8, 8, 4), Config(16, 8, 2), Config(32, 8, 2), Config(32, 4, 4))
 CI_INSTANCES = sorted({Instance("skinny_gemm.cu", f"vt::skinny_gemm<{t}, {m}, {c.tc}, {c.unroll}>")
-                       for t in STORAGE_TYPES for m in range(1, MAX_M + 1) for c in CONFIGS}, key=str)
+                       for t in STORAGE_TYPES for m in range(1, MAX_M + 1) for c in CONFIGS}
+                      | {Instance("skinny_gemm.cu", f"vt::skinny_gemm<{t}, {m}, {c.tc}, {c.unroll}, true>")
+                         for t in STORAGE_TYPES for m in (1, MAX_M) for c in CONFIGS}, key=str)
 
 
 def fits(m: int, n: int, dtype: Any) -> bool:
@@ -63,7 +71,7 @@ def split(m: int, n: int, k: int, config: Config = DEFAULT) -> tuple[int, int]:
     a row of threads, the partials and counters within the scratch."""
     tiles = -(-n // config.cols)
     s = max(1, min(-(-config.per_sm * SMS // tiles), k // (2 * config.thread_rows)))
-    if s > 1 and (s * m * n > SCRATCH_FLOATS or tiles > MAX_TILES):
+    if s > 1 and (s * m * n > SCRATCH_FLOATS or tiles >= MAX_TILES):
         s = 1
     step = -(-k // s)
     return step, -(-k // step)
@@ -84,13 +92,19 @@ def _twin(a: np.ndarray, b: np.ndarray, out: np.ndarray, partials: Any = None, c
 
 
 def launch(cp: Any, dtype: Any, a: Any, b: Any, c: Any, partials: Any, counters: Any, m: int, n: int,
-           k: int, config: Config = DEFAULT) -> None:
-    """The kernel on CuPy's current stream; a, b, c, partials, counters are arrays or device pointers."""
+           k: int, config: Config = DEFAULT, norm: tuple[Any, Any, Any, float] | None = None) -> None:
+    """The kernel on CuPy's current stream; a, b, c, partials, counters are arrays or device pointers (counters
+    the whole MAX_TILES of them). norm: (x, w, h, eps) of the epilogue, x [m, n] float32 and h [m, n] in dtype."""
     step, s = split(m, n, k, config)
     fn = function(cp, Instance("skinny_gemm.cu", f"vt::skinny_gemm<{ctype(dtype)}, {m}, {config.tc}, "
-                                                  f"{config.unroll}>"))
+                                                  f"{config.unroll}{', true' if norm else ''}>"))
+    x, w, h, eps = norm or (0, 0, 0, 0.0)
+    done = 0
+    if norm:
+        done = counters[DONE:] if hasattr(counters, "shape") else int(counters) + 4 * DONE
     fn((-(-n // config.cols), s), (THREADS,), (ptr(a), ptr(b), ptr(c), ptr(partials), ptr(counters), np.int32(n),
-                                               np.int32(k), np.int32(step)))
+                                               np.int32(k), np.int32(step), ptr(x), ptr(w), ptr(h), ptr(done),
+                                               np.float32(eps)))
 
 
 def ptr(x: Any) -> Any:
@@ -106,3 +120,23 @@ def _cuda(cp: Any, a: Any, b: Any, out: Any, partials: Any, counters: Any, confi
 
 
 skinny_gemm = FusedKernel("skinny_gemm", _twin, _cuda, writes=(2,))
+
+
+def _norm_twin(a: np.ndarray, b: np.ndarray, out: np.ndarray, partials: Any, counters: Any, x: np.ndarray,
+               w: np.ndarray, h: np.ndarray, eps: float, config: Config = DEFAULT) -> None:
+    """The GEMM's twin, then add_rms_norm's: what the two launches the epilogue replaces compute."""
+    from backends.kernels.norm import add_rms_norm
+
+    _twin(a, b, out, partials, counters, config)
+    add_rms_norm(np, x, out, None, w, h, eps=eps)
+
+
+def _norm_cuda(cp: Any, a: Any, b: Any, out: Any, partials: Any, counters: Any, x: Any, w: Any, h: Any, eps: float,
+               config: Config = DEFAULT) -> None:
+    m, k = a.shape
+    if not fits(m, out.shape[1], b.dtype) or a.dtype != b.dtype or h.dtype != b.dtype or x.shape != out.shape:
+        raise ValueError(f"skinny_gemm_norm: {a.shape} {a.dtype} @ {b.shape} {b.dtype} into x {x.shape}, h {h.dtype}")
+    launch(cp, b.dtype, a, b, out, partials, counters, m, out.shape[1], k, config, (x, w, h, eps))
+
+
+skinny_gemm_norm = FusedKernel("skinny_gemm_norm", _norm_twin, _norm_cuda, writes=(2, 5, 7))

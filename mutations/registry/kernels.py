@@ -357,3 +357,38 @@ ENTRIES += [
         gates=("tests/vt/test_env.py::test_a_tensor_parallel_rank_reads_back_every_flag_rank_0_read",),
     ),
 ]
+
+SKINNY_TESTS = "tests/backends/test_skinny_gemm.py"
+NORM_EPILOGUE = tuple(f"{SKINNY_TESTS}::test_cuda_skinny_gemm_with_the_norm_epilogue_equals_its_twin_twice_on_one_scratch"
+                      f"[{m}-{n}-{k}-tc{c.tc}u{c.unroll}x{c.per_sm}]"
+                      for m, n, k in ((1, 1024, 3072), (8, 1024, 3072)) for c in skinny_gemm.CONFIGS)
+
+ENTRIES += [
+    Mutation(
+        id="gemm-norm-drops-the-residual-add",
+        description="a projection joining the residual stream (o, down) is normed without being added into it",
+        file="backends/kernels/library.py",
+        old="    add_rms_norm(xp, x, out, None, w, h, eps=eps)\n",
+        new="    add_rms_norm(xp, x, None, None, w, h, eps=eps)\n",
+        gates=tuple(f"tests/models/test_oracle.py::test_logits_match_hf_for_prefill_and_decode[{m}-{p}]"
+                    for m in ("tiny-qwen3", "tiny-qwen3-moe") for p in ("eager", "graph")),
+    ),
+    Mutation(
+        id="skinny-norm-runs-in-the-first-block-to-finish",
+        description="the skinny GEMM's norm epilogue runs in the first block to finish, before the other column "
+                    "tiles of C are written",
+        file="backends/kernels/skinny_gemm.cu",
+        old="        if (threadIdx.x == 0) last = atomicAdd(done, 1u) == gridDim.x - 1;\n",
+        new="        if (threadIdx.x == 0) last = atomicAdd(done, 1u) == 0u;\n",
+        gates=NORM_EPILOGUE, needs_gpu=True,
+    ),
+    Mutation(
+        id="skinny-norm-counter-left-counting",
+        description="the norm epilogue's counter is not reset: the next launch (a graph's replay) never finds its "
+                    "last block",
+        file="backends/kernels/skinny_gemm.cu",
+        old="        if (threadIdx.x == 0) *done = 0;\n",
+        new="",
+        gates=NORM_EPILOGUE, needs_gpu=True,
+    ),
+]

@@ -103,3 +103,70 @@ def test_a_decode_shapes_plan_times_the_skinny_gemm_and_every_candidate_is_right
         what = cublaslt.name(cand)
         assert np.all(np.abs(out.get() - want) <= bound), f"candidate {i} ({what}) after the tuning"
     print(f"\n1x4096x1024 bf16: {plan.picked} picked; times {plan.times_us} us (skinny configurations last)")
+
+
+NORM_SHAPES = [(1, 1024, 2048), (1, 1024, 3072), (8, 1024, 3072), (3, 2048, 1024), (2, 512, 96)]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("config", sg.CONFIGS, ids=CONFIG_IDS)
+@pytest.mark.parametrize("m,n,k", NORM_SHAPES)
+def test_cuda_skinny_gemm_with_the_norm_epilogue_equals_its_twin_twice_on_one_scratch(m: int, n: int, k: int,
+                                                                                     config: sg.Config) -> None:
+    """C, the residual stream x += C and the next norm h from one launch, against the GEMM's twin and add_rms_norm's;
+    twice on one scratch: the tile counters and the norm's own are back at zero after each."""
+    import cupy
+
+    a, b = operands(m, n, k, "bfloat16", seed=m + k)
+    rng = np.random.default_rng(n)
+    x0 = rng.standard_normal((m, n), dtype=np.float32)
+    w = (1 + 0.1 * rng.standard_normal(n)).astype(np.float32)
+    want_c, want_x, want_h = np.zeros((m, n), np.float32), x0.copy(), np.zeros((m, n), np.uint16)
+    sg.skinny_gemm_norm(np, a, b, want_c, None, None, want_x, w, want_h, eps=1e-6, config=config)
+    partials = cupy.zeros(sg.SCRATCH_FLOATS, np.float32)
+    counters = cupy.zeros(sg.MAX_TILES, np.uint32)
+    for run in range(2):
+        c, x, h = cupy.full((m, n), np.nan, np.float32), cupy.asarray(x0), cupy.zeros((m, n), np.uint16)
+        sg.skinny_gemm_norm(cupy, cupy.asarray(a), cupy.asarray(b), c, partials, counters, x, cupy.asarray(w), h,
+                            eps=1e-6, config=config)
+        assert np.all(np.abs(c.get() - want_c) <= 1e-5 * (1 + magnitude(a, b))), f"run {run}: C"
+        np.testing.assert_allclose(x.get(), want_x, rtol=1e-5, atol=1e-4, err_msg=f"run {run}: x += C")
+        got_h, exp_h = widen_host(h.get()), widen_host(want_h)
+        assert np.all(np.abs(got_h - exp_h) <= 2 ** -7 * np.abs(exp_h) + 1e-6), f"run {run}: h, to a bf16 ulp"
+        assert int(counters.sum()) == 0, f"run {run}: every counter, the norm's too, back at zero"
+    assert np.abs(want_x - x0).max() > 0.1, "non-vacuity: the add moved the residual"
+
+
+@pytest.mark.gpu
+def test_on_the_gpu_a_decode_step_on_skinny_plans_norms_inside_its_gemms_and_computes_the_same(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """With every decode GEMM's plan on the skinny kernel, each layer's o and down projections run the norm after
+    them in their epilogue: two nodes a layer fewer in the captured step than with the epilogue refused, and the
+    same logits (to the norm's summation order)."""
+    from backends.cuda import CudaBackend
+    from models.loader import load_checkpoint, resolve_model
+    from models.registry import load_model
+    from vt.engine.worker.graph_driver import DecodeInputs, GraphDriver
+
+    backend = CudaBackend()
+    model = load_model(load_checkpoint(resolve_model("tiny-qwen3")), backend, "bfloat16")
+    kv = model.make_kv_cache(num_blocks=16, block_size=16)
+    inp = DecodeInputs(np.array([11]), np.array([20]), np.array([5 * 16 + 4]), np.array([[3, 5]]))
+    got = {}
+    for fused in (True, False):
+        if not fused:
+            monkeypatch.setattr(backend.xp, "gemm_add_rms_norm", lambda *args: False)
+        driver = GraphDriver(model, kv, max_num_seqs=4)
+        driver.step(inp)  # cold: every shape planned and tuned
+        skinny = [p for p in backend.blas.lt.plans.values() if p.storage is not None and sg.fits(p.m, p.n, p.storage)]
+        for plan in skinny:
+            plan.algo = sg.DEFAULT
+        driver.step(inp)  # captured
+        driver.step(inp)  # replayed
+        assert driver.num_replays > 0 and len(skinny) >= 4, "non-vacuity: a replay, on skinny plans"
+        got[fused] = driver.last_slot.graph.num_nodes, driver.last_logits()
+    layers = model.cfg.num_hidden_layers
+    assert got[True][0] == got[False][0] - 2 * layers, f"nodes fused / not: {got[True][0]} / {got[False][0]}"
+    fused_logits, plain = got[True][1], got[False][1]
+    assert np.abs(fused_logits - plain).max() <= 0.02 * np.abs(plain).max()
+    assert np.argmax(fused_logits, -1).tolist() == np.argmax(plain, -1).tolist()
