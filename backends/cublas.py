@@ -102,7 +102,8 @@ class Cublas:
         import cupy
 
         if (self.lt is None or a.ndim != 2 or b.ndim != 2 or a.dtype != b.dtype or h.dtype != b.dtype
-                or a.dtype.name not in _CUDA_TYPE or x.shape != c.shape or c.dtype != cupy.float32
+                or a.dtype.name not in _CUDA_TYPE or x.shape != c.shape or h.shape != c.shape
+                or any(t.dtype != cupy.float32 for t in (c, x, w)) or w.shape != (c.shape[1],)
                 or not all(t.flags.c_contiguous for t in (a, b, c, x, w, h))):
             return False
         self.bind(cupy.cuda.get_current_stream().ptr)
