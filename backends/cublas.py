@@ -95,24 +95,20 @@ class Cublas:
             ctypes.c_void_p(a), dtype, k, stride_a, ctypes.byref(self._zero), ctypes.c_void_p(c), CUDA_R_32F, n,
             stride_c, batch, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT), "cublasGemmStridedBatchedEx")
 
-    def gemm_add_rms_norm(self, a: Any, b: Any, c: Any, x: Any, w: Any, h: Any, eps: float, silu: bool = False) -> bool:
+    def gemm_add_rms_norm(self, a: Any, b: Any, c: Any, x: Any, w: Any, h: Any, eps: float) -> bool:
         """C = A @ B then the residual add + RMSNorm in one launch, where the shape's tuned plan allows it
         (CublasLt.gemm_add_rms_norm); False, nothing launched, otherwise. Operands as the plan's: 2-D, contiguous,
-        A in B's 16-bit dtype (with silu, the gate/up output [m, 2 k] float32 A is read from), C and x float32, h in
-        B's dtype."""
+        A in B's 16-bit dtype, C and x float32, h in B's dtype."""
         import cupy
 
-        if self.lt is None or a.ndim != 2 or b.ndim != 2 or b.dtype.name not in _CUDA_TYPE:
-            return False
-        m, k = a.shape[0], b.shape[0]
-        operand_ok = (a.dtype == cupy.float32 and a.shape[1] == 2 * k) if silu else (a.dtype == b.dtype
-                                                                                   and a.shape[1] == k)
-        if (not operand_ok or h.dtype != b.dtype or x.shape != c.shape or h.shape != c.shape
+        if (self.lt is None or a.ndim != 2 or b.ndim != 2 or a.dtype != b.dtype or h.dtype != b.dtype
+                or a.dtype.name not in _CUDA_TYPE or x.shape != c.shape or h.shape != c.shape
                 or any(t.dtype != cupy.float32 for t in (c, x, w)) or w.shape != (c.shape[1],)
                 or not all(t.flags.c_contiguous for t in (a, b, c, x, w, h))):
             return False
         self.bind(cupy.cuda.get_current_stream().ptr)
-        return self.lt.gemm_add_rms_norm(_CUDA_TYPE[b.dtype.name], a, b, c, m, b.shape[1], k, x, w, h, eps, silu)
+        m, k = a.shape
+        return self.lt.gemm_add_rms_norm(_CUDA_TYPE[a.dtype.name], a, b, c, m, b.shape[1], k, x, w, h, eps)
 
     def sgemm(self, a: Any, b: Any, c: Any, m: int, n: int, k: int, batch: int, stride_a: int, stride_b: int) -> None:
         """backends.gemm's StridedSgemm over CuPy arrays, on CuPy's current stream: float32 operands through

@@ -229,11 +229,10 @@ class CublasLt:
             raise RuntimeError(f"{what} failed with cuBLAS status {status}")
 
     def gemm_add_rms_norm(self, dtype: int, a: Any, b: Any, c: Any, m: int, n: int, k: int, x: Any, w: Any, h: Any,
-                          eps: float, silu: bool = False) -> bool:
+                          eps: float) -> bool:
         """C = A @ B, then x += C and h = RMSNorm(x) * w, in one launch where this shape's plan picked the skinny
-        GEMM (its epilogue: backends/kernels/skinny_gemm.py; with silu, A read as SiLU(gate) * up from a, the gate/up
-        output); False, nothing launched, where it did not or the shape has no plan yet (its first call plans and
-        tunes it through `gemm`)."""
+        GEMM (its epilogue: backends/kernels/skinny_gemm.py); False, nothing launched, where it did not or the shape
+        has no plan yet (its first call plans and tunes it through `gemm`)."""
         import cupy
 
         plan = self.plans.get((dtype, m, n, k))
@@ -242,7 +241,7 @@ class CublasLt:
         assert self.skinny is not None  # a Config is a candidate only then
         partials, counters = self.skinny
         skinny_gemm.launch(cupy, plan.storage, a.data.ptr, b.data.ptr, c.data.ptr, partials, counters, m, n, k,
-                           plan.algo, (x.data.ptr, w.data.ptr, h.data.ptr, eps), silu)
+                           plan.algo, (x.data.ptr, w.data.ptr, h.data.ptr, eps))
         return True
 
     def gemm(self, dtype: int, a: Any, b: Any, c: Any, m: int, n: int, k: int) -> None:

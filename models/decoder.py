@@ -330,23 +330,20 @@ class DecoderForCausalLM:
                 carry.put(name)
 
     def _mlp(self, i: int, h: Tensor, residual: tuple[Tensor, Tensor] | None = None) -> Tensor:
-        """The dense MLP of h; with residual (x, the next norm's weight), SiLU, the down projection, its add into x
-        and the next norm into h are one op (gemm_add_rms_norm: one launch where the down GEMM's plan allows)."""
+        """The dense MLP of h; with residual (x, the next norm's weight), its down projection also adds into x and
+        writes the next norm into h (gemm_add_rms_norm)."""
         b, pool, c = self.backend, self.pool, self.cfg
         T = h.shape[0]
         gu = pool.empty((T, 2 * c.intermediate_size), F32)
         b.gemm(h, self.w[f"{i}.gu_t"], gu)
         act = pool.empty((T, c.intermediate_size), self.operand_dtype)
+        b.silu_mul(gu, act)
+        pool.release(gu)
+        out = pool.empty((T, c.hidden_size), F32)
         if residual is None:
-            b.silu_mul(gu, act)
-            pool.release(gu)
-            out = pool.empty((T, c.hidden_size), F32)
             b.gemm(act, self.w[f"{i}.down_t"], out)
-        else:  # gate/up stays live through the down projection, which may read its operand from it directly
-            out = pool.empty((T, c.hidden_size), F32)
-            b.gemm_add_rms_norm(act, self.w[f"{i}.down_t"], out, residual[0], residual[1], h, eps=c.rms_norm_eps,
-                                gate_up=gu)
-            pool.release(gu)
+        else:
+            b.gemm_add_rms_norm(act, self.w[f"{i}.down_t"], out, residual[0], residual[1], h, eps=c.rms_norm_eps)
         pool.release(act)
         return out
 

@@ -97,10 +97,8 @@ class Ops:
         accumulating in float32."""
         self.launch(self.kernels.gemm, a, b, out)
 
-    def gemm_add_rms_norm(self, a: Any, b: Any, out: Any, x: Any, w: Any, h: Any, *, eps: float,
-                          gate_up: Any = None) -> None:
+    def gemm_add_rms_norm(self, a: Any, b: Any, out: Any, x: Any, w: Any, h: Any, *, eps: float) -> None:
         """gemm(a, b, out), then add_rms_norm(x, out, w, h): a projection joining the residual stream and the norm
-        after it; with gate_up, silu_mul(gate_up, a) before them (the down projection). On CUDA one launch where the
-        shape's tuned GEMM is the skinny kernel (a decode step's few rows, backends/kernels/skinny_gemm.py), which
-        leaves a unwritten; out is written either way."""
-        self.launch(self.kernels.gemm_add_rms_norm, a, b, out, x, w, h, gate_up, eps=eps)
+        after it. On CUDA one launch where the shape's tuned GEMM is the skinny kernel (a decode step's few rows,
+        backends/kernels/skinny_gemm.py); out is written either way."""
+        self.launch(self.kernels.gemm_add_rms_norm, a, b, out, x, w, h, eps=eps)

@@ -22,21 +22,17 @@ def matmul(xp: Any, a: Any, b: Any, out: Any) -> None:
 matmul.writes = (2,)  # type: ignore[attr-defined]
 
 
-def gemm_add_rms_norm(xp: Any, a: Any, b: Any, out: Any, x: Any, w: Any, h: Any, gate_up: Any, eps: float) -> None:
-    """out = a @ b; x += out; h = RMSNorm(x) * w; with gate_up, a = SiLU(gate) * up of it first. On CUDA one launch
-    where the shape's tuned plan is the skinny GEMM (its epilogue runs the norm, its prologue the SiLU, and a is not
-    written); anywhere else the ops one after another."""
+def gemm_add_rms_norm(xp: Any, a: Any, b: Any, out: Any, x: Any, w: Any, h: Any, eps: float) -> None:
+    """out = a @ b; x += out; h = RMSNorm(x) * w. On CUDA one launch where the shape's tuned plan is the skinny GEMM
+    (its epilogue runs the norm); anywhere else the GEMM and then add_rms_norm, as two launches."""
     fused = getattr(xp, "gemm_add_rms_norm", None)
-    silu = gate_up is not None
-    if fused is not None and fused(gate_up if silu else a, b, out, x, w, h, eps, silu):
+    if fused is not None and fused(a, b, out, x, w, h, eps):
         return
-    if silu:
-        silu_mul(xp, gate_up, a)
     xp.matmul(a, b, out=out)
     add_rms_norm(xp, x, out, None, w, h, eps=eps)
 
 
-gemm_add_rms_norm.writes = (0, 2, 3, 5)  # type: ignore[attr-defined]
+gemm_add_rms_norm.writes = (2, 3, 5)  # type: ignore[attr-defined]
 
 LIBRARY = types.SimpleNamespace(embed=embed, add_rms_norm=add_rms_norm, qk_norm_rope_store=qk_norm_rope_store,
                                 silu_mul=silu_mul, paged_decode_attention=paged_decode_attention,

@@ -11,9 +11,7 @@
 // With NORM, the GEMM is an o or down projection whose output joins the residual stream: the last block of the grid
 // to finish its column tile (a second counter) runs the residual add + RMSNorm of the next layer (norm.cu's
 // add_rms_norm) over the M rows, a warp a row: x += C; h = narrow(x / sqrt(mean(x^2) + eps) * w). One launch where
-// there were two, for the few rows where a kernel's fixed cost is most of its time. With SILU (the down projection),
-// A is computed as it is read: silu(gate) * up from the gate/up projection's float32 output [M, 2K], narrowed to T as
-// activation.cu's silu_mul writes it, so the activation is never written out.
+// there were two, for the few rows where a kernel's fixed cost is most of its time.
 #include "common.cuh"
 
 namespace vt {
@@ -32,20 +30,9 @@ __device__ __forceinline__ uint4 load_stream(const void* p) {
 
 // M, TC and U are template arguments: a thread holds M x 8 accumulators and U raw vectors, so one row keeps
 // registers few and blocks many.
-template <typename T, bool SILU>
-__device__ __forceinline__ float operand(const void* __restrict__ a, int m, int k, int K) {
-    if constexpr (SILU) {
-        const float* gu = static_cast<const float*>(a) + (i64)m * 2 * K;
-        const float g = gu[k], u = gu[K + k];
-        return to_f32(from_f32<T>(g / (1.0f + expf(-g)) * u));
-    } else {
-        return to_f32(static_cast<const T*>(a)[(i64)m * K + k]);
-    }
-}
-
-template <typename T, int M, int TC, int U, bool NORM = false, bool SILU = false>
+template <typename T, int M, int TC, int U, bool NORM = false>
 __global__ void __launch_bounds__(SKINNY_THREADS)
-skinny_gemm(const void* __restrict__ a, const T* __restrict__ b, float* __restrict__ c, float* __restrict__ partials,
+skinny_gemm(const T* __restrict__ a, const T* __restrict__ b, float* __restrict__ c, float* __restrict__ partials,
             unsigned int* __restrict__ counters, int N, int K, int slice, float* __restrict__ x,
             const float* __restrict__ w, T* __restrict__ h, unsigned int* __restrict__ done, float eps) {
     vt::pdl_entry();
@@ -78,7 +65,7 @@ skinny_gemm(const void* __restrict__ a, const T* __restrict__ b, float* __restri
                 const T* e = reinterpret_cast<const T*>(&raw[u]);
 #pragma unroll
                 for (int m = 0; m < M; m++) {
-                    const float x = operand<T, SILU>(a, m, k, K);
+                    const float x = to_f32(a[(i64)m * K + k]);
 #pragma unroll
                     for (int j = 0; j < 8; j++) acc[m][j] += x * to_f32(e[j]);
                 }

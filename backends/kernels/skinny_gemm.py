@@ -10,8 +10,7 @@ allocates once, long-lived. One GEMM at a time uses it: every GEMM runs on the s
 With a norm (`launch(..., norm=...)`, the op gemm_add_rms_norm), the grid's last block to finish adds the output
 into the residual stream and writes the next norm's output (norm.cu's add_rms_norm over the M rows): the decode
 step's o and down projections, where the plan picked this kernel, launch once where they launched twice. Its
-counter is the scratch's last (DONE), which no column tile uses. With silu, A is read as SiLU(gate) * up from the
-gate/up projection's float32 output (activation.cu's silu_mul, computed as A is read): the down projection's.
+counter is the scratch's last (DONE), which no column tile uses.
 """
 
 from __future__ import annotations
@@ -58,9 +57,8 @@ DEFAULT = Config()
 CONFIGS = (DEFAULT, Config(8, 8, 4), Config(16, 8, 2), Config(32, 8, 2), Config(32, 4, 4))
 CI_INSTANCES = sorted({Instance("skinny_gemm.cu", f"vt::skinny_gemm<{t}, {m}, {c.tc}, {c.unroll}>")
                        for t in STORAGE_TYPES for m in range(1, MAX_M + 1) for c in CONFIGS}
-                      | {Instance("skinny_gemm.cu", f"vt::skinny_gemm<{t}, {m}, {c.tc}, {c.unroll}, true{silu}>")
-                         for t in STORAGE_TYPES for m in (1, MAX_M) for c in CONFIGS for silu in ("", ", true")},
-                      key=str)
+                      | {Instance("skinny_gemm.cu", f"vt::skinny_gemm<{t}, {m}, {c.tc}, {c.unroll}, true>")
+                         for t in STORAGE_TYPES for m in (1, MAX_M) for c in CONFIGS}, key=str)
 
 
 def fits(m: int, n: int, dtype: Any) -> bool:
@@ -94,15 +92,12 @@ def _twin(a: np.ndarray, b: np.ndarray, out: np.ndarray, partials: Any = None, c
 
 
 def launch(cp: Any, dtype: Any, a: Any, b: Any, c: Any, partials: Any, counters: Any, m: int, n: int,
-           k: int, config: Config = DEFAULT, norm: tuple[Any, Any, Any, float] | None = None,
-           silu: bool = False) -> None:
+           k: int, config: Config = DEFAULT, norm: tuple[Any, Any, Any, float] | None = None) -> None:
     """The kernel on CuPy's current stream; a, b, c, partials, counters are arrays or device pointers (counters
-    the whole MAX_TILES of them). norm: (x, w, h, eps) of the epilogue, x [m, n] float32 and h [m, n] in dtype.
-    silu: a is the gate/up projection's output [m, 2 k] float32, read as SiLU(gate) * up."""
+    the whole MAX_TILES of them). norm: (x, w, h, eps) of the epilogue, x [m, n] float32 and h [m, n] in dtype."""
     step, s = split(m, n, k, config)
-    flags = (", true, true" if norm else ", false, true") if silu else (", true" if norm else "")
     fn = function(cp, Instance("skinny_gemm.cu", f"vt::skinny_gemm<{ctype(dtype)}, {m}, {config.tc}, "
-                                                  f"{config.unroll}{flags}>"))
+                                                  f"{config.unroll}{', true' if norm else ''}>"))
     x, w, h, eps = norm or (0, 0, 0, 0.0)
     done = 0
     if norm:
@@ -128,27 +123,20 @@ skinny_gemm = FusedKernel("skinny_gemm", _twin, _cuda, writes=(2,))
 
 
 def _norm_twin(a: np.ndarray, b: np.ndarray, out: np.ndarray, partials: Any, counters: Any, x: np.ndarray,
-               w: np.ndarray, h: np.ndarray, eps: float, config: Config = DEFAULT, silu: bool = False) -> None:
-    """The GEMM's twin, then add_rms_norm's: what the two launches the epilogue replaces compute (with silu,
-    silu_mul's first: the three launches the prologue and epilogue replace)."""
-    from backends.kernels.activation import silu_mul
+               w: np.ndarray, h: np.ndarray, eps: float, config: Config = DEFAULT) -> None:
+    """The GEMM's twin, then add_rms_norm's: what the two launches the epilogue replaces compute."""
     from backends.kernels.norm import add_rms_norm
 
-    if silu:
-        act = np.zeros((a.shape[0], a.shape[1] // 2), b.dtype)
-        silu_mul(np, a, act)
-        a = act
     _twin(a, b, out, partials, counters, config)
     add_rms_norm(np, x, out, None, w, h, eps=eps)
 
 
 def _norm_cuda(cp: Any, a: Any, b: Any, out: Any, partials: Any, counters: Any, x: Any, w: Any, h: Any, eps: float,
-               config: Config = DEFAULT, silu: bool = False) -> None:
-    m, k = a.shape[0], b.shape[0]
-    operand_ok = a.shape[1] == 2 * k and a.dtype == np.float32 if silu else a.shape[1] == k and a.dtype == b.dtype
-    if not fits(m, out.shape[1], b.dtype) or not operand_ok or h.dtype != b.dtype or x.shape != out.shape:
+               config: Config = DEFAULT) -> None:
+    m, k = a.shape
+    if not fits(m, out.shape[1], b.dtype) or a.dtype != b.dtype or h.dtype != b.dtype or x.shape != out.shape:
         raise ValueError(f"skinny_gemm_norm: {a.shape} {a.dtype} @ {b.shape} {b.dtype} into x {x.shape}, h {h.dtype}")
-    launch(cp, b.dtype, a, b, out, partials, counters, m, out.shape[1], k, config, (x, w, h, eps), silu)
+    launch(cp, b.dtype, a, b, out, partials, counters, m, out.shape[1], k, config, (x, w, h, eps))
 
 
 skinny_gemm_norm = FusedKernel("skinny_gemm_norm", _norm_twin, _norm_cuda, writes=(2, 5, 7))
