@@ -10,7 +10,7 @@
 //
 // With NORM, the GEMM is an o or down projection whose output joins the residual stream: the last block of the grid
 // to finish its column tile (a second counter) runs the residual add + RMSNorm of the next layer (norm.cu's
-// add_rms_norm) over the M rows, a warp a row: x += C; h = narrow(x / sqrt(mean(x^2) + eps) * w). One launch where
+// add_rms_norm) over the M rows, float4s across the block (N % 4 == 0): x += C; h = narrow(x / sqrt(mean(x^2) + eps) * w). One launch where
 // there were two, for the few rows where a kernel's fixed cost is most of its time.
 #include "common.cuh"
 
@@ -120,17 +120,54 @@ skinny_gemm(const T* __restrict__ a, const T* __restrict__ b, float* __restrict_
         __syncthreads();
         if (!last) return;
         __threadfence();
-        if (warp < M) {
-            float* xr = x + (i64)warp * N;
-            const float* cr = c + (i64)warp * N;
-            float sumsq = 0.0f;
-            for (int i = lane; i < N; i += 32) {
-                const float v = xr[i] + __ldcg(&cr[i]);  // L2: other SMs wrote C
-                xr[i] = v;
-                sumsq += v * v;
+        // The whole block, float4s, a thread's first float4 of every row loaded before any is used (one latency for
+        // the usual N <= 1,024, not one a float4), a row's sum of squares reduced across the warps in shared memory.
+        __shared__ float row_sq[SKINNY_WARPS][SKINNY_MAX_M];
+        const int n4 = N / 4, i0 = threadIdx.x;
+        float4* x4 = reinterpret_cast<float4*>(x);
+        const float4* c4 = reinterpret_cast<const float4*>(c);
+        const float4* w4 = reinterpret_cast<const float4*>(w);
+        float4 xv[M], cv[M];
+        float sq[M];
+#pragma unroll
+        for (int m = 0; m < M; m++) {
+            sq[m] = 0.0f;
+            if (i0 < n4) {
+                xv[m] = x4[(i64)m * n4 + i0];
+                cv[m] = __ldcg(&c4[(i64)m * n4 + i0]);  // L2: other SMs wrote C
             }
-            const float denom = sqrtf(warp_sum(sumsq) / (float)N + eps);
-            for (int i = lane; i < N; i += 32) h[(i64)warp * N + i] = from_f32<T>(xr[i] / denom * w[i]);
+        }
+#pragma unroll
+        for (int m = 0; m < M; m++) {
+            for (int i = i0; i < n4; i += SKINNY_THREADS) {
+                if (i != i0) {
+                    xv[m] = x4[(i64)m * n4 + i];
+                    cv[m] = __ldcg(&c4[(i64)m * n4 + i]);
+                }
+                const float4 v = make_float4(xv[m].x + cv[m].x, xv[m].y + cv[m].y, xv[m].z + cv[m].z, xv[m].w + cv[m].w);
+                x4[(i64)m * n4 + i] = v;
+                if (i == i0) xv[m] = v;  // kept for the write below
+                sq[m] += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
+            }
+            sq[m] = warp_sum(sq[m]);
+            if (lane == 0) row_sq[warp][m] = sq[m];
+        }
+        __syncthreads();
+        const float4 g0 = i0 < n4 ? w4[i0] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll
+        for (int m = 0; m < M; m++) {
+            float total = 0.0f;
+#pragma unroll
+            for (int k = 0; k < SKINNY_WARPS; k++) total += row_sq[k][m];
+            const float denom = sqrtf(total / (float)N + eps);
+            for (int i = i0; i < n4; i += SKINNY_THREADS) {
+                const float4 v = i == i0 ? xv[m] : x4[(i64)m * n4 + i], g = i == i0 ? g0 : w4[i];
+                T* o = h + (i64)m * N + 4 * i;
+                o[0] = from_f32<T>(v.x / denom * g.x);
+                o[1] = from_f32<T>(v.y / denom * g.y);
+                o[2] = from_f32<T>(v.z / denom * g.z);
+                o[3] = from_f32<T>(v.w / denom * g.w);
+            }
         }
         if (threadIdx.x == 0) *done = 0;
     }
