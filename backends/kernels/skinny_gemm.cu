@@ -140,13 +140,11 @@ skinny_gemm(const T* __restrict__ a, const T* __restrict__ b, float* __restrict_
 #pragma unroll
         for (int m = 0; m < M; m++) {
             for (int i = i0; i < n4; i += SKINNY_THREADS) {
-                if (i != i0) {
-                    xv[m] = x4[(i64)m * n4 + i];
-                    cv[m] = __ldcg(&c4[(i64)m * n4 + i]);
-                }
-                const float4 v = make_float4(xv[m].x + cv[m].x, xv[m].y + cv[m].y, xv[m].z + cv[m].z, xv[m].w + cv[m].w);
+                const float4 a = i == i0 ? xv[m] : x4[(i64)m * n4 + i];
+                const float4 d = i == i0 ? cv[m] : __ldcg(&c4[(i64)m * n4 + i]);
+                const float4 v = make_float4(a.x + d.x, a.y + d.y, a.z + d.z, a.w + d.w);
                 x4[(i64)m * n4 + i] = v;
-                if (i == i0) xv[m] = v;  // kept for the write below
+                if (i == i0) xv[m] = v;  // the first float4 kept for the write below
                 sq[m] += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
             }
             sq[m] = warp_sum(sq[m]);
