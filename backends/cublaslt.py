@@ -156,6 +156,8 @@ class Plan:
                 if t < best_t:
                     best, best_t = cand, t
         self.algo = best
+        if isinstance(best, skinny_gemm.Config) and self.storage is not None:  # gemm_add_rms_norm's variant, loaded
+            skinny_gemm.load_norm(cupy, self.storage, self.m, best)  # here: a capture may launch it, not load it
 
     def _chain(self, cand: Any, a_ptr: int, weights: list[int], c_ptr: int, stream: Any) -> Any:
         """One candidate's launches over every weight pointer, captured (relaxed: nothing else's business)."""
@@ -238,6 +240,8 @@ class CublasLt:
         plan = self.plans.get((dtype, m, n, k))
         if plan is None or not isinstance(plan.algo, skinny_gemm.Config) or plan.storage is None:
             return False
+        if cupy.cuda.get_current_stream().is_capturing() and not skinny_gemm.norm_loaded(plan.storage, m, plan.algo):
+            return False  # its module was never loaded (tune loads it): the two launches, not a load in a capture
         assert self.skinny is not None  # a Config is a candidate only then
         partials, counters = self.skinny
         skinny_gemm.launch(cupy, plan.storage, a.data.ptr, b.data.ptr, c.data.ptr, partials, counters, m, n, k,

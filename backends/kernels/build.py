@@ -135,6 +135,11 @@ def _capturing_stream() -> int | None:
 _functions: dict[Instance, Kernel] = {}
 
 
+def is_loaded(inst: Instance) -> bool:
+    """Whether `function` has compiled and loaded inst already (a capture may launch it; it may not load it)."""
+    return inst in _functions
+
+
 def function(cp: Any, inst: Instance) -> Kernel:
     """The kernel of an instance, compiled (NVRTC) and loaded on first use. A first use happens in a slot's cold
     eager step, never inside a capture (loading a module is not a capturable operation)."""

@@ -36,7 +36,7 @@ skinny_gemm(const T* __restrict__ a, const T* __restrict__ b, float* __restrict_
             unsigned int* __restrict__ counters, int N, int K, int slice, float* __restrict__ x,
             const float* __restrict__ w, T* __restrict__ h, unsigned int* __restrict__ done, float eps) {
     vt::pdl_entry();
-    static_assert(M >= 1 && M <= SKINNY_MAX_M && M <= SKINNY_WARPS, "1..8 rows, a warp a row for the norm");
+    static_assert(M >= 1 && M <= SKINNY_MAX_M && M <= SKINNY_WARPS, "1..8 rows (the norm keeps a row's sum a warp)");
     static_assert(TC == 8 || TC == 16 || TC == 32, "a warp holds whole rows of threads");
     static_assert(sizeof(T) == 2, "8 columns are one 16-byte vector");
     constexpr int TR = SKINNY_THREADS / TC, COLS = TC * 8;

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from backends.kernels.build import Instance, function
+from backends.kernels.build import Instance, function, is_loaded
 from backends.kernels.fused import FusedKernel, ctype
 
 MAX_M, THREADS = 8, 256  # skinny_gemm.cu's SKINNY_* constants
@@ -91,13 +91,26 @@ def _twin(a: np.ndarray, b: np.ndarray, out: np.ndarray, partials: Any = None, c
     out[...] = acc
 
 
+def instance(dtype: Any, m: int, config: Config, norm: bool = False) -> Instance:
+    return Instance("skinny_gemm.cu", f"vt::skinny_gemm<{ctype(dtype)}, {m}, {config.tc}, {config.unroll}"
+                                      f"{', true' if norm else ''}>")
+
+
+def load_norm(cp: Any, dtype: Any, m: int, config: Config) -> None:
+    """Compiles and loads the norm epilogue's variant now (outside any capture: a capture may not load a module)."""
+    function(cp, instance(dtype, m, config, norm=True))
+
+
+def norm_loaded(dtype: Any, m: int, config: Config) -> bool:
+    return is_loaded(instance(dtype, m, config, norm=True))
+
+
 def launch(cp: Any, dtype: Any, a: Any, b: Any, c: Any, partials: Any, counters: Any, m: int, n: int,
            k: int, config: Config = DEFAULT, norm: tuple[Any, Any, Any, float] | None = None) -> None:
     """The kernel on CuPy's current stream; a, b, c, partials, counters are arrays or device pointers (counters
     the whole MAX_TILES of them). norm: (x, w, h, eps) of the epilogue, x [m, n] float32 and h [m, n] in dtype."""
     step, s = split(m, n, k, config)
-    fn = function(cp, Instance("skinny_gemm.cu", f"vt::skinny_gemm<{ctype(dtype)}, {m}, {config.tc}, "
-                                                  f"{config.unroll}{', true' if norm else ''}>"))
+    fn = function(cp, instance(dtype, m, config, norm is not None))
     x, w, h, eps = norm or (0, 0, 0, 0.0)
     done = 0
     if norm:
