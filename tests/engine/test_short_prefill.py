@@ -10,6 +10,7 @@ import pytest
 from backends.cpu import CpuBackend
 from models.decoder import SHORT_PREFILL_TOKENS
 from vt import LLM, SamplingParams
+from vt.engine.worker.runner import ModelRunner
 
 GREEDY = SamplingParams(temperature=0, max_tokens=4, ignore_eos=True)
 
@@ -51,9 +52,12 @@ def test_a_hits_tail_takes_the_decode_kernel_a_miss_and_a_short_prompt_the_prefi
     assert short == {"paged_prefill_attention"}, "a 16-token prompt: no context to split"
 
 
-def test_short_and_long_prefills_generate_the_same_tokens_through_either_kernel() -> None:
+@pytest.mark.parametrize("route", ["whole", "piecewise"])
+def test_short_and_long_prefills_generate_the_same_tokens_through_either_kernel(route: str, monkeypatch) -> None:
     """Prompts computed whole (the prefill kernel) and in small chunks (the decode kernel once the context is long,
     in mixed steps beside the other prompt's decode row) give the same greedy tokens."""
+    if route == "piecewise":  # the decode kernel inside the piecewise graph's attention break (a step of more rows
+        monkeypatch.setattr(ModelRunner, "_runs_whole", lambda *args: False)  # than the whole route's 64 goes there)
     rng = np.random.default_rng(1)
     prompts = [[int(t) for t in rng.integers(3, 500, n)] for n in (SHORT_PREFILL_TOKENS + 1, 300)]
     whole = LLM("tiny-qwen3", backend="cpu", max_model_len=512, num_blocks=128, enable_prefix_caching=False)
