@@ -342,9 +342,7 @@ class ModelRunner:
         positions = starts[owner] + np.arange(len(owner)) - firsts[owner]
         tables = b.tables_of(rows, TARGET)[owner]
         token_rows = rows[owner]
-        if (short := positions // bs >= b.num_blocks[token_rows, TARGET]).any():
-            rid = chunks[int(owner[np.flatnonzero(short)[0]])].req_id
-            raise EngineInvariantError(f"request {rid}: position {int(positions[short][0])} is past its KV blocks")
+        slots = self._kv_slots(token_rows, positions, tables)
         # a decode row's token the host does not hold yet (async scheduling) is read on the device from its slot
         feed = np.full(len(owner), -1, I64)
         decoding = rows[:num_decode]
@@ -357,8 +355,7 @@ class ModelRunner:
         keep = np.full(len(owner), -1, I64)
         keep[at] = b.feed_slot[ending]  # the next step's decode rows read them there (async scheduling)
         sampling = spread(self._sampling(ending, tables.shape[1] * bs), at, len(owner))
-        inputs = DecodeInputs(tokens, positions, tables[np.arange(len(owner)), positions // bs] * bs + positions % bs,
-                              tables, sampling=sampling, feed_src=feed, keep_dst=keep)
+        inputs = DecodeInputs(tokens, positions, slots, tables, sampling=sampling, feed_src=feed, keep_dst=keep)
         wait = self.decoder.step_async(inputs)
         self.num_whole_prefills += 1
 
@@ -449,6 +446,17 @@ class ModelRunner:
         """The last token's position (computed now): past the host's tokens by those sampled but not sent yet."""
         return self._length(rid) - 1
 
+    def _kv_slots(self, rows: np.ndarray, positions: np.ndarray, tables: np.ndarray) -> np.ndarray:
+        """The KV slot of each token (batch row rows[t] at positions[t], through tables[t]), or EngineInvariantError
+        for a position past its request's blocks."""
+        b, bs = self.batch, self.kv.block_size
+        short = positions // bs >= b.num_blocks[rows, TARGET]
+        if short.any():  # the padded table would hand it the trash block: a KV write lost, silently
+            row = int(rows[np.flatnonzero(short)[0]])
+            raise EngineInvariantError(f"request {b.requests[row]}: position {int(positions[short][0])} is past its "
+                                       f"{int(b.num_blocks[row, TARGET])} KV blocks")
+        return tables[np.arange(len(rows)), positions // bs] * bs + positions % bs
+
     def _decode(self, req_ids: list[str]) -> Callable[[], StepResult]:
         """Every input is a slice of the batch's columns at the decoding rows: no per-request work."""
         b, bs = self.batch, self.kv.block_size
@@ -456,17 +464,12 @@ class ModelRunner:
         num_tokens, ahead = b.num_tokens[rows], b.ahead[rows]
         pos = num_tokens + ahead - 1
         tables = b.tables_of(rows, TARGET)
-        short = pos // bs >= b.num_blocks[rows, TARGET]
-        if short.any():  # the padded table would hand it the trash block: a KV write lost, silently
-            rid = req_ids[int(np.flatnonzero(short)[0])]
-            raise EngineInvariantError(f"request {rid}: position {int(pos[short][0])} is past its "
-                                       f"{int(b.num_blocks[b.row_of[rid], TARGET])} KV blocks")
         # a token the host does not hold yet (async scheduling) is read on the device from its request's slot
         unsent = ahead > 0
         inputs = DecodeInputs(
             tokens=np.where(unsent, 0, b.token_ids[rows, num_tokens - 1]),
             positions=pos,
-            slots=tables[np.arange(len(rows)), pos // bs] * bs + pos % bs,
+            slots=self._kv_slots(rows, pos, tables),
             block_tables=tables,
             sampling=self._sampling(rows, tables.shape[1] * bs),
             feed_src=np.where(unsent, b.feed_slot[rows], -1),
