@@ -108,6 +108,39 @@ struct Filter { float temp, m, min_p; u32 kmin; int weighted; };
 // A row with nothing to change before its draw: no logprobs, penalty history, bans, bias or allowed tokens.
 __device__ __forceinline__ bool plain_row(const long long* ip) { return ip[5] == 0 && ip[4] == 0 && ip[6] == 0 && ip[8] == 0; }
 
+// A whole row, for passes whose result does not depend on the order a thread visits tokens in (a flag, an argmax
+// that breaks ties by index): float4 loads, VEC_UNROLL of them in flight a thread (64 KB a block; a block is a row,
+// and one load in flight a thread took a greedy row 59 us at 151,936 tokens on the H200). A row that is not 16-byte
+// aligned (V % 4 != 0) takes the scalar pass.
+#define VEC_UNROLL 8
+#define VEC_ROW_PASS(row, n, body)                                                                        \
+    if ((reinterpret_cast<unsigned long long>(row) & 15ull) == 0ull) {                                  \
+        const int n4_ = (n) / 4;                                                                          \
+        const float4* r4_ = reinterpret_cast<const float4*>(row);                                         \
+        for (int b_ = (int)threadIdx.x; b_ < n4_; b_ += VEC_UNROLL * T) {                                 \
+            float4 v_[VEC_UNROLL];                                                                        \
+            _Pragma("unroll") for (int u_ = 0; u_ < VEC_UNROLL; u_++) {                                   \
+                const int j_ = b_ + u_ * T;                                                               \
+                v_[u_] = j_ < n4_ ? r4_[j_] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);                        \
+            }                                                                                             \
+            _Pragma("unroll") for (int u_ = 0; u_ < VEC_UNROLL; u_++) {                                   \
+                const int j_ = b_ + u_ * T;                                                               \
+                if (j_ < n4_) {                                                                           \
+                    const float e_[4] = {v_[u_].x, v_[u_].y, v_[u_].z, v_[u_].w};                         \
+                    _Pragma("unroll") for (int c_ = 0; c_ < 4; c_++) {                                    \
+                        const int i = 4 * j_ + c_;                                                        \
+                        const float raw = e_[c_];                                                         \
+                        (void)i;                                                                          \
+                        body                                                                              \
+                    }                                                                                     \
+                }                                                                                         \
+            }                                                                                             \
+        }                                                                                                 \
+        for (int i = 4 * n4_ + (int)threadIdx.x; i < (n); i += T) { const float raw = (row)[i]; body }    \
+    } else {                                                                                              \
+        for (int i = (int)threadIdx.x; i < (n); i += T) { const float raw = (row)[i]; body }              \
+    }
+
 // Token i's tempered value, whether the filters so far keep it, and its fixed-point mass.
 __device__ __forceinline__ float tempered(const float* row, int i, float temp) { return __fdiv_rn(row[i], temp); }
 __device__ __forceinline__ u64 weight_of(float x, const Filter& f, u32* key_out) {  // x: the tempered value
@@ -256,16 +289,29 @@ extern "C" __global__ void vt_sample(float* logits, const float* fparams, const 
         return;
     }
     int bad = 0;
-    for (int i = tid; i < V; i += T) bad |= !isfinite(row[i]);
+    if (forced < 0 && temp == 0.0f && plain_row(ip)) {  // greedy, nothing to change first: one pass checks and picks
+        float best = -VT_INF;
+        int at = V;
+        VEC_ROW_PASS(row, V, {
+            bad |= !isfinite(raw);
+            if (raw > best || (raw == best && i < at)) { best = raw; at = i; }
+        });
+        if (block_max((float)bad, shf) > 0.0f) { if (tid == 0) out_ids[r] = -1; return; }
+        int tok;
+        block_argmax(best, at, shf, shi, &best, &tok);
+        if (tid == 0) out_ids[r] = tok;
+        return;
+    }
+    VEC_ROW_PASS(row, V, { bad |= !isfinite(raw); });
     if (block_max((float)bad, shf) > 0.0f) { if (tid == 0) out_ids[r] = -1; return; }
 
     float lse = 0.0f;
     if (num_lp > 0) {  // the raw log-softmax: its normalizer and the top n tokens, before anything changes
         float m = -VT_INF;
-        for (int i = tid; i < V; i += T) m = fmaxf(m, row[i]);
+        CHUNK_PASS(0, V, row, { m = fmaxf(m, raw); });
         m = block_max(m, shf);
         float s = 0.0f;
-        for (int i = tid; i < V; i += T) s += expf(row[i] - m);
+        CHUNK_PASS(0, V, row, { s += expf(raw - m); });
         lse = m + logf(block_sum_f(s, shf));
         int n = num_lp - 1;
         if (n > 0) {
@@ -342,7 +388,7 @@ extern "C" __global__ void vt_sample(float* logits, const float* fparams, const 
         tok = (int)forced;
     } else if (temp == 0.0f) {
         float bv = -VT_INF; int bi = V;
-        for (int i = tid; i < V; i += T) { float v = row[i]; if (v > bv || (v == bv && i < bi)) { bv = v; bi = i; } }
+        VEC_ROW_PASS(row, V, { if (raw > bv || (raw == bv && i < bi)) { bv = raw; bi = i; } });
         float mv; block_argmax(bv, bi, shf, shi, &mv, &tok);
     } else {
         tok = draw_block(row, V, fp, ip, shf, shi, shu, hist256, whist, shx);
