@@ -11,6 +11,7 @@
 namespace vt {
 
 constexpr int DECODE_THREADS = 256;  // eight warps: a tile of 32 to 128 keys in flight at once
+constexpr int DECODE_WARPS = DECODE_THREADS / 32;
 
 template <typename KV, int HD>
 struct DecodeLayout {
@@ -80,7 +81,9 @@ paged_decode_attention(const float* __restrict__ q, const KV* __restrict__ k_cac
 
     __shared__ float s[G][L::TILE];
     __shared__ float m_s[G], l_s[G], alpha_s[G];
-    __shared__ float red[L::KPP * HD];
+    constexpr int HC_MAX = 4096 / (DECODE_WARPS * HD) > 0 ? 4096 / (DECODE_WARPS * HD) : 1;
+    constexpr int HC = G < HC_MAX ? G : HC_MAX;
+    __shared__ float red[HC][DECODE_WARPS][HD];  // 16 KB at most: HC heads' per-warp sums
 
     float qr[G][L::DPT], acc[G][L::DPT];
 #pragma unroll
@@ -163,23 +166,37 @@ paged_decode_attention(const float* __restrict__ q, const KV* __restrict__ k_cac
             for (int v = 0; v < L::NV; v++) { kc[ps][v] = kn[ps][v]; vc[ps][v] = vn[ps][v]; }
         }
     }
-    // The KPP key groups' sums, head by head, then normalized by the head's softmax sum.
+    // The KPP key groups' sums, then normalized by the head's softmax sum: a warp's key groups by shuffles, then
+    // the warps' sums through shared memory, HC heads a round (one barrier a round, not one a head).
+    const int lane = tid & 31, warp = tid >> 5;
 #pragma unroll
-    for (int h = 0; h < G; h++) {
+    for (int h0 = 0; h0 < G; h0 += HC) {
 #pragma unroll
-        for (int i = 0; i < L::DPT; i++) red[kg * HD + dg * L::DPT + i] = acc[h][i];
+        for (int hh = 0; hh < HC; hh++) {
+            if (h0 + hh >= G) break;
+#pragma unroll
+            for (int i = 0; i < L::DPT; i++) {
+                float v = acc[h0 + hh][i];
+#pragma unroll
+                for (int o = L::TPK; o < 32; o <<= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+                if (lane < L::TPK) red[hh][warp][dg * L::DPT + i] = v;
+            }
+        }
         __syncthreads();
-        const int head = kvh * G + h;
-        for (int d = tid; d < HD; d += DECODE_THREADS) {
+        for (int j = tid; j < HC * HD; j += DECODE_THREADS) {
+            const int hh = j / HD, d = j - hh * HD, h = h0 + hh;
+            if (h >= G) break;
             float o = 0.0f;
-            for (int k = 0; k < L::KPP; k++) o += red[k * HD + d];
+#pragma unroll
+            for (int w = 0; w < DECODE_WARPS; w++) o += red[hh][w][d];
             o /= l_s[h];
+            const int head = kvh * G + h;
             if (P == 1) out[(t * nh + head) * HD + d] = from_f32<OUT>(o);
             else part_o[((t * nh + head) * P + p) * HD + d] = o;
-        }
-        if (P > 1 && tid == 0) {
-            part_ml[((t * nh + head) * P + p) * 2] = m_s[h];
-            part_ml[((t * nh + head) * P + p) * 2 + 1] = l_s[h];
+            if (P > 1 && d == 0) {
+                part_ml[((t * nh + head) * P + p) * 2] = m_s[h];
+                part_ml[((t * nh + head) * P + p) * 2 + 1] = l_s[h];
+            }
         }
         __syncthreads();
     }

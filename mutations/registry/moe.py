@@ -48,8 +48,7 @@ ENTRIES: list[Mutation] = [
     Mutation(
         id="cuda-moe-drops-the-second-expert",
         description="the combine kernel adds only each token's first choice in expert order",
-        file=CU, old="        for (int r = 0; r < k; r++) {\n            const int j = order[r];",
-        new="        for (int r = 0; r < 1; r++) {\n            const int j = order[r];",
+        file=CU, old="        if (r < k) acc += share[r] * v[r];", new="        if (r < 1) acc += share[r] * v[r];",
         gates=cuda_gates(), needs_gpu=True,
     ),
     Mutation(
@@ -64,5 +63,13 @@ ENTRIES: list[Mutation] = [
         description="the grouping kernel ends the last expert's rows one early",
         file=CU, old="        offsets[E] = acc;\n", new="        offsets[E] = acc - 1;\n",
         gates=cuda_gates(), needs_gpu=True,
+    ),
+    Mutation(
+        id="cuda-moe-held-weights-of-the-wrong-column",
+        description="the grouped GEMM's weights held in registers are requested for the warp's columns side by "
+                    "side (n, n + 1, ...) where the warp owns every MOE_WARPS-th column",
+        file=CU, old="raw[q] = *reinterpret_cast<const uint4*>(we + (i64)(m * N + c0 + warp + j * MOE_WARPS) * K + k);",
+        new="raw[q] = *reinterpret_cast<const uint4*>(we + (i64)(m * N + c0 + warp + j) * K + k);",
+        gates=tuple(g for g in cuda_gates() if "unaligned" not in g), needs_gpu=True,  # those rows read as they go
     ),
 ]
