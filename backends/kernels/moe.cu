@@ -104,51 +104,8 @@ template <typename T, int VEC> __device__ __forceinline__ void load_vec(const T*
 // SWIGLU: w rows [0, N) are the gate, [N, 2 N) the up projection; out [n, N] = narrow(silu(gate) * up).
 // Otherwise out [n, N] float32 = x_row @ w[e]^T. VEC: elements a lane loads at once (16 bytes, or 1 when K is
 // not a multiple of 16 bytes).
-//
-// Decode routes a row or two to each expert, so a block's time is its loads' latency, not their bandwidth: where a
-// warp's columns fit MOE_HELD vectors a lane (16-byte loads, and K * columns * matrices <= 32 * MOE_HELD * VEC),
-// it requests all of them as soon as it knows its expert, before the routed rows are staged (their offsets, slots
-// and values are three dependent reads), and keeps them in registers for every chunk of rows. Otherwise it reads a
-// column's weights as it reaches it.
-constexpr int MOE_HELD = 16;
-
-template <typename T, int VEC, bool SWIGLU>
-__device__ __forceinline__ void moe_dot(const float* wg, const float* wu, const T* xs, int K, int k, int rows,
-                                        float (&acc)[MOE_ROWS], float (&up)[MOE_ROWS]) {
-#pragma unroll
-    for (int r = 0; r < MOE_ROWS; r++) {
-        if (r < rows) {
-            float xv[VEC];
-            load_vec<T, VEC>(xs + r * K + k, xv);
-#pragma unroll
-            for (int i = 0; i < VEC; i++) {
-                acc[r] += wg[i] * xv[i];
-                if constexpr (SWIGLU) up[r] += wu[i] * xv[i];
-            }
-        }
-    }
-}
-
-template <typename OUT, bool SWIGLU>
-__device__ __forceinline__ void moe_store(OUT* out, const int* slots, int r0, int rows, int N, int n, int lane,
-                                          float (&acc)[MOE_ROWS], float (&up)[MOE_ROWS]) {
-#pragma unroll
-    for (int r = 0; r < MOE_ROWS; r++) {
-        if (r < rows) {
-            const float g = warp_sum(acc[r]);
-            const i64 at = (i64)slots[r0 + r] * N + n;
-            if constexpr (SWIGLU) {
-                const float u = warp_sum(up[r]);
-                if (lane == 0) out[at] = from_f32<OUT>(g / (1.0f + expf(-g)) * u);
-            } else {
-                if (lane == 0) out[at] = from_f32<OUT>(g);
-            }
-        }
-    }
-}
-
 template <typename T, typename OUT, int VEC, bool SWIGLU>
-__global__ void __launch_bounds__(32 * MOE_WARPS, 2) moe_gemm(const T* __restrict__ x, const T* __restrict__ w, const int* __restrict__ offsets,
+__global__ void moe_gemm(const T* __restrict__ x, const T* __restrict__ w, const int* __restrict__ offsets,
                          const int* __restrict__ experts, const int* __restrict__ slots, OUT* __restrict__ out,
                          int N, int K, int row_div, int cols) {
     vt::pdl_entry();
@@ -156,24 +113,10 @@ __global__ void __launch_bounds__(32 * MOE_WARPS, 2) moe_gemm(const T* __restric
     T* xs = reinterpret_cast<T*>(moe_smem);  // [MOE_ROWS, K]
     const int e = experts[blockIdx.x];
     if (e < 0) return;
+    const int begin = offsets[e], end = offsets[e + 1];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int c0 = blockIdx.y * cols, c1 = min(N, c0 + cols);
     const T* we = w + (i64)e * (SWIGLU ? 2 * N : N) * K;
-    constexpr int MATS = SWIGLU ? 2 : 1;
-    const int steps = (K + 32 * VEC - 1) / (32 * VEC);     // a column's loads a lane
-    const int mine = (c1 - c0 - warp + MOE_WARPS - 1) / MOE_WARPS;  // this warp's columns (may be 0)
-    const bool held = VEC * sizeof(T) == 16 && mine * steps * MATS <= MOE_HELD;
-    uint4 raw[MOE_HELD];
-    if (held) {  // every weight this warp will use, requested now
-#pragma unroll
-        for (int q = 0; q < MOE_HELD; q++) {
-            const int j = q / (steps * MATS), rest = q - j * steps * MATS, s = rest / MATS, m = rest - s * MATS;
-            const int k = s * 32 * VEC + lane * VEC;
-            if (j < mine && k < K)
-                raw[q] = *reinterpret_cast<const uint4*>(we + (i64)(m * N + c0 + warp + j * MOE_WARPS) * K + k);
-        }
-    }
-    const int begin = offsets[e], end = offsets[e + 1];
     for (int r0 = begin; r0 < end; r0 += MOE_ROWS) {
         const int rows = min(MOE_ROWS, end - r0);
         __syncthreads();  // the last chunk's readers are done with xs
@@ -187,27 +130,6 @@ __global__ void __launch_bounds__(32 * MOE_WARPS, 2) moe_gemm(const T* __restric
                 xs[r * K + c] = *src;
         }
         __syncthreads();
-        if (held) {
-            if constexpr (VEC * sizeof(T) == 16) {
-                for (int j = 0; j < mine; j++) {
-                    float acc[MOE_ROWS], up[MOE_ROWS];
-#pragma unroll
-                    for (int r = 0; r < MOE_ROWS; r++) acc[r] = up[r] = 0.0f;
-#pragma unroll
-                    for (int q = 0; q < MOE_HELD; q += MATS) {  // registers stay registers: q is unrolled
-                        const int jq = q / (steps * MATS), sq = (q - jq * steps * MATS) / MATS;
-                        const int k = sq * 32 * VEC + lane * VEC;
-                        if (jq != j || k >= K) continue;
-                        float a[VEC], b[VEC];
-                        load_f32<T, VEC>(reinterpret_cast<const T*>(&raw[q]), a);
-                        if constexpr (SWIGLU) load_f32<T, VEC>(reinterpret_cast<const T*>(&raw[q + 1]), b);
-                        moe_dot<T, VEC, SWIGLU>(a, b, xs, K, k, rows, acc, up);
-                    }
-                    moe_store<OUT, SWIGLU>(out, slots, r0, rows, N, c0 + warp + j * MOE_WARPS, lane, acc, up);
-                }
-            }
-            continue;
-        }
         for (int n = c0 + warp; n < c1; n += MOE_WARPS) {
             float acc[MOE_ROWS], up[MOE_ROWS];
 #pragma unroll
@@ -219,9 +141,32 @@ __global__ void __launch_bounds__(32 * MOE_WARPS, 2) moe_gemm(const T* __restric
                 float a[VEC], b[VEC];
                 load_vec<T, VEC>(wg + k, a);
                 if constexpr (SWIGLU) load_vec<T, VEC>(wu + k, b);
-                moe_dot<T, VEC, SWIGLU>(a, b, xs, K, k, rows, acc, up);
+#pragma unroll
+                for (int r = 0; r < MOE_ROWS; r++) {
+                    if (r < rows) {
+                        float xv[VEC];
+                        load_vec<T, VEC>(xs + r * K + k, xv);
+#pragma unroll
+                        for (int i = 0; i < VEC; i++) {
+                            acc[r] += a[i] * xv[i];
+                            if constexpr (SWIGLU) up[r] += b[i] * xv[i];
+                        }
+                    }
+                }
             }
-            moe_store<OUT, SWIGLU>(out, slots, r0, rows, N, n, lane, acc, up);
+#pragma unroll
+            for (int r = 0; r < MOE_ROWS; r++) {
+                if (r < rows) {
+                    const float g = warp_sum(acc[r]);
+                    const i64 at = (i64)slots[r0 + r] * N + n;
+                    if constexpr (SWIGLU) {
+                        const float u = warp_sum(up[r]);
+                        if (lane == 0) out[at] = from_f32<OUT>(g / (1.0f + expf(-g)) * u);
+                    } else {
+                        if (lane == 0) out[at] = from_f32<OUT>(g);
+                    }
+                }
+            }
         }
     }
 }

@@ -20,7 +20,7 @@ from backends.kernels.build import Instance, function
 from backends.kernels.fused import FusedKernel, ctype
 from vt.dtypes import narrow_host, widen_host
 
-MAX_EXPERTS, MAX_TOP_K, GEMM_ROWS, GEMM_WARPS, GEMM_HELD = 512, 32, 8, 8, 16  # moe.cu's MOE_* constants
+MAX_EXPERTS, MAX_TOP_K, GEMM_ROWS, GEMM_WARPS = 512, 32, 8, 8  # moe.cu's MOE_* constants
 STORAGE_TYPES = ("float", "vt::bf16", "vt::f16")
 
 
@@ -123,20 +123,10 @@ def _gemm_cuda(cp: Any, x: Any, w: Any, offsets: Any, experts: Any, slots: Any, 
     smem = GEMM_ROWS * K * x.dtype.itemsize
     if smem > 48 << 10:  # above the default dynamic shared memory: opt in
         fn.max_dynamic_shared_size_bytes = smem
-    cols = GEMM_WARPS * columns_a_warp(K, vec, w.dtype.itemsize, swiglu)
+    cols = GEMM_WARPS * (2 if swiglu else 4)  # columns a block owns: enough blocks at decode's few rows
     fn((experts.shape[0], -(-N // cols)), (32 * GEMM_WARPS,),
        (x, w, offsets, experts, slots, out, np.int32(N), np.int32(K), np.int32(row_div), np.int32(cols)),
        shared_mem=smem)
-
-
-def columns_a_warp(K: int, vec: int, itemsize: int, swiglu: bool) -> int:
-    """Output columns each warp of a moe_gemm block owns: as many as its lanes can hold every weight of in registers
-    (moe.cu's MOE_HELD 16-byte vectors a lane, requested before the routed rows are staged), at most 4; where one
-    column does not fit, 2 (gate/up) or 4, read as the warp reaches them. Fewer columns a warp, more blocks."""
-    per_column = -(-K // (32 * vec)) * (2 if swiglu else 1)  # a lane's loads for one column
-    if vec * itemsize == 16 and per_column <= GEMM_HELD:
-        return min(4, GEMM_HELD // per_column)
-    return 2 if swiglu else 4
 
 
 moe_gemm = FusedKernel("moe_gemm", _gemm_twin, _gemm_cuda, writes=(5,))

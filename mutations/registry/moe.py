@@ -64,12 +64,4 @@ ENTRIES: list[Mutation] = [
         file=CU, old="        offsets[E] = acc;\n", new="        offsets[E] = acc - 1;\n",
         gates=cuda_gates(), needs_gpu=True,
     ),
-    Mutation(
-        id="cuda-moe-held-weights-of-the-wrong-column",
-        description="the grouped GEMM's weights held in registers are requested for the warp's columns side by "
-                    "side (n, n + 1, ...) where the warp owns every MOE_WARPS-th column",
-        file=CU, old="raw[q] = *reinterpret_cast<const uint4*>(we + (i64)(m * N + c0 + warp + j * MOE_WARPS) * K + k);",
-        new="raw[q] = *reinterpret_cast<const uint4*>(we + (i64)(m * N + c0 + warp + j) * K + k);",
-        gates=tuple(g for g in cuda_gates() if "unaligned" not in g), needs_gpu=True,  # those rows read as they go
-    ),
 ]
