@@ -173,7 +173,8 @@ __global__ void moe_gemm(const T* __restrict__ x, const T* __restrict__ w, const
 
 // out [T, H] float32 = the sum over token t's choices, in ascending expert order (the order transformers adds
 // them in), of weights[t, j] * y[t k + j]. Block (t, y) takes columns [y blockDim, (y + 1) blockDim), a column a
-// thread, its k loads in flight together; the order is each choice's rank among the token's (distinct) experts.
+// thread, its k loads in flight together; the order is each choice's rank among the token's experts (a stable sort,
+// as the twin's argsort).
 __global__ void moe_combine(const float* __restrict__ y, const int* __restrict__ ids,
                             const float* __restrict__ weights, float* __restrict__ out, int H, int k) {
     vt::pdl_entry();
@@ -184,7 +185,7 @@ __global__ void moe_combine(const float* __restrict__ y, const int* __restrict__
     if (threadIdx.x < k) {
         const int j = threadIdx.x, e = mine[j];
         int rank = 0;
-        for (int i = 0; i < k; i++) rank += mine[i] < e;
+        for (int i = 0; i < k; i++) rank += mine[i] < e || (mine[i] == e && i < j);  // a tie: choice order
         order[rank] = j;
     }
     __syncthreads();

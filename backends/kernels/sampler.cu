@@ -110,8 +110,8 @@ __device__ __forceinline__ bool plain_row(const long long* ip) { return ip[5] ==
 
 // A whole row, for passes whose result does not depend on the order a thread visits tokens in (a flag, an argmax
 // that breaks ties by index): float4 loads, VEC_UNROLL of them in flight a thread (64 KB a block; a block is a row,
-// and one load in flight a thread took a greedy row 59 us at 151,936 tokens on the H200). A row that is not 16-byte
-// aligned (V % 4 != 0) takes the scalar pass.
+// and one load in flight a thread took a greedy row 59 us at 151,936 tokens on the H200). A row whose start is not
+// 16-byte aligned (logits + r V, so some rows when V % 4 != 0) takes the scalar pass.
 #define VEC_UNROLL 8
 #define VEC_ROW_PASS(row, n, body)                                                                        \
     if ((reinterpret_cast<unsigned long long>(row) & 15ull) == 0ull) {                                  \

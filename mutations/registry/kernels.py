@@ -31,6 +31,7 @@ def cases(test: str, names: tuple[str, ...], dtypes: tuple[str, ...] = ("float32
 # (backends/kernels/prefill_attention.py), so its twin test's float32 cases fail too when the decode kernel is broken
 # (the H200, session 12).
 PREFILL_BY_DECODE = "tests/backends/test_kernels.py::test_cuda_paged_prefill_equals_its_twin"
+
 ENTRIES: list[Mutation] = [
     Mutation(
         id="decode-twin-reads-a-block-past-the-table",
@@ -44,7 +45,7 @@ ENTRIES: list[Mutation] = [
         description="the decode kernel reads keys up to one block past each token's context",
         file=CU, old="    const int end = min(ctx, start + partition);\n",
         new="    const int end = min(ctx + block_size, start + partition);\n",
-        gates=cases(DECODE_CUDA, ("one-token-gqa1", "block-edges-gqa2", "tiles-gqa4", "partitions-gqa8", "full-width-mqa", "verify-q4-gqa2"), ("float32", "bfloat16", "float16")),
+        gates=(*cases(DECODE_CUDA, ("one-token-gqa1", "block-edges-gqa2", "tiles-gqa4", "partitions-gqa8", "full-width-mqa", "verify-q4-gqa2"), ("float32", "bfloat16", "float16")), PREFILL_BY_DECODE),
         needs_gpu=True,
     ),
     Mutation(

@@ -166,7 +166,9 @@ def test_a_greedy_row_picks_the_first_of_its_largest_logits_in_one_pass(vocab: i
     (a bias) take the general path and agree with it."""
     rng = np.random.default_rng(41)
     rows, specs = [], []
-    for ties in ([vocab - 1], [7, 3, 9000], [4 * 512 * 8 + 2, 4 * 512 * 8 + 1], [1, 0], list(range(2, vocab, 4099))):
+    # ties within one thread: a float4's lanes ([1, 0], and 16,386 / 16,385), and 512 apart (the scalar pass's stride)
+    for ties in ([vocab - 1], [7, 3, 9000], [4 * 512 * 8 + 2, 4 * 512 * 8 + 1], [1, 0], list(range(2, vocab, 4099)),
+                 [600, 88]):
         x = (rng.standard_normal(vocab) * 2).astype(np.float32)
         x[ties] = 40.0
         rows.append(x)
@@ -180,7 +182,7 @@ def test_a_greedy_row_picks_the_first_of_its_largest_logits_in_one_pass(vocab: i
     rows.append(x)
     specs.append(RowSpec(temperature=0.0, bias=((int(np.argmin(x)), 100.0),)))
     logits = np.stack(rows)
-    want = [vocab - 1, 3, 4 * 512 * 8 + 1, 0, 2, -1, -1, -1, int(np.argmin(x))]
+    want = [vocab - 1, 3, 4 * 512 * 8 + 1, 0, 2, 88, -1, -1, -1, int(np.argmin(x))]
     assert run_sampler("cpu", logits, specs).ids.tolist() == want  # the reference agrees with the rows' design
     for backend in ("cuda", "cuda-split"):
         assert run_sampler(backend, logits, specs).ids.tolist() == want, backend
