@@ -101,9 +101,9 @@ class Cublas:
             stride_c, batch, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT), "cublasGemmStridedBatchedEx")
 
     def gemm_add_rms_norm(self, a: Any, b: Any, c: Any, x: Any, w: Any, h: Any, eps: float) -> bool:
-        """C = A @ B then the residual add + RMSNorm in one launch, where the shape's tuned plan allows it
-        (CublasLt.gemm_add_rms_norm); False, nothing launched, otherwise. Operands as the plan's: 2-D, contiguous,
-        A in B's 16-bit dtype, C and x float32, h in B's dtype."""
+        """C = A @ B then the residual add + RMSNorm, as the shape's norm plan times them (CublasLt.gemm_add_rms_norm);
+        False, nothing launched, where it has none. Operands as the plan's: 2-D, contiguous, A in B's 16-bit dtype,
+        C and x float32, h in B's dtype."""
         import cupy
 
         if (self.lt is None or a.ndim != 2 or b.ndim != 2 or a.dtype != b.dtype or h.dtype != b.dtype
@@ -114,6 +114,20 @@ class Cublas:
         self.bind(cupy.cuda.get_current_stream().ptr)
         m, k = a.shape
         return self.lt.gemm_add_rms_norm(_CUDA_TYPE[a.dtype.name], a, b, c, m, b.shape[1], k, x, w, h, eps)
+
+    def gemm_silu_mul(self, a: Any, b: Any, c: Any, act: Any) -> bool:
+        """C = A @ B over the interleaved gate/up weights, then act = SiLU(gate) x up, as the shape's SwiGLU plan
+        times them (CublasLt.gemm_silu_mul); False, nothing launched, where it has none. A, B and act in one 16-bit
+        dtype, C float32 [m, n], act [m, n / 2], all contiguous."""
+        import cupy
+
+        if (self.lt is None or a.ndim != 2 or b.ndim != 2 or a.dtype != b.dtype or act.dtype != b.dtype
+                or a.dtype.name not in _CUDA_TYPE or c.dtype != cupy.float32 or c.shape[1] % 2
+                or act.shape != (c.shape[0], c.shape[1] // 2) or not all(t.flags.c_contiguous for t in (a, b, c, act))):
+            return False
+        self.bind(cupy.cuda.get_current_stream().ptr)
+        m, k = a.shape
+        return self.lt.gemm_silu_mul(_CUDA_TYPE[a.dtype.name], a, b, c, m, b.shape[1], k, act)
 
     def sgemm(self, a: Any, b: Any, c: Any, m: int, n: int, k: int, batch: int, stride_a: int, stride_b: int) -> None:
         """backends.gemm's StridedSgemm over CuPy arrays, on CuPy's current stream: float32 operands through

@@ -14,6 +14,12 @@ Besides cuBLASLt's own, a decode-sized shape (at most 8 rows, 16-bit operands) a
 skinny GEMM (backends/kernels/skinny_gemm.py) in each of its configurations, built to stream the weights at the
 memory's speed; whichever candidate is fastest runs the shape.
 
+A GEMM whose consumer the skinny GEMM can run in its last block (an epilogue: the residual add + RMSNorm after an o
+or down projection, SiLU x up after the gate/up projection) has a plan of its own, which times each candidate with
+its consumer: a cuBLASLt algorithm followed by the consumer's own kernel, against the skinny GEMM's fused variant.
+Timed alone, the GEMM picks the faster GEMM, not the faster pair (on the H200 the 0.6B down projection's cuBLASLt
+algorithm beat the skinny GEMM by 1 us and cost a 3.7 us norm launch after it).
+
 Only shapes of at most TUNED_MAX_ROWS rows are timed: those are the captured steps' (decode keys and the prefill
 buckets, all seen at start-up). A larger step runs eagerly with a row count that changes from step to step; it
 is compute-bound, where the heuristic's first pick is good, and timing each new count cost a request tens of
@@ -25,11 +31,14 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import glob
+import math
 import os
 import time
+from dataclasses import dataclass
 from typing import Any
 
 from backends.kernels import skinny_gemm
+from backends.kernels.activation import PAIR_COLS
 
 CUDA_R_32F, CUDA_R_16F, CUDA_R_16BF, CUBLAS_COMPUTE_32F = 0, 2, 14, 68
 ITEM_BYTES = {CUDA_R_32F: 4, CUDA_R_16F: 2, CUDA_R_16BF: 2}
@@ -42,6 +51,8 @@ COLD_MAX_ROWS = 64  # GEMMs of at most this many rows are timed over weights not
 L2_FLUSH_BYTES = 128 << 20  # more than the H200's L2
 L2_BYTES = 50 << 20  # the H200's L2
 TUNED_MAX_ROWS = 2048  # the largest prefill bucket (vt/engine/worker/piecewise.py)
+EPILOGUE_BYTES = 4 << 20  # the tuning scratch's tail: a timed epilogue's outputs (never a timing chain's weight)
+STORAGE = {CUDA_R_16BF: "uint16", CUDA_R_16F: "float16"}
 
 
 class HeuristicResult(ctypes.Structure):
@@ -71,11 +82,69 @@ def name(algo: Any) -> str:
     return str(algo) if isinstance(algo, skinny_gemm.Config) else "cuBLASLt"
 
 
+def _view(cupy: Any, ptr: int, shape: tuple[int, ...], dtype: Any) -> Any:
+    """A CuPy array over device memory vt owns (no allocation: safe inside a capture)."""
+    size = cupy.dtype(dtype).itemsize * math.prod(shape)
+    return cupy.ndarray(shape, dtype, cupy.cuda.MemoryPointer(cupy.cuda.UnownedMemory(ptr, size, None), 0))
+
+
+@dataclass(frozen=True, slots=True)
+class Norm:
+    """gemm_add_rms_norm's consumer: x += C; h = RMSNorm(x) * w (x [m, n] and w [n] float32, h [m, n] 16-bit)."""
+
+    x: Any
+    w: Any
+    h: Any
+    eps: float
+    kind = "norm"
+
+    def fused(self) -> dict[str, Any]:
+        return {"norm": (self.x.data.ptr, self.w.data.ptr, self.h.data.ptr, self.eps)}
+
+    def separate(self, cupy: Any, c: Any) -> None:
+        from backends.kernels.norm import add_rms_norm
+
+        add_rms_norm(cupy, self.x, c, None, self.w, self.h, eps=self.eps)
+
+    def scratch_bytes(self, m: int, n: int) -> int:
+        return m * n * (4 + self.h.dtype.itemsize)
+
+    def on_scratch(self, cupy: Any, ptr: int, m: int, n: int) -> Norm:
+        """The same consumer writing into the tuner's scratch (a timing chain must not move the residual stream)."""
+        return Norm(_view(cupy, ptr, (m, n), cupy.float32), self.w, _view(cupy, ptr + 4 * m * n, (m, n), self.h.dtype),
+                    self.eps)
+
+
+@dataclass(frozen=True, slots=True)
+class SwiGLU:
+    """gemm_silu_mul's consumer: act = SiLU(gate) x up over C's interleaved gate/up pairs (act [m, n / 2] 16-bit)."""
+
+    act: Any
+    kind = "swiglu"
+
+    def fused(self) -> dict[str, Any]:
+        return {"act": self.act.data.ptr}
+
+    def separate(self, cupy: Any, c: Any) -> None:
+        from backends.kernels.activation import silu_mul
+
+        silu_mul(cupy, c, self.act, group=PAIR_COLS)
+
+    def scratch_bytes(self, m: int, n: int) -> int:
+        return m * (n // 2) * self.act.dtype.itemsize
+
+    def on_scratch(self, cupy: Any, ptr: int, m: int, n: int) -> SwiGLU:
+        return SwiGLU(_view(cupy, ptr, (m, n // 2), self.act.dtype))
+
+
+Epilogue = Norm | SwiGLU
+
+
 class Plan:
     """One GEMM shape: its descriptors and the algorithm chosen for it."""
 
-    def __init__(self, lt: CublasLt, dtype: int, m: int, n: int, k: int) -> None:
-        self.lt, self.dtype, self.m, self.n, self.k = lt, dtype, m, n, k
+    def __init__(self, lt: CublasLt, dtype: int, m: int, n: int, k: int, epilogue: str = "") -> None:
+        self.lt, self.dtype, self.m, self.n, self.k, self.epilogue = lt, dtype, m, n, k, epilogue
         lib, c = lt.lib, ctypes
         self.desc, self.a, self.b, self.c = c.c_void_p(), c.c_void_p(), c.c_void_p(), c.c_void_p()
         lt.check(lib.cublasLtMatmulDescCreate(c.byref(self.desc), CUBLAS_COMPUTE_32F, CUDA_R_32F), "MatmulDescCreate")
@@ -94,8 +163,8 @@ class Plan:
                            and results[i].workspace_size <= lt.workspace_bytes]
         if not self.candidates:
             raise RuntimeError(f"cuBLASLt offers no algorithm for {m}x{n}x{k}")
-        self.storage = {CUDA_R_16BF: "uint16", CUDA_R_16F: "float16"}.get(dtype)
-        if lt.skinny is not None and self.storage is not None and skinny_gemm.fits(m, n, self.storage):
+        self.storage = STORAGE.get(dtype)
+        if lt.skinny is not None and self.storage is not None and skinny_gemm.fits(m, n, self.storage, epilogue):
             self.candidates += skinny_gemm.CONFIGS  # timed last: the heuristic's first pick stays candidates[0]
         self.algo = self.candidates[0]
         self.times_us: list[float] = []
@@ -104,33 +173,47 @@ class Plan:
     def picked(self) -> str:
         return name(self.algo)
 
-    def run(self, a_ptr: int, b_ptr: int, c_ptr: int, stream: int, algo: Any = None) -> None:
+    def run(self, a_ptr: int, b_ptr: int, c_ptr: int, stream: int, algo: Any = None,
+            epilogue: Epilogue | None = None) -> None:
+        """C = A @ B by `algo` (the plan's own by default), then the epilogue's consumer: fused into the skinny GEMM,
+        or its own kernel after cuBLASLt's. Every launch on CuPy's current stream, which is `stream`."""
         lt = self.lt
         algo = algo or self.algo
-        if isinstance(algo, skinny_gemm.Config):  # on CuPy's current stream, which is `stream` (CublasLt.gemm)
+        if isinstance(algo, skinny_gemm.Config):
             import cupy
 
             assert lt.skinny is not None and self.storage is not None  # a Config is a candidate only then
             partials, counters = lt.skinny
             skinny_gemm.launch(cupy, self.storage, a_ptr, b_ptr, c_ptr, partials, counters, self.m, self.n, self.k,
-                               algo)
+                               algo, **(epilogue.fused() if epilogue else {}))
             return
+        self._cublaslt(a_ptr, b_ptr, c_ptr, stream, algo)
+        if epilogue is not None:
+            import cupy
+
+            epilogue.separate(cupy, _view(cupy, c_ptr, (self.m, self.n), cupy.float32))
+
+    def _cublaslt(self, a_ptr: int, b_ptr: int, c_ptr: int, stream: int, algo: Any) -> None:
+        lt = self.lt
         lt.check(lt.lib.cublasLtMatmul(
             lt.handle, self.desc, ctypes.byref(lt.one), ctypes.c_void_p(b_ptr), self.a, ctypes.c_void_p(a_ptr), self.b,
             ctypes.byref(lt.zero), ctypes.c_void_p(c_ptr), self.c, ctypes.c_void_p(c_ptr), self.c,
             ctypes.byref(algo.algo), ctypes.c_void_p(lt.workspace_ptr),
             ctypes.c_size_t(lt.workspace_bytes), ctypes.c_void_p(stream)), "cublasLtMatmul")
 
-    def tune(self, a_ptr: int, b_ptr: int, c_ptr: int, stream: Any) -> None:
+    def tune(self, a_ptr: int, b_ptr: int, c_ptr: int, stream: Any, epilogue: Epilogue | None = None) -> None:
         """Times every candidate as a captured step runs it (outside any capture) and keeps the fastest: a chain of
         launches back to back in a CUDA graph, as a step's GEMMs and the kernels between them are (a launch's latency
         partly hidden, and with programmatic launch its start overlapping the launch ahead), each over weights no
         other launch of the chain reads (regions of the tuner's scratch, so none finds them in L2, as no layer of a
         step finds its own; `_timing_weights`). Timed one launch at a time after an L2 flush, on the H200 every 0.6B
-        decode GEMM cost 8-10 us whatever its size, and the skinny GEMM lost shapes it wins inside a step (docs/)."""
+        decode GEMM cost 8-10 us whatever its size, and the skinny GEMM lost shapes it wins inside a step (docs/).
+        An epilogue plan times each candidate with its consumer, writing into the scratch's tail."""
         import cupy
 
         lt = self.lt
+        if epilogue is not None:
+            epilogue = epilogue.on_scratch(cupy, lt.scratch() + L2_FLUSH_BYTES - EPILOGUE_BYTES, self.m, self.n)
         caller = cupy.cuda.get_current_stream()
         ready = caller.record()
         tuning = lt.tuning_stream()
@@ -141,8 +224,8 @@ class Plan:
             best, best_t = self.candidates[0], float("inf")
             start, end = cupy.cuda.Event(), cupy.cuda.Event()
             for cand in self.candidates:
-                self.run(a_ptr, weights[0], c_ptr, tuning.ptr, cand)  # eager first: modules load outside a capture
-                graph = self._chain(cand, a_ptr, weights, c_ptr, tuning)
+                self.run(a_ptr, weights[0], c_ptr, tuning.ptr, cand, epilogue)  # eager: modules load outside a capture
+                graph = self._chain(cand, a_ptr, weights, c_ptr, tuning, epilogue)
                 graph.launch(tuning)  # warm
                 times = []
                 for _ in range(TIMED_REPS):
@@ -156,17 +239,16 @@ class Plan:
                 if t < best_t:
                     best, best_t = cand, t
         self.algo = best
-        if isinstance(best, skinny_gemm.Config) and self.storage is not None:  # gemm_add_rms_norm's variant, loaded
-            skinny_gemm.load_norm(cupy, self.storage, self.m, best)  # here: a capture may launch it, not load it
 
-    def _chain(self, cand: Any, a_ptr: int, weights: list[int], c_ptr: int, stream: Any) -> Any:
+    def _chain(self, cand: Any, a_ptr: int, weights: list[int], c_ptr: int, stream: Any,
+               epilogue: Epilogue | None) -> Any:
         """One candidate's launches over every weight pointer, captured (relaxed: nothing else's business)."""
         import cupy
 
         stream.begin_capture(mode=cupy.cuda.runtime.streamCaptureModeRelaxed)
         try:
             for w in weights:
-                self.run(a_ptr, w, c_ptr, stream.ptr, cand)
+                self.run(a_ptr, w, c_ptr, stream.ptr, cand, epilogue)
         except BaseException:
             try:
                 stream.end_capture()
@@ -185,7 +267,7 @@ class Plan:
         (start-up times every bucket's shapes)."""
         size = self.n * self.k * ITEM_BYTES[self.dtype]
         stride = -(-size // 256) * 256  # cuBLASLt's heuristic assumes 256-byte aligned operands
-        regions = min(L2_FLUSH_BYTES // stride, -(-2 * L2_BYTES // stride), MAX_CHAIN)  # twice the L2, if it may
+        regions = min((L2_FLUSH_BYTES - EPILOGUE_BYTES) // stride, -(-2 * L2_BYTES // stride), MAX_CHAIN)  # 2x L2
         if self.m > COLD_MAX_ROWS or stride >= L2_BYTES or regions < 2:
             return [b_ptr] * CHAIN
         base = self.lt.scratch()
@@ -207,7 +289,7 @@ class CublasLt:
         self.check(self.lib.cublasLtMatmulPreferenceSetAttribute(self.pref, PREF_MAX_WORKSPACE_BYTES,
                                                                  ctypes.byref(size), 8), "PreferenceSetAttribute")
         self.one, self.zero = ctypes.c_float(1.0), ctypes.c_float(0.0)
-        self.plans: dict[tuple[int, int, int, int], Plan] = {}
+        self.plans: dict[tuple[int, int, int, int, str], Plan] = {}  # (dtype, m, n, k, epilogue)
         self.tuning_s = 0.0
         self._tuning_stream: Any = None
 
@@ -232,35 +314,49 @@ class CublasLt:
 
     def gemm_add_rms_norm(self, dtype: int, a: Any, b: Any, c: Any, m: int, n: int, k: int, x: Any, w: Any, h: Any,
                           eps: float) -> bool:
-        """C = A @ B, then x += C and h = RMSNorm(x) * w, in one launch where this shape's plan picked the skinny
-        GEMM (its epilogue: backends/kernels/skinny_gemm.py); False, nothing launched, where it did not or the shape
-        has no plan yet (its first call plans and tunes it through `gemm`)."""
+        """C = A @ B, then x += C and h = RMSNorm(x) * w, as this shape's norm plan picked: one launch (the skinny
+        GEMM's epilogue, backends/kernels/skinny_gemm.py) or cuBLASLt and add_rms_norm. False, nothing launched,
+        where no skinny GEMM serves the shape (the caller runs the two)."""
+        return self._gemm_epilogue(dtype, a, b, c, m, n, k, Norm(x, w, h, eps))
+
+    def gemm_silu_mul(self, dtype: int, a: Any, b: Any, c: Any, m: int, n: int, k: int, act: Any) -> bool:
+        """C = A @ B over the interleaved gate/up weights, then act = SiLU(gate) x up, as this shape's SwiGLU plan
+        picked (the skinny GEMM's epilogue leaves C unwritten). False, nothing launched, as gemm_add_rms_norm."""
+        return self._gemm_epilogue(dtype, a, b, c, m, n, k, SwiGLU(act))
+
+    def _gemm_epilogue(self, dtype: int, a: Any, b: Any, c: Any, m: int, n: int, k: int, epilogue: Epilogue) -> bool:
         import cupy
 
-        plan = self.plans.get((dtype, m, n, k))
-        if plan is None or not isinstance(plan.algo, skinny_gemm.Config) or plan.storage is None:
+        storage = STORAGE.get(dtype)
+        if (self.skinny is None or storage is None or not skinny_gemm.fits(m, n, storage, epilogue.kind)
+                or epilogue.scratch_bytes(m, n) > EPILOGUE_BYTES):
             return False
-        if cupy.cuda.get_current_stream().is_capturing() and not skinny_gemm.norm_loaded(plan.storage, m, plan.algo):
-            return False  # its module was never loaded (tune loads it): the two launches, not a load in a capture
-        assert self.skinny is not None  # a Config is a candidate only then
-        partials, counters = self.skinny
-        skinny_gemm.launch(cupy, plan.storage, a.data.ptr, b.data.ptr, c.data.ptr, partials, counters, m, n, k,
-                           plan.algo, (x.data.ptr, w.data.ptr, h.data.ptr, eps))
+        stream = cupy.cuda.get_current_stream()
+        plan = self._plan(dtype, m, n, k, epilogue.kind, a, b, c, stream, epilogue)
+        algo = plan.algo
+        if (isinstance(algo, skinny_gemm.Config) and stream.is_capturing()
+                and not skinny_gemm.loaded(storage, m, algo, epilogue.kind)):
+            algo = plan.candidates[0]  # its module was never loaded (tune loads it): a capture may not load one
+        plan.run(a.data.ptr, b.data.ptr, c.data.ptr, stream.ptr, algo, epilogue)
         return True
 
-    def gemm(self, dtype: int, a: Any, b: Any, c: Any, m: int, n: int, k: int) -> None:
-        """C = A @ B for one matrix each (row-major, dtype operands, float32 C) on CuPy's current stream. A new
-        shape is planned (host work only) and, outside a capture, tuned; inside one (a shape the cold step did
-        not see) it keeps the heuristic's first pick for good."""
-        import cupy
-
-        stream = cupy.cuda.get_current_stream()
-        key = (dtype, m, n, k)
+    def _plan(self, dtype: int, m: int, n: int, k: int, epilogue_kind: str, a: Any, b: Any, c: Any, stream: Any,
+              epilogue: Epilogue | None = None) -> Plan:
+        """The shape's plan; a new one is planned (host work only) and, outside a capture, tuned; inside one (a shape
+        the cold step did not see) it keeps the heuristic's first pick for good."""
+        key = (dtype, m, n, k, epilogue_kind)
         plan = self.plans.get(key)
         if plan is None:
             t = time.perf_counter()
-            plan = self.plans[key] = Plan(self, dtype, m, n, k)
+            plan = self.plans[key] = Plan(self, dtype, m, n, k, epilogue_kind)
             if m <= TUNED_MAX_ROWS and not stream.is_capturing():
-                plan.tune(a.data.ptr, b.data.ptr, c.data.ptr, stream)
+                plan.tune(a.data.ptr, b.data.ptr, c.data.ptr, stream, epilogue)
             self.tuning_s += time.perf_counter() - t
-        plan.run(a.data.ptr, b.data.ptr, c.data.ptr, stream.ptr)
+        return plan
+
+    def gemm(self, dtype: int, a: Any, b: Any, c: Any, m: int, n: int, k: int) -> None:
+        """C = A @ B for one matrix each (row-major, dtype operands, float32 C) on CuPy's current stream."""
+        import cupy
+
+        stream = cupy.cuda.get_current_stream()
+        self._plan(dtype, m, n, k, "", a, b, c, stream).run(a.data.ptr, b.data.ptr, c.data.ptr, stream.ptr)

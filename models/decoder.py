@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from backends.kernels.activation import pair_group
 from backends.kernels.decode_attention import num_partitions
 from backends.kernels.moe import expert_rows
 from models import kernels as K
@@ -25,6 +26,14 @@ from vt.backend import Backend, Tensor
 from vt.dtypes import STORAGE, to_storage, widen_host
 
 F32, I32 = np.float32, np.int32
+
+
+def interleave_gate_up(gate: np.ndarray, up: np.ndarray) -> np.ndarray:
+    """The fused gate/up weight's rows [2 I, H]: gate's and up's alternating pair_group(I) rows at a time, so the
+    decode GEMM's tile holds both halves of the outputs it activates (backends/kernels/skinny_gemm.py's SwiGLU)."""
+    I, H = gate.shape
+    g = pair_group(I)
+    return np.stack([gate.reshape(I // g, g, H), up.reshape(I // g, g, H)], axis=1).reshape(2 * I, H)
 
 
 def expected_tensors(c: ModelConfig) -> dict[str, tuple[int, ...]]:
@@ -149,7 +158,7 @@ class DecoderForCausalLM:
                                                                  low(e + "up_proj.weight")]) for e in ex]), low=True)
                 put(f"{i}.experts_down", np.stack([low(e + "down_proj.weight") for e in ex]), low=True)
             else:
-                put(f"{i}.gu_t", np.concatenate([low(p + "mlp.gate_proj.weight"), low(p + "mlp.up_proj.weight")]).T,
+                put(f"{i}.gu_t", interleave_gate_up(low(p + "mlp.gate_proj.weight"), low(p + "mlp.up_proj.weight")).T,
                     low=True)
                 put(f"{i}.down_t", low(p + "mlp.down_proj.weight").T, low=True)
         return w
@@ -335,9 +344,8 @@ class DecoderForCausalLM:
         b, pool, c = self.backend, self.pool, self.cfg
         T = h.shape[0]
         gu = pool.empty((T, 2 * c.intermediate_size), F32)
-        b.gemm(h, self.w[f"{i}.gu_t"], gu)
         act = pool.empty((T, c.intermediate_size), self.operand_dtype)
-        b.silu_mul(gu, act)
+        b.gemm_silu_mul(h, self.w[f"{i}.gu_t"], gu, act, group=pair_group(c.intermediate_size))
         pool.release(gu)
         out = pool.empty((T, c.hidden_size), F32)
         if residual is None:

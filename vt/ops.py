@@ -48,9 +48,11 @@ class Ops:
         """last[dst[i]] = ids[i] where dst[i] >= 0 (int64): each row's sampled id kept at its request's slot."""
         self.launch(self.kernels.keep_sampled, ids, dst, last)
 
-    def silu_mul(self, gate_up: Any, out: Any) -> None:
-        """out [T, I] = SiLU(gate) * up from gate_up [T, 2 I] float32, in out's dtype."""
-        self.launch(self.kernels.silu_mul, gate_up, out)
+    def gemm_silu_mul(self, a: Any, b: Any, gate_up: Any, act: Any, *, group: int) -> None:
+        """The MLP's gate/up projection and its activation: gate_up [T, 2 I] float32 = a @ b, whose columns are gate's
+        and up's `group` at a time (models/decoder.py), then act [T, I] = SiLU(gate) * up in act's dtype. On CUDA one
+        launch where the shape's plan picked the skinny GEMM's SwiGLU epilogue (gate_up is then not written)."""
+        self.launch(self.kernels.gemm_silu_mul, a, b, gate_up, act, group=group)
 
     def paged_decode_attention(self, q: Any, k_cache: Any, v_cache: Any, block_tables: Any, token_row: Any,
                                positions: Any, out: Any, part_o: Any = None, part_ml: Any = None) -> None:

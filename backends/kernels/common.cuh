@@ -47,6 +47,14 @@ template <typename T, int N> __device__ __forceinline__ void load_f32(const T* p
     }
 }
 
+// SwiGLU's activation, one place for every kernel that applies it: SiLU(gate) x up.
+__device__ __forceinline__ float silu_times(float gate, float up) { return gate / (1.0f + expf(-gate)) * up; }
+
+// The gate/up projection's columns are interleaved PAIR_COLS at a time (gate's 8, then up's same 8: models/decoder.py),
+// so a tile of the decode GEMM holds both halves of its outputs. Output column o's gate column, for the pairing layout.
+constexpr int PAIR_COLS = 8;
+__device__ __forceinline__ int gate_column(int o, int group) { return o / group * 2 * group + o % group; }
+
 __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);

@@ -5,7 +5,7 @@ from __future__ import annotations
 import types
 from typing import Any
 
-from backends.kernels.activation import silu_mul
+from backends.kernels.activation import PAIR_COLS, silu_mul
 from backends.kernels.decode_attention import paged_decode_attention
 from backends.kernels.moe import moe_combine, moe_gemm, moe_group, moe_route
 from backends.kernels.norm import add_rms_norm, embed
@@ -23,8 +23,8 @@ matmul.writes = (2,)  # type: ignore[attr-defined]
 
 
 def gemm_add_rms_norm(xp: Any, a: Any, b: Any, out: Any, x: Any, w: Any, h: Any, eps: float) -> None:
-    """out = a @ b; x += out; h = RMSNorm(x) * w. On CUDA one launch where the shape's tuned plan is the skinny GEMM
-    (its epilogue runs the norm); anywhere else the GEMM and then add_rms_norm, as two launches."""
+    """out = a @ b; x += out; h = RMSNorm(x) * w. On CUDA as the shape's norm plan picked (one launch where the
+    skinny GEMM's epilogue runs the norm; backends/cublaslt.py); anywhere else the GEMM and then add_rms_norm."""
     fused = getattr(xp, "gemm_add_rms_norm", None)
     if fused is not None and fused(a, b, out, x, w, h, eps):
         return
@@ -34,9 +34,23 @@ def gemm_add_rms_norm(xp: Any, a: Any, b: Any, out: Any, x: Any, w: Any, h: Any,
 
 gemm_add_rms_norm.writes = (2, 3, 5)  # type: ignore[attr-defined]
 
+
+def gemm_silu_mul(xp: Any, a: Any, b: Any, gate_up: Any, act: Any, group: int) -> None:
+    """gate_up = a @ b over gate/up weights interleaved `group` columns at a time; act = SiLU(gate) x up. On CUDA,
+    with pairs of PAIR_COLS, as the shape's SwiGLU plan picked (one launch where the skinny GEMM's epilogue writes
+    act, leaving gate_up unwritten); anywhere else the GEMM and then silu_mul."""
+    fused = getattr(xp, "gemm_silu_mul", None) if group == PAIR_COLS else None
+    if fused is not None and fused(a, b, gate_up, act):
+        return
+    xp.matmul(a, b, out=gate_up)
+    silu_mul(xp, gate_up, act, group=group)
+
+
+gemm_silu_mul.writes = (2, 3)  # type: ignore[attr-defined]
+
 LIBRARY = types.SimpleNamespace(embed=embed, add_rms_norm=add_rms_norm, qk_norm_rope_store=qk_norm_rope_store,
                                 silu_mul=silu_mul, paged_decode_attention=paged_decode_attention,
                                 paged_prefill_attention=paged_prefill_attention, gemm=matmul, moe_route=moe_route,
                                 moe_group=moe_group, moe_gemm=moe_gemm, moe_combine=moe_combine,
                                 feed_tokens=feed_tokens, keep_sampled=keep_sampled,
-                                gemm_add_rms_norm=gemm_add_rms_norm)
+                                gemm_add_rms_norm=gemm_add_rms_norm, gemm_silu_mul=gemm_silu_mul)

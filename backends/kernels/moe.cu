@@ -161,7 +161,7 @@ __global__ void moe_gemm(const T* __restrict__ x, const T* __restrict__ w, const
                     const i64 at = (i64)slots[r0 + r] * N + n;
                     if constexpr (SWIGLU) {
                         const float u = warp_sum(up[r]);
-                        if (lane == 0) out[at] = from_f32<OUT>(g / (1.0f + expf(-g)) * u);
+                        if (lane == 0) out[at] = from_f32<OUT>(silu_times(g, u));
                     } else {
                         if (lane == 0) out[at] = from_f32<OUT>(g);
                     }

@@ -12,6 +12,10 @@
 // to finish its column tile (a second counter) runs the residual add + RMSNorm of the next layer (norm.cu's
 // add_rms_norm) over the M rows, float4s across the block (N % 4 == 0): x += C; h = narrow(x / sqrt(mean(x^2) + eps) * w). One launch where
 // there were two, for the few rows where a kernel's fixed cost is most of its time.
+//
+// With SWIGLU, the GEMM is the MLP's gate/up projection, its columns interleaved PAIR_COLS at a time (gate's, then
+// up's: common.cuh), so a tile holds both halves of its outputs: the kernel writes SiLU(gate) x up in T into h
+// [M, N / 2] (activation.cu's silu_mul) where C would have been, and C is never written. N % 16 == 0.
 #include "common.cuh"
 
 namespace vt {
@@ -30,7 +34,7 @@ __device__ __forceinline__ uint4 load_stream(const void* p) {
 
 // M, TC and U are template arguments: a thread holds M x 8 accumulators and U raw vectors, so one row keeps
 // registers few and blocks many.
-template <typename T, int M, int TC, int U, bool NORM = false>
+template <typename T, int M, int TC, int U, bool NORM = false, bool SWIGLU = false>
 __global__ void __launch_bounds__(SKINNY_THREADS)
 skinny_gemm(const T* __restrict__ a, const T* __restrict__ b, float* __restrict__ c, float* __restrict__ partials,
             unsigned int* __restrict__ counters, int N, int K, int slice, float* __restrict__ x,
@@ -39,6 +43,7 @@ skinny_gemm(const T* __restrict__ a, const T* __restrict__ b, float* __restrict_
     static_assert(M >= 1 && M <= SKINNY_MAX_M && M <= SKINNY_WARPS, "1..8 rows (the norm keeps a row's sum a warp)");
     static_assert(TC == 8 || TC == 16 || TC == 32, "a warp holds whole rows of threads");
     static_assert(sizeof(T) == 2, "8 columns are one 16-byte vector");
+    static_assert(!(NORM && SWIGLU), "one epilogue");
     constexpr int TR = SKINNY_THREADS / TC, COLS = TC * 8;
     __shared__ float warp_part[SKINNY_WARPS][COLS];
     __shared__ bool last;
@@ -84,14 +89,27 @@ skinny_gemm(const T* __restrict__ a, const T* __restrict__ b, float* __restrict_
             if (lane < TC) warp_part[warp][tc * 8 + j] = v;
         }
         __syncthreads();
-        for (int col = threadIdx.x; col < COLS; col += SKINNY_THREADS) {
-            const int nn = blockIdx.x * COLS + col;
-            float v = 0.0f;
+        if (SWIGLU && S == 1) {
+            for (int o = threadIdx.x; o < COLS / 2; o += SKINNY_THREADS) {  // output o of the tile: a gate, up pair
+                const int col = gate_column(o, PAIR_COLS), nn = blockIdx.x * COLS + col;
+                float g = 0.0f, u = 0.0f;
 #pragma unroll
-            for (int w = 0; w < SKINNY_WARPS; w++) v += warp_part[w][col];
-            if (nn < N) {
-                if (S == 1) c[(i64)m * N + nn] = v;
-                else partials[((i64)blockIdx.y * M + m) * N + nn] = v;
+                for (int w = 0; w < SKINNY_WARPS; w++) {
+                    g += warp_part[w][col];
+                    u += warp_part[w][col + PAIR_COLS];
+                }
+                if (nn < N) h[(i64)m * (N / 2) + blockIdx.x * (COLS / 2) + o] = from_f32<T>(silu_times(g, u));
+            }
+        } else {
+            for (int col = threadIdx.x; col < COLS; col += SKINNY_THREADS) {
+                const int nn = blockIdx.x * COLS + col;
+                float v = 0.0f;
+#pragma unroll
+                for (int w = 0; w < SKINNY_WARPS; w++) v += warp_part[w][col];
+                if (nn < N) {
+                    if (S == 1) c[(i64)m * N + nn] = v;
+                    else partials[((i64)blockIdx.y * M + m) * N + nn] = v;
+                }
             }
         }
         __syncthreads();
@@ -103,12 +121,26 @@ skinny_gemm(const T* __restrict__ a, const T* __restrict__ b, float* __restrict_
         __syncthreads();
         if (!last) return;
         __threadfence();
-        for (int i = threadIdx.x; i < M * COLS; i += SKINNY_THREADS) {
-            const int m = i / COLS, nn = blockIdx.x * COLS + (i - m * COLS);
-            if (nn >= N) continue;
-            float v = 0.0f;
-            for (int s = 0; s < S; s++) v += __ldcg(&partials[((i64)s * M + m) * N + nn]);  // L2: other SMs wrote them
-            c[(i64)m * N + nn] = v;
+        if constexpr (SWIGLU) {
+            for (int i = threadIdx.x; i < M * COLS / 2; i += SKINNY_THREADS) {
+                const int m = i / (COLS / 2), o = i - m * (COLS / 2), nn = blockIdx.x * COLS + gate_column(o, PAIR_COLS);
+                if (nn >= N) continue;
+                float g = 0.0f, u = 0.0f;
+                for (int s = 0; s < S; s++) {
+                    const float* p = &partials[((i64)s * M + m) * N + nn];
+                    g += __ldcg(p);
+                    u += __ldcg(p + PAIR_COLS);
+                }
+                h[(i64)m * (N / 2) + blockIdx.x * (COLS / 2) + o] = from_f32<T>(silu_times(g, u));
+            }
+        } else {
+            for (int i = threadIdx.x; i < M * COLS; i += SKINNY_THREADS) {
+                const int m = i / COLS, nn = blockIdx.x * COLS + (i - m * COLS);
+                if (nn >= N) continue;
+                float v = 0.0f;
+                for (int s = 0; s < S; s++) v += __ldcg(&partials[((i64)s * M + m) * N + nn]);  // L2: other SMs wrote them
+                c[(i64)m * N + nn] = v;
+            }
         }
         if (threadIdx.x == 0) counters[blockIdx.x] = 0;
     }

@@ -11,6 +11,10 @@ With a norm (`launch(..., norm=...)`, the op gemm_add_rms_norm), the grid's last
 into the residual stream and writes the next norm's output (norm.cu's add_rms_norm over the M rows): the decode
 step's o and down projections, where the plan picked this kernel, launch once where they launched twice. Its
 counter is the scratch's last (DONE), which no column tile uses.
+
+With SwiGLU (`launch(..., act=...)`, the op gemm_silu_mul), the GEMM is the MLP's gate/up projection with its columns
+interleaved PAIR_COLS at a time (models/decoder.py): a tile's last sum writes SiLU(gate) x up into act (activation.py's
+silu_mul) and C is not written, so the f32 gate/up rows never leave the SM and the activation is not a launch.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from backends.kernels.activation import PAIR_COLS, silu_mul
 from backends.kernels.build import Instance, function, is_loaded
 from backends.kernels.fused import FusedKernel, ctype
 
@@ -28,7 +33,6 @@ SCRATCH_FLOATS = 2 << 20  # partials: S x M x N at most (8 MiB)
 MAX_TILES = 4096  # counters: one per column tile of a split GEMM, and the norm's (the last, DONE)
 DONE = MAX_TILES - 1
 SMS = 132  # the H200's
-STORAGE_TYPES = ("vt::bf16", "vt::f16")
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,15 +59,23 @@ class Config:
 DEFAULT = Config()
 # What the tuner times beside cuBLASLt: narrow tiles split deep, wide tiles with more loads in flight.
 CONFIGS = (DEFAULT, Config(8, 8, 4), Config(16, 8, 2), Config(32, 8, 2), Config(32, 4, 4))
-CI_INSTANCES = sorted({Instance("skinny_gemm.cu", f"vt::skinny_gemm<{t}, {m}, {c.tc}, {c.unroll}>")
-                       for t in STORAGE_TYPES for m in range(1, MAX_M + 1) for c in CONFIGS}
-                      | {Instance("skinny_gemm.cu", f"vt::skinny_gemm<{t}, {m}, {c.tc}, {c.unroll}, true>")
-                         for t in STORAGE_TYPES for m in (1, MAX_M) for c in CONFIGS}, key=str)
+EPILOGUES = ("", "norm", "swiglu")  # none, gemm_add_rms_norm's, gemm_silu_mul's
 
 
-def fits(m: int, n: int, dtype: Any) -> bool:
-    """The shapes the kernel serves: a few rows, 16-bit operands, whole 16-byte column groups."""
-    return 0 < m <= MAX_M and n % 8 == 0 and np.dtype(dtype).itemsize == 2
+def instance(dtype: Any, m: int, config: Config, epilogue: str = "") -> Instance:
+    flags = {"": "", "norm": ", true", "swiglu": ", false, true"}[epilogue]
+    return Instance("skinny_gemm.cu", f"vt::skinny_gemm<{ctype(dtype)}, {m}, {config.tc}, {config.unroll}{flags}>")
+
+
+CI_INSTANCES = sorted({instance(t, m, c) for t in ("uint16", "float16") for m in range(1, MAX_M + 1) for c in CONFIGS}
+                      | {instance(t, m, c, e) for t in ("uint16", "float16") for m in (1, MAX_M) for c in CONFIGS
+                         for e in EPILOGUES[1:]}, key=str)
+
+
+def fits(m: int, n: int, dtype: Any, epilogue: str = "") -> bool:
+    """The shapes the kernel serves: a few rows, 16-bit operands, whole 16-byte column groups (whole gate/up pairs
+    of them for SwiGLU)."""
+    return 0 < m <= MAX_M and n % (2 * PAIR_COLS if epilogue == "swiglu" else 8) == 0 and np.dtype(dtype).itemsize == 2
 
 
 def split(m: int, n: int, k: int, config: Config = DEFAULT) -> tuple[int, int]:
@@ -91,27 +103,23 @@ def _twin(a: np.ndarray, b: np.ndarray, out: np.ndarray, partials: Any = None, c
     out[...] = acc
 
 
-def instance(dtype: Any, m: int, config: Config, norm: bool = False) -> Instance:
-    return Instance("skinny_gemm.cu", f"vt::skinny_gemm<{ctype(dtype)}, {m}, {config.tc}, {config.unroll}"
-                                      f"{', true' if norm else ''}>")
+def load(cp: Any, dtype: Any, m: int, config: Config, epilogue: str) -> None:
+    """Compiles and loads an epilogue's variant now (outside any capture: a capture may not load a module)."""
+    function(cp, instance(dtype, m, config, epilogue))
 
 
-def load_norm(cp: Any, dtype: Any, m: int, config: Config) -> None:
-    """Compiles and loads the norm epilogue's variant now (outside any capture: a capture may not load a module)."""
-    function(cp, instance(dtype, m, config, norm=True))
-
-
-def norm_loaded(dtype: Any, m: int, config: Config) -> bool:
-    return is_loaded(instance(dtype, m, config, norm=True))
+def loaded(dtype: Any, m: int, config: Config, epilogue: str) -> bool:
+    return is_loaded(instance(dtype, m, config, epilogue))
 
 
 def launch(cp: Any, dtype: Any, a: Any, b: Any, c: Any, partials: Any, counters: Any, m: int, n: int,
-           k: int, config: Config = DEFAULT, norm: tuple[Any, Any, Any, float] | None = None) -> None:
+           k: int, config: Config = DEFAULT, norm: tuple[Any, Any, Any, float] | None = None, act: Any = None) -> None:
     """The kernel on CuPy's current stream; a, b, c, partials, counters are arrays or device pointers (counters
-    the whole MAX_TILES of them). norm: (x, w, h, eps) of the epilogue, x [m, n] float32 and h [m, n] in dtype."""
+    the whole MAX_TILES of them). norm: (x, w, h, eps) of the epilogue, x [m, n] float32 and h [m, n] in dtype.
+    act: SwiGLU's output [m, n / 2] in dtype (the epilogue's; c is then not written)."""
     step, s = split(m, n, k, config)
-    fn = function(cp, instance(dtype, m, config, norm is not None))
-    x, w, h, eps = norm or (0, 0, 0, 0.0)
+    fn = function(cp, instance(dtype, m, config, "norm" if norm else "swiglu" if act is not None else ""))
+    x, w, h, eps = norm or (0, 0, act if act is not None else 0, 0.0)
     done = 0
     if norm:
         done = counters[DONE:] if hasattr(counters, "shape") else int(counters) + 4 * DONE
@@ -153,3 +161,23 @@ def _norm_cuda(cp: Any, a: Any, b: Any, out: Any, partials: Any, counters: Any, 
 
 
 skinny_gemm_norm = FusedKernel("skinny_gemm_norm", _norm_twin, _norm_cuda, writes=(2, 5, 7))
+
+
+def _swiglu_twin(a: np.ndarray, b: np.ndarray, gate_up: np.ndarray, act: np.ndarray, partials: Any, counters: Any,
+                 config: Config = DEFAULT) -> None:
+    """The GEMM's twin into gate_up, then silu_mul's over the interleaved pairs (the CUDA kernel leaves gate_up
+    unwritten: it is the unfused path's scratch)."""
+    _twin(a, b, gate_up, partials, counters, config)
+    silu_mul(np, gate_up, act, group=PAIR_COLS)
+
+
+def _swiglu_cuda(cp: Any, a: Any, b: Any, gate_up: Any, act: Any, partials: Any, counters: Any,
+                 config: Config = DEFAULT) -> None:
+    m, k = a.shape
+    n = b.shape[1]
+    if not fits(m, n, b.dtype, "swiglu") or a.dtype != b.dtype or act.dtype != b.dtype or act.shape != (m, n // 2):
+        raise ValueError(f"skinny_gemm_swiglu: {a.shape} {a.dtype} @ {b.shape} {b.dtype} into {act.shape} {act.dtype}")
+    launch(cp, b.dtype, a, b, gate_up, partials, counters, m, n, k, config, act=act)
+
+
+skinny_gemm_swiglu = FusedKernel("skinny_gemm_swiglu", _swiglu_twin, _swiglu_cuda, writes=(2, 3))

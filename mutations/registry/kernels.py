@@ -420,3 +420,60 @@ ENTRIES += [
         gates=(GREEDY,), needs_gpu=True,
     ),
 ]
+
+# The MLP's gate/up projection and its SwiGLU activation (activation.py, skinny_gemm.cu), and the epilogue plans that
+# time a decode GEMM with its consumer (backends/cublaslt.py).
+SWIGLU_GPU = f"{SKINNY_TESTS}::test_cuda_skinny_gemm_with_the_swiglu_epilogue_equals_its_twin_on_one_scratch"
+EPILOGUE_STEP = f"{SKINNY_TESTS}::test_on_the_gpu_a_decode_step_on_skinny_plans_norms_inside_its_gemms_and_computes_the_same"
+EPILOGUE_TIMING = f"{SKINNY_TESTS}::test_an_epilogue_plan_times_each_cublaslt_candidate_with_its_consumers_kernel"
+ENTRIES += [
+    Mutation(
+        id="silu-mul-ignores-the-interleave",
+        description="the activation pairs gate column c with up column I + c whatever the projection's interleave",
+        file="backends/kernels/activation.py",
+        old="    gate, up = gate_up_columns(out.shape[-1], group)\n",
+        new="    gate, up = gate_up_columns(out.shape[-1], out.shape[-1])\n",
+        gates=(f"{KERNELS}::test_silu_mul_and_embed_twins[4]",
+               f"{SKINNY_TESTS}::test_the_swiglu_twin_activates_each_interleaved_pair"),
+    ),
+    Mutation(
+        id="gate-up-weights-not-interleaved",
+        description="the model fuses gate and up weights one after the other, where its activation reads them paired",
+        file="models/decoder.py",
+        old="    return np.stack([gate.reshape(I // g, g, H), up.reshape(I // g, g, H)], axis=1).reshape(2 * I, H)\n",
+        new="    return np.concatenate([gate, up])\n",
+        gates=("tests/models/test_oracle.py::test_logits_match_hf_for_prefill_and_decode",),
+    ),
+    Mutation(
+        id="cuda-swiglu-epilogue-reads-gate-as-up",
+        description="the skinny GEMM's last block of a split gate/up tile multiplies SiLU(gate) by gate, not up",
+        file="backends/kernels/skinny_gemm.cu", old="                    u += __ldcg(p + PAIR_COLS);\n",
+        new="                    u += __ldcg(p);\n",
+        gates=(SWIGLU_GPU,), needs_gpu=True,
+    ),
+    Mutation(
+        id="swiglu-epilogue-never-reached",
+        description="the gate/up projection never offers its activation to the skinny GEMM: SiLU stays a launch",
+        file="backends/kernels/library.py",
+        old='    fused = getattr(xp, "gemm_silu_mul", None) if group == PAIR_COLS else None\n',
+        new='    fused = getattr(xp, "gemm_silu_mul", None) if group != PAIR_COLS else None\n',
+        gates=(EPILOGUE_STEP,), needs_gpu=True,
+    ),
+    Mutation(
+        id="epilogue-plan-times-the-gemm-alone",
+        description="a norm or SwiGLU plan times each candidate without its consumer, picking the faster GEMM, not "
+                    "the faster pair",
+        file="backends/cublaslt.py",
+        old="            epilogue = epilogue.on_scratch(cupy, lt.scratch() + L2_FLUSH_BYTES - EPILOGUE_BYTES, self.m, self.n)\n",
+        new="            epilogue = None\n",
+        gates=(EPILOGUE_TIMING,), needs_gpu=True,
+    ),
+    Mutation(
+        id="tuning-chain-moves-the-residual-stream",
+        description="a norm plan's timing chains add into the caller's residual stream, not a scratch copy of it",
+        file="backends/cublaslt.py",
+        old="        return Norm(_view(cupy, ptr, (m, n), cupy.float32), self.w,",
+        new="        return self\n        return Norm(_view(cupy, ptr, (m, n), cupy.float32), self.w,",
+        gates=(EPILOGUE_TIMING,), needs_gpu=True,
+    ),
+]

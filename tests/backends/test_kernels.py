@@ -211,13 +211,17 @@ def test_add_rms_norm_twin(mode: str, out_dtype: str) -> None:
     assert (np.abs(widen_host(out) - want) / (1 + np.abs(want))).max() <= tol
 
 
-def test_silu_mul_and_embed_twins() -> None:
+@pytest.mark.parametrize("group", [20, 4])
+def test_silu_mul_and_embed_twins(group: int) -> None:
+    """SiLU(gate) x up over gate/up columns alternating `group` at a time (group = I: gate's, then up's)."""
     rng = np.random.default_rng(0)
-    gu = rng.standard_normal((3, 40)).astype(np.float32)
+    g = rng.standard_normal((3, 20)).astype(np.float32)
+    u = rng.standard_normal((3, 20)).astype(np.float32)
+    gu = np.stack([g.reshape(3, 20 // group, group), u.reshape(3, 20 // group, group)], axis=2).reshape(3, 40)
     out = np.zeros((3, 20), np.float32)
-    activation.silu_mul(np, gu, out)
-    g, u = gu[:, :20].astype(np.float64), gu[:, 20:]
-    assert np.abs(out - g / (1 + np.exp(-g)) * u).max() < 1e-6
+    activation.silu_mul(np, gu, out, group=group)
+    g64 = g.astype(np.float64)
+    assert np.abs(out - g64 / (1 + np.exp(-g64)) * u).max() < 1e-6
     table = narrow_host(rng.standard_normal((10, 8)).astype(np.float32), np.dtype(np.uint16))
     ids = np.array([3, 0, 9], np.int64)
     emb = np.zeros((3, 8), np.float32)
@@ -286,10 +290,11 @@ def test_cuda_norm_activation_and_embed_equal_their_twins(out_dtype: str) -> Non
             assert_within_bound(xs[1].get(), xs[0], f"add_rms_norm residual H={H}")
             assert_within_bound(outs[1].get(), outs[0], f"add_rms_norm H={H} {out_dtype}")
         gu = rng.standard_normal((5, 2 * H)).astype(np.float32)
-        acts = [np.zeros((5, H), STORAGE[out_dtype]), cupy.zeros((5, H), STORAGE[out_dtype])]
-        activation.silu_mul(np, gu, acts[0])
-        activation.silu_mul(cupy, cupy.asarray(gu), acts[1])
-        assert_within_bound(acts[1].get(), acts[0], f"silu_mul H={H} {out_dtype}")
+        for group in (H, activation.PAIR_COLS):
+            acts = [np.zeros((5, H), STORAGE[out_dtype]), cupy.zeros((5, H), STORAGE[out_dtype])]
+            activation.silu_mul(np, gu, acts[0], group=group)
+            activation.silu_mul(cupy, cupy.asarray(gu), acts[1], group=group)
+            assert_within_bound(acts[1].get(), acts[0], f"silu_mul H={H} group={group} {out_dtype}")
     table = narrow_host(rng.standard_normal((50, 96)).astype(np.float32), STORAGE[out_dtype])
     ids = rng.integers(0, 50, 7).astype(np.int64)
     embs = [np.zeros((7, 96), np.float32), cupy.zeros((7, 96), np.float32)]

@@ -105,6 +105,57 @@ def test_a_decode_shapes_plan_times_the_skinny_gemm_and_every_candidate_is_right
     print(f"\n1x4096x1024 bf16: {plan.picked} picked; times {plan.times_us} us (skinny configurations last)")
 
 
+# (m, 2 I, K): the 0.6B and 8B gate/up projections, one column tile past a whole number of the widest, a K split deep
+SWIGLU_SHAPES = [(1, 6144, 1024), (8, 6144, 1024), (1, 24576, 4096), (3, 1040, 96), (2, 256, 2048)]
+
+
+def swiglu_reference(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """SiLU(gate) x up in float64, gate's and up's columns of b interleaved PAIR_COLS at a time."""
+    from backends.kernels.activation import gate_up_columns
+
+    c = widen_host(a).astype(np.float64) @ widen_host(b).astype(np.float64)
+    gate, up = gate_up_columns(b.shape[1] // 2, sg.PAIR_COLS)
+    return c[:, gate] / (1 + np.exp(-c[:, gate])) * c[:, up]
+
+
+@pytest.mark.parametrize("m,n,k", SWIGLU_SHAPES)
+def test_the_swiglu_twin_activates_each_interleaved_pair(m: int, n: int, k: int) -> None:
+    a, b = operands(m, n, k, "bfloat16", seed=n)
+    act = np.zeros((m, n // 2), np.uint16)
+    sg.skinny_gemm_swiglu(np, a, b, np.zeros((m, n), np.float32), act, None, None)
+    want = swiglu_reference(a, b)
+    assert np.all(np.abs(widen_host(act) - want) <= 2 ** -7 * np.abs(want) + 1e-5), "to a bf16 ulp"
+    c = widen_host(a).astype(np.float64) @ widen_host(b).astype(np.float64)
+    halves = c[:, : n // 2] / (1 + np.exp(-c[:, : n // 2])) * c[:, n // 2:]
+    assert np.abs(halves - want).max() > 0.05, "non-vacuity: gate then up, unpaired, is another activation"
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("config", sg.CONFIGS, ids=CONFIG_IDS)
+@pytest.mark.parametrize("m,n,k", SWIGLU_SHAPES)
+def test_cuda_skinny_gemm_with_the_swiglu_epilogue_equals_its_twin_on_one_scratch(m: int, n: int, k: int,
+                                                                                 config: sg.Config) -> None:
+    """act = SiLU(gate) x up from one launch, against the GEMM's twin and silu_mul's over the interleaved pairs, twice
+    on one scratch (the tile counters back at zero); C is the unfused path's scratch and stays unwritten."""
+    import cupy
+
+    a, b = operands(m, n, k, "bfloat16", seed=m + n)
+    want = np.zeros((m, n // 2), np.uint16)
+    sg.skinny_gemm_swiglu(np, a, b, np.zeros((m, n), np.float32), want, None, None, config=config)
+    partials = cupy.zeros(sg.SCRATCH_FLOATS, np.float32)
+    counters = cupy.zeros(sg.MAX_TILES, np.uint32)
+    exp = widen_host(want)
+    for run in range(2):
+        c, act = cupy.full((m, n), np.nan, np.float32), cupy.zeros((m, n // 2), np.uint16)
+        sg.skinny_gemm_swiglu(cupy, cupy.asarray(a), cupy.asarray(b), c, act, partials, counters, config=config)
+        got = widen_host(act.get())
+        past = np.abs(got - exp) > 2 ** -7 * np.abs(exp) + 1e-5
+        assert not past.any(), f"run {run}: {int(past.sum())} of {past.size} outputs past a bf16 ulp"
+        assert int(counters.sum()) == 0, f"run {run}: the tile counters are back at zero"
+        assert bool(cupy.isnan(c).all()), f"run {run}: C left unwritten"
+    assert np.abs(exp).max() > 0.05, "non-vacuity: outputs far from zero"
+
+
 NORM_SHAPES = [(1, 1024, 2048), (1, 1024, 3072), (8, 1024, 3072), (3, 2048, 1024), (2, 512, 96)]
 NORM_RUNS = 6
 
@@ -143,8 +194,8 @@ def test_cuda_skinny_gemm_with_the_norm_epilogue_equals_its_twin_on_one_scratch(
 def test_on_the_gpu_a_decode_step_on_skinny_plans_norms_inside_its_gemms_and_computes_the_same(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """With every decode GEMM's plan on the skinny kernel, each layer's o and down projections run the norm after
-    them in their epilogue: two nodes a layer fewer in the captured step than with the epilogue refused, and the
-    same logits (to the norm's summation order)."""
+    them in their epilogue, and its gate/up projection the SwiGLU activation: three nodes a layer fewer in the
+    captured step than with the epilogues refused, and the same logits (to the norm's summation order)."""
     import cupy
 
     from backends.cuda import CudaBackend
@@ -159,19 +210,59 @@ def test_on_the_gpu_a_decode_step_on_skinny_plans_norms_inside_its_gemms_and_com
     got = {}
     for fused in (True, False):
         if not fused:
-            monkeypatch.setattr(backend.xp, "gemm_add_rms_norm", lambda *args: False)
+            for op in ("gemm_add_rms_norm", "gemm_silu_mul"):
+                monkeypatch.setattr(backend.xp, op, lambda *args: False)
         driver = GraphDriver(model, kv, max_num_seqs=4)
         driver.step(inp)  # cold: every shape planned and tuned
-        skinny = [p for p in backend.blas.lt.plans.values() if p.storage is not None and sg.fits(p.m, p.n, p.storage)]
+        skinny = [p for p in backend.blas.lt.plans.values()
+                  if p.storage is not None and sg.fits(p.m, p.n, p.storage, p.epilogue)]
         for plan in skinny:
             plan.algo = sg.DEFAULT
-            sg.load_norm(cupy, plan.storage, plan.m, sg.DEFAULT)  # as a tuning that picked it would have
+            sg.load(cupy, plan.storage, plan.m, sg.DEFAULT, plan.epilogue)  # as a tuning that picked it would have
         driver.step(inp)  # captured
         driver.step(inp)  # replayed
-        assert driver.num_replays > 0 and len(skinny) >= 4, "non-vacuity: a replay, on skinny plans"
+        epilogues = {p.epilogue for p in skinny}
+        assert driver.num_replays > 0 and epilogues >= {"", "norm", "swiglu"}, "non-vacuity: a replay, skinny plans"
         got[fused] = driver.last_slot.graph.num_nodes, driver.last_logits()
     layers = model.cfg.num_hidden_layers
-    assert got[True][0] == got[False][0] - 2 * layers, f"nodes fused / not: {got[True][0]} / {got[False][0]}"
+    assert got[True][0] == got[False][0] - 3 * layers, f"nodes fused / not: {got[True][0]} / {got[False][0]}"
     fused_logits, plain = got[True][1], got[False][1]
     assert np.abs(fused_logits - plain).max() <= 0.02 * np.abs(plain).max()
     assert np.argmax(fused_logits, -1).tolist() == np.argmax(plain, -1).tolist()
+
+
+@pytest.mark.gpu
+def test_an_epilogue_plan_times_each_cublaslt_candidate_with_its_consumers_kernel(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A norm plan times every cuBLASLt candidate followed by add_rms_norm, once a weight of its timing chain (and
+    the skinny GEMM's fused variant with none after it); the chains write a scratch copy of the residual stream, so
+    the stream the caller passed moves once, by the real call after the tuning."""
+    import cupy
+
+    from backends import cublaslt
+    from backends.cuda import CudaBackend
+
+    separate = cublaslt.Norm.separate
+    calls = []
+
+    def counted(self: cublaslt.Norm, cp: object, c: object) -> None:
+        calls.append(self.x.data.ptr)
+        separate(self, cp, c)
+
+    monkeypatch.setattr(cublaslt.Norm, "separate", counted)
+    backend = CudaBackend()
+    m, n, k = 1, 1024, 3072
+    a, b = operands(m, n, k, "bfloat16", seed=9)
+    c = cupy.zeros((m, n), np.float32)
+    x0 = np.random.default_rng(1).standard_normal((m, n)).astype(np.float32)
+    x, w, h = cupy.asarray(x0), cupy.ones(n, np.float32), cupy.zeros((m, n), np.uint16)
+    assert backend.xp.gemm_add_rms_norm(cupy.asarray(a), cupy.asarray(b), c, x, w, h, 1e-6), "a norm plan serves it"
+    plan = backend.blas.lt.plans[(cublaslt.CUDA_R_16BF, m, n, k, "norm")]
+    cublas = [cand for cand in plan.candidates if not isinstance(cand, sg.Config)]
+    chain = len(plan._timing_weights(0))
+    timed = [p for p in calls if p != x.data.ptr]
+    assert len(timed) == len(cublas) * (chain + 1), f"{len(timed)} norms timed for {len(cublas)} cuBLASLt candidates"
+    assert len(plan.times_us) == len(plan.candidates) > len(cublas), "every candidate timed, the skinny GEMM's too"
+    want_x = x0 + widen_host(a).astype(np.float64) @ widen_host(b).astype(np.float64)
+    np.testing.assert_allclose(x.get(), want_x, rtol=1e-4, atol=1e-3, err_msg="x moved once, by the real call")
+    print(f"\nnorm plan 1x1024x3072: {plan.picked} picked; times {plan.times_us} us (skinny configurations last)")
