@@ -17,13 +17,16 @@ memory's speed; whichever candidate is fastest runs the shape.
 A GEMM whose consumer the skinny GEMM can run in its last block (an epilogue: the residual add + RMSNorm after an o
 or down projection, SiLU x up after the gate/up projection) has a plan of its own, which times each candidate with
 its consumer: a cuBLASLt algorithm followed by the consumer's own kernel, against the skinny GEMM's fused variant.
-Timed alone, the GEMM picks the faster GEMM, not the faster pair (on the H200 the 0.6B down projection's cuBLASLt
-algorithm beat the skinny GEMM by 1 us and cost a 3.7 us norm launch after it).
+Timed alone, a GEMM picks the faster GEMM, not the faster pair (H200, 0.6B, one row: the o projection and its norm
+took 7.3 us as the skinny GEMM's epilogue, 9.7 us as cuBLASLt's algorithm and the norm kernel).
 
-Only shapes of at most TUNED_MAX_ROWS rows are timed: those are the captured steps' (decode keys and the prefill
-buckets, all seen at start-up). A larger step runs eagerly with a row count that changes from step to step; it
-is compute-bound, where the heuristic's first pick is good, and timing each new count cost a request tens of
-milliseconds (H200: 4 shapes of a 1,024-token prompt, 30 ms of its TTFT).
+Only shapes of at most TUNED_MAX_ROWS rows, seen before `stop_tuning` (the engine's start-up), are timed: those are
+the captured steps' (decode keys and the prefill buckets). A shape first seen later keeps the heuristic's first pick:
+an eager mixed step's LM head over its few logit rows was a new shape for each new row count, and its timing, with
+the skinny GEMM's configurations compiled for it, stalled serving for 2-4 s a step (H200, 8 requests of 8k tokens).
+A step of more rows runs eagerly with a row count that changes from step to step; it is compute-bound, where the
+heuristic's first pick is good, and timing each new count cost a request tens of milliseconds (H200: 4 shapes of a
+1,024-token prompt, 30 ms of its TTFT).
 """
 
 from __future__ import annotations
@@ -291,7 +294,12 @@ class CublasLt:
         self.one, self.zero = ctypes.c_float(1.0), ctypes.c_float(0.0)
         self.plans: dict[tuple[int, int, int, int, str], Plan] = {}  # (dtype, m, n, k, epilogue)
         self.tuning_s = 0.0
+        self.is_tuning = True  # until stop_tuning: a new shape is timed
         self._tuning_stream: Any = None
+
+    def stop_tuning(self) -> None:
+        """From now on a new shape keeps the heuristic's first pick (start-up is over: backends/cuda.py)."""
+        self.is_tuning = False
 
     def tuning_stream(self) -> Any:
         """A stream of the tuner's own: a timing graph is captured on it, whatever stream the caller is on (the
@@ -342,14 +350,15 @@ class CublasLt:
 
     def _plan(self, dtype: int, m: int, n: int, k: int, epilogue_kind: str, a: Any, b: Any, c: Any, stream: Any,
               epilogue: Epilogue | None = None) -> Plan:
-        """The shape's plan; a new one is planned (host work only) and, outside a capture, tuned; inside one (a shape
-        the cold step did not see) it keeps the heuristic's first pick for good."""
+        """The shape's plan; a new one is planned (host work only) and, outside a capture and while tuning, tuned;
+        otherwise (a shape the cold step did not see, or first seen after start-up) it keeps the heuristic's first
+        pick for good."""
         key = (dtype, m, n, k, epilogue_kind)
         plan = self.plans.get(key)
         if plan is None:
             t = time.perf_counter()
             plan = self.plans[key] = Plan(self, dtype, m, n, k, epilogue_kind)
-            if m <= TUNED_MAX_ROWS and not stream.is_capturing():
+            if m <= TUNED_MAX_ROWS and self.is_tuning and not stream.is_capturing():
                 plan.tune(a.data.ptr, b.data.ptr, c.data.ptr, stream, epilogue)
             self.tuning_s += time.perf_counter() - t
         return plan

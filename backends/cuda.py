@@ -154,6 +154,10 @@ class CudaBackend(Backend):
         self.xp = xp
         self._allocator = self._cupy_alloc  # installed around each launch only (_call)
 
+    def end_start_up(self) -> None:
+        if self.blas.lt is not None:
+            self.blas.lt.stop_tuning()
+
     def _skinny_scratch(self) -> tuple[int, int]:
         """The skinny GEMM's partials and its zeroed tile counters, long-lived (backends/kernels/skinny_gemm.py)."""
         from backends.kernels.skinny_gemm import MAX_TILES, SCRATCH_FLOATS

@@ -373,6 +373,11 @@ class Backend(Ops):
     def host_view(self, pinned: Any) -> Any:
         raise NotImplementedError("need host_view")
 
+    def end_start_up(self) -> None:
+        """Start-up is over: every shape a captured step runs has been seen. A backend that measures its kernels'
+        algorithms on first sight (CUDA's GEMM tuner) stops, so a shape first seen later (an eager step's row count)
+        costs a request no timing and no compilation. Nothing to do on a backend that measures nothing."""
+
     def begin_capture(self, stream: Stream, mode: CaptureMode = CaptureMode.GLOBAL) -> None:
         raise NotImplementedError("need begin_capture")
 

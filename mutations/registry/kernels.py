@@ -425,7 +425,8 @@ ENTRIES += [
 # time a decode GEMM with its consumer (backends/cublaslt.py).
 SWIGLU_GPU = f"{SKINNY_TESTS}::test_cuda_skinny_gemm_with_the_swiglu_epilogue_equals_its_twin_on_one_scratch"
 EPILOGUE_STEP = f"{SKINNY_TESTS}::test_on_the_gpu_a_decode_step_on_skinny_plans_norms_inside_its_gemms_and_computes_the_same"
-EPILOGUE_TIMING = f"{SKINNY_TESTS}::test_an_epilogue_plan_times_each_cublaslt_candidate_with_its_consumers_kernel"
+TUNING = "tests/backends/test_gemm_tuning.py"
+EPILOGUE_TIMING = f"{TUNING}::test_an_epilogue_plan_times_each_cublaslt_candidate_with_its_consumers_kernel"
 ENTRIES += [
     Mutation(
         id="silu-mul-ignores-the-interleave",
@@ -475,5 +476,28 @@ ENTRIES += [
         old="        return Norm(_view(cupy, ptr, (m, n), cupy.float32), self.w,",
         new="        return self\n        return Norm(_view(cupy, ptr, (m, n), cupy.float32), self.w,",
         gates=(EPILOGUE_TIMING,), needs_gpu=True,
+    ),
+]
+
+# Start-up ends the GEMM tuner's timing (backends/cublaslt.py): a shape first seen on a request's time is not timed.
+ENTRIES += [
+    Mutation(
+        id="gemm-tuning-after-start-up",
+        description="the GEMM tuner times a shape first seen after start-up (an eager step's logit rows), compiling "
+                    "and running every candidate on a request's time",
+        file="backends/cublaslt.py",
+        old="            if m <= TUNED_MAX_ROWS and self.is_tuning and not stream.is_capturing():\n",
+        new="            if m <= TUNED_MAX_ROWS and not stream.is_capturing():\n",
+        gates=(f"{TUNING}::test_after_start_up_a_new_shape_keeps_the_heuristics_pick_untimed",),
+        needs_gpu=True,
+    ),
+    Mutation(
+        id="start-up-never-ends",
+        description="the runner never tells the backend that start-up is over: its tuner times shapes on requests' "
+                    "time",
+        file="vt/engine/worker/runner.py",
+        old="            self.backend.end_start_up()  # every captured shape is tuned; a later new shape is a request's time\n",
+        new="            pass\n",
+        gates=("tests/engine/test_startup_capture.py::test_start_up_ends_once_every_graph_is_taken",),
     ),
 ]

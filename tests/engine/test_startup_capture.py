@@ -67,3 +67,29 @@ def test_startup_capture_is_off_by_default_on_the_cpu_and_says_so_in_its_progres
     assert any(m.startswith(f"captured {total}/{total} graphs") for m in lines)
     assert any(m.startswith(f"captured {total} graphs in") and "MiB" in m for m in lines)
     assert captures(LLM("tiny-qwen3", **KW)) == 0, "the CPU backend's default: first use"
+
+
+def test_start_up_ends_once_every_graph_is_taken(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The backend hears once, after the last start-up capture, that start-up is over (CUDA's GEMM tuner then stops:
+    a shape first seen on a request's time, an eager step's logit rows, is not timed and compiles nothing); without
+    start-up capture it never hears it (first uses are tuned as they come)."""
+    from vt.backend import Backend
+    from vt.engine.worker.graph_driver import GraphDriver
+
+    events: list[str] = []
+    capture_all = GraphDriver.capture_all
+
+    def counted(self: GraphDriver, *args: object, **kw: object) -> int:
+        n = capture_all(self, *args, **kw)  # type: ignore[arg-type]
+        events.append(f"captured {n}")
+        return n
+
+    monkeypatch.setattr(GraphDriver, "capture_all", counted)
+    monkeypatch.setattr(Backend, "end_start_up", lambda self: events.append("start-up over"))
+    llm = LLM("tiny-qwen3", startup_capture=True, **KW)
+    assert captures(llm) > 0 and events == [f"captured {captures(llm)}", "start-up over"], events
+    _tokens(llm)
+    assert events[-1] == "start-up over", "requests do not end it again"
+    events.clear()
+    LLM("tiny-qwen3", startup_capture=False, **KW)
+    assert events == [], "no start-up capture: tuning stays open for first uses"

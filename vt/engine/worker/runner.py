@@ -105,7 +105,10 @@ class ModelRunner:
         if n:
             self._warm_eager()
         draft = getattr(self.proposer, "driver", None)
-        return n + (draft.capture_all(((1, True),)) if draft is not None else 0)
+        n += draft.capture_all(((1, True),)) if draft is not None else 0
+        if n:
+            self.backend.end_start_up()  # every captured shape is tuned; a later new shape is a request's time
+        return n
 
     def _warm_eager(self) -> None:
         """A prefill step's eager tail once (the LM head's row gather, the logit rows' gather, the sampler with
