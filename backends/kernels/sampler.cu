@@ -405,7 +405,8 @@ extern "C" __global__ void vt_sample(float* logits, const float* fparams, const 
 }
 
 
-// ---- the split sampler: SPLIT blocks per row (gridDim.y), for rows vt_sample deferred (out_ids[r] == -2) ------
+// ---- the split sampler: G blocks per row (gridDim.y: vt/engine/sample/sampler.py's split_blocks), for rows
+// vt_sample deferred (out_ids[r] == -2). No result depends on G: every merge is of integers, in block order. ----
 // The same draw as vt_sample's, with each pass over the vocabulary shared by the row's blocks: every block counts
 // its chunk (a partial max, sum or 256-bin histogram, in `parts`), and the last block of the row to finish (a
 // counter per row, back at zero when it is done, so a graph replays it) merges the partials in block order and
@@ -740,11 +741,15 @@ extern "C" __global__ void vt_cand_scan(const float* logits, const float* fparam
         const int n = (int)PART(r, g, 2);
         for (int p = tid; p < n; p += T) {
             const u64 v = PART(r, g, 8 + p);
-            if (cand_key(v) >= bound) merged[atomicAdd(&sh_count, 1)] = v;  // at most G * CAND_CAP <= WARPS * 256
+            if (cand_key(v) >= bound) {
+                const int slot = atomicAdd(&sh_count, 1);
+                if (slot < WARPS * 256) merged[slot] = v;  // more (many blocks of ties): the one-block draw below
+            }
         }
     }
     __syncthreads();
-    const int n = sh_count;
+    overflow |= sh_count > WARPS * 256;
+    const int n = min(sh_count, WARPS * 256);
     const u32 kth = cand_key(kth_largest(merged, n, (int)top_k, hist256));
     int support = 0;
     for (int p = tid; p < n; p += T) support += cand_key(merged[p]) >= kth;

@@ -25,9 +25,11 @@ class Sampled:
     lp_ids: np.ndarray
 
 
-def run_sampler(backend: str, logits: np.ndarray, specs: list[RowSpec], general: str = "inline") -> Sampled:
+def run_sampler(backend: str, logits: np.ndarray, specs: list[RowSpec], general: str = "inline",
+                blocks: int | None = None) -> Sampled:
     """general (cuda-split): "inline" runs the general passes in the same launch; "skipped" leaves their rows at -2
-    (what a captured decode graph does); "after" runs them as a second launch (what its driver does next)."""
+    (what a captured decode graph does); "after" runs them as a second launch (what its driver does next). blocks
+    (cuda-split): a row's blocks, the engine's choice for the batch unless given."""
     b = _backends.setdefault(backend, make_backend(backend.removesuffix("-split")))
     n, V = logits.shape
     width = max([len(s.history) for s in specs if s.history is not None] or [1])
@@ -43,7 +45,7 @@ def run_sampler(backend: str, logits: np.ndarray, specs: list[RowSpec], general:
     b.copy_h2d(t[3], rows.hist if rows.hist is not None else np.zeros((n, width), np.int64))
     b.copy_h2d(t[5], rows.bias_ids if rows.bias_ids is not None else np.zeros((n, bw), np.int64))
     b.copy_h2d(t[6], rows.bias_vals if rows.bias_vals is not None else np.zeros((n, bw), np.float32))
-    scratch = split_scratch(b, n) if backend.endswith("-split") else ()
+    scratch = split_scratch(b, n, blocks) if backend.endswith("-split") else ()
     b.launch(sample_tokens, *t, *scratch, general=general == "inline")
     if general == "after":
         b.launch(sample_general, *t, *scratch)

@@ -30,9 +30,15 @@ def _rows(n: int = 32) -> tuple[np.ndarray, list[RowSpec]]:
     return logits, specs
 
 
-def test_the_split_sampler_draws_what_the_numpy_reference_draws() -> None:
+# A row's blocks: the fewest and the most the engine picks (split_blocks: 2 at B >= 256, 16 at B <= 32), and 64, where
+# the row's candidates can outgrow the last block's merge (the tie rows: 100 in every block).
+BLOCKS = [2, 16, 64]
+
+
+@pytest.mark.parametrize("blocks", BLOCKS)
+def test_the_split_sampler_draws_what_the_numpy_reference_draws(blocks: int) -> None:
     logits, specs = _rows()
-    cpu, split = run_sampler("cpu", logits, specs), run_sampler("cuda-split", logits, specs)
+    cpu, split = run_sampler("cpu", logits, specs), run_sampler("cuda-split", logits, specs, blocks=blocks)
     same = cpu.ids == split.ids
     assert same.sum() >= 31, f"rows that differ: {np.flatnonzero(~same).tolist()}"  # an expf ulp may move one
     lp = [i for i, s in enumerate(specs) if s.num_logprobs]
@@ -84,7 +90,8 @@ def test_a_captured_split_sampler_replays_the_same_draws() -> None:
 def _tie_rows() -> tuple[np.ndarray, list[RowSpec]]:
     """Rows the candidate kernel must get right past its easy case: equal largest logits in one block (forty in ten
     threads; twenty in twenty threads, where the block's bound is their key), half-precision logits (ties near the
-    top), a constant row (every token ties: the one-block draw), a NaN (the row samples -1), and the kinds on either
+    top), 6,400 ties spread over the row (more candidates than the merge holds at 64 blocks, more than a block keeps at
+    16), a constant row (every token ties: the one-block draw), a NaN (the row samples -1), and the kinds on either
     side of KMAX."""
     from vt.engine.sample.sampler import KMAX, THREADS
 
@@ -101,6 +108,10 @@ def _tie_rows() -> tuple[np.ndarray, list[RowSpec]]:
                                                (0, 0.9, 0.0), (0, 1.0, 0.1), (0, 1.0, 0.0), (20, 1.0, 0.0)]):
         rows.append((rng.standard_normal(Vt) * 3).astype(np.float16).astype(np.float32))
         specs.append(RowSpec(temperature=0.8, top_k=top_k, top_p=top_p, min_p=min_p, seed=200 + i))
+    spread = (rng.standard_normal(Vt) - 10).astype(np.float32)  # 100 ties in every 512 tokens: at 64 blocks a row,
+    spread[[b * THREADS + t for b in range(Vt // THREADS) for t in range(100)]] = 5.0  # more than the merge holds
+    rows.append(spread)
+    specs.append(RowSpec(temperature=1.0, top_k=20, seed=302))
     rows.append(np.zeros(Vt, np.float32))
     specs.append(RowSpec(temperature=1.0, top_k=20, seed=300))
     nan = (rng.standard_normal(Vt)).astype(np.float32)
@@ -110,9 +121,10 @@ def _tie_rows() -> tuple[np.ndarray, list[RowSpec]]:
     return np.stack(rows), specs
 
 
-def test_the_candidate_sampler_draws_what_the_reference_draws_at_ties() -> None:
+@pytest.mark.parametrize("blocks", BLOCKS)
+def test_the_candidate_sampler_draws_what_the_reference_draws_at_ties(blocks: int) -> None:
     logits, specs = _tie_rows()
-    cpu, split = run_sampler("cpu", logits, specs), run_sampler("cuda-split", logits, specs)
+    cpu, split = run_sampler("cpu", logits, specs), run_sampler("cuda-split", logits, specs, blocks=blocks)
     same = cpu.ids == split.ids
     assert same.sum() >= len(specs) - 1, f"rows that differ: {np.flatnonzero(~same).tolist()}"  # an expf ulp
     assert split.ids[-1] == -1, "the NaN row samples -1"

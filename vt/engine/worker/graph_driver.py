@@ -37,12 +37,12 @@ from vt.engine.sample.sampler import (
     NF,
     NI,
     NLP,
-    SPLIT,
     SamplingRows,
     needs_general,
     pack,
     sample_general,
     sample_tokens,
+    split_blocks,
 )
 from vt.engine.worker.piecewise import Bucket, carry_buffers, token_ladder
 from vt.engine.worker.readback import Readback
@@ -78,10 +78,12 @@ GREEDY_PADDING = pack([], 1, 0).iparams  # a padding row's sampler ints: greedy,
 assert NF % 2 == 0, "a row's sampling floats fill whole int64 words of the staged inputs"
 
 
-def split_scratch(backend: Any, rows: int) -> tuple[Tensor, ...]:
-    """The split sampler's scratch for rows: block partials [rows, SPLIT, 256] and sums [rows, SPLIT], the row
-    state [rows, 8], and per row a counter of blocks done, zero (each launch leaves it zero)."""
-    parts, psum, state = (backend.empty(shape, np.uint64) for shape in ((rows, SPLIT, 256), (rows, SPLIT), (rows, 8)))
+def split_scratch(backend: Any, rows: int, blocks: int | None = None) -> tuple[Tensor, ...]:
+    """The split sampler's scratch for rows of G blocks each (split_blocks(rows) unless given; the launch takes G from
+    it): block partials [rows, G, 256] and sums [rows, G], the row state [rows, 8], and per row a counter of blocks
+    done, zero (each launch leaves it zero)."""
+    G = blocks or split_blocks(rows)
+    parts, psum, state = (backend.empty(shape, np.uint64) for shape in ((rows, G, 256), (rows, G), (rows, 8)))
     counters = backend.empty((rows,), np.uint32)
     backend.copy_h2d(counters, np.zeros(rows, np.uint32))
     return parts, psum, state, counters
