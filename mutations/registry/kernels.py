@@ -334,8 +334,8 @@ ENTRIES += [
                     "chain fits the L2, so every timed replay reads its weights from L2 and rewards the wrong "
                     "algorithm",
         file="backends/cublaslt.py",
-        old="        regions = min(L2_FLUSH_BYTES // stride, -(-2 * L2_BYTES // stride), MAX_CHAIN)",
-        new="        regions = min(L2_FLUSH_BYTES // stride, CHAIN, MAX_CHAIN)",
+        old="        regions = min((L2_FLUSH_BYTES - EPILOGUE_BYTES) // stride, -(-2 * L2_BYTES // stride), MAX_CHAIN)",
+        new="        regions = min((L2_FLUSH_BYTES - EPILOGUE_BYTES) // stride, CHAIN, MAX_CHAIN)",
         gates=tuple(f"{TUNER}[{s}]" for s in ("1x1024x2048", "1x1024x3072", "4x1000x96", "1x128x2048")),
     ),
 ]
