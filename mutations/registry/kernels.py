@@ -501,3 +501,28 @@ ENTRIES += [
         gates=("tests/engine/test_startup_capture.py::test_start_up_ends_once_every_graph_is_taken",),
     ),
 ]
+
+# The split sampler's blocks per row, a slot's own (vt/engine/worker/graph_driver.py's split_views).
+ENTRIES += [
+    Mutation(
+        id="split-slot-keeps-the-drivers-block-count",
+        description="every slot views the split scratch at the driver's block count: a one-row step runs the blocks a "
+                    "row of the largest batch gets",
+        file="vt/engine/worker/graph_driver.py",
+        old="        self.split = split_views(driver.split, n)  # the split sampler's scratch, or ()\n",
+        new="        self.split = tuple(t.view((n, *t.shape[1:])) for t in driver.split)\n",
+        gates=("tests/engine/test_split_blocks.py::test_each_slot_runs_the_blocks_a_row_its_own_batch_gets",),
+    ),
+]
+
+ENTRIES += [
+    Mutation(
+        id="tuner-chain-reads-the-epilogue-tail",
+        description="the GEMM tuner's timing chain takes weight regions from the whole scratch, the tail a timed "
+                    "epilogue writes its outputs into included",
+        file="backends/cublaslt.py",
+        old="        regions = min((L2_FLUSH_BYTES - EPILOGUE_BYTES) // stride, -(-2 * L2_BYTES // stride), MAX_CHAIN)",
+        new="        regions = min(L2_FLUSH_BYTES // stride, -(-2 * L2_BYTES // stride), MAX_CHAIN)",
+        gates=(TUNER,),
+    ),
+]

@@ -37,6 +37,7 @@ from vt.engine.sample.sampler import (
     NF,
     NI,
     NLP,
+    SPLIT_MAX,
     SamplingRows,
     needs_general,
     pack,
@@ -87,6 +88,17 @@ def split_scratch(backend: Any, rows: int, blocks: int | None = None) -> tuple[T
     counters = backend.empty((rows,), np.uint32)
     backend.copy_h2d(counters, np.zeros(rows, np.uint32))
     return parts, psum, state, counters
+
+
+def split_views(scratch: tuple[Tensor, ...], rows: int) -> tuple[Tensor, ...]:
+    """A slot's share of the driver's split-sampler scratch (allocated at SPLIT_MAX blocks a row): its rows at
+    split_blocks(rows) blocks each. The launch takes a row's blocks from the partials' shape, so a slot of one row
+    runs 16 blocks a row and a slot of 256 rows two, whatever the driver's largest slot."""
+    if not scratch:
+        return ()
+    parts, psum, state, counters = scratch
+    blocks = split_blocks(rows)
+    return parts.view((rows, blocks, 256)), psum.view((rows, blocks)), state.view((rows, 8)), counters.view((rows,))
 
 
 def width_ladder(min_width: int, max_width: int) -> list[int]:
@@ -165,7 +177,7 @@ class Slot:
         self.hist = driver.hist.view((n, self.hist_width))
         self.hist_raw = driver.hist_raw.view((n, self.hist_width))
         self.bias_ids, self.bias_vals, self.bias_raw = (t.view((n, MAX_BIASED)) for t in driver.bias)
-        self.split = tuple(t.view((n, *t.shape[1:])) for t in driver.split)  # the split sampler's scratch, or ()
+        self.split = split_views(driver.split, n)  # the split sampler's scratch, or ()
         self.logits = driver.logits.view((n, c.vocab_size))
         self.hidden = driver.hidden.view((n, c.hidden_size))
         self.out_ids = b.empty((n,), I64)
@@ -212,7 +224,7 @@ class GraphDriver:
         self.bias = tuple(self.backend.empty((rows, MAX_BIASED), dt) for dt in (I64, F32, F32))  # ids, values, raw
         # the split sampler's scratch (CUDA: the NumPy body is one draw either way)
         split = flags().sampler == "split" and self.backend.name == "cuda"
-        self.split = split_scratch(self.backend, rows) if split else ()
+        self.split = split_scratch(self.backend, rows, SPLIT_MAX) if split else ()  # each slot views its share
         # Each request's last sampled id, by its request slot (async scheduling: the next step's input token)
         self.last_sampled = self.backend.empty((max_num_seqs,), I64)
         self.backend.copy_h2d(self.last_sampled, np.zeros(max_num_seqs, I64))
