@@ -503,7 +503,9 @@ ENTRIES += [
     ),
 ]
 
-# The split sampler's blocks per row, a slot's own (vt/engine/worker/graph_driver.py's split_views).
+# The split sampler's blocks per row, a slot's own (vt/engine/worker/graph_driver.py's split_views), and the
+# tuner's timing chains clear of the epilogues' scratch tail.
+SPLIT_BLOCKS = "tests/engine/test_split_blocks.py::test_each_slot_runs_the_blocks_a_row_its_own_batch_gets"
 ENTRIES += [
     Mutation(
         id="split-slot-keeps-the-drivers-block-count",
@@ -512,11 +514,17 @@ ENTRIES += [
         file="vt/engine/worker/graph_driver.py",
         old="        self.split = split_views(driver.split, n)  # the split sampler's scratch, or ()\n",
         new="        self.split = tuple(t.view((n, *t.shape[1:])) for t in driver.split)\n",
-        gates=("tests/engine/test_split_blocks.py::test_each_slot_runs_the_blocks_a_row_its_own_batch_gets",),
+        gates=(SPLIT_BLOCKS,),
     ),
-]
-
-ENTRIES += [
+    Mutation(
+        id="split-blocks-ignore-the-batch",
+        description="every batch gets the most blocks a row: at B=256 the candidate kernel's fixed costs come back "
+                    "4,096 times",
+        file="vt/engine/sample/sampler.py",
+        old="    want = SPLIT_BLOCKS // max(1, rows)\n",
+        new="    want = SPLIT_BLOCKS\n",
+        gates=(SPLIT_BLOCKS,),
+    ),
     Mutation(
         id="tuner-chain-reads-the-epilogue-tail",
         description="the GEMM tuner's timing chain takes weight regions from the whole scratch, the tail a timed "
