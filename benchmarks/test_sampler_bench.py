@@ -20,7 +20,7 @@ from vt.registry import make_backend
 VOCAB = 151_936
 BATCHES = [1, 8, 32]
 PARAMS = {"temperature": dict(temperature=1.0), "qwen3": dict(temperature=0.6, top_k=20, top_p=0.95)}
-GPU_BATCHES = [*BATCHES, 256]  # the captured kernels only: the host samplers at 256 rows take minutes
+GPU_BATCHES = [*BATCHES, 64, 128, 256]  # the captured kernels only: the host samplers at 256 rows take minutes
 GPU_PARAMS = {**PARAMS, "qwen3-min-p": dict(temperature=0.6, top_k=20, top_p=0.95, min_p=0.05),
               "top-p": dict(temperature=1.0, top_p=0.9)}  # top-p alone: the general passes, after the graph
 

@@ -173,6 +173,88 @@ __device__ __forceinline__ u64 weight(const float* row, int i, const Filter& f, 
         }                                                                                 \
     }
 
+// A block's pass over its chunk [lo, hi) of a row, four tokens a thread at a time: thread t takes tokens lo + 4q ..
+// lo + 4q + 3 for q = t, t + T, ..., QUADS quads loaded before any is used. float4 loads where the chunk starts
+// 16-byte aligned (chunk_of keeps lo a multiple of 4, so every chunk of a row whose start is aligned), else four
+// scalar loads: the same tokens a thread either way, so the candidates' bound never depends on the alignment. (Scalar
+// loads, four in flight a thread, left 16 blocks a row latency-bound: a temperature draw's two passes at B = 1 took
+// 8 and 15 us of 608 KB on the H200.)
+#define QUADS 4
+#define QUAD_PASS(lo, hi, row, body)                                                                          \
+    {                                                                                                         \
+        const float* q_row_ = (row) + (lo);                                                                   \
+        const int q_n_ = (hi) - (lo), q_full_ = q_n_ / 4;                                                     \
+        const bool q_vec_ = (reinterpret_cast<unsigned long long>(q_row_) & 15ull) == 0ull;                   \
+        for (int q0_ = (int)threadIdx.x; 4 * q0_ < q_n_; q0_ += QUADS * T) {                                  \
+            float4 v_[QUADS];                                                                                 \
+            _Pragma("unroll") for (int u_ = 0; u_ < QUADS; u_++) {                                            \
+                const int q_ = q0_ + u_ * T;                                                                  \
+                if (q_vec_ && q_ < q_full_) {                                                                 \
+                    v_[u_] = reinterpret_cast<const float4*>(q_row_)[q_];                                     \
+                } else {                                                                                      \
+                    const int o_ = 4 * q_;                                                                    \
+                    v_[u_] = make_float4(o_ < q_n_ ? q_row_[o_] : 0.0f, o_ + 1 < q_n_ ? q_row_[o_ + 1] : 0.0f, \
+                                         o_ + 2 < q_n_ ? q_row_[o_ + 2] : 0.0f, o_ + 3 < q_n_ ? q_row_[o_ + 3] : 0.0f); \
+                }                                                                                             \
+            }                                                                                                 \
+            _Pragma("unroll") for (int u_ = 0; u_ < QUADS; u_++) {                                            \
+                const float e_[4] = {v_[u_].x, v_[u_].y, v_[u_].z, v_[u_].w};                                 \
+                _Pragma("unroll") for (int c_ = 0; c_ < 4; c_++) {                                            \
+                    const int o_ = 4 * (q0_ + u_ * T) + c_;                                                   \
+                    if (o_ < q_n_) { const int i = (lo) + o_; const float raw = e_[c_]; (void)i; body }       \
+                }                                                                                             \
+            }                                                                                                 \
+        }                                                                                                     \
+    }
+
+// The inverse CDF within tokens [a, b) of a row: the first token whose running mass (pre at a) exceeds target, or
+// `none` when the range's mass does not reach it. Every thread of the block. The range narrows a sixteenth at a time:
+// each warp sums a contiguous sixteenth (coalesced, eight loads in flight a lane), and the sixteenth that carries the
+// running mass past the target is kept, until four tokens a thread remain; those are scanned in thread order. (Each
+// thread walking its own contiguous run token by token paid a load's latency per token.) Integers: exact.
+__device__ int draw_in(const float* row, int a, int b, const Filter& f, u64 pre, u64 target, int none, u64* shu,
+                       int* found) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    u32 k;
+    while (b - a > 4 * T) {
+        const int seg = (b - a + WARPS - 1) / WARPS, sa = min(b, a + warp * seg), sb = min(b, sa + seg);
+        u64 s = 0;
+        for (int i0 = sa + lane; i0 < sb; i0 += 32 * 8) {
+            float v[8];
+#pragma unroll
+            for (int u = 0; u < 8; u++) v[u] = i0 + 32 * u < sb ? row[i0 + 32 * u] : 0.0f;
+#pragma unroll
+            for (int u = 0; u < 8; u++) if (i0 + 32 * u < sb) s += weight_of(__fdiv_rn(v[u], f.temp), f, &k);
+        }
+        for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+        if (lane == 0) shu[warp] = s;
+        __syncthreads();
+        int pick = 0;  // every thread alike: the sixteenth whose mass carries the running sum past the target
+        for (; pick < WARPS - 1 && target >= pre + shu[pick]; pick++) pre += shu[pick];
+        __syncthreads();
+        a = min(b, a + pick * seg);
+        b = min(b, a + seg);
+    }
+    const int ta = min(b, a + 4 * (int)threadIdx.x), tb = min(b, ta + 4);
+    float v[4];
+    u64 w[4], s = 0;
+#pragma unroll
+    for (int c = 0; c < 4; c++) v[c] = ta + c < tb ? row[ta + c] : 0.0f;
+#pragma unroll
+    for (int c = 0; c < 4; c++) { w[c] = ta + c < tb ? weight_of(__fdiv_rn(v[c], f.temp), f, &k) : 0ull; s += w[c]; }
+    u64 acc = pre + block_exclusive_scan(s, shu);
+    if (threadIdx.x == 0) *found = none;
+    __syncthreads();
+    if (target >= acc && target < acc + s) {
+#pragma unroll
+        for (int c = 0; c < 4; c++) { acc += w[c]; if (acc > target) { *found = ta + c; break; } }
+    }
+    __syncthreads();
+    const int tok = *found;
+    __syncthreads();
+    return tok;
+}
+
 // The largest key K with (sum of weights of keys >= K) >= want, over keys >= f.kmin when weighted.
 // Each warp counts into its own histogram (most keys share their top byte: one shared histogram would
 // serialize the whole block on two or three bins; measured on the H200, 2.1 ms -> 1.0 ms for Qwen3's
@@ -243,21 +325,7 @@ __device__ int draw_block(const float* row, int V, const float* fp, const long l
         for (int i = tid; i < V; i += T) z += weight(row, i, f, &k);
         z = block_sum_u(z, shu);
     }
-    const u64 target = draw_target((u64)ip[0], (u64)ip[1], z);
-    int chunk = (V + T - 1) / T, lo = tid * chunk, hi = min(V, lo + chunk);
-    u64 s = 0;
-    for (int i = lo; i < hi; i++) s += weight(row, i, f, &k);
-    u64 pre = block_exclusive_scan(s, shu);
-    if (tid == 0) shi[0] = V - 1;
-    __syncthreads();
-    if (target >= pre && target < pre + s) {
-        u64 acc = pre;
-        for (int i = lo; i < hi; i++) { acc += weight(row, i, f, &k); if (acc > target) { shi[0] = i; break; } }
-    }
-    __syncthreads();
-    const int tok = shi[0];
-    __syncthreads();
-    return tok;
+    return draw_in(row, 0, V, f, 0ull, draw_target((u64)ip[0], (u64)ip[1], z), V - 1, shu, shi);
 }
 
 extern "C" __global__ void vt_sample(float* logits, const float* fparams, const long long* iparams,
@@ -414,11 +482,13 @@ extern "C" __global__ void vt_sample(float* logits, const float* fparams, const 
 // state[r]: 0 max (float bits), 1 top-k key, 2 top-p key, 3 total mass, 4 want, 5 prefix, 6 prefix mask.
 #define ST(r, i) state[(long long)(r) * 8 + (i)]
 
-__device__ __forceinline__ void chunk_of(int V, int* lo, int* hi) {
-    const int G = gridDim.y, per = (V + G - 1) / G;
-    *lo = min(V, (int)blockIdx.y * per);
+// Block g's tokens of a row of V over G blocks: [lo, hi), lo a multiple of 4 (QUAD_PASS's float4 loads).
+__device__ __forceinline__ void chunk_bounds(int V, int G, int g, int* lo, int* hi) {
+    const int per = ((V + G - 1) / G + 3) & ~3;
+    *lo = min(V, g * per);
     *hi = min(V, *lo + per);
 }
+__device__ __forceinline__ void chunk_of(int V, int* lo, int* hi) { chunk_bounds(V, gridDim.y, blockIdx.y, lo, hi); }
 
 // Thread 0 of the last block of row r to arrive gets true (after every block's partials are visible).
 __device__ bool last_block(unsigned int* counters, int r, bool* sh_last) {
@@ -594,18 +664,8 @@ extern "C" __global__ void vt_split_draw(const float* logits, const float* fpara
     if (!(target >= pre && target < pre + mine) && !(last_chunk && target >= pre + mine)) return;
     int lo, hi;
     chunk_of(V, &lo, &hi);
-    const int per = (hi - lo + T - 1) / T, a = min(hi, lo + (int)threadIdx.x * per), b = min(hi, a + per);
-    u64 s = 0; u32 k;
-    for (int i = a; i < b; i++) s += weight(row, i, f, &k);
-    u64 off = pre + block_exclusive_scan(s, shu);
-    if (threadIdx.x == 0) found = V - 1;
-    __syncthreads();
-    if (target >= off && target < off + s) {
-        u64 acc = off;
-        for (int i = a; i < b; i++) { acc += weight(row, i, f, &k); if (acc > target) { found = i; break; } }
-    }
-    __syncthreads();
-    if (threadIdx.x == 0) finish_row(r, found, row, ip, hist, hist_raw, bias_ids, bias_raw, out_ids, lp_vals, lp_ids, L, W);
+    const int tok = draw_in(row, lo, hi, f, pre, target, V - 1, shu, &found);
+    if (threadIdx.x == 0) finish_row(r, tok, row, ip, hist, hist_raw, bias_ids, bias_raw, out_ids, lp_vals, lp_ids, L, W);
 }
 
 
@@ -692,11 +752,11 @@ extern "C" __global__ void vt_cand_scan(const float* logits, const float* fparam
 
     float m = -VT_INF;
     int bad = 0;
-    CHUNK_PASS(lo, hi, row, {
+    QUAD_PASS(lo, hi, row, {
         if (plain) bad |= !isfinite(raw);
         m = fmaxf(m, __fdiv_rn(raw, temp));  // this thread's largest: its key is the largest of its keys
     })
-    if (fast) tkeys[tid] = lo + tid < hi ? fkey(m) : 0u;
+    if (fast) tkeys[tid] = lo + 4 * tid < hi ? fkey(m) : 0u;
     m = block_max(m, shf);
     bad = block_max((float)bad, shf) > 0.0f;
     if (tid == 0) { PART(r, blockIdx.y, 0) = __float_as_uint(m); PART(r, blockIdx.y, 1) = bad; }
@@ -704,7 +764,7 @@ extern "C" __global__ void vt_cand_scan(const float* logits, const float* fparam
         if (tid == 0) sh_count = 0;
         sort_desc(tkeys);
         const u32 bound = tkeys[top_k - 1];  // k threads' largest keys reach it (0: fewer than k threads hold tokens)
-        CHUNK_PASS(lo, hi, row, {
+        QUAD_PASS(lo, hi, row, {
             const u32 k = fkey(__fdiv_rn(raw, temp));
             if (k >= bound) {
                 const int slot = atomicAdd(&sh_count, 1);
@@ -824,7 +884,7 @@ extern "C" __global__ void vt_cand_mass(const float* logits, const float* fparam
     int lo, hi;
     chunk_of(V, &lo, &hi);
     u64 z = 0; u32 k;
-    CHUNK_PASS(lo, hi, row, { z += weight_of(__fdiv_rn(raw, f.temp), f, &k); })
+    QUAD_PASS(lo, hi, row, { z += weight_of(__fdiv_rn(raw, f.temp), f, &k); })
     z = block_sum_u(z, shu);
     if (tid == 0) psum[(long long)r * G + blockIdx.y] = z;
     if (!last_block(counters, r, &sh_last)) return;
@@ -834,20 +894,11 @@ extern "C" __global__ void vt_cand_mass(const float* logits, const float* fparam
     u64 pre = 0;
     int g = 0;
     while (g < G - 1 && target >= pre + psum[(long long)r * G + g]) pre += psum[(long long)r * G + g++];
-    const int per = (V + G - 1) / G, clo = min(V, g * per), chi = min(V, clo + per);
-    const int each = (chi - clo + T - 1) / T, a = min(chi, clo + tid * each), b = min(chi, a + each);
-    u64 s = 0;
-    for (int i = a; i < b; i++) s += weight(row, i, f, &k);
-    const u64 off = pre + block_exclusive_scan(s, shu);
-    if (tid == 0) found = V - 1;
-    __syncthreads();
-    if (target >= off && target < off + s) {
-        u64 acc = off;
-        for (int i = a; i < b; i++) { acc += weight(row, i, f, &k); if (acc > target) { found = i; break; } }
-    }
-    __syncthreads();
+    int clo, chi;
+    chunk_bounds(V, G, g, &clo, &chi);
+    const int tok = draw_in(row, clo, chi, f, pre, target, V - 1, shu, &found);
     if (tid == 0) {
         counters[r] = 0;
-        finish_row(r, found, row, ip, hist, hist_raw, bias_ids, bias_raw, out_ids, lp_vals, lp_ids, L, W);
+        finish_row(r, tok, row, ip, hist, hist_raw, bias_ids, bias_raw, out_ids, lp_vals, lp_ids, L, W);
     }
 }

@@ -11,6 +11,7 @@ import pytest
 
 from vt.engine.sample.sampler import (
     KMAX,
+    QUAD,
     SPLIT,
     THREADS,
     RowSpec,
@@ -58,14 +59,20 @@ def test_the_candidates_are_the_whole_top_k_support_or_the_row_defers(V: int) ->
     assert found >= 24, "non-vacuity: most rows draw from their candidates"
 
 
+def held_by(threads: int, each: int) -> np.ndarray:
+    """Tokens of block 0 that `threads` threads hold, `each` a thread, where every thread holds one quad (a row of
+    SPLIT * QUAD * THREADS tokens): thread t holds tokens QUAD t .. QUAD t + QUAD - 1."""
+    return np.array([QUAD * t + c for t in range(threads) for c in range(each)])
+
+
 @pytest.mark.parametrize("threads, each", [(10, 4), (20, 1)], ids=["40-in-10-threads", "20-in-20-threads"])
 def test_ties_at_a_blocks_bound_are_all_kept(threads: int, each: int) -> None:
     """Equal largest logits in block 0: forty held by ten threads (four each; the block's bound, its threads' 20th
     largest key, is far below them), or twenty held by twenty threads (the bound IS their key). With top-k 20 the
     support is every tied token, and the candidates must hold them all."""
-    V = SPLIT * 4 * THREADS  # every thread of every block holds 4 tokens
+    V = SPLIT * QUAD * THREADS  # every thread of every block holds one quad
     x = (np.random.default_rng(1).standard_normal(V) - 10).astype(np.float32)
-    tied = np.array(sorted(r * THREADS + t for r in range(each) for t in range(threads)))
+    tied = held_by(threads, each)
     x[tied] = 5.0
     assert np.array_equal(by_sorting(x, 20), tied), "non-vacuity: the support is the tied tokens"
     got = candidate_support(keys(x), 20)

@@ -45,6 +45,7 @@ NLP = MAX_LOGPROBS + 1  # the top-n, then the sampled token's
 MASS_SCALE = np.float32(2.0**32)  # masses below 2**32 each, so V of them sum exactly in float64
 DRAW_CHUNK = 1024
 SPLIT = 16  # the NumPy reference's model of the CUDA split sampler's blocks per row (no draw depends on it)
+QUAD = 4  # tokens a CUDA pass loads at once (a float4): a block's chunk is whole quads, a thread holds whole quads
 SPLIT_BLOCKS = 512  # the CUDA split sampler's blocks a launch aims at (split_blocks) ...
 SPLIT_MIN, SPLIT_MAX = 2, 16  # ... and a row's fewest and most
 KMAX = 32  # top-k up to this draws from a few candidates (backends/kernels/sampler.cu, vt_cand_scan)
@@ -298,20 +299,30 @@ def split_blocks(rows: int) -> int:
     return max(SPLIT_MIN, min(SPLIT_MAX, 1 << max(0, want.bit_length() - 1)))
 
 
+def chunk_span(V: int, blocks: int) -> int:
+    """A block's share of a row of V tokens over `blocks` blocks: ceil(V / blocks) rounded up to whole quads, so
+    every chunk of an aligned row starts 16-byte aligned (the CUDA passes load four tokens at once)."""
+    per = -(-V // blocks)
+    return -(-per // QUAD) * QUAD
+
+
 def candidate_support(k: np.ndarray, top_k: int) -> np.ndarray | None:
     """The top-k support (every token whose key reaches the k-th largest, ties kept), found as the CUDA candidate
     kernel finds it, or None where that kernel hands the row to the one-block draw. The vocabulary in SPLIT blocks of
-    THREADS threads, thread t of a block holding its tokens t, t + THREADS, ...; a block's bound is the k-th largest
-    of its threads' largest keys (k of its tokens reach it, so the row's k-th largest does); it keeps every token
-    that reaches its bound (at most CAND_CAP); the row merges those that reach the largest bound."""
-    V, per = k.size, -(-k.size // SPLIT)
-    span = -(-per // THREADS) * THREADS  # a block's tokens, padded to whole rounds of its threads
+    THREADS threads (chunk_span tokens a block); thread t of a block holds the quads t, t + THREADS, ... of its
+    chunk (tokens 4t .. 4t + 3 first); a block's bound is the k-th largest of its threads' largest keys (k of its
+    tokens reach it, so the row's k-th largest does); it keeps every token that reaches its bound (at most
+    CAND_CAP); the row merges those that reach the largest bound."""
+    V, per = k.size, chunk_span(k.size, SPLIT)
+    rounds = -(-per // (QUAD * THREADS))
+    span = rounds * QUAD * THREADS  # a block's tokens, padded to whole rounds of its threads' quads
     padded = np.zeros(SPLIT * span, np.uint64)
     for g in range(SPLIT):
         lo, hi = min(V, g * per), min(V, (g + 1) * per)
         padded[g * span : g * span + hi - lo] = _packed(k[lo:hi], np.arange(lo, hi))
     blocks = padded.reshape(SPLIT, span)
-    largest = (blocks.reshape(SPLIT, -1, THREADS).max(axis=1) >> np.uint64(32)).astype(np.uint32)  # [block, thread]
+    by_thread = blocks.reshape(SPLIT, rounds, THREADS, QUAD)
+    largest = (by_thread.max(axis=(1, 3)) >> np.uint64(32)).astype(np.uint32)  # [block, thread]
     bounds = np.sort(largest, axis=1)[:, THREADS - top_k].astype(np.uint64)  # each block's k-th largest
     keep = (blocks != 0) & ((blocks >> np.uint64(32)) >= bounds[:, None])
     if (keep.sum(axis=1) > CAND_CAP).any():
@@ -333,7 +344,7 @@ def support(x: np.ndarray, top_k: int, top_p: float, min_p: float) -> tuple[np.n
     m = x.max()
     idx = np.arange(V)
     k = keys(x)
-    chunk = idx // -(-V // SPLIT)
+    chunk = idx // chunk_span(V, SPLIT)
     found = candidate_support(k, top_k) if 0 < top_k < V and top_k <= KMAX else None
     if found is not None:
         idx = found
