@@ -21,7 +21,8 @@ VOCAB = 151_936
 BATCHES = [1, 8, 32]
 PARAMS = {"temperature": dict(temperature=1.0), "qwen3": dict(temperature=0.6, top_k=20, top_p=0.95)}
 GPU_BATCHES = [*BATCHES, 64, 128, 256]  # the captured kernels only: the host samplers at 256 rows take minutes
-GPU_PARAMS = {**PARAMS, "qwen3-min-p": dict(temperature=0.6, top_k=20, top_p=0.95, min_p=0.05),
+GPU_PARAMS = {**PARAMS, "greedy": dict(temperature=0.0),  # the harness alone: replay, read back
+              "qwen3-min-p": dict(temperature=0.6, top_k=20, top_p=0.95, min_p=0.05),
               "top-p": dict(temperature=1.0, top_p=0.9)}  # top-p alone: the general passes, after the graph
 
 

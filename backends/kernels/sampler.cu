@@ -45,13 +45,15 @@ __device__ __forceinline__ u64 mix64(u64 z) {
     z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
     return z ^ (z >> 31);
 }
+// Block reductions: each warp by shuffles, then every thread over the warps' results (two barriers, where a
+// shared-memory tree over T values took log2(T)). sh: at least WARPS entries.
 __device__ float block_max(float v, float* sh) {
-    sh[threadIdx.x] = v; __syncthreads();
-    for (int s = T / 2; s > 0; s >>= 1) {
-        if (threadIdx.x < s) sh[threadIdx.x] = fmaxf(sh[threadIdx.x], sh[threadIdx.x + s]);
-        __syncthreads();
-    }
-    float r = sh[0]; __syncthreads();
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    if ((threadIdx.x & 31) == 0) sh[threadIdx.x >> 5] = v;
+    __syncthreads();
+    float r = sh[0];
+    for (int w = 1; w < WARPS; w++) r = fmaxf(r, sh[w]);
+    __syncthreads();
     return r;
 }
 __device__ float block_sum_f(float v, float* sh) {
@@ -63,13 +65,13 @@ __device__ float block_sum_f(float v, float* sh) {
     float r = sh[0]; __syncthreads();
     return r;
 }
-__device__ u64 block_sum_u(u64 v, u64* sh) {
-    sh[threadIdx.x] = v; __syncthreads();
-    for (int s = T / 2; s > 0; s >>= 1) {
-        if (threadIdx.x < s) sh[threadIdx.x] += sh[threadIdx.x + s];
-        __syncthreads();
-    }
-    u64 r = sh[0]; __syncthreads();
+__device__ u64 block_sum_u(u64 v, u64* sh) {  // integers: the same sum in any order
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    if ((threadIdx.x & 31) == 0) sh[threadIdx.x >> 5] = v;
+    __syncthreads();
+    u64 r = 0;
+    for (int w = 0; w < WARPS; w++) r += sh[w];
+    __syncthreads();
     return r;
 }
 // Exclusive prefix sum over the block (thread order): each warp scans by shuffles, warp 0 scans the warps' totals.
@@ -90,17 +92,19 @@ __device__ u64 block_exclusive_scan(u64 v, u64* sh) {
     __syncthreads();
     return r;
 }
+// The largest value, the lowest index among equals (a total order over (value, index): any reduction order agrees).
+__device__ __forceinline__ void argmax_step(float& v, int& i, float b, int ib) {
+    if (b > v || (b == v && ib < i)) { v = b; i = ib; }
+}
 __device__ void block_argmax(float v, int i, float* shv, int* shi, float* outv, int* outi) {
-    shv[threadIdx.x] = v; shi[threadIdx.x] = i; __syncthreads();
-    for (int s = T / 2; s > 0; s >>= 1) {
-        if (threadIdx.x < s) {
-            float a = shv[threadIdx.x], b = shv[threadIdx.x + s];
-            int ia = shi[threadIdx.x], ib = shi[threadIdx.x + s];
-            if (b > a || (b == a && ib < ia)) { shv[threadIdx.x] = b; shi[threadIdx.x] = ib; }
-        }
-        __syncthreads();
-    }
-    *outv = shv[0]; *outi = shi[0]; __syncthreads();
+    for (int o = 16; o > 0; o >>= 1)
+        argmax_step(v, i, __shfl_xor_sync(0xffffffffu, v, o), __shfl_xor_sync(0xffffffffu, i, o));
+    if ((threadIdx.x & 31) == 0) { shv[threadIdx.x >> 5] = v; shi[threadIdx.x >> 5] = i; }
+    __syncthreads();
+    v = shv[0]; i = shi[0];
+    for (int w = 1; w < WARPS; w++) argmax_step(v, i, shv[w], shi[w]);
+    *outv = v; *outi = i;
+    __syncthreads();
 }
 
 struct Filter { float temp, m, min_p; u32 kmin; int weighted; };
@@ -174,21 +178,22 @@ __device__ __forceinline__ u64 weight(const float* row, int i, const Filter& f, 
     }
 
 // A block's pass over its chunk [lo, hi) of a row, four tokens a thread at a time: thread t takes tokens lo + 4q ..
-// lo + 4q + 3 for q = t, t + T, ..., QUADS quads loaded before any is used. float4 loads where the chunk starts
+// lo + 4q + 3 for q = t, t + T, ... (QUAD_PASS; QUAD_PASS_BY for another first quad and stride), QUADS quads
+// loaded before any is used. float4 loads where the chunk starts
 // 16-byte aligned (chunk_of keeps lo a multiple of 4, so every chunk of a row whose start is aligned), else four
 // scalar loads: the same tokens a thread either way, so the candidates' bound never depends on the alignment. (Scalar
 // loads, four in flight a thread, left 16 blocks a row latency-bound: a temperature draw's two passes at B = 1 took
 // 8 and 15 us of 608 KB on the H200.)
 #define QUADS 4
-#define QUAD_PASS(lo, hi, row, body)                                                                          \
+#define QUAD_PASS_BY(lo, hi, row, first, step, body)                                                         \
     {                                                                                                         \
         const float* q_row_ = (row) + (lo);                                                                   \
         const int q_n_ = (hi) - (lo), q_full_ = q_n_ / 4;                                                     \
         const bool q_vec_ = (reinterpret_cast<unsigned long long>(q_row_) & 15ull) == 0ull;                   \
-        for (int q0_ = (int)threadIdx.x; 4 * q0_ < q_n_; q0_ += QUADS * T) {                                  \
+        for (int q0_ = (first); 4 * q0_ < q_n_; q0_ += QUADS * (step)) {                                      \
             float4 v_[QUADS];                                                                                 \
             _Pragma("unroll") for (int u_ = 0; u_ < QUADS; u_++) {                                            \
-                const int q_ = q0_ + u_ * T;                                                                  \
+                const int q_ = q0_ + u_ * (step);                                                             \
                 if (q_vec_ && q_ < q_full_) {                                                                 \
                     v_[u_] = reinterpret_cast<const float4*>(q_row_)[q_];                                     \
                 } else {                                                                                      \
@@ -200,12 +205,22 @@ __device__ __forceinline__ u64 weight(const float* row, int i, const Filter& f, 
             _Pragma("unroll") for (int u_ = 0; u_ < QUADS; u_++) {                                            \
                 const float e_[4] = {v_[u_].x, v_[u_].y, v_[u_].z, v_[u_].w};                                 \
                 _Pragma("unroll") for (int c_ = 0; c_ < 4; c_++) {                                            \
-                    const int o_ = 4 * (q0_ + u_ * T) + c_;                                                   \
+                    const int o_ = 4 * (q0_ + u_ * (step)) + c_;                                              \
                     if (o_ < q_n_) { const int i = (lo) + o_; const float raw = e_[c_]; (void)i; body }       \
                 }                                                                                             \
             }                                                                                                 \
         }                                                                                                     \
     }
+#define QUAD_PASS(lo, hi, row, body) QUAD_PASS_BY(lo, hi, row, (int)threadIdx.x, T, body)
+// A warp's pass over its own contiguous range [lo, hi) (lo a multiple of 4), the lanes taking its quads in turn.
+#define WARP_QUAD_PASS(lo, hi, row, body) QUAD_PASS_BY(lo, hi, row, (int)(threadIdx.x & 31), 32, body)
+
+// Warp w's sixteenth of [lo, hi): contiguous, whole quads (lo a multiple of 4).
+__device__ __forceinline__ void sixteenth(int lo, int hi, int w, int* a, int* b) {
+    const int seg = ((hi - lo + WARPS - 1) / WARPS + 3) & ~3;
+    *a = min(hi, lo + w * seg);
+    *b = min(hi, *a + seg);
+}
 
 // The inverse CDF within tokens [a, b) of a row: the first token whose running mass (pre at a) exceeds target, or
 // `none` when the range's mass does not reach it. Every thread of the block. The range narrows a sixteenth at a time:
@@ -352,8 +367,8 @@ extern "C" __global__ void vt_sample(float* logits, const float* fparams, const 
     const long long* bi = bias_ids + (long long)r * W;
     float* br = bias_raw + (long long)r * W;
 
-    if (defer_draw && forced < 0 && temp != 0.0f && plain_row(ip)) {  // nothing to do before the draw: the
-        if (tid == 0) out_ids[r] = -2;                                 // candidate kernel checks its logits
+    if (defer_draw && forced < 0 && plain_row(ip)) {  // nothing to do before the draw (or the argmax): the
+        if (tid == 0) out_ids[r] = -2;                 // candidate kernel checks its logits
         return;
     }
     int bad = 0;
@@ -448,7 +463,7 @@ extern "C" __global__ void vt_sample(float* logits, const float* fparams, const 
     __syncthreads();
 
     int tok;
-    if (defer_draw && forced < 0 && temp != 0.0f) {  // the split kernels below draw it: mark it, keep lse for them
+    if (defer_draw && forced < 0) {  // the split kernels below draw it (or take its argmax): mark it, keep lse for them
         if (tid == 0) { out_ids[r] = -2; if (num_lp > 0) lp_vals[r * NLP + NLP - 1] = lse; }
         return;
     }
@@ -683,7 +698,8 @@ extern "C" __global__ void vt_split_draw(const float* logits, const float* fpara
 #define KMAX 32
 #define CAND_CAP 248
 #define SUPPORT_CAP T
-// parts[r, g, 0..5]: max (float bits), bad, candidates, the block's bound, -, overflow
+// parts[r, g, 0..5]: max (float bits; a greedy row's largest logit), bad, candidates, the block's bound, a greedy
+// row's argmax, overflow
 #define PART(r, g, i) parts[((long long)(r) * gridDim.y + (g)) * 256 + (i)]
 
 __device__ __forceinline__ bool fast_topk(long long top_k, int V) { return top_k > 0 && top_k < V && top_k <= KMAX; }
@@ -746,20 +762,28 @@ extern "C" __global__ void vt_cand_scan(const float* logits, const float* fparam
     const long long* ip = iparams + r * NI;
     const float temp = fp[0];
     const long long top_k = ip[2];
-    const bool plain = plain_row(ip), fast = fast_topk(top_k, V);
+    const bool greedy = temp == 0.0f, plain = plain_row(ip), fast = !greedy && fast_topk(top_k, V);
     int lo, hi;
     chunk_of(V, &lo, &hi);
 
     float m = -VT_INF;
-    int bad = 0;
-    QUAD_PASS(lo, hi, row, {
-        if (plain) bad |= !isfinite(raw);
-        m = fmaxf(m, __fdiv_rn(raw, temp));  // this thread's largest: its key is the largest of its keys
-    })
-    if (fast) tkeys[tid] = lo + 4 * tid < hi ? fkey(m) : 0u;
-    m = block_max(m, shf);
+    int bad = 0, at = V;
+    if (greedy) {  // the argmax (lowest index among equal largest logits), untempered
+        QUAD_PASS(lo, hi, row, {
+            if (plain) bad |= !isfinite(raw);
+            argmax_step(m, at, raw, i);
+        })
+        block_argmax(m, at, shf, shi, &m, &at);
+    } else {
+        QUAD_PASS(lo, hi, row, {
+            if (plain) bad |= !isfinite(raw);
+            m = fmaxf(m, __fdiv_rn(raw, temp));  // this thread's largest: its key is the largest of its keys
+        })
+        if (fast) tkeys[tid] = lo + 4 * tid < hi ? fkey(m) : 0u;
+        m = block_max(m, shf);
+    }
     bad = block_max((float)bad, shf) > 0.0f;
-    if (tid == 0) { PART(r, blockIdx.y, 0) = __float_as_uint(m); PART(r, blockIdx.y, 1) = bad; }
+    if (tid == 0) { PART(r, blockIdx.y, 0) = __float_as_uint(m); PART(r, blockIdx.y, 1) = bad; PART(r, blockIdx.y, 4) = at; }
     if (fast) {
         if (tid == 0) sh_count = 0;
         sort_desc(tkeys);
@@ -782,13 +806,19 @@ extern "C" __global__ void vt_cand_scan(const float* logits, const float* fparam
 
     // ---- the row's last block
     float mm = -VT_INF;
-    int any_bad = 0;
-    for (int g = 0; g < G; g++) { mm = fmaxf(mm, __uint_as_float((u32)PART(r, g, 0))); any_bad |= (int)PART(r, g, 1); }
+    int any_bad = 0, mat = V;
+    for (int g = 0; g < G; g++) {  // block order
+        const float bm = __uint_as_float((u32)PART(r, g, 0));
+        if (greedy) argmax_step(mm, mat, bm, (int)PART(r, g, 4));
+        else mm = fmaxf(mm, bm);
+        any_bad |= (int)PART(r, g, 1);
+    }
     __syncthreads();
     if (tid == 0) {
         counters[r] = 0;
         ST(r, 0) = __float_as_uint(mm);
         if (any_bad) out_ids[r] = -1;
+        else if (greedy) finish_row(r, mat, row, ip, hist, hist_raw, bias_ids, bias_raw, out_ids, lp_vals, lp_ids, L, W);
     }
     if (any_bad || !fast) return;  // a row with a NaN or an infinity samples -1; the others draw in the next kernels
     u32 bound = 0;
@@ -862,16 +892,18 @@ extern "C" __global__ void vt_cand_scan(const float* logits, const float* fparam
     if (tid == 0) finish_row(r, tok, row, ip, hist, hist_raw, bias_ids, bias_raw, out_ids, lp_vals, lp_ids, L, W);
 }
 
-// vt_cand_mass, SPLIT blocks per row: the rows with neither top-k nor top-p (temperature alone, or min-p): each block
-// sums its chunk's masses under the row's max; the last block finds the chunk that holds the target and draws in it.
+// vt_cand_mass, SPLIT blocks per row: the rows with neither top-k nor top-p (temperature alone, or min-p): each warp
+// of a block sums the masses (under the row's max) of a contiguous sixteenth of the block's chunk, kept in
+// parts[r, g, 8 + warp]; the row's last block finds the sixteenth that holds the target and draws in it alone.
 extern "C" __global__ void vt_cand_mass(const float* logits, const float* fparams, const long long* iparams,
                                         const long long* hist, const float* hist_raw, const long long* bias_ids,
                                         const float* bias_raw, long long* out_ids, float* lp_vals, long long* lp_ids,
-                                        unsigned long long* psum, unsigned long long* state, unsigned int* counters,
+                                        unsigned long long* parts, unsigned long long* state, unsigned int* counters,
                                         int V, int L, int W) {
     vt::pdl_entry();
     __shared__ u64 shu[T];
-    __shared__ int found;
+    __shared__ int found, sh_seg;
+    __shared__ u64 sh_pre;
     __shared__ bool sh_last;
     const int r = blockIdx.x, G = gridDim.y, tid = threadIdx.x;
     if (out_ids[r] != -2) return;
@@ -881,22 +913,37 @@ extern "C" __global__ void vt_cand_mass(const float* logits, const float* fparam
     if ((top_k > 0 && top_k < V) || fp[1] < 1.0f) return;  // the split kernels draw it
     const float* row = logits + (long long)r * V;
     const Filter f = {fp[0], __uint_as_float((u32)ST(r, 0)), fp[2], 0u, 1};
-    int lo, hi;
+    int lo, hi, sa, sb;
     chunk_of(V, &lo, &hi);
+    sixteenth(lo, hi, tid >> 5, &sa, &sb);
     u64 z = 0; u32 k;
-    QUAD_PASS(lo, hi, row, { z += weight_of(__fdiv_rn(raw, f.temp), f, &k); })
-    z = block_sum_u(z, shu);
-    if (tid == 0) psum[(long long)r * G + blockIdx.y] = z;
+    WARP_QUAD_PASS(sa, sb, row, { z += weight_of(__fdiv_rn(raw, f.temp), f, &k); })
+    for (int o = 16; o > 0; o >>= 1) z += __shfl_xor_sync(0xffffffffu, z, o);
+    if ((tid & 31) == 0) PART(r, blockIdx.y, 8 + (tid >> 5)) = z;
     if (!last_block(counters, r, &sh_last)) return;
-    u64 total = 0;
-    for (int g = 0; g < G; g++) total += psum[(long long)r * G + g];  // every thread: block order, integers
+    // ---- the row's last block: the G * WARPS sums in token order (block, then warp), a run of them a thread
+    const int N = G * WARPS, per = (N + T - 1) / T, a = min(N, tid * per), b = min(N, a + per);
+    u64 s = 0;
+    for (int j = a; j < b; j++) s += PART(r, j / WARPS, 8 + j % WARPS);
+    const u64 total = block_sum_u(s, shu);  // integers: block order or not, the same total
     const u64 target = draw_target((u64)ip[0], (u64)ip[1], total);
-    u64 pre = 0;
-    int g = 0;
-    while (g < G - 1 && target >= pre + psum[(long long)r * G + g]) pre += psum[(long long)r * G + g++];
-    int clo, chi;
-    chunk_bounds(V, G, g, &clo, &chi);
-    const int tok = draw_in(row, clo, chi, f, pre, target, V - 1, shu, &found);
+    u64 acc = block_exclusive_scan(s, shu);
+    if (tid == 0) sh_seg = -1;
+    __syncthreads();
+    if (target >= acc && target < acc + s) {
+        for (int j = a; j < b; j++) {
+            const u64 v = PART(r, j / WARPS, 8 + j % WARPS);
+            if (target < acc + v) { sh_seg = j; sh_pre = acc; break; }
+            acc += v;
+        }
+    }
+    __syncthreads();
+    int ta = 0, tb = 0;  // no sixteenth holds it (none does, for integers below the total): the fallback token
+    if (sh_seg >= 0) {
+        chunk_bounds(V, G, sh_seg / WARPS, &lo, &hi);
+        sixteenth(lo, hi, sh_seg % WARPS, &ta, &tb);
+    }
+    const int tok = draw_in(row, ta, tb, f, sh_seg >= 0 ? sh_pre : 0ull, target, V - 1, shu, &found);
     if (tid == 0) {
         counters[r] = 0;
         finish_row(r, tok, row, ip, hist, hist_raw, bias_ids, bias_raw, out_ids, lp_vals, lp_ids, L, W);

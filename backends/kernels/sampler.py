@@ -60,7 +60,7 @@ def launch_split(cp: Any, logits: Any, fparams: Any, iparams: Any, hist: Any, hi
     function(cp, Instance("sampler.cu", "vt_cand_scan", layout))(
         (n, G), (THREADS,), (logits, fparams, iparams, *rest, parts, state, counters, *sizes))
     function(cp, Instance("sampler.cu", "vt_cand_mass", layout))(
-        (n, G), (THREADS,), (logits, fparams, iparams, *rest, psum, state, counters, *sizes))
+        (n, G), (THREADS,), (logits, fparams, iparams, *rest, parts, state, counters, *sizes))
     if general:
         launch_general(cp, logits, fparams, iparams, hist, hist_raw, bias_ids, bias_raw, out_ids, lp_vals, lp_ids,
                        num_int_fields, parts, psum, state, counters)

@@ -420,6 +420,24 @@ ENTRIES += [
         new="            if (raw > best",
         gates=(GREEDY,), needs_gpu=True,
     ),
+    Mutation(
+        id="cuda-split-greedy-merge-keeps-the-last-blocks-tie",
+        description="the split sampler's last block merges its blocks' argmaxes keeping the later block on equal "
+                    "logits: a tie across blocks takes the higher index",
+        file="backends/kernels/sampler.cu",
+        old="        if (greedy) argmax_step(mm, mat, bm, (int)PART(r, g, 4));\n",
+        new="        if (greedy && bm >= mm) { mm = bm; mat = (int)PART(r, g, 4); }\n",
+        gates=(GREEDY,), needs_gpu=True,
+    ),
+    Mutation(
+        id="cuda-mass-draws-in-the-next-sixteenth",
+        description="the plain-mass draw's last block scans the sixteenth after the one its running sums picked",
+        file="backends/kernels/sampler.cu",
+        old="        sixteenth(lo, hi, sh_seg % WARPS, &ta, &tb);\n",
+        new="        sixteenth(lo, hi, (sh_seg + 1) % WARPS, &ta, &tb);\n",
+        gates=("tests/engine/test_split_sampler.py::test_the_split_sampler_draws_what_the_numpy_reference_draws",),
+        needs_gpu=True, expect="rows that differ",
+    ),
 ]
 
 # The MLP's gate/up projection and its SwiGLU activation (activation.py, skinny_gemm.cu), and the epilogue plans that

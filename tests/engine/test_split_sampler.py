@@ -173,14 +173,16 @@ def test_a_decode_graph_with_rows_only_the_general_passes_draw() -> None:
 @pytest.mark.parametrize("vocab", [V, V - 1], ids=["float4-rows", "unaligned-rows"])
 def test_a_greedy_row_picks_the_first_of_its_largest_logits_in_one_pass(vocab: int) -> None:
     """The greedy rows with nothing to change first take one pass (the finite check and the argmax together, float4
-    loads where the row is 16-byte aligned): the lowest index among equal largest logits, wherever those sit among
-    the threads and a float4's lanes; -1 for a row with a NaN or an infinity; and greedy rows that are not plain
-    (a bias) take the general path and agree with it."""
+    loads where the row is 16-byte aligned; the split sampler's blocks each take their chunk's, merged in block
+    order): the lowest index among equal largest logits, wherever those sit among the threads, a float4's lanes and
+    the blocks; -1 for a row with a NaN or an infinity; and greedy rows that are not plain (a bias) take the general
+    path and agree with it."""
     rng = np.random.default_rng(41)
     rows, specs = [], []
-    # ties within one thread: a float4's lanes ([1, 0], and 16,386 / 16,385), and 512 apart (the scalar pass's stride)
+    # ties within one thread: a float4's lanes ([1, 0], and 16,386 / 16,385), and 512 apart (the scalar pass's stride);
+    # across the split sampler's blocks ([140,000, 30,000]: the lower block's must win the last block's merge)
     for ties in ([vocab - 1], [7, 3, 9000], [4 * 512 * 8 + 2, 4 * 512 * 8 + 1], [1, 0], list(range(2, vocab, 4099)),
-                 [600, 88]):
+                 [600, 88], [140_000, 30_000]):
         x = (rng.standard_normal(vocab) * 2).astype(np.float32)
         x[ties] = 40.0
         rows.append(x)
@@ -194,7 +196,7 @@ def test_a_greedy_row_picks_the_first_of_its_largest_logits_in_one_pass(vocab: i
     rows.append(x)
     specs.append(RowSpec(temperature=0.0, bias=((int(np.argmin(x)), 100.0),)))
     logits = np.stack(rows)
-    want = [vocab - 1, 3, 4 * 512 * 8 + 1, 0, 2, 88, -1, -1, -1, int(np.argmin(x))]
+    want = [vocab - 1, 3, 4 * 512 * 8 + 1, 0, 2, 88, 30_000, -1, -1, -1, int(np.argmin(x))]
     assert run_sampler("cpu", logits, specs).ids.tolist() == want  # the reference agrees with the rows' design
     for backend in ("cuda", "cuda-split"):
         assert run_sampler(backend, logits, specs).ids.tolist() == want, backend
