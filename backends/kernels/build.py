@@ -173,6 +173,22 @@ def ci_instances() -> list[Instance]:
     return [i for mod in mods for i in mod.CI_INSTANCES]
 
 
+STATIC_SHARED_MAX = 48 * 1024  # bytes of __shared__ arrays a kernel may declare (more needs dynamic shared memory)
+
+
+def over_static_shared(ptxas_log: str) -> list[tuple[str, int]]:
+    """(kernel, bytes) for each entry function whose static shared memory, as ptxas -v reports it, is over
+    STATIC_SHARED_MAX. nvcc for sm_90a compiles such a kernel; the GPU's NVRTC refuses it ("uses too much shared
+    data"), so without this check it would fail first on the device."""
+    out, entry = [], ""
+    for line in ptxas_log.splitlines():
+        if m := re.search(r"Compiling entry function '([^']+)'", line):
+            entry = m.group(1)
+        elif (m := re.search(r"(\d+) bytes smem", line)) and entry and int(m.group(1)) > STATIC_SHARED_MAX:
+            out.append((entry, int(m.group(1))))
+    return out
+
+
 def nvcc_check(instances: list[Instance], nvcc: str = "nvcc") -> list[tuple[str, str]]:
     """Compiles each (file, macros) group of instances with nvcc for sm_90a; returns (what, error) per failure."""
     groups: dict[tuple[str, tuple], list[str]] = {}
@@ -184,11 +200,15 @@ def nvcc_check(instances: list[Instance], nvcc: str = "nvcc") -> list[tuple[str,
             unit = Path(tmp) / f"unit{n}.cu"
             refs = ",\n    ".join(f"(void*)&{e}" for e in exprs)
             unit.write_text(f'#include "{KERNEL_DIR / file}"\nvoid* vt_ci_instances[] = {{\n    {refs}\n}};\n')
-            cmd = [nvcc, *NVCC_OPTIONS, f"-I{KERNEL_DIR}", *Instance(file, "", defines).options, "-c", str(unit),
-                   "-o", str(Path(tmp) / f"unit{n}.o")]
+            cmd = [nvcc, *NVCC_OPTIONS, "-Xptxas=-v", f"-I{KERNEL_DIR}", *Instance(file, "", defines).options, "-c",
+                   str(unit), "-o", str(Path(tmp) / f"unit{n}.o")]
             p = subprocess.run(cmd, capture_output=True, text=True)
             what = f"{file} {dict(defines)}: {', '.join(exprs)}"
-            return None if p.returncode == 0 else (what, p.stderr.strip()[-3000:])
+            if p.returncode != 0:
+                return what, p.stderr.strip()[-3000:]
+            over = over_static_shared(p.stderr)
+            return (what, "static shared memory over 48 KB (NVRTC's ptxas refuses it at load): " + ", ".join(
+                f"{name} {size} bytes" for name, size in over)) if over else None
 
         # one unit per (file, macros), split in two when large, as many at once as there are cores
         units = [(n, file, defines, part) for n, (file, defines, part) in enumerate(

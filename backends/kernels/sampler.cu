@@ -46,7 +46,8 @@ __device__ __forceinline__ u64 mix64(u64 z) {
     return z ^ (z >> 31);
 }
 // Block reductions: each warp by shuffles, then every thread over the warps' results (two barriers, where a
-// shared-memory tree over T values took log2(T)). sh: at least WARPS entries.
+// shared-memory tree over T values took log2(T)). sh: RED entries (a warp's lanes: at least WARPS).
+#define RED 32
 __device__ float block_max(float v, float* sh) {
     for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
     if ((threadIdx.x & 31) == 0) sh[threadIdx.x >> 5] = v;
@@ -529,7 +530,7 @@ extern "C" __global__ void vt_split_max(const float* logits, const float* fparam
                                         const long long* out_ids, unsigned long long* parts,
                                         unsigned long long* state, unsigned int* counters, int V) {
     vt::pdl_entry();
-    __shared__ float shf[T];
+    __shared__ float shf[RED];
     __shared__ bool sh_last;
     const int r = blockIdx.x, G = gridDim.y;
     if (out_ids[r] != -2) return;
@@ -615,7 +616,7 @@ extern "C" __global__ void vt_split_sum(const float* logits, const float* fparam
                                         unsigned long long* psum, unsigned long long* state,
                                         unsigned int* counters, int V, int phase) {
     vt::pdl_entry();
-    __shared__ u64 shu[T];
+    __shared__ u64 shu[RED];
     __shared__ bool sh_last;
     const int r = blockIdx.x, G = gridDim.y;
     if (out_ids[r] != -2) return;
@@ -660,7 +661,7 @@ extern "C" __global__ void vt_split_draw(const float* logits, const float* fpara
                                          long long* lp_ids, const unsigned long long* psum,
                                          const unsigned long long* state, int V, int L, int W) {
     vt::pdl_entry();
-    __shared__ u64 shu[T];
+    __shared__ u64 shu[RED];
     __shared__ int found;
     const int r = blockIdx.x, G = gridDim.y;
     if (out_ids[r] != -2) return;
@@ -744,9 +745,9 @@ extern "C" __global__ void vt_cand_scan(const float* logits, const float* fparam
                                         unsigned long long* parts, unsigned long long* state, unsigned int* counters,
                                         int V, int L, int W) {
     vt::pdl_entry();
-    __shared__ float shf[T];
-    __shared__ int shi[T];
-    __shared__ u64 shu[T];
+    __shared__ float shf[RED];
+    __shared__ int shi[RED];
+    __shared__ u64 shu[RED];
     __shared__ u64 hist256[256];
     __shared__ u64 whist[WARPS * 256];  // the one-block draw's histograms, or the merged candidates
     __shared__ u64 sup[SUPPORT_CAP];
@@ -901,7 +902,7 @@ extern "C" __global__ void vt_cand_mass(const float* logits, const float* fparam
                                         unsigned long long* parts, unsigned long long* state, unsigned int* counters,
                                         int V, int L, int W) {
     vt::pdl_entry();
-    __shared__ u64 shu[T];
+    __shared__ u64 shu[RED];
     __shared__ int found, sh_seg;
     __shared__ u64 sh_pre;
     __shared__ bool sh_last;
