@@ -435,7 +435,10 @@ ENTRIES += [
         file="backends/kernels/sampler.cu",
         old="        sixteenth(lo, hi, sh_seg % WARPS, &ta, &tb);\n",
         new="        sixteenth(lo, hi, (sh_seg + 1) % WARPS, &ta, &tb);\n",
-        gates=("tests/engine/test_split_sampler.py::test_the_split_sampler_draws_what_the_numpy_reference_draws",),
+        gates=("tests/engine/test_split_sampler.py::test_the_split_sampler_draws_what_the_numpy_reference_draws",
+               # each also draws plain-mass rows against the reference (run4 found them failing beside the gate)
+               "tests/engine/test_split_sampler.py::test_a_captured_split_sampler_replays_the_same_draws",
+               "tests/engine/test_split_sampler.py::test_the_candidate_sampler_draws_what_the_reference_draws_at_ties"),
         needs_gpu=True, expect="rows that differ",
     ),
 ]
