@@ -757,15 +757,13 @@ extern "C" __global__ void vt_cand_scan(const float* logits, const float* fparam
     __shared__ int sh_count;
     __shared__ bool sh_last;
     const int r = blockIdx.x, G = gridDim.y, tid = threadIdx.x;
+    if (out_ids[r] != -2) return;
     const float* row = logits + (long long)r * V;
     const float* fp = fparams + r * NF;
     const long long* ip = iparams + r * NI;
-    // the row's mark and parameters read together (one round trip, where a test before each load made three)
-    const long long mark = out_ids[r], top_k = ip[2];
     const float temp = fp[0];
-    const bool plain = plain_row(ip);
-    if (mark != -2) return;
-    const bool greedy = temp == 0.0f, fast = !greedy && fast_topk(top_k, V);
+    const long long top_k = ip[2];
+    const bool greedy = temp == 0.0f, plain = plain_row(ip), fast = !greedy && fast_topk(top_k, V);
     int lo, hi;
     chunk_of(V, &lo, &hi);
 
@@ -808,19 +806,15 @@ extern "C" __global__ void vt_cand_scan(const float* logits, const float* fparam
     if (!last_block(counters, r, &sh_last)) return;
 
     // ---- the row's last block
-    // thread g reads block g's partials: one round trip (every thread looping over the G blocks waited on each load
-    // in turn). The argmax's order is total (value, then the lower index), so it is block order's.
-    float bm = -VT_INF, mm;
-    int bat = V, bbad = 0, mat = V;
-    for (int g = tid; g < G; g += T) {
-        const float v = __uint_as_float((u32)PART(r, g, 0));
-        if (greedy) argmax_step(bm, bat, v, (int)PART(r, g, 4));
-        else bm = fmaxf(bm, v);
-        bbad |= (int)PART(r, g, 1);
+    float mm = -VT_INF;
+    int any_bad = 0, mat = V;
+    for (int g = 0; g < G; g++) {  // block order
+        const float bm = __uint_as_float((u32)PART(r, g, 0));
+        if (greedy) argmax_step(mm, mat, bm, (int)PART(r, g, 4));
+        else mm = fmaxf(mm, bm);
+        any_bad |= (int)PART(r, g, 1);
     }
-    if (greedy) block_argmax(bm, bat, shf, shi, &mm, &mat);
-    else mm = block_max(bm, shf);
-    const int any_bad = block_max((float)bbad, shf) > 0.0f;
+    __syncthreads();
     if (tid == 0) {
         counters[r] = 0;
         ST(r, 0) = __float_as_uint(mm);
@@ -913,14 +907,13 @@ extern "C" __global__ void vt_cand_mass(const float* logits, const float* fparam
     __shared__ u64 sh_pre;
     __shared__ bool sh_last;
     const int r = blockIdx.x, G = gridDim.y, tid = threadIdx.x;
+    if (out_ids[r] != -2) return;
     const float* fp = fparams + r * NF;
     const long long* ip = iparams + r * NI;
-    // the mark, the parameters and the row's max read together: one round trip
-    const long long mark = out_ids[r], top_k = ip[2];
-    const float top_p = fp[1];
-    const Filter f = {fp[0], __uint_as_float((u32)ST(r, 0)), fp[2], 0u, 1};
-    if (mark != -2 || (top_k > 0 && top_k < V) || top_p < 1.0f) return;  // drawn, or the split kernels draw it
+    const long long top_k = ip[2];
+    if ((top_k > 0 && top_k < V) || fp[1] < 1.0f) return;  // the split kernels draw it
     const float* row = logits + (long long)r * V;
+    const Filter f = {fp[0], __uint_as_float((u32)ST(r, 0)), fp[2], 0u, 1};
     int lo, hi, sa, sb;
     chunk_of(V, &lo, &hi);
     sixteenth(lo, hi, tid >> 5, &sa, &sb);
@@ -930,12 +923,9 @@ extern "C" __global__ void vt_cand_mass(const float* logits, const float* fparam
     if ((tid & 31) == 0) PART(r, blockIdx.y, 8 + (tid >> 5)) = z;
     if (!last_block(counters, r, &sh_last)) return;
     // ---- the row's last block: the G * WARPS sums in token order (block, then warp), a run of them a thread
-    // (the first 4 a thread holds stay in registers for the search: one round trip, up to 128 blocks a row)
     const int N = G * WARPS, per = (N + T - 1) / T, a = min(N, tid * per), b = min(N, a + per);
-    u64 own[4], s = 0;
-#pragma unroll
-    for (int c = 0; c < 4; c++) { own[c] = a + c < b ? PART(r, (a + c) / WARPS, 8 + (a + c) % WARPS) : 0ull; s += own[c]; }
-    for (int j = a + 4; j < b; j++) s += PART(r, j / WARPS, 8 + j % WARPS);
+    u64 s = 0;
+    for (int j = a; j < b; j++) s += PART(r, j / WARPS, 8 + j % WARPS);
     const u64 total = block_sum_u(s, shu);  // integers: block order or not, the same total
     const u64 target = draw_target((u64)ip[0], (u64)ip[1], total);
     u64 acc = block_exclusive_scan(s, shu);
@@ -943,9 +933,7 @@ extern "C" __global__ void vt_cand_mass(const float* logits, const float* fparam
     __syncthreads();
     if (target >= acc && target < acc + s) {
         for (int j = a; j < b; j++) {
-            const int c = j - a;  // (constant indices: the four stay in registers)
-            const u64 v = c == 0 ? own[0] : c == 1 ? own[1] : c == 2 ? own[2] : c == 3 ? own[3]
-                                                                          : PART(r, j / WARPS, 8 + j % WARPS);
+            const u64 v = PART(r, j / WARPS, 8 + j % WARPS);
             if (target < acc + v) { sh_seg = j; sh_pre = acc; break; }
             acc += v;
         }

@@ -421,20 +421,12 @@ ENTRIES += [
         gates=(GREEDY,), needs_gpu=True,
     ),
     Mutation(
-        id="cuda-split-greedy-merge-skips-the-last-block",
-        description="the split sampler's last block merges the argmaxes of every block of the row but the last",
+        id="cuda-split-greedy-merge-keeps-the-last-blocks-tie",
+        description="the split sampler's last block merges its blocks' argmaxes keeping the later block on equal "
+                    "logits: a tie across blocks takes the higher index",
         file="backends/kernels/sampler.cu",
-        old="    for (int g = tid; g < G; g += T) {\n",
-        new="    for (int g = tid; g < G - 1; g += T) {\n",
-        gates=(GREEDY,), needs_gpu=True,
-    ),
-    Mutation(
-        id="block-argmax-keeps-the-later-warps-tie",
-        description="the block argmax merges its warps keeping the later warp on equal logits: a tie across warps "
-                    "takes the higher index",
-        file="backends/kernels/sampler.cu",
-        old="    for (int w = 1; w < WARPS; w++) argmax_step(v, i, shv[w], shi[w]);\n",
-        new="    for (int w = 1; w < WARPS; w++) if (shv[w] >= v) { v = shv[w]; i = shi[w]; }\n",
+        old="        if (greedy) argmax_step(mm, mat, bm, (int)PART(r, g, 4));\n",
+        new="        if (greedy && bm >= mm) { mm = bm; mat = (int)PART(r, g, 4); }\n",
         gates=(GREEDY,), needs_gpu=True,
     ),
     Mutation(
