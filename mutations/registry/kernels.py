@@ -430,6 +430,15 @@ ENTRIES += [
         gates=(GREEDY,), needs_gpu=True,
     ),
     Mutation(
+        id="block-argmax-keeps-the-later-warps-tie",
+        description="the block argmax merges its warps keeping the later warp on equal logits: a tie across warps "
+                    "takes the higher index",
+        file="backends/kernels/sampler.cu",
+        old="    for (int w = 1; w < WARPS; w++) argmax_step(v, i, shv[w], shi[w]);\n",
+        new="    for (int w = 1; w < WARPS; w++) if (shv[w] >= v) { v = shv[w]; i = shi[w]; }\n",
+        gates=(GREEDY,), needs_gpu=True,
+    ),
+    Mutation(
         id="cuda-mass-draws-in-the-next-sixteenth",
         description="the plain-mass draw's last block scans the sixteenth after the one its running sums picked",
         file="backends/kernels/sampler.cu",
