@@ -328,6 +328,9 @@ __device__ int draw_block(const float* row, int V, const float* fp, const long l
     float m = -VT_INF;
     for (int i = tid; i < V; i += T) m = fmaxf(m, tempered(row, i, temp));
     m = block_max(m, shf);
+    // a penalty pushed a logit past float32's range (or every token is -inf): the masses are NaN, and the row fails
+    // alone, as the reference's does (-1)
+    if (!isfinite(m)) return -1;
     Filter f = {temp, m, 0.0f, 0u, 0};
     if (top_k > 0 && top_k < V) f.kmin = radix_select(row, V, f, (u64)top_k, whist, hist256, shx);
     f.weighted = 1; f.min_p = min_p;
@@ -479,7 +482,7 @@ extern "C" __global__ void vt_sample(float* logits, const float* fparams, const 
     }
     if (tid == 0) {
         out_ids[r] = tok;
-        if (num_lp > 0) {  // the sampled token's raw logit: saved if the penalties changed it
+        if (num_lp > 0 && tok >= 0) {  // the sampled token's raw logit: saved if the penalties changed it
             float raw = row[tok];
             for (int j = 0; j < num_hist; j++) if (h[j] == tok) { raw = hr[j]; break; }
             for (int j = 0; j < num_bias; j++) if (bi[j] == tok) { raw = br[j]; break; }  // before the bias too
@@ -645,7 +648,7 @@ __device__ void finish_row(int r, int tok, const float* row, const long long* ip
                            float* lp_vals, long long* lp_ids, int L, int W) {
     out_ids[r] = tok;
     const int num_lp = (int)ip[5], num_hist = (int)ip[4], num_bias = (int)ip[8];
-    if (num_lp > 0) {
+    if (num_lp > 0 && tok >= 0) {
         float raw = row[tok];
         for (int j = 0; j < num_hist; j++) if (hist[(long long)r * L + j] == tok) { raw = hist_raw[(long long)r * L + j]; break; }
         for (int j = 0; j < num_bias; j++) if (bias_ids[(long long)r * W + j] == tok) { raw = bias_raw[(long long)r * W + j]; break; }
@@ -814,14 +817,17 @@ extern "C" __global__ void vt_cand_scan(const float* logits, const float* fparam
         else mm = fmaxf(mm, bm);
         any_bad |= (int)PART(r, g, 1);
     }
+    // A row fails (-1) when its raw logits held a NaN or an infinity, or when a drawn row's tempered maximum is not
+    // finite (a penalty pushed a logit past float32's range): its masses would be NaN, as the reference finds.
+    const bool fails = any_bad || (!greedy && !isfinite(mm));
     __syncthreads();
     if (tid == 0) {
         counters[r] = 0;
         ST(r, 0) = __float_as_uint(mm);
-        if (any_bad) out_ids[r] = -1;
+        if (fails) out_ids[r] = -1;
         else if (greedy) finish_row(r, mat, row, ip, hist, hist_raw, bias_ids, bias_raw, out_ids, lp_vals, lp_ids, L, W);
     }
-    if (any_bad || !fast) return;  // a row with a NaN or an infinity samples -1; the others draw in the next kernels
+    if (fails || !fast) return;  // a failed row samples -1; the others draw in the next kernels
     u32 bound = 0;
     int overflow = 0;
     for (int g = 0; g < G; g++) { bound = max(bound, (u32)PART(r, g, 3)); overflow |= (int)PART(r, g, 5); }

@@ -30,7 +30,7 @@ ENTRIES: list[Mutation] = [
         file="vt/engine/sample/sampler.py", old="            finite = np.isfinite(w).all(axis=1)\n",
         new="            finite = np.ones(len(rows), bool)\n",
         gates=("tests/engine/test_failures.py::test_a_penalty_that_overflows_its_logits_fails_its_request_alone"
-               "[no-filters]",),
+               "[no-filters-cpu]",),
         expect="took the engine down",
     ),
     Mutation(
@@ -40,7 +40,7 @@ ENTRIES: list[Mutation] = [
         old="            out_ids[r] = idx[_draw(w[None], u[r : r + 1])[0]] if np.isfinite(w).all() else -1\n",
         new="            out_ids[r] = idx[_draw(w[None], u[r : r + 1])[0]]\n",
         gates=("tests/engine/test_failures.py::test_a_penalty_that_overflows_its_logits_fails_its_request_alone"
-               "[checkpoint-filters]",),
+               "[checkpoint-filters-cpu]",),
         expect="took the engine down",
     ),
 ]

@@ -579,3 +579,31 @@ ENTRIES += [
                "test_a_kernel_over_48_kb_of_static_shared_memory_fails_the_compile_check",),
     ),
 ]
+
+# A drawn row whose tempered maximum is not finite (a penalty past float32's range) samples -1 on CUDA, as the
+# reference's NaN masses make it there (sampler.cu: the candidate kernel's last block, and the one-block draw).
+OVERFLOW = "tests/engine/test_filters.py::test_a_row_whose_penalty_overflows_samples_minus_one_beside_rows_that_draw"
+ENTRIES += [
+    Mutation(
+        id="cuda-overflowed-row-draws-a-token",
+        description="the split sampler draws a row whose tempered maximum is +inf: its masses are NaN, the total "
+                    "0, and the row takes the vocabulary's last token",
+        file="backends/kernels/sampler.cu",
+        old="    const bool fails = any_bad || (!greedy && !isfinite(mm));\n",
+        new="    const bool fails = any_bad;\n",
+        gates=(f"{OVERFLOW}[cuda-split]",
+               *(f"tests/engine/test_failures.py::test_a_penalty_that_overflows_its_logits_fails_its_request_alone"
+                 f"[{f}-cuda]" for f in ("checkpoint-filters", "no-filters"))),
+        needs_gpu=True,
+    ),
+    Mutation(
+        id="cuda-one-block-draw-takes-an-overflowed-row",
+        description="the one-block draw (VT_SAMPLER=block, and the candidates' fallback) draws a row whose tempered "
+                    "maximum is +inf",
+        file="backends/kernels/sampler.cu",
+        old="    if (!isfinite(m)) return -1;\n",
+        new="",
+        gates=(f"{OVERFLOW}[cuda]",),
+        needs_gpu=True,
+    ),
+]

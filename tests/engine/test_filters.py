@@ -114,6 +114,26 @@ def test_banned_tokens_are_never_drawn_and_non_finite_rows_fail_alone(backend: s
     assert DESC[0] not in set(draws.tolist()) and len(set(draws.tolist())) > 3
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_row_whose_penalty_overflows_samples_minus_one_beside_rows_that_draw(backend: str) -> None:
+    """repetition 1e-39 divides a positive logit of the row's history past float32's range: the tempered row's
+    largest value is +inf and its masses are NaN. The row samples -1 under each of the sampler's draws (the plain
+    mass, top-k's candidates, top-p's general passes, min-p; greedy takes the argmax, +inf), as the reference
+    does; the same rows without the penalty draw what the reference draws."""
+    logits = np.tile(LOGITS + 5.0, (10, 1))  # every logit positive: the penalty divides it
+    kinds = [{}, {"top_k": 5}, {"top_p": 0.8}, {"min_p": 0.3}]
+    over = [RowSpec(temperature=1.0, seed=9, repetition=1e-39, history=np.array([DESC[4]]), num_prompt=1, **k)
+            for k in kinds]
+    clean = [RowSpec(temperature=1.0, seed=9, **k) for k in kinds]
+    greedy = [RowSpec(temperature=0.0, repetition=1e-39, history=np.array([DESC[4]]), num_prompt=1),
+              RowSpec(temperature=0.0)]
+    specs = [*over, *clean, *greedy]
+    want = run_sampler("cpu", logits, specs).ids.tolist()
+    assert want[:4] == [-1] * 4 and min(want[4:]) >= 0, want  # the reference's own rule
+    assert want[8] == DESC[4] and want[9] == DESC[0], "non-vacuity: greedy takes the overflowed token"
+    assert run_sampler(backend, logits, specs).ids.tolist() == want
+
+
 @pytest.mark.gpu
 def test_the_cuda_sampler_draws_what_the_numpy_reference_draws_at_a_real_vocabulary() -> None:
     """32 rows of a 151,936-token vocabulary, each with other parameters (greedy, temperature, Qwen3's
