@@ -57,6 +57,8 @@ __device__ float block_max(float v, float* sh) {
     __syncthreads();
     return r;
 }
+// (block_sum_f keeps its tree over T values, so its scratch must hold T: its float sum, the logprobs' normalizer,
+// stays in the order it always had. Only vt_sample, whose scratch is [T], calls it.)
 __device__ float block_sum_f(float v, float* sh) {
     sh[threadIdx.x] = v; __syncthreads();
     for (int s = T / 2; s > 0; s >>= 1) {

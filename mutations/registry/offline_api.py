@@ -258,6 +258,14 @@ ENTRIES: list[Mutation] = [
                "tests/engine/test_candidate_topk.py::test_a_row_of_equal_logits_takes_the_one_block_draw"),
     ),
     Mutation(
+        id="chunk-span-ignores-the-quads",
+        description="the twin's chunks are the even share of the row, not whole quads: a chunk the CUDA passes load "
+                    "with float4 may start between two of them",
+        file="vt/engine/sample/sampler.py", old="    return -(-per // QUAD) * QUAD\n", new="    return per\n",
+        gates=tuple(f"tests/engine/test_candidate_topk.py::"
+                    f"test_every_chunk_starts_on_a_whole_quad_and_the_chunks_cover_the_row[{b}]" for b in (2, 16, 64)),
+    ),
+    Mutation(
         id="cuda-candidates-drop-ties-at-the-bound",
         description="the candidate kernel keeps a block's tokens above its bound, not at it: tokens tied at the row's "
                     "k-th key are never drawn",

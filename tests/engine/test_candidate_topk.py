@@ -16,6 +16,7 @@ from vt.engine.sample.sampler import (
     THREADS,
     RowSpec,
     candidate_support,
+    chunk_span,
     keys,
     needs_general,
     pack,
@@ -57,6 +58,21 @@ def test_the_candidates_are_the_whole_top_k_support_or_the_row_defers(V: int) ->
         idx, w = support(x, top_k, 1.0, 0.0)  # what the sampler draws from, whichever way it was found
         assert np.array_equal(idx[w > 0], want)
     assert found >= 24, "non-vacuity: most rows draw from their candidates"
+
+
+@pytest.mark.parametrize("blocks", [2, 16, 64])
+def test_every_chunk_starts_on_a_whole_quad_and_the_chunks_cover_the_row(blocks: int) -> None:
+    """The CUDA passes load a chunk four tokens at a time, float4 where the chunk's start is 16-byte aligned: every
+    chunk of a row must start at a multiple of QUAD tokens, the chunks must cover the row, and none may be wider
+    than the even share rounded up to a quad (the block count still spreads the row)."""
+    rounded = 0
+    for V in (5, 300, 1001, 32_000, 151_935, 151_936):
+        span, share = chunk_span(V, blocks), -(-V // blocks)
+        starts = [min(V, g * span) for g in range(blocks)]
+        assert all(a % QUAD == 0 for a in starts if a < V), (V, span)
+        assert blocks * span >= V and share <= span < share + QUAD, (V, span, share)
+        rounded += span != share
+    assert rounded, "non-vacuity: some even share is not a whole number of quads"
 
 
 def held_by(threads: int, each: int) -> np.ndarray:
