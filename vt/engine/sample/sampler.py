@@ -316,14 +316,15 @@ def candidate_support(k: np.ndarray, top_k: int) -> np.ndarray | None:
     V, per = k.size, chunk_span(k.size, SPLIT)
     rounds = -(-per // (QUAD * THREADS))
     span = rounds * QUAD * THREADS  # a block's tokens, padded to whole rounds of its threads' quads
-    padded = np.zeros(SPLIT * span, np.uint64)
-    for g in range(SPLIT):
-        lo, hi = min(V, g * per), min(V, (g + 1) * per)
+    held = -(-V // per)  # blocks past the row's end hold no token: their bound is 0 and they keep nothing
+    padded = np.zeros(held * span, np.uint64)
+    for g in range(held):
+        lo, hi = g * per, min(V, (g + 1) * per)
         padded[g * span : g * span + hi - lo] = _packed(k[lo:hi], np.arange(lo, hi))
-    blocks = padded.reshape(SPLIT, span)
-    by_thread = blocks.reshape(SPLIT, rounds, THREADS, QUAD)
+    blocks = padded.reshape(held, span)
+    by_thread = blocks.reshape(held, rounds, THREADS, QUAD)
     largest = (by_thread.max(axis=(1, 3)) >> np.uint64(32)).astype(np.uint32)  # [block, thread]
-    bounds = np.sort(largest, axis=1)[:, THREADS - top_k].astype(np.uint64)  # each block's k-th largest
+    bounds = np.partition(largest, THREADS - top_k, axis=1)[:, THREADS - top_k].astype(np.uint64)  # k-th largest
     keep = (blocks != 0) & ((blocks >> np.uint64(32)) >= bounds[:, None])
     if (keep.sum(axis=1) > CAND_CAP).any():
         return None
