@@ -425,8 +425,8 @@ ENTRIES += [
         description="the split sampler's last block merges its blocks' argmaxes keeping the later block on equal "
                     "logits: a tie across blocks takes the higher index",
         file="backends/kernels/sampler.cu",
-        old="        if (greedy) argmax_step(mm, mat, bm, (int)PART(r, g, 4));\n",
-        new="        if (greedy && bm >= mm) { mm = bm; mat = (int)PART(r, g, 4); }\n",
+        old="            if (greedy) argmax_step(v, at, ov, oi);\n",
+        new="            if (greedy && (ov > v || (ov == v && oi > at))) { v = ov; at = oi; }\n",
         gates=(GREEDY,), needs_gpu=True,
     ),
     Mutation(
@@ -591,9 +591,8 @@ ENTRIES += [
         file="backends/kernels/sampler.cu",
         old="    const bool fails = any_bad || (!greedy && !isfinite(mm));\n",
         new="    const bool fails = any_bad;\n",
-        gates=(f"{OVERFLOW}[cuda-split]",
-               *(f"tests/engine/test_failures.py::test_a_penalty_that_overflows_its_logits_fails_its_request_alone"
-                 f"[{f}-cuda]" for f in ("checkpoint-filters", "no-filters"))),
+        # (not the engine's overflow test: its request fails at the prefill's one-block draw before any decode step)
+        gates=(f"{OVERFLOW}[cuda-split]",),
         needs_gpu=True,
     ),
     Mutation(

@@ -40,7 +40,8 @@ def test_a_request_with_non_finite_logits_fails_alone(monkeypatch: pytest.Monkey
 
 
 def test_a_fatal_error_prints_the_traceback_and_the_requests_in_flight(monkeypatch, capsys) -> None:
-    llm = LLM(model="tiny-qwen3", max_model_len=128, num_blocks=32, max_num_seqs=4)
+    # the CPU, pinned: `auto` picks CUDA on a GPU machine, whose asynchronous steps do not call runner.execute
+    llm = LLM(model="tiny-qwen3", backend="cpu", max_model_len=128, num_blocks=32, max_num_seqs=4)
     e = llm.engine
     a = e.add_request("alpha", SamplingParams(temperature=0, max_tokens=4))
     b = e.add_request("beta", SamplingParams(temperature=0, max_tokens=4))
@@ -85,7 +86,8 @@ def test_a_penalty_that_overflows_its_logits_fails_its_request_alone(filters: di
     """repetition_penalty=1e-39 (the API takes any in (0, 100]) divides a positive logit of the history past
     float32's range: its mass is NaN. That request fails by name; its neighbour, in the same steps, finishes. With
     the checkpoint's top-k / top-p (its generation config) and with none: the sampler's two draws. On CUDA the
-    decode graph's split sampler fails the row (it drew the vocabulary's last token before session 14)."""
+    prefill's one-block draw fails the row, and the decode graph's split sampler would at the next step (the H200
+    showed it: with either guard mutated alone, the request still fails by name)."""
     llm = LLM(model="tiny-qwen3", max_model_len=128, num_blocks=32, max_num_seqs=4, backend=backend)
     prompt = {"prompt_token_ids": list(range(3, 40))}  # a long history: some token of it has a positive logit
     params = [SamplingParams(temperature=1.0, repetition_penalty=1e-39, seed=1, max_tokens=6, ignore_eos=True,
