@@ -79,7 +79,7 @@ __device__ u64 block_sum_u(u64 v, u64* sh) {  // integers: the same sum in any o
 }
 // Exclusive prefix sum over the block (thread order): each warp scans by shuffles, warp 0 scans the warps' totals.
 // Integers: the same sums in any order. (One thread adding T values took ~8 us of a draw's tail on the H200.)
-__device__ u64 block_exclusive_scan(u64 v, u64* sh) {
+__device__ u64 block_exclusive_scan(u64 v, u64* sh, u64* total = nullptr) {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     u64 x = v;
     for (int o = 1; o < 32; o <<= 1) { const u64 y = __shfl_up_sync(0xffffffffu, x, o); if (lane >= o) x += y; }
@@ -92,6 +92,7 @@ __device__ u64 block_exclusive_scan(u64 v, u64* sh) {
     }
     __syncthreads();
     const u64 r = x - v + (warp ? sh[warp - 1] : 0ull);
+    if (total) *total = sh[WARPS - 1];  // the block's sum, for free
     __syncthreads();
     return r;
 }
@@ -788,7 +789,7 @@ extern "C" __global__ void vt_cand_scan(const float* logits, const float* fparam
         if (fast) tkeys[tid] = lo + 4 * tid < hi ? fkey(m) : 0u;
         m = block_max(m, shf);
     }
-    bad = block_max((float)bad, shf) > 0.0f;
+    bad = __syncthreads_or(bad);
     if (tid == 0) { PART(r, blockIdx.y, 0) = __float_as_uint(m); PART(r, blockIdx.y, 1) = bad; PART(r, blockIdx.y, 4) = at; }
     if (fast) {
         if (tid == 0) sh_count = 0;
@@ -810,15 +811,33 @@ extern "C" __global__ void vt_cand_scan(const float* logits, const float* fparam
     }
     if (!last_block(counters, r, &sh_last)) return;
 
-    // ---- the row's last block
-    float mm = -VT_INF;
-    int any_bad = 0, mat = V;
-    for (int g = 0; g < G; g++) {  // block order
-        const float bm = __uint_as_float((u32)PART(r, g, 0));
-        if (greedy) argmax_step(mm, mat, bm, (int)PART(r, g, 4));
-        else mm = fmaxf(mm, bm);
-        any_bad |= (int)PART(r, g, 1);
+    // ---- the row's last block: warp 0 merges the blocks' results, lane l taking blocks l, l + 32, ...: one load's
+    // latency (every thread walking the G blocks in turn paid G of them, ~2 us of a temperature draw at B = 1)
+    if (tid < 32) {
+        float v = -VT_INF;
+        int at = V, nbad = 0, over = 0;
+        u32 bnd = 0;
+        for (int g = tid; g < G; g += 32) {
+            const float bm = __uint_as_float((u32)PART(r, g, 0));
+            if (greedy) argmax_step(v, at, bm, (int)PART(r, g, 4));
+            else v = fmaxf(v, bm);
+            nbad |= (int)PART(r, g, 1);
+            if (fast) { bnd = max(bnd, (u32)PART(r, g, 3)); over |= (int)PART(r, g, 5); }
+        }
+        for (int o = 16; o > 0; o >>= 1) {
+            const float ov = __shfl_xor_sync(0xffffffffu, v, o);
+            const int oi = __shfl_xor_sync(0xffffffffu, at, o);
+            if (greedy) argmax_step(v, at, ov, oi);
+            else v = fmaxf(v, ov);
+            bnd = max(bnd, __shfl_xor_sync(0xffffffffu, bnd, o));
+        }
+        nbad = __any_sync(0xffffffffu, nbad);
+        over = __any_sync(0xffffffffu, over);
+        if (tid == 0) { shf[0] = v; shi[0] = at; shi[1] = nbad; shi[2] = over; sh_bound = bnd; }
     }
+    __syncthreads();
+    const float mm = shf[0];
+    const int mat = shi[0], any_bad = shi[1];
     // A row fails (-1) when its raw logits held a NaN or an infinity, or when a drawn row's tempered maximum is not
     // finite (a penalty pushed a logit past float32's range): its masses would be NaN, as the reference finds.
     const bool fails = any_bad || (!greedy && !isfinite(mm));
@@ -830,15 +849,14 @@ extern "C" __global__ void vt_cand_scan(const float* logits, const float* fparam
         else if (greedy) finish_row(r, mat, row, ip, hist, hist_raw, bias_ids, bias_raw, out_ids, lp_vals, lp_ids, L, W);
     }
     if (fails || !fast) return;  // a failed row samples -1; the others draw in the next kernels
-    u32 bound = 0;
-    int overflow = 0;
-    for (int g = 0; g < G; g++) { bound = max(bound, (u32)PART(r, g, 3)); overflow |= (int)PART(r, g, 5); }
+    const u32 bound = sh_bound;
+    int overflow = shi[2];
     if (tid == 0) sh_count = 0;
     __syncthreads();
     u64* merged = whist;
-    for (int g = 0; g < G; g++) {
+    for (int g = tid >> 5; g < G; g += WARPS) {  // a warp a block: its candidates' loads at once, not block by block
         const int n = (int)PART(r, g, 2);
-        for (int p = tid; p < n; p += T) {
+        for (int p = tid & 31; p < n; p += 32) {
             const u64 v = PART(r, g, 8 + p);
             if (cand_key(v) >= bound) {
                 const int slot = atomicAdd(&sh_count, 1);
@@ -934,9 +952,9 @@ extern "C" __global__ void vt_cand_mass(const float* logits, const float* fparam
     const int N = G * WARPS, per = (N + T - 1) / T, a = min(N, tid * per), b = min(N, a + per);
     u64 s = 0;
     for (int j = a; j < b; j++) s += PART(r, j / WARPS, 8 + j % WARPS);
-    const u64 total = block_sum_u(s, shu);  // integers: block order or not, the same total
+    u64 total;  // integers: block order or not, the same total
+    u64 acc = block_exclusive_scan(s, shu, &total);
     const u64 target = draw_target((u64)ip[0], (u64)ip[1], total);
-    u64 acc = block_exclusive_scan(s, shu);
     if (tid == 0) sh_seg = -1;
     __syncthreads();
     if (target >= acc && target < acc + s) {
