@@ -39,7 +39,9 @@ def run_cli(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, s
     (["bench", "serve"], "--base-url of a running server, or --model"),
     (["bench", "serve", "--base-url", "http://127.0.0.1:1"], "no OpenAI-compatible server answered"),
     (["bench", "serve", "--model", "tiny-qwen3", "--max-concurrency", "x"], "--max-concurrency 'x'"),
-    (["bench", "serve", "--model", "tiny-qwen3", "--max-concurrency", "4,0"], "--max-concurrency 4,0: every level"),
+    # (a small run: a mutant that lets level 0 through then serves it quickly, not the default 200 prompts)
+    (["bench", "serve", "--model", "tiny-qwen3", "--max-concurrency", "4,0", "--num-prompts", "2", "--input-len", "8",
+      "--output-len", "2", *SMALL], "--max-concurrency 4,0: every level"),
     (["bench", "serve", "--model", "tiny-qwen3", "--request-rate", "0"], "--request-rate 0.0"),
     (["serve", "tiny-qwen3", "--port", "99999"], "--port 99999"),
     (["generate", "--model", "tiny-qwen3", "--prompt", "hi", "--n", "0", *SMALL], "n=0"),
