@@ -745,6 +745,80 @@ __device__ void sort_desc(u32* keys) {
     }
 }
 
+// Warp 0 merges the row's G block partials (lane l taking blocks l, l + 32, ...; shuffles across the lanes) into
+// shf[0] (the max; a greedy row's largest logit), shi[0] (a greedy row's argmax), shi[1] (a raw logit not finite),
+// shi[2] (a block's candidates overflowed) and *bound (the largest block bound): one load's latency (every thread
+// walking the G blocks in turn paid G of them, twice). Every thread of the block calls it.
+__device__ void merge_blocks(const unsigned long long* parts, int r, int V, bool greedy, bool fast, float* shf, int* shi,
+                             u32* bound) {
+    const int tid = threadIdx.x, G = gridDim.y;
+    if (tid < 32) {
+        float v = -VT_INF;
+        int at = V, nbad = 0, over = 0;
+        u32 bnd = 0;
+        for (int g = tid; g < G; g += 32) {
+            const float bm = __uint_as_float((u32)PART(r, g, 0));
+            if (greedy) argmax_step(v, at, bm, (int)PART(r, g, 4));
+            else v = fmaxf(v, bm);
+            nbad |= (int)PART(r, g, 1);
+            if (fast) { bnd = max(bnd, (u32)PART(r, g, 3)); over |= (int)PART(r, g, 5); }
+        }
+        for (int o = 16; o > 0; o >>= 1) {
+            const float ov = __shfl_xor_sync(0xffffffffu, v, o);
+            const int oi = __shfl_xor_sync(0xffffffffu, at, o);
+            if (greedy) argmax_step(v, at, ov, oi);
+            else v = fmaxf(v, ov);
+            bnd = max(bnd, __shfl_xor_sync(0xffffffffu, bnd, o));
+        }
+        nbad = __any_sync(0xffffffffu, nbad);
+        over = __any_sync(0xffffffffu, over);
+        if (tid == 0) { shf[0] = v; shi[0] = at; shi[1] = nbad; shi[2] = over; *bound = bnd; }
+    }
+    __syncthreads();
+}
+
+// The plain-mass draw (rows with neither top-k nor top-p: temperature alone, or min-p), in two steps. First every
+// warp of every block sums the masses (under the row's max) of a contiguous sixteenth of its block's chunk, into
+// parts[r, g, 8 + warp]; then the row's last block finds the sixteenth that holds the target and draws in it alone.
+__device__ void mass_partials(const float* row, int V, int r, const Filter& f, unsigned long long* parts) {
+    const int tid = threadIdx.x;
+    int lo, hi, sa, sb;
+    chunk_of(V, &lo, &hi);
+    sixteenth(lo, hi, tid >> 5, &sa, &sb);
+    u64 z = 0; u32 k;
+    WARP_QUAD_PASS(sa, sb, row, { z += weight_of(__fdiv_rn(raw, f.temp), f, &k); })
+    for (int o = 16; o > 0; o >>= 1) z += __shfl_xor_sync(0xffffffffu, z, o);
+    if ((tid & 31) == 0) PART(r, blockIdx.y, 8 + (tid >> 5)) = z;
+}
+
+// The row's last block: the G * WARPS sums in token order (block, then warp), a run of them a thread.
+__device__ int mass_draw(const float* row, int V, int r, const Filter& f, const long long* ip,
+                         const unsigned long long* parts, u64* shu, int* found, int* sh_seg, u64* sh_pre) {
+    const int tid = threadIdx.x, G = gridDim.y;
+    const int N = G * WARPS, per = (N + T - 1) / T, a = min(N, tid * per), b = min(N, a + per);
+    u64 s = 0;
+    for (int j = a; j < b; j++) s += PART(r, j / WARPS, 8 + j % WARPS);
+    u64 total;  // integers: block order or not, the same total
+    u64 acc = block_exclusive_scan(s, shu, &total);
+    const u64 target = draw_target((u64)ip[0], (u64)ip[1], total);
+    if (tid == 0) *sh_seg = -1;
+    __syncthreads();
+    if (target >= acc && target < acc + s) {
+        for (int j = a; j < b; j++) {
+            const u64 v = PART(r, j / WARPS, 8 + j % WARPS);
+            if (target < acc + v) { *sh_seg = j; *sh_pre = acc; break; }
+            acc += v;
+        }
+    }
+    __syncthreads();
+    int lo, hi, ta = 0, tb = 0;  // no sixteenth holds it (none does, for integers below the total): the fallback token
+    if (*sh_seg >= 0) {
+        chunk_bounds(V, G, *sh_seg / WARPS, &lo, &hi);
+        sixteenth(lo, hi, *sh_seg % WARPS, &ta, &tb);
+    }
+    return draw_in(row, ta, tb, f, *sh_seg >= 0 ? *sh_pre : 0ull, target, V - 1, shu, found);
+}
+
 extern "C" __global__ void vt_cand_scan(const float* logits, const float* fparams, const long long* iparams,
                                         const long long* hist, const float* hist_raw, const long long* bias_ids,
                                         const float* bias_raw, long long* out_ids, float* lp_vals, long long* lp_ids,
@@ -811,31 +885,8 @@ extern "C" __global__ void vt_cand_scan(const float* logits, const float* fparam
     }
     if (!last_block(counters, r, &sh_last)) return;
 
-    // ---- the row's last block: warp 0 merges the blocks' results, lane l taking blocks l, l + 32, ...: one load's
-    // latency (every thread walking the G blocks in turn paid G of them, ~2 us of a temperature draw at B = 1)
-    if (tid < 32) {
-        float v = -VT_INF;
-        int at = V, nbad = 0, over = 0;
-        u32 bnd = 0;
-        for (int g = tid; g < G; g += 32) {
-            const float bm = __uint_as_float((u32)PART(r, g, 0));
-            if (greedy) argmax_step(v, at, bm, (int)PART(r, g, 4));
-            else v = fmaxf(v, bm);
-            nbad |= (int)PART(r, g, 1);
-            if (fast) { bnd = max(bnd, (u32)PART(r, g, 3)); over |= (int)PART(r, g, 5); }
-        }
-        for (int o = 16; o > 0; o >>= 1) {
-            const float ov = __shfl_xor_sync(0xffffffffu, v, o);
-            const int oi = __shfl_xor_sync(0xffffffffu, at, o);
-            if (greedy) argmax_step(v, at, ov, oi);
-            else v = fmaxf(v, ov);
-            bnd = max(bnd, __shfl_xor_sync(0xffffffffu, bnd, o));
-        }
-        nbad = __any_sync(0xffffffffu, nbad);
-        over = __any_sync(0xffffffffu, over);
-        if (tid == 0) { shf[0] = v; shi[0] = at; shi[1] = nbad; shi[2] = over; sh_bound = bnd; }
-    }
-    __syncthreads();
+    // ---- the row's last block
+    merge_blocks(parts, r, V, greedy, fast, shf, shi, &sh_bound);
     const float mm = shf[0];
     const int mat = shi[0], any_bad = shi[1];
     // A row fails (-1) when its raw logits held a NaN or an infinity, or when a drawn row's tempered maximum is not
@@ -919,9 +970,10 @@ extern "C" __global__ void vt_cand_scan(const float* logits, const float* fparam
     if (tid == 0) finish_row(r, tok, row, ip, hist, hist_raw, bias_ids, bias_raw, out_ids, lp_vals, lp_ids, L, W);
 }
 
-// vt_cand_mass, SPLIT blocks per row: the rows with neither top-k nor top-p (temperature alone, or min-p): each warp
-// of a block sums the masses (under the row's max) of a contiguous sixteenth of the block's chunk, kept in
-// parts[r, g, 8 + warp]; the row's last block finds the sixteenth that holds the target and draws in it alone.
+// vt_cand_mass, SPLIT blocks per row: the plain-mass rows (neither top-k nor top-p): mass_partials, then the row's
+// last block's mass_draw. (Drawing them in vt_cand_scan instead, its blocks waiting for each other's maxima in a
+// row barrier where the grid fits the SMs, measured slower on the H200: temperature at B = 1 27.6-28.3 us against
+// 26.1.)
 extern "C" __global__ void vt_cand_mass(const float* logits, const float* fparams, const long long* iparams,
                                         const long long* hist, const float* hist_raw, const long long* bias_ids,
                                         const float* bias_raw, long long* out_ids, float* lp_vals, long long* lp_ids,
@@ -932,7 +984,7 @@ extern "C" __global__ void vt_cand_mass(const float* logits, const float* fparam
     __shared__ int found, sh_seg;
     __shared__ u64 sh_pre;
     __shared__ bool sh_last;
-    const int r = blockIdx.x, G = gridDim.y, tid = threadIdx.x;
+    const int r = blockIdx.x, tid = threadIdx.x;
     if (out_ids[r] != -2) return;
     const float* fp = fparams + r * NF;
     const long long* ip = iparams + r * NI;
@@ -940,37 +992,9 @@ extern "C" __global__ void vt_cand_mass(const float* logits, const float* fparam
     if ((top_k > 0 && top_k < V) || fp[1] < 1.0f) return;  // the split kernels draw it
     const float* row = logits + (long long)r * V;
     const Filter f = {fp[0], __uint_as_float((u32)ST(r, 0)), fp[2], 0u, 1};
-    int lo, hi, sa, sb;
-    chunk_of(V, &lo, &hi);
-    sixteenth(lo, hi, tid >> 5, &sa, &sb);
-    u64 z = 0; u32 k;
-    WARP_QUAD_PASS(sa, sb, row, { z += weight_of(__fdiv_rn(raw, f.temp), f, &k); })
-    for (int o = 16; o > 0; o >>= 1) z += __shfl_xor_sync(0xffffffffu, z, o);
-    if ((tid & 31) == 0) PART(r, blockIdx.y, 8 + (tid >> 5)) = z;
+    mass_partials(row, V, r, f, parts);
     if (!last_block(counters, r, &sh_last)) return;
-    // ---- the row's last block: the G * WARPS sums in token order (block, then warp), a run of them a thread
-    const int N = G * WARPS, per = (N + T - 1) / T, a = min(N, tid * per), b = min(N, a + per);
-    u64 s = 0;
-    for (int j = a; j < b; j++) s += PART(r, j / WARPS, 8 + j % WARPS);
-    u64 total;  // integers: block order or not, the same total
-    u64 acc = block_exclusive_scan(s, shu, &total);
-    const u64 target = draw_target((u64)ip[0], (u64)ip[1], total);
-    if (tid == 0) sh_seg = -1;
-    __syncthreads();
-    if (target >= acc && target < acc + s) {
-        for (int j = a; j < b; j++) {
-            const u64 v = PART(r, j / WARPS, 8 + j % WARPS);
-            if (target < acc + v) { sh_seg = j; sh_pre = acc; break; }
-            acc += v;
-        }
-    }
-    __syncthreads();
-    int ta = 0, tb = 0;  // no sixteenth holds it (none does, for integers below the total): the fallback token
-    if (sh_seg >= 0) {
-        chunk_bounds(V, G, sh_seg / WARPS, &lo, &hi);
-        sixteenth(lo, hi, sh_seg % WARPS, &ta, &tb);
-    }
-    const int tok = draw_in(row, ta, tb, f, sh_seg >= 0 ? sh_pre : 0ull, target, V - 1, shu, &found);
+    const int tok = mass_draw(row, V, r, f, ip, parts, shu, &found, &sh_seg, &sh_pre);
     if (tid == 0) {
         counters[r] = 0;
         finish_row(r, tok, row, ip, hist, hist_raw, bias_ids, bias_raw, out_ids, lp_vals, lp_ids, L, W);

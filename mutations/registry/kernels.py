@@ -442,8 +442,8 @@ ENTRIES += [
         id="cuda-mass-draws-in-the-next-sixteenth",
         description="the plain-mass draw's last block scans the sixteenth after the one its running sums picked",
         file="backends/kernels/sampler.cu",
-        old="        sixteenth(lo, hi, sh_seg % WARPS, &ta, &tb);\n",
-        new="        sixteenth(lo, hi, (sh_seg + 1) % WARPS, &ta, &tb);\n",
+        old="        sixteenth(lo, hi, *sh_seg % WARPS, &ta, &tb);\n",
+        new="        sixteenth(lo, hi, (*sh_seg + 1) % WARPS, &ta, &tb);\n",
         gates=("tests/engine/test_split_sampler.py::test_the_split_sampler_draws_what_the_numpy_reference_draws",
                # each also draws plain-mass rows against the reference (run4 found them failing beside the gate)
                "tests/engine/test_split_sampler.py::test_a_captured_split_sampler_replays_the_same_draws",
@@ -586,8 +586,8 @@ OVERFLOW = "tests/engine/test_filters.py::test_a_row_whose_penalty_overflows_sam
 ENTRIES += [
     Mutation(
         id="cuda-overflowed-row-draws-a-token",
-        description="the split sampler draws a row whose tempered maximum is +inf: its masses are NaN, the total "
-                    "0, and the row takes the vocabulary's last token",
+        description="the split sampler draws a row whose tempered maximum is +inf: the overflowed token's NaN mass "
+                    "converts to 2^63, and the row draws that token",
         file="backends/kernels/sampler.cu",
         old="    const bool fails = any_bad || (!greedy && !isfinite(mm));\n",
         new="    const bool fails = any_bad;\n",
