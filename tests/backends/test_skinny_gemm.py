@@ -118,7 +118,9 @@ def swiglu_reference(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return c[:, gate] / (1 + np.exp(-c[:, gate])) * c[:, up]
 
 
-@pytest.mark.parametrize("m,n,k", SWIGLU_SHAPES)
+# the twin against float64 on the CPU lane: every shape but the 8B's (6.5 s of CI's 2 cores for 100M weights; the
+# GPU lane's test below runs the twin there, against the kernel)
+@pytest.mark.parametrize("m,n,k", [s for s in SWIGLU_SHAPES if s != (1, 24576, 4096)])
 def test_the_swiglu_twin_activates_each_interleaved_pair(m: int, n: int, k: int) -> None:
     a, b = operands(m, n, k, "bfloat16", seed=n)
     act = np.zeros((m, n // 2), np.uint16)
