@@ -87,7 +87,7 @@ def test_a_penalty_that_overflows_its_logits_fails_its_request_alone(filters: di
     float32's range: its mass is NaN. That request fails by name; its neighbour, in the same steps, finishes. With
     the checkpoint's top-k / top-p (its generation config) and with none: the sampler's two draws. On CUDA the
     prefill's one-block draw fails the row, and the decode graph's split sampler would at the next step (the H200
-    showed it: with either guard mutated alone, the request still fails by name)."""
+    showed it for the split guard: mutated alone, the request still failed by name)."""
     llm = LLM(model="tiny-qwen3", max_model_len=128, num_blocks=32, max_num_seqs=4, backend=backend)
     prompt = {"prompt_token_ids": list(range(3, 40))}  # a long history: some token of it has a positive logit
     params = [SamplingParams(temperature=1.0, repetition_penalty=1e-39, seed=1, max_tokens=6, ignore_eos=True,

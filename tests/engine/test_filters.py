@@ -14,7 +14,7 @@ from vt.engine.sample.sampler import RowSpec, support
 P = np.array([0.07, 0.3, 0.01, 0.15, 0.05, 0.2, 0.08, 0.03, 0.1, 0.01])  # one distribution, shuffled ranks
 LOGITS = np.log(P).astype(np.float32)
 DESC = sorted(range(P.size), key=lambda i: -P[i])  # token ids, most likely first
-NUM_DRAWS = 10_000
+NUM_DRAWS = 20_000
 
 
 def kept(**kw) -> set[int]:
