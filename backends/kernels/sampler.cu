@@ -374,9 +374,10 @@ extern "C" __global__ void vt_sample(float* logits, const float* fparams, const 
     const long long* bi = bias_ids + (long long)r * W;
     float* br = bias_raw + (long long)r * W;
 
-    if (defer_draw && forced < 0 && plain_row(ip)) {  // nothing to do before the draw (or the argmax): the
-        if (tid == 0) out_ids[r] = -2;                 // candidate kernel checks its logits
-        return;
+    // defer_draw: bit 0 leaves the draw to the split kernels, bit 1 keeps a plain greedy row's argmax here
+    if (defer_draw && forced < 0 && plain_row(ip) && !(temp == 0.0f && (defer_draw & 2))) {
+        if (tid == 0) out_ids[r] = -2;  // nothing to do before the draw (or the argmax): the candidate kernel checks
+        return;                         // its logits
     }
     int bad = 0;
     if (forced < 0 && temp == 0.0f && plain_row(ip)) {  // greedy, nothing to change first: one pass checks and picks
@@ -779,8 +780,12 @@ __device__ void merge_blocks(const unsigned long long* parts, int r, int V, bool
 
 // The plain-mass draw (rows with neither top-k nor top-p: temperature alone, or min-p), in two steps. First every
 // warp of every block sums the masses (under the row's max) of a contiguous sixteenth of its block's chunk, into
-// parts[r, g, 8 + warp]; then the row's last block finds the sixteenth that holds the target and draws in it alone.
-__device__ void mass_partials(const float* row, int V, int r, const Filter& f, unsigned long long* parts) {
+// MASS(r, g WARPS + warp) (a row's row_slots of parts, whatever the launch's blocks a row: vt_cand_mass takes more
+// than vt_cand_scan at small batches); then the row's last block finds the sixteenth that holds the target and
+// draws in it alone.
+#define MASS(r, j) parts[(long long)(r) * row_slots + (j)]
+__device__ void mass_partials(const float* row, int V, int r, const Filter& f, unsigned long long* parts,
+                              int row_slots) {
     const int tid = threadIdx.x;
     int lo, hi, sa, sb;
     chunk_of(V, &lo, &hi);
@@ -788,16 +793,17 @@ __device__ void mass_partials(const float* row, int V, int r, const Filter& f, u
     u64 z = 0; u32 k;
     WARP_QUAD_PASS(sa, sb, row, { z += weight_of(__fdiv_rn(raw, f.temp), f, &k); })
     for (int o = 16; o > 0; o >>= 1) z += __shfl_xor_sync(0xffffffffu, z, o);
-    if ((tid & 31) == 0) PART(r, blockIdx.y, 8 + (tid >> 5)) = z;
+    if ((tid & 31) == 0) MASS(r, blockIdx.y * WARPS + (tid >> 5)) = z;
 }
 
 // The row's last block: the G * WARPS sums in token order (block, then warp), a run of them a thread.
 __device__ int mass_draw(const float* row, int V, int r, const Filter& f, const long long* ip,
-                         const unsigned long long* parts, u64* shu, int* found, int* sh_seg, u64* sh_pre) {
+                         const unsigned long long* parts, int row_slots, u64* shu, int* found, int* sh_seg,
+                         u64* sh_pre) {
     const int tid = threadIdx.x, G = gridDim.y;
     const int N = G * WARPS, per = (N + T - 1) / T, a = min(N, tid * per), b = min(N, a + per);
     u64 s = 0;
-    for (int j = a; j < b; j++) s += PART(r, j / WARPS, 8 + j % WARPS);
+    for (int j = a; j < b; j++) s += MASS(r, j);
     u64 total;  // integers: block order or not, the same total
     u64 acc = block_exclusive_scan(s, shu, &total);
     const u64 target = draw_target((u64)ip[0], (u64)ip[1], total);
@@ -805,7 +811,7 @@ __device__ int mass_draw(const float* row, int V, int r, const Filter& f, const 
     __syncthreads();
     if (target >= acc && target < acc + s) {
         for (int j = a; j < b; j++) {
-            const u64 v = PART(r, j / WARPS, 8 + j % WARPS);
+            const u64 v = MASS(r, j);
             if (target < acc + v) { *sh_seg = j; *sh_pre = acc; break; }
             acc += v;
         }
@@ -970,15 +976,15 @@ extern "C" __global__ void vt_cand_scan(const float* logits, const float* fparam
     if (tid == 0) finish_row(r, tok, row, ip, hist, hist_raw, bias_ids, bias_raw, out_ids, lp_vals, lp_ids, L, W);
 }
 
-// vt_cand_mass, SPLIT blocks per row: the plain-mass rows (neither top-k nor top-p): mass_partials, then the row's
-// last block's mass_draw. (Drawing them in vt_cand_scan instead, its blocks waiting for each other's maxima in a
+// vt_cand_mass, its own blocks per row (gridDim.y; G WARPS <= row_slots, the slots of a row in parts): the plain-mass
+// rows (neither top-k nor top-p): mass_partials, then the row's last block's mass_draw. (Drawing them in vt_cand_scan instead, its blocks waiting for each other's maxima in a
 // row barrier where the grid fits the SMs, measured slower on the H200: temperature at B = 1 27.6-28.3 us against
 // 26.1.)
 extern "C" __global__ void vt_cand_mass(const float* logits, const float* fparams, const long long* iparams,
                                         const long long* hist, const float* hist_raw, const long long* bias_ids,
                                         const float* bias_raw, long long* out_ids, float* lp_vals, long long* lp_ids,
                                         unsigned long long* parts, unsigned long long* state, unsigned int* counters,
-                                        int V, int L, int W) {
+                                        int V, int L, int W, int row_slots) {
     vt::pdl_entry();
     __shared__ u64 shu[RED];
     __shared__ int found, sh_seg;
@@ -992,9 +998,9 @@ extern "C" __global__ void vt_cand_mass(const float* logits, const float* fparam
     if ((top_k > 0 && top_k < V) || fp[1] < 1.0f) return;  // the split kernels draw it
     const float* row = logits + (long long)r * V;
     const Filter f = {fp[0], __uint_as_float((u32)ST(r, 0)), fp[2], 0u, 1};
-    mass_partials(row, V, r, f, parts);
+    mass_partials(row, V, r, f, parts, row_slots);
     if (!last_block(counters, r, &sh_last)) return;
-    const int tok = mass_draw(row, V, r, f, ip, parts, shu, &found, &sh_seg, &sh_pre);
+    const int tok = mass_draw(row, V, r, f, ip, parts, row_slots, shu, &found, &sh_seg, &sh_pre);
     if (tid == 0) {
         counters[r] = 0;
         finish_row(r, tok, row, ip, hist, hist_raw, bias_ids, bias_raw, out_ids, lp_vals, lp_ids, L, W);

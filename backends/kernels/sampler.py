@@ -10,6 +10,10 @@ import numpy as np
 from backends.kernels.build import Instance, function
 
 THREADS = 512
+# vt_sample's defer_draw bits: DEFER leaves a row's draw to the split kernels; KEEP_GREEDY keeps a plain greedy row's
+# argmax in vt_sample's one pass (a block a row, eight float4 loads in flight a thread), which reads a row faster than
+# GREEDY_IN_ROW_MAX or fewer split blocks do (H200, B=256: 54.4 us one block a row, 62.2 two blocks a row).
+DEFER, KEEP_GREEDY, GREEDY_IN_ROW_MAX = 1, 2, 2
 # The row layout the engine's sampler uses today (6 floats; 10 named ints + 16 banned ids; 21 logprob slots):
 # what CI compiles, since the binding itself takes the layout from the arrays it is given.
 LAYOUT = (("VT_SAMPLER_THREADS", THREADS), ("VT_NF", 6), ("VT_NI", 26), ("VT_NFI", 10), ("VT_NLP", 21))
@@ -23,7 +27,7 @@ def launch(cp: Any, logits: Any, fparams: Any, iparams: Any, hist: Any, hist_raw
     """The row layout comes from the arrays: fparams [n, NF], iparams [n, NI] whose first num_int_fields are
     the named fields and the rest the banned ids, bias_ids / bias_vals / bias_raw [n, W], lp_vals [n, NLP]."""
     _row_kernel(cp, logits, fparams, iparams, hist, hist_raw, bias_ids, bias_vals, bias_raw, out_ids, lp_vals, lp_ids,
-                num_int_fields, defer_draw=False)
+                num_int_fields, defer_draw=0)
 
 
 def _layout(fparams: Any, iparams: Any, lp_vals: Any, num_int_fields: int) -> tuple:
@@ -33,7 +37,7 @@ def _layout(fparams: Any, iparams: Any, lp_vals: Any, num_int_fields: int) -> tu
 
 def _row_kernel(cp: Any, logits: Any, fparams: Any, iparams: Any, hist: Any, hist_raw: Any, bias_ids: Any,
                 bias_vals: Any, bias_raw: Any, out_ids: Any, lp_vals: Any, lp_ids: Any, num_int_fields: int,
-                defer_draw: bool) -> None:
+                defer_draw: int) -> None:
     n, V = logits.shape
     inst = Instance("sampler.cu", "vt_sample", _layout(fparams, iparams, lp_vals, num_int_fields))
     function(cp, inst)((n,), (THREADS,), (logits, fparams, iparams, hist, hist_raw, bias_ids, bias_vals, bias_raw,
@@ -53,17 +57,30 @@ def launch_split(cp: Any, logits: Any, fparams: Any, iparams: Any, hist: Any, hi
     n, V = logits.shape
     G = parts.shape[1]
     _row_kernel(cp, logits, fparams, iparams, hist, hist_raw, bias_ids, bias_vals, bias_raw, out_ids, lp_vals, lp_ids,
-                num_int_fields, defer_draw=True)
+                num_int_fields, defer_draw=DEFER | (KEEP_GREEDY if G <= GREEDY_IN_ROW_MAX else 0))
     layout = _layout(fparams, iparams, lp_vals, num_int_fields)
     rest = (hist, hist_raw, bias_ids, bias_raw, out_ids, lp_vals, lp_ids)
     sizes = (np.int32(V), np.int32(hist.shape[1]), np.int32(bias_ids.shape[1]))
     function(cp, Instance("sampler.cu", "vt_cand_scan", layout))(
         (n, G), (THREADS,), (logits, fparams, iparams, *rest, parts, state, counters, *sizes))
     function(cp, Instance("sampler.cu", "vt_cand_mass", layout))(
-        (n, G), (THREADS,), (logits, fparams, iparams, *rest, parts, state, counters, *sizes))
+        (n, mass_blocks(n, G)), (THREADS,), (logits, fparams, iparams, *rest, parts, state, counters, *sizes,
+                                            np.int32(G * 256)))
     if general:
         launch_general(cp, logits, fparams, iparams, hist, hist_raw, bias_ids, bias_raw, out_ids, lp_vals, lp_ids,
                        num_int_fields, parts, psum, state, counters)
+
+
+MASS_BLOCKS, MASS_MAX = 512, 64
+
+
+def mass_blocks(rows: int, blocks: int) -> int:
+    """vt_cand_mass's blocks a row: about MASS_BLOCKS in all, a power of two up to MASS_MAX, never fewer than the
+    candidate kernel's `blocks`. At a small batch the plain mass is latency-bound (a thread's tokens one after the
+    other, 16 warps an SM): more blocks give each warp fewer. Its warp sums take G * 16 of a row's blocks * 256
+    slots of parts."""
+    want = max(1, MASS_BLOCKS // max(1, rows))
+    return max(blocks, min(MASS_MAX, 16 * blocks, 1 << (want.bit_length() - 1)))
 
 
 def launch_general(cp: Any, logits: Any, fparams: Any, iparams: Any, hist: Any, hist_raw: Any, bias_ids: Any,
