@@ -2,15 +2,16 @@
 // straight from the paged cache through the block table (table[position / block_size]): no gather of the
 // cache, no float32 copy of it. One block serves one KV head of one token for one partition of the context,
 // and all G query heads that share that KV head (GQA), so every key and value is read once per token.
-// Scores and softmax run in float32 with an online max over tiles of keys; a context longer than one
-// partition is split across blocks (gridDim.z, static: the graph's table width fixes it) whose partial
-// results the reduce kernel combines. Any number of tokens per sequence (speculative verification: each
-// token carries its own position and sees keys up to it).
+// Each warp runs its own online softmax (a running max, sum and output per head, float32) over its share of
+// the partition's keys, with no barrier inside the loop; the block merges its warps' states at their common
+// max once at the end. A context longer than one partition is split across blocks (gridDim.z, static: the
+// graph's table width fixes it) whose partial results the reduce kernel combines. Any number of tokens per
+// sequence (speculative verification: each token carries its own position and sees keys up to it).
 #include "common.cuh"
 
 namespace vt {
 
-constexpr int DECODE_THREADS = 256;  // eight warps: a tile of 32 to 128 keys in flight at once
+constexpr int DECODE_THREADS = 256;  // eight warps, each with its own keys in flight
 constexpr int DECODE_WARPS = DECODE_THREADS / 32;
 
 template <typename KV, int HD>
@@ -18,22 +19,24 @@ struct DecodeLayout {
     static constexpr int VEC = 16 / sizeof(KV);                  // elements in one 16-byte load
     static constexpr int TPK = (HD / VEC) < 32 ? HD / VEC : 32;  // threads sharing one key
     static constexpr int DPT = HD / TPK;                         // dims a thread holds
-    static constexpr int KPP = DECODE_THREADS / TPK;             // keys one pass covers
-    static constexpr int PASSES = KPP >= 64 ? 1 : 64 / KPP;      // a tile is at least 64 keys
+    static constexpr int WKP = 32 / TPK;                         // keys one pass of a warp covers
+    static constexpr int KPP = DECODE_WARPS * WKP;               // keys one pass of the block covers
+    static constexpr int PASSES = KPP >= 64 ? 1 : 64 / KPP;      // a block's tile is at least 64 keys
+    static constexpr int WTILE = WKP * PASSES;                   // a warp's keys a tile, consecutive
     static constexpr int TILE = KPP * PASSES;
     static constexpr int NV = DPT / VEC;                         // 16-byte vectors a thread loads per key
 };
 
-// Requests a tile's keys and values (PASSES keys a thread, each its DPT dims as NV raw vectors); a key past
-// `end` is neither requested nor marked valid.
+// Requests this warp's keys and values of the tile at t0 (PASSES keys a thread, each its DPT dims as NV raw
+// vectors); a key past `end` is neither requested nor marked valid.
 template <typename KV, typename L>
 __device__ __forceinline__ void load_tile(const KV* __restrict__ k_cache, const KV* __restrict__ v_cache,
-                                          const i64* __restrict__ table, int t0, int end, int kg, int dg, int nkv,
+                                          const i64* __restrict__ table, int t0, int end, int kw, int dg, int nkv,
                                           int kvh, int block_size, uint4 (&k)[L::PASSES][L::NV],
                                           uint4 (&v)[L::PASSES][L::NV], bool (&valid)[L::PASSES]) {
 #pragma unroll
     for (int ps = 0; ps < L::PASSES; ps++) {
-        const int key = t0 + ps * L::KPP + kg;
+        const int key = t0 + ps * L::WKP + kw;
         valid[ps] = key < end;
         if (valid[ps]) {
             const int b = key / block_size;
@@ -58,6 +61,18 @@ __device__ __forceinline__ void widen_vec(const uint4 (&raw)[L::NV], float* out)
     }
 }
 
+// A value summed (or maxed) over the warp's key groups: lanes that share dims, TPK apart.
+template <typename L> __device__ __forceinline__ float across_keys_sum(float v) {
+#pragma unroll
+    for (int o = L::TPK; o < 32; o <<= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+template <typename L> __device__ __forceinline__ float across_keys_max(float v) {
+#pragma unroll
+    for (int o = L::TPK; o < 32; o <<= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
 // q [T, nh, HD] float32, pre-scaled; caches [blocks, block_size, nkv, HD]; block_tables [R, W]; token_row
 // and positions [T]; out [T, nh, HD] when the grid has one partition, else part_o [T, nh, P, HD] and part_ml
 // [T, nh, P, 2] (max, sum) for the reduce kernel. Grid (nkv, T, P); DECODE_THREADS threads.
@@ -71,7 +86,7 @@ paged_decode_attention(const float* __restrict__ q, const KV* __restrict__ k_cac
     using L = DecodeLayout<KV, HD>;
     const int kvh = blockIdx.x, p = blockIdx.z, P = gridDim.z;
     const i64 t = blockIdx.y;
-    const int tid = threadIdx.x, kg = tid / L::TPK, dg = tid % L::TPK;
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, kw = lane / L::TPK, dg = lane % L::TPK;
     const int ctx = min((int)positions[t] + 1, table_width * block_size);
     const int start = p * partition;
     if (start >= ctx) return;  // past this token's context: the reduce kernel reads only partitions before it
@@ -79,32 +94,28 @@ paged_decode_attention(const float* __restrict__ q, const KV* __restrict__ k_cac
     const i64* table = block_tables + token_row[t] * table_width;
     const int nh = nkv * G;
 
-    __shared__ float s[G][L::TILE];
-    __shared__ float m_s[G], l_s[G], alpha_s[G];
-    constexpr int HC_MAX = 4096 / (DECODE_WARPS * HD) > 0 ? 4096 / (DECODE_WARPS * HD) : 1;
-    constexpr int HC = G < HC_MAX ? G : HC_MAX;
-    __shared__ float red[HC][DECODE_WARPS][HD];  // 16 KB at most: HC heads' per-warp sums
-
-    float qr[G][L::DPT], acc[G][L::DPT];
+    float qr[G][L::DPT], acc[G][L::DPT], m[G], l[G];  // m and l: the same in every lane of the warp
 #pragma unroll
     for (int h = 0; h < G; h++) {
         const float* qh = q + (t * nh + kvh * G + h) * HD + dg * L::DPT;
 #pragma unroll
         for (int i = 0; i < L::DPT; i++) { qr[h][i] = qh[i]; acc[h][i] = 0.0f; }
+        m[h] = neg_inf();
+        l[h] = 0.0f;
     }
-    if (tid < G) { m_s[tid] = neg_inf(); l_s[tid] = 0.0f; }
-    __syncthreads();
 
-    // The tile's keys and values arrive as raw 16-byte vectors; the next tile's are requested before this
-    // tile is computed, so a block always has a tile's loads in flight (the cache is read once, at the
-    // bandwidth the loads in flight allow).
+    // The warp's keys and values arrive as raw 16-byte vectors; the next tile's are requested before this
+    // tile is computed, so every warp always has loads in flight (the cache is read once, at the bandwidth
+    // the loads in flight allow). No barrier: each warp's softmax state is its own until the merge.
     uint4 kc[L::PASSES][L::NV], vc[L::PASSES][L::NV], kn[L::PASSES][L::NV], vn[L::PASSES][L::NV];
-    bool valid[L::PASSES], valid_next[L::PASSES];
-    load_tile<KV, L>(k_cache, v_cache, table, start, end, kg, dg, nkv, kvh, block_size, kc, vc, valid);
-    for (int t0 = start; t0 < end; t0 += L::TILE) {
+    bool valid[L::PASSES], valid_next[L::PASSES] = {};
+    const int first = start + warp * L::WTILE;
+    load_tile<KV, L>(k_cache, v_cache, table, first, end, kw, dg, nkv, kvh, block_size, kc, vc, valid);
+    for (int t0 = first; t0 < end; t0 += L::TILE) {
         if (t0 + L::TILE < end)
-            load_tile<KV, L>(k_cache, v_cache, table, t0 + L::TILE, end, kg, dg, nkv, kvh, block_size, kn, vn,
+            load_tile<KV, L>(k_cache, v_cache, table, t0 + L::TILE, end, kw, dg, nkv, kvh, block_size, kn, vn,
                              valid_next);
+        float sc[L::PASSES][G];
 #pragma unroll
         for (int ps = 0; ps < L::PASSES; ps++) {
             float kf[L::DPT];
@@ -116,33 +127,24 @@ paged_decode_attention(const float* __restrict__ q, const KV* __restrict__ k_cac
                 for (int i = 0; i < L::DPT; i++) dot += qr[h][i] * kf[i];
 #pragma unroll
                 for (int o = L::TPK / 2; o > 0; o >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, o);
-                if (dg == 0) s[h][ps * L::KPP + kg] = valid[ps] ? dot : neg_inf();
+                sc[ps][h] = valid[ps] ? dot : neg_inf();
             }
         }
-        __syncthreads();
-        const int warp = tid >> 5, lane = tid & 31;
-        for (int h = warp; h < G; h += DECODE_THREADS / 32) {  // the tile's softmax, one warp per head
-            float mx = neg_inf();
-            for (int j = lane; j < L::TILE; j += 32) mx = fmaxf(mx, s[h][j]);
-            const float m_old = m_s[h], m_new = fmaxf(m_old, warp_max(mx));  // finite: the tile has a key
-            float sum = 0.0f;
-            for (int j = lane; j < L::TILE; j += 32) {
-                const float e = expf(s[h][j] - m_new);
-                s[h][j] = e;
-                sum += e;
-            }
-            sum = warp_sum(sum);
-            if (lane == 0) {
-                const float a = expf(m_old - m_new);
-                alpha_s[h] = a;
-                l_s[h] = l_s[h] * a + sum;
-                m_s[h] = m_new;
-            }
-        }
-        __syncthreads();
 #pragma unroll
         for (int h = 0; h < G; h++) {
-            const float a = alpha_s[h];
+            float mx = sc[0][h];
+#pragma unroll
+            for (int ps = 1; ps < L::PASSES; ps++) mx = fmaxf(mx, sc[ps][h]);
+            const float m_new = fmaxf(m[h], across_keys_max<L>(mx));  // finite: the tile's first key is valid
+            const float a = expf(m[h] - m_new);
+            float sum = 0.0f;
+#pragma unroll
+            for (int ps = 0; ps < L::PASSES; ps++) {
+                sc[ps][h] = expf(sc[ps][h] - m_new);
+                sum += sc[ps][h];
+            }
+            l[h] = l[h] * a + across_keys_sum<L>(sum);
+            m[h] = m_new;
 #pragma unroll
             for (int i = 0; i < L::DPT; i++) acc[h][i] *= a;  // the online-softmax rescale to the new max
         }
@@ -153,12 +155,10 @@ paged_decode_attention(const float* __restrict__ q, const KV* __restrict__ k_cac
             widen_vec<KV, L>(vc[ps], vf);
 #pragma unroll
             for (int h = 0; h < G; h++) {
-                const float pv = s[h][ps * L::KPP + kg];
 #pragma unroll
-                for (int i = 0; i < L::DPT; i++) acc[h][i] += pv * vf[i];
+                for (int i = 0; i < L::DPT; i++) acc[h][i] += sc[ps][h] * vf[i];
             }
         }
-        __syncthreads();
 #pragma unroll
         for (int ps = 0; ps < L::PASSES; ps++) {
             valid[ps] = valid_next[ps];
@@ -166,9 +166,18 @@ paged_decode_attention(const float* __restrict__ q, const KV* __restrict__ k_cac
             for (int v = 0; v < L::NV; v++) { kc[ps][v] = kn[ps][v]; vc[ps][v] = vn[ps][v]; }
         }
     }
-    // The KPP key groups' sums, then normalized by the head's softmax sum: a warp's key groups by shuffles, then
-    // the warps' sums through shared memory, HC heads a round (one barrier a round, not one a head).
-    const int lane = tid & 31, warp = tid >> 5;
+
+    // The merge: each warp's key groups summed by shuffles (they share the warp's max), then the warps' states
+    // through shared memory, each weighted at the block's common max, HC heads a round (a warp with no key
+    // has m = -inf and weighs nothing).
+    constexpr int HC_MAX = 4096 / (DECODE_WARPS * HD) > 0 ? 4096 / (DECODE_WARPS * HD) : 1;
+    constexpr int HC = G < HC_MAX ? G : HC_MAX;
+    __shared__ float red[HC][DECODE_WARPS][HD];  // 16 KB at most: HC heads' per-warp sums
+    __shared__ float wm[DECODE_WARPS][G], wl[DECODE_WARPS][G];
+    if (lane == 0) {
+#pragma unroll
+        for (int h = 0; h < G; h++) { wm[warp][h] = m[h]; wl[warp][h] = l[h]; }
+    }
 #pragma unroll
     for (int h0 = 0; h0 < G; h0 += HC) {
 #pragma unroll
@@ -176,9 +185,7 @@ paged_decode_attention(const float* __restrict__ q, const KV* __restrict__ k_cac
             if (h0 + hh >= G) break;
 #pragma unroll
             for (int i = 0; i < L::DPT; i++) {
-                float v = acc[h0 + hh][i];
-#pragma unroll
-                for (int o = L::TPK; o < 32; o <<= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+                const float v = across_keys_sum<L>(acc[h0 + hh][i]);
                 if (lane < L::TPK) red[hh][warp][dg * L::DPT + i] = v;
             }
         }
@@ -186,16 +193,23 @@ paged_decode_attention(const float* __restrict__ q, const KV* __restrict__ k_cac
         for (int j = tid; j < HC * HD; j += DECODE_THREADS) {
             const int hh = j / HD, d = j - hh * HD, h = h0 + hh;
             if (h >= G) break;
-            float o = 0.0f;
+            float M = neg_inf();
 #pragma unroll
-            for (int w = 0; w < DECODE_WARPS; w++) o += red[hh][w][d];
-            o /= l_s[h];
+            for (int w = 0; w < DECODE_WARPS; w++) M = fmaxf(M, wm[w][h]);  // finite: the block has a key
+            float o = 0.0f, lsum = 0.0f;
+#pragma unroll
+            for (int w = 0; w < DECODE_WARPS; w++) {
+                const float f = expf(wm[w][h] - M);  // a warp's weight at the block's max
+                o += f * red[hh][w][d];
+                lsum += f * wl[w][h];
+            }
+            o /= lsum;
             const int head = kvh * G + h;
             if (P == 1) out[(t * nh + head) * HD + d] = from_f32<OUT>(o);
             else part_o[((t * nh + head) * P + p) * HD + d] = o;
             if (P > 1 && d == 0) {
-                part_ml[((t * nh + head) * P + p) * 2] = m_s[h];
-                part_ml[((t * nh + head) * P + p) * 2 + 1] = l_s[h];
+                part_ml[((t * nh + head) * P + p) * 2] = M;
+                part_ml[((t * nh + head) * P + p) * 2 + 1] = lsum;
             }
         }
         __syncthreads();

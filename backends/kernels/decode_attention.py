@@ -3,6 +3,8 @@
 The twin follows the kernel's algorithm, not only its result: the context in partitions (partition_size),
 each an online softmax over tiles (a running max, the sum and the output rescaled when the max grows),
 then the partitions combined at their common max. So a broken rescale or reduction shows on the CPU too.
+Inside a partition the kernel runs one online softmax per warp and merges its warps at the block's max; the
+twin's single stream of tiles is that merge's result, up to float32 rounding.
 Tokens never read past their context (position + 1 keys, at most the table's width), and a key's value
 is never read unless the key is inside it.
 """
@@ -19,7 +21,7 @@ from vt.dtypes import narrow_host, widen_host
 
 MIN_PARTITION = 256  # keys: a context this short is one partition (no reduce launch)
 TARGET_BLOCKS = 1024  # a long context is split until the launch has about this many blocks (the H200 has 132 SMs)
-TWIN_TILE = 128  # keys per online-softmax tile in the twin (the kernel's tile is its own, 32 or 64 keys)
+TWIN_TILE = 128  # keys per online-softmax tile in the twin (the kernel's: 8 to 16 keys a warp, 64 or 128 a block)
 THREADS = 256  # decode_attention.cu DECODE_THREADS
 STORAGE = ("float", "vt::bf16", "vt::f16")
 # Every layout the template takes (each storage type at each head dim), and every GQA ratio at one of them.

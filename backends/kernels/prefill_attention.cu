@@ -38,25 +38,72 @@ template <typename KV> __device__ __forceinline__ unsigned pack2(float lo, float
     return (unsigned)from_f32<KV>(lo).bits | ((unsigned)from_f32<KV>(hi).bits << 16);
 }
 
+// 16 bytes from global memory into shared memory without passing through registers (cp.async, L2 only); a
+// source of size 0 fills the destination with zeros.
+__device__ __forceinline__ void copy16_async(void* dst, const void* src, bool valid) {
+    const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src), "r"(valid ? 16 : 0)
+                 : "memory");
+}
+__device__ __forceinline__ void copy_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N> __device__ __forceinline__ void copy_wait() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+// Four 8x8 b16 matrices from shared memory, one row address a lane (lanes 8i..8i+7: matrix i's rows); .trans
+// hands each lane a column pair instead of a row pair (the B operand of P.V from V stored key-major).
+template <bool TRANS>
+__device__ __forceinline__ void ldmatrix_x4(unsigned (&r)[4], const unsigned short* row) {
+    const unsigned a = (unsigned)__cvta_generic_to_shared(row);
+    if (TRANS)
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(a));
+    else
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(a));
+}
+
+// One tile's keys and values (BN keys from k0, each HD wide) requested into one stage of shared memory, 16
+// bytes a copy; keys past `last` become zeros (masked by the caller).
+template <typename KV, int HD, int STRIDE>
+__device__ __forceinline__ void request_tile(unsigned short* ks, unsigned short* vs, const KV* __restrict__ k_cache,
+                                             const KV* __restrict__ v_cache, const i64* __restrict__ table, int k0,
+                                             int last, int nkv, int kvh, int block_size) {
+    for (int c = threadIdx.x; c < PREFILL_BN * (HD / 8); c += PREFILL_THREADS) {
+        const int key = c / (HD / 8), part = (c % (HD / 8)) * 8, pos = k0 + key;
+        const bool valid = pos <= last;
+        const int at_pos = valid ? pos : 0;  // a zero-size copy still needs an address inside the cache
+        const int b = at_pos / block_size;
+        const i64 at = ((table[b] * block_size + (at_pos - b * block_size)) * nkv + kvh) * HD + part;
+        copy16_async(ks + key * STRIDE + part, k_cache + at, valid);
+        copy16_async(vs + key * STRIDE + part, v_cache + at, valid);
+    }
+}
+
 // q [T, nh, HD] float32 (pre-scaled); caches [blocks, block_size, nkv, HD] bf16 or fp16; block_tables [R, W];
 // tiles [num_tiles, 4] int32: (block-table row, first token in the batch, queries, position of the first);
-// out [T, nh, HD]. Grid (num_tiles, nh), PREFILL_THREADS threads, dynamic shared memory for K and V tiles.
+// out [T, nh, HD]. Grid (num_tiles, nh), PREFILL_THREADS threads, dynamic shared memory for two stages of K
+// and V tiles: the next tile's copies run while this one is computed. Blocks take their tiles last first: a
+// tile's work grows with its position, so the longest start first and the launch's tail is short.
 template <typename KV, typename OUT, int HD>
 __global__ void __launch_bounds__(PREFILL_THREADS)
 paged_prefill_attention(const float* __restrict__ q, const KV* __restrict__ k_cache, const KV* __restrict__ v_cache,
                         const i64* __restrict__ block_tables, const int* __restrict__ tiles, OUT* __restrict__ out,
                         int nh, int nkv, int block_size, int table_width) {
     vt::pdl_entry();
-    constexpr int STRIDE = HD + 8;  // shared rows padded: the fragment loads of eight rows hit distinct banks
-    extern __shared__ unsigned short smem[];
-    unsigned short* ks = smem;
-    unsigned short* vs = smem + PREFILL_BN * STRIDE;
-    const int* tile = tiles + blockIdx.x * 4;
+    constexpr int STRIDE = HD + 8;  // shared rows padded: the eight rows of an ldmatrix hit distinct banks
+    constexpr int STAGE = PREFILL_BN * STRIDE;
+    constexpr float LOG2E = 1.4426950408889634f;
+    extern __shared__ __align__(16) unsigned short smem[];  // [2 stages][K, V][BN][STRIDE]
+    const int* tile = tiles + (gridDim.x - 1 - blockIdx.x) * 4;
     const int nq = tile[2];
     if (nq <= 0) return;
     const i64* table = block_tables + (i64)tile[0] * table_width;
     const int q0 = tile[1], p0 = tile[3], head = blockIdx.y, kvh = head / (nh / nkv);
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tig = lane & 3;
+    const int last = p0 + nq - 1;  // the tile's last query position: no key after it is read
+    request_tile<KV, HD, STRIDE>(smem, smem + STAGE, k_cache, v_cache, table, 0, last, nkv, kvh, block_size);
+    copy_commit();
     // This thread's two query rows (local g and g + 8 of its warp's sixteen); a row past the tile's queries
     // computes as its tile's first query (finite, never written).
     int rows[2], qpos[2];
@@ -80,32 +127,35 @@ paged_prefill_attention(const float* __restrict__ q, const KV* __restrict__ k_ca
 #pragma unroll
     for (int j = 0; j < HD / 8; j++) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.0f;
     float m[2] = {neg_inf(), neg_inf()}, l[2] = {0.0f, 0.0f};
-    const int last = p0 + nq - 1;  // the tile's last query position: no key after it is read
-    for (int k0 = 0; k0 <= last; k0 += PREFILL_BN) {
-        // K and V tiles into shared memory, 16 bytes a load; keys past `last` are zeros (masked below).
-        for (int c = threadIdx.x; c < PREFILL_BN * (HD / 8); c += PREFILL_THREADS) {
-            const int key = c / (HD / 8), part = (c % (HD / 8)) * 8, pos = k0 + key;
-            uint4 kv = make_uint4(0, 0, 0, 0), vv = kv;
-            if (pos <= last) {
-                const int b = pos / block_size;
-                const i64 at = ((table[b] * block_size + (pos - b * block_size)) * nkv + kvh) * HD + part;
-                kv = *reinterpret_cast<const uint4*>(k_cache + at);
-                vv = *reinterpret_cast<const uint4*>(v_cache + at);
-            }
-            *reinterpret_cast<uint4*>(ks + key * STRIDE + part) = kv;
-            *reinterpret_cast<uint4*>(vs + key * STRIDE + part) = vv;
-        }
+    // ldmatrix rows this lane addresses: matrix lane / 8, its row lane % 8
+    const int mi = lane >> 3, mr = lane & 7;
+    for (int k0 = 0, stage = 0; k0 <= last; k0 += PREFILL_BN, stage ^= 1) {
+        // This tile has landed for every thread, and every warp is done with the other stage (the previous
+        // tile): the next tile's copies go there and run while this one is computed.
+        copy_wait<0>();
         __syncthreads();
+        if (k0 + PREFILL_BN <= last) {
+            unsigned short* next = smem + (stage ^ 1) * 2 * STAGE;
+            request_tile<KV, HD, STRIDE>(next, next + STAGE, k_cache, v_cache, table, k0 + PREFILL_BN, last, nkv,
+                                         kvh, block_size);
+            copy_commit();
+        }
+        const unsigned short* ks = smem + stage * 2 * STAGE;
+        const unsigned short* vs = ks + STAGE;
         float sc[PREFILL_BN / 8][4];  // S = Q K^T for this warp's sixteen rows and the tile's keys
 #pragma unroll
         for (int n = 0; n < PREFILL_BN / 8; n++) {
             sc[n][0] = sc[n][1] = sc[n][2] = sc[n][3] = 0.0f;
-            const unsigned short* kr = ks + (8 * n + g) * STRIDE + 2 * tig;
 #pragma unroll
-            for (int s = 0; s < HD / 16; s++) {
-                const unsigned b0 = *reinterpret_cast<const unsigned*>(kr + 16 * s);
-                const unsigned b1 = *reinterpret_cast<const unsigned*>(kr + 16 * s + 8);
-                Mma<KV>::run(sc[n], qa[s], b0, b1);
+            for (int s = 0; s < HD / 16; s += 2) {  // two k-steps an ldmatrix: K rows 8n.., dims 16s + 8 * mi
+                unsigned b[4];
+                if (HD >= 32) {
+                    ldmatrix_x4<false>(b, ks + (8 * n + mr) * STRIDE + 16 * s + 8 * mi);
+                } else {  // one k-step: matrices 2 and 3 repeat 0 and 1
+                    ldmatrix_x4<false>(b, ks + (8 * n + mr) * STRIDE + 8 * (mi & 1));
+                }
+                Mma<KV>::run(sc[n], qa[s], b[0], b[1]);
+                if (s + 1 < HD / 16) Mma<KV>::run(sc[n], qa[s + 1], b[2], b[3]);
             }
         }
         // causal mask (a key after a row's position is not seen), then the online softmax, row by row
@@ -119,13 +169,14 @@ paged_prefill_attention(const float* __restrict__ q, const KV* __restrict__ k_ca
                 mx[i] = fmaxf(mx[i], sc[n][e]);
             }
         }
-        float alpha[2], sum[2] = {0.0f, 0.0f};
+        float alpha[2], sum[2] = {0.0f, 0.0f}, ml2[2];
 #pragma unroll
         for (int i = 0; i < 2; i++) {
             mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 1));
             mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 2));  // finite: key 0 <= every position
-            alpha[i] = expf(m[i] - mx[i]);
+            alpha[i] = exp2f((m[i] - mx[i]) * LOG2E);
             m[i] = mx[i];
+            ml2[i] = mx[i] * LOG2E;
         }
         unsigned pa[PREFILL_BN / 16][4];  // P as A fragments of the second product
 #pragma unroll
@@ -133,7 +184,7 @@ paged_prefill_attention(const float* __restrict__ q, const KV* __restrict__ k_ca
             float p[4];
 #pragma unroll
             for (int e = 0; e < 4; e++) {
-                p[e] = expf(sc[n][e] - m[e >> 1]);
+                p[e] = exp2f(fmaf(sc[n][e], LOG2E, -ml2[e >> 1]));
                 sum[e >> 1] += p[e];
             }
             pa[n / 2][(n & 1) * 2] = pack2<KV>(p[0], p[1]);
@@ -149,15 +200,17 @@ paged_prefill_attention(const float* __restrict__ q, const KV* __restrict__ k_ca
         for (int j = 0; j < HD / 8; j++) {
             o[j][0] *= alpha[0]; o[j][1] *= alpha[0];  // the online-softmax rescale to the new max
             o[j][2] *= alpha[1]; o[j][3] *= alpha[1];
+        }
 #pragma unroll
-            for (int s = 0; s < PREFILL_BN / 16; s++) {
-                const unsigned short* vc = vs + (16 * s + 2 * tig) * STRIDE + 8 * j + g;
-                const unsigned b0 = (unsigned)vc[0] | ((unsigned)vc[STRIDE] << 16);
-                const unsigned b1 = (unsigned)vc[8 * STRIDE] | ((unsigned)vc[9 * STRIDE] << 16);
-                Mma<KV>::run(o[j], pa[s], b0, b1);
+        for (int s = 0; s < PREFILL_BN / 16; s++) {
+#pragma unroll
+            for (int j = 0; j < HD / 8; j += 2) {  // V keys 16s + 8 * (mi & 1) + mr, dims 8j + 8 * (mi >> 1)
+                unsigned b[4];
+                ldmatrix_x4<true>(b, vs + (16 * s + 8 * (mi & 1) + mr) * STRIDE + 8 * j + 8 * (mi >> 1));
+                Mma<KV>::run(o[j], pa[s], b[0], b[1]);
+                Mma<KV>::run(o[j + 1], pa[s], b[2], b[3]);
             }
         }
-        __syncthreads();  // before the next tile overwrites K and V
     }
 #pragma unroll
     for (int i = 0; i < 2; i++) {

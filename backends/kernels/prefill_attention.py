@@ -90,7 +90,7 @@ def _cuda(cp: Any, q: Any, k_cache: Any, v_cache: Any, block_tables: Any, tiles:
         return
     fn = function(cp, Instance("prefill_attention.cu",
                                f"vt::paged_prefill_attention<{ctype(k_cache.dtype)}, {ctype(out.dtype)}, {hd}>"))
-    smem = 2 * KEY_TILE * (hd + 8) * 2
+    smem = 2 * 2 * KEY_TILE * (hd + 8) * 2  # two stages of K and V tiles
     if smem > 48 << 10:
         fn.max_dynamic_shared_size_bytes = smem
     fn((tiles.shape[0], nh), (THREADS,), (q, k_cache, v_cache, block_tables, tiles, out, np.int32(nh),
