@@ -27,21 +27,30 @@ struct DecodeLayout {
     static constexpr int NV = DPT / VEC;                         // 16-byte vectors a thread loads per key
 };
 
-// Requests this warp's keys and values of the tile at t0 (PASSES keys a thread, each its DPT dims as NV raw
-// vectors); a key past `end` is neither requested nor marked valid.
-template <typename KV, typename L>
-__device__ __forceinline__ void load_tile(const KV* __restrict__ k_cache, const KV* __restrict__ v_cache,
-                                          const i64* __restrict__ table, int t0, int end, int kw, int dg, int nkv,
-                                          int kvh, int block_size, uint4 (&k)[L::PASSES][L::NV],
-                                          uint4 (&v)[L::PASSES][L::NV], bool (&valid)[L::PASSES]) {
+// The cache rows of this thread's keys in the warp's tile at t0 (PASSES keys, through the block table), -1
+// past `end`: looked up a tile ahead of their loads, so a tile's reads never wait on its table entries.
+template <typename L>
+__device__ __forceinline__ void rows_of(const i64* __restrict__ table, int t0, int end, int kw, int block_size,
+                                        i64 (&row)[L::PASSES]) {
 #pragma unroll
     for (int ps = 0; ps < L::PASSES; ps++) {
-        const int key = t0 + ps * L::WKP + kw;
-        valid[ps] = key < end;
+        const int key = t0 + ps * L::WKP + kw, b = key / block_size;
+        row[ps] = key < end ? table[b] * block_size + (key - b * block_size) : -1;
+    }
+}
+
+// Requests the keys and values of those rows (each key's DPT dims of this thread as NV raw vectors); a row
+// of -1 is neither requested nor marked valid.
+template <typename KV, typename L>
+__device__ __forceinline__ void load_tile(const KV* __restrict__ k_cache, const KV* __restrict__ v_cache,
+                                          const i64 (&row)[L::PASSES], int dg, int nkv, int kvh,
+                                          uint4 (&k)[L::PASSES][L::NV], uint4 (&v)[L::PASSES][L::NV],
+                                          bool (&valid)[L::PASSES]) {
+#pragma unroll
+    for (int ps = 0; ps < L::PASSES; ps++) {
+        valid[ps] = row[ps] >= 0;
         if (valid[ps]) {
-            const int b = key / block_size;
-            const i64 base = ((table[b] * block_size + (key - b * block_size)) * nkv + kvh) * (i64)(L::DPT * L::TPK)
-                             + dg * L::DPT;
+            const i64 base = (row[ps] * nkv + kvh) * (i64)(L::DPT * L::TPK) + dg * L::DPT;
 #pragma unroll
             for (int j = 0; j < L::NV; j++) {
                 k[ps][j] = reinterpret_cast<const uint4*>(k_cache + base)[j];
@@ -73,11 +82,16 @@ template <typename L> __device__ __forceinline__ float across_keys_max(float v) 
     return v;
 }
 
+// Two blocks an SM (128 registers at most) where a 16-bit cache, head dims up to 128 and at most two query heads a
+// KV head fit them without spilling (ptxas); else one.
+template <typename KV, int HD, int G>
+constexpr int DECODE_MIN_BLOCKS = sizeof(KV) == 2 && HD <= 128 && G <= 2 ? 2 : 1;
+
 // q [T, nh, HD] float32, pre-scaled; caches [blocks, block_size, nkv, HD]; block_tables [R, W]; token_row
 // and positions [T]; out [T, nh, HD] when the grid has one partition, else part_o [T, nh, P, HD] and part_ml
 // [T, nh, P, 2] (max, sum) for the reduce kernel. Grid (nkv, T, P); DECODE_THREADS threads.
 template <typename KV, typename OUT, int HD, int G>
-__global__ void __launch_bounds__(DECODE_THREADS)
+__global__ void __launch_bounds__(DECODE_THREADS, DECODE_MIN_BLOCKS<KV, HD, G>)
 paged_decode_attention(const float* __restrict__ q, const KV* __restrict__ k_cache, const KV* __restrict__ v_cache,
                        const i64* __restrict__ block_tables, const i64* __restrict__ token_row,
                        const i64* __restrict__ positions, OUT* __restrict__ out, float* __restrict__ part_o,
@@ -105,16 +119,21 @@ paged_decode_attention(const float* __restrict__ q, const KV* __restrict__ k_cac
     }
 
     // The warp's keys and values arrive as raw 16-byte vectors; the next tile's are requested before this
-    // tile is computed, so every warp always has loads in flight (the cache is read once, at the bandwidth
-    // the loads in flight allow). No barrier: each warp's softmax state is its own until the merge.
+    // tile is computed, and the table entries of the tile after it, so every warp always has loads in flight
+    // (the cache is read once, at the bandwidth the loads in flight allow). No barrier: each warp's softmax
+    // state is its own until the merge.
     uint4 kc[L::PASSES][L::NV], vc[L::PASSES][L::NV], kn[L::PASSES][L::NV], vn[L::PASSES][L::NV];
     bool valid[L::PASSES], valid_next[L::PASSES] = {};
+    i64 row[L::PASSES];
     const int first = start + warp * L::WTILE;
-    load_tile<KV, L>(k_cache, v_cache, table, first, end, kw, dg, nkv, kvh, block_size, kc, vc, valid);
+    rows_of<L>(table, first, end, kw, block_size, row);
+    load_tile<KV, L>(k_cache, v_cache, row, dg, nkv, kvh, kc, vc, valid);
+    rows_of<L>(table, first + L::TILE, end, kw, block_size, row);
     for (int t0 = first; t0 < end; t0 += L::TILE) {
-        if (t0 + L::TILE < end)
-            load_tile<KV, L>(k_cache, v_cache, table, t0 + L::TILE, end, kw, dg, nkv, kvh, block_size, kn, vn,
-                             valid_next);
+        if (t0 + L::TILE < end) {
+            load_tile<KV, L>(k_cache, v_cache, row, dg, nkv, kvh, kn, vn, valid_next);
+            rows_of<L>(table, t0 + 2 * L::TILE, end, kw, block_size, row);
+        }
         float sc[L::PASSES][G];
 #pragma unroll
         for (int ps = 0; ps < L::PASSES; ps++) {
@@ -217,28 +236,42 @@ paged_decode_attention(const float* __restrict__ q, const KV* __restrict__ k_cac
 }
 
 // out[t, head] = the partitions' outputs weighted by their softmax sums, rescaled to the common max.
-// Grid (nh, T); HD threads (at least a warp).
+// Grid (nh, T); HD threads (at least a warp). Warp 0 finds the max and each partition's weight once (a lane a
+// partition), then every thread sums its dim over the partitions with all loads independent.
+constexpr int DECODE_MAX_PARTITIONS = 1024;  // decode_attention.py: a launch splits a context at most this often
 template <typename OUT, int HD>
 __global__ void paged_decode_reduce(const float* __restrict__ part_o, const float* __restrict__ part_ml,
                                     const i64* __restrict__ positions, OUT* __restrict__ out, int nh, int P,
                                     int partition, int max_context) {
     vt::pdl_entry();
+    __shared__ float weight[DECODE_MAX_PARTITIONS];
+    __shared__ float total;
     const int head = blockIdx.x;
     const i64 t = blockIdx.y;
     const int ctx = min((int)positions[t] + 1, max_context);
     const int np = min(P, (ctx + partition - 1) / partition);
     const float* ml = part_ml + (t * nh + head) * P * 2;
-    float M = neg_inf();
-    for (int p = 0; p < np; p++) M = fmaxf(M, ml[2 * p]);
-    float wsum = 0.0f;
-    for (int p = 0; p < np; p++) wsum += expf(ml[2 * p] - M) * ml[2 * p + 1];
+    if (threadIdx.x < 32) {
+        const int lane = threadIdx.x;
+        float M = neg_inf();
+        for (int p = lane; p < np; p += 32) M = fmaxf(M, ml[2 * p]);
+        M = warp_max(M);
+        float wsum = 0.0f;
+        for (int p = lane; p < np; p += 32) {
+            const float share = expf(ml[2 * p] - M) * ml[2 * p + 1];  // a part's weight, at the common max
+            weight[p] = share;
+            wsum += share;
+        }
+        wsum = warp_sum(wsum);
+        if (lane == 0) total = wsum;
+    }
+    __syncthreads();
+    const float* po = part_o + (t * nh + head) * (i64)P * HD;
     for (int d = threadIdx.x; d < HD; d += blockDim.x) {
         float o = 0.0f;
-        for (int p = 0; p < np; p++) {
-            const float share = expf(ml[2 * p] - M) * ml[2 * p + 1];  // a part's weight, at the common max
-            o += share * part_o[((t * nh + head) * P + p) * HD + d];
-        }
-        out[(t * nh + head) * HD + d] = from_f32<OUT>(o / wsum);
+#pragma unroll 8
+        for (int p = 0; p < np; p++) o += weight[p] * po[(i64)p * HD + d];
+        out[(t * nh + head) * HD + d] = from_f32<OUT>(o / total);
     }
 }
 

@@ -18,9 +18,11 @@ import numpy as np
 from backends.kernels.build import Instance, function
 from backends.kernels.fused import FusedKernel, ctype
 from vt.dtypes import narrow_host, widen_host
+from vt.errors import EngineInvariantError
 
 MIN_PARTITION = 256  # keys: a context this short is one partition (no reduce launch)
 TARGET_BLOCKS = 1024  # a long context is split until the launch has about this many blocks (the H200 has 132 SMs)
+MAX_PARTITIONS = 1024  # decode_attention.cu DECODE_MAX_PARTITIONS: the reduce kernel's weights in shared memory
 TWIN_TILE = 128  # keys per online-softmax tile in the twin (the kernel's: 8 to 16 keys a warp, 64 or 128 a block)
 THREADS = 256  # decode_attention.cu DECODE_THREADS
 STORAGE = ("float", "vt::bf16", "vt::f16")
@@ -119,6 +121,8 @@ def _cuda(cp: Any, q: Any, k_cache: Any, v_cache: Any, block_tables: Any, token_
     P = 1 if part_ml is None else part_ml.shape[2]
     part = W * bs if P == 1 else partition_size(T, nkv, W * bs)  # one partition: the whole table
     kv, o = ctype(k_cache.dtype), ctype(out.dtype)
+    if P > MAX_PARTITIONS:  # partition_size never splits more than TARGET_BLOCKS ways; a caller's scratch might
+        raise EngineInvariantError(f"{P} decode partitions: the reduce kernel holds at most {MAX_PARTITIONS}")
     attend = function(cp, Instance("decode_attention.cu", f"vt::paged_decode_attention<{kv}, {o}, {hd}, {nh // nkv}>"))
     null = np.uint64(0)
     attend((nkv, T, P), (THREADS,), (q, k_cache, v_cache, block_tables, token_row, positions, out,

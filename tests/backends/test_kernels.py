@@ -140,6 +140,15 @@ def test_decode_cases_reach_every_path() -> None:
     assert {c[1] // c[2] for c in DECODE_CASES.values()} >= {1, 2, 4, 8}
 
 
+def test_a_launch_never_splits_a_context_more_often_than_the_reduce_kernel_holds() -> None:
+    """The reduce kernel keeps one weight a partition in shared memory (MAX_PARTITIONS of them): every launch
+    shape, up to a million keys, splits at most that often. Guard: the sweep reaches the bound."""
+    counts = [decode_attention.num_partitions(T, nkv, width, BS) for T in (1, 2, 3, 8, 64, 512) for nkv in (1, 4, 8)
+              for width in (1, 17, 512, 8192, 65536)]
+    assert max(counts) <= decode_attention.MAX_PARTITIONS
+    assert max(counts) == decode_attention.MAX_PARTITIONS, "non-vacuity: some shape splits as often as it may"
+
+
 # ---- q/k norm + rotary + KV write --------------------------------------------------------------------------------
 def rotary_inputs(T: int, nh: int, nkv: int, hd: int, dtype: str, seed: int = 0) -> dict:
     rng = np.random.default_rng(seed)
