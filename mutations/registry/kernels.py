@@ -131,7 +131,7 @@ ENTRIES: list[Mutation] = [
 
 PREFILL_TWIN = f"{KERNELS}::test_paged_prefill_twin_equals_causal_attention"
 PREFILL_CUDA = f"{KERNELS}::test_cuda_paged_prefill_equals_its_twin"
-PREFILL_CASES = ("one-prompt", "chunks-over-earlier-kv", "tile-edges")
+PREFILL_CASES = ("one-prompt", "chunks-over-earlier-kv", "tile-edges", "long-over-earlier-kv")
 PTWIN = "backends/kernels/prefill_attention.py"
 PCU = "backends/kernels/prefill_attention.cu"
 
@@ -155,14 +155,15 @@ ENTRIES += [
         description="the prefill twin attends only to keys from its own tile's first position on, not earlier chunks'",
         file=PTWIN, old="s = np.where(keys[None, None, :] > qpos[None, :, None], -np.inf, s)",
         new="s = np.where((keys[None, None, :] > qpos[None, :, None]) | (keys[None, None, :] < p0), -np.inf, s)",
-        gates=cases(PREFILL_TWIN, ("chunks-over-earlier-kv", "tile-edges")),
+        gates=cases(PREFILL_TWIN, ("chunks-over-earlier-kv", "tile-edges", "long-over-earlier-kv")),
     ),
     Mutation(
         id="cuda-prefill-chunk-blind-to-earlier-kv",
         description="the prefill kernel attends only to keys from its tile's first position on, not earlier chunks'",
         file=PCU, old="                if (key > qpos[i]) sc[n][e] = neg_inf();",
         new="                if (key > qpos[i] || key < p0) sc[n][e] = neg_inf();",
-        gates=cases(PREFILL_CUDA, ("chunks-over-earlier-kv", "tile-edges"), ("bfloat16", "float16")),
+        gates=cases(PREFILL_CUDA, ("chunks-over-earlier-kv", "tile-edges", "long-over-earlier-kv"),
+                    ("bfloat16", "float16")),
         needs_gpu=True,
     ),
 ]

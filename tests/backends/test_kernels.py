@@ -317,6 +317,7 @@ PREFILL_CASES = {  # name: chunks as (queries, first position) per sequence (a f
     "one-prompt": [(37, 0)],
     "chunks-over-earlier-kv": [(70, 64), (5, 130), (64, 0)],
     "tile-edges": [(64, 0), (65, 63), (1, 200)],
+    "long-over-earlier-kv": [(200, 700)],  # 900 keys: fifteen key tiles through both stages of the kernel's buffer
 }
 
 
