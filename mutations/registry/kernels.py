@@ -81,6 +81,14 @@ ENTRIES: list[Mutation] = [
         needs_gpu=True,
     ),
     Mutation(
+        id="decode-splits-past-the-reduce-kernels-partitions",
+        description="partition_size splits a context twice as often as TARGET_BLOCKS allows: a long context's "
+                    "launch then has more partitions than the reduce kernel keeps weights for",
+        file=TWIN, old="    splits = max(1, TARGET_BLOCKS // max(1, num_tokens * num_kv_heads))\n",
+        new="    splits = max(1, 2 * TARGET_BLOCKS // max(1, num_tokens * num_kv_heads))\n",
+        gates=(f"{KERNELS}::test_a_launch_never_splits_a_context_more_often_than_the_reduce_kernel_holds",),
+    ),
+    Mutation(
         id="cuda-decode-warp-merge-ignores-the-max",
         description="the decode kernel merges its warps' partial sums at equal weight, not each at the block's max "
                     "(the twin has no warps: its partition merge is the twin mutant below)",

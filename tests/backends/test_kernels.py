@@ -14,6 +14,7 @@ tokens of one sequence (speculative verification), padding rows. Error bounds, s
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -146,6 +147,8 @@ def test_a_launch_never_splits_a_context_more_often_than_the_reduce_kernel_holds
     counts = [decode_attention.num_partitions(T, nkv, width, BS) for T in (1, 2, 3, 8, 64, 512) for nkv in (1, 4, 8)
               for width in (1, 17, 512, 8192, 65536)]
     assert max(counts) <= decode_attention.MAX_PARTITIONS
+    cu = (Path(decode_attention.__file__).parent / "decode_attention.cu").read_text()
+    assert f"DECODE_MAX_PARTITIONS = {decode_attention.MAX_PARTITIONS};" in cu, "the kernel's bound is the host's"
     assert max(counts) == decode_attention.MAX_PARTITIONS, "non-vacuity: some shape splits as often as it may"
 
 
