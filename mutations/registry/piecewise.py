@@ -128,4 +128,16 @@ ENTRIES: list[Mutation] = [
         gates=tuple(f"{PIECES}::test_P5_a_drain_never_frees_a_live_buckets_temporaries[{m}]" for m in MODELS),
         expect="touched freed",
     ),
+    Mutation(
+        id="eager-prefill-metadata-freed-to-the-driver",
+        description="a step above every bucket stages its block tables, token rows and tiles in driver memory and "
+                    "frees them after its forward: a cudaFree a step, which waits for the whole device",
+        file="models/base.py",
+        old="    own = stage_prefill_meta(b, fb, meta, num_decode, pool.empty)\n    model.forward(fb, kv, logits)\n"
+            "    for t in (*staged, *own):\n        pool.release(t)",
+        new="    own = stage_prefill_meta(b, fb, meta, num_decode, b.empty)\n    model.forward(fb, kv, logits)\n"
+            "    for t in staged:\n        pool.release(t)\n    for t in own:\n        b.free(t.buffer)",
+        gates=(f"{PIECES}::test_P6_a_step_above_every_bucket_returns_nothing_to_the_driver[pool-lane]",),
+        expect="driver frees in each of three eager",
+    ),
 ]

@@ -163,3 +163,25 @@ def test_P4_greedy_tokens_with_graphs_equal_eager_at_every_bucket_edge(lane: str
     assert graphs == eager
     assert replays > 0 and none == 0, "non-vacuity: piecewise graphs replayed on one side only"
     assert len(lengths) >= 3 * len(edges) - 2, "non-vacuity: every bucket edge is a prompt length"
+
+
+@pytest.mark.parametrize("lane", [guarantee("pool", id="pool-lane")])
+def test_P6_a_step_above_every_bucket_returns_nothing_to_the_driver(lane: str) -> None:
+    """A step longer than the largest bucket runs eagerly, unsplit. Its temporaries (the block tables, token rows
+    and tiles too) must come from the pool and go back to it: a driver free (cudaFree) waits for the whole
+    device, so a step that freed its own would stall the host behind its forward, every step."""
+    h = SeamHarness("tiny-qwen3")
+    T = h.driver.token_ladder[-1] + 40
+    frees, allocs, handed = [], [], []
+    for seed in range(3):
+        seqs = _seqs(h, [T // 2, T - T // 2], [0, 0], seed)
+        h.backend.reset_counters()
+        before = h.pool.hits + h.pool.misses + h.pool.borrows
+        _prefill(h, seqs)
+        frees.append(h.backend.frees_in_step)
+        allocs.append(h.backend.allocs_in_step)
+        handed.append(h.pool.hits + h.pool.misses + h.pool.borrows - before)
+    assert frees == [0, 0, 0], f"driver frees in each of three eager {T}-token steps: {frees}"
+    assert allocs[1:] == [0, 0], f"driver allocations in each step after the first: {allocs}"
+    assert max(h.driver.buckets, default=0) < T and min(handed) > 0, (
+        f"non-vacuity: no bucket holds {T} tokens (the step ran eagerly) and it drew {handed} pool blocks")
