@@ -133,6 +133,7 @@ paged_prefill_attention(const float* __restrict__ q, const KV* __restrict__ k_ca
 #pragma unroll
     for (int j = 0; j < HD / 8; j++) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.0f;
     float m[2] = {neg_inf(), neg_inf()}, l[2] = {0.0f, 0.0f};
+    const int qmin = min(qpos[0], qpos[1]);
     // ldmatrix rows this lane addresses: matrix lane / 8, its row lane % 8
     const int mi = lane >> 3, mr = lane & 7;
     for (int k0 = 0, stage = 0; k0 <= last; k0 += PREFILL_BN, stage ^= 1) {
@@ -164,14 +165,16 @@ paged_prefill_attention(const float* __restrict__ q, const KV* __restrict__ k_ca
                 if (s + 1 < HD / 16) Mma<KV>::run(sc[n], qa[s + 1], b[2], b[3]);
             }
         }
-        // causal mask (a key after a row's position is not seen), then the online softmax, row by row
+        // causal mask (a key after a row's position is not seen), only where the tile reaches past one of this
+        // thread's rows (the tiles below the diagonal skip its compares); then the online softmax, row by row
+        const bool diagonal = k0 + PREFILL_BN - 1 > qmin;
         float mx[2] = {m[0], m[1]};
 #pragma unroll
         for (int n = 0; n < PREFILL_BN / 8; n++) {
 #pragma unroll
             for (int e = 0; e < 4; e++) {
                 const int key = k0 + 8 * n + 2 * tig + (e & 1), i = e >> 1;
-                if (key > qpos[i]) sc[n][e] = neg_inf();
+                if (diagonal && key > qpos[i]) sc[n][e] = neg_inf();
                 mx[i] = fmaxf(mx[i], sc[n][e]);
             }
         }
