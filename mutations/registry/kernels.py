@@ -625,3 +625,16 @@ ENTRIES += [
         needs_gpu=True,
     ),
 ]
+
+ENTRIES += [
+    Mutation(
+        id="issue-slots-takes-a-forward-branch-for-a-loop",
+        description="scripts/issue-slots counts any branch as a loop, a forward one too: its per-tile instruction "
+                    "counts (the kernel commits' figures) would mix in spans that are no loop",
+        file="scripts/issue-slots",
+        old="        if target and int(target.group(1), 16) < at:\n",
+        new="        if target and int(target.group(1), 16) != at:\n",
+        gates=("tests/backends/test_issue_slots.py::test_a_backward_branch_is_a_loop_counted_by_opcode",),
+        expect="one loop: the forward branch",
+    ),
+]
