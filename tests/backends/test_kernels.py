@@ -439,3 +439,23 @@ def test_cuda_feed_and_keep_equal_their_twins() -> None:
     tk.keep_sampled(np, tokens, dst, kept)
     tk.keep_sampled(cupy, cupy.asarray(tokens), cupy.asarray(dst), d_kept)
     assert np.array_equal(d_fed.get(), fed) and np.array_equal(d_kept.get(), kept)
+
+
+@pytest.mark.parametrize("block_size", [12, 128])
+def test_the_prefill_kernels_binding_refuses_a_block_size_its_shifts_cannot_serve(block_size: int) -> None:
+    """The CUDA prefill kernel finds a key's cache block by shifts inside a 64-key tile: a block size that is not a
+    power of two dividing the tile must be refused before any launch, not read wrong blocks."""
+    from backends.kernels.prefill_attention import paged_prefill_attention
+    from vt.errors import EngineInvariantError
+
+    def launch(bs: int) -> None:  # no CuPy here: a call the guard lets through fails at the launch instead
+        q = np.zeros((4, 2, 16), np.float32)
+        cache = np.zeros((3, bs, 1, 16), np.uint16)
+        paged_prefill_attention.cuda(None, q, cache, cache, np.zeros((1, 3), np.int64), np.zeros((1, 4), np.int32),
+                                     np.zeros(4, np.int64), np.arange(4, dtype=np.int64),
+                                     np.zeros((4, 2, 16), np.uint16))
+
+    with pytest.raises(EngineInvariantError, match=f"block size {block_size}"):
+        launch(block_size)
+    with pytest.raises(AttributeError):  # non-vacuity: the engine's block size 16 passes the guard
+        launch(16)
