@@ -50,14 +50,6 @@ template <> __device__ __forceinline__ unsigned pack2<f16>(float lo, float hi) {
 
 template <bool B> struct Bool { static constexpr bool value = B; };
 
-// 2^x in one MUFU instruction, results below float32's normal range flushed to zero: exp2f's range checks cost
-// three more instructions a value, for weights that small against a row sum of at least 1.
-__device__ __forceinline__ float exp2_ftz(float x) {
-    float y;
-    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-    return y;
-}
-
 // 16 bytes from global memory into shared memory without passing through registers (cp.async, L2 only); a
 // source of size 0 fills the destination with zeros.
 __device__ __forceinline__ void copy16_async(void* dst, const void* src, bool valid) {
@@ -137,7 +129,6 @@ paged_prefill_attention(const float* __restrict__ q, const KV* __restrict__ k_ca
     vt::pdl_entry();
     constexpr int STRIDE = HD + 8;  // shared rows padded: the eight rows of an ldmatrix hit distinct banks
     constexpr int STAGE = PREFILL_BN * STRIDE;
-    constexpr float LOG2E = 1.4426950408889634f;
     extern __shared__ __align__(16) unsigned short smem[];  // [2 stages][K, V][BN][STRIDE]
     const int* tile = tiles + (gridDim.x - 1 - blockIdx.x) * 4;
     const int nq = tile[2];

@@ -92,7 +92,7 @@ ENTRIES: list[Mutation] = [
         id="cuda-decode-warp-merge-ignores-the-max",
         description="the decode kernel merges its warps' partial sums at equal weight, not each at the block's max "
                     "(the twin has no warps: its partition merge is the twin mutant below)",
-        file=CU, old="                const float f = expf(wm[w][h] - M);  // a warp's weight at the block's max\n",
+        file=CU, old="                const float f = exp2_ftz(wm[w][h] - M);  // a warp's weight at the block's max\n",
         new="                const float f = wm[w][h] > neg_inf() ? 1.0f : 0.0f;\n",
         gates=(*cases(DECODE_CUDA, ("block-edges-gqa2", "tiles-gqa4", "partitions-gqa8", "full-width-mqa",
                                     "verify-q4-gqa2"), ("float32", "bfloat16", "float16")), PREFILL_BY_DECODE),

@@ -459,3 +459,21 @@ def test_the_prefill_kernels_binding_refuses_a_block_size_its_shifts_cannot_serv
         launch(block_size)
     with pytest.raises(AttributeError):  # non-vacuity: the engine's block size 16 passes the guard
         launch(16)
+
+
+def test_the_decode_kernels_binding_refuses_a_block_size_its_shifts_cannot_serve() -> None:
+    """The CUDA decode kernel finds a key's cache block by shifts: a block size that is not a power of two must be
+    refused before any launch, not read wrong blocks."""
+    from backends.kernels.decode_attention import paged_decode_attention
+    from vt.errors import EngineInvariantError
+
+    def launch(bs: int) -> None:  # no CuPy here: a call the guard lets through fails at the launch instead
+        cache = np.zeros((3, bs, 1, 16), np.uint16)
+        paged_decode_attention.cuda(None, np.zeros((2, 2, 16), np.float32), cache, cache, np.zeros((1, 3), np.int64),
+                                    np.zeros(2, np.int64), np.arange(2, dtype=np.int64),
+                                    np.zeros((2, 2, 16), np.uint16), None, None)
+
+    with pytest.raises(EngineInvariantError, match="block size 12"):
+        launch(12)
+    with pytest.raises(AttributeError):  # non-vacuity: the engine's block size 16 passes the guard
+        launch(16)
