@@ -81,6 +81,16 @@ __device__ __forceinline__ float block_sum(float v, float* scratch /* [32] */) {
 
 __device__ __forceinline__ float neg_inf() { return -__int_as_float(0x7f800000); }
 
+// 2^x in one MUFU instruction (ex2.approx, about 2 ulp), results below float32's normal range flushed to zero: the
+// attention kernels' softmax weights, where exp2f's range checks cost three more instructions a value and expf
+// several, for weights that small against a row sum of at least 1.
+__device__ __forceinline__ float exp2_ftz(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
+constexpr float LOG2E = 1.4426950408889634f, LN2 = 0.6931471805599453f;
+
 // Programmatic dependent launch (sm_90+). A captured step is hundreds of small kernels back to back; launched with
 // programmatic stream serialization (build.py), a kernel's blocks start while the kernel before it in the stream
 // still runs, and this first statement of every kernel holds them until that kernel has completed and its writes

@@ -27,34 +27,44 @@ struct DecodeLayout {
     static constexpr int NV = DPT / VEC;                         // 16-byte vectors a thread loads per key
 };
 
-// The cache rows of this thread's keys in the warp's tile at t0 (PASSES keys, through the block table), -1
-// past `end`: looked up a tile ahead of their loads, so a tile's reads never wait on its table entries.
+// The byte offsets in the cache of this thread's keys in the warp's tile at t0 (PASSES keys, through the block
+// table), -1 past `end`: looked up a tile ahead of their loads, so a tile's reads never wait on its table
+// entries. The block size is a power of two (the binding checks): a key's block is key >> shift, its slot
+// key & mask; 32-bit offsets but the block's, one wide multiply (a block id fits an int; the binding checks).
+struct CacheGeometry {
+    int shift, mask;
+    unsigned slot_bytes;       // one slot: nkv heads of HD
+    unsigned long long block_bytes;
+};
 template <typename L>
-__device__ __forceinline__ void rows_of(const i64* __restrict__ table, int t0, int end, int kw, int block_size,
-                                        i64 (&row)[L::PASSES]) {
+__device__ __forceinline__ void rows_of(const i64* __restrict__ table, int t0, int end, int kw,
+                                        const CacheGeometry& cg, long long (&row)[L::PASSES]) {
 #pragma unroll
     for (int ps = 0; ps < L::PASSES; ps++) {
-        const int key = t0 + ps * L::WKP + kw, b = key / block_size;
-        row[ps] = key < end ? table[b] * block_size + (key - b * block_size) : -1;
+        const int key = t0 + ps * L::WKP + kw;
+        row[ps] = key < end ? (long long)((unsigned)table[(unsigned)key >> cg.shift] * cg.block_bytes +
+                                          (unsigned)(key & cg.mask) * cg.slot_bytes)
+                            : -1;
     }
 }
 
-// Requests the keys and values of those rows (each key's DPT dims of this thread as NV raw vectors); a row
-// of -1 is neither requested nor marked valid.
+// Requests the keys and values of those rows (each key's DPT dims of this thread as NV raw vectors, `inner`
+// bytes into the key's slot); a row of -1 is neither requested nor marked valid.
 template <typename KV, typename L>
-__device__ __forceinline__ void load_tile(const KV* __restrict__ k_cache, const KV* __restrict__ v_cache,
-                                          const i64 (&row)[L::PASSES], int dg, int nkv, int kvh,
+__device__ __forceinline__ void load_tile(const char* __restrict__ k_bytes, long long v_minus_k,
+                                          const long long (&row)[L::PASSES], unsigned inner,
                                           uint4 (&k)[L::PASSES][L::NV], uint4 (&v)[L::PASSES][L::NV],
                                           bool (&valid)[L::PASSES]) {
 #pragma unroll
     for (int ps = 0; ps < L::PASSES; ps++) {
         valid[ps] = row[ps] >= 0;
         if (valid[ps]) {
-            const i64 base = (row[ps] * nkv + kvh) * (i64)(L::DPT * L::TPK) + dg * L::DPT;
+            const uint4* kp = reinterpret_cast<const uint4*>(k_bytes + row[ps] + inner);
+            const uint4* vp = reinterpret_cast<const uint4*>(k_bytes + row[ps] + inner + v_minus_k);
 #pragma unroll
             for (int j = 0; j < L::NV; j++) {
-                k[ps][j] = reinterpret_cast<const uint4*>(k_cache + base)[j];
-                v[ps][j] = reinterpret_cast<const uint4*>(v_cache + base)[j];
+                k[ps][j] = kp[j];
+                v[ps][j] = vp[j];
             }
         }
     }
@@ -107,13 +117,23 @@ paged_decode_attention(const float* __restrict__ q, const KV* __restrict__ k_cac
     const int end = min(ctx, start + partition);
     const i64* table = block_tables + token_row[t] * table_width;
     const int nh = nkv * G;
+    CacheGeometry cg;
+    cg.shift = __ffs(block_size) - 1;
+    cg.mask = block_size - 1;
+    cg.slot_bytes = (unsigned)(nkv * HD * sizeof(KV));
+    cg.block_bytes = (unsigned long long)cg.slot_bytes * block_size;
+    const unsigned inner = (unsigned)((kvh * HD + dg * L::DPT) * sizeof(KV));
+    const char* k_bytes = reinterpret_cast<const char*>(k_cache);
+    const long long v_minus_k = reinterpret_cast<const char*>(v_cache) - k_bytes;
 
+    // Scores in log2 units (q times log2 e), so each weight is one exp2 instruction; m in the same units, turned
+    // back into natural units where it leaves the kernel (part_ml, for the reduce kernel).
     float qr[G][L::DPT], acc[G][L::DPT], m[G], l[G];  // m and l: the same in every lane of the warp
 #pragma unroll
     for (int h = 0; h < G; h++) {
         const float* qh = q + (t * nh + kvh * G + h) * HD + dg * L::DPT;
 #pragma unroll
-        for (int i = 0; i < L::DPT; i++) { qr[h][i] = qh[i]; acc[h][i] = 0.0f; }
+        for (int i = 0; i < L::DPT; i++) { qr[h][i] = qh[i] * LOG2E; acc[h][i] = 0.0f; }
         m[h] = neg_inf();
         l[h] = 0.0f;
     }
@@ -124,15 +144,15 @@ paged_decode_attention(const float* __restrict__ q, const KV* __restrict__ k_cac
     // state is its own until the merge.
     uint4 kc[L::PASSES][L::NV], vc[L::PASSES][L::NV], kn[L::PASSES][L::NV], vn[L::PASSES][L::NV];
     bool valid[L::PASSES], valid_next[L::PASSES] = {};
-    i64 row[L::PASSES];
+    long long row[L::PASSES];
     const int first = start + warp * L::WTILE;
-    rows_of<L>(table, first, end, kw, block_size, row);
-    load_tile<KV, L>(k_cache, v_cache, row, dg, nkv, kvh, kc, vc, valid);
-    rows_of<L>(table, first + L::TILE, end, kw, block_size, row);
+    rows_of<L>(table, first, end, kw, cg, row);
+    load_tile<KV, L>(k_bytes, v_minus_k, row, inner, kc, vc, valid);
+    rows_of<L>(table, first + L::TILE, end, kw, cg, row);
     for (int t0 = first; t0 < end; t0 += L::TILE) {
         if (t0 + L::TILE < end) {
-            load_tile<KV, L>(k_cache, v_cache, row, dg, nkv, kvh, kn, vn, valid_next);
-            rows_of<L>(table, t0 + 2 * L::TILE, end, kw, block_size, row);
+            load_tile<KV, L>(k_bytes, v_minus_k, row, inner, kn, vn, valid_next);
+            rows_of<L>(table, t0 + 2 * L::TILE, end, kw, cg, row);
         }
         float sc[L::PASSES][G];
 #pragma unroll
@@ -155,17 +175,19 @@ paged_decode_attention(const float* __restrict__ q, const KV* __restrict__ k_cac
 #pragma unroll
             for (int ps = 1; ps < L::PASSES; ps++) mx = fmaxf(mx, sc[ps][h]);
             const float m_new = fmaxf(m[h], across_keys_max<L>(mx));  // finite: the tile's first key is valid
-            const float a = expf(m[h] - m_new);
+            const float a = exp2_ftz(m[h] - m_new);
             float sum = 0.0f;
 #pragma unroll
             for (int ps = 0; ps < L::PASSES; ps++) {
-                sc[ps][h] = expf(sc[ps][h] - m_new);
+                sc[ps][h] = exp2_ftz(sc[ps][h] - m_new);
                 sum += sc[ps][h];
             }
             l[h] = l[h] * a + across_keys_sum<L>(sum);
             m[h] = m_new;
+            if (a != 1.0f) {  // the max moved (a is the same in every lane)
 #pragma unroll
-            for (int i = 0; i < L::DPT; i++) acc[h][i] *= a;  // the online-softmax rescale to the new max
+                for (int i = 0; i < L::DPT; i++) acc[h][i] *= a;  // the online-softmax rescale
+            }
         }
 #pragma unroll
         for (int ps = 0; ps < L::PASSES; ps++) {
@@ -218,7 +240,7 @@ paged_decode_attention(const float* __restrict__ q, const KV* __restrict__ k_cac
             float o = 0.0f, lsum = 0.0f;
 #pragma unroll
             for (int w = 0; w < DECODE_WARPS; w++) {
-                const float f = expf(wm[w][h] - M);  // a warp's weight at the block's max
+                const float f = exp2_ftz(wm[w][h] - M);  // a warp's weight at the block's max
                 o += f * red[hh][w][d];
                 lsum += f * wl[w][h];
             }
@@ -227,7 +249,7 @@ paged_decode_attention(const float* __restrict__ q, const KV* __restrict__ k_cac
             if (P == 1) out[(t * nh + head) * HD + d] = from_f32<OUT>(o);
             else part_o[((t * nh + head) * P + p) * HD + d] = o;
             if (P > 1 && d == 0) {
-                part_ml[((t * nh + head) * P + p) * 2] = M;
+                part_ml[((t * nh + head) * P + p) * 2] = M * LN2;  // natural units, as the reduce kernel reads
                 part_ml[((t * nh + head) * P + p) * 2 + 1] = lsum;
             }
         }

@@ -53,6 +53,9 @@ def _twin(q: np.ndarray, k_cache: np.ndarray, v_cache: np.ndarray, block_tables:
           positions: np.ndarray, out: np.ndarray, part_o: np.ndarray | None, part_ml: np.ndarray | None) -> None:
     T, nh, hd = q.shape
     bs, nkv = k_cache.shape[1], k_cache.shape[2]
+    if bs & (bs - 1) or k_cache.shape[0] >= 2**31:  # the kernel finds a key's block by shifts, its id in 32 bits
+        raise EngineInvariantError(f"paged_decode_attention: block size {bs} (a power of two) and "
+                                   f"{k_cache.shape[0]} cache blocks (fewer than 2**31)")
     W = block_tables.shape[1]
     P = 1 if part_ml is None else part_ml.shape[2]
     ctx = np.minimum(positions.astype(np.int64) + 1, W * bs)
@@ -117,6 +120,9 @@ def _cuda(cp: Any, q: Any, k_cache: Any, v_cache: Any, block_tables: Any, token_
                   None, None)
         return
     bs, nkv = k_cache.shape[1], k_cache.shape[2]
+    if bs & (bs - 1) or k_cache.shape[0] >= 2**31:  # the kernel finds a key's block by shifts, its id in 32 bits
+        raise EngineInvariantError(f"paged_decode_attention: block size {bs} (a power of two) and "
+                                   f"{k_cache.shape[0]} cache blocks (fewer than 2**31)")
     W = block_tables.shape[1]
     P = 1 if part_ml is None else part_ml.shape[2]
     part = W * bs if P == 1 else partition_size(T, nkv, W * bs)  # one partition: the whole table

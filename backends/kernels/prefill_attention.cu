@@ -33,10 +33,22 @@ template <> struct Mma<f16> {
     }
 };
 
-// Two values rounded to the cache dtype, packed as an mma operand register (the lower column in the low half).
-template <typename KV> __device__ __forceinline__ unsigned pack2(float lo, float hi) {
-    return (unsigned)from_f32<KV>(lo).bits | ((unsigned)from_f32<KV>(hi).bits << 16);
+// Two values rounded to the cache dtype (to nearest even, as from_f32 does for every finite value), packed as an
+// mma operand register, the lower column in the low half: one cvt instruction, where from_f32<bf16>'s integer
+// rounding took several a value.
+template <typename KV> __device__ __forceinline__ unsigned pack2(float lo, float hi);
+template <> __device__ __forceinline__ unsigned pack2<bf16>(float lo, float hi) {
+    unsigned r;
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+    return r;
 }
+template <> __device__ __forceinline__ unsigned pack2<f16>(float lo, float hi) {
+    unsigned r;
+    asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+    return r;
+}
+
+template <bool B> struct Bool { static constexpr bool value = B; };
 
 // 16 bytes from global memory into shared memory without passing through registers (cp.async, L2 only); a
 // source of size 0 fills the destination with zeros.
@@ -63,20 +75,38 @@ __device__ __forceinline__ void ldmatrix_x4(unsigned (&r)[4], const unsigned sho
                      : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(a));
 }
 
-// One tile's keys and values (BN keys from k0, each HD wide) requested into one stage of shared memory, 16
-// bytes a copy; keys past `last` become zeros (masked by the caller).
+// Where a thread's copies of every tile go and come from: fixed parts of fixed keys (key0 + KEYS_A_PASS j, dims
+// part..part+7), so their shared-memory offsets and their offsets inside a cache block are the same every tile.
+template <int HD> struct TileCopies {
+    static constexpr int CHUNKS = HD / 8, KEYS_A_PASS = PREFILL_THREADS / CHUNKS, COPIES = PREFILL_BN / KEYS_A_PASS;
+    static_assert(PREFILL_THREADS % CHUNKS == 0 && PREFILL_BN % KEYS_A_PASS == 0, "a thread's parts are fixed");
+    int key0, part, inner;  // inner: the part's bytes from its slot's start, in the KV head kvh
+    unsigned slot_bytes, block_bytes;
+    int shift;
+    long long v_minus_k;  // v_cache - k_cache, in bytes
+};
+
+// One tile's keys and values (BN keys from k0) requested into one stage of shared memory, 16 bytes a copy; keys
+// past `last` become zeros (masked by the caller). The block size is a power of two dividing BN (the binding
+// checks), so k0 starts a block: a key's block is k0's plus key >> shift, its slot key & (block_size - 1). The
+// addresses are 32-bit offsets but for one wide multiply a copy: a block id fits an int (the binding checks).
 template <typename KV, int HD, int STRIDE>
-__device__ __forceinline__ void request_tile(unsigned short* ks, unsigned short* vs, const KV* __restrict__ k_cache,
-                                             const KV* __restrict__ v_cache, const i64* __restrict__ table, int k0,
-                                             int last, int nkv, int kvh, int block_size) {
-    for (int c = threadIdx.x; c < PREFILL_BN * (HD / 8); c += PREFILL_THREADS) {
-        const int key = c / (HD / 8), part = (c % (HD / 8)) * 8, pos = k0 + key;
-        const bool valid = pos <= last;
-        const int at_pos = valid ? pos : 0;  // a zero-size copy still needs an address inside the cache
-        const int b = at_pos / block_size;
-        const i64 at = ((table[b] * block_size + (at_pos - b * block_size)) * nkv + kvh) * HD + part;
-        copy16_async(ks + key * STRIDE + part, k_cache + at, valid);
-        copy16_async(vs + key * STRIDE + part, v_cache + at, valid);
+__device__ __forceinline__ void request_tile(unsigned short* ks, unsigned short* vs, const char* __restrict__ k_bytes,
+                                             const i64* __restrict__ table, int k0, int last, const TileCopies<HD>& c) {
+    using TC = TileCopies<HD>;
+    const unsigned first_block = (unsigned)k0 >> c.shift;
+    const int in_tile = last - k0;  // keys past it are beyond the last query
+    const int mask = (1 << c.shift) - 1;
+#pragma unroll
+    for (int j = 0; j < TC::COPIES; j++) {
+        const int key = c.key0 + TC::KEYS_A_PASS * j;
+        const bool valid = key <= in_tile;
+        const int at_key = valid ? key : 0;  // a zero-size copy still needs an address inside the cache
+        const unsigned entry = (unsigned)table[first_block + ((unsigned)at_key >> c.shift)];
+        const char* k_src = k_bytes + ((unsigned)(at_key & mask) * c.slot_bytes + c.inner) +
+                            (unsigned long long)entry * c.block_bytes;
+        copy16_async(ks + key * STRIDE + c.part, k_src, valid);
+        copy16_async(vs + key * STRIDE + c.part, k_src + c.v_minus_k, valid);
     }
 }
 
@@ -99,7 +129,6 @@ paged_prefill_attention(const float* __restrict__ q, const KV* __restrict__ k_ca
     vt::pdl_entry();
     constexpr int STRIDE = HD + 8;  // shared rows padded: the eight rows of an ldmatrix hit distinct banks
     constexpr int STAGE = PREFILL_BN * STRIDE;
-    constexpr float LOG2E = 1.4426950408889634f;
     extern __shared__ __align__(16) unsigned short smem[];  // [2 stages][K, V][BN][STRIDE]
     const int* tile = tiles + (gridDim.x - 1 - blockIdx.x) * 4;
     const int nq = tile[2];
@@ -108,7 +137,16 @@ paged_prefill_attention(const float* __restrict__ q, const KV* __restrict__ k_ca
     const int q0 = tile[1], p0 = tile[3], head = blockIdx.y, kvh = head / (nh / nkv);
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tig = lane & 3;
     const int last = p0 + nq - 1;  // the tile's last query position: no key after it is read
-    request_tile<KV, HD, STRIDE>(smem, smem + STAGE, k_cache, v_cache, table, 0, last, nkv, kvh, block_size);
+    TileCopies<HD> copies;
+    copies.key0 = threadIdx.x / TileCopies<HD>::CHUNKS;
+    copies.part = (threadIdx.x % TileCopies<HD>::CHUNKS) * 8;
+    copies.inner = (kvh * HD + copies.part) * (int)sizeof(KV);
+    copies.slot_bytes = (unsigned)(nkv * HD * sizeof(KV));
+    copies.block_bytes = copies.slot_bytes * (unsigned)block_size;
+    copies.shift = __ffs(block_size) - 1;
+    copies.v_minus_k = reinterpret_cast<const char*>(v_cache) - reinterpret_cast<const char*>(k_cache);
+    const char* k_bytes = reinterpret_cast<const char*>(k_cache);
+    request_tile<KV, HD, STRIDE>(smem, smem + STAGE, k_bytes, table, 0, last, copies);
     copy_commit();
     // This thread's two query rows (local g and g + 8 of its warp's sixteen); a row past the tile's queries
     // computes as its tile's first query (finite, never written).
@@ -133,22 +171,24 @@ paged_prefill_attention(const float* __restrict__ q, const KV* __restrict__ k_ca
 #pragma unroll
     for (int j = 0; j < HD / 8; j++) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.0f;
     float m[2] = {neg_inf(), neg_inf()}, l[2] = {0.0f, 0.0f};
-    const int qmin = min(qpos[0], qpos[1]);
     // ldmatrix rows this lane addresses: matrix lane / 8, its row lane % 8
     const int mi = lane >> 3, mr = lane & 7;
-    for (int k0 = 0, stage = 0; k0 <= last; k0 += PREFILL_BN, stage ^= 1) {
+    int stage = 0;
+    // One key tile: S = Q K^T, the causal mask where MASKED, the online softmax, O += P V.
+    auto tile_step = [&](int k0, auto masked) {
+        constexpr bool MASKED = decltype(masked)::value;
         // This tile has landed for every thread, and every warp is done with the other stage (the previous
         // tile): the next tile's copies go there and run while this one is computed.
         copy_wait<0>();
         __syncthreads();
         if (k0 + PREFILL_BN <= last) {
             unsigned short* next = smem + (stage ^ 1) * 2 * STAGE;
-            request_tile<KV, HD, STRIDE>(next, next + STAGE, k_cache, v_cache, table, k0 + PREFILL_BN, last, nkv,
-                                         kvh, block_size);
+            request_tile<KV, HD, STRIDE>(next, next + STAGE, k_bytes, table, k0 + PREFILL_BN, last, copies);
             copy_commit();
         }
         const unsigned short* ks = smem + stage * 2 * STAGE;
         const unsigned short* vs = ks + STAGE;
+        stage ^= 1;
         float sc[PREFILL_BN / 8][4];  // S = Q K^T for this warp's sixteen rows and the tile's keys
 #pragma unroll
         for (int n = 0; n < PREFILL_BN / 8; n++) {
@@ -165,25 +205,29 @@ paged_prefill_attention(const float* __restrict__ q, const KV* __restrict__ k_ca
                 if (s + 1 < HD / 16) Mma<KV>::run(sc[n], qa[s + 1], b[2], b[3]);
             }
         }
-        // causal mask (a key after a row's position is not seen), only where the tile reaches past one of this
-        // thread's rows (the tiles below the diagonal skip its compares); then the online softmax, row by row
-        const bool diagonal = k0 + PREFILL_BN - 1 > qmin;
+        if (MASKED) {  // a key after a row's position is not seen: column 8n + (e & 1) against position - k0 - 2 tig
+            const int reach[2] = {qpos[0] - k0 - 2 * tig, qpos[1] - k0 - 2 * tig};
+#pragma unroll
+            for (int n = 0; n < PREFILL_BN / 8; n++) {
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    if (8 * n + (e & 1) > reach[e >> 1]) sc[n][e] = neg_inf();
+                }
+            }
+        }
+        // the online softmax, row by row
         float mx[2] = {m[0], m[1]};
 #pragma unroll
         for (int n = 0; n < PREFILL_BN / 8; n++) {
 #pragma unroll
-            for (int e = 0; e < 4; e++) {
-                const int key = k0 + 8 * n + 2 * tig + (e & 1), i = e >> 1;
-                if (diagonal && key > qpos[i]) sc[n][e] = neg_inf();
-                mx[i] = fmaxf(mx[i], sc[n][e]);
-            }
+            for (int e = 0; e < 4; e++) mx[e >> 1] = fmaxf(mx[e >> 1], sc[n][e]);
         }
         float alpha[2], sum[2] = {0.0f, 0.0f}, ml2[2];
 #pragma unroll
         for (int i = 0; i < 2; i++) {
             mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 1));
             mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 2));  // finite: key 0 <= every position
-            alpha[i] = exp2f((m[i] - mx[i]) * LOG2E);
+            alpha[i] = exp2_ftz((m[i] - mx[i]) * LOG2E);
             m[i] = mx[i];
             ml2[i] = mx[i] * LOG2E;
         }
@@ -193,7 +237,7 @@ paged_prefill_attention(const float* __restrict__ q, const KV* __restrict__ k_ca
             float p[4];
 #pragma unroll
             for (int e = 0; e < 4; e++) {
-                p[e] = exp2f(fmaf(sc[n][e], LOG2E, -ml2[e >> 1]));
+                p[e] = exp2_ftz(fmaf(sc[n][e], LOG2E, -ml2[e >> 1]));
                 sum[e >> 1] += p[e];
             }
             pa[n / 2][(n & 1) * 2] = pack2<KV>(p[0], p[1]);
@@ -205,10 +249,12 @@ paged_prefill_attention(const float* __restrict__ q, const KV* __restrict__ k_ca
             sum[i] += __shfl_xor_sync(0xffffffffu, sum[i], 2);
             l[i] = l[i] * alpha[i] + sum[i];
         }
+        if (__any_sync(0xffffffffu, alpha[0] != 1.0f || alpha[1] != 1.0f)) {  // a row's max moved: rescale
 #pragma unroll
-        for (int j = 0; j < HD / 8; j++) {
-            o[j][0] *= alpha[0]; o[j][1] *= alpha[0];  // the online-softmax rescale to the new max
-            o[j][2] *= alpha[1]; o[j][3] *= alpha[1];
+            for (int j = 0; j < HD / 8; j++) {
+                o[j][0] *= alpha[0]; o[j][1] *= alpha[0];  // the online-softmax rescale to the new max
+                o[j][2] *= alpha[1]; o[j][3] *= alpha[1];
+            }
         }
 #pragma unroll
         for (int s = 0; s < PREFILL_BN / 16; s++) {
@@ -220,7 +266,12 @@ paged_prefill_attention(const float* __restrict__ q, const KV* __restrict__ k_ca
                 Mma<KV>::run(o[j + 1], pa[s], b[2], b[3]);
             }
         }
-    }
+    };
+    // Tiles wholly at or before the block's first query position need no mask (every row sees every key); the
+    // last one or two reach past some row's position. Both bounds are the block's: every thread runs the barrier.
+    int k0 = 0;
+    for (; k0 + PREFILL_BN - 1 <= p0; k0 += PREFILL_BN) tile_step(k0, Bool<false>{});
+    for (; k0 <= last; k0 += PREFILL_BN) tile_step(k0, Bool<true>{});
 #pragma unroll
     for (int i = 0; i < 2; i++) {
         const int r = warp * 16 + g + 8 * i;

@@ -88,6 +88,12 @@ def _cuda(cp: Any, q: Any, k_cache: Any, v_cache: Any, block_tables: Any, tiles:
 
         paged_decode_attention.cuda(cp, q, k_cache, v_cache, block_tables, token_row, positions, out, None, None)
         return
+    if bs & (bs - 1) or KEY_TILE % bs or k_cache.shape[0] >= 2**31:
+        from vt.errors import EngineInvariantError
+
+        # the kernel finds a key's block by shifts within a key tile, and a block id in 32 bits
+        raise EngineInvariantError(f"paged_prefill_attention: block size {bs} (a power of two dividing {KEY_TILE}) "
+                                   f"and {k_cache.shape[0]} cache blocks (fewer than 2**31)")
     fn = function(cp, Instance("prefill_attention.cu",
                                f"vt::paged_prefill_attention<{ctype(k_cache.dtype)}, {ctype(out.dtype)}, {hd}>"))
     smem = 2 * 2 * KEY_TILE * (hd + 8) * 2  # two stages of K and V tiles

@@ -92,7 +92,7 @@ ENTRIES: list[Mutation] = [
         id="cuda-decode-warp-merge-ignores-the-max",
         description="the decode kernel merges its warps' partial sums at equal weight, not each at the block's max "
                     "(the twin has no warps: its partition merge is the twin mutant below)",
-        file=CU, old="                const float f = expf(wm[w][h] - M);  // a warp's weight at the block's max\n",
+        file=CU, old="                const float f = exp2_ftz(wm[w][h] - M);  // a warp's weight at the block's max\n",
         new="                const float f = wm[w][h] > neg_inf() ? 1.0f : 0.0f;\n",
         gates=(*cases(DECODE_CUDA, ("block-edges-gqa2", "tiles-gqa4", "partitions-gqa8", "full-width-mqa",
                                     "verify-q4-gqa2"), ("float32", "bfloat16", "float16")), PREFILL_BY_DECODE),
@@ -154,8 +154,8 @@ ENTRIES += [
     Mutation(
         id="cuda-prefill-causal-mask-off-by-one",
         description="the prefill kernel lets each query see the key one position after its own",
-        file=PCU, old="                if (diagonal && key > qpos[i]) sc[n][e] = neg_inf();",
-        new="                if (diagonal && key > qpos[i] + 1) sc[n][e] = neg_inf();",
+        file=PCU, old="                    if (8 * n + (e & 1) > reach[e >> 1]) sc[n][e] = neg_inf();",
+        new="                    if (8 * n + (e & 1) > reach[e >> 1] + 1) sc[n][e] = neg_inf();",
         gates=cases(PREFILL_CUDA, PREFILL_CASES, ("bfloat16", "float16")), needs_gpu=True,  # float32: decode kernel
     ),
     Mutation(
@@ -168,8 +168,10 @@ ENTRIES += [
     Mutation(
         id="cuda-prefill-chunk-blind-to-earlier-kv",
         description="the prefill kernel attends only to keys from its tile's first position on, not earlier chunks'",
-        file=PCU, old="                if (diagonal && key > qpos[i]) sc[n][e] = neg_inf();",
-        new="                if (key > qpos[i] || key < p0) sc[n][e] = neg_inf();",
+        file=PCU, old="                    if (8 * n + (e & 1) > reach[e >> 1]) sc[n][e] = neg_inf();",
+        # only the masked tiles see it: each gate case has a chunk whose first position is inside one
+        new="                    if (8 * n + (e & 1) > reach[e >> 1] || k0 + 8 * n + 2 * tig + (e & 1) < p0) "
+            "sc[n][e] = neg_inf();",
         gates=cases(PREFILL_CUDA, ("chunks-over-earlier-kv", "tile-edges", "long-over-earlier-kv"),
                     ("bfloat16", "float16")),
         needs_gpu=True,

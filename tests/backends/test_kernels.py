@@ -439,3 +439,59 @@ def test_cuda_feed_and_keep_equal_their_twins() -> None:
     tk.keep_sampled(np, tokens, dst, kept)
     tk.keep_sampled(cupy, cupy.asarray(tokens), cupy.asarray(dst), d_kept)
     assert np.array_equal(d_fed.get(), fed) and np.array_equal(d_kept.get(), kept)
+
+
+class _LaunchReached(Exception):
+    pass
+
+
+def _reached_the_launch(cp: object, inst: object) -> None:
+    """Stands in for `build.function`: a call a binding's guard lets through stops here, on any machine (a GPU
+    machine's kernel cache would otherwise launch it)."""
+    raise _LaunchReached(inst)
+
+
+@pytest.mark.parametrize("block_size", [12, 128])
+def test_the_prefill_kernels_binding_refuses_a_block_size_its_shifts_cannot_serve(
+        block_size: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The CUDA prefill kernel finds a key's cache block by shifts inside a 64-key tile: a block size that is not a
+    power of two dividing the tile must be refused before any launch, not read wrong blocks."""
+    from backends.kernels import prefill_attention
+    from backends.kernels.prefill_attention import paged_prefill_attention
+    from vt.errors import EngineInvariantError
+
+    monkeypatch.setattr(prefill_attention, "function", _reached_the_launch)
+
+    def launch(bs: int) -> None:
+        q = np.zeros((4, 2, 16), np.float32)
+        cache = np.zeros((3, bs, 1, 16), np.uint16)
+        paged_prefill_attention.cuda(None, q, cache, cache, np.zeros((1, 3), np.int64), np.zeros((1, 4), np.int32),
+                                     np.zeros(4, np.int64), np.arange(4, dtype=np.int64),
+                                     np.zeros((4, 2, 16), np.uint16))
+
+    with pytest.raises(EngineInvariantError, match=f"block size {block_size}"):
+        launch(block_size)
+    with pytest.raises(_LaunchReached):  # non-vacuity: the engine's block size 16 passes the guard
+        launch(16)
+
+
+def test_the_decode_kernels_binding_refuses_a_block_size_its_shifts_cannot_serve(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The CUDA decode kernel finds a key's cache block by shifts: a block size that is not a power of two must be
+    refused before any launch, not read wrong blocks."""
+    from backends.kernels import decode_attention
+    from backends.kernels.decode_attention import paged_decode_attention
+    from vt.errors import EngineInvariantError
+
+    monkeypatch.setattr(decode_attention, "function", _reached_the_launch)
+
+    def launch(bs: int) -> None:
+        cache = np.zeros((3, bs, 1, 16), np.uint16)
+        paged_decode_attention.cuda(None, np.zeros((2, 2, 16), np.float32), cache, cache, np.zeros((1, 3), np.int64),
+                                    np.zeros(2, np.int64), np.arange(2, dtype=np.int64),
+                                    np.zeros((2, 2, 16), np.uint16), None, None)
+
+    with pytest.raises(EngineInvariantError, match="block size 12"):
+        launch(12)
+    with pytest.raises(_LaunchReached):  # non-vacuity: the engine's block size 16 passes the guard
+        launch(16)
