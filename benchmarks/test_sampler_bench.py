@@ -106,7 +106,39 @@ def test_after_batched_sampler_cuda_graph(benchmark, params: str, batch: int, ke
     """The sampler captured in a CUDA graph, as it runs in the decode graph: replay, then read back B ids. block:
     a block per row; split: SPLIT blocks per row (issue 29's goals: <= 60 us at B=1 and <= 150 us at B=256 with
     top-k + top-p + min-p, <= 25 us at B=1 with temperature alone). As the graph driver runs it: the graph holds
-    the candidate and plain-mass launches; rows that need the general passes get them after the replay."""
+    the candidate and plain-mass launches; rows that need the general passes get them after the replay. The ids
+    come back through CuPy's `get` (a copy to pageable memory); the next benchmark reads them as the engine does."""
+    rows, step = _captured_sampler(params, batch, kernel)
+    benchmark.group = f"sampling {params} B={batch}"
+    ids = benchmark(lambda: step(lambda t: rows.backend.copy_d2h(t)))
+    assert ids.shape == (batch,) and (ids >= 0).all()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("batch", GPU_BATCHES)
+@pytest.mark.parametrize("params", list(GPU_PARAMS))
+def test_after_batched_sampler_cuda_graph_engine_readback(benchmark, params: str, batch: int) -> None:
+    """The split sampler's replay as above, its B ids read back the way the graph driver reads a step's ids
+    (vt/engine/worker/readback.py: an async copy into pinned memory, then the host waits on the copy's event)."""
+    from vt.engine.worker.readback import Readback
+
+    rows, step = _captured_sampler(params, batch, "split")
+    readback: list[Readback] = []
+
+    def read(t):  # the driver's read-back, on its compute stream (async scheduling's placement)
+        if not readback:
+            readback.append(Readback(rows.backend, rows.backend.current_stream(), on_compute=True))
+        return readback[0].start([t]).wait()[0]
+
+    benchmark.group = f"sampling {params} B={batch}"
+    ids = benchmark(lambda: step(read))
+    assert ids.shape == (batch,) and (ids >= 0).all()
+    assert np.array_equal(ids, step(lambda t: rows.backend.copy_d2h(t)))  # the same ids as CuPy's copy
+
+
+def _captured_sampler(params: str, batch: int, kernel: str):
+    """The sampler of B rows captured in a graph on its own stream, and a step(read) that replays it (then the
+    general passes when a row needs them) and returns read(the ids tensor), on that stream."""
     from vt.capture import GraphCaptureScope
     from vt.engine.sample.sampler import needs_general, sample_general
     from vt.engine.worker.graph_driver import split_scratch
@@ -126,16 +158,14 @@ def test_after_batched_sampler_cuda_graph(benchmark, params: str, batch: int, ke
             b.launch(sample_tokens, *rows.t, *scratch, general=False)
     assert scope.graph is not None
 
-    def step() -> np.ndarray:
+    def step(read) -> np.ndarray:
         scope.graph.replay(stream)  # type: ignore[union-attr]
         with b.use_stream(stream):
             if general:
                 b.launch(sample_general, *rows.t, *scratch)
-            return b.copy_d2h(rows.t[OUT_IDS])
+            return read(rows.t[OUT_IDS])
 
-    benchmark.group = f"sampling {params} B={batch}"
-    ids = benchmark(step)
-    assert ids.shape == (batch,) and (ids >= 0).all()
+    return rows, step
 
 
 @pytest.mark.gpu
