@@ -154,6 +154,15 @@ class CudaBackend(Backend):
         self.xp = xp
         self._allocator = self._cupy_alloc  # installed around each launch only (_call)
 
+    def check_model(self, config: Any) -> None:
+        from backends.kernels.fused import HEAD_DIMS
+        from vt.errors import CheckpointError
+
+        if config.head_dim not in HEAD_DIMS:  # the attention kernels' layouts (backends/kernels/fused.py)
+            raise CheckpointError(f"config.json: head_dim {config.head_dim} is not served by the CUDA backend's "
+                                  f"attention kernels (head dims {', '.join(map(str, HEAD_DIMS))}); "
+                                  f"the CPU backend runs it")
+
     def end_start_up(self) -> None:
         if self.blas.lt is not None:
             self.blas.lt.stop_tuning()

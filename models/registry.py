@@ -28,6 +28,7 @@ def load_model(ckpt: Any, backend: Any, dtype: str = "float32", group: Any = Non
     """The checkpoint's architecture (a models.base.Model), built on `backend` with the checkpoint's
     weights uploaded; with a tensor-parallel group, this rank's slice of them (models/shard.py). (Typed
     loosely: this table imports no model module, so nothing imports in a circle.)"""
+    backend.check_model(ckpt.config)  # a shape the backend's kernels cannot run: refused before any upload
     if group is not None and group.size > 1:
         from models.shard import shard_checkpoint
 

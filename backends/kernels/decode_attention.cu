@@ -25,6 +25,8 @@ struct DecodeLayout {
     static constexpr int WTILE = WKP * PASSES;                   // a warp's keys a tile, consecutive
     static constexpr int TILE = KPP * PASSES;
     static constexpr int NV = DPT / VEC;                         // 16-byte vectors a thread loads per key
+    // a key's dot product is summed over its TPK lanes by xor shuffles: any other count would mix keys' lanes
+    static_assert((TPK & (TPK - 1)) == 0 && TPK * DPT == HD && DPT % VEC == 0, "HD / VEC lanes, a power of two");
 };
 
 // The byte offsets in the cache of this thread's keys in the warp's tile at t0 (PASSES keys, through the block

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from backends.kernels.build import Instance, function
-from backends.kernels.fused import FusedKernel, ctype
+from backends.kernels.fused import HEAD_DIMS, FusedKernel, ctype
 from vt.dtypes import narrow_host, widen_host
 from vt.errors import EngineInvariantError
 
@@ -29,7 +29,7 @@ STORAGE = ("float", "vt::bf16", "vt::f16")
 # Every layout the template takes (each storage type at each head dim), and every GQA ratio at one of them.
 CI_INSTANCES = (
     [Instance("decode_attention.cu", f"vt::paged_decode_attention<{kv}, {kv}, {hd}, 2>")
-     for kv in STORAGE for hd in (16, 64, 128, 256)]
+     for kv in STORAGE for hd in HEAD_DIMS]
     + [Instance("decode_attention.cu", f"vt::paged_decode_attention<vt::bf16, vt::bf16, 128, {g}>") for g in (1, 4, 8)]
     + [Instance("decode_attention.cu", f"vt::paged_decode_reduce<{o}, {hd}>") for o in STORAGE for hd in (16, 128)])
 

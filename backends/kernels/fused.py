@@ -12,6 +12,10 @@ import numpy as np
 
 NULL = np.uint64(0)  # a null pointer argument (an optional input left out)
 CTYPE = {"float32": "float", "uint16": "vt::bf16", "float16": "vt::f16"}  # uint16 holds bf16 bits (vt/dtypes.py)
+# The head dims the attention and rotary kernels serve, every one compiled in CI: the decode kernel sums a key's
+# dims over a power-of-two count of lanes (xor shuffles), the prefill kernel's tensor-core tiles take 16 dims at a
+# time in fixed per-thread copy slots. The CUDA backend refuses any other head dim when it loads a model.
+HEAD_DIMS = (16, 32, 64, 128, 256)
 
 
 def ctype(dtype: Any) -> str:

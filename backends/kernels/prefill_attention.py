@@ -16,14 +16,14 @@ from typing import Any
 import numpy as np
 
 from backends.kernels.build import Instance, function
-from backends.kernels.fused import FusedKernel, ctype
+from backends.kernels.fused import HEAD_DIMS, FusedKernel, ctype
 from vt.dtypes import narrow_host, widen_host
 
 TILE_QUERIES = 64  # prefill_attention.cu PREFILL_BM
 KEY_TILE = 64  # PREFILL_BN
 THREADS = 128
 CI_INSTANCES = [Instance("prefill_attention.cu", f"vt::paged_prefill_attention<{kv}, {kv}, {hd}>")
-                for kv in ("vt::bf16", "vt::f16") for hd in (16, 64, 128, 256)]
+                for kv in ("vt::bf16", "vt::f16") for hd in HEAD_DIMS]
 
 
 def prefill_tiles(seqs: Sequence[tuple[int, int, int, int]], capacity: int = 0) -> np.ndarray:

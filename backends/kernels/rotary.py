@@ -7,10 +7,9 @@ from typing import Any
 import numpy as np
 
 from backends.kernels.build import Instance, function
-from backends.kernels.fused import NULL, FusedKernel, ctype
+from backends.kernels.fused import HEAD_DIMS, NULL, FusedKernel, ctype
 from vt.dtypes import narrow_host
 
-HEAD_DIMS = (16, 32, 64, 128, 256)
 CI_INSTANCES = [Instance("rotary.cu", f"vt::qk_norm_rope_store<{t}, {hd}>")
                 for t in ("float", "vt::bf16", "vt::f16") for hd in HEAD_DIMS]
 

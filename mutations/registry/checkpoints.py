@@ -123,4 +123,23 @@ ENTRIES: list[Mutation] = [
         new="        max_tokens = self.max_tokens or DEFAULT_MAX_TOKENS",
         gates=(f"{ARCH_ERR}::test_generation_config_max_new_tokens_is_the_default_max_tokens",),
     ),
+    Mutation(
+        id="cuda-backend-serves-any-head-dim",
+        description="the CUDA backend loads a model of any head dim: at 80 or 96 the decode kernel's xor shuffles "
+                    "mix keys' lanes and attend garbage, silently",
+        file="backends/cuda.py",
+        old="        if config.head_dim not in HEAD_DIMS:  # the attention kernels' layouts (backends/kernels/fused.py)\n",
+        new="        if False:  # the attention kernels' layouts (backends/kernels/fused.py)\n",
+        gates=(f"{ARCH_ERR}::test_a_head_dim_the_cuda_kernels_cannot_serve_is_refused_before_any_weight",),
+        expect="DID NOT RAISE",
+    ),
+    Mutation(
+        id="loader-skips-the-backends-model-check",
+        description="load_model builds the model without asking the backend whether its kernels can run it",
+        file="models/registry.py",
+        old="    backend.check_model(ckpt.config)  # a shape the backend's kernels cannot run: refused before any upload\n",
+        new="",
+        gates=(f"{ARCH_ERR}::test_a_head_dim_the_cuda_kernels_cannot_serve_is_refused_before_any_weight",),
+        expect="DID NOT RAISE",
+    ),
 ]

@@ -163,3 +163,28 @@ def _damage_tensor(w: dict, name: str, kind: str) -> None:
         w[name] = w[name].reshape(-1)[:-1].copy()
     else:
         w[name] = w[name].astype(np.int32)
+
+
+def test_a_head_dim_the_cuda_kernels_cannot_serve_is_refused_before_any_weight() -> None:
+    """The CUDA decode kernel sums a key's dims over a power-of-two count of lanes: at head_dim 80 or 96 it would
+    mix keys' lanes and attend garbage. The CUDA backend refuses such a model by name when it loads; the CPU
+    backend's twins run any head dim."""
+    import dataclasses
+
+    from backends.cuda import CudaBackend
+
+    cuda = object.__new__(CudaBackend)  # its check reads the config alone: no GPU needed
+    ckpt = load_checkpoint(resolve_model("tiny-qwen3"))
+    for hd in (80, 96):
+        with pytest.raises(CheckpointError, match=f"head_dim {hd} is not served by the CUDA backend"):
+            cuda.check_model(dataclasses.replace(ckpt.config, head_dim=hd))
+    cuda.check_model(dataclasses.replace(ckpt.config, head_dim=128))  # non-vacuity: Qwen3's head dim passes
+    cuda.check_model(ckpt.config)  # ... and the tiny model's 16
+
+    class Refusing(CpuBackend):
+        def check_model(self, config) -> None:
+            raise CheckpointError(f"refused head_dim {config.head_dim}")
+
+    with pytest.raises(CheckpointError, match="refused head_dim 16"):  # the loader asks before it builds anything
+        load_model(ckpt, Refusing())
+    assert load_model(ckpt, CpuBackend()).cfg.head_dim == 16  # the CPU backend refuses nothing
