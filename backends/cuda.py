@@ -154,7 +154,8 @@ class CudaBackend(Backend):
         self.xp = xp
         self._allocator = self._cupy_alloc  # installed around each launch only (_call)
 
-    def check_model(self, config: Any) -> None:
+    @classmethod
+    def check_model(cls, config: Any) -> None:
         from backends.kernels.fused import HEAD_DIMS
         from vt.errors import CheckpointError
 

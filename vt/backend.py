@@ -202,9 +202,11 @@ class Backend(Ops):
         self.default_stream = Stream(self, 0, is_legacy=True, handle=self._legacy_stream_handle())
         self._captures: list[Any] = []  # open CaptureSequences (each backend's own kind), oldest first
 
-    def check_model(self, config: Any) -> None:
+    @classmethod
+    def check_model(cls, config: Any) -> None:
         """Refuses, with a CheckpointError, a model this backend's kernels cannot run; called before any weight is
-        loaded. The CPU backend's NumPy twins run any shape the config allows."""
+        loaded (and, with tensor parallelism, before any worker starts). The CPU backend's NumPy twins run any
+        shape the config allows."""
 
     # ---- counters ---------------------------------------------------------------------------
     def reset_counters(self) -> None:

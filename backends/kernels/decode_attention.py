@@ -31,7 +31,7 @@ CI_INSTANCES = (
     [Instance("decode_attention.cu", f"vt::paged_decode_attention<{kv}, {kv}, {hd}, 2>")
      for kv in STORAGE for hd in HEAD_DIMS]
     + [Instance("decode_attention.cu", f"vt::paged_decode_attention<vt::bf16, vt::bf16, 128, {g}>") for g in (1, 4, 8)]
-    + [Instance("decode_attention.cu", f"vt::paged_decode_reduce<{o}, {hd}>") for o in STORAGE for hd in (16, 128)])
+    + [Instance("decode_attention.cu", f"vt::paged_decode_reduce<{o}, {hd}>") for o in STORAGE for hd in HEAD_DIMS])
 
 
 def partition_size(num_tokens: int, num_kv_heads: int, max_context: int) -> int:

@@ -18,6 +18,8 @@ __global__ void qk_norm_rope_store(const float* __restrict__ qkv, const float* _
                                    KV* __restrict__ k_cache, KV* __restrict__ v_cache, float* __restrict__ q_out,
                                    int nh, int nkv, int has_norm, float eps) {
     vt::pdl_entry();
+    // rotate_half's partner d +- HD/2: in the same lane when a lane holds an even count, else HD/2 lanes away
+    static_assert(HD % 64 == 0 || (HD <= 32 && (HD & (HD - 1)) == 0), "a head dim rotate_half can pair");
     constexpr int PER = HD >= 32 ? HD / 32 : 1;  // elements a lane holds: d = lane + 32 j
     const int lane = threadIdx.x & 31;
     const i64 t = blockIdx.x;

@@ -173,16 +173,16 @@ def test_a_head_dim_the_cuda_kernels_cannot_serve_is_refused_before_any_weight()
 
     from backends.cuda import CudaBackend
 
-    cuda = object.__new__(CudaBackend)  # its check reads the config alone: no GPU needed
     ckpt = load_checkpoint(resolve_model("tiny-qwen3"))
-    for hd in (80, 96):
+    for hd in (80, 96):  # the check is the class's: it reads the config alone, no GPU needed
         with pytest.raises(CheckpointError, match=f"head_dim {hd} is not served by the CUDA backend"):
-            cuda.check_model(dataclasses.replace(ckpt.config, head_dim=hd))
-    cuda.check_model(dataclasses.replace(ckpt.config, head_dim=128))  # non-vacuity: Qwen3's head dim passes
-    cuda.check_model(ckpt.config)  # ... and the tiny model's 16
+            CudaBackend.check_model(dataclasses.replace(ckpt.config, head_dim=hd))
+    CudaBackend.check_model(dataclasses.replace(ckpt.config, head_dim=128))  # non-vacuity: Qwen3's head dim passes
+    CudaBackend.check_model(ckpt.config)  # ... and the tiny model's 16
 
     class Refusing(CpuBackend):
-        def check_model(self, config) -> None:
+        @classmethod
+        def check_model(cls, config) -> None:
             raise CheckpointError(f"refused head_dim {config.head_dim}")
 
     with pytest.raises(CheckpointError, match="refused head_dim 16"):  # the loader asks before it builds anything

@@ -105,10 +105,11 @@ class LLMEngine:
         from models.shard import check_divisible
         from vt.engine.worker.tp import TIMEOUT_S, Workers, check_devices
         from vt.parallel import host_store, init_group
-        from vt.registry import make_backend
+        from vt.registry import backend_class, make_backend
 
         n = self.cfg.tensor_parallel_size
         check_divisible(ckpt.config, n)
+        backend_class(self.cfg.backend).check_model(ckpt.config)  # here, not from a worker that died of it
         check_devices(self.cfg.backend, n)
         self.workers = Workers(self.cfg, host_store(n, TIMEOUT_S))
         self._close = weakref.finalize(self, self.workers.shutdown)  # at exit too: no orphaned ranks
