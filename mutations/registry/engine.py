@@ -114,4 +114,15 @@ ENTRIES: list[Mutation] = [
         new="NewRequestData(req.id, req.prompt_ids, len(req.prompt_ids), blocks,",
         gates=per_model(f"{CAP}::test_preemption_under_a_tiny_pool_finishes_everything_with_unconstrained_tokens"),
     ),
+    Mutation(
+        id="tpot-split-counts-a-requests-own-prefill",
+        description="scripts/tpot-split starts a request's TPOT window at its first token's step: its own prefill "
+                    "step would be charged to its TPOT as if it were another prompt's",
+        file="scripts/tpot-split",
+        old="        window = steps[first[i] + 1 : last[i] + 1]\n",
+        new="        window = steps[first[i] : last[i] + 1]\n",
+        gates=("tests/engine/test_tpot_split.py::test_a_requests_window_holds_the_later_prompts_prefill_steps_and_not_"
+               "its_own",),
+        expect="per_request_tpot_ms",
+    ),
 ]
