@@ -21,6 +21,7 @@ import pytest
 
 from backends.kernels import activation, decode_attention, norm, rotary
 from backends.kernels.decode_attention import MIN_PARTITION, TWIN_TILE, partition_size
+from backends.kernels.fused import HEAD_DIMS
 from vt.dtypes import narrow_host, widen_host
 
 STORAGE = {"float32": np.dtype(np.float32), "bfloat16": np.dtype(np.uint16), "float16": np.dtype(np.float16)}
@@ -261,7 +262,7 @@ def test_cuda_paged_decode_equals_its_twin(case: str, dtype: str) -> None:
     import cupy
 
     contexts, nh, nkv, width, qpr = DECODE_CASES[case]
-    for hd in (16, 128):
+    for hd in HEAD_DIMS:  # every head dim the CUDA backend accepts
         c = decode_case(contexts, nh, nkv, hd, dtype, width, qpr, seed=hd)
         got, want = run_decode(cupy, c), run_decode(np, c)
         assert np.isfinite(widen_host(got)).all(), f"hd={hd}: the kernel read a poisoned key or value"
@@ -270,7 +271,7 @@ def test_cuda_paged_decode_equals_its_twin(case: str, dtype: str) -> None:
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
-@pytest.mark.parametrize("hd", [16, 64, 128])
+@pytest.mark.parametrize("hd", HEAD_DIMS)
 def test_cuda_rotary_equals_its_twin(hd: int, dtype: str) -> None:
     import cupy
 
@@ -389,7 +390,7 @@ def test_paged_prefill_twin_equals_causal_attention(case: str, dtype: str) -> No
 def test_cuda_paged_prefill_equals_its_twin(case: str, dtype: str) -> None:
     import cupy
 
-    for hd in (16, 64, 128):
+    for hd in HEAD_DIMS:
         args = prefill_case(PREFILL_CASES[case], 8, 2, hd, dtype, seed=hd)
         got, want = run_prefill(cupy, args, STORAGE[dtype]), run_prefill(np, args, STORAGE[dtype])
         assert np.isfinite(widen_host(got)).all(), f"hd={hd}: the kernel read a poisoned key or value"
