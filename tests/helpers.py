@@ -1,7 +1,11 @@
-"""Small shared test helpers (a mock allocator for the pool, kernels for the backends)."""
+"""Small shared test helpers (a mock allocator for the pool, kernels for the backends, scripts as modules)."""
 
 from __future__ import annotations
 
+import importlib.machinery
+import importlib.util
+from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 from vt.backend import Buffer
@@ -73,3 +77,14 @@ def ends_within(fn: Any, seconds: float) -> dict[str, Any]:
     t.join(seconds)
     assert not t.is_alive(), f"still running after {seconds} s: it hangs"
     return box
+
+
+def load_script(name: str) -> ModuleType:
+    """scripts/<name> (an executable without a .py suffix) imported as a module, its main() not run."""
+    path = Path(__file__).resolve().parents[1] / "scripts" / name
+    loader = importlib.machinery.SourceFileLoader(name.replace("-", "_"), str(path))
+    spec = importlib.util.spec_from_loader(loader.name, loader)
+    assert spec is not None
+    mod = importlib.util.module_from_spec(spec)
+    loader.exec_module(mod)
+    return mod

@@ -3,11 +3,11 @@ no loop. Its figures back kernel commits' instruction counts, so the reading is 
 
 from __future__ import annotations
 
-import importlib.machinery
-import importlib.util
 import subprocess
 import sys
 from pathlib import Path
+
+from tests.helpers import load_script
 
 ROOT = Path(__file__).resolve().parents[2]
 SASS = """
@@ -22,17 +22,9 @@ SASS = """
 """
 
 
-def _script():
-    loader = importlib.machinery.SourceFileLoader("issue_slots", str(ROOT / "scripts" / "issue-slots"))
-    spec = importlib.util.spec_from_loader("issue_slots", loader)
-    assert spec is not None
-    mod = importlib.util.module_from_spec(spec)
-    loader.exec_module(mod)
-    return mod
-
 
 def test_a_backward_branch_is_a_loop_counted_by_opcode() -> None:
-    found = _script().loops(SASS)
+    found = load_script("issue-slots").loops(SASS)
     assert [(lo, hi) for lo, hi, _ in found] == [(0x20, 0x60)], "one loop: the forward branch at 0x10 is none"
     ops = found[0][2]
     assert (ops["HMMA"], ops["LDSM"], ops["FMUL"], ops["BRA"]) == (2, 1, 1, 1)

@@ -3,31 +3,23 @@ steps inside it are other prompts' (its own prefill made its first token, so it 
 
 from __future__ import annotations
 
-import importlib.machinery
-import importlib.util
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from tests.helpers import load_script
+
 ROOT = Path(__file__).resolve().parents[2]
 
-
-def _script():
-    loader = importlib.machinery.SourceFileLoader("tpot_split", str(ROOT / "scripts" / "tpot-split"))
-    spec = importlib.util.spec_from_loader("tpot_split", loader)
-    assert spec is not None
-    mod = importlib.util.module_from_spec(spec)
-    loader.exec_module(mod)
-    return mod
 
 
 def test_a_requests_window_holds_the_later_prompts_prefill_steps_and_not_its_own() -> None:
     # two prompts prefilled in steps 0 and 1 (100 and 60 ms), then decode steps of 5 ms; 4 tokens each:
     # A's tokens come at steps 0, 2, 3, 4 (its window: steps 1-4), B's at steps 1, 2, 3, 5 (window: steps 2-5)
     steps = [(0.100, True), (0.060, True), (0.005, False), (0.005, False), (0.005, False), (0.005, False)]
-    row = _script().split(steps, {0: 0, 1: 1}, {0: 4, 1: 5}, out_len=4)
+    row = load_script("tpot-split").split(steps, {0: 0, 1: 1}, {0: 4, 1: 5}, out_len=4)
     assert row["per_request_tpot_ms"] == pytest.approx([(60 + 15) / 3, 20 / 3], abs=1e-3)  # printed to 1 us
     assert row["of_it_prefill_steps_ms"] == pytest.approx((60 / 3 + 0) / 2)  # B's prefill is in A's window only
     assert row["mean_tpot_ms"] == pytest.approx(((60 + 15) / 3 + 20 / 3) / 2)
