@@ -60,8 +60,12 @@ def rank_seams(model: str, rank: int, size: int, port: int, backend_name: str = 
 
 
 if __name__ == "__main__":
-    import torch.distributed as dist
+    import os
 
     m, r, n, p = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
     print(json.dumps(rank_seams(m, r, n, p, sys.argv[5] if len(sys.argv) > 5 else "cpu")), flush=True)
-    dist.destroy_process_group()
+    # The rank's result is out. Leave without the group's teardown: after a capture that failed (what a seam
+    # mutant provokes), gloo's threads could abort the process as it exited ("terminate called without an active
+    # exception", about 1 run in 50 on a 2-core machine), and the caller took that for a failed rank.
+    sys.stderr.flush()
+    os._exit(0)
