@@ -94,6 +94,16 @@ ENTRIES: list[Mutation] = [
                "tests/vt/test_cli.py::test_bad_input_is_one_typed_line_and_exit_2[tp-indivisible]"),
     ),
     Mutation(
+        id="tp-backend-model-check-left-to-the-workers",
+        description="rank 0 starts the workers before asking its backend whether it serves the model, so a refusal "
+                    "(the CUDA backend's head dims) comes from a worker that died of it",
+        file="vt/engine/front/llm_engine.py",
+        old="        backend_class(self.cfg.backend).check_model(ckpt.config)  # here, not from a worker that died of it\n",
+        new="",
+        gates=(f"{TP_REFUSALS}::test_a_model_the_backend_refuses_is_refused_before_any_rank_starts",),
+        expect="workers started before the backend's check of the model",
+    ),
+    Mutation(
         id="tp-size-range-unchecked",
         description="tensor_parallel_size has no upper bound in the config",
         file="vt/engine/config.py", old="1 <= self.tensor_parallel_size <= 8,", new="1 <= self.tensor_parallel_size,",
