@@ -58,6 +58,21 @@ def make_checkpoint(path: str, shape: dict) -> int:
     return sum(os.path.getsize(os.path.join(path, f)) for f in os.listdir(path) if f.endswith(".safetensors"))
 
 
+def add_model_args(ap) -> None:
+    """The GPU-lane scripts' model options: a checkpoint or built-in name, or a real-size shape written once."""
+    ap.add_argument("--model", help="a checkpoint directory or a built-in name (default: the --shape checkpoint)")
+    ap.add_argument("--shape", default="0.6B", choices=list(SHAPES), help="written under --dir when --model is unset")
+    ap.add_argument("--dir", default="/tmp/vt-realsize", help="where the --shape checkpoint is written")
+
+
+def model_path(args) -> str:
+    """--model, or the --shape checkpoint under --dir (written on first use, on the GPU)."""
+    if args.model is not None:
+        return args.model
+    path = os.path.join(args.dir, args.shape)
+    make_checkpoint(path, SHAPES[args.shape])
+    return path
+
 
 def decode_inputs(kv, B: int, ctx: int, seed: int = 0):
     """B rows, each at position ctx - 1 over its own blocks 0.. (tables of exactly what the context needs)."""

@@ -7,6 +7,8 @@ from __future__ import annotations
 from mutations.model import Mutation
 from mutations.registry.gates import BATCH, CAP, GEN, MODELS, ORACLE, per_model
 
+LANE_SCRIPTS = "tests/engine/test_lane_scripts.py::test_a_lane_script_refuses_bad_input_with_one_typed_line"
+
 ENTRIES: list[Mutation] = [
     Mutation(
         id="scheduler-preempts-oldest",
@@ -124,5 +126,29 @@ ENTRIES: list[Mutation] = [
         gates=("tests/engine/test_tpot_split.py::test_a_requests_window_holds_the_later_prompts_prefill_steps_and_not_"
                "its_own",),
         expect="per_request_tpot_ms",
+    ),
+    Mutation(
+        id="replay-ab-lets-a-loader-error-escape",
+        description="scripts/replay-ab lets the loader's typed error escape as a traceback (exit 1)",
+        file="scripts/replay-ab",
+        old="    except VtError as e:  # no such model, a checkpoint the loader refuses, no CuPy: one typed line\n",
+        new="    except ImportError as e:\n",
+        gates=(f"{LANE_SCRIPTS}[replay-ab-unknown-model]",),
+    ),
+    Mutation(
+        id="lane-scripts-take-any-shape-name",
+        description="the lane scripts' --shape takes any name, which fails later as a KeyError traceback",
+        file="benchmarks/realsize.py",
+        old='    ap.add_argument("--shape", default="0.6B", choices=list(SHAPES), help="written under --dir when --model '
+            'is unset")\n',
+        new='    ap.add_argument("--shape", default="0.6B", help="written under --dir when --model is unset")\n',
+        gates=tuple(f"{LANE_SCRIPTS}[{s}-unknown-shape]" for s in ("gpu-idle", "tpot-split", "replay-ab")),
+    ),
+    Mutation(
+        id="gpu-idle-takes-any-mode",
+        description="scripts/gpu-idle runs whatever --modes names, an unknown mode as async scheduling off",
+        file="scripts/gpu-idle", old="    if not modes or not set(modes) <= {\"off\", \"on\"}:\n",
+        new="    if not modes:\n",
+        gates=("tests/engine/test_lane_scripts.py::test_gpu_idle_refuses_a_mode_it_does_not_know",),
     ),
 ]
