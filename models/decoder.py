@@ -325,13 +325,18 @@ class DecoderForCausalLM:
             b.add_rms_norm(x, out, w[f"{i}.ln2"], h, eps=c.rms_norm_eps, bias=w.get(f"{i}.o_b"))
         pool.release(out)
         after = w["norm"] if is_last else w[f"{i + 1}.ln1"]  # the norm the layer's output feeds
-        if c.is_sparse_layer(i) or self.group is not None:
-            mlp = self._moe(i, h) if c.is_sparse_layer(i) else self._mlp(i, h)
+        if self.group is not None:  # a shard's partial sum is reduced before the add
+            mlp = self._combine(self._moe(i, h)) if c.is_sparse_layer(i) else self._mlp(i, h)
             self._reduce(mlp)
             b.add_rms_norm(x, mlp, after, h, eps=c.rms_norm_eps)
+            pool.release(mlp)
+        elif c.is_sparse_layer(i):  # the combine adds into x and writes the next norm into h
+            y, ids, weights = self._moe(i, h)
+            b.moe_combine_add_rms_norm(y, ids, weights, x, after, h, eps=c.rms_norm_eps)
+            for t in (y, ids, weights):
+                pool.release(t)
         else:
-            mlp = self._mlp(i, h, (x, after))
-        pool.release(mlp)
+            pool.release(self._mlp(i, h, (x, after)))
         if not is_last:
             self._qkv(i + 1, fb, kv, carry)
         else:
@@ -355,9 +360,12 @@ class DecoderForCausalLM:
         pool.release(act)
         return out
 
-    def _moe(self, i: int, h: Tensor) -> Tensor:
-        """Routed MoE: only the experts each token chose run. Every buffer is sized by T and top-k (T k routed
-        rows), never by which experts were chosen, so the step captures."""
+    def _moe(self, i: int, h: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """Routed MoE: only the experts each token chose run; returns the routed rows' outputs y [T k, H], ids and
+        weights [T, k] for a combine. Every buffer is sized by T and top-k (T k routed rows), never by which experts
+        were chosen, so the step captures. A step of one token reads each routed row's expert from its ids
+        (moe_gemm_rows: no grouping launch); more tokens group the rows by expert first, so an expert two tokens
+        chose is read once."""
         b, pool, c = self.backend, self.pool, self.cfg
         T, E, k = h.shape[0], c.num_experts, c.num_experts_per_tok
         logits = pool.empty((T, E), F32)
@@ -365,16 +373,27 @@ class DecoderForCausalLM:
         ids, weights = pool.empty((T, k), I32), pool.empty((T, k), F32)
         b.moe_route(logits, ids, weights, norm_topk_prob=c.norm_topk_prob)
         pool.release(logits)
+        act = pool.empty((T * k, c.moe_intermediate_size), self.operand_dtype)
+        y = pool.empty((T * k, c.hidden_size), F32)
+        gu, down = self.w[f"{i}.experts_gu"], self.w[f"{i}.experts_down"]
+        if T == 1:
+            b.moe_gemm_rows(h, gu, ids, act, row_div=k, swiglu=True)
+            b.moe_gemm_rows(act, down, ids, y, row_div=1, swiglu=False)
+            pool.release(act)
+            return y, ids, weights
         plan = (pool.empty((E + 1,), I32), pool.empty((expert_rows(T, k, E),), I32), pool.empty((T * k,), I32))
         b.moe_group(ids, *plan)
-        act = pool.empty((T * k, c.moe_intermediate_size), self.operand_dtype)
-        b.moe_gemm(h, self.w[f"{i}.experts_gu"], *plan, act, row_div=k, swiglu=True)
-        y = pool.empty((T * k, c.hidden_size), F32)
-        b.moe_gemm(act, self.w[f"{i}.experts_down"], *plan, y, row_div=1, swiglu=False)
+        b.moe_gemm(h, gu, *plan, act, row_div=k, swiglu=True)
+        b.moe_gemm(act, down, *plan, y, row_div=1, swiglu=False)
         for t in (act, *plan):
             pool.release(t)
-        out = pool.empty((T, c.hidden_size), F32)
-        b.moe_combine(y, ids, weights, out)
-        for t in (y, ids, weights):
-            pool.release(t)
+        return y, ids, weights
+
+    def _combine(self, routed: tuple[Tensor, Tensor, Tensor]) -> Tensor:
+        """The MoE block's output [T, H] from _moe's routed rows (whose buffers it releases)."""
+        y, ids, weights = routed
+        out = self.pool.empty((ids.shape[0], self.cfg.hidden_size), F32)
+        self.backend.moe_combine(y, ids, weights, out)
+        for t in routed:
+            self.pool.release(t)
         return out

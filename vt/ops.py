@@ -89,6 +89,18 @@ class Ops:
         are gate then up, out = SiLU(gate) * up in out's dtype; else out float32."""
         self.launch(self.kernels.moe_gemm, x, w, offsets, experts, slots, out, row_div=row_div, swiglu=swiglu)
 
+    def moe_gemm_rows(self, x: Any, w: Any, ids: Any, out: Any, *, row_div: int, swiglu: bool) -> None:
+        """moe_gemm without the grouping: out[r] = x[r // row_div] @ w[ids.flat[r]]^T for every routed row r, a
+        row's expert read from ids. For a step of one token (its k experts are distinct, so no expert's weights
+        are read twice)."""
+        self.launch(self.kernels.moe_gemm_rows, x, w, ids, out, row_div=row_div, swiglu=swiglu)
+
+    def moe_combine_add_rms_norm(self, y: Any, ids: Any, weights: Any, x: Any, w: Any, h: Any, *,
+                                 eps: float) -> None:
+        """moe_combine(y, ids, weights, out), then add_rms_norm(x, out, w, h), with no out: the MoE block's output
+        joining the residual stream and the norm after it, in one launch."""
+        self.launch(self.kernels.moe_combine_add_rms_norm, y, ids, weights, x, w, h, eps=eps)
+
     def moe_combine(self, y: Any, ids: Any, weights: Any, out: Any) -> None:
         """out [T, H] float32 = the sum over each token's k routed rows y [T k, H] float32 of weight * row, in
         ascending expert order."""

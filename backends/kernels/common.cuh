@@ -79,6 +79,45 @@ __device__ __forceinline__ float block_sum(float v, float* scratch /* [32] */) {
     return r;
 }
 
+// One row of the residual stream's add + RMSNorm, every thread of the block calling it (the norm kernel, and the
+// kernels that fuse their output's add into it): with add, x [H] += delta(i), the i-th float4 of the row, in place;
+// then out [H] = narrow(x / sqrt(mean(x^2) + eps) * w), HF's RMSNorm in float32. Each thread keeps its (at most
+// NORM_VECS) float4s in registers between the sum and the write. H % 4 == 0.
+constexpr int NORM_VECS = 4;
+template <typename OUT, typename Delta>
+__device__ __forceinline__ void add_rms_norm_row(float* __restrict__ x, bool add, Delta delta,
+                                                 const float* __restrict__ w, OUT* __restrict__ out, int H, float eps,
+                                                 float* scratch /* [32] */) {
+    float4* xr = reinterpret_cast<float4*>(x);
+    const int n4 = H / 4;
+    float4 v[NORM_VECS];
+    float sumsq = 0.0f;
+#pragma unroll
+    for (int j = 0; j < NORM_VECS; j++) {
+        const int i = threadIdx.x + j * blockDim.x;
+        if (i >= n4) break;
+        v[j] = xr[i];
+        if (add) {
+            const float4 d = delta(i);
+            v[j].x += d.x; v[j].y += d.y; v[j].z += d.z; v[j].w += d.w;
+            xr[i] = v[j];
+        }
+        sumsq += v[j].x * v[j].x + v[j].y * v[j].y + v[j].z * v[j].z + v[j].w * v[j].w;
+    }
+    const float denom = sqrtf(block_sum(sumsq, scratch) / (float)H + eps);
+#pragma unroll
+    for (int j = 0; j < NORM_VECS; j++) {
+        const int i = threadIdx.x + j * blockDim.x;
+        if (i >= n4) break;
+        const float4 g = reinterpret_cast<const float4*>(w)[i];
+        OUT* o = out + 4 * i;
+        o[0] = from_f32<OUT>(v[j].x / denom * g.x);
+        o[1] = from_f32<OUT>(v[j].y / denom * g.y);
+        o[2] = from_f32<OUT>(v[j].z / denom * g.z);
+        o[3] = from_f32<OUT>(v[j].w / denom * g.w);
+    }
+}
+
 __device__ __forceinline__ float neg_inf() { return -__int_as_float(0x7f800000); }
 
 // 2^x in one MUFU instruction (ex2.approx, about 2 ulp), results below float32's normal range flushed to zero: the

@@ -17,7 +17,8 @@ from typing import Any
 import numpy as np
 
 from backends.kernels.build import Instance, function
-from backends.kernels.fused import FusedKernel, ctype
+from backends.kernels.fused import NULL, FusedKernel, ctype
+from backends.kernels.norm import NORM_VECS, add_rms_norm, norm_threads
 from vt.dtypes import narrow_host, widen_host
 
 MAX_EXPERTS, MAX_TOP_K, GEMM_ROWS, GEMM_WARPS = 512, 32, 8, 8  # moe.cu's MOE_* constants
@@ -30,14 +31,17 @@ def _vec(dtype: Any, K: int) -> int:
     return per if K % per == 0 else 1
 
 
-def _gemm_expr(t: str, out: str, vec: int, swiglu: bool) -> str:
-    return f"vt::moe_gemm<{t}, {out}, {vec}, {'true' if swiglu else 'false'}>"
+def _gemm_expr(t: str, out: str, vec: int, swiglu: bool, by_row: bool = False) -> str:
+    flags = ", ".join("true" if f else "false" for f in (swiglu, by_row))
+    return f"vt::moe_gemm<{t}, {out}, {vec}, {flags}>"
 
 
 CI_INSTANCES = ([Instance("moe.cu", "vt::moe_route"), Instance("moe.cu", "vt::moe_group"),
                  Instance("moe.cu", "vt::moe_combine")]
-                + [Instance("moe.cu", _gemm_expr(t, o, v, s)) for t in STORAGE_TYPES
-                   for v in (1, 4 if t == "float" else 8) for o, s in ((t, True), ("float", False))])
+                + [Instance("moe.cu", f"vt::moe_combine_add_rms_norm<{t}>") for t in STORAGE_TYPES]
+                + [Instance("moe.cu", _gemm_expr(t, o, v, s, r)) for t in STORAGE_TYPES
+                   for v in (1, 4 if t == "float" else 8) for o, s in ((t, True), ("float", False))
+                   for r in (False, True)])
 
 
 def expert_rows(T: int, top_k: int, num_experts: int) -> int:
@@ -112,24 +116,47 @@ def _gemm_twin(x: np.ndarray, w: np.ndarray, offsets: np.ndarray, experts: np.nd
 
 def _gemm_cuda(cp: Any, x: Any, w: Any, offsets: Any, experts: Any, slots: Any, out: Any, row_div: int,
                swiglu: bool) -> None:
+    _launch_gemm(cp, x, w, offsets, experts, slots, out, row_div, swiglu, by_row=False)
+
+
+def _launch_gemm(cp: Any, x: Any, w: Any, offsets: Any, experts: Any, slots: Any, out: Any, row_div: int,
+                 swiglu: bool, by_row: bool) -> None:
+    """Grouped (blocks over the experts list) or by row (blocks over the routed rows, `experts` being ids)."""
     N, K = out.shape[1], x.shape[1]
     if w.shape[1:] != ((2 * N if swiglu else N), K) or x.dtype != w.dtype:
         raise ValueError(f"moe_gemm: weights {w.shape} {w.dtype} for x {x.shape} {x.dtype} -> out {out.shape}")
-    if not experts.shape[0]:
+    if not experts.size:
         return
     vec = _vec(w.dtype, K)
     fn = function(cp, Instance("moe.cu", _gemm_expr(ctype(w.dtype), ctype(out.dtype) if swiglu else "float", vec,
-                                                    swiglu)))
-    smem = GEMM_ROWS * K * x.dtype.itemsize
+                                                    swiglu, by_row)))
+    smem = (1 if by_row else GEMM_ROWS) * K * x.dtype.itemsize
     if smem > 48 << 10:  # above the default dynamic shared memory: opt in
         fn.max_dynamic_shared_size_bytes = smem
     cols = GEMM_WARPS * (2 if swiglu else 4)  # columns a block owns: enough blocks at decode's few rows
-    fn((experts.shape[0], -(-N // cols)), (32 * GEMM_WARPS,),
+    fn((experts.size, -(-N // cols)), (32 * GEMM_WARPS,),
        (x, w, offsets, experts, slots, out, np.int32(N), np.int32(K), np.int32(row_div), np.int32(cols)),
        shared_mem=smem)
 
 
 moe_gemm = FusedKernel("moe_gemm", _gemm_twin, _gemm_cuda, writes=(5,))
+
+
+# ---- moe_gemm_rows: out[r] = x[r // row_div] @ w[ids.flat[r]]^T for every routed row r ----------------------
+def _gemm_rows_twin(x: np.ndarray, w: np.ndarray, ids: np.ndarray, out: np.ndarray, row_div: int,
+                    swiglu: bool) -> None:
+    E = w.shape[0]
+    offsets, experts = np.empty(E + 1, np.int32), np.empty(expert_rows(1, ids.size, E), np.int32)
+    slots = np.empty(ids.size, np.int32)
+    _group_twin(ids, offsets, experts, slots)  # the twin's own bookkeeping: the kernel reads ids alone
+    _gemm_twin(x, w, offsets, experts, slots, out, row_div, swiglu)
+
+
+def _gemm_rows_cuda(cp: Any, x: Any, w: Any, ids: Any, out: Any, row_div: int, swiglu: bool) -> None:
+    _launch_gemm(cp, x, w, NULL, ids, NULL, out, row_div, swiglu, by_row=True)
+
+
+moe_gemm_rows = FusedKernel("moe_gemm_rows", _gemm_rows_twin, _gemm_rows_cuda, writes=(3,))
 
 
 # ---- moe_combine: out [T, H] = sum over each token's choices (ascending expert) of weight * y ---------------
@@ -154,3 +181,26 @@ def _combine_cuda(cp: Any, y: Any, ids: Any, weights: Any, out: Any) -> None:
 
 
 moe_combine = FusedKernel("moe_combine", _combine_twin, _combine_cuda, writes=(3,))
+
+
+# ---- moe_combine_add_rms_norm: x += moe_combine(y); h = narrow(rmsnorm(x) * w) -------------------------------
+def _combine_norm_twin(y: np.ndarray, ids: np.ndarray, weights: np.ndarray, x: np.ndarray, w: np.ndarray,
+                       h: np.ndarray, eps: float) -> None:
+    combined = np.empty(x.shape, np.float32)  # a host temporary: the kernel keeps it in registers
+    _combine_twin(y, ids, weights, combined)
+    add_rms_norm.twin(x, combined, None, w, h, eps)
+
+
+def _combine_norm_cuda(cp: Any, y: Any, ids: Any, weights: Any, x: Any, w: Any, h: Any, eps: float) -> None:
+    T, H = x.shape
+    if H % 4 or H > 4 * NORM_VECS * 1024:
+        raise ValueError(f"moe_combine_add_rms_norm: hidden size {H} must be a multiple of 4 and at most "
+                         f"{4 * NORM_VECS * 1024}")
+    if T:
+        function(cp, Instance("moe.cu", f"vt::moe_combine_add_rms_norm<{ctype(h.dtype)}>"))(
+            (T,), (norm_threads(H),), (y, ids, weights, x, w, h, np.int32(H), np.int32(ids.shape[1]),
+                                       np.float32(eps)))
+
+
+moe_combine_add_rms_norm = FusedKernel("moe_combine_add_rms_norm", _combine_norm_twin, _combine_norm_cuda,
+                                       writes=(3, 5))

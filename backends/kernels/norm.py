@@ -15,10 +15,10 @@ CI_INSTANCES = ([Instance("norm.cu", f"vt::embed<{t}>") for t in STORAGE_TYPES]
                 + [Instance("norm.cu", f"vt::add_rms_norm<{t}>") for t in STORAGE_TYPES])
 
 
-NORM_VECS = 4  # float4s a thread holds (norm.cu): H up to 4 * 4 * 1024
+NORM_VECS = 4  # float4s a thread holds (common.cuh): H up to 4 * 4 * 1024
 
 
-def _threads(H: int) -> int:
+def norm_threads(H: int) -> int:
     """Enough whole warps that each thread holds at most NORM_VECS float4s of a row (at least two each when the
     row is long, so a block stays small)."""
     return min(1024, max(32, -(-H // (4 * 2) // 32) * 32))
@@ -32,7 +32,7 @@ def _embed_twin(table: np.ndarray, ids: np.ndarray, out: np.ndarray) -> None:
 def _embed_cuda(cp: Any, table: Any, ids: Any, out: Any) -> None:
     T, H = out.shape
     fn = function(cp, Instance("norm.cu", f"vt::embed<{ctype(table.dtype)}>"))
-    fn((T,), (_threads(H),), (table, ids, out, np.int32(H)))
+    fn((T,), (norm_threads(H),), (table, ids, out, np.int32(H)))
 
 
 embed = FusedKernel("embed", _embed_twin, _embed_cuda, writes=(2,))
@@ -52,7 +52,7 @@ def _add_rms_norm_cuda(cp: Any, x: Any, delta: Any, bias: Any, w: Any, out: Any,
     if H % 4 or H > 4 * NORM_VECS * 1024:
         raise ValueError(f"add_rms_norm: hidden size {H} must be a multiple of 4 and at most {4 * NORM_VECS * 1024}")
     fn = function(cp, Instance("norm.cu", f"vt::add_rms_norm<{ctype(out.dtype)}>"))
-    fn((T,), (_threads(H),), (x, NULL if delta is None else delta, NULL if bias is None else bias, w, out,
+    fn((T,), (norm_threads(H),), (x, NULL if delta is None else delta, NULL if bias is None else bias, w, out,
                               np.int32(H), np.float32(eps)))
 
 

@@ -15,9 +15,22 @@ def layer_gates(dtypes: tuple[str, ...] = ("float32", "bfloat16")) -> tuple[str,
     return tuple(f"{GATES}::test_moe_layer_twins_equal_every_chosen_experts_mlp[{c}-{d}]" for c in CASES for d in dtypes)
 
 
+GPU_CASES = (*CASES, "real-size-decode", "real-size-prefill", "router-of-128")
+
+
 def cuda_gates() -> tuple[str, ...]:
     return tuple(f"{GATES}::test_cuda_moe_kernels_equal_their_twins[{c}-{d}]"
-                 for c in (*CASES, "real-size-decode", "real-size-prefill", "router-of-128") for d in ("float32", "bfloat16", "float16"))
+                 for c in GPU_CASES for d in ("float32", "bfloat16", "float16"))
+
+
+def combine_norm_twin_gates() -> tuple[str, ...]:
+    return tuple(f"{GATES}::test_combine_add_rms_norm_twin_adds_the_block_into_x_and_norms_it[{d}]"
+                 for d in ("float32", "bfloat16"))
+
+
+def combine_norm_cuda_gates() -> tuple[str, ...]:
+    return tuple(f"{GATES}::test_cuda_combine_add_rms_norm_equals_its_two_launches_and_twin[{c}-{d}]"
+                 for c in GPU_CASES for d in ("float32", "bfloat16"))
 
 
 ENTRIES: list[Mutation] = [
@@ -26,7 +39,22 @@ ENTRIES: list[Mutation] = [
         description="the combine twin adds only each token's first choice in expert order, dropping the second",
         file=TWIN, old="    for r in range(k):\n        j = order[:, r]\n",
         new="    for r in range(min(k, 1)):\n        j = order[:, r]\n",
-        gates=(f"{GATES}::test_combine_twin_adds_every_choice_in_expert_order", *layer_gates()),
+        gates=(f"{GATES}::test_combine_twin_adds_every_choice_in_expert_order", *layer_gates(),
+               *combine_norm_twin_gates()),
+    ),
+    Mutation(
+        id="moe-twin-rows-read-the-first-choices-expert",
+        description="the one-token GEMM's twin runs every routed row of a token through its first choice's expert",
+        file=TWIN, old="    _group_twin(ids, offsets, experts, slots)  # the twin's own bookkeeping",
+        new="    _group_twin(np.repeat(ids[:, :1], ids.shape[1], axis=1), offsets, experts, slots)  #",
+        gates=tuple(f"{GATES}::test_by_row_twin_gives_each_routed_row_its_own_experts_mlp[{c}]" for c in CASES),
+    ),
+    Mutation(
+        id="moe-twin-combine-norm-leaves-x-unadded",
+        description="the fused combine + norm twin norms the residual stream without adding the MoE block to it",
+        file=TWIN, old="    add_rms_norm.twin(x, combined, None, w, h, eps)",
+        new="    add_rms_norm.twin(x, None, None, w, h, eps)",
+        gates=combine_norm_twin_gates(),
     ),
     Mutation(
         id="moe-twin-weights-not-renormalized",
@@ -49,7 +77,7 @@ ENTRIES: list[Mutation] = [
         id="cuda-moe-drops-the-second-expert",
         description="the combine kernel adds only each token's first choice in expert order",
         file=CU, old="        if (r < k) acc += share[r] * v[r];", new="        if (r < 1) acc += share[r] * v[r];",
-        gates=cuda_gates(), needs_gpu=True,
+        gates=(*cuda_gates(), *combine_norm_cuda_gates()), needs_gpu=True,
     ),
     Mutation(
         id="cuda-moe-weights-not-renormalized",
@@ -63,5 +91,20 @@ ENTRIES: list[Mutation] = [
         description="the grouping kernel ends the last expert's rows one early",
         file=CU, old="        offsets[E] = acc;\n", new="        offsets[E] = acc - 1;\n",
         gates=cuda_gates(), needs_gpu=True,
+    ),
+    Mutation(
+        id="cuda-moe-rows-write-the-wrong-row",
+        description="the one-token GEMM kernel's block r computes routed row r rounded down to even: odd rows are "
+                    "never written",
+        file=CU, old="const int begin = BY_ROW ? blockIdx.x : offsets[e]",
+        new="const int begin = BY_ROW ? blockIdx.x - blockIdx.x % 2 : offsets[e]",
+        gates=cuda_gates(), needs_gpu=True,
+    ),
+    Mutation(
+        id="cuda-moe-combine-norm-drops-the-second-expert",
+        description="the fused combine + norm kernel adds only each token's first choice in expert order",
+        file=CU, old="                if (r0 + r < k) {\n                    const float s = share[r0 + r];",
+        new="                if (r0 + r < 1) {\n                    const float s = share[r0 + r];",
+        gates=combine_norm_cuda_gates(), needs_gpu=True,
     ),
 ]

@@ -162,6 +162,49 @@ def test_combine_twin_adds_every_choice_in_expert_order() -> None:
     assert np.array_equal(out, want), "every choice, weighted, added in ascending expert order"
 
 
+@pytest.mark.parametrize("case", CASES)
+def test_by_row_twin_gives_each_routed_row_its_own_experts_mlp(case: str) -> None:
+    """moe_gemm_rows (a step of one token's form, correct at any T): routed row t k + j is token t's MLP through
+    expert ids[t, j], with no grouping."""
+    T, E, k, H, MI = CASES[case]
+    a = layer_inputs(T, E, k, H, MI, "bfloat16", seed=7)
+    ids, _ = route_reference(a["logits"], k, True)
+    ids = ids.astype(np.int32)
+    act = np.zeros((T * k, MI), a["x"].dtype)
+    y = np.zeros((T * k, H), np.float32)
+    moe.moe_gemm_rows(np, a["x"], a["w_gu"], ids, act, row_div=k, swiglu=True)
+    moe.moe_gemm_rows(np, act, a["w_down"], ids, y, row_div=1, swiglu=False)
+    for r, e in enumerate(ids.reshape(-1)):
+        want = expert_mlp64(a["x"][r // k: r // k + 1], a["w_gu"][e], a["w_down"][e], a["x"].dtype)[0]
+        assert np.allclose(y[r], want, rtol=2e-5, atol=2e-5 * np.abs(want).max()), f"routed row {r}, expert {e}"
+    assert len(set(ids.reshape(-1).tolist())) > 1 and np.abs(y).max() > 0.1, "non-vacuous: several experts, output"
+
+
+@pytest.mark.parametrize("out_dtype", ["float32", "bfloat16"])
+def test_combine_add_rms_norm_twin_adds_the_block_into_x_and_norms_it(out_dtype: str) -> None:
+    """The MoE block's output joins the residual stream: x += every choice, weighted, in ascending expert order;
+    h = RMSNorm(x) * w in h's dtype."""
+    rng = np.random.default_rng(5)
+    T, k, H, eps = 3, 4, 64, 1e-6
+    y = rng.standard_normal((T * k, H)).astype(np.float32)
+    ids = np.array([[5, 1, 3, 0], [2, 9, 4, 7], [6, 2, 8, 1]], np.int32)
+    wts = rng.random((T, k)).astype(np.float32)
+    x0 = rng.standard_normal((T, H)).astype(np.float32)
+    g = (rng.random(H) + 0.5).astype(np.float32)
+    x, h = x0.copy(), np.zeros((T, H), STORAGE[out_dtype])
+    moe.moe_combine_add_rms_norm(np, y, ids, wts, x, g, h, eps=eps)
+    block = np.zeros((T, H), np.float32)
+    for t in range(T):
+        for j in np.argsort(ids[t]):
+            block[t] += wts[t, j] * y[t * k + j]
+    assert np.array_equal(x, x0 + block), "x += the weighted choices, in ascending expert order"
+    x64 = x.astype(np.float64)
+    want = x64 / np.sqrt((x64 * x64).mean(axis=-1, keepdims=True) + eps) * g
+    ulp = 2.0 ** (np.floor(np.log2(np.abs(want))) - 7) if out_dtype == "bfloat16" else 0.0
+    assert (np.abs(widen_host(h) - want) <= 1e-5 * np.abs(want) + ulp + 1e-7).all(), "h = RMSNorm(x) * w"
+    assert np.abs(block).min(axis=-1).max() > 0 and np.abs(h).max() > 0, "non-vacuous: a block added, h written"
+
+
 # ---- the CUDA kernels against their twins (GPU lane) --------------------------------------------------------
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])
@@ -190,6 +233,9 @@ def test_cuda_moe_kernels_equal_their_twins(case: str, dtype: str) -> None:
     moe.moe_gemm(cupy, d["x"], d["w_gu"], *plan, got["act"], row_div=k, swiglu=True)
     moe.moe_gemm(cupy, d["act"], d["w_down"], *plan, got["y"], row_div=1, swiglu=False)
     moe.moe_combine(cupy, d["y"], d["ids"], d["weights"], got["out"])
+    rows_act, rows_y = cupy.zeros_like(d["act"]), cupy.zeros_like(d["y"])  # the one-token form, at any T
+    moe.moe_gemm_rows(cupy, d["x"], d["w_gu"], d["ids"], rows_act, row_div=k, swiglu=True)
+    moe.moe_gemm_rows(cupy, d["act"], d["w_down"], d["ids"], rows_y, row_div=1, swiglu=False)
 
     chosen = want["ids"].reshape(-1)
     gu_scale = magnitudes(widen_host(a["x"])[np.arange(T * k) // k], a["w_gu"], chosen)
@@ -199,3 +245,41 @@ def test_cuda_moe_kernels_equal_their_twins(case: str, dtype: str) -> None:
     assert_gemm_close(got["y"].get(), want["y"], down_scale, f"down {case} {dtype}")
     assert_gemm_close(got["out"].get(), want["out"].astype(np.float64), np.abs(want["y"]).reshape(T, k, H).sum(axis=1),
                       f"combine {case} {dtype}")
+    assert_gemm_close(rows_act.get(), widen_host(want["act"]).astype(np.float64),
+                      gu_scale[:, :MI] * gu_scale[:, MI:], f"by row: gate/up + SwiGLU {case} {dtype}")
+    assert_gemm_close(rows_y.get(), want["y"], down_scale, f"by row: down {case} {dtype}")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("out_dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("case", [*CASES, *GPU_CASES])
+def test_cuda_combine_add_rms_norm_equals_its_two_launches_and_twin(case: str, out_dtype: str) -> None:
+    """The fused combine + add + RMSNorm against moe_combine then add_rms_norm on the GPU (bit for bit: the same
+    sums in the same order) and against its twin."""
+    import cupy
+
+    from backends.kernels.norm import add_rms_norm
+
+    T, E, k, H, MI = CASES.get(case) or GPU_CASES[case]
+    rng = np.random.default_rng(T)
+    y = rng.standard_normal((T * k, H)).astype(np.float32)
+    ids = np.stack([rng.permutation(E)[:k] for _ in range(T)]).astype(np.int32)
+    wts = rng.random((T, k)).astype(np.float32)
+    x0 = rng.standard_normal((T, H)).astype(np.float32)
+    g = (rng.random(H) + 0.5).astype(np.float32)
+    low = STORAGE[out_dtype]
+    x_twin, h_twin = x0.copy(), np.zeros((T, H), low)
+    moe.moe_combine_add_rms_norm(np, y, ids, wts, x_twin, g, h_twin, eps=1e-6)
+    d = {n: cupy.asarray(v) for n, v in dict(y=y, ids=ids, wts=wts, g=g).items()}
+    x, h = cupy.asarray(x0), cupy.zeros((T, H), low)
+    moe.moe_combine_add_rms_norm(cupy, d["y"], d["ids"], d["wts"], x, d["g"], h, eps=1e-6)
+    x2, h2, out = cupy.asarray(x0), cupy.zeros((T, H), low), cupy.zeros((T, H), np.float32)
+    moe.moe_combine(cupy, d["y"], d["ids"], d["wts"], out)
+    add_rms_norm(cupy, x2, out, None, d["g"], h2, eps=1e-6)
+    assert np.array_equal(x.get(), x2.get()) and np.array_equal(h.get(), h2.get()), "the two launches' x and h"
+    scale = np.abs(y).reshape(T, k, H).sum(axis=1) + np.abs(x0)
+    assert np.abs(x.get() - x_twin).max() <= 1e-5 * scale.max(), "x as the twin's"
+    h_want = widen_host(h_twin).astype(np.float64)
+    ulp = 2.0 ** (np.floor(np.log2(np.maximum(np.abs(h_want), 1e-30))) - 7) if out_dtype == "bfloat16" else 0.0
+    assert (np.abs(widen_host(h.get()) - h_want) <= 1e-4 * np.abs(h_want) + 2 * ulp + 1e-6).all(), "h as the twin's"
+    assert np.abs(x.get() - x0).max() > 0.1, "non-vacuous: the block was added"
