@@ -101,7 +101,10 @@ constexpr int DECODE_MIN_BLOCKS = sizeof(KV) == 2 && HD <= 128 && G <= 2 ? 2 : 1
 
 // q [T, nh, HD] float32, pre-scaled; caches [blocks, block_size, nkv, HD]; block_tables [R, W]; token_row
 // and positions [T]; out [T, nh, HD] when the grid has one partition, else part_o [T, nh, P, HD] and part_ml
-// [T, nh, P, 2] (max, sum) for the reduce kernel. Grid (nkv, T, P); DECODE_THREADS threads.
+// [T, nh, P, 2] (max, sum) for the reduce kernel. Grid (nkv x S, T, P); DECODE_THREADS threads. With S > 1 (a
+// launch of few blocks: decode_attention.py's head_split), the KV head's query heads are dealt out S ways, G to a
+// block: every block still reads its KV head's keys once (S blocks read them, the later ones from L2), and a
+// token's attention runs on S times the SMs with 1/S of the heads' arithmetic each.
 template <typename KV, typename OUT, int HD, int G>
 __global__ void __launch_bounds__(DECODE_THREADS, DECODE_MIN_BLOCKS<KV, HD, G>)
 paged_decode_attention(const float* __restrict__ q, const KV* __restrict__ k_cache, const KV* __restrict__ v_cache,
@@ -110,7 +113,8 @@ paged_decode_attention(const float* __restrict__ q, const KV* __restrict__ k_cac
                        float* __restrict__ part_ml, int nkv, int block_size, int table_width, int partition) {
     vt::pdl_entry();
     using L = DecodeLayout<KV, HD>;
-    const int kvh = blockIdx.x, p = blockIdx.z, P = gridDim.z;
+    const int kvh = blockIdx.x / (gridDim.x / nkv), p = blockIdx.z, P = gridDim.z;
+    const int head0 = blockIdx.x * G;  // this block's first query head: the KV head's, G per block
     const i64 t = blockIdx.y;
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, kw = lane / L::TPK, dg = lane % L::TPK;
     const int ctx = min((int)positions[t] + 1, table_width * block_size);
@@ -118,7 +122,7 @@ paged_decode_attention(const float* __restrict__ q, const KV* __restrict__ k_cac
     if (start >= ctx) return;  // past this token's context: the reduce kernel reads only partitions before it
     const int end = min(ctx, start + partition);
     const i64* table = block_tables + token_row[t] * table_width;
-    const int nh = nkv * G;
+    const int nh = gridDim.x * G;
     CacheGeometry cg;
     cg.shift = __ffs(block_size) - 1;
     cg.mask = block_size - 1;
@@ -133,7 +137,7 @@ paged_decode_attention(const float* __restrict__ q, const KV* __restrict__ k_cac
     float qr[G][L::DPT], acc[G][L::DPT], m[G], l[G];  // m and l: the same in every lane of the warp
 #pragma unroll
     for (int h = 0; h < G; h++) {
-        const float* qh = q + (t * nh + kvh * G + h) * HD + dg * L::DPT;
+        const float* qh = q + (t * nh + head0 + h) * HD + dg * L::DPT;
 #pragma unroll
         for (int i = 0; i < L::DPT; i++) { qr[h][i] = qh[i] * LOG2E; acc[h][i] = 0.0f; }
         m[h] = neg_inf();
@@ -247,7 +251,7 @@ paged_decode_attention(const float* __restrict__ q, const KV* __restrict__ k_cac
                 lsum += f * wl[w][h];
             }
             o /= lsum;
-            const int head = kvh * G + h;
+            const int head = head0 + h;
             if (P == 1) out[(t * nh + head) * HD + d] = from_f32<OUT>(o);
             else part_o[((t * nh + head) * P + p) * HD + d] = o;
             if (P > 1 && d == 0) {

@@ -25,12 +25,13 @@ TARGET_BLOCKS = 1024  # a long context is split until the launch has about this 
 MAX_PARTITIONS = 1024  # decode_attention.cu DECODE_MAX_PARTITIONS: the reduce kernel's weights in shared memory
 TWIN_TILE = 128  # keys per online-softmax tile in the twin (the kernel's: 8 to 16 keys a warp, 64 or 128 a block)
 THREADS = 256  # decode_attention.cu DECODE_THREADS
+SPLIT_HEADS_UNTIL = 32  # blocks: a launch smaller than this deals a KV head's query heads out to more blocks
 STORAGE = ("float", "vt::bf16", "vt::f16")
 # Every layout the template takes (each storage type at each head dim), and every GQA ratio at one of them.
 CI_INSTANCES = (
-    [Instance("decode_attention.cu", f"vt::paged_decode_attention<{kv}, {kv}, {hd}, 2>")
-     for kv in STORAGE for hd in HEAD_DIMS]
-    + [Instance("decode_attention.cu", f"vt::paged_decode_attention<vt::bf16, vt::bf16, 128, {g}>") for g in (1, 4, 8)]
+    [Instance("decode_attention.cu", f"vt::paged_decode_attention<{kv}, {kv}, {hd}, {g}>")
+     for kv in STORAGE for hd in HEAD_DIMS for g in (1, 2)]  # 1: a split launch's block (head_split)
+    + [Instance("decode_attention.cu", f"vt::paged_decode_attention<vt::bf16, vt::bf16, 128, {g}>") for g in (4, 8)]
     + [Instance("decode_attention.cu", f"vt::paged_decode_reduce<{o}, {hd}>") for o in STORAGE for hd in HEAD_DIMS])
 
 
@@ -41,6 +42,16 @@ def partition_size(num_tokens: int, num_kv_heads: int, max_context: int) -> int:
     splits = max(1, TARGET_BLOCKS // max(1, num_tokens * num_kv_heads))
     keys = -(-max_context // splits)
     return max(MIN_PARTITION, -(-keys // 64) * 64)
+
+
+def head_split(num_tokens: int, num_kv_heads: int, group: int, partitions: int) -> int:
+    """How many blocks share a KV head's `group` query heads: doubled while the launch stays within
+    SPLIT_HEADS_UNTIL blocks, at most one head a block. A decode step of one token over a short context is
+    num_kv_heads blocks (4 for Qwen3-30B-A3B, each with 8 query heads), its latency one block's."""
+    blocks, split = num_tokens * num_kv_heads * partitions, 1
+    while split < group and group % (2 * split) == 0 and 2 * split * blocks <= SPLIT_HEADS_UNTIL:
+        split *= 2
+    return split
 
 
 def num_partitions(num_tokens: int, num_kv_heads: int, table_width: int, block_size: int) -> int:
@@ -129,9 +140,11 @@ def _cuda(cp: Any, q: Any, k_cache: Any, v_cache: Any, block_tables: Any, token_
     kv, o = ctype(k_cache.dtype), ctype(out.dtype)
     if P > MAX_PARTITIONS:  # partition_size never splits more than TARGET_BLOCKS ways; a caller's scratch might
         raise EngineInvariantError(f"{P} decode partitions: the reduce kernel holds at most {MAX_PARTITIONS}")
-    attend = function(cp, Instance("decode_attention.cu", f"vt::paged_decode_attention<{kv}, {o}, {hd}, {nh // nkv}>"))
+    split = head_split(T, nkv, nh // nkv, P)
+    g = nh // nkv // split
+    attend = function(cp, Instance("decode_attention.cu", f"vt::paged_decode_attention<{kv}, {o}, {hd}, {g}>"))
     null = np.uint64(0)
-    attend((nkv, T, P), (THREADS,), (q, k_cache, v_cache, block_tables, token_row, positions, out,
+    attend((nkv * split, T, P), (THREADS,), (q, k_cache, v_cache, block_tables, token_row, positions, out,
                                      null if part_o is None else part_o, null if part_ml is None else part_ml,
                                      np.int32(nkv), np.int32(bs), np.int32(W), np.int32(part)))
     if P > 1:

@@ -72,9 +72,26 @@ ENTRIES: list[Mutation] = [
         gates=cases(DECODE_TWIN, ("block-edges-gqa2", "tiles-gqa4", "partitions-gqa8", "verify-q4-gqa2")),
     ),
     Mutation(
+        id="decode-launch-never-splits-a-kv-heads-query-heads",
+        description="head_split keeps every KV head's query heads in one block, however few blocks the launch has",
+        file=TWIN, old="    while split < group and group % (2 * split) == 0",
+        new="    while False and split < group and group % (2 * split) == 0",
+        gates=("tests/backends/test_kernels.py::test_a_small_decode_launch_deals_a_kv_heads_query_heads_to_more_blocks",
+               "tests/backends/test_kernels.py::test_decode_cases_reach_every_path"),
+    ),
+    Mutation(
+        id="cuda-decode-split-blocks-read-the-wrong-kv-head",
+        description="a launch whose KV heads' query heads are dealt to several blocks reads KV head blockIdx % nkv, "
+                    "not the block's own",
+        file=CU, old="    const int kvh = blockIdx.x / (gridDim.x / nkv), p = blockIdx.z, P = gridDim.z;",
+        new="    const int kvh = blockIdx.x % nkv, p = blockIdx.z, P = gridDim.z;",
+        gates=cases(DECODE_CUDA, ("block-edges-gqa2", "tiles-gqa4"), ("float32", "bfloat16", "float16")),
+        needs_gpu=True,
+    ),
+    Mutation(
         id="cuda-decode-wrong-kv-head",
         description="the decode kernel serves KV head kvh's block with query heads h * nkv + kvh (interleaved)",
-        file=CU, old="        const float* qh = q + (t * nh + kvh * G + h) * HD + dg * L::DPT;\n",
+        file=CU, old="        const float* qh = q + (t * nh + head0 + h) * HD + dg * L::DPT;\n",
         new="        const float* qh = q + (t * nh + h * nkv + kvh) * HD + dg * L::DPT;\n",
         gates=(*cases(DECODE_CUDA, ("block-edges-gqa2", "tiles-gqa4", "partitions-gqa8", "verify-q4-gqa2"),
                       ("float32", "bfloat16", "float16")), PREFILL_BY_DECODE),

@@ -140,6 +140,29 @@ def test_decode_cases_reach_every_path() -> None:
         assert partition_size(len(contexts) * qpr, nkv, width * BS) == PARTITION
     assert max(ctxs) > 2 * PARTITION and any(TWIN_TILE < x < PARTITION for x in ctxs) and PARTITION in ctxs
     assert {c[1] // c[2] for c in DECODE_CASES.values()} >= {1, 2, 4, 8}
+    splits = {name: decode_attention.head_split(len(c[0]) * c[4], c[2], c[1] // c[2],
+                                                decode_attention.num_partitions(len(c[0]) * c[4], c[2], c[3], BS))
+              for name, c in DECODE_CASES.items()}
+    assert splits["block-edges-gqa2"] == 2 and splits["tiles-gqa4"] == 4, "KV heads' query heads dealt to blocks"
+    assert splits["partitions-gqa8"] == 1, "and a case whose launch keeps a KV head's heads in one block"
+
+
+def test_a_small_decode_launch_deals_a_kv_heads_query_heads_to_more_blocks() -> None:
+    """head_split: a launch of few blocks gives each block fewer of its KV head's query heads, doubling while the
+    launch stays within SPLIT_HEADS_UNTIL blocks; the split always divides the group, and is the largest such."""
+    until = decode_attention.SPLIT_HEADS_UNTIL
+    seen = set()
+    for T in (1, 2, 3, 8, 64):
+        for nkv, group in ((1, 1), (4, 8), (8, 2), (2, 4), (1, 6), (8, 1)):
+            for P in (1, 2, 5):
+                split = decode_attention.head_split(T, nkv, group, P)
+                blocks = T * nkv * P
+                assert group % split == 0 and split * blocks <= max(blocks, until), (T, nkv, group, P, split)
+                bigger = 2 * split
+                assert group % bigger or bigger * blocks > until, f"{(T, nkv, group, P)}: {split} is not the largest"
+                seen.add(split)
+    assert decode_attention.head_split(1, 4, 8, 1) == 8, "Qwen3-30B-A3B at one token: a block a query head"
+    assert decode_attention.head_split(64, 8, 2, 1) == 1 and seen >= {1, 2, 4, 8}, "non-vacuity: every outcome"
 
 
 def test_a_launch_never_splits_a_context_more_often_than_the_reduce_kernel_holds() -> None:
