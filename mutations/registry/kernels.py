@@ -93,7 +93,10 @@ ENTRIES: list[Mutation] = [
         description="the decode kernel serves KV head kvh's block with query heads h * nkv + kvh (interleaved)",
         file=CU, old="        const float* qh = q + (t * nh + head0 + h) * HD + dg * L::DPT;\n",
         new="        const float* qh = q + (t * nh + h * nkv + kvh) * HD + dg * L::DPT;\n",
-        gates=(*cases(DECODE_CUDA, ("block-edges-gqa2", "tiles-gqa4", "partitions-gqa8", "verify-q4-gqa2"),
+        # full-width-mqa: its launch deals its one KV head's four query heads to four blocks (head_split), and
+        # interleaving gives every one of them query head 0
+        gates=(*cases(DECODE_CUDA, ("block-edges-gqa2", "tiles-gqa4", "partitions-gqa8", "verify-q4-gqa2",
+                                    "full-width-mqa"),
                       ("float32", "bfloat16", "float16")), PREFILL_BY_DECODE),
         needs_gpu=True,
     ),
