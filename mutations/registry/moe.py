@@ -70,8 +70,10 @@ ENTRIES: list[Mutation] = [
         description="the grouping twin moves every inner expert boundary one row late",
         file=TWIN, old="    np.cumsum(counts, out=offsets[1:])\n",
         new="    np.cumsum(counts, out=offsets[1:])\n    offsets[1:-1] += 1\n",
+        # the one-token GEMM's twin groups the rows with this twin too (the kernel reads ids alone)
         gates=(*(f"{GATES}::test_group_twin_gives_each_expert_exactly_its_routed_rows[{c}]" for c in CASES),
-               *layer_gates()),
+               *layer_gates(),
+               *(f"{GATES}::test_by_row_twin_gives_each_routed_row_its_own_experts_mlp[{c}]" for c in CASES)),
     ),
     Mutation(
         id="cuda-moe-drops-the-second-expert",
