@@ -87,6 +87,17 @@ def moe_reference(a: dict, norm: bool = True) -> np.ndarray:
     return out
 
 
+def combine_reference(y: np.ndarray, ids: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """Each token's routed rows y [T k, H], weighted, added in float32 in ascending expert order (transformers'
+    index_add_ loop over the experts)."""
+    T, k = ids.shape
+    out = np.zeros((T, y.shape[1]), np.float32)
+    for t in range(T):
+        for j in np.argsort(ids[t], kind="stable"):
+            out[t] += w[t, j] * y[t * k + j]
+    return out
+
+
 def assert_gemm_close(got: np.ndarray, want: np.ndarray, scale: np.ndarray, what: str) -> None:
     """|got - want| within 1e-5 of the terms' magnitude, plus an ulp of got's storage dtype where it is low."""
     ulp = 0.0
@@ -155,11 +166,7 @@ def test_combine_twin_adds_every_choice_in_expert_order() -> None:
     w = rng.random((T, k)).astype(np.float32)
     out = np.zeros((T, H), np.float32)
     moe.moe_combine(np, y, ids, w, out)
-    want = np.zeros((T, H), np.float32)
-    for t in range(T):
-        for j in np.argsort(ids[t]):  # float32 adds in ascending expert order, as transformers' index_add_ loop
-            want[t] += w[t, j] * y[t * k + j]
-    assert np.array_equal(out, want), "every choice, weighted, added in ascending expert order"
+    assert np.array_equal(out, combine_reference(y, ids, w)), "every choice, weighted, added in ascending expert order"
 
 
 @pytest.mark.parametrize("case", CASES)
@@ -193,10 +200,7 @@ def test_combine_add_rms_norm_twin_adds_the_block_into_x_and_norms_it(out_dtype:
     g = (rng.random(H) + 0.5).astype(np.float32)
     x, h = x0.copy(), np.zeros((T, H), STORAGE[out_dtype])
     moe.moe_combine_add_rms_norm(np, y, ids, wts, x, g, h, eps=eps)
-    block = np.zeros((T, H), np.float32)
-    for t in range(T):
-        for j in np.argsort(ids[t]):
-            block[t] += wts[t, j] * y[t * k + j]
+    block = combine_reference(y, ids, wts)
     assert np.array_equal(x, x0 + block), "x += the weighted choices, in ascending expert order"
     x64 = x.astype(np.float64)
     want = x64 / np.sqrt((x64 * x64).mean(axis=-1, keepdims=True) + eps) * g
