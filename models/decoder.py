@@ -363,24 +363,27 @@ class DecoderForCausalLM:
     def _moe(self, i: int, h: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """Routed MoE: only the experts each token chose run; returns the routed rows' outputs y [T k, H], ids and
         weights [T, k] for a combine. Every buffer is sized by T and top-k (T k routed rows), never by which experts
-        were chosen, so the step captures. A step of one token reads each routed row's expert from its ids
-        (moe_gemm_rows: no grouping launch); more tokens group the rows by expert first, so an expert two tokens
-        chose is read once."""
+        were chosen, so the step captures. A step of one token routes inside its gate/up GEMM's launch, each routed
+        row reading its expert from the routing (moe_route_gemm_rows, moe_gemm_rows: no grouping launch); more
+        tokens group the rows by expert first, so an expert two tokens chose is read once."""
         b, pool, c = self.backend, self.pool, self.cfg
         T, E, k = h.shape[0], c.num_experts, c.num_experts_per_tok
         logits = pool.empty((T, E), F32)
         b.gemm(h, self.w[f"{i}.router_t"], logits)
         ids, weights = pool.empty((T, k), I32), pool.empty((T, k), F32)
+        gu, down = self.w[f"{i}.experts_gu"], self.w[f"{i}.experts_down"]
+        if T == 1:  # routed inside the gate/up GEMM's launch, a routed row its own blocks: no launch between
+            act = pool.empty((k, c.moe_intermediate_size), self.operand_dtype)
+            b.moe_route_gemm_rows(logits, h, gu, ids, weights, act, norm_topk_prob=c.norm_topk_prob)
+            pool.release(logits)
+            y = pool.empty((k, c.hidden_size), F32)
+            b.moe_gemm_rows(act, down, ids, y, row_div=1, swiglu=False)
+            pool.release(act)
+            return y, ids, weights
         b.moe_route(logits, ids, weights, norm_topk_prob=c.norm_topk_prob)
         pool.release(logits)
         act = pool.empty((T * k, c.moe_intermediate_size), self.operand_dtype)
         y = pool.empty((T * k, c.hidden_size), F32)
-        gu, down = self.w[f"{i}.experts_gu"], self.w[f"{i}.experts_down"]
-        if T == 1:
-            b.moe_gemm_rows(h, gu, ids, act, row_div=k, swiglu=True)
-            b.moe_gemm_rows(act, down, ids, y, row_div=1, swiglu=False)
-            pool.release(act)
-            return y, ids, weights
         plan = (pool.empty((E + 1,), I32), pool.empty((expert_rows(T, k, E),), I32), pool.empty((T * k,), I32))
         b.moe_group(ids, *plan)
         b.moe_gemm(h, gu, *plan, act, row_div=k, swiglu=True)

@@ -95,6 +95,12 @@ class Ops:
         are read twice)."""
         self.launch(self.kernels.moe_gemm_rows, x, w, ids, out, row_div=row_div, swiglu=swiglu)
 
+    def moe_route_gemm_rows(self, logits: Any, x: Any, w: Any, ids: Any, weights: Any, out: Any, *,
+                            norm_topk_prob: bool) -> None:
+        """moe_route(logits, ids, weights), then moe_gemm_rows(x, w, ids, out, row_div=k, swiglu=True), in one
+        launch: a step of one token routes and runs its experts' gate/up GEMMs with no launch between."""
+        self.launch(self.kernels.moe_route_gemm_rows, logits, x, w, ids, weights, out, norm_topk_prob=norm_topk_prob)
+
     def moe_combine_add_rms_norm(self, y: Any, ids: Any, weights: Any, x: Any, w: Any, h: Any, *,
                                  eps: float) -> None:
         """moe_combine(y, ids, weights, out), then add_rms_norm(x, out, w, h), with no out: the MoE block's output

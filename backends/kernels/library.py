@@ -7,7 +7,15 @@ from typing import Any
 
 from backends.kernels.activation import PAIR_COLS, silu_mul
 from backends.kernels.decode_attention import paged_decode_attention
-from backends.kernels.moe import moe_combine, moe_combine_add_rms_norm, moe_gemm, moe_gemm_rows, moe_group, moe_route
+from backends.kernels.moe import (
+    moe_combine,
+    moe_combine_add_rms_norm,
+    moe_gemm,
+    moe_gemm_rows,
+    moe_group,
+    moe_route,
+    moe_route_gemm_rows,
+)
 from backends.kernels.norm import add_rms_norm, embed
 from backends.kernels.prefill_attention import paged_prefill_attention
 from backends.kernels.rotary import qk_norm_rope_store
@@ -52,6 +60,7 @@ LIBRARY = types.SimpleNamespace(embed=embed, add_rms_norm=add_rms_norm, qk_norm_
                                 silu_mul=silu_mul, paged_decode_attention=paged_decode_attention,
                                 paged_prefill_attention=paged_prefill_attention, gemm=matmul, moe_route=moe_route,
                                 moe_group=moe_group, moe_gemm=moe_gemm, moe_combine=moe_combine,
-                                moe_gemm_rows=moe_gemm_rows, moe_combine_add_rms_norm=moe_combine_add_rms_norm,
+                                moe_gemm_rows=moe_gemm_rows, moe_route_gemm_rows=moe_route_gemm_rows,
+                                moe_combine_add_rms_norm=moe_combine_add_rms_norm,
                                 feed_tokens=feed_tokens, keep_sampled=keep_sampled,
                                 gemm_add_rms_norm=gemm_add_rms_norm, gemm_silu_mul=gemm_silu_mul)

@@ -10,17 +10,12 @@ constexpr int MOE_MAX_TOP_K = 32;     // moe_route keeps one choice a lane
 constexpr int MOE_ROWS = 8;           // routed rows a moe_gemm block holds in shared memory at a time
 constexpr int MOE_WARPS = 8;          // moe_gemm's block: 8 warps, each its own output columns
 
-// logits [T, E] float32 -> ids [T, k] int32 (descending logit, a tie to the lower expert; a NaN logit is never
-// preferred) and weights [T, k] float32: the softmax over all E at the chosen experts, divided by their sum when
-// norm (Qwen3-MoE's norm_topk_prob). One warp per token.
-__global__ void moe_route(const float* __restrict__ logits, int* __restrict__ ids, float* __restrict__ weights,
-                          int T, int E, int k, int norm) {
-    vt::pdl_entry();
+// One token's routing, by one warp: row [E] float32 logits -> lane j < k holds choice j, *id (descending logit, a
+// tie to the lower expert; a NaN logit is never preferred) and *p: the softmax over all E at it, divided by the k
+// choices' sum when norm (Qwen3-MoE's norm_topk_prob). moe_route and moe_route_gemm_rows route through it alone.
+__device__ __forceinline__ void route_token(const float* __restrict__ row, int E, int k, int norm, int* id, float* p) {
     constexpr int PER = MOE_MAX_EXPERTS / 32;
     const int lane = threadIdx.x & 31;
-    const int t = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
-    if (t >= T) return;
-    const float* row = logits + (i64)t * E;
     float v[PER];
     float m = neg_inf();
 #pragma unroll
@@ -57,7 +52,21 @@ __global__ void moe_route(const float* __restrict__ logits, int* __restrict__ id
         if (lane == j) my_id = bi, my_p = expf(row[bi] - m) / s;
     }
     if (norm) my_p /= warp_sum(lane < k ? my_p : 0.0f);
-    if (lane < k) ids[(i64)t * k + lane] = my_id, weights[(i64)t * k + lane] = my_p;
+    *id = my_id;
+    *p = my_p;
+}
+
+// logits [T, E] float32 -> ids [T, k] int32 and weights [T, k] float32 (route_token). One warp per token.
+__global__ void moe_route(const float* __restrict__ logits, int* __restrict__ ids, float* __restrict__ weights,
+                          int T, int E, int k, int norm) {
+    vt::pdl_entry();
+    const int lane = threadIdx.x & 31;
+    const int t = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+    if (t >= T) return;
+    int id;
+    float p;
+    route_token(logits + (i64)t * E, E, k, norm, &id, &p);
+    if (lane < k) ids[(i64)t * k + lane] = id, weights[(i64)t * k + lane] = p;
 }
 
 // ids [n] (n = T x k, a token's choices back to back) -> offsets [E + 1] (expert e's routed rows are
@@ -96,18 +105,93 @@ template <typename T, int VEC> __device__ __forceinline__ void load_vec(const T*
     }
 }
 
+// rows routed rows' inputs x[slot(r0 + r) / row_div] into shared memory xs [rows, K], by the block's threads from
+// the first'th on (a caller may keep warps of its own busy meanwhile). The caller synchronizes after.
+template <typename T, int VEC, typename Slot>
+__device__ __forceinline__ void stage_rows(const T* __restrict__ x, T* xs, int r0, int rows, Slot slot, int K,
+                                           int row_div, int first) {
+    const int per_row = K / VEC;
+    for (int idx = threadIdx.x - first; idx < rows * per_row; idx += blockDim.x - first) {
+        const int r = idx / per_row, c = (idx - r * per_row) * VEC;
+        const T* src = x + (i64)(slot(r0 + r) / row_div) * K + c;
+        if constexpr (VEC * sizeof(T) == 16)
+            *reinterpret_cast<uint4*>(xs + r * K + c) = *reinterpret_cast<const uint4*>(src);
+        else
+            xs[r * K + c] = *src;
+    }
+}
+
+// Output columns [c0, c1) of the staged rows xs [rows, K] through expert weights we: each warp owns NCOL adjacent
+// columns at a time and issues all their loads for a stretch of K before it sums any, so a warp waits one DRAM
+// latency per stretch, not one per column (a column's sum keeps its k order: the same bits whatever NCOL). A lane
+// reads VEC weights of a column at a time along K (w is [rows, K], K contiguous: HF's Linear layout) and the warp
+// sums the lanes. SWIGLU: we's rows [0, N) are the gate, [N, 2 N) the up projection; out [slot, N] =
+// narrow(silu(gate) * up). Otherwise out [slot, N] float32 = x_row @ we^T.
+template <typename T, typename OUT, int VEC, bool SWIGLU, int ROWS, int NCOL, typename Slot>
+__device__ __forceinline__ void expert_columns(const T* __restrict__ xs, const T* __restrict__ we, OUT* __restrict__ out,
+                                               int r0, int rows, Slot slot, int N, int K, int c0, int c1) {
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    for (int n0 = c0 + warp * NCOL; n0 < c1; n0 += MOE_WARPS * NCOL) {
+        float acc[NCOL][ROWS], up[NCOL][ROWS];
+        const T* wg[NCOL];
+#pragma unroll
+        for (int c = 0; c < NCOL; c++) {
+            wg[c] = we + (i64)min(n0 + c, c1 - 1) * K;  // a column past c1 re-reads the last one, unstored
+#pragma unroll
+            for (int r = 0; r < ROWS; r++) acc[c][r] = up[c][r] = 0.0f;
+        }
+#pragma unroll 4
+        for (int k = lane * VEC; k < K; k += 32 * VEC) {
+            float a[NCOL][VEC], b[NCOL][VEC];
+#pragma unroll
+            for (int c = 0; c < NCOL; c++) {
+                load_vec<T, VEC>(wg[c] + k, a[c]);
+                if constexpr (SWIGLU) load_vec<T, VEC>(wg[c] + (i64)N * K + k, b[c]);
+            }
+#pragma unroll
+            for (int r = 0; r < ROWS; r++) {
+                if (r < rows) {
+                    float xv[VEC];
+                    load_vec<T, VEC>(xs + r * K + k, xv);
+#pragma unroll
+                    for (int c = 0; c < NCOL; c++) {
+#pragma unroll
+                        for (int i = 0; i < VEC; i++) {
+                            acc[c][r] += a[c][i] * xv[i];
+                            if constexpr (SWIGLU) up[c][r] += b[c][i] * xv[i];
+                        }
+                    }
+                }
+            }
+        }
+#pragma unroll
+        for (int c = 0; c < NCOL; c++) {
+#pragma unroll
+            for (int r = 0; r < ROWS; r++) {
+                if (r < rows) {
+                    const float g = warp_sum(acc[c][r]);
+                    const i64 at = (i64)slot(r0 + r) * N + n0 + c;
+                    if constexpr (SWIGLU) {
+                        const float u = warp_sum(up[c][r]);
+                        if (lane == 0 && n0 + c < c1) out[at] = from_f32<OUT>(silu_times(g, u));
+                    } else {
+                        if (lane == 0 && n0 + c < c1) out[at] = from_f32<OUT>(g);
+                    }
+                }
+            }
+        }
+    }
+}
+
 // The grouped GEMM over routed rows. Block (b, y) takes expert experts[b] (none: it returns) and output columns
 // [y cols, (y + 1) cols); it walks the expert's routed rows MOE_ROWS at a time, each row read from x at
 // slot / row_div (a token's hidden state for the gate/up GEMM, the routed row itself for the down one) into
-// shared memory; each warp owns output columns, a lane reads VEC weights of a column at a time along K (w is
-// [E, rows, K], K contiguous: HF's Linear layout) and the warp sums the lanes.
+// shared memory, and expert_columns computes them.
 // BY_ROW (a step of one token, whose k experts are distinct): block (r, y) takes routed row r itself, expert
 // ids[r], with no grouping: the weights' first loads wait on one read of ids (the grouped form reads experts,
 // offsets and slots one after another, after a moe_group launch), and x's row address is known at once.
-// SWIGLU: w rows [0, N) are the gate, [N, 2 N) the up projection; out [n, N] = narrow(silu(gate) * up).
-// Otherwise out [n, N] float32 = x_row @ w[e]^T. VEC: elements a lane loads at once (16 bytes, or 1 when K is
-// not a multiple of 16 bytes).
-template <typename T, typename OUT, int VEC, bool SWIGLU, bool BY_ROW = false>
+// VEC: elements a lane loads at once (16 bytes, or 1 when K is not a multiple of 16 bytes).
+template <typename T, typename OUT, int VEC, bool SWIGLU, bool BY_ROW, int NCOL>
 __global__ void moe_gemm(const T* __restrict__ x, const T* __restrict__ w, const int* __restrict__ offsets,
                          const int* __restrict__ experts, const int* __restrict__ slots, OUT* __restrict__ out,
                          int N, int K, int row_div, int cols) {
@@ -119,61 +203,44 @@ __global__ void moe_gemm(const T* __restrict__ x, const T* __restrict__ w, const
     if (e < 0) return;
     const int begin = BY_ROW ? blockIdx.x : offsets[e], end = BY_ROW ? begin + 1 : offsets[e + 1];
     auto slot = [&](int i) { return BY_ROW ? i : slots[i]; };
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int c0 = blockIdx.y * cols, c1 = min(N, c0 + cols);
     const T* we = w + (i64)e * (SWIGLU ? 2 * N : N) * K;
     for (int r0 = begin; r0 < end; r0 += ROWS) {
         const int rows = min(ROWS, end - r0);
         __syncthreads();  // the last chunk's readers are done with xs
-        const int per_row = K / VEC;
-        for (int idx = threadIdx.x; idx < rows * per_row; idx += blockDim.x) {
-            const int r = idx / per_row, c = (idx - r * per_row) * VEC;
-            const T* src = x + (i64)(slot(r0 + r) / row_div) * K + c;
-            if constexpr (VEC * sizeof(T) == 16)
-                *reinterpret_cast<uint4*>(xs + r * K + c) = *reinterpret_cast<const uint4*>(src);
-            else
-                xs[r * K + c] = *src;
-        }
+        stage_rows<T, VEC>(x, xs, r0, rows, slot, K, row_div, 0);
         __syncthreads();
-        for (int n = c0 + warp; n < c1; n += MOE_WARPS) {
-            float acc[ROWS], up[ROWS];
-#pragma unroll
-            for (int r = 0; r < ROWS; r++) acc[r] = up[r] = 0.0f;
-            const T* wg = we + (i64)n * K;
-            const T* wu = we + (i64)(N + n) * K;
-#pragma unroll 4
-            for (int k = lane * VEC; k < K; k += 32 * VEC) {
-                float a[VEC], b[VEC];
-                load_vec<T, VEC>(wg + k, a);
-                if constexpr (SWIGLU) load_vec<T, VEC>(wu + k, b);
-#pragma unroll
-                for (int r = 0; r < ROWS; r++) {
-                    if (r < rows) {
-                        float xv[VEC];
-                        load_vec<T, VEC>(xs + r * K + k, xv);
-#pragma unroll
-                        for (int i = 0; i < VEC; i++) {
-                            acc[r] += a[i] * xv[i];
-                            if constexpr (SWIGLU) up[r] += b[i] * xv[i];
-                        }
-                    }
-                }
-            }
-#pragma unroll
-            for (int r = 0; r < ROWS; r++) {
-                if (r < rows) {
-                    const float g = warp_sum(acc[r]);
-                    const i64 at = (i64)slot(r0 + r) * N + n;
-                    if constexpr (SWIGLU) {
-                        const float u = warp_sum(up[r]);
-                        if (lane == 0) out[at] = from_f32<OUT>(silu_times(g, u));
-                    } else {
-                        if (lane == 0) out[at] = from_f32<OUT>(g);
-                    }
-                }
-            }
-        }
+        expert_columns<T, OUT, VEC, SWIGLU, ROWS, NCOL>(xs, we, out, r0, rows, slot, N, K, c0, c1);
     }
+}
+
+// moe_route, then moe_gemm<BY_ROW, SWIGLU> (a step of one token's gate/up GEMM), in one launch: block (r, y) routes
+// token t = r / k in its first warp (route_token: every block of the token picks the same experts) while its other
+// warps stage x's row t, then computes routed row r (choice j = r % k) through expert ids[t, j]. Block (t k, 0)
+// writes the token's ids and weights [T, k] for the down GEMM and the combine after.
+template <typename T, typename OUT, int VEC, int NCOL>
+__global__ void moe_route_gemm_rows(const float* __restrict__ logits, const T* __restrict__ x,
+                                    const T* __restrict__ w, int* __restrict__ ids, float* __restrict__ weights,
+                                    OUT* __restrict__ out, int N, int K, int E, int k, int norm, int cols) {
+    vt::pdl_entry();
+    extern __shared__ __align__(16) unsigned char moe_smem[];
+    T* xs = reinterpret_cast<T*>(moe_smem);  // [1, K]
+    __shared__ int expert;
+    const int r = blockIdx.x, t = r / k, j = r - t * k;
+    auto slot = [](int i) { return i; };
+    if (threadIdx.x < 32) {
+        int id;
+        float p;
+        route_token(logits + (i64)t * E, E, k, norm, &id, &p);
+        if (threadIdx.x == j) expert = id;
+        if (j == 0 && blockIdx.y == 0 && threadIdx.x < k)
+            ids[(i64)t * k + threadIdx.x] = id, weights[(i64)t * k + threadIdx.x] = p;
+    } else {
+        stage_rows<T, VEC>(x, xs, r, 1, slot, K, k, 32);
+    }
+    __syncthreads();
+    const int c0 = blockIdx.y * cols, c1 = min(N, c0 + cols);
+    expert_columns<T, OUT, VEC, true, 1, NCOL>(xs, w + (i64)expert * 2 * N * K, out, r, 1, slot, N, K, c0, c1);
 }
 
 // Token t's k choices in ascending expert order (the order transformers adds them in), into order[0..k) and

@@ -31,9 +31,22 @@ def _vec(dtype: Any, K: int) -> int:
     return per if K % per == 0 else 1
 
 
+def _cols(swiglu: bool, by_row: bool) -> tuple[int, int]:
+    """(columns a block owns, columns a warp loads together). A block owns 16 gate/up or 32 down columns: enough
+    blocks at decode's few rows. By row, each warp issues its 2 or 4 columns' loads together (one DRAM latency a
+    stretch of K, not one a column); grouped, a warp holds MOE_ROWS rows' sums a column and takes its columns in
+    turn (the registers of several columns at 8 rows cost more than the latency they hide: not measured)."""
+    per_warp = 2 if swiglu else 4
+    return GEMM_WARPS * per_warp, per_warp if by_row else 1
+
+
 def _gemm_expr(t: str, out: str, vec: int, swiglu: bool, by_row: bool = False) -> str:
     flags = ", ".join("true" if f else "false" for f in (swiglu, by_row))
-    return f"vt::moe_gemm<{t}, {out}, {vec}, {flags}>"
+    return f"vt::moe_gemm<{t}, {out}, {vec}, {flags}, {_cols(swiglu, by_row)[1]}>"
+
+
+def _route_gemm_expr(t: str, vec: int) -> str:
+    return f"vt::moe_route_gemm_rows<{t}, {t}, {vec}, {_cols(True, True)[1]}>"
 
 
 CI_INSTANCES = ([Instance("moe.cu", "vt::moe_route"), Instance("moe.cu", "vt::moe_group"),
@@ -41,7 +54,9 @@ CI_INSTANCES = ([Instance("moe.cu", "vt::moe_route"), Instance("moe.cu", "vt::mo
                 + [Instance("moe.cu", f"vt::moe_combine_add_rms_norm<{t}>") for t in STORAGE_TYPES]
                 + [Instance("moe.cu", _gemm_expr(t, o, v, s, r)) for t in STORAGE_TYPES
                    for v in (1, 4 if t == "float" else 8) for o, s in ((t, True), ("float", False))
-                   for r in (False, True)])
+                   for r in (False, True)]
+                + [Instance("moe.cu", _route_gemm_expr(t, v)) for t in STORAGE_TYPES
+                   for v in (1, 4 if t == "float" else 8)])
 
 
 def expert_rows(T: int, top_k: int, num_experts: int) -> int:
@@ -63,11 +78,15 @@ def _route_twin(logits: np.ndarray, ids: np.ndarray, weights: np.ndarray, norm_t
     weights[...] = p
 
 
+def _check_route(what: str, E: int, k: int) -> None:
+    if E > MAX_EXPERTS or not 0 < k <= min(E, MAX_TOP_K):
+        raise ValueError(f"{what}: {E} experts (at most {MAX_EXPERTS}), top-k {k} (1..{MAX_TOP_K})")
+
+
 def _route_cuda(cp: Any, logits: Any, ids: Any, weights: Any, norm_topk_prob: bool) -> None:
     T, E = logits.shape
     k = ids.shape[1]
-    if E > MAX_EXPERTS or not 0 < k <= min(E, MAX_TOP_K):
-        raise ValueError(f"moe_route: {E} experts (at most {MAX_EXPERTS}), top-k {k} (1..{MAX_TOP_K})")
+    _check_route("moe_route", E, k)
     warps = 4
     if T:
         function(cp, Instance("moe.cu", "vt::moe_route"))(
@@ -119,21 +138,32 @@ def _gemm_cuda(cp: Any, x: Any, w: Any, offsets: Any, experts: Any, slots: Any, 
     _launch_gemm(cp, x, w, offsets, experts, slots, out, row_div, swiglu, by_row=False)
 
 
-def _launch_gemm(cp: Any, x: Any, w: Any, offsets: Any, experts: Any, slots: Any, out: Any, row_div: int,
-                 swiglu: bool, by_row: bool) -> None:
-    """Grouped (blocks over the experts list) or by row (blocks over the routed rows, `experts` being ids)."""
+def _check_gemm(x: Any, w: Any, out: Any, swiglu: bool) -> None:
     N, K = out.shape[1], x.shape[1]
     if w.shape[1:] != ((2 * N if swiglu else N), K) or x.dtype != w.dtype:
         raise ValueError(f"moe_gemm: weights {w.shape} {w.dtype} for x {x.shape} {x.dtype} -> out {out.shape}")
+
+
+def _staged(cp: Any, instance: Instance, x: Any, rows: int) -> tuple[Any, int]:
+    """The kernel, and the dynamic shared memory its rows of x take (opted into above the default 48 KiB)."""
+    fn = function(cp, instance)
+    smem = rows * x.shape[1] * x.dtype.itemsize
+    if smem > 48 << 10:
+        fn.max_dynamic_shared_size_bytes = smem
+    return fn, smem
+
+
+def _launch_gemm(cp: Any, x: Any, w: Any, offsets: Any, experts: Any, slots: Any, out: Any, row_div: int,
+                 swiglu: bool, by_row: bool) -> None:
+    """Grouped (blocks over the experts list) or by row (blocks over the routed rows, `experts` being ids)."""
+    _check_gemm(x, w, out, swiglu)
     if not experts.size:
         return
+    N, K = out.shape[1], x.shape[1]
     vec = _vec(w.dtype, K)
-    fn = function(cp, Instance("moe.cu", _gemm_expr(ctype(w.dtype), ctype(out.dtype) if swiglu else "float", vec,
-                                                    swiglu, by_row)))
-    smem = (1 if by_row else GEMM_ROWS) * K * x.dtype.itemsize
-    if smem > 48 << 10:  # above the default dynamic shared memory: opt in
-        fn.max_dynamic_shared_size_bytes = smem
-    cols = GEMM_WARPS * (2 if swiglu else 4)  # columns a block owns: enough blocks at decode's few rows
+    fn, smem = _staged(cp, Instance("moe.cu", _gemm_expr(ctype(w.dtype), ctype(out.dtype) if swiglu else "float",
+                                                         vec, swiglu, by_row)), x, 1 if by_row else GEMM_ROWS)
+    cols = _cols(swiglu, by_row)[0]
     fn((experts.size, -(-N // cols)), (32 * GEMM_WARPS,),
        (x, w, offsets, experts, slots, out, np.int32(N), np.int32(K), np.int32(row_div), np.int32(cols)),
        shared_mem=smem)
@@ -157,6 +187,36 @@ def _gemm_rows_cuda(cp: Any, x: Any, w: Any, ids: Any, out: Any, row_div: int, s
 
 
 moe_gemm_rows = FusedKernel("moe_gemm_rows", _gemm_rows_twin, _gemm_rows_cuda, writes=(3,))
+
+
+# ---- moe_route_gemm_rows: moe_route, then the gate/up moe_gemm_rows -----------------------------------------
+def _route_gemm_rows_twin(logits: np.ndarray, x: np.ndarray, w: np.ndarray, ids: np.ndarray, weights: np.ndarray,
+                          out: np.ndarray, norm_topk_prob: bool) -> None:
+    _route_twin(logits, ids, weights, norm_topk_prob)
+    _gemm_rows_twin(x, w, ids, out, ids.shape[1], True)
+
+
+def _route_gemm_rows_cuda(cp: Any, logits: Any, x: Any, w: Any, ids: Any, weights: Any, out: Any,
+                          norm_topk_prob: bool) -> None:
+    (T, E), k = logits.shape, ids.shape[1]
+    _check_route("moe_route_gemm_rows", E, k)
+    _check_gemm(x, w, out, True)
+    if x.shape[0] != T or out.shape[0] != T * k or out.dtype != x.dtype:
+        raise ValueError(f"moe_route_gemm_rows: x {x.shape} {x.dtype} and out {out.shape} {out.dtype} for {T} "
+                         f"tokens' top-{k}")
+    if not T:
+        return
+    N, K = out.shape[1], x.shape[1]
+    vec = _vec(w.dtype, K)
+    fn, smem = _staged(cp, Instance("moe.cu", _route_gemm_expr(ctype(w.dtype), vec)), x, 1)
+    cols = _cols(True, True)[0]
+    fn((T * k, -(-N // cols)), (32 * GEMM_WARPS,),
+       (logits, x, w, ids, weights, out, np.int32(N), np.int32(K), np.int32(E), np.int32(k),
+        np.int32(bool(norm_topk_prob)), np.int32(cols)), shared_mem=smem)
+
+
+moe_route_gemm_rows = FusedKernel("moe_route_gemm_rows", _route_gemm_rows_twin, _route_gemm_rows_cuda,
+                                  writes=(3, 4, 5))
 
 
 # ---- moe_combine: out [T, H] = sum over each token's choices (ascending expert) of weight * y ---------------

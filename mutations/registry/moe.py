@@ -33,6 +33,16 @@ def combine_norm_cuda_gates() -> tuple[str, ...]:
                  for c in GPU_CASES for d in ("float32", "bfloat16"))
 
 
+def route_rows_twin_gates(norms: tuple[bool, ...] = (True, False)) -> tuple[str, ...]:
+    return tuple(f"{GATES}::test_route_gemm_rows_twin_routes_then_runs_each_choices_expert[{c}-{n}]"
+                 for c in CASES for n in norms)
+
+
+def route_rows_cuda_gates() -> tuple[str, ...]:
+    return tuple(f"{GATES}::test_cuda_route_gemm_rows_equals_route_then_rows_and_twin[{c}-{d}]"
+                 for c in GPU_CASES for d in ("float32", "bfloat16", "float16"))
+
+
 ENTRIES: list[Mutation] = [
     Mutation(
         id="moe-twin-drops-the-second-expert",
@@ -47,7 +57,8 @@ ENTRIES: list[Mutation] = [
         description="the one-token GEMM's twin runs every routed row of a token through its first choice's expert",
         file=TWIN, old="    _group_twin(ids, offsets, experts, slots)  # the twin's own bookkeeping",
         new="    _group_twin(np.repeat(ids[:, :1], ids.shape[1], axis=1), offsets, experts, slots)  #",
-        gates=tuple(f"{GATES}::test_by_row_twin_gives_each_routed_row_its_own_experts_mlp[{c}]" for c in CASES),
+        gates=(*(f"{GATES}::test_by_row_twin_gives_each_routed_row_its_own_experts_mlp[{c}]" for c in CASES),
+               *route_rows_twin_gates()),  # the fused routing's twin runs its rows through this twin
     ),
     Mutation(
         id="moe-twin-combine-norm-leaves-x-unadded",
@@ -63,7 +74,7 @@ ENTRIES: list[Mutation] = [
         file=TWIN, old="    if norm_topk_prob:\n        p = p / p.sum(axis=-1, keepdims=True)\n",
         new="    if False:\n        p = p / p.sum(axis=-1, keepdims=True)\n",
         gates=(*(f"{GATES}::test_route_twin_takes_the_top_k_at_softmax_weights[{c}-True]" for c in CASES),
-               *layer_gates()),
+               *layer_gates(), *route_rows_twin_gates((True,))),
     ),
     Mutation(
         id="moe-twin-expert-offsets-off-by-one",
@@ -73,7 +84,8 @@ ENTRIES: list[Mutation] = [
         # the one-token GEMM's twin groups the rows with this twin too (the kernel reads ids alone)
         gates=(*(f"{GATES}::test_group_twin_gives_each_expert_exactly_its_routed_rows[{c}]" for c in CASES),
                *layer_gates(),
-               *(f"{GATES}::test_by_row_twin_gives_each_routed_row_its_own_experts_mlp[{c}]" for c in CASES)),
+               *(f"{GATES}::test_by_row_twin_gives_each_routed_row_its_own_experts_mlp[{c}]" for c in CASES),
+               *route_rows_twin_gates()),
     ),
     Mutation(
         id="cuda-moe-drops-the-second-expert",
@@ -86,7 +98,7 @@ ENTRIES: list[Mutation] = [
         description="the routing kernel ignores norm_topk_prob",
         file=CU, old="    if (norm) my_p /= warp_sum(lane < k ? my_p : 0.0f);",
         new="    if (0) my_p /= warp_sum(lane < k ? my_p : 0.0f);",
-        gates=cuda_gates(), needs_gpu=True,
+        gates=(*cuda_gates(), *route_rows_cuda_gates()), needs_gpu=True,  # route_token serves both kernels
     ),
     Mutation(
         id="cuda-moe-expert-offsets-off-by-one",
@@ -100,7 +112,7 @@ ENTRIES: list[Mutation] = [
                     "never written",
         file=CU, old="const int begin = BY_ROW ? blockIdx.x : offsets[e]",
         new="const int begin = BY_ROW ? blockIdx.x - blockIdx.x % 2 : offsets[e]",
-        gates=cuda_gates(), needs_gpu=True,
+        gates=(*cuda_gates(), *route_rows_cuda_gates()), needs_gpu=True,  # the fused kernel's gate compares to it
     ),
     Mutation(
         id="cuda-moe-combine-norm-drops-the-second-expert",
@@ -108,5 +120,20 @@ ENTRIES: list[Mutation] = [
         file=CU, old="                if (r0 + r < k) {\n                    const float s = share[r0 + r];",
         new="                if (r0 + r < 1) {\n                    const float s = share[r0 + r];",
         gates=combine_norm_cuda_gates(), needs_gpu=True,
+    ),
+    Mutation(
+        id="moe-twin-route-rows-ignore-norm-topk-prob",
+        description="the fused routing + gate/up twin renormalizes the chosen experts' weights whatever the config "
+                    "says",
+        file=TWIN, old="    _route_twin(logits, ids, weights, norm_topk_prob)\n    _gemm_rows_twin(",
+        new="    _route_twin(logits, ids, weights, True)\n    _gemm_rows_twin(",
+        gates=route_rows_twin_gates((False,)),
+    ),
+    Mutation(
+        id="cuda-moe-route-rows-run-the-first-choices-expert",
+        description="the fused routing + gate/up kernel runs every routed row of a token through its first choice's "
+                    "expert",
+        file=CU, old="        if (threadIdx.x == j) expert = id;", new="        if (threadIdx.x == 0) expert = id;",
+        gates=route_rows_cuda_gates(), needs_gpu=True,
     ),
 ]

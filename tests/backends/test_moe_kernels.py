@@ -187,6 +187,28 @@ def test_by_row_twin_gives_each_routed_row_its_own_experts_mlp(case: str) -> Non
     assert len(set(ids.reshape(-1).tolist())) > 1 and np.abs(y).max() > 0.1, "non-vacuous: several experts, output"
 
 
+@pytest.mark.parametrize("norm", [True, False])
+@pytest.mark.parametrize("case", CASES)
+def test_route_gemm_rows_twin_routes_then_runs_each_choices_expert(case: str, norm: bool) -> None:
+    """moe_route_gemm_rows (a step of one token's routing and gate/up GEMM in one launch, correct at any T): each
+    token's top-k at softmax weights, renormalized where asked, and routed row t k + j's activation through
+    expert ids[t, j] (checked through the down GEMM against the expert's whole MLP)."""
+    T, E, k, H, MI = CASES[case]
+    a = layer_inputs(T, E, k, H, MI, "bfloat16", seed=11)
+    ids, weights = np.zeros((T, k), np.int32), np.zeros((T, k), np.float32)
+    act = np.zeros((T * k, MI), a["x"].dtype)
+    y = np.zeros((T * k, H), np.float32)
+    moe.moe_route_gemm_rows(np, a["logits"], a["x"], a["w_gu"], ids, weights, act, norm_topk_prob=norm)
+    moe.moe_gemm_rows(np, act, a["w_down"], ids, y, row_div=1, swiglu=False)
+    want_ids, want_w = route_reference(a["logits"], k, norm)
+    assert np.array_equal(ids, want_ids), "the chosen experts, best first"
+    assert np.allclose(weights, want_w, rtol=1e-6, atol=1e-7), "the softmax weights, renormalized where asked"
+    for r, e in enumerate(ids.reshape(-1)):
+        want = expert_mlp64(a["x"][r // k: r // k + 1], a["w_gu"][e], a["w_down"][e], a["x"].dtype)[0]
+        assert np.allclose(y[r], want, rtol=2e-5, atol=2e-5 * np.abs(want).max()), f"routed row {r}, expert {e}"
+    assert len(set(ids.reshape(-1).tolist())) > 1 and np.abs(y).max() > 0.1, "non-vacuous: several experts, output"
+
+
 @pytest.mark.parametrize("out_dtype", ["float32", "bfloat16"])
 def test_combine_add_rms_norm_twin_adds_the_block_into_x_and_norms_it(out_dtype: str) -> None:
     """The MoE block's output joins the residual stream: x += every choice, weighted, in ascending expert order;
@@ -287,3 +309,32 @@ def test_cuda_combine_add_rms_norm_equals_its_two_launches_and_twin(case: str, o
     ulp = 2.0 ** (np.floor(np.log2(np.maximum(np.abs(h_want), 1e-30))) - 7) if out_dtype == "bfloat16" else 0.0
     assert (np.abs(widen_host(h.get()) - h_want) <= 1e-4 * np.abs(h_want) + 2 * ulp + 1e-6).all(), "h as the twin's"
     assert np.abs(x.get() - x0).max() > 0.1, "non-vacuous: the block was added"
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])
+@pytest.mark.parametrize("case", [*CASES, *GPU_CASES])
+def test_cuda_route_gemm_rows_equals_route_then_rows_and_twin(case: str, dtype: str) -> None:
+    """The fused routing + gate/up GEMM against moe_route then moe_gemm_rows on the GPU (bit for bit: the same
+    choices and the same sums in the same order) and against its twin."""
+    import cupy
+
+    T, E, k, H, MI = CASES.get(case) or GPU_CASES[case]
+    a = layer_inputs(T, E, k, H, MI, dtype, seed=T + 1)
+    ids_t, w_t = np.zeros((T, k), np.int32), np.zeros((T, k), np.float32)
+    act_t = np.zeros((T * k, MI), a["x"].dtype)
+    moe.moe_route_gemm_rows(np, a["logits"], a["x"], a["w_gu"], ids_t, w_t, act_t, norm_topk_prob=True)
+    d = {n: cupy.asarray(a[n]) for n in ("logits", "x", "w_gu")}
+    fused = (cupy.zeros((T, k), np.int32), cupy.zeros((T, k), np.float32), cupy.zeros((T * k, MI), a["x"].dtype))
+    moe.moe_route_gemm_rows(cupy, d["logits"], d["x"], d["w_gu"], *fused, norm_topk_prob=True)
+    two = (cupy.zeros((T, k), np.int32), cupy.zeros((T, k), np.float32), cupy.zeros((T * k, MI), a["x"].dtype))
+    moe.moe_route(cupy, d["logits"], two[0], two[1], norm_topk_prob=True)
+    moe.moe_gemm_rows(cupy, d["x"], d["w_gu"], two[0], two[2], row_div=k, swiglu=True)
+    for name, f, t in zip(("ids", "weights", "activations"), fused, two):
+        assert np.array_equal(f.get(), t.get()), f"{case} {dtype}: the two launches' {name}"
+    assert np.array_equal(fused[0].get(), ids_t), "the twin's experts"
+    assert np.allclose(fused[1].get(), w_t, rtol=1e-5, atol=1e-7), "the twin's weights"
+    scale = magnitudes(widen_host(a["x"])[np.arange(T * k) // k], a["w_gu"], ids_t.reshape(-1))
+    assert_gemm_close(fused[2].get(), widen_host(act_t).astype(np.float64), scale[:, :MI] * scale[:, MI:],
+                      f"fused route + gate/up {case} {dtype}")
+    assert len(set(ids_t[0].tolist())) == k and np.abs(widen_host(act_t)).max() > 0, "non-vacuous: k experts, output"
