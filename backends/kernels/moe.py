@@ -31,22 +31,22 @@ def _vec(dtype: Any, K: int) -> int:
     return per if K % per == 0 else 1
 
 
-def _cols(swiglu: bool, by_row: bool) -> tuple[int, int]:
+def _cols(swiglu: bool) -> tuple[int, int]:
     """(columns a block owns, columns a warp loads together). A block owns 16 gate/up or 32 down columns: enough
-    blocks at decode's few rows. By row, each warp issues its 2 or 4 columns' loads together (one DRAM latency a
-    stretch of K, not one a column); grouped, a warp holds MOE_ROWS rows' sums a column and takes its columns in
-    turn (the registers of several columns at 8 rows cost more than the latency they hide: not measured)."""
+    blocks at decode's few rows. Each warp issues its 2 or 4 columns' loads together: one DRAM latency a stretch of
+    K, not one a column (H200, session 21: the 30B-A3B shape's decode graph 2.161 -> 2.018 ms at 8 rows, grouped;
+    0.686 -> 0.677 at one row, by row)."""
     per_warp = 2 if swiglu else 4
-    return GEMM_WARPS * per_warp, per_warp if by_row else 1
+    return GEMM_WARPS * per_warp, per_warp
 
 
 def _gemm_expr(t: str, out: str, vec: int, swiglu: bool, by_row: bool = False) -> str:
     flags = ", ".join("true" if f else "false" for f in (swiglu, by_row))
-    return f"vt::moe_gemm<{t}, {out}, {vec}, {flags}, {_cols(swiglu, by_row)[1]}>"
+    return f"vt::moe_gemm<{t}, {out}, {vec}, {flags}, {_cols(swiglu)[1]}>"
 
 
 def _route_gemm_expr(t: str, vec: int) -> str:
-    return f"vt::moe_route_gemm_rows<{t}, {t}, {vec}, {_cols(True, True)[1]}>"
+    return f"vt::moe_route_gemm_rows<{t}, {t}, {vec}, {_cols(True)[1]}>"
 
 
 CI_INSTANCES = ([Instance("moe.cu", "vt::moe_route"), Instance("moe.cu", "vt::moe_group"),
@@ -163,7 +163,7 @@ def _launch_gemm(cp: Any, x: Any, w: Any, offsets: Any, experts: Any, slots: Any
     vec = _vec(w.dtype, K)
     fn, smem = _staged(cp, Instance("moe.cu", _gemm_expr(ctype(w.dtype), ctype(out.dtype) if swiglu else "float",
                                                          vec, swiglu, by_row)), x, 1 if by_row else GEMM_ROWS)
-    cols = _cols(swiglu, by_row)[0]
+    cols = _cols(swiglu)[0]
     fn((experts.size, -(-N // cols)), (32 * GEMM_WARPS,),
        (x, w, offsets, experts, slots, out, np.int32(N), np.int32(K), np.int32(row_div), np.int32(cols)),
        shared_mem=smem)
@@ -209,7 +209,7 @@ def _route_gemm_rows_cuda(cp: Any, logits: Any, x: Any, w: Any, ids: Any, weight
     N, K = out.shape[1], x.shape[1]
     vec = _vec(w.dtype, K)
     fn, smem = _staged(cp, Instance("moe.cu", _route_gemm_expr(ctype(w.dtype), vec)), x, 1)
-    cols = _cols(True, True)[0]
+    cols = _cols(True)[0]
     fn((T * k, -(-N // cols)), (32 * GEMM_WARPS,),
        (logits, x, w, ids, weights, out, np.int32(N), np.int32(K), np.int32(E), np.int32(k),
         np.int32(bool(norm_topk_prob)), np.int32(cols)), shared_mem=smem)
