@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from backends.kernels.build import Instance, function
-from backends.kernels.fused import NULL, FusedKernel, ctype
+from backends.kernels.fused import FusedKernel, ctype
 from backends.kernels.norm import NORM_VECS, add_rms_norm, norm_threads
 from vt.dtypes import narrow_host, widen_host
 
@@ -41,8 +41,8 @@ def _cols(swiglu: bool) -> tuple[int, int]:
 
 
 def _gemm_expr(t: str, out: str, vec: int, swiglu: bool, by_row: bool = False) -> str:
-    flags = ", ".join("true" if f else "false" for f in (swiglu, by_row))
-    return f"vt::moe_gemm<{t}, {out}, {vec}, {flags}, {_cols(swiglu)[1]}>"
+    kernel = "moe_gemm_rows" if by_row else "moe_gemm"
+    return f"vt::{kernel}<{t}, {out}, {vec}, {'true' if swiglu else 'false'}, {_cols(swiglu)[1]}>"
 
 
 def _route_gemm_expr(t: str, vec: int) -> str:
@@ -164,9 +164,9 @@ def _launch_gemm(cp: Any, x: Any, w: Any, offsets: Any, experts: Any, slots: Any
     fn, smem = _staged(cp, Instance("moe.cu", _gemm_expr(ctype(w.dtype), ctype(out.dtype) if swiglu else "float",
                                                          vec, swiglu, by_row)), x, 1 if by_row else GEMM_ROWS)
     cols = _cols(swiglu)[0]
+    tail = (np.int32(N), np.int32(K), np.int32(row_div), np.int32(cols))
     fn((experts.size, -(-N // cols)), (32 * GEMM_WARPS,),
-       (x, w, offsets, experts, slots, out, np.int32(N), np.int32(K), np.int32(row_div), np.int32(cols)),
-       shared_mem=smem)
+       (x, w, experts, out, *tail) if by_row else (x, w, offsets, experts, slots, out, *tail), shared_mem=smem)
 
 
 moe_gemm = FusedKernel("moe_gemm", _gemm_twin, _gemm_cuda, writes=(5,))
@@ -183,7 +183,7 @@ def _gemm_rows_twin(x: np.ndarray, w: np.ndarray, ids: np.ndarray, out: np.ndarr
 
 
 def _gemm_rows_cuda(cp: Any, x: Any, w: Any, ids: Any, out: Any, row_div: int, swiglu: bool) -> None:
-    _launch_gemm(cp, x, w, NULL, ids, NULL, out, row_div, swiglu, by_row=True)
+    _launch_gemm(cp, x, w, None, ids, None, out, row_div, swiglu, by_row=True)
 
 
 moe_gemm_rows = FusedKernel("moe_gemm_rows", _gemm_rows_twin, _gemm_rows_cuda, writes=(3,))
