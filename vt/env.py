@@ -64,6 +64,9 @@ class Flags:
     sampler: str = "split"  # VT_SAMPLER: the CUDA decode sampler, split (SPLIT blocks per row) or block (one)
     engine_process: bool = True  # VT_ENGINE_PROCESS=0: `vt serve` runs the engine on a thread of its own process
     pdl: bool = True  # VT_PDL=0: captured kernels launch plainly, not with programmatic stream serialization
+    # VT_TEMPERATURE_DRAW=race: a temperature-only row draws by a Gumbel-max race (one pass) instead of the inverse
+    # CDF of its masses (a max pass, then a mass pass): the same distribution, another token for a given seed
+    temperature_draw: str = "mass"
 
     @classmethod
     def from_environ(cls) -> Flags:
@@ -81,6 +84,7 @@ class Flags:
             sampler=_read_choice("VT_SAMPLER", ("split", "block")),
             engine_process=_read_bool("VT_ENGINE_PROCESS", True),
             pdl=_read_bool("VT_PDL", True),
+            temperature_draw=_read_choice("VT_TEMPERATURE_DRAW", ("mass", "race")),
         )
 
 
@@ -100,4 +104,5 @@ def as_environ(f: Flags) -> dict[str, str]:
     out["VT_CACHE_DIR"] = f.cache_dir
     out["VT_BLAS_THREADS"] = str(f.blas_threads)
     out["VT_SAMPLER"] = f.sampler
+    out["VT_TEMPERATURE_DRAW"] = f.temperature_draw
     return out

@@ -19,7 +19,8 @@ DEFER, KEEP_GREEDY, GREEDY_IN_ROW_MAX = 1, 2, 2
 LAYOUT = (("VT_SAMPLER_THREADS", THREADS), ("VT_NF", 6), ("VT_NI", 26), ("VT_NFI", 10), ("VT_NLP", 21))
 SPLIT_KERNELS = ("vt_split_max", "vt_split_radix", "vt_split_sum", "vt_split_draw")
 CANDIDATE_KERNELS = ("vt_cand_scan", "vt_cand_mass")
-CI_INSTANCES = [Instance("sampler.cu", name, LAYOUT) for name in ("vt_sample", *CANDIDATE_KERNELS, *SPLIT_KERNELS)]
+CI_INSTANCES = ([Instance("sampler.cu", name, LAYOUT) for name in ("vt_sample", *CANDIDATE_KERNELS, *SPLIT_KERNELS)]
+                + [Instance("sampler.cu", name, (*LAYOUT, ("VT_RACE", 1))) for name in ("vt_sample", "vt_cand_scan")])
 
 
 def launch(cp: Any, logits: Any, fparams: Any, iparams: Any, hist: Any, hist_raw: Any, bias_ids: Any, bias_vals: Any,
@@ -31,8 +32,12 @@ def launch(cp: Any, logits: Any, fparams: Any, iparams: Any, hist: Any, hist_raw
 
 
 def _layout(fparams: Any, iparams: Any, lp_vals: Any, num_int_fields: int) -> tuple:
+    """The row layout, and VT_RACE where temperature-only rows draw by their race (vt/env.py: temperature_draw)."""
+    from vt.env import flags
+
+    race = (("VT_RACE", 1),) if flags().temperature_draw == "race" else ()
     return (("VT_SAMPLER_THREADS", THREADS), ("VT_NF", fparams.shape[1]), ("VT_NI", iparams.shape[1]),
-            ("VT_NFI", num_int_fields), ("VT_NLP", lp_vals.shape[1]))
+            ("VT_NFI", num_int_fields), ("VT_NLP", lp_vals.shape[1]), *race)
 
 
 def _row_kernel(cp: Any, logits: Any, fparams: Any, iparams: Any, hist: Any, hist_raw: Any, bias_ids: Any,

@@ -667,3 +667,26 @@ ENTRIES += [
         expect="one loop: the forward branch",
     ),
 ]
+
+# The race draw (VT_TEMPERATURE_DRAW=race): its twin's noise and the split kernel's merge of the blocks' leaders.
+RACE = "tests/engine/test_race_draw.py"
+ENTRIES += [
+    Mutation(
+        id="race-twin-noise-halved",
+        description="the race's reference noise is half a Gumbel variate: its draws follow the temperature halved",
+        file="vt/engine/sample/sampler.py", old="    return -ln_f32(-ln_f32(u))\n",
+        new="    return F32(0.5) * -ln_f32(-ln_f32(u))\n",
+        gates=tuple(f"{RACE}::test_the_race_draws_each_token_at_its_tempered_softmax_probability[cpu-{t}]"
+                    for t in ("1.0", "0.5")),
+    ),
+    Mutation(
+        id="cuda-race-merge-keeps-the-first-blocks-leader",
+        description="the split race's last block takes the first block's leader as the row's, never comparing the "
+                    "others' (predicted red; not yet run on a GPU)",
+        file="backends/kernels/sampler.cu",
+        old="            if (race) argmax_step(lead, at, __uint_as_float((u32)PART(r, g, 6)), (int)PART(r, g, 4));\n",
+        new="            if (race && g == 0) argmax_step(lead, at, __uint_as_float((u32)PART(r, g, 6)), (int)PART(r, g, 4));\n",
+        gates=tuple(f"{RACE}::test_the_cuda_race_draws_what_the_numpy_reference_draws[{b}]" for b in (2, 16, 64)),
+        needs_gpu=True,
+    ),
+]

@@ -88,7 +88,8 @@ def test_a_tensor_parallel_rank_reads_back_every_flag_rank_0_read(monkeypatch: p
     for f in dataclasses.fields(Flags):
         value = getattr(base, f.name)
         flipped[f.name] = (not value) if isinstance(value, bool) else value
-    flipped |= {"blas_threads": 3, "sampler": "block" if base.sampler == "split" else "split", "cache_dir": "/tmp/x"}
+    flipped |= {"blas_threads": 3, "sampler": "block" if base.sampler == "split" else "split", "cache_dir": "/tmp/x",
+                "temperature_draw": "race" if base.temperature_draw == "mass" else "mass"}
     want = Flags(**flipped)
     for name in [k for k in os.environ if k.startswith("VT_")]:
         monkeypatch.delenv(name)
