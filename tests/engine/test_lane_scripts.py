@@ -27,6 +27,13 @@ def test_a_lane_script_refuses_bad_input_with_one_typed_line(script: str, case: 
     assert len(lines) == 1 and names in lines[0], r.stderr
 
 
+def test_replay_ab_refuses_kernel_times_without_a_gpu_backend() -> None:
+    r = subprocess.run([sys.executable, str(ROOT / "scripts" / "replay-ab"), "--kernels", "--backend", "cpu",
+                        "--model", "tiny-qwen3"], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert r.returncode == 2 and "--kernels needs --backend cuda" in r.stderr, r.stderr[-2000:]
+    assert "Traceback" not in r.stderr
+
+
 def test_gpu_idle_refuses_a_mode_it_does_not_know() -> None:
     r = subprocess.run([sys.executable, str(ROOT / "scripts" / "gpu-idle"), "--modes", "on,sometimes"],
                        capture_output=True, text=True, timeout=120, cwd=ROOT)
