@@ -222,15 +222,23 @@ __global__ void moe_gemm(const T* __restrict__ x, const T* __restrict__ w, const
     routed_gemm<T, OUT, VEC, SWIGLU, false, NCOL>(x, w, offsets, experts, slots, out, N, K, row_div, cols);
 }
 
-// The by-row form (experts is ids). 16-bit weights: at most 64 registers a thread, so four blocks fit an SM and a
-// one-token down GEMM's 512 blocks (8 rows x 64 column groups) run in one wave on 132 SMs, where 68 registers left
-// three blocks an SM and a tail wave (H200: 0.678 -> 0.667 ms a 30B-A3B-8L decode step; no spills). The grouped
-// kernel has no bound: under one, ptxas gives it 160 registers where it takes 102 without.
-template <typename T> constexpr int MOE_ROWS_BLOCKS_PER_SM = sizeof(T) == 2 ? 4 : 1;
+// The by-row form (experts is ids).
 template <typename T, typename OUT, int VEC, bool SWIGLU, int NCOL>
-__global__ void __launch_bounds__(MOE_WARPS * 32, MOE_ROWS_BLOCKS_PER_SM<T>)
-    moe_gemm_rows(const T* __restrict__ x, const T* __restrict__ w, const int* __restrict__ ids,
-                  OUT* __restrict__ out, int N, int K, int row_div, int cols) {
+__global__ void moe_gemm_rows(const T* __restrict__ x, const T* __restrict__ w, const int* __restrict__ ids,
+                              OUT* __restrict__ out, int N, int K, int row_div, int cols) {
+    vt::pdl_entry();
+    routed_gemm<T, OUT, VEC, SWIGLU, true, NCOL>(x, w, nullptr, ids, nullptr, out, N, K, row_div, cols);
+}
+
+// The by-row form for bf16 weights, at most 64 registers a thread: four blocks fit an SM, so a one-token down GEMM's
+// 512 blocks (8 rows x 64 column groups) run in one wave on 132 SMs, where 68 registers left three blocks an SM and a
+// tail wave (H200: 0.678 -> 0.667 ms a 30B-A3B-8L decode step; no spills). Only bf16: ptxas spills fp16's
+// conversions under the bound, and under any bound gives a kernel more registers than it takes without one (the
+// grouped kernel 160 for 102, fp16 by row 108 for 64), so the others keep the unbounded kernels.
+template <typename T, typename OUT, int VEC, bool SWIGLU, int NCOL>
+__global__ void __launch_bounds__(MOE_WARPS * 32, 4)
+    moe_gemm_rows_bounded(const T* __restrict__ x, const T* __restrict__ w, const int* __restrict__ ids,
+                          OUT* __restrict__ out, int N, int K, int row_div, int cols) {
     vt::pdl_entry();
     routed_gemm<T, OUT, VEC, SWIGLU, true, NCOL>(x, w, nullptr, ids, nullptr, out, N, K, row_div, cols);
 }

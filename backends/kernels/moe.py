@@ -41,7 +41,7 @@ def _cols(swiglu: bool) -> tuple[int, int]:
 
 
 def _gemm_expr(t: str, out: str, vec: int, swiglu: bool, by_row: bool = False) -> str:
-    kernel = "moe_gemm_rows" if by_row else "moe_gemm"
+    kernel = ("moe_gemm_rows_bounded" if t == "vt::bf16" else "moe_gemm_rows") if by_row else "moe_gemm"
     return f"vt::{kernel}<{t}, {out}, {vec}, {'true' if swiglu else 'false'}, {_cols(swiglu)[1]}>"
 
 

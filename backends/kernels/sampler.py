@@ -31,11 +31,12 @@ def launch(cp: Any, logits: Any, fparams: Any, iparams: Any, hist: Any, hist_raw
                 num_int_fields, defer_draw=0)
 
 
-def _layout(fparams: Any, iparams: Any, lp_vals: Any, num_int_fields: int) -> tuple:
-    """The row layout, and VT_RACE where temperature-only rows draw by their race (vt/env.py: temperature_draw)."""
+def _layout(fparams: Any, iparams: Any, lp_vals: Any, num_int_fields: int, drawing: bool = False) -> tuple:
+    """The row layout; for the two kernels that draw a temperature-only row (drawing: vt_sample, vt_cand_scan), VT_RACE
+    where such rows race (vt/env.py: temperature_draw), so the other kernels keep the instances CI compiles."""
     from vt.env import flags
 
-    race = (("VT_RACE", 1),) if flags().temperature_draw == "race" else ()
+    race = (("VT_RACE", 1),) if drawing and flags().temperature_draw == "race" else ()
     return (("VT_SAMPLER_THREADS", THREADS), ("VT_NF", fparams.shape[1]), ("VT_NI", iparams.shape[1]),
             ("VT_NFI", num_int_fields), ("VT_NLP", lp_vals.shape[1]), *race)
 
@@ -44,7 +45,7 @@ def _row_kernel(cp: Any, logits: Any, fparams: Any, iparams: Any, hist: Any, his
                 bias_vals: Any, bias_raw: Any, out_ids: Any, lp_vals: Any, lp_ids: Any, num_int_fields: int,
                 defer_draw: int) -> None:
     n, V = logits.shape
-    inst = Instance("sampler.cu", "vt_sample", _layout(fparams, iparams, lp_vals, num_int_fields))
+    inst = Instance("sampler.cu", "vt_sample", _layout(fparams, iparams, lp_vals, num_int_fields, drawing=True))
     function(cp, inst)((n,), (THREADS,), (logits, fparams, iparams, hist, hist_raw, bias_ids, bias_vals, bias_raw,
                                           out_ids, lp_vals, lp_ids, np.int32(V), np.int32(hist.shape[1]),
                                           np.int32(bias_ids.shape[1]), np.int32(defer_draw)))
@@ -66,7 +67,8 @@ def launch_split(cp: Any, logits: Any, fparams: Any, iparams: Any, hist: Any, hi
     layout = _layout(fparams, iparams, lp_vals, num_int_fields)
     rest = (hist, hist_raw, bias_ids, bias_raw, out_ids, lp_vals, lp_ids)
     sizes = (np.int32(V), np.int32(hist.shape[1]), np.int32(bias_ids.shape[1]))
-    function(cp, Instance("sampler.cu", "vt_cand_scan", layout))(
+    scan = Instance("sampler.cu", "vt_cand_scan", _layout(fparams, iparams, lp_vals, num_int_fields, drawing=True))
+    function(cp, scan)(
         (n, G), (THREADS,), (logits, fparams, iparams, *rest, parts, state, counters, *sizes))
     function(cp, Instance("sampler.cu", "vt_cand_mass", layout))(
         (n, mass_blocks(n, G)), (THREADS,), (logits, fparams, iparams, *rest, parts, state, counters, *sizes,
