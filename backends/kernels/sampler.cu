@@ -346,15 +346,33 @@ __device__ __forceinline__ float ln_f32(float x) {
     p = __fadd_rn(1.0f, __fmul_rn(s2, p));
     return __fadd_rn(__fmul_rn(__int2float_rn(e), __uint_as_float(0x3F317218u)), __fmul_rn(__fmul_rn(2.0f, s), p));
 }
-// The row's hash (its seed and output position, as draw_target's), then token i's noise -ln(-ln u),
-// u = (2 k + 1) / 2^24 with k the top 23 bits of a hash of (that, i): exact in float32, never 0 or 1.
+// Gumbel noise -ln E from 64 hash bits, E = -ln(1 - W) ~ Exp(1) for W uniform in (0, 1) at float32's precision near
+// 0: its mantissa z's top 23 bits, its exponent -(1 + the leading zeros of z's other 41 bits, at most 40), so E
+// reaches 2^-41 and the noise 28.4 (a token 22.2 nats below the max, the mass draw's cutoff, can still win).
+// The reference's gumbel_of_hash, operation for operation.
+__device__ __forceinline__ float gumbel_of_hash(u64 z) {
+    const unsigned m = (unsigned)(z >> 41);
+    const u64 rest = z & ((1ull << 41) - 1ull);
+    const int lz = min(__clzll((long long)(rest << 23)), 40);
+    const float w = __uint_as_float(((unsigned)(126 - lz) << 23) | m);
+    float e;
+    if (lz >= 8) {  // W below 2^-8: the series of -ln(1 - W)
+        float p = 0.25f;
+        p = __fadd_rn(__uint_as_float(0x3EAAAAABu), __fmul_rn(w, p));
+        p = __fadd_rn(0.5f, __fmul_rn(w, p));
+        p = __fadd_rn(1.0f, __fmul_rn(w, p));
+        e = __fmul_rn(w, p);
+    } else {
+        e = -ln_f32(__fsub_rn(1.0f, w));
+    }
+    return -ln_f32(e);
+}
+// The row's hash (its seed and output position, as draw_target's), then token i's noise from a hash of (that, i).
 __device__ __forceinline__ u64 race_hash(const long long* ip) {
     return mix64((u64)ip[0] + 0x9E3779B97F4A7C15ull * ((u64)ip[1] + 1ull));
 }
 __device__ __forceinline__ float race_noise(u64 h, int i) {
-    const u64 z = mix64(h + 0x9E3779B97F4A7C15ull * ((u64)i + 1ull));
-    const float u = __fmul_rn(__fadd_rn(__fmul_rn(2.0f, __uint2float_rn((u32)(z >> 41))), 1.0f), 5.9604644775390625e-08f);
-    return -ln_f32(-ln_f32(u));
+    return gumbel_of_hash(mix64(h + 0x9E3779B97F4A7C15ull * ((u64)i + 1ull)));
 }
 // One block races a whole row; -1 where the tempered max is not finite (a penalty pushed a logit past float32's
 // range, or every token is -inf), as a mass draw of it fails.

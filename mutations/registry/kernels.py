@@ -674,10 +674,10 @@ ENTRIES += [
     Mutation(
         id="race-twin-noise-halved",
         description="the race's reference noise is half a Gumbel variate: its draws follow the temperature halved",
-        file="vt/engine/sample/sampler.py", old="    return -ln_f32(-ln_f32(u))\n",
-        new="    return F32(0.5) * -ln_f32(-ln_f32(u))\n",
-        gates=tuple(f"{RACE}::test_the_race_draws_each_token_at_its_tempered_softmax_probability[cpu-{t}]"
-                    for t in ("1.0", "0.5")),
+        file="vt/engine/sample/sampler.py", old="    return -ln_f32(e)\n",
+        new="    return F32(0.5) * -ln_f32(e)\n",
+        gates=(*(f"{RACE}::test_the_race_draws_each_token_at_its_tempered_softmax_probability[cpu-{t}]"
+                 for t in ("1.0", "0.5")), f"{RACE}::test_the_noise_is_gumbel_out_to_a_tail_past_the_mass_draws_cutoff"),
     ),
     Mutation(
         id="cuda-race-merge-keeps-the-first-blocks-leader",

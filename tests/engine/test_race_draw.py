@@ -1,5 +1,6 @@
 """The race draw (VT_TEMPERATURE_DRAW=race, issue 29): a temperature-only row draws the token of its largest tempered
-logit plus Gumbel noise, one pass over the vocabulary where the mass draw makes two. Its noise is float32
+logit plus Gumbel noise, one pass over the vocabulary where the mass draw makes two (its noise reaches 28.4, so a
+token up to ~31 nats below the max can win, past the mass draw's 22.2). Its noise is float32
 arithmetic that the NumPy reference and the CUDA kernels repeat one operation for one, so both backends draw the
 same token; the draws follow softmax(logits / temperature) (chi-square against the distribution itself), depend on
 a row's own seed and output position only, and a row that overflows fails alone, as under the mass draw."""
@@ -13,7 +14,7 @@ import pytest
 
 import vt.env
 from tests.engine.sampler_rig import BACKENDS, chi_square_critical, run_sampler
-from vt.engine.sample.sampler import RowSpec, ln_f32
+from vt.engine.sample.sampler import RowSpec, gumbel_of_hash, ln_f32
 
 P = np.array([0.07, 0.3, 0.01, 0.15, 0.05, 0.2, 0.08, 0.03, 0.1, 0.01])
 LOGITS = np.log(P).astype(np.float32)
@@ -33,13 +34,29 @@ def _draws(backend: str, temperature: float, n: int = NUM_DRAWS, seed: int = 7) 
 
 
 def test_ln_f32_is_the_natural_log_within_its_bound() -> None:
-    """Over the noise's whole domain (u from 2^-24 to just below 1, then -ln u up to 16.7): within 5e-7 plus 2e-7 of
-    the log's size (a few float32 roundings)."""
-    x = np.geomspace(2.0**-24, 40.0, 20_000).astype(np.float32)
+    """Over the noise's whole domain (1 - W from 2^-24 to just below 1; E from 2^-41 to 16.7): within 5e-7 plus 2e-7
+    of the log's size (a few float32 roundings)."""
+    x = np.geomspace(2.0**-41, 40.0, 40_000).astype(np.float32)
     want = np.log(x.astype(np.float64))
     err = np.abs(ln_f32(x).astype(np.float64) - want)
     assert (err <= 5e-7 + 2e-7 * np.abs(want)).all(), f"max error {err.max():.3g}"
-    assert ln_f32(np.float32([1.0 - 2.0**-24]))[0] < 0, "u just below 1: a positive -ln u, so its own log exists"
+    assert ln_f32(np.float32([1.0 - 2.0**-24]))[0] < 0, "just below 1: a negative log, so E = -ln(1 - W) > 0"
+
+
+def test_the_noise_is_gumbel_out_to_a_tail_past_the_mass_draws_cutoff() -> None:
+    """exp(-noise) is Exp(1): its CDF at 1 and its tail below e^-10 within five standard errors over 2^20 hashes; and
+    the noise reaches past 22.2 + 2.9 nats (a token 22.2 nats below a row's max, where the mass draw's 2^-32 masses
+    stop, can still win), the lowest noise being -2.9."""
+    z = np.random.default_rng(12).integers(0, 2**63, 2**20, dtype=np.uint64) * np.uint64(2) + np.uint64(1)
+    e = np.exp(-gumbel_of_hash(z).astype(np.float64))
+    n = e.size
+    for at in (1.0, np.exp(-10.0)):
+        p = 1 - np.exp(-at)
+        got = (e < at).mean()
+        assert abs(got - p) <= 5 * np.sqrt(p * (1 - p) / n) + 1 / n, f"P(E < {at:.3g}) = {got:.3g}, want {p:.3g}"
+    highest = gumbel_of_hash(np.array([1], np.uint64))[0]  # W: mantissa 0, the lowest exponent
+    lowest = gumbel_of_hash(np.array([2**64 - 1], np.uint64))[0]
+    assert highest > 22.2 + 2.9 and -3.0 < lowest < -2.8, (highest, lowest)
 
 
 @pytest.mark.parametrize("temperature", [1.0, 0.5])

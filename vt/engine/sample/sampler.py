@@ -255,14 +255,30 @@ def ln_f32(x: np.ndarray) -> np.ndarray:
     return e * LN_C["ln2"] + (F32(2) * s) * p
 
 
+def gumbel_of_hash(z: np.ndarray) -> np.ndarray:
+    """Gumbel noise -ln E from 64 hash bits, E = -ln(1 - W) ~ Exp(1) for W uniform in (0, 1) at float32's precision
+    near 0: its mantissa z's top 23 bits, its exponent -(1 + the leading zeros of z's other 41 bits, at most 40). So
+    E reaches 2^-41 and the noise 28.4: a token 22.2 nats below a row's max (the mass draw's cutoff, masses of
+    2^-32) can still win. E = W (1 + W (1/2 + W (1/3 + W / 4))) below W = 2^-8, else -ln_f32(1 - W)."""
+    m = (z >> np.uint64(41)).astype(np.uint32)
+    rest = z & np.uint64((1 << 41) - 1)
+    _, top = np.frexp(rest.astype(np.float64))  # rest = f 2^top, f in [1/2, 1): top - 1 is its highest set bit
+    lz = np.where(rest > 0, 41 - top, 40).astype(np.uint32)
+    w = ((np.uint32(126) - lz) << np.uint32(23) | m).view(F32)
+    p = np.full_like(w, F32(0.25))
+    for c in (LN_C["c3"], F32(0.5), F32(1)):
+        p = c + w * p
+    e = np.where(lz >= 8, w * p, -ln_f32(F32(1) - w))
+    return -ln_f32(e)
+
+
 def race_noise(seed: int, counter: int, V: int) -> np.ndarray:
-    """A row's Gumbel noise [V] float32 for its race: token i's -ln(-ln u_i), u_i = (2 k + 1) / 2^24 with k the top
-    23 bits of a hash of (the row's hash of seed and output position, i): exact in float32, never 0 or 1."""
+    """A row's Gumbel noise [V] float32 for its race: token i's is gumbel_of_hash of a hash of (the row's hash of
+    seed and output position, i)."""
     with np.errstate(over="ignore"):
         h = mix64(np.array(seed, np.uint64) + GOLDEN * (np.uint64(counter) + np.uint64(1)))
         z = mix64(h + GOLDEN * (np.arange(V, dtype=np.uint64) + np.uint64(1)))
-    u = (F32(2) * (z >> np.uint64(41)).astype(F32) + F32(1)) * F32(2.0**-24)
-    return -ln_f32(-ln_f32(u))
+    return gumbel_of_hash(z)
 
 
 def race(x: np.ndarray, seed: int, counter: int) -> int:
