@@ -312,9 +312,12 @@ __device__ u32 radix_select(const float* row, int V, const Filter& f, u64 want, 
     return prefix;
 }
 
-// The row's target mass in [0, z): its one uniform (a hash of seed and output position, 53 bits) times z.
+// A row's hash of (seed, output position): its mass draw's uniform and its race's noise come from it.
+__device__ __forceinline__ u64 row_hash(u64 seed, u64 counter) { return mix64(seed + 0x9E3779B97F4A7C15ull * (counter + 1ull)); }
+
+// The row's target mass in [0, z): its one uniform (its row_hash, 53 bits) times z.
 __device__ __forceinline__ u64 draw_target(u64 seed, u64 counter, u64 z) {
-    u64 key = mix64(seed + 0x9E3779B97F4A7C15ull * (counter + 1ull));
+    u64 key = row_hash(seed, counter);
     double u = (double)(key >> 11) * 1.1102230246251565e-16;  // 2**-53
     u64 target = (u64)(u * (double)z);
     return target >= z ? z - 1 : target;
@@ -367,10 +370,8 @@ __device__ __forceinline__ float gumbel_of_hash(u64 z) {
     }
     return -ln_f32(e);
 }
-// The row's hash (its seed and output position, as draw_target's), then token i's noise from a hash of (that, i).
-__device__ __forceinline__ u64 race_hash(const long long* ip) {
-    return mix64((u64)ip[0] + 0x9E3779B97F4A7C15ull * ((u64)ip[1] + 1ull));
-}
+// Token i's noise from a hash of (the row's row_hash, i).
+__device__ __forceinline__ u64 race_hash(const long long* ip) { return row_hash((u64)ip[0], (u64)ip[1]); }
 __device__ __forceinline__ float race_noise(u64 h, int i) {
     return gumbel_of_hash(mix64(h + 0x9E3779B97F4A7C15ull * ((u64)i + 1ull)));
 }

@@ -689,4 +689,46 @@ ENTRIES += [
         gates=tuple(f"{RACE}::test_the_cuda_race_draws_what_the_numpy_reference_draws[{b}]" for b in (2, 16, 64)),
         needs_gpu=True,
     ),
+    Mutation(
+        id="race-twin-flag-ignored",
+        description="the reference never races: under VT_TEMPERATURE_DRAW=race temperature-only rows still draw by "
+                    "their masses",
+        file="vt/engine/sample/sampler.py",
+        old='    _sample_numpy(*arrays, race_plain=flags().temperature_draw == "race")\n',
+        new="    _sample_numpy(*arrays, race_plain=False)\n",
+        gates=(f"{RACE}::test_the_flag_moves_temperature_only_rows_to_the_race_and_no_other_row",),
+    ),
+    Mutation(
+        id="race-twin-noise-keyed-by-batch-row",
+        description="the reference's race noise is keyed by the row's place in the batch as well as its seed: its "
+                    "token moves with its neighbours",
+        file="vt/engine/sample/sampler.py",
+        old="            out_ids[r] = race(x, int(ip[r, 0]), int(ip[r, 1])) if np.isfinite(x.max()) else -1\n",
+        new="            out_ids[r] = race(x, int(ip[r, 0]) + int(r), int(ip[r, 1])) if np.isfinite(x.max()) else -1\n",
+        gates=(f"{RACE}::test_a_race_depends_on_its_rows_seed_and_position_alone",
+               f"{RACE}::test_the_flag_moves_temperature_only_rows_to_the_race_and_no_other_row"),
+    ),
+    Mutation(
+        id="race-twin-races-an-overflowed-row",
+        description="the reference races a row whose tempered max is +inf instead of failing it (-1)",
+        file="vt/engine/sample/sampler.py",
+        old="            out_ids[r] = race(x, int(ip[r, 0]), int(ip[r, 1])) if np.isfinite(x.max()) else -1\n",
+        new="            out_ids[r] = race(x, int(ip[r, 0]), int(ip[r, 1]))\n",
+        gates=(f"{RACE}::test_a_racing_row_whose_penalty_overflows_samples_minus_one_beside_rows_that_race[cpu]",),
+    ),
+    Mutation(
+        id="ln-f32-without-its-range-reduction",
+        description="ln_f32 keeps m in [1, 2) (no halving above sqrt(2)): its series runs at |s| up to 1/3 and "
+                    "misses ln by more than its bound",
+        file="vt/engine/sample/sampler.py", old='    high = m > LN_C["sqrt2"]\n', new='    high = m > F32(2)\n',
+        gates=(f"{RACE}::test_ln_f32_is_the_natural_log_within_its_bound",),
+    ),
+    Mutation(
+        id="replay-ab-times-kernels-off-cuda",
+        description="scripts/replay-ab takes --kernels with the CPU backend: it builds the model, then fails on "
+                    "the device profiler instead of refusing the option first",
+        file="scripts/replay-ab", old='    if args.kernels and args.backend != "cuda":\n',
+        new='    if False:\n',
+        gates=("tests/engine/test_lane_scripts.py::test_replay_ab_refuses_kernel_times_without_a_gpu_backend",),
+    ),
 ]

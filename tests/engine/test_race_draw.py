@@ -15,6 +15,7 @@ import pytest
 import vt.env
 from tests.engine.sampler_rig import BACKENDS, chi_square_critical, run_sampler
 from vt.engine.sample.sampler import RowSpec, gumbel_of_hash, ln_f32
+from vt.engine.sample.sampler import race as race_winner
 
 P = np.array([0.07, 0.3, 0.01, 0.15, 0.05, 0.2, 0.08, 0.03, 0.1, 0.01])
 LOGITS = np.log(P).astype(np.float32)
@@ -137,3 +138,6 @@ def test_the_flag_moves_temperature_only_rows_to_the_race_and_no_other_row(monke
     plain = np.array([i % len(kinds) < 2 for i in range(48)])
     assert np.array_equal(mass[~plain], raced[~plain]), "rows with a filter or none to draw keep their draw"
     assert (mass[plain] != raced[plain]).sum() >= 4, "temperature-only rows race: other tokens at some positions"
+    for i in np.flatnonzero(plain):  # each the race's winner over its own tempered logits
+        x = (logits[i] / np.float32(specs[i].temperature)).astype(np.float32)
+        assert raced[i] == race_winner(x, specs[i].seed, specs[i].counter), f"row {i}"

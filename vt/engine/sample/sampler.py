@@ -224,11 +224,16 @@ def mix64(z: np.ndarray) -> np.ndarray:
     return z ^ (z >> np.uint64(31))
 
 
-def uniform(seed: np.ndarray, counter: np.ndarray) -> np.ndarray:
-    """The row's one uniform in [0, 1): a hash of (seed, output position), 53 bits."""
+def row_hash(seed: np.ndarray, counter: np.ndarray) -> np.ndarray:
+    """A row's hash of (seed, output position): its mass draw's uniform, and its race's noise, come from it."""
+    seed, counter = np.asarray(seed), np.asarray(counter)
     with np.errstate(over="ignore"):
-        z = mix64(seed.astype(np.uint64) + GOLDEN * (counter.astype(np.uint64) + np.uint64(1)))
-    return (z >> np.uint64(11)).astype(np.float64) * 2.0**-53
+        return mix64(seed.astype(np.uint64) + GOLDEN * (counter.astype(np.uint64) + np.uint64(1)))
+
+
+def uniform(seed: np.ndarray, counter: np.ndarray) -> np.ndarray:
+    """The row's one uniform in [0, 1): its row_hash, 53 bits."""
+    return (row_hash(seed, counter) >> np.uint64(11)).astype(np.float64) * 2.0**-53
 
 
 # The race's natural log (ln_f32): float32 bits of its constants, as backends/kernels/sampler.cu writes them
@@ -273,10 +278,9 @@ def gumbel_of_hash(z: np.ndarray) -> np.ndarray:
 
 
 def race_noise(seed: int, counter: int, V: int) -> np.ndarray:
-    """A row's Gumbel noise [V] float32 for its race: token i's is gumbel_of_hash of a hash of (the row's hash of
-    seed and output position, i)."""
+    """A row's Gumbel noise [V] float32 for its race: token i's is gumbel_of_hash of a hash of (its row_hash, i)."""
+    h = row_hash(np.array(seed), np.array(counter))
     with np.errstate(over="ignore"):
-        h = mix64(np.array(seed, np.uint64) + GOLDEN * (np.uint64(counter) + np.uint64(1)))
         z = mix64(h + GOLDEN * (np.arange(V, dtype=np.uint64) + np.uint64(1)))
     return gumbel_of_hash(z)
 
