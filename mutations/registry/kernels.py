@@ -682,11 +682,14 @@ ENTRIES += [
     Mutation(
         id="cuda-race-merge-keeps-the-first-blocks-leader",
         description="the split race's last block takes the first block's leader as the row's, never comparing the "
-                    "others' (predicted red; not yet run on a GPU)",
+                    "others'",
         file="backends/kernels/sampler.cu",
         old="            if (race) argmax_step(lead, at, __uint_as_float((u32)PART(r, g, 6)), (int)PART(r, g, 4));\n",
         new="            if (race && g == 0) argmax_step(lead, at, __uint_as_float((u32)PART(r, g, 6)), (int)PART(r, g, 4));\n",
-        gates=tuple(f"{RACE}::test_the_cuda_race_draws_what_the_numpy_reference_draws[{b}]" for b in (2, 16, 64)),
+        # the split draw's chi-square goes red too: a leader from the first block alone never draws past its slice
+        gates=(*(f"{RACE}::test_the_cuda_race_draws_what_the_numpy_reference_draws[{b}]" for b in (2, 16, 64)),
+               *(f"{RACE}::test_the_race_draws_each_token_at_its_tempered_softmax_probability[cuda-split-{t}]"
+                 for t in ("1.0", "0.5"))),
         needs_gpu=True,
     ),
     Mutation(
