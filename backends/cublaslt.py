@@ -168,7 +168,7 @@ class Plan:
             raise RuntimeError(f"cuBLASLt offers no algorithm for {m}x{n}x{k}")
         self.storage = STORAGE.get(dtype)
         if lt.skinny is not None and self.storage is not None and skinny_gemm.fits(m, n, self.storage, epilogue):
-            self.candidates += skinny_gemm.CONFIGS  # timed last: the heuristic's first pick stays candidates[0]
+            self.candidates += skinny_gemm.configs()  # timed last: the heuristic's first pick stays candidates[0]
         self.algo = self.candidates[0]
         self.times_us: list[float] = []
 

@@ -67,6 +67,9 @@ class Flags:
     # VT_TEMPERATURE_DRAW=race: a temperature-only row draws by a Gumbel-max race (one pass) instead of the inverse
     # CDF of its masses (a max pass, then a mass pass): the same distribution, another token for a given seed
     temperature_draw: str = "mass"
+    # VT_SKINNY_CLUSTER=1: the GEMM tuner also times the skinny GEMM's cluster configurations (a column tile's K
+    # slices summed through distributed shared memory; backends/kernels/skinny_gemm.py), not yet run on a GPU
+    skinny_cluster: bool = False
 
     @classmethod
     def from_environ(cls) -> Flags:
@@ -85,6 +88,7 @@ class Flags:
             engine_process=_read_bool("VT_ENGINE_PROCESS", True),
             pdl=_read_bool("VT_PDL", True),
             temperature_draw=_read_choice("VT_TEMPERATURE_DRAW", ("mass", "race")),
+            skinny_cluster=_read_bool("VT_SKINNY_CLUSTER", False),
         )
 
 
@@ -105,4 +109,5 @@ def as_environ(f: Flags) -> dict[str, str]:
     out["VT_BLAS_THREADS"] = str(f.blas_threads)
     out["VT_SAMPLER"] = f.sampler
     out["VT_TEMPERATURE_DRAW"] = f.temperature_draw
+    out["VT_SKINNY_CLUSTER"] = "1" if f.skinny_cluster else "0"
     return out

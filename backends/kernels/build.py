@@ -70,7 +70,7 @@ def waits_first(text: str, expr: str) -> bool:
     specialization, a variant under #if), or a first statement other than the wait."""
     text = re.sub(r"/\*.*?\*/|//[^\n]*", " ", text, flags=re.S)  # a signature in a comment is no definition
     name = re.escape(_kernel_name(expr))
-    head = r"__global__\s+void\s+(?:__launch_bounds__\s*\([^)]*\)\s*)?" + name + r"\s*"
+    head = r"__global__\s+void\s+(?:(?:__cluster_dims__|__launch_bounds__)\s*\([^)]*\)\s*)*" + name + r"\s*"
     if len(re.findall(head + r"[(<]", text)) != 1 or len(re.findall(r"\b" + name + r"\s*<[^;{()]*>\s*\(", text)):
         return False
     m = re.search(head + r"\(", text)

@@ -16,6 +16,12 @@
 // With SWIGLU, the GEMM is the MLP's gate/up projection, its columns interleaved PAIR_COLS at a time (gate's, then
 // up's: common.cuh), so a tile holds both halves of its outputs: the kernel writes SiLU(gate) x up in T into h
 // [M, N / 2] (activation.cu's silu_mul) where C would have been, and C is never written. N % 16 == 0.
+//
+// skinny_gemm_cluster (VT_SKINNY_CLUSTER=1, not yet measured on a GPU) is the same GEMM with a column tile's
+// SKINNY_CLUSTER K slices launched as one thread-block cluster (sm_90): each slice's partial tile stays in its
+// block's shared memory, and the cluster's first block adds them in slice order through distributed shared memory,
+// after a cluster barrier. No partials through L2, no fence, no counter: under ncu (session 22) the split GEMM's
+// SMs were active 37% of its time, the rest its serial tail of fence, counter and L2 reads.
 #include "common.cuh"
 
 namespace vt {
@@ -23,6 +29,27 @@ namespace vt {
 constexpr int SKINNY_MAX_M = 8;
 constexpr int SKINNY_THREADS = 256;
 constexpr int SKINNY_WARPS = SKINNY_THREADS / 32;
+constexpr int SKINNY_CLUSTER = 8;  // K slices a cluster: the portable maximum (skinny_gemm.py's CLUSTER)
+
+// The thread-block cluster's barrier (all threads of all its blocks; release then acquire: shared-memory writes
+// before it are visible to the cluster after it), this block's rank in it, and a float of another block's shared
+// memory at the address `local` has in this block's.
+__device__ __forceinline__ void cluster_sync() {
+    asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+}
+__device__ __forceinline__ unsigned cluster_rank() {
+    unsigned r;
+    asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+    return r;
+}
+__device__ __forceinline__ float cluster_load(const float* local, unsigned rank) {
+    const unsigned addr = (unsigned)__cvta_generic_to_shared(local);
+    unsigned remote;
+    float v;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(addr), "r"(rank));
+    asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(remote) : "memory");
+    return v;
+}
 
 // 16 bytes of B, streamed: read once, so kept out of L1.
 __device__ __forceinline__ uint4 load_stream(const void* p) {
@@ -34,18 +61,18 @@ __device__ __forceinline__ uint4 load_stream(const void* p) {
 
 // M, TC and U are template arguments: a thread holds M x 8 accumulators and U raw vectors, so one row keeps
 // registers few and blocks many.
-template <typename T, int M, int TC, int U, bool NORM = false, bool SWIGLU = false>
-__global__ void __launch_bounds__(SKINNY_THREADS)
-skinny_gemm(const T* __restrict__ a, const T* __restrict__ b, float* __restrict__ c, float* __restrict__ partials,
-            unsigned int* __restrict__ counters, int N, int K, int slice, float* __restrict__ x,
-            const float* __restrict__ w, T* __restrict__ h, unsigned int* __restrict__ done, float eps) {
-    vt::pdl_entry();
+template <typename T, int M, int TC, int U, bool NORM, bool SWIGLU, bool CLUSTER>
+__device__ __forceinline__ void skinny_body(const T* __restrict__ a, const T* __restrict__ b, float* __restrict__ c,
+                                            float* __restrict__ partials, unsigned int* __restrict__ counters, int N,
+                                            int K, int slice, float* __restrict__ x, const float* __restrict__ w,
+                                            T* __restrict__ h, unsigned int* __restrict__ done, float eps) {
     static_assert(M >= 1 && M <= SKINNY_MAX_M && M <= SKINNY_WARPS, "1..8 rows (the norm keeps a row's sum a warp)");
     static_assert(TC == 8 || TC == 16 || TC == 32, "a warp holds whole rows of threads");
     static_assert(sizeof(T) == 2, "8 columns are one 16-byte vector");
     static_assert(!(NORM && SWIGLU), "one epilogue");
     constexpr int TR = SKINNY_THREADS / TC, COLS = TC * 8;
     __shared__ float warp_part[SKINNY_WARPS][COLS];
+    __shared__ float slice_tile[CLUSTER ? M : 1][CLUSTER ? COLS : 1];  // CLUSTER: this slice's partial tile
     __shared__ bool last;
     const int tc = threadIdx.x % TC, tr = threadIdx.x / TC, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int n = blockIdx.x * COLS + tc * 8;
@@ -106,7 +133,8 @@ skinny_gemm(const T* __restrict__ a, const T* __restrict__ b, float* __restrict_
                 float v = 0.0f;
 #pragma unroll
                 for (int w = 0; w < SKINNY_WARPS; w++) v += warp_part[w][col];
-                if (nn < N) {
+                if (CLUSTER) slice_tile[CLUSTER ? m : 0][CLUSTER ? col : 0] = v;
+                else if (nn < N) {
                     if (S == 1) c[(i64)m * N + nn] = v;
                     else partials[((i64)blockIdx.y * M + m) * N + nn] = v;
                 }
@@ -114,7 +142,35 @@ skinny_gemm(const T* __restrict__ a, const T* __restrict__ b, float* __restrict_
         }
         __syncthreads();
     }
-    if (S > 1) {
+    if constexpr (CLUSTER) {
+        // The cluster is this column tile's S slices; its first block adds their tiles in slice order. The second
+        // barrier keeps every block (and its shared memory) alive until the sums are read.
+        cluster_sync();
+        const bool first = cluster_rank() == 0;
+        if (first) {
+            if constexpr (SWIGLU) {
+                for (int i = threadIdx.x; i < M * COLS / 2; i += SKINNY_THREADS) {
+                    const int m = i / (COLS / 2), o = i - m * (COLS / 2), col = gate_column(o, PAIR_COLS);
+                    float g = 0.0f, u = 0.0f;
+                    for (int r = 0; r < S; r++) {
+                        g += cluster_load(&slice_tile[m][col], r);
+                        u += cluster_load(&slice_tile[m][col + PAIR_COLS], r);
+                    }
+                    if (blockIdx.x * COLS + col < N)
+                        h[(i64)m * (N / 2) + blockIdx.x * (COLS / 2) + o] = from_f32<T>(silu_times(g, u));
+                }
+            } else {
+                for (int i = threadIdx.x; i < M * COLS; i += SKINNY_THREADS) {
+                    const int m = i / COLS, col = i - m * COLS, nn = blockIdx.x * COLS + col;
+                    float v = 0.0f;
+                    for (int r = 0; r < S; r++) v += cluster_load(&slice_tile[m][col], r);
+                    if (nn < N) c[(i64)m * N + nn] = v;
+                }
+            }
+        }
+        cluster_sync();
+        if (!first) return;
+    } else if (S > 1) {
         __threadfence();  // this slice's partials are visible before the counter says so
         __syncthreads();
         if (threadIdx.x == 0) last = atomicAdd(&counters[blockIdx.x], 1u) == (unsigned)(S - 1);
@@ -201,6 +257,26 @@ skinny_gemm(const T* __restrict__ a, const T* __restrict__ b, float* __restrict_
         }
         if (threadIdx.x == 0) *done = 0;
     }
+}
+
+template <typename T, int M, int TC, int U, bool NORM = false, bool SWIGLU = false>
+__global__ void __launch_bounds__(SKINNY_THREADS)
+skinny_gemm(const T* __restrict__ a, const T* __restrict__ b, float* __restrict__ c, float* __restrict__ partials,
+            unsigned int* __restrict__ counters, int N, int K, int slice, float* __restrict__ x,
+            const float* __restrict__ w, T* __restrict__ h, unsigned int* __restrict__ done, float eps) {
+    vt::pdl_entry();
+    skinny_body<T, M, TC, U, NORM, SWIGLU, false>(a, b, c, partials, counters, N, K, slice, x, w, h, done, eps);
+}
+
+// Grid (column tiles, SKINNY_CLUSTER): the cluster's blocks are one column tile's K slices.
+template <typename T, int M, int TC, int U, bool NORM = false, bool SWIGLU = false>
+__global__ void __cluster_dims__(1, SKINNY_CLUSTER, 1) __launch_bounds__(SKINNY_THREADS)
+skinny_gemm_cluster(const T* __restrict__ a, const T* __restrict__ b, float* __restrict__ c,
+                    float* __restrict__ partials, unsigned int* __restrict__ counters, int N, int K, int slice,
+                    float* __restrict__ x, const float* __restrict__ w, T* __restrict__ h,
+                    unsigned int* __restrict__ done, float eps) {
+    vt::pdl_entry();
+    skinny_body<T, M, TC, U, NORM, SWIGLU, true>(a, b, c, partials, counters, N, K, slice, x, w, h, done, eps);
 }
 
 }  // namespace vt

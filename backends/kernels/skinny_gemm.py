@@ -15,6 +15,11 @@ counter is the scratch's last (DONE), which no column tile uses.
 With SwiGLU (`launch(..., act=...)`, the op gemm_silu_mul), the GEMM is the MLP's gate/up projection with its columns
 interleaved PAIR_COLS at a time (models/decoder.py): a tile's last sum writes SiLU(gate) x up into act (activation.py's
 silu_mul) and C is not written, so the f32 gate/up rows never leave the SM and the activation is not a launch.
+
+A cluster configuration (`Config(cluster=True)`, skinny_gemm_cluster) splits K into CLUSTER slices launched as one
+thread-block cluster a column tile, whose first block adds the slices' tiles through distributed shared memory:
+no partials, no counters. The tuner times them only under VT_SKINNY_CLUSTER=1 (`configs()`): they have not yet
+run on a GPU. CI compiles them and their tests hold them to the same twin.
 """
 
 from __future__ import annotations
@@ -28,7 +33,7 @@ from backends.kernels.activation import PAIR_COLS, silu_mul
 from backends.kernels.build import Instance, function, is_loaded
 from backends.kernels.fused import FusedKernel, ctype
 
-MAX_M, THREADS = 8, 256  # skinny_gemm.cu's SKINNY_* constants
+MAX_M, THREADS, CLUSTER = 8, 256, 8  # skinny_gemm.cu's SKINNY_* constants
 SCRATCH_FLOATS = 2 << 20  # partials: S x M x N at most (8 MiB)
 MAX_TILES = 4096  # counters: one per column tile of a split GEMM, and the norm's (the last, DONE)
 DONE = MAX_TILES - 1
@@ -42,7 +47,8 @@ class Config:
 
     tc: int = 8
     unroll: int = 4
-    per_sm: int = 2
+    per_sm: int = 2  # a cluster configuration's K is CLUSTER slices whatever this says
+    cluster: bool = False  # a column tile's K slices as one thread-block cluster (skinny_gemm_cluster)
 
     @property
     def cols(self) -> int:
@@ -53,23 +59,33 @@ class Config:
         return THREADS // self.tc
 
     def __str__(self) -> str:
-        return f"skinny_gemm[tc{self.tc} u{self.unroll} x{self.per_sm}]"
+        return f"skinny_gemm[tc{self.tc} u{self.unroll} {'cluster' if self.cluster else f'x{self.per_sm}'}]"
 
 
 DEFAULT = Config()
 # What the tuner times beside cuBLASLt: narrow tiles split deep, wide tiles with more loads in flight.
 CONFIGS = (DEFAULT, Config(8, 8, 4), Config(16, 8, 2), Config(32, 8, 2), Config(32, 4, 4))
+CLUSTER_CONFIGS = (Config(8, 4, cluster=True), Config(16, 4, cluster=True))
 EPILOGUES = ("", "norm", "swiglu")  # none, gemm_add_rms_norm's, gemm_silu_mul's
+
+
+def configs() -> tuple[Config, ...]:
+    """The configurations the tuner times: the cluster ones too under VT_SKINNY_CLUSTER=1."""
+    from vt.env import flags
+
+    return CONFIGS + CLUSTER_CONFIGS if flags().skinny_cluster else CONFIGS
 
 
 def instance(dtype: Any, m: int, config: Config, epilogue: str = "") -> Instance:
     flags = {"": "", "norm": ", true", "swiglu": ", false, true"}[epilogue]
-    return Instance("skinny_gemm.cu", f"vt::skinny_gemm<{ctype(dtype)}, {m}, {config.tc}, {config.unroll}{flags}>")
+    name = "skinny_gemm_cluster" if config.cluster else "skinny_gemm"
+    return Instance("skinny_gemm.cu", f"vt::{name}<{ctype(dtype)}, {m}, {config.tc}, {config.unroll}{flags}>")
 
 
-CI_INSTANCES = sorted({instance(t, m, c) for t in ("uint16", "float16") for m in range(1, MAX_M + 1) for c in CONFIGS}
-                      | {instance(t, m, c, e) for t in ("uint16", "float16") for m in (1, MAX_M) for c in CONFIGS
-                         for e in EPILOGUES[1:]}, key=str)
+CI_INSTANCES = sorted({instance(t, m, c) for t in ("uint16", "float16") for m in range(1, MAX_M + 1)
+                       for c in CONFIGS + CLUSTER_CONFIGS}
+                      | {instance(t, m, c, e) for t in ("uint16", "float16") for m in (1, MAX_M)
+                         for c in CONFIGS + CLUSTER_CONFIGS for e in EPILOGUES[1:]}, key=str)
 
 
 def fits(m: int, n: int, dtype: Any, epilogue: str = "") -> bool:
@@ -80,7 +96,10 @@ def fits(m: int, n: int, dtype: Any, epilogue: str = "") -> bool:
 
 def split(m: int, n: int, k: int, config: Config = DEFAULT) -> tuple[int, int]:
     """(rows of K a slice takes, S): blocks enough for the configuration's count a SM, a slice at least two rows
-    a row of threads, the partials and counters within the scratch."""
+    a row of threads, the partials and counters within the scratch. A cluster configuration: CLUSTER slices (the
+    cluster's blocks; the last ones empty where K is short), nothing in the scratch."""
+    if config.cluster:
+        return -(-k // CLUSTER), CLUSTER
     tiles = -(-n // config.cols)
     s = max(1, min(-(-config.per_sm * SMS // tiles), k // (2 * config.thread_rows)))
     if s > 1 and (s * m * n > SCRATCH_FLOATS or tiles >= MAX_TILES):

@@ -21,6 +21,9 @@ SKINNY_PLAN = f"{SKINNY}::test_a_decode_shapes_plan_times_the_skinny_gemm_and_ev
 SKINNY_SPLIT = [f"{m}-{n}-{k}-{d}-tc{c.tc}u{c.unroll}x{c.per_sm}" for m, n, k in SKINNY_SHAPES
                 for d in ("bfloat16", "float16") for c in skinny_gemm.CONFIGS if skinny_gemm.split(m, n, k, c)[1] > 1]
 SKINNY_CONFIGS = tuple(f"tc{c.tc}u{c.unroll}x{c.per_sm}" for c in skinny_gemm.CONFIGS)
+CLUSTER = "tests/backends/test_skinny_cluster.py"
+CLUSTER_SHAPES = [*SKINNY_SHAPES, (1, 64, 10)]  # the test's shapes and its short K
+CLUSTER_IDS = tuple(f"tc{c.tc}u{c.unroll}" for c in skinny_gemm.CLUSTER_CONFIGS)
 
 
 def cases(test: str, names: tuple[str, ...], dtypes: tuple[str, ...] = ("float32", "bfloat16")) -> tuple[str, ...]:
@@ -238,6 +241,40 @@ ENTRIES += [
                  for case in SKINNY_SPLIT), SKINNY_PLAN,
                f"{SKINNY}::test_cuda_skinny_gemm_with_the_norm_epilogue_equals_its_twin_on_one_scratch"),
         needs_gpu=True,
+    ),
+    Mutation(
+        id="cuda-skinny-cluster-adds-its-own-slice-only",
+        description="the cluster's first block writes its own slice's partial tile as the column tile's sum, never "
+                    "reading the other blocks' shared memory",
+        file="backends/kernels/skinny_gemm.cu",
+        old="                    for (int r = 0; r < S; r++) v += cluster_load(&slice_tile[m][col], r);\n",
+        new="                    for (int r = 0; r < 1; r++) v += cluster_load(&slice_tile[m][col], r);\n",
+        gates=(*(f"{CLUSTER}::test_cuda_cluster_skinny_gemm_equals_its_twin[{m}-{n}-{k}-{d}-{c}]"
+                 for m, n, k in CLUSTER_SHAPES for d in ("bfloat16", "float16") for c in CLUSTER_IDS),
+               *(f"{CLUSTER}::test_cuda_cluster_skinny_gemm_with_the_norm_epilogue_equals_its_twin[{m}-{n}-{k}-{c}]"
+                 for m, n, k in [(1, 1024, 2048), (1, 1024, 3072), (8, 1024, 3072), (3, 2048, 1024), (2, 512, 96)]
+                 for c in CLUSTER_IDS),
+               f"{CLUSTER}::test_under_the_flag_a_decode_plan_times_the_cluster_configurations_and_each_is_right"),
+        needs_gpu=True,
+    ),
+    Mutation(
+        id="skinny-cluster-flag-ignored",
+        description="the tuner never times the cluster configurations, VT_SKINNY_CLUSTER=1 or not",
+        file="backends/kernels/skinny_gemm.py",
+        old="    return CONFIGS + CLUSTER_CONFIGS if flags().skinny_cluster else CONFIGS\n",
+        new="    return CONFIGS\n",
+        gates=(f"{CLUSTER}::test_the_tuner_times_the_cluster_configurations_only_under_the_flag",),
+    ),
+    Mutation(
+        id="skinny-cluster-split-one-slice-short",
+        description="a cluster configuration's K goes to one slice fewer than the cluster's blocks",
+        file="backends/kernels/skinny_gemm.py",
+        old="        return -(-k // CLUSTER), CLUSTER\n", new="        return -(-k // CLUSTER), CLUSTER - 1\n",
+        # the short K: seven slices of two rows still cover its ten, so its product stays right
+        gates=(*(f"{CLUSTER}::test_a_cluster_configuration_covers_k_in_the_clusters_slices[{m}-{n}-{k}-{c}]"
+                 for m, n, k in CLUSTER_SHAPES for c in CLUSTER_IDS),
+               *(f"{CLUSTER}::test_the_twin_of_a_cluster_configuration_equals_the_product[{m}-{n}-{k}-{d}-{c}]"
+                 for m, n, k in SKINNY_SHAPES for d in ("bfloat16", "float16") for c in CLUSTER_IDS)),
     ),
     Mutation(
         id="cuda-skinny-counters-left-raised",

@@ -21,8 +21,8 @@ def test_every_library_kernel_waits_for_the_kernel_ahead_before_touching_memory(
     assert late == [], f"kernels that would be launched plainly (no programmatic overlap): {late}"
     # non-vacuity: the instances cover every kernel the library's sources define
     defined = {m for f in KERNEL_DIR.glob("*.cu")
-               for m in re.findall(r"__global__\s+void\s+(?:__launch_bounds__\s*\([^)]*\)\s*)?(\w+)\s*\(",
-                                   f.read_text())}
+               for m in re.findall(r"__global__\s+void\s+(?:(?:__cluster_dims__|__launch_bounds__)\s*\([^)]*\)\s*)*"
+                                   r"(\w+)\s*\(", f.read_text())}
     covered = {i.expr.split("<", 1)[0].rsplit("::", 1)[-1] for i in instances}
     assert len(defined) >= 20 and defined <= covered, defined - covered
 
@@ -32,6 +32,8 @@ KERNELS = {
     "after-a-comment": "__global__ void k(float* y) { // why\n    /* more */ vt::pdl_entry(); y[0] = 1; }",
     "bounded-template": "template <int N>\n__global__ void __launch_bounds__(256)\nk(const float* __restrict__ x,\n"
                         "  float* y) {\n    vt::pdl_entry();\n}",
+    "clustered-template": "template <int N>\n__global__ void __cluster_dims__(1, 8, 1) __launch_bounds__(256)\n"
+                          "k(float* y) {\n    vt::pdl_entry();\n}",
     "read-before": "__global__ void k(const float* x, float* y) {\n    const float v = x[0];\n    vt::pdl_entry();\n"
                    "    y[0] = v;\n}",
     "write-before": "__global__ void k(float* y) {\n    y[threadIdx.x] = 0;\n    vt::pdl_entry();\n}",
@@ -52,7 +54,7 @@ KERNELS = {
 
 @pytest.mark.parametrize("case", sorted(KERNELS))
 def test_only_a_kernel_whose_first_statement_is_the_wait_may_launch_programmatically(case: str) -> None:
-    safe = case in ("first", "after-a-comment", "bounded-template")
+    safe = case in ("first", "after-a-comment", "bounded-template", "clustered-template")
     assert waits_first(KERNELS[case], "vt::k<4>") is safe
     assert waits_first(KERNELS[case], "other") is False  # a kernel the source does not define never qualifies
 
