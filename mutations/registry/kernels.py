@@ -252,9 +252,21 @@ ENTRIES += [
         gates=(*(f"{CLUSTER}::test_cuda_cluster_skinny_gemm_equals_its_twin[{m}-{n}-{k}-{d}-{c}]"
                  for m, n, k in CLUSTER_SHAPES for d in ("bfloat16", "float16") for c in CLUSTER_IDS),
                *(f"{CLUSTER}::test_cuda_cluster_skinny_gemm_with_the_norm_epilogue_equals_its_twin[{m}-{n}-{k}-{c}]"
-                 for m, n, k in [(1, 1024, 2048), (1, 1024, 3072), (8, 1024, 3072), (3, 2048, 1024), (2, 512, 96)]
-                 for c in CLUSTER_IDS),
+                 for m, n, k in [(1, 1024, 2048), (1, 1024, 3072), (8, 1024, 3072), (3, 2048, 1024), (2, 512, 96),
+                                 (1, 256, 10)] for c in CLUSTER_IDS),
                f"{CLUSTER}::test_under_the_flag_a_decode_plan_times_the_cluster_configurations_and_each_is_right"),
+        needs_gpu=True,
+    ),
+    Mutation(
+        id="cuda-skinny-cluster-swiglu-adds-its-own-slice-only",
+        description="with the SwiGLU epilogue, the cluster's first block activates its own slice's gate and up sums "
+                    "alone",
+        file="backends/kernels/skinny_gemm.cu",
+        old="                    for (int r = 0; r < S; r++) {\n                        g += cluster_load(",
+        new="                    for (int r = 0; r < 1; r++) {\n                        g += cluster_load(",
+        gates=tuple(f"{CLUSTER}::test_cuda_cluster_skinny_gemm_with_the_swiglu_epilogue_equals_its_twin[{m}-{n}-{k}-{c}]"
+                    for m, n, k in [(1, 6144, 1024), (8, 6144, 1024), (1, 24576, 4096), (3, 1040, 96),
+                                    (2, 256, 2048), (1, 256, 10)] for c in CLUSTER_IDS),
         needs_gpu=True,
     ),
     Mutation(

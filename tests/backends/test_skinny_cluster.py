@@ -6,6 +6,7 @@ with each epilogue, and as candidates of a decode shape's plan under the flag.""
 from __future__ import annotations
 
 import dataclasses
+import os
 from pathlib import Path
 
 import numpy as np
@@ -18,6 +19,8 @@ from vt.dtypes import widen_host
 
 CLUSTER_IDS = [f"tc{c.tc}u{c.unroll}" for c in sg.CLUSTER_CONFIGS]
 SHORT_K = (1, 64, 10)  # K shorter than two rows a slice: the cluster's last three slices are empty
+# each epilogue's shapes, and a short K with empty slices
+CLUSTER_SWIGLU_SHAPES, CLUSTER_NORM_SHAPES = [*SWIGLU_SHAPES, (1, 256, 10)], [*NORM_SHAPES, (1, 256, 10)]
 
 
 def test_the_cluster_is_as_many_slices_as_the_kernel_declares() -> None:
@@ -48,9 +51,11 @@ def test_the_twin_of_a_cluster_configuration_equals_the_product(m: int, n: int, 
 
 
 def test_the_tuner_times_the_cluster_configurations_only_under_the_flag(monkeypatch: pytest.MonkeyPatch) -> None:
-    assert sg.configs() == sg.CONFIGS, "off by default: configurations not yet run on a GPU are not timed"
-    monkeypatch.setattr(vt.env, "flags", lambda: dataclasses.replace(vt.env.Flags.from_environ(), skinny_cluster=True))
-    assert sg.configs() == sg.CONFIGS + sg.CLUSTER_CONFIGS
+    assert vt.env.Flags.from_environ().skinny_cluster is (os.environ.get("VT_SKINNY_CLUSTER") == "1"), "off by default"
+    for on in (False, True):  # whatever this process's environment says
+        monkeypatch.setattr(vt.env, "flags", lambda on=on: dataclasses.replace(vt.env.Flags.from_environ(),
+                                                                              skinny_cluster=on))
+        assert sg.configs() == (sg.CONFIGS + sg.CLUSTER_CONFIGS if on else sg.CONFIGS)
     assert all(c.cluster for c in sg.CLUSTER_CONFIGS) and not any(c.cluster for c in sg.CONFIGS), "non-vacuity"
 
 
@@ -91,7 +96,7 @@ def test_cuda_cluster_skinny_gemm_equals_its_twin(m: int, n: int, k: int, dtype:
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("config", sg.CLUSTER_CONFIGS, ids=CLUSTER_IDS)
-@pytest.mark.parametrize("m,n,k", SWIGLU_SHAPES)
+@pytest.mark.parametrize("m,n,k", CLUSTER_SWIGLU_SHAPES)
 def test_cuda_cluster_skinny_gemm_with_the_swiglu_epilogue_equals_its_twin(m: int, n: int, k: int,
                                                                            config: sg.Config) -> None:
     import cupy
@@ -112,7 +117,7 @@ def test_cuda_cluster_skinny_gemm_with_the_swiglu_epilogue_equals_its_twin(m: in
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("config", sg.CLUSTER_CONFIGS, ids=CLUSTER_IDS)
-@pytest.mark.parametrize("m,n,k", NORM_SHAPES)
+@pytest.mark.parametrize("m,n,k", CLUSTER_NORM_SHAPES)
 def test_cuda_cluster_skinny_gemm_with_the_norm_epilogue_equals_its_twin(m: int, n: int, k: int,
                                                                          config: sg.Config) -> None:
     """C, x += C and the next norm h, three times on one scratch: the norm's counter (the scratch's last) is back
@@ -154,6 +159,7 @@ def test_under_the_flag_a_decode_plan_times_the_cluster_configurations_and_each_
     backend.xp.matmul(da, db, out=out)
     plan = next(p for p in backend.blas.lt.plans.values() if (p.m, p.n, p.k) == (1, 1024, 2048))
     assert all(c in plan.candidates for c in sg.CLUSTER_CONFIGS), "the cluster configurations are candidates"
+    assert len(plan.times_us) == len(plan.candidates), "every candidate timed, the cluster configurations too"
     want = widen_host(a).astype(np.float64) @ widen_host(b).astype(np.float64)
     stream = cupy.cuda.get_current_stream()
     for cand in plan.candidates:
