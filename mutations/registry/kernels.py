@@ -776,6 +776,14 @@ ENTRIES += [
         gates=(f"{RACE}::test_ln_f32_is_the_natural_log_within_its_bound",),
     ),
     Mutation(
+        id="skinny-anatomy-takes-any-shape",
+        description="scripts/skinny-anatomy takes a case the skinny GEMM does not serve and goes on to the device",
+        file="scripts/skinny-anatomy", old="        if k < 1 or not sg.fits(rows, n, BF16, epi):\n",
+        new="        if k < 1:\n",
+        gates=tuple(f"tests/engine/test_lane_scripts.py::test_skinny_anatomy_refuses_a_case_it_cannot_time_before_any_"
+                    f"device[{c}]" for c in ("swiglu-half-pairs", "too-many-rows")),
+    ),
+    Mutation(
         id="replay-ab-times-kernels-off-cuda",
         description="scripts/replay-ab takes --kernels with the CPU backend: it builds the model, then fails on "
                     "the device profiler instead of refusing the option first",
