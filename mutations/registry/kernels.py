@@ -229,7 +229,9 @@ ENTRIES += [
         file="backends/kernels/skinny_gemm.py", old="    for i in range(s):\n", new="    for i in range(s - 1):\n",
         gates=(*(f"{SKINNY}::test_twin_equals_the_product[{m}-{n}-{k}-{d}-{c}]" for m, n, k in SKINNY_SHAPES
                  for d in ("bfloat16", "float16") for c in SKINNY_CONFIGS),
-               f"{SKINNY}::test_the_swiglu_twin_activates_each_interleaved_pair"),  # the SwiGLU twin's GEMM is it
+               f"{SKINNY}::test_the_swiglu_twin_activates_each_interleaved_pair",  # the SwiGLU twin's GEMM is it
+               *(f"{SKINNY}::test_the_norm_twin_adds_the_product_into_x_and_norms_it[{m}-{n}-{k}]"  # and the norm's
+                 for m, n, k in [(1, 1024, 2048), (1, 1024, 3072), (8, 1024, 3072), (3, 2048, 1024), (2, 512, 96)])),
     ),
     Mutation(
         id="cuda-skinny-drops-a-k-slice-partial",
@@ -268,6 +270,15 @@ ENTRIES += [
                     for m, n, k in [(1, 6144, 1024), (8, 6144, 1024), (1, 24576, 4096), (3, 1040, 96),
                                     (2, 256, 2048), (1, 256, 10)] for c in CLUSTER_IDS),
         needs_gpu=True,
+    ),
+    Mutation(
+        id="skinny-norm-twin-norms-without-the-add",
+        description="the norm epilogue's twin norms the residual stream as it was, never adding the GEMM's output",
+        file="backends/kernels/skinny_gemm.py", old="    add_rms_norm(np, x, out, None, w, h, eps=eps)\n",
+        new="    add_rms_norm(np, x, None, None, w, h, eps=eps)\n",
+        gates=tuple(f"{SKINNY}::test_the_norm_twin_adds_the_product_into_x_and_norms_it[{m}-{n}-{k}]"
+                    for m, n, k in [(1, 1024, 2048), (1, 1024, 3072), (8, 1024, 3072), (3, 2048, 1024),
+                                    (2, 512, 96)]),
     ),
     Mutation(
         id="skinny-cluster-flag-ignored",

@@ -162,6 +162,38 @@ NORM_SHAPES = [(1, 1024, 2048), (1, 1024, 3072), (8, 1024, 3072), (3, 2048, 1024
 NORM_RUNS = 6
 
 
+def norm_case(m: int, n: int, k: int, config: sg.Config) -> tuple:
+    """The norm epilogue's operands a, b, the residual x0 and the norm's weight w, and its twin's C, x and h."""
+    a, b = operands(m, n, k, "bfloat16", seed=m + k)
+    rng = np.random.default_rng(n)
+    x0 = rng.standard_normal((m, n), dtype=np.float32)
+    w = (1 + 0.1 * rng.standard_normal(n)).astype(np.float32)
+    want_c, want_x, want_h = np.zeros((m, n), np.float32), x0.copy(), np.zeros((m, n), np.uint16)
+    sg.skinny_gemm_norm(np, a, b, want_c, None, None, want_x, w, want_h, eps=1e-6, config=config)
+    return a, b, x0, w, (want_c, want_x, widen_host(want_h))
+
+
+def assert_norm_outputs(c: np.ndarray, x: np.ndarray, h: np.ndarray, want: tuple, a: np.ndarray, b: np.ndarray,
+                        run: int) -> None:
+    """C to the product's float32 bound, x += C, and h (bf16 bits) to a bf16 ulp of want's."""
+    want_c, want_x, exp_h = want
+    assert np.all(np.abs(c - want_c) <= 1e-5 * (1 + magnitude(a, b))), f"run {run}: C"
+    np.testing.assert_allclose(x, want_x, rtol=1e-5, atol=1e-4, err_msg=f"run {run}: x += C")
+    assert np.all(np.abs(widen_host(h) - exp_h) <= 2 ** -7 * np.abs(exp_h) + 1e-6), f"run {run}: h, to a bf16 ulp"
+
+
+@pytest.mark.parametrize("m,n,k", NORM_SHAPES)
+def test_the_norm_twin_adds_the_product_into_x_and_norms_it(m: int, n: int, k: int) -> None:
+    """The twin the norm epilogue is held to, against float64: C = A @ B, x += C, h = x / rms(x) * w in bf16."""
+    a, b, x0, w, got = norm_case(m, n, k, sg.DEFAULT)
+    c = widen_host(a).astype(np.float64) @ widen_host(b).astype(np.float64)
+    x = x0 + c
+    h = x / np.sqrt((x * x).mean(axis=1, keepdims=True) + 1e-6) * w
+    assert_norm_outputs(got[0], got[1], narrow_host(got[2].astype(np.float32), np.dtype(np.uint16)), (c, x, h), a,
+                        b, 0)
+    assert np.abs(x - x0).max() > 0.1, "non-vacuity: the add moved the residual"
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("config", sg.CONFIGS, ids=CONFIG_IDS)
 @pytest.mark.parametrize("m,n,k", NORM_SHAPES)
@@ -172,24 +204,16 @@ def test_cuda_skinny_gemm_with_the_norm_epilogue_equals_its_twin_on_one_scratch(
     before every tile of C was written (a race, so not every run shows it) read a NaN."""
     import cupy
 
-    a, b = operands(m, n, k, "bfloat16", seed=m + k)
-    rng = np.random.default_rng(n)
-    x0 = rng.standard_normal((m, n), dtype=np.float32)
-    w = (1 + 0.1 * rng.standard_normal(n)).astype(np.float32)
-    want_c, want_x, want_h = np.zeros((m, n), np.float32), x0.copy(), np.zeros((m, n), np.uint16)
-    sg.skinny_gemm_norm(np, a, b, want_c, None, None, want_x, w, want_h, eps=1e-6, config=config)
+    a, b, x0, w, want = norm_case(m, n, k, config)
     partials = cupy.zeros(sg.SCRATCH_FLOATS, np.float32)
     counters = cupy.zeros(sg.MAX_TILES, np.uint32)
     for run in range(NORM_RUNS):
         c, x, h = cupy.full((m, n), np.nan, np.float32), cupy.asarray(x0), cupy.zeros((m, n), np.uint16)
         sg.skinny_gemm_norm(cupy, cupy.asarray(a), cupy.asarray(b), c, partials, counters, x, cupy.asarray(w), h,
                             eps=1e-6, config=config)
-        assert np.all(np.abs(c.get() - want_c) <= 1e-5 * (1 + magnitude(a, b))), f"run {run}: C"
-        np.testing.assert_allclose(x.get(), want_x, rtol=1e-5, atol=1e-4, err_msg=f"run {run}: x += C")
-        got_h, exp_h = widen_host(h.get()), widen_host(want_h)
-        assert np.all(np.abs(got_h - exp_h) <= 2 ** -7 * np.abs(exp_h) + 1e-6), f"run {run}: h, to a bf16 ulp"
+        assert_norm_outputs(c.get(), x.get(), h.get(), want, a, b, run)
         assert int(counters.sum()) == 0, f"run {run}: every counter, the norm's too, back at zero"
-    assert np.abs(want_x - x0).max() > 0.1, "non-vacuity: the add moved the residual"
+    assert np.abs(want[1] - x0).max() > 0.1, "non-vacuity: the add moved the residual"
 
 
 @pytest.mark.gpu
