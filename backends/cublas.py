@@ -129,28 +129,6 @@ class Cublas:
         m, k = a.shape
         return self.lt.gemm_silu_mul(_CUDA_TYPE[a.dtype.name], a, b, c, m, b.shape[1], k, act)
 
-    def gemm_qk_norm_rope_store(self, a: Any, b: Any, c: Any, bias: Any, w: Any, table: Any, positions: Any,
-                                slots: Any, k_cache: Any, v_cache: Any, q_out: Any, has_norm: bool, eps: float) -> bool:
-        """C = A @ B, the fused q/k/v projection, then rotary's q/k norm + rotary + KV write, as the shape's rope plan
-        times them (CublasLt.gemm_qk_norm_rope_store); False, nothing launched, where it has none. A, B and the
-        caches in one 16-bit dtype, C [m, (nh + 2 nkv) hd] and q_out [m, nh, hd] float32, all contiguous."""
-        import cupy
-
-        if (self.lt is None or a.ndim != 2 or b.ndim != 2 or a.dtype != b.dtype or a.dtype.name not in _CUDA_TYPE
-                or k_cache.dtype != b.dtype or v_cache.dtype != b.dtype or c.dtype != cupy.float32
-                or q_out.dtype != cupy.float32 or q_out.ndim != 3 or k_cache.ndim != 4
-                or c.shape != (a.shape[0], (q_out.shape[1] + 2 * k_cache.shape[2]) * q_out.shape[2])
-                or q_out.shape[0] != a.shape[0]
-                or not all(t.flags.c_contiguous for t in (a, b, c, q_out, k_cache, v_cache))):
-            return False
-        self.bind(cupy.cuda.get_current_stream().ptr)
-        m, k = a.shape
-        from backends.cublaslt import Rope
-
-        return self.lt.gemm_qk_norm_rope_store(_CUDA_TYPE[a.dtype.name], a, b, c, m, b.shape[1], k,
-                                               Rope(bias, w, table, positions, slots, k_cache, v_cache, q_out,
-                                                    has_norm, eps))
-
     def sgemm(self, a: Any, b: Any, c: Any, m: int, n: int, k: int, batch: int, stride_a: int, stride_b: int) -> None:
         """backends.gemm's StridedSgemm over CuPy arrays, on CuPy's current stream: float32 operands through
         Sgemm, bf16 / fp16 ones through GemmEx."""

@@ -259,9 +259,10 @@ class DecoderForCausalLM:
         T = h.shape[0]
         nh, nkv, hd = c.num_attention_heads, c.num_key_value_heads, c.head_dim
         qkv = pool.empty((T, (nh + 2 * nkv) * hd), F32)
-        b.gemm_qk_norm_rope_store(h, w[f"{i}.qkv_t"], qkv, w[f"{i}.qk_norm"], self.rope_table, fb.positions,
-                                  fb.slot_mapping, kv.k[i], kv.v[i], carry.get("q", (T, nh, hd)),
-                                  has_norm=c.has_qk_norm, eps=c.rms_norm_eps, bias=w.get(f"{i}.qkv_b"))
+        b.gemm(h, w[f"{i}.qkv_t"], qkv)
+        b.qk_norm_rope_store(qkv, w[f"{i}.qk_norm"], self.rope_table, fb.positions, fb.slot_mapping, kv.k[i],
+                             kv.v[i], carry.get("q", (T, nh, hd)), has_norm=c.has_qk_norm, eps=c.rms_norm_eps,
+                             bias=w.get(f"{i}.qkv_b"))
         pool.release(qkv)
         carry.get("o", (T, nh, hd), self.operand_dtype)
 

@@ -39,14 +39,6 @@ class Ops:
         self.launch(self.kernels.qk_norm_rope_store, qkv, bias, w, rope, positions, slots, k_cache, v_cache, q_out,
                     has_norm=has_norm, eps=eps)
 
-    def gemm_qk_norm_rope_store(self, a: Any, b: Any, qkv: Any, w: Any, rope: Any, positions: Any, slots: Any,
-                                k_cache: Any, v_cache: Any, q_out: Any, *, has_norm: bool, eps: float,
-                                bias: Any = None) -> None:
-        """gemm(a, b, qkv), then qk_norm_rope_store(qkv, ...): the fused q/k/v projection and what follows it. On
-        CUDA one launch where the shape's plan picked the skinny GEMM's rope epilogue (qkv is then not written)."""
-        self.launch(self.kernels.gemm_qk_norm_rope_store, a, b, qkv, bias, w, rope, positions, slots, k_cache,
-                    v_cache, q_out, has_norm=has_norm, eps=eps)
-
     def feed_tokens(self, tokens: Any, src: Any, last: Any) -> None:
         """tokens[i] = last[src[i]] where src[i] >= 0 (int64): a decode step's inputs sampled by the step before,
         read on the device (async scheduling)."""

@@ -56,20 +56,6 @@ def gemm_silu_mul(xp: Any, a: Any, b: Any, gate_up: Any, act: Any, group: int) -
 
 gemm_silu_mul.writes = (2, 3)  # type: ignore[attr-defined]
 
-def gemm_qk_norm_rope_store(xp: Any, a: Any, b: Any, qkv: Any, bias: Any, w: Any, table: Any, positions: Any,
-                            slots: Any, k_cache: Any, v_cache: Any, q_out: Any, has_norm: bool, eps: float) -> None:
-    """qkv = a @ b, then qk_norm_rope_store over it. On CUDA as the shape's rope plan picked (one launch where the
-    skinny GEMM's epilogue runs it, leaving qkv unwritten); anywhere else the GEMM and then the rotary kernel."""
-    fused = getattr(xp, "gemm_qk_norm_rope_store", None)
-    if fused is not None and fused(a, b, qkv, bias, w, table, positions, slots, k_cache, v_cache, q_out, has_norm,
-                                   eps):
-        return
-    xp.matmul(a, b, out=qkv)
-    qk_norm_rope_store(xp, qkv, bias, w, table, positions, slots, k_cache, v_cache, q_out, has_norm=has_norm, eps=eps)
-
-
-gemm_qk_norm_rope_store.writes = (2, 8, 9, 10)  # type: ignore[attr-defined]
-
 LIBRARY = types.SimpleNamespace(embed=embed, add_rms_norm=add_rms_norm, qk_norm_rope_store=qk_norm_rope_store,
                                 silu_mul=silu_mul, paged_decode_attention=paged_decode_attention,
                                 paged_prefill_attention=paged_prefill_attention, gemm=matmul, moe_route=moe_route,
@@ -77,5 +63,4 @@ LIBRARY = types.SimpleNamespace(embed=embed, add_rms_norm=add_rms_norm, qk_norm_
                                 moe_gemm_rows=moe_gemm_rows, moe_route_gemm_rows=moe_route_gemm_rows,
                                 moe_combine_add_rms_norm=moe_combine_add_rms_norm,
                                 feed_tokens=feed_tokens, keep_sampled=keep_sampled,
-                                gemm_add_rms_norm=gemm_add_rms_norm, gemm_silu_mul=gemm_silu_mul,
-                                gemm_qk_norm_rope_store=gemm_qk_norm_rope_store)
+                                gemm_add_rms_norm=gemm_add_rms_norm, gemm_silu_mul=gemm_silu_mul)

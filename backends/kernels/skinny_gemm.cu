@@ -22,7 +22,7 @@
 // block's shared memory, and the cluster's first block adds them in slice order through distributed shared memory,
 // after a cluster barrier. No partials through L2, no fence, no counter: under ncu (session 22) the split GEMM's
 // SMs were active 37% of its time, the rest its serial tail of fence, counter and L2 reads.
-#include "rope_head.cuh"
+#include "common.cuh"
 
 namespace vt {
 
@@ -51,19 +51,6 @@ __device__ __forceinline__ float cluster_load(const float* local, unsigned rank)
     return v;
 }
 
-// The rope epilogue's operands (rotary.cu's qk_norm_rope_store's, less the qkv it reads: the GEMM's own tile).
-template <typename KV>
-struct RopeArgs {
-    const float* bias;
-    const float* rope;
-    const i64* positions;
-    const i64* slots;
-    KV* k_cache;
-    KV* v_cache;
-    float* q_out;
-    int nh, nkv, has_norm;
-};
-
 // 16 bytes of B, streamed: read once, so kept out of L1.
 __device__ __forceinline__ uint4 load_stream(const void* p) {
     uint4 r;
@@ -74,20 +61,18 @@ __device__ __forceinline__ uint4 load_stream(const void* p) {
 
 // M, TC and U are template arguments: a thread holds M x 8 accumulators and U raw vectors, so one row keeps
 // registers few and blocks many.
-template <typename T, int M, int TC, int U, bool NORM, bool SWIGLU, bool ROPE, bool CLUSTER, typename KV>
+template <typename T, int M, int TC, int U, bool NORM, bool SWIGLU, bool CLUSTER>
 __device__ __forceinline__ void skinny_body(const T* __restrict__ a, const T* __restrict__ b, float* __restrict__ c,
                                             float* __restrict__ partials, unsigned int* __restrict__ counters, int N,
                                             int K, int slice, float* __restrict__ x, const float* __restrict__ w,
-                                            T* __restrict__ h, unsigned int* __restrict__ done, float eps,
-                                            const RopeArgs<KV>& ra) {
+                                            T* __restrict__ h, unsigned int* __restrict__ done, float eps) {
     static_assert(M >= 1 && M <= SKINNY_MAX_M && M <= SKINNY_WARPS, "1..8 rows (the norm keeps a row's sum a warp)");
     static_assert(TC == 8 || TC == 16 || TC == 32, "a warp holds whole rows of threads");
     static_assert(sizeof(T) == 2, "8 columns are one 16-byte vector");
-    static_assert((int)NORM + (int)SWIGLU + (int)ROPE <= 1, "one epilogue");
+    static_assert(!(NORM && SWIGLU), "one epilogue");
     constexpr int TR = SKINNY_THREADS / TC, COLS = TC * 8;
     __shared__ float warp_part[SKINNY_WARPS][COLS];
     __shared__ float slice_tile[CLUSTER ? M : 1][CLUSTER ? COLS : 1];  // CLUSTER: this slice's partial tile
-    __shared__ float head_tile[ROPE ? M : 1][ROPE ? COLS : 1];  // ROPE: the tile's sums, one head of each token
     __shared__ bool last;
     const int tc = threadIdx.x % TC, tr = threadIdx.x / TC, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int n = blockIdx.x * COLS + tc * 8;
@@ -150,9 +135,8 @@ __device__ __forceinline__ void skinny_body(const T* __restrict__ a, const T* __
                 for (int w = 0; w < SKINNY_WARPS; w++) v += warp_part[w][col];
                 if (CLUSTER) slice_tile[CLUSTER ? m : 0][CLUSTER ? col : 0] = v;
                 else if (nn < N) {
-                    if (S > 1) partials[((i64)blockIdx.y * M + m) * N + nn] = v;
-                    else if (ROPE) head_tile[ROPE ? m : 0][ROPE ? col : 0] = v;
-                    else c[(i64)m * N + nn] = v;
+                    if (S == 1) c[(i64)m * N + nn] = v;
+                    else partials[((i64)blockIdx.y * M + m) * N + nn] = v;
                 }
             }
         }
@@ -180,8 +164,7 @@ __device__ __forceinline__ void skinny_body(const T* __restrict__ a, const T* __
                     const int m = i / COLS, col = i - m * COLS, nn = blockIdx.x * COLS + col;
                     float v = 0.0f;
                     for (int r = 0; r < S; r++) v += cluster_load(&slice_tile[m][col], r);
-                    if (ROPE) head_tile[ROPE ? m : 0][ROPE ? col : 0] = v;
-                    else if (nn < N) c[(i64)m * N + nn] = v;
+                    if (nn < N) c[(i64)m * N + nn] = v;
                 }
             }
         }
@@ -212,30 +195,10 @@ __device__ __forceinline__ void skinny_body(const T* __restrict__ a, const T* __
                 if (nn >= N) continue;
                 float v = 0.0f;
                 for (int s = 0; s < S; s++) v += __ldcg(&partials[((i64)s * M + m) * N + nn]);  // L2: other SMs wrote them
-                if (ROPE) head_tile[ROPE ? m : 0][ROPE ? i - m * COLS : 0] = v;
-                else c[(i64)m * N + nn] = v;
+                c[(i64)m * N + nn] = v;
             }
         }
         if (threadIdx.x == 0) counters[blockIdx.x] = 0;
-    }
-    if constexpr (ROPE) {
-        // The tile is one head (COLS == the head dim) of each of the M tokens: a warp a token, as rotary.cu's
-        // qk_norm_rope_store runs it (the same function), so the fused and unfused paths agree bit for bit.
-        __syncthreads();
-        constexpr int PER = rope_per_lane<COLS>();
-        if (warp < M) {
-            const int head = blockIdx.x;
-            float v[PER];
-#pragma unroll
-            for (int j = 0; j < PER; j++) {
-                const int d = lane + 32 * j;
-                const float bias = ra.bias != nullptr ? ra.bias[(i64)head * COLS + d] : 0.0f;
-                v[j] = head_tile[ROPE ? warp : 0][ROPE ? d : 0] + bias;
-            }
-            qk_norm_rope_store_head<KV, COLS>(v, head, warp, w, ra.rope + ra.positions[warp] * (2 * COLS),
-                                              ra.slots[warp], ra.k_cache, ra.v_cache, ra.q_out, ra.nh, ra.nkv,
-                                              ra.has_norm, eps);
-        }
     }
     if constexpr (NORM) {
         // this block's tile of C is final; the grid's last tile to be so runs the norm over every column
@@ -296,33 +259,24 @@ __device__ __forceinline__ void skinny_body(const T* __restrict__ a, const T* __
     }
 }
 
-#define SKINNY_PARAMS                                                                                            \
-    const T *__restrict__ a, const T *__restrict__ b, float *__restrict__ c, float *__restrict__ partials,         \
-        unsigned int *__restrict__ counters, int N, int K, int slice, float *__restrict__ x,                       \
-        const float *__restrict__ w, T *__restrict__ h, unsigned int *__restrict__ done, float eps,                \
-        const float *__restrict__ bias, const float *__restrict__ rope, const i64 *__restrict__ positions,         \
-        const i64 *__restrict__ slots, KV *__restrict__ k_cache, KV *__restrict__ v_cache,                         \
-        float *__restrict__ q_out, int nh, int nkv, int has_norm
-
-// NORM, SWIGLU or ROPE picks the epilogue (at most one); KV is the cache's storage type (ROPE's k and v writes).
-template <typename T, int M, int TC, int U, bool NORM = false, bool SWIGLU = false, bool ROPE = false,
-          typename KV = T>
-__global__ void __launch_bounds__(SKINNY_THREADS) skinny_gemm(SKINNY_PARAMS) {
+template <typename T, int M, int TC, int U, bool NORM = false, bool SWIGLU = false>
+__global__ void __launch_bounds__(SKINNY_THREADS)
+skinny_gemm(const T* __restrict__ a, const T* __restrict__ b, float* __restrict__ c, float* __restrict__ partials,
+            unsigned int* __restrict__ counters, int N, int K, int slice, float* __restrict__ x,
+            const float* __restrict__ w, T* __restrict__ h, unsigned int* __restrict__ done, float eps) {
     vt::pdl_entry();
-    skinny_body<T, M, TC, U, NORM, SWIGLU, ROPE, false, KV>(
-        a, b, c, partials, counters, N, K, slice, x, w, h, done, eps,
-        RopeArgs<KV>{bias, rope, positions, slots, k_cache, v_cache, q_out, nh, nkv, has_norm});
+    skinny_body<T, M, TC, U, NORM, SWIGLU, false>(a, b, c, partials, counters, N, K, slice, x, w, h, done, eps);
 }
 
 // Grid (column tiles, SKINNY_CLUSTER): the cluster's blocks are one column tile's K slices.
-template <typename T, int M, int TC, int U, bool NORM = false, bool SWIGLU = false, bool ROPE = false,
-          typename KV = T>
+template <typename T, int M, int TC, int U, bool NORM = false, bool SWIGLU = false>
 __global__ void __cluster_dims__(1, SKINNY_CLUSTER, 1) __launch_bounds__(SKINNY_THREADS)
-skinny_gemm_cluster(SKINNY_PARAMS) {
+skinny_gemm_cluster(const T* __restrict__ a, const T* __restrict__ b, float* __restrict__ c,
+                    float* __restrict__ partials, unsigned int* __restrict__ counters, int N, int K, int slice,
+                    float* __restrict__ x, const float* __restrict__ w, T* __restrict__ h,
+                    unsigned int* __restrict__ done, float eps) {
     vt::pdl_entry();
-    skinny_body<T, M, TC, U, NORM, SWIGLU, ROPE, true, KV>(
-        a, b, c, partials, counters, N, K, slice, x, w, h, done, eps,
-        RopeArgs<KV>{bias, rope, positions, slots, k_cache, v_cache, q_out, nh, nkv, has_norm});
+    skinny_body<T, M, TC, U, NORM, SWIGLU, true>(a, b, c, partials, counters, N, K, slice, x, w, h, done, eps);
 }
 
 }  // namespace vt

@@ -16,13 +16,6 @@ With SwiGLU (`launch(..., act=...)`, the op gemm_silu_mul), the GEMM is the MLP'
 interleaved PAIR_COLS at a time (models/decoder.py): a tile's last sum writes SiLU(gate) x up into act (activation.py's
 silu_mul) and C is not written, so the f32 gate/up rows never leave the SM and the activation is not a launch.
 
-With the rope epilogue (`launch(..., rope=...)`, the op gemm_qk_norm_rope_store), the GEMM is the fused q/k/v
-projection and a column tile is one head (a configuration whose 8 TC columns are the head dim): the tile's last sum
-runs rotary.cu's q/k RMSNorm + rotary + KV-cache write on it (the same device function, rope_head.cuh), a warp a
-token, so q, k and v leave the GEMM where they would have left the rotary kernel, and that kernel is not a launch.
-C is not written. Its epilogue name carries the head dim (`rope_epilogue`): only the configurations whose tile is
-one head serve it.
-
 A cluster configuration (`Config(cluster=True)`, skinny_gemm_cluster) splits K into CLUSTER slices launched as one
 thread-block cluster a column tile, whose first block adds the slices' tiles through distributed shared memory:
 no partials, no counters. The tuner times them only under VT_SKINNY_CLUSTER=1 (`configs()`): they have not yet
@@ -73,33 +66,18 @@ DEFAULT = Config()
 # What the tuner times beside cuBLASLt: narrow tiles split deep, wide tiles with more loads in flight.
 CONFIGS = (DEFAULT, Config(8, 8, 4), Config(16, 8, 2), Config(32, 8, 2), Config(32, 4, 4))
 CLUSTER_CONFIGS = (Config(8, 4, cluster=True), Config(16, 4, cluster=True))
-EPILOGUES = ("", "norm", "swiglu")  # none, gemm_add_rms_norm's, gemm_silu_mul's; and rope_epilogue(head dim)'s
-ROPE_HEAD_DIMS = tuple(sorted({c.cols for c in CONFIGS}))  # a head a column tile: 64, 128, 256
+EPILOGUES = ("", "norm", "swiglu")  # none, gemm_add_rms_norm's, gemm_silu_mul's
 
 
-def rope_epilogue(head_dim: int) -> str:
-    """gemm_qk_norm_rope_store's epilogue over heads of head_dim (its name: a plan's key and an instance's)."""
-    return f"rope{head_dim}"
-
-
-def rope_head_dim(epilogue: str) -> int:
-    """The head dim of a rope epilogue; 0 for any other."""
-    return int(epilogue[4:]) if epilogue.startswith("rope") and epilogue[4:].isdigit() else 0
-
-
-def configs(epilogue: str = "") -> tuple[Config, ...]:
-    """The configurations the tuner times: the cluster ones too under VT_SKINNY_CLUSTER=1; for a rope epilogue
-    only those whose column tile is one head."""
+def configs() -> tuple[Config, ...]:
+    """The configurations the tuner times: the cluster ones too under VT_SKINNY_CLUSTER=1."""
     from vt.env import flags
 
-    out = CONFIGS + CLUSTER_CONFIGS if flags().skinny_cluster else CONFIGS
-    head_dim = rope_head_dim(epilogue)
-    return tuple(c for c in out if c.cols == head_dim) if head_dim else out
+    return CONFIGS + CLUSTER_CONFIGS if flags().skinny_cluster else CONFIGS
 
 
 def instance(dtype: Any, m: int, config: Config, epilogue: str = "") -> Instance:
-    flags = ", false, false, true" if rope_head_dim(epilogue) else {"": "", "norm": ", true",
-                                                                   "swiglu": ", false, true"}[epilogue]
+    flags = {"": "", "norm": ", true", "swiglu": ", false, true"}[epilogue]
     name = "skinny_gemm_cluster" if config.cluster else "skinny_gemm"
     return Instance("skinny_gemm.cu", f"vt::{name}<{ctype(dtype)}, {m}, {config.tc}, {config.unroll}{flags}>")
 
@@ -107,18 +85,13 @@ def instance(dtype: Any, m: int, config: Config, epilogue: str = "") -> Instance
 CI_INSTANCES = sorted({instance(t, m, c) for t in ("uint16", "float16") for m in range(1, MAX_M + 1)
                        for c in CONFIGS + CLUSTER_CONFIGS}
                       | {instance(t, m, c, e) for t in ("uint16", "float16") for m in (1, MAX_M)
-                         for c in CONFIGS + CLUSTER_CONFIGS for e in EPILOGUES[1:] + (rope_epilogue(c.cols),)},
-                      key=str)
+                         for c in CONFIGS + CLUSTER_CONFIGS for e in EPILOGUES[1:]}, key=str)
 
 
 def fits(m: int, n: int, dtype: Any, epilogue: str = "") -> bool:
     """The shapes the kernel serves: a few rows, 16-bit operands, whole 16-byte column groups (whole gate/up pairs
-    of them for SwiGLU, whole heads of a head dim a configuration's tile is for rope)."""
-    head_dim = rope_head_dim(epilogue)
-    if epilogue.startswith("rope") and head_dim not in ROPE_HEAD_DIMS:
-        return False
-    group = head_dim or (2 * PAIR_COLS if epilogue == "swiglu" else 8)
-    return 0 < m <= MAX_M and n % group == 0 and np.dtype(dtype).itemsize == 2
+    of them for SwiGLU)."""
+    return 0 < m <= MAX_M and n % (2 * PAIR_COLS if epilogue == "swiglu" else 8) == 0 and np.dtype(dtype).itemsize == 2
 
 
 def split(m: int, n: int, k: int, config: Config = DEFAULT) -> tuple[int, int]:
@@ -158,49 +131,20 @@ def loaded(dtype: Any, m: int, config: Config, epilogue: str) -> bool:
     return is_loaded(instance(dtype, m, config, epilogue))
 
 
-@dataclass(frozen=True, slots=True)
-class RopeOperands:
-    """The rope epilogue's operands (rotary.py's qk_norm_rope_store's, less qkv), arrays or device pointers: bias
-    [n] float32 or 0, w [nh + nkv, hd], table [positions, 2 hd], positions and slots [m] int64, k and v caches in
-    the GEMM's dtype, q_out [m, nh, hd] float32."""
-
-    bias: Any
-    w: Any
-    table: Any
-    positions: Any
-    slots: Any
-    k_cache: Any
-    v_cache: Any
-    q_out: Any
-    nh: int
-    nkv: int
-    has_norm: bool
-    eps: float
-
-
-NO_ROPE = RopeOperands(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, False, 0.0)
-
-
 def launch(cp: Any, dtype: Any, a: Any, b: Any, c: Any, partials: Any, counters: Any, m: int, n: int,
-           k: int, config: Config = DEFAULT, norm: tuple[Any, Any, Any, float] | None = None, act: Any = None,
-           rope: RopeOperands | None = None) -> None:
+           k: int, config: Config = DEFAULT, norm: tuple[Any, Any, Any, float] | None = None, act: Any = None) -> None:
     """The kernel on CuPy's current stream; a, b, c, partials, counters are arrays or device pointers (counters
     the whole MAX_TILES of them). norm: (x, w, h, eps) of the epilogue, x [m, n] float32 and h [m, n] in dtype.
-    act: SwiGLU's output [m, n / 2] in dtype (the epilogue's; c is then not written). rope: the rope epilogue's
-    operands, its head dim config.cols (c is then not written)."""
+    act: SwiGLU's output [m, n / 2] in dtype (the epilogue's; c is then not written)."""
     step, s = split(m, n, k, config)
-    epilogue = "norm" if norm else "swiglu" if act is not None else rope_epilogue(config.cols) if rope else ""
-    fn = function(cp, instance(dtype, m, config, epilogue))
-    r = rope or NO_ROPE
-    x, w, h, eps = norm or (0, r.w, act if act is not None else 0, r.eps)
+    fn = function(cp, instance(dtype, m, config, "norm" if norm else "swiglu" if act is not None else ""))
+    x, w, h, eps = norm or (0, 0, act if act is not None else 0, 0.0)
     done = 0
     if norm:
         done = counters[DONE:] if hasattr(counters, "shape") else int(counters) + 4 * DONE
     fn((-(-n // config.cols), s), (THREADS,), (ptr(a), ptr(b), ptr(c), ptr(partials), ptr(counters), np.int32(n),
                                                np.int32(k), np.int32(step), ptr(x), ptr(w), ptr(h), ptr(done),
-                                               np.float32(eps), ptr(r.bias), ptr(r.table), ptr(r.positions),
-                                               ptr(r.slots), ptr(r.k_cache), ptr(r.v_cache), ptr(r.q_out),
-                                               np.int32(r.nh), np.int32(r.nkv), np.int32(bool(r.has_norm))))
+                                               np.float32(eps)))
 
 
 def ptr(x: Any) -> Any:
@@ -256,35 +200,3 @@ def _swiglu_cuda(cp: Any, a: Any, b: Any, gate_up: Any, act: Any, partials: Any,
 
 
 skinny_gemm_swiglu = FusedKernel("skinny_gemm_swiglu", _swiglu_twin, _swiglu_cuda, writes=(2, 3))
-
-
-def _rope_twin(a: np.ndarray, b: np.ndarray, qkv: np.ndarray, bias: np.ndarray | None, w: np.ndarray,
-               table: np.ndarray, positions: np.ndarray, slots: np.ndarray, k_cache: np.ndarray, v_cache: np.ndarray,
-               q_out: np.ndarray, partials: Any, counters: Any, has_norm: bool, eps: float,
-               config: Config = DEFAULT) -> None:
-    """The GEMM's twin into qkv, then rotary.py's qk_norm_rope_store's (the CUDA kernel leaves qkv unwritten: it is
-    the unfused path's scratch)."""
-    from backends.kernels import rotary
-
-    _twin(a, b, qkv, partials, counters, config)
-    rotary.qk_norm_rope_store(np, qkv, bias, w, table, positions, slots, k_cache, v_cache, q_out, has_norm=has_norm,
-                              eps=eps)
-
-
-def _rope_cuda(cp: Any, a: Any, b: Any, qkv: Any, bias: Any, w: Any, table: Any, positions: Any, slots: Any,
-               k_cache: Any, v_cache: Any, q_out: Any, partials: Any, counters: Any, has_norm: bool, eps: float,
-               config: Config = DEFAULT) -> None:
-    m, k = a.shape
-    n = b.shape[1]
-    _, nh, hd = q_out.shape
-    nkv = k_cache.shape[2]
-    if (not fits(m, n, b.dtype, rope_epilogue(hd)) or config.cols != hd or a.dtype != b.dtype
-            or k_cache.dtype != b.dtype or n != (nh + 2 * nkv) * hd or q_out.shape[0] != m):
-        raise ValueError(f"skinny_gemm_rope: {a.shape} {a.dtype} @ {b.shape} {b.dtype} into heads of {hd} "
-                         f"({config}), cache {k_cache.dtype}")
-    launch(cp, b.dtype, a, b, qkv, partials, counters, m, n, k, config,
-           rope=RopeOperands(0 if bias is None else bias, w, table, positions, slots, k_cache, v_cache, q_out, nh,
-                             nkv, has_norm, eps))
-
-
-skinny_gemm_rope = FusedKernel("skinny_gemm_rope", _rope_twin, _rope_cuda, writes=(2, 8, 9, 10))

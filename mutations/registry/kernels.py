@@ -24,8 +24,6 @@ SKINNY_CONFIGS = tuple(f"tc{c.tc}u{c.unroll}x{c.per_sm}" for c in skinny_gemm.CO
 CLUSTER = "tests/backends/test_skinny_cluster.py"
 CLUSTER_SHAPES = [*SKINNY_SHAPES, (1, 64, 10)]  # the test's shapes and its short K
 CLUSTER_IDS = tuple(f"tc{c.tc}u{c.unroll}" for c in skinny_gemm.CLUSTER_CONFIGS)
-ROPE = "tests/backends/test_skinny_rope.py"
-ROPE_CASES = [(1, 8, 2, 1024), (8, 4, 2, 512), (3, 16, 4, 96)]  # the test's (tokens, q heads, kv heads, K)
 
 
 def cases(test: str, names: tuple[str, ...], dtypes: tuple[str, ...] = ("float32", "bfloat16")) -> tuple[str, ...]:
@@ -283,84 +281,11 @@ ENTRIES += [
                                     (2, 512, 96)]),
     ),
     Mutation(
-        id="skinny-rope-serves-a-part-of-a-head",
-        description="the rope epilogue takes any N of whole column groups, a tile then straddling two heads",
-        file="backends/kernels/skinny_gemm.py",
-        old="    group = head_dim or (2 * PAIR_COLS if epilogue == \"swiglu\" else 8)\n",
-        new="    group = 8 if head_dim else (2 * PAIR_COLS if epilogue == \"swiglu\" else 8)\n",
-        gates=tuple(f"{ROPE}::test_the_rope_epilogue_is_served_by_configurations_whose_tile_is_one_head[{hd}]"
-                    for hd in (64, 128, 256)),
-    ),
-    Mutation(
-        id="skinny-rope-times-configurations-of-any-width",
-        description="a rope plan times every configuration, whose tile is then not one head",
-        file="backends/kernels/skinny_gemm.py",
-        old="    return tuple(c for c in out if c.cols == head_dim) if head_dim else out\n",
-        new="    return out\n",
-        gates=tuple(f"{ROPE}::test_the_rope_epilogue_is_served_by_configurations_whose_tile_is_one_head[{hd}]"
-                    for hd in (16, 32, 64, 96, 128, 256)),
-    ),
-    Mutation(
-        id="skinny-rope-twin-never-norms",
-        description="the rope epilogue's twin runs the rotary without the q/k norm, whatever the model says",
-        file="backends/kernels/skinny_gemm.py",
-        old="    rotary.qk_norm_rope_store(np, qkv, bias, w, table, positions, slots, k_cache, v_cache, q_out, "
-            "has_norm=has_norm,\n",
-        new="    rotary.qk_norm_rope_store(np, qkv, bias, w, table, positions, slots, k_cache, v_cache, q_out, "
-            "has_norm=False,\n",
-        gates=tuple(f"{ROPE}::test_the_rope_twin_is_the_product_then_the_rotary_reference[{m}-{nh}-{nkv}-{k}-norm]"
-                    for m, nh, nkv, k in ROPE_CASES),
-    ),
-    Mutation(
-        id="cuda-skinny-rope-reads-the-first-tokens-position",
-        description="every token of the rope epilogue rotates by the first token's position and writes its slot",
-        file="backends/kernels/skinny_gemm.cu",
-        old="ra.positions[warp] * (2 * COLS),\n                                              ra.slots[warp],",
-        new="ra.positions[0] * (2 * COLS),\n                                              ra.slots[0],",
-        gates=tuple(f"{ROPE}::test_cuda_rope_epilogue_equals_the_gemm_then_the_rotary_kernel_bit_for_bit"
-                    f"[{m}-{nh}-{nkv}-{k}-{hd}]" for m, nh, nkv, k in ROPE_CASES for hd in (64, 128, 256) if m > 1),
-        needs_gpu=True,
-    ),
-    Mutation(
-        id="cuda-skinny-rope-drops-the-bias",
-        description="the rope epilogue rotates the projection without its bias (Qwen2's q/k/v bias lost)",
-        file="backends/kernels/skinny_gemm.cu",
-        old="const float bias = ra.bias != nullptr ? ra.bias[(i64)head * COLS + d] : 0.0f;",
-        new="const float bias = 0.0f;",
-        gates=(*(f"{ROPE}::test_cuda_rope_epilogue_equals_the_gemm_then_the_rotary_kernel_bit_for_bit"
-                 f"[{m}-{nh}-{nkv}-{k}-{hd}]" for m, nh, nkv, k in ROPE_CASES for hd in (64, 128, 256)),
-               f"{ROPE}::test_a_rope_plan_times_the_fused_configurations_and_each_is_right"),
-        needs_gpu=True,
-    ),
-    Mutation(
-        id="cuda-skinny-rope-split-sum-into-c",
-        description="a split rope GEMM's last block writes its sums to C as a plain GEMM does, and rotates whatever "
-                    "its shared tile held",
-        file="backends/kernels/skinny_gemm.cu",
-        old="                if (ROPE) head_tile[ROPE ? m : 0][ROPE ? i - m * COLS : 0] = v;\n                else c",
-        new="                c",
-        # K = 96 over head-wide tiles of 64 (and the tiny model's K of 64) runs unsplit, where no sum is split
-        gates=(*(f"{ROPE}::test_cuda_rope_epilogue_equals_the_gemm_then_the_rotary_kernel_bit_for_bit"
-                 f"[{m}-{nh}-{nkv}-{k}-{hd}]" for m, nh, nkv, k in ROPE_CASES for hd in (64, 128, 256)
-                 if (k, hd) != (96, 64)),
-               f"{ROPE}::test_a_rope_plan_times_the_fused_configurations_and_each_is_right"),
-        needs_gpu=True,
-    ),
-    Mutation(
-        id="cuda-backend-never-fuses-the-rope",
-        description="the CUDA backend offers no fused q/k/v + rotary: every step launches the rotary kernel",
-        file="backends/cuda.py",
-        old="        xp.gemm_qk_norm_rope_store = self.blas.gemm_qk_norm_rope_store\n",
-        new="",
-        gates=(f"{ROPE}::test_on_the_gpu_a_decode_step_runs_its_rotary_inside_the_qkv_gemm_and_computes_the_same",),
-        needs_gpu=True,
-    ),
-    Mutation(
         id="skinny-cluster-flag-ignored",
         description="the tuner never times the cluster configurations, VT_SKINNY_CLUSTER=1 or not",
         file="backends/kernels/skinny_gemm.py",
-        old="    out = CONFIGS + CLUSTER_CONFIGS if flags().skinny_cluster else CONFIGS\n",
-        new="    out = CONFIGS\n",
+        old="    return CONFIGS + CLUSTER_CONFIGS if flags().skinny_cluster else CONFIGS\n",
+        new="    return CONFIGS\n",
         gates=(f"{CLUSTER}::test_the_tuner_times_the_cluster_configurations_only_under_the_flag",),
     ),
     Mutation(
