@@ -68,7 +68,8 @@ class Flags:
     # CDF of its masses (a max pass, then a mass pass): the same distribution, another token for a given seed
     temperature_draw: str = "mass"
     # VT_SKINNY_CLUSTER=1: the GEMM tuner also times the skinny GEMM's cluster configurations (a column tile's K
-    # slices summed through distributed shared memory; backends/kernels/skinny_gemm.py), not yet run on a GPU
+    # slices summed through distributed shared memory; backends/kernels/skinny_gemm.py): correct on the H200, and
+    # no faster a decode step there (session 23)
     skinny_cluster: bool = False
 
     @classmethod

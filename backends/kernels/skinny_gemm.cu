@@ -17,7 +17,7 @@
 // up's: common.cuh), so a tile holds both halves of its outputs: the kernel writes SiLU(gate) x up in T into h
 // [M, N / 2] (activation.cu's silu_mul) where C would have been, and C is never written. N % 16 == 0.
 //
-// skinny_gemm_cluster (VT_SKINNY_CLUSTER=1, not yet measured on a GPU) is the same GEMM with a column tile's
+// skinny_gemm_cluster (VT_SKINNY_CLUSTER=1; no faster a step on the H200, session 23) is the same GEMM with a column tile's
 // SKINNY_CLUSTER K slices launched as one thread-block cluster (sm_90): each slice's partial tile stays in its
 // block's shared memory, and the cluster's first block adds them in slice order through distributed shared memory,
 // after a cluster barrier. No partials through L2, no fence, no counter: under ncu (session 22) the split GEMM's

@@ -18,8 +18,8 @@ silu_mul) and C is not written, so the f32 gate/up rows never leave the SM and t
 
 A cluster configuration (`Config(cluster=True)`, skinny_gemm_cluster) splits K into CLUSTER slices launched as one
 thread-block cluster a column tile, whose first block adds the slices' tiles through distributed shared memory:
-no partials, no counters. The tuner times them only under VT_SKINNY_CLUSTER=1 (`configs()`): they have not yet
-run on a GPU. CI compiles them and their tests hold them to the same twin.
+no partials, no counters. The tuner times them only under VT_SKINNY_CLUSTER=1 (`configs()`): on the H200 they pass
+the same GPU tests, win some shapes by ~0.5 us a launch and leave the step's replay where it was (session 23).
 """
 
 from __future__ import annotations
