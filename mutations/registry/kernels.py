@@ -803,3 +803,120 @@ ENTRIES += [
         gates=("tests/engine/test_lane_scripts.py::test_replay_ab_refuses_kernel_times_without_a_gpu_backend",),
     ),
 ]
+
+# The residual stream's, rotary's, activation's and token-feed kernels, and the attention bindings' block-size
+# guards: each of their gates named by a mutant (a review of the registry against DESIGN.md found them without one,
+# session 23). The twins' die on the CPU; the kernels' in the GPU lane.
+ROTARY_TWIN = f"{KERNELS}::test_rotary_twin_norms_rotates_and_writes_the_cache"
+NORM_TWIN = f"{KERNELS}::test_add_rms_norm_twin"
+ELEMENTWISE_CUDA = f"{KERNELS}::test_cuda_norm_activation_and_embed_equal_their_twins"
+ELEMENTWISE_DTYPES = ("float32", "bfloat16", "float16")
+ENTRIES += [
+    Mutation(
+        id="rotary-twin-forgets-rotate-half",
+        description="the rotary twin pairs each element with itself, not with its partner half a head away",
+        file="backends/kernels/rotary.py",
+        old="    rot = np.concatenate([y[..., half:], y[..., :half]], axis=-1)",
+        new="    rot = np.concatenate([y[..., :half], y[..., half:]], axis=-1)",
+        gates=tuple(f"{ROTARY_TWIN}[{hd}-{n}]" for hd in (16, 128) for n in ("qk-norm", "no-norm")),
+    ),
+    Mutation(
+        id="cuda-rotary-forgets-rotate-half",
+        description="the rotary kernel pairs each element with itself where a lane holds both halves (head dim 64+)",
+        file="backends/kernels/rotary.cu",
+        old="            if constexpr (HD >= 64) rot[j] = v[(j + PER / 2) % PER];",
+        new="            if constexpr (HD >= 64) rot[j] = v[j];",
+        gates=tuple(f"{KERNELS}::test_cuda_rotary_equals_its_twin[{hd}-{d}]" for hd in (64, 128, 256)
+                    for d in ("float32", "bfloat16")),
+        needs_gpu=True,
+    ),
+    Mutation(
+        id="rms-norm-twin-drops-the-bias",
+        description="the residual add + RMSNorm twin adds delta but not the bias beside it (Qwen2's o bias lost)",
+        file="backends/kernels/norm.py",
+        old="        np.add(x, delta if bias is None else delta + bias, out=x)",
+        new="        np.add(x, delta, out=x)",
+        gates=(f"{NORM_TWIN}[add-bias-float32]", f"{NORM_TWIN}[add-bias-bfloat16]"),
+    ),
+    Mutation(
+        id="rms-norm-twin-drops-the-weight",
+        description="the RMSNorm twin writes the normed row without its weight",
+        file="backends/kernels/norm.py",
+        old="    out[...] = narrow_host(x / np.sqrt(var + np.float32(eps)) * w, out.dtype)",
+        new="    out[...] = narrow_host(x / np.sqrt(var + np.float32(eps)), out.dtype)",
+        gates=tuple(f"{NORM_TWIN}[{m}-{d}]" for m in ("norm", "add", "add-bias") for d in ("float32", "bfloat16")),
+    ),
+    Mutation(
+        id="cuda-rms-norm-drops-the-bias",
+        description="the residual add + RMSNorm kernel adds delta but not the bias beside it",
+        file="backends/kernels/norm.cu",
+        old="        if (bias != nullptr) {",
+        new="        if (false) {",
+        gates=tuple(f"{ELEMENTWISE_CUDA}[{d}]" for d in ELEMENTWISE_DTYPES),
+        needs_gpu=True,
+    ),
+    Mutation(
+        id="embed-twin-reverses-the-tokens",
+        description="the embedding twin gathers the step's tokens' rows in reverse order",
+        file="backends/kernels/norm.py",
+        old="    out[...] = widen_host(table[ids])",
+        new="    out[...] = widen_host(table[ids[::-1]])",
+        gates=(f"{KERNELS}::test_silu_mul_and_embed_twins[20]", f"{KERNELS}::test_silu_mul_and_embed_twins[4]"),
+    ),
+    Mutation(
+        id="cuda-embed-reads-the-first-token",
+        description="every block of the embedding kernel gathers the step's first token's row",
+        file="backends/kernels/norm.cu",
+        old="    const W* row = table + ids[t] * (i64)H;",
+        new="    const W* row = table + ids[0] * (i64)H;",
+        gates=tuple(f"{ELEMENTWISE_CUDA}[{d}]" for d in ELEMENTWISE_DTYPES),
+        needs_gpu=True,
+    ),
+    Mutation(
+        id="cuda-silu-mul-swaps-gate-and-up",
+        description="the activation kernel takes SiLU of the up projection and multiplies by the gate",
+        file="backends/kernels/activation.cu",
+        old="silu_times(row[0], row[group])",
+        new="silu_times(row[group], row[0])",
+        gates=tuple(f"{ELEMENTWISE_CUDA}[{d}]" for d in ELEMENTWISE_DTYPES),
+        needs_gpu=True,
+    ),
+    Mutation(
+        id="feed-twin-feeds-a-failed-rows-minus-one",
+        description="the token-feed twin feeds a failed row's -1 as the next input, an index before the embedding "
+                    "table",
+        file="backends/kernels/tokens.py",
+        old="    tokens[fed] = np.maximum(last[src[fed]], 0)",
+        new="    tokens[fed] = last[src[fed]]",
+        gates=(f"{KERNELS}::test_feed_and_keep_twins_move_tokens_by_request_slot",),
+    ),
+    Mutation(
+        id="cuda-feed-tokens-feeds-a-failed-rows-minus-one",
+        description="the token-feed kernel feeds a failed row's -1 as the next input",
+        file="backends/kernels/tokens.cu",
+        old="tokens[i] = max(0ll, last[src[i]]);",
+        new="tokens[i] = last[src[i]];",
+        gates=(f"{KERNELS}::test_cuda_feed_and_keep_equal_their_twins",),
+        needs_gpu=True,
+    ),
+    Mutation(
+        id="prefill-binding-takes-any-block-size",
+        description="the CUDA prefill binding launches for any block size, where its shifts read the wrong blocks",
+        file="backends/kernels/prefill_attention.py",
+        old="    if bs & (bs - 1) or KEY_TILE % bs or k_cache.shape[0] >= 2**31:",
+        new="    if k_cache.shape[0] >= 2**31:",
+        gates=tuple(f"{KERNELS}::test_the_prefill_kernels_binding_refuses_a_block_size_its_shifts_cannot_serve[{b}]"
+                    for b in (12, 128)),
+        expect="_LaunchReached",  # the test's stand-in for the launch: reached, where the guard should have refused
+    ),
+    Mutation(
+        id="decode-binding-takes-any-block-size",
+        description="the CUDA decode binding launches for any block size, where its shifts read the wrong blocks",
+        file="backends/kernels/decode_attention.py",
+        old="        return\n    bs, nkv = k_cache.shape[1], k_cache.shape[2]\n"
+            "    if bs & (bs - 1) or k_cache.shape[0] >= 2**31:",
+        new="        return\n    bs, nkv = k_cache.shape[1], k_cache.shape[2]\n    if k_cache.shape[0] >= 2**31:",
+        gates=(f"{KERNELS}::test_the_decode_kernels_binding_refuses_a_block_size_its_shifts_cannot_serve",),
+        expect="_LaunchReached",
+    ),
+]
