@@ -156,13 +156,26 @@ class CudaBackend(Backend):
 
     @classmethod
     def check_model(cls, config: Any) -> None:
+        """A shape the CUDA kernels cannot run, refused by its config field when the model loads (its twins, which
+        the CPU backend runs, take any): not a kernel's ValueError at the first step."""
         from backends.kernels.fused import HEAD_DIMS
+        from backends.kernels.moe import MAX_EXPERTS, MAX_TOP_K
+        from backends.kernels.norm import NORM_VECS
         from vt.errors import CheckpointError
 
+        def refuse(field: str, why: str) -> None:
+            raise CheckpointError(f"config.json: {field} is not served by the CUDA backend's kernels ({why}); the CPU "
+                                  f"backend runs it")
+
         if config.head_dim not in HEAD_DIMS:  # the attention kernels' layouts (backends/kernels/fused.py)
-            raise CheckpointError(f"config.json: head_dim {config.head_dim} is not served by the CUDA backend's "
-                                  f"attention kernels (head dims {', '.join(map(str, HEAD_DIMS))}); "
-                                  f"the CPU backend runs it")
+            refuse(f"head_dim {config.head_dim}", f"attention: head dims {', '.join(map(str, HEAD_DIMS))}")
+        max_hidden = 4 * NORM_VECS * 1024  # a row a block, NORM_VECS float4s a thread (norm.cu)
+        if config.hidden_size % 4 or config.hidden_size > max_hidden:
+            refuse(f"hidden_size {config.hidden_size}", f"RMSNorm: a multiple of 4, at most {max_hidden}")
+        if config.is_moe and config.num_experts > MAX_EXPERTS:  # the routing kernel's per-block tables (moe.cu)
+            refuse(f"num_experts {config.num_experts}", f"MoE routing: at most {MAX_EXPERTS}")
+        if config.is_moe and config.num_experts_per_tok > MAX_TOP_K:
+            refuse(f"num_experts_per_tok {config.num_experts_per_tok}", f"MoE routing: at most {MAX_TOP_K}")
 
     def end_start_up(self) -> None:
         if self.blas.lt is not None:

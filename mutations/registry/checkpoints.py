@@ -143,3 +143,25 @@ ENTRIES: list[Mutation] = [
         expect="DID NOT RAISE",
     ),
 ]
+SHAPE_REFUSED = f"{ARCH_ERR}::test_a_shape_the_cuda_norm_or_routing_kernels_cannot_run_is_refused_by_its_field"
+ENTRIES += [
+    Mutation(
+        id="cuda-backend-takes-any-hidden-size",
+        description="the CUDA backend loads a model whose hidden size its RMSNorm kernel cannot read as float4s",
+        file="backends/cuda.py",
+        old="        if config.hidden_size % 4 or config.hidden_size > max_hidden:",
+        new="        if False:",
+        gates=(f"{SHAPE_REFUSED}[hidden_size-1030]", f"{SHAPE_REFUSED}[hidden_size-20480]"),
+        expect="DID NOT RAISE",
+    ),
+    Mutation(
+        id="cuda-backend-takes-any-expert-count",
+        description="the CUDA backend loads a MoE model with more experts, or a larger top-k, than its routing "
+                    "kernel keeps",
+        file="backends/cuda.py",
+        old="        if config.is_moe and config.num_experts > MAX_EXPERTS:",
+        new="        if False:",
+        gates=(f"{SHAPE_REFUSED}[num_experts-600]",),
+        expect="DID NOT RAISE",
+    ),
+]

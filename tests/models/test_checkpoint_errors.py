@@ -188,3 +188,22 @@ def test_a_head_dim_the_cuda_kernels_cannot_serve_is_refused_before_any_weight()
     with pytest.raises(CheckpointError, match="refused head_dim 16"):  # the loader asks before it builds anything
         load_model(ckpt, Refusing())
     assert load_model(ckpt, CpuBackend()).cfg.head_dim == 16  # the CPU backend refuses nothing
+
+
+@pytest.mark.parametrize("field,value", [("hidden_size", 1030), ("hidden_size", 20480), ("num_experts", 600),
+                                         ("num_experts_per_tok", 40)])
+def test_a_shape_the_cuda_norm_or_routing_kernels_cannot_run_is_refused_by_its_field(field: str, value: int) -> None:
+    """The RMSNorm kernel reads a row as float4s (at most 16,384 wide), the routing kernel keeps at most 512 experts
+    and a top-32 per token: a checkpoint past them is refused by name when it loads, not by a kernel's ValueError
+    at its first step. The largest shapes each kernel serves pass."""
+    import dataclasses
+
+    from backends.cuda import CudaBackend
+
+    moe = load_checkpoint(resolve_model("tiny-qwen3-moe")).config
+    with pytest.raises(CheckpointError, match=f"config.json: {field} {value} is not served by the CUDA backend"):
+        CudaBackend.check_model(dataclasses.replace(moe, **{"num_experts": 64, field: value}))  # top-k <= experts
+    CudaBackend.check_model(dataclasses.replace(moe, hidden_size=16384, num_experts=512, num_experts_per_tok=32))
+    dense = load_checkpoint(resolve_model("tiny-qwen3")).config
+    assert not dense.is_moe
+    CudaBackend.check_model(dataclasses.replace(dense, num_experts_per_tok=40))  # no routing kernel in a dense model
