@@ -20,7 +20,7 @@ WORKSPACE_BYTES = 32 << 20
 CUDA_R_32F, CUDA_R_16F, CUDA_R_16BF = 0, 2, 14
 CUBLAS_COMPUTE_32F = 68
 CUBLAS_GEMM_DEFAULT = -1
-_CUDA_TYPE = {"float16": CUDA_R_16F, "uint16": CUDA_R_16BF}  # uint16 holds bf16 bits (models/kernels.py)
+_CUDA_TYPE = {"float16": CUDA_R_16F, "uint16": CUDA_R_16BF}  # uint16 holds bf16 bits (vt/dtypes.py)
 
 
 # The norm epilogue has run on a GPU for rows of at most 1,024 (a float4 a thread: the 0.6B shape); a wider row's

@@ -68,7 +68,7 @@ def _twin(q: np.ndarray, k_cache: np.ndarray, v_cache: np.ndarray, block_tables:
         raise EngineInvariantError(f"paged_decode_attention: block size {bs} (a power of two) and "
                                    f"{k_cache.shape[0]} cache blocks (fewer than 2**31)")
     W = block_tables.shape[1]
-    P = 1 if part_ml is None else part_ml.shape[2]
+    P = _partitions(part_o, part_ml)
     ctx = np.minimum(positions.astype(np.int64) + 1, W * bs)
     part = W * bs if P == 1 else partition_size(T, nkv, W * bs)  # one partition: the whole table
     tables = block_tables[token_row]  # [T, W]
@@ -83,13 +83,22 @@ def _twin(q: np.ndarray, k_cache: np.ndarray, v_cache: np.ndarray, block_tables:
     if P == 1:
         res = o[..., 0, :]
     else:
-        assert part_o is not None and part_ml is not None, "a table wider than one partition needs the scratch"
+        assert part_o is not None and part_ml is not None  # _partitions: both or neither
         part_o[...] = o.reshape(T, nh, P, hd)
         part_ml[...] = np.stack([m, lsum], axis=-1).reshape(T, nh, P, 2)
         M = np.max(m, axis=-1, keepdims=True)
         share = np.where(lsum > 0, np.exp(m - np.where(np.isinf(M), 0, M)) * lsum, 0)  # at the common max
         res = (share[..., None] * o).sum(axis=-2) / share.sum(axis=-1)[..., None]
     out[...] = narrow_host(res.reshape(T, nh, hd).astype(np.float32), out.dtype)
+
+
+def _partitions(part_o: Any, part_ml: Any) -> int:
+    """P, the partitions the partials' scratch holds (1 without one): a caller gives both arrays or neither (the
+    kernel would write a partition's output through a null part_o)."""
+    if (part_o is None) != (part_ml is None):
+        raise EngineInvariantError("paged_decode_attention: part_o and part_ml come together (a table wider than one "
+                                   "partition needs both), or not at all")
+    return 1 if part_ml is None else int(part_ml.shape[2])
 
 
 def _partition(qg: np.ndarray, kf: np.ndarray, vf: np.ndarray, tables: np.ndarray, bs: int, start: int,
@@ -135,7 +144,7 @@ def _cuda(cp: Any, q: Any, k_cache: Any, v_cache: Any, block_tables: Any, token_
         raise EngineInvariantError(f"paged_decode_attention: block size {bs} (a power of two) and "
                                    f"{k_cache.shape[0]} cache blocks (fewer than 2**31)")
     W = block_tables.shape[1]
-    P = 1 if part_ml is None else part_ml.shape[2]
+    P = _partitions(part_o, part_ml)
     part = W * bs if P == 1 else partition_size(T, nkv, W * bs)  # one partition: the whole table
     kv, o = ctype(k_cache.dtype), ctype(out.dtype)
     if P > MAX_PARTITIONS:  # partition_size never splits more than TARGET_BLOCKS ways; a caller's scratch might

@@ -519,3 +519,24 @@ def test_the_decode_kernels_binding_refuses_a_block_size_its_shifts_cannot_serve
         launch(12)
     with pytest.raises(_LaunchReached):  # non-vacuity: the engine's block size 16 passes the guard
         launch(16)
+
+
+def test_the_decode_binding_refuses_one_partials_array_without_the_other(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A table wider than one partition writes each partition's output to part_o and its max and sum to part_ml:
+    given one of them alone, the kernel would write through a null pointer, so the binding refuses before any
+    launch (the twin too)."""
+    from backends.kernels import decode_attention
+    from backends.kernels.decode_attention import paged_decode_attention
+    from vt.errors import EngineInvariantError
+
+    monkeypatch.setattr(decode_attention, "function", _reached_the_launch)
+    T, nh, hd, P = 2, 2, 16, 4
+    cache = np.zeros((8, 16, 1, hd), np.uint16)
+    args = (np.zeros((T, nh, hd), np.float32), cache, cache, np.zeros((1, 8), np.int64), np.zeros(T, np.int64),
+            np.arange(T, dtype=np.int64), np.zeros((T, nh, hd), np.uint16))
+    part_o, part_ml = np.zeros((T, nh, P, hd), np.float32), np.zeros((T, nh, P, 2), np.float32)
+    for body in (paged_decode_attention.cuda, lambda *a: paged_decode_attention.twin(*a[1:])):
+        with pytest.raises(EngineInvariantError, match="part_o and part_ml come together"):
+            body(None, *args, None, part_ml)
+    with pytest.raises(_LaunchReached):  # non-vacuity: both arrays pass the guard
+        paged_decode_attention.cuda(None, *args, part_o, part_ml)
