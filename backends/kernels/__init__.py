@@ -13,6 +13,9 @@
     moe.cu/.py          routed MoE: top-k routing, rows grouped by expert, grouped GEMMs, the weighted combine
     skinny_gemm.cu/.py  decode GEMMs (at most 8 rows): split-K, streaming the weights; timed against cuBLASLt
     sampler.cu/.py      the batched sampler (its twin is vt/engine/sample/sampler.py's reference)
+    tokens.cu/.py       async scheduling's token moves: a step's inputs fed from the ids the step before sampled,
+                        each row's sampled id kept at its request's slot
+    library.py          the op table a backend launches the models' named operations from
 
 A twin is the reference its kernel is tested against (the GPU lane, on random inputs at the edges) and what
 the CPU backend runs; a fused kernel writes only the outputs its caller preallocated, so the twin is charged
