@@ -151,7 +151,7 @@ ENTRIES += [
         file="backends/cuda.py",
         old="        if config.hidden_size % 4 or config.hidden_size > max_hidden:",
         new="        if False:",
-        gates=(f"{SHAPE_REFUSED}[hidden_size-1030]", f"{SHAPE_REFUSED}[hidden_size-20480]"),
+        gates=(f"{SHAPE_REFUSED}[hidden_size-1030]", f"{SHAPE_REFUSED}[hidden_size-16388]"),
         expect="DID NOT RAISE",
     ),
     Mutation(
@@ -161,7 +161,18 @@ ENTRIES += [
         file="backends/cuda.py",
         old="        if config.is_moe and config.num_experts > MAX_EXPERTS:",
         new="        if False:",
-        gates=(f"{SHAPE_REFUSED}[num_experts-600]",),
+        gates=(f"{SHAPE_REFUSED}[num_experts-513]",),
         expect="DID NOT RAISE",
+    ),
+]
+ENTRIES += [
+    Mutation(
+        id="cuda-head-dims-lose-64",
+        description="the CUDA backend stops serving head dim 64 (Qwen2.5-0.5B's, Llama 3.2 1B's): such a model is "
+                    "refused at load",
+        file="backends/kernels/fused.py",
+        old="HEAD_DIMS = (16, 32, 64, 128, 256)",
+        new="HEAD_DIMS = (16, 32, 128, 256)",
+        gates=(f"{ARCH_ERR}::test_a_head_dim_the_cuda_kernels_cannot_serve_is_refused_before_any_weight",),
     ),
 ]

@@ -536,7 +536,8 @@ def test_the_decode_binding_refuses_one_partials_array_without_the_other(monkeyp
             np.arange(T, dtype=np.int64), np.zeros((T, nh, hd), np.uint16))
     part_o, part_ml = np.zeros((T, nh, P, hd), np.float32), np.zeros((T, nh, P, 2), np.float32)
     for body in (paged_decode_attention.cuda, lambda *a: paged_decode_attention.twin(*a[1:])):
-        with pytest.raises(EngineInvariantError, match="part_o and part_ml come together"):
-            body(None, *args, None, part_ml)
+        for one in ((None, part_ml), (part_o, None)):
+            with pytest.raises(EngineInvariantError, match="part_o and part_ml come together"):
+                body(None, *args, *one)
     with pytest.raises(_LaunchReached):  # non-vacuity: both arrays pass the guard
         paged_decode_attention.cuda(None, *args, part_o, part_ml)
