@@ -185,3 +185,35 @@ ENTRIES: list[Mutation] = [
         expect="DID NOT RAISE",
     ),
 ]
+# Found by probing the server with hostile bodies (session 23): each refused with a 400, nothing left behind.
+ENGINE_PROCESS = "tests/server/test_engine_process.py"
+ENTRIES += [
+    Mutation(
+        id="server-body-misses-the-digit-limit",
+        description="an integer literal of 4,300+ digits (json.loads' ValueError, not a JSONDecodeError) is a 500",
+        file="vt/server/app.py",
+        old="        except (ValueError, RecursionError) as e:",
+        new="        except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as e:",
+        gates=tuple(f"{REFUSALS}::test_an_integer_past_pythons_digit_limit_is_a_400_never_a_500[{r}]"
+                    for r in ("completions", "chat", "detokenize")),
+    ),
+    Mutation(
+        id="server-takes-a-lone-surrogate",
+        description="a lone UTF-16 surrogate in a body's string reaches the engine and the tokenizer: a 500",
+        file="vt/server/app.py",
+        old="        if where is not None:",
+        new="        if False:",
+        gates=tuple(f"{REFUSALS}::test_a_lone_surrogate_is_a_400_naming_its_field_and_leaves_nothing_behind[{c}]"
+                    for c in ("stop", "prompt", "chat-content", "tokenize")),
+    ),
+    Mutation(
+        id="async-llm-keeps-a-refused-add",
+        description="a request the engine-process path refuses before queueing its add leaves its stream and "
+                    "pending add in the server's tables",
+        file="vt/server/async_llm.py",
+        old="        except BaseException:  # refused before it was queued: nothing of it may stay behind\n"
+            "            self._streams.pop(request_id, None)\n            self._adds.pop(request_id, None)\n",
+        new="        except BaseException:  # refused before it was queued: nothing of it may stay behind\n",
+        gates=(f"{ENGINE_PROCESS}::test_a_request_refused_before_its_add_is_queued_leaves_nothing_behind",),
+    ),
+]

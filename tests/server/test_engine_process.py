@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 
 import httpx
+import pytest
 
 from vt.server.serve import running_server
 
@@ -72,3 +73,26 @@ def test_the_settled_configuration_comes_back_from_the_engine_process() -> None:
     with running_server("tiny-qwen3", engine_process=False, **kw) as (_, url):
         want = httpx.get(url + "/v1/models").json()["data"][0]["max_model_len"]
     assert got == want and 0 < want <= 40 * 16, f"the core's settled max_model_len {want}, the front says {got}"
+
+
+def test_a_request_refused_before_its_add_is_queued_leaves_nothing_behind() -> None:
+    """With the engine core in its own process, AsyncLLM.generate tokenizes before it queues the add, and the
+    add's message must encode: a request refused there (token ids outside the vocabulary, which the HTTP layer
+    also checks first) raises its RequestError, and neither its stream nor its pending add stays in the tables
+    (each such request used to leave both, to be failed at shutdown)."""
+    import asyncio
+
+    from vt.engine.sample.params import SamplingParams
+    from vt.errors import RequestError
+
+    async def ask(llm, prompt: list[int], rid: str) -> list:
+        return [out async for out in llm.generate(prompt, SamplingParams(max_tokens=2), rid)]
+
+    with running_server("tiny-qwen3", engine_process=True, **KW) as (server, _):
+        llm = server.llm
+        assert llm._core is not None, "non-vacuity: the engine runs in its own process"
+        for i in range(3):
+            with pytest.raises(RequestError):
+                asyncio.run(ask(llm, [5, 10**6], f"refused-{i}"))
+        assert llm._streams == {} and llm._adds == {}, "the refused requests' state left behind"
+        assert asyncio.run(ask(llm, [5, 6], "served"))[-1].finished, "non-vacuity: ids inside the vocabulary run"

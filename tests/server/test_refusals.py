@@ -102,3 +102,39 @@ def test_a_body_nested_past_the_limit_is_a_400_never_a_500(served, depth: int) -
     ok = httpx.post(url + "/v1/completions", content=shallow, headers={"content-type": "application/json"}, timeout=60)
     assert ok.status_code == 200, "non-vacuity: a body inside the limits is served"
     assert httpx.get(url + "/health", timeout=30).status_code == 200
+
+
+@pytest.mark.parametrize("route,body", [
+    ("/v1/completions", '{"prompt": "Hi", "max_tokens": %s}'),
+    ("/v1/chat/completions", '{"messages": [{"role": "user", "content": "Hi"}], "max_tokens": %s}'),
+    ("/detokenize", '{"tokens": [5, %s]}'),
+], ids=["completions", "chat", "detokenize"])
+def test_an_integer_past_pythons_digit_limit_is_a_400_never_a_500(served, route: str, body: str) -> None:
+    """json.loads raises ValueError (not JSONDecodeError) for an integer literal of 4,300+ digits."""
+    url = served[1]
+    headers = {"content-type": "application/json"}
+    r = httpx.post(url + route, content=body % ("9" * 5000), headers=headers, timeout=60)
+    assert r.status_code == 400 and r.json()["error"]["type"] == "invalid_request_error", (r.status_code, r.text[:300])
+    assert "digits" in r.json()["error"]["message"]
+    fine = httpx.post(url + route, content=body % "2", headers=headers, timeout=60)
+    assert fine.status_code == 200, "non-vacuity: the same body with a small integer is served"
+
+
+@pytest.mark.parametrize("route,field,body", [
+    ("/v1/completions", "stop", '{"prompt": "Hi", "max_tokens": 2, "stop": ["ok", "\\ud800"]}'),
+    ("/v1/completions", "prompt", '{"prompt": "Hi \\udfff", "max_tokens": 2}'),
+    ("/v1/chat/completions", "messages", '{"messages": [{"role": "user", "content": "\\ud800"}], "max_tokens": 2}'),
+    ("/tokenize", "prompt", '{"prompt": "a \\ud800"}'),
+], ids=["stop", "prompt", "chat-content", "tokenize"])
+def test_a_lone_surrogate_is_a_400_naming_its_field_and_leaves_nothing_behind(served, route: str, field: str,
+                                                                               body: str) -> None:
+    """JSON's "\\ud800" escape parses into a Python str that no tokenizer or pipe can encode: refused with the
+    field it sits in, before the engine sees it, and no request state stays behind."""
+    server, url = served
+    r = httpx.post(url + route, content=body, headers={"content-type": "application/json"}, timeout=60)
+    err = r.json()["error"]
+    assert r.status_code == 400 and err["param"] == field and "surrogate" in err["message"], (r.status_code, err)
+    assert server.llm._streams == {} and server.llm._adds == {}, "no stream or pending add of it left behind"
+    fine = httpx.post(url + route, content=body.replace("\\ud800", "x").replace("\\udfff", "x"), timeout=60,
+                      headers={"content-type": "application/json"})
+    assert fine.status_code == 200, "non-vacuity: the same body with text in its place is served"

@@ -61,10 +61,13 @@ class Server:
             raise bad(f"the body nests {depth} levels deep; at most {MAX_JSON_DEPTH}")
         try:
             body = json.loads(raw)
-        except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as e:
+        except (ValueError, RecursionError) as e:  # ValueError: bad JSON, bad UTF-8, an integer of 4,300+ digits
             raise bad(f"the body is not valid JSON: {type(e).__name__}: {e}") from None
         if not isinstance(body, dict):
             raise bad(f"the body must be a JSON object, got {type(body).__name__}")
+        where = lone_surrogate(body)
+        if where is not None:  # "\ud800" parses into a str no tokenizer or pipe can encode
+            raise bad(f"{where} holds a lone UTF-16 surrogate: not text", where.split("[")[0].split(".")[0])
         return body
 
     def _tokenize(self, prompt: str | list[int], parsed: Parsed) -> list[int]:
@@ -183,6 +186,26 @@ class Server:
 
 
 MAX_JSON_DEPTH = 64  # arrays and objects inside each other: a request needs a handful; Python's parser recurses
+
+
+def lone_surrogate(value: Any, path: str = "") -> str | None:
+    """The path (e.g. `stop[1]`, `messages[0].content`) of the first string in a parsed body that holds a lone
+    UTF-16 surrogate, a key or a value; None when every string is text."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return path or "the body"
+        return None
+    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    for key, item in items:
+        at = f"{path}[{key}]" if isinstance(key, int) else f"{path}.{key}" if path else str(key)
+        if isinstance(key, str) and lone_surrogate(key) is not None:
+            return at
+        found = lone_surrogate(item, at)
+        if found is not None:
+            return found
+    return None
 
 
 def json_depth(raw: bytes) -> int:

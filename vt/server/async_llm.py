@@ -124,12 +124,17 @@ class AsyncLLM:
         stream = _Stream(asyncio.get_running_loop())
         self._streams[request_id] = stream
         added: asyncio.Future = stream.loop.create_future()
-        if self._core is not None:
-            ids = self.engine.tokenize(prompt)  # a RequestError before anything is queued
-            self._adds[request_id] = added
-            self._core.add(request_id, prompt if isinstance(prompt, str) else None, ids, params)
-        else:
-            self._commands.put(("add", request_id, (prompt, params, added)))
+        try:
+            if self._core is not None:
+                ids = self.engine.tokenize(prompt)  # a RequestError before anything is queued
+                self._adds[request_id] = added
+                self._core.add(request_id, prompt if isinstance(prompt, str) else None, ids, params)
+            else:
+                self._commands.put(("add", request_id, (prompt, params, added)))
+        except BaseException:  # refused before it was queued: nothing of it may stay behind
+            self._streams.pop(request_id, None)
+            self._adds.pop(request_id, None)
+            raise
         finished = False
         try:
             while not added.done():  # the engine may die (or stop) with this add still queued: never hang
