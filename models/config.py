@@ -88,6 +88,8 @@ class ModelConfig:
         archs = d.get("architectures") or []
         if not archs:
             raise CheckpointError("config.json names no architecture")
+        if not isinstance(archs, list) or not isinstance(archs[0], str):  # a bare string would name its first letter
+            raise CheckpointError(f"config.json: architectures {archs!r} is not a list of class names")
         try:
             heads = int(d["num_attention_heads"])
             hidden = int(d["hidden_size"])
@@ -132,7 +134,10 @@ def _rope(d: dict[str, Any]) -> tuple[str, float, dict[str, Any]]:
     (theta inside) or transformers 4's `rope_theta` beside an optional `rope_scaling`."""
     params = d.get("rope_parameters")
     if params is None:
-        params = dict(d.get("rope_scaling") or {})
+        scaling = d.get("rope_scaling") or {}
+        if not isinstance(scaling, dict):  # dict("yarn") would fail on its letters
+            raise TypeError(f"rope_scaling must be an object, got {scaling!r}")
+        params = dict(scaling)
         params.setdefault("rope_theta", d.get("rope_theta", 1_000_000.0))
     if not isinstance(params, dict):
         raise TypeError(f"rope parameters must be an object, got {type(params).__name__}")

@@ -41,9 +41,20 @@ def _read_json(path: Path, required: bool = True) -> dict[str, Any]:
             raise CheckpointError(f"{path.name} is missing from {path.parent}")
         return {}
     try:
-        return json.loads(path.read_text())
-    except json.JSONDecodeError as e:
-        raise CheckpointError(f"{path} is not valid JSON: {e}") from None
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except ValueError as e:  # bad JSON, bytes that are not UTF-8, an integer of 4,300+ digits
+        raise CheckpointError(f"{path} is not valid JSON: {type(e).__name__}: {e}") from None
+    if not isinstance(data, dict):
+        raise CheckpointError(f"{path}: not a JSON object (a {type(data).__name__})")
+    return data
+
+
+def _token_ids(value: Any, where: str) -> tuple[int, ...]:
+    """An id or a list of ids (config.json's and generation_config.json's eos_token_id), as a tuple."""
+    ids = value if isinstance(value, list) else [value]
+    if not all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in ids):
+        raise CheckpointError(f"{where}: eos_token_id {value!r} is not a token id or a list of them")
+    return tuple(ids)
 
 
 def _headers(path: Path) -> dict[str, TensorInfo]:
@@ -100,8 +111,8 @@ def load_checkpoint(path: str | Path) -> Checkpoint:
     infos = _headers(path)
     check_manifest(config, infos)  # before any weight is read
     gen = _read_json(path / "generation_config.json", required=False)
-    if not isinstance(gen, dict):
-        raise CheckpointError(f"{path / 'generation_config.json'}: not a JSON object")
+    if gen.get("eos_token_id") is not None:
+        gen_eos = _token_ids(gen["eos_token_id"], str(path / "generation_config.json"))
     tok_path = path / "tokenizer.json"
     if not tok_path.is_file():
         raise CheckpointError(f"tokenizer.json is missing from {path}")
@@ -110,8 +121,7 @@ def load_checkpoint(path: str | Path) -> Checkpoint:
     except Exception as e:  # the tokenizers library raises plain Exception subclasses
         raise CheckpointError(f"{tok_path}: {e}") from None
     if not config.eos_token_ids and gen.get("eos_token_id") is not None:
-        eos = gen["eos_token_id"]
-        config.eos_token_ids = tuple(eos if isinstance(eos, list) else [eos])
+        config.eos_token_ids = gen_eos
     tok_cfg = _read_json(path / "tokenizer_config.json", required=False)
     return Checkpoint(path, config, LazyWeights(infos), tokenizer, gen, tok_cfg, _chat_template(path, tok_cfg))
 

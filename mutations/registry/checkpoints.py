@@ -176,3 +176,41 @@ ENTRIES += [
         gates=(f"{ARCH_ERR}::test_a_head_dim_the_cuda_kernels_cannot_serve_is_refused_before_any_weight",),
     ),
 ]
+# Damaged JSON beside the weights (found by probing the CLI, session 23): one CheckpointError line each.
+DAMAGED = f"{ARCH_ERR}::test_a_damaged_json_file_beside_the_weights_is_one_typed_line"
+ENTRIES += [
+    Mutation(
+        id="checkpoint-json-takes-any-value",
+        description="a config, generation or tokenizer config that is a JSON list is taken as the object it is not",
+        file="models/loader.py",
+        old="    if not isinstance(data, dict):\n        raise CheckpointError(",
+        new="    if False:\n        raise CheckpointError(",
+        gates=(f"{DAMAGED}[config-a-list]", f"{DAMAGED}[tokenizer-config-a-list]",
+               f"{ARCH_ERR}::test_the_cli_answers_a_damaged_checkpoint_with_one_line_and_exit_2"),
+    ),
+    Mutation(
+        id="checkpoint-json-catches-only-json-errors",
+        description="a JSON file of bytes that are not UTF-8 escapes as a UnicodeDecodeError",
+        file="models/loader.py",
+        old="    except ValueError as e:  # bad JSON, bytes that are not UTF-8, an integer of 4,300+ digits",
+        new="    except json.JSONDecodeError as e:",
+        gates=tuple(f"{DAMAGED}[{c}]" for c in ("config-not-utf8", "generation-not-utf8", "tokenizer-config-not-utf8")),
+    ),
+    Mutation(
+        id="generation-eos-takes-anything",
+        description="generation_config.json's eos_token_id may hold strings or objects, which fail deep in the engine",
+        file="models/loader.py",
+        old="    if not all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in ids):",
+        new="    if False:",
+        gates=(f"{DAMAGED}[eos-a-string]", f"{DAMAGED}[eos-an-object]"),
+    ),
+    Mutation(
+        id="config-reads-a-bare-architecture-string",
+        description="architectures given as a string is read letter by letter: the architecture 'Q'",
+        file="models/config.py",
+        old="        if not isinstance(archs, list) or not isinstance(archs[0], str):",
+        new="        if False:",
+        gates=(f"{ARCH_ERR}::test_a_config_field_of_the_wrong_shape_is_named[architectures-Qwen3ForCausalLM-not a list"
+               f" of class names]",),
+    ),
+]

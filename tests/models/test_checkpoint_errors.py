@@ -207,3 +207,51 @@ def test_a_shape_the_cuda_norm_or_routing_kernels_cannot_run_is_refused_by_its_f
     dense = load_checkpoint(resolve_model("tiny-qwen3")).config
     assert not dense.is_moe
     CudaBackend.check_model(dataclasses.replace(dense, num_experts_per_tok=33))  # no routing kernel in a dense model
+
+
+NOT_UTF8 = b"\xff\xfe\x00 not text"
+DAMAGED_FILES = {  # file: (its damaged content, what the one line must say)
+    "config-a-list": ("config.json", b"[1]", "not a JSON object"),
+    "config-not-utf8": ("config.json", NOT_UTF8, "not valid JSON"),
+    "generation-not-utf8": ("generation_config.json", NOT_UTF8, "not valid JSON"),
+    "tokenizer-config-a-list": ("tokenizer_config.json", b"[1, 2]", "not a JSON object"),
+    "tokenizer-config-not-utf8": ("tokenizer_config.json", NOT_UTF8, "not valid JSON"),
+    "eos-a-string": ("generation_config.json", b'{"eos_token_id": [7, "x"]}', "eos_token_id [7, 'x']"),
+    "eos-an-object": ("generation_config.json", b'{"eos_token_id": {"a": 1}}', "eos_token_id {'a': 1}"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(DAMAGED_FILES))
+def test_a_damaged_json_file_beside_the_weights_is_one_typed_line(tmp_path: Path, case: str) -> None:
+    """config.json, generation_config.json and tokenizer_config.json that are not JSON objects, not UTF-8, or name
+    an eos id that is no token id: a CheckpointError naming the file, never an AttributeError, UnicodeDecodeError
+    or TypeError from deep in the engine (each was, before)."""
+    name, content, says = DAMAGED_FILES[case]
+    d = _copy(tmp_path)
+    assert load_checkpoint(d).config.vocab_size > 0, "non-vacuity: the undamaged copy loads"
+    (d / name).write_bytes(content)
+    err = str(_error(d))
+    assert name in err and says in err, err
+
+
+@pytest.mark.parametrize("field,value,says", [("architectures", "Qwen3ForCausalLM", "not a list of class names"),
+                                              ("rope_scaling", "yarn", "rope_scaling must be an object")])
+def test_a_config_field_of_the_wrong_shape_is_named(tmp_path: Path, field: str, value: str, says: str) -> None:
+    """A bare string where config.json holds a list or an object was read letter by letter ('Q' as the
+    architecture; dict() over 'yarn'): now named."""
+    d = _copy(tmp_path)
+    _edit_config(d, lambda c: c.__setitem__(field, value))
+    assert says in str(_error(d))
+
+
+def test_the_cli_answers_a_damaged_checkpoint_with_one_line_and_exit_2(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    d = _copy(tmp_path)
+    (d / "tokenizer_config.json").write_bytes(b"[1, 2]")
+    r = subprocess.run([sys.executable, "-m", "vt.cli", "generate", "--model", str(d), "--backend", "cpu", "--prompt",
+                        "hi", "--max-tokens", "2"], capture_output=True, text=True, timeout=120)
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert r.returncode == 2 and len(lines) == 1 and "CheckpointError" in lines[0], (r.returncode, r.stderr[-800:])
+    assert "Traceback" not in r.stderr
