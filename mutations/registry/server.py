@@ -217,3 +217,63 @@ ENTRIES += [
         gates=(f"{ENGINE_PROCESS}::test_a_request_refused_before_its_add_is_queued_leaves_nothing_behind",),
     ),
 ]
+SHAPES = f"{REFUSALS}::test_a_value_vt_would_misread_or_ignore_is_a_400_naming_its_field"
+ENTRIES += [
+    Mutation(
+        id="stream-options-take-any-key",
+        description="an unknown stream option is silently ignored",
+        file="vt/server/protocol.py",
+        old="        if key not in STREAM_OPTIONS:\n",
+        new="        if False:\n",
+        gates=(f"{SHAPES}[stream-option-unknown]",),
+    ),
+    Mutation(
+        id="stream-options-read-any-value-as-a-flag",
+        description="stream_options.include_usage \"no\" reads as true",
+        file="vt/server/protocol.py",
+        old="        if value is not None and not isinstance(value, bool):\n",
+        new="        if False:\n",
+        gates=(f"{SHAPES}[stream-option-not-bool]",),
+    ),
+    Mutation(
+        id="chat-max-tokens-lost-beside-max-completion-tokens",
+        description="a chat request's max_tokens beside max_completion_tokens is never read, ill-typed or not",
+        file="vt/server/protocol.py",
+        old="    if name == \"max_completion_tokens\":  # the older name beside it",
+        new="    if False:  # the older name beside it",
+        gates=(f"{SHAPES}[max-tokens-ill-typed]", f"{SHAPES}[max-tokens-conflict]"),
+    ),
+    Mutation(
+        id="chat-message-fields-dropped",
+        description="a message's name or tool calls are dropped without a word",
+        file="vt/server/protocol.py",
+        old="        if extra:  # a tool call, its id, a speaker's name",
+        new="        if False:  # a tool call, its id, a speaker's name",
+        gates=(f"{SHAPES}[message-name]", f"{SHAPES}[message-tool-calls]"),
+    ),
+    Mutation(
+        id="server-min-tokens-past-the-default-reaches-the-engine",
+        description="a min_tokens past the default max_tokens reaches the engine, whose refusal is then a 500",
+        file="vt/server/app.py",
+        old="            parsed.params.resolve(e.generation_config)\n",
+        new="            pass\n",
+        gates=(f"{SHAPES}[min-tokens-past-the-default]",),
+    ),
+    Mutation(
+        id="server-blames-the-prompt-for-token-ids",
+        description="ids outside the vocabulary in logit_bias, allowed_token_ids or stop_token_ids are refused with "
+                    "param prompt",
+        file="vt/server/app.py",
+        old="    return next((f for f in TOKEN_ID_FIELDS if message.startswith(f)), \"prompt\")",
+        new="    return \"prompt\"",
+        gates=tuple(f"{SHAPES}[{c}-outside-the-vocabulary]" for c in ("logit-bias", "allowed-ids", "stop-ids")),
+    ),
+    Mutation(
+        id="min-tokens-capped-by-the-default-max-tokens",
+        description="min_tokens past the default max_tokens is silently capped (16 tokens, finish reason length)",
+        file="vt/engine/sample/params.py",
+        old="        if self.min_tokens > max_tokens:  # checked here too",
+        new="        if False:  # checked here too",
+        gates=("tests/engine/test_offline_api.py::test_min_tokens_past_the_default_max_tokens_is_a_typed_error",),
+    ),
+]

@@ -112,3 +112,16 @@ def test_a_temperature_below_vllms_epsilon_samples_greedily(temperature: float) 
     want = [o.outputs[0].token_ids for o in greedy]
     assert [o.outputs[0].token_ids for o in tiny] == want
     assert len({tuple(t) for t in want}) > 1, "non-vacuity: the prompts decode differently"
+
+
+def test_min_tokens_past_the_default_max_tokens_is_a_typed_error(llm: LLM) -> None:
+    """max_tokens not given is the checkpoint's max_new_tokens, else 16: a min_tokens past it was silently capped
+    (16 tokens, finish reason length); now it is refused by name, as an explicit max_tokens below it is."""
+    from vt.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="min_tokens=50: more than max_tokens=16, the default"):
+        llm.generate("hi", SamplingParams(min_tokens=50))
+    assert SamplingParams(min_tokens=50).resolve({"max_new_tokens": 64}).min_tokens == 50, \
+        "non-vacuity: a checkpoint default large enough takes it"
+    out = llm.generate("hi", SamplingParams(min_tokens=16, ignore_eos=True))
+    assert len(out[0].outputs[0].token_ids) == 16

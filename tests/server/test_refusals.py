@@ -138,3 +138,57 @@ def test_a_lone_surrogate_is_a_400_naming_its_field_and_leaves_nothing_behind(se
     fine = httpx.post(url + route, content=body.replace("\\ud800", "x").replace("\\udfff", "x"), timeout=60,
                       headers={"content-type": "application/json"})
     assert fine.status_code == 200, "non-vacuity: the same body with text in its place is served"
+
+
+REFUSED_SHAPES = {  # (route, body, the param the 400 names, text its message holds)
+    "stream-option-unknown": ("/v1/completions", {"prompt": "Hi", "max_tokens": 2, "stream": True,
+                                                  "stream_options": {"include_usage": True, "foo": True}},
+                              "stream_options", "stream_options.foo: is not a stream option"),
+    "stream-option-not-bool": ("/v1/completions", {"prompt": "Hi", "max_tokens": 2, "stream": True,
+                                                   "stream_options": {"include_usage": "no"}},
+                               "stream_options", "expected a boolean"),
+    "max-tokens-ill-typed": ("/v1/chat/completions", {"messages": MSGS, "max_tokens": "abc",
+                                                      "max_completion_tokens": 3}, "max_tokens", "expected int"),
+    "max-tokens-conflict": ("/v1/chat/completions", {"messages": MSGS, "max_tokens": 2, "max_completion_tokens": 3},
+                            "max_tokens", "give one of them"),
+    "message-name": ("/v1/chat/completions", {"messages": [{"role": "user", "content": "Hi", "name": "bob"}],
+                                              "max_tokens": 2}, "messages", "messages[0].name"),
+    "message-tool-calls": ("/v1/chat/completions", {"messages": [*MSGS, {"role": "assistant", "content": "",
+                                                                         "tool_calls": []}], "max_tokens": 2},
+                           "messages", "messages[1].tool_calls"),
+    "min-tokens-past-the-default": ("/v1/completions", {"prompt": "Hi", "min_tokens": 50}, "min_tokens",
+                                    "the default when max_tokens is not given"),
+    "logit-bias-outside-the-vocabulary": ("/v1/completions", {"prompt": "Hi", "max_tokens": 2,
+                                                              "logit_bias": {"999999999": 5}},
+                                          "logit_bias", "outside the vocabulary"),
+    "allowed-ids-outside-the-vocabulary": ("/v1/completions", {"prompt": "Hi", "max_tokens": 2,
+                                                               "allowed_token_ids": [5, 999999]},
+                                           "allowed_token_ids", "outside the vocabulary"),
+    "stop-ids-outside-the-vocabulary": ("/v1/completions", {"prompt": "Hi", "max_tokens": 2,
+                                                            "stop_token_ids": [999999]},
+                                        "stop_token_ids", "outside the vocabulary"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(REFUSED_SHAPES))
+def test_a_value_vt_would_misread_or_ignore_is_a_400_naming_its_field(served, case: str) -> None:
+    """Values that were served wrong or silently (an unknown stream option, `"no"` read as true, max_tokens lost
+    beside max_completion_tokens, a message's name or tool calls dropped, min_tokens capped by the default
+    max_tokens) or refused under the wrong param (ids outside the vocabulary blamed on the prompt)."""
+    route, body, param, says = REFUSED_SHAPES[case]
+    r = httpx.post(served[1] + route, json=body, timeout=60)
+    err = r.json().get("error", {})
+    assert r.status_code == 400 and err.get("param") == param and says in err.get("message", ""), (r.status_code,
+                                                                                                  r.text[:300])
+
+
+def test_the_same_shapes_within_the_rules_are_served(served) -> None:
+    """Non-vacuity for the refusals above: each field at a value vt reads."""
+    url = served[1]
+    ok = [("/v1/completions", {"prompt": "Hi", "max_tokens": 2, "stream": True,
+                               "stream_options": {"include_usage": False, "continuous_usage_stats": True}}),
+          ("/v1/chat/completions", {"messages": MSGS, "max_tokens": 3, "max_completion_tokens": 3}),
+          ("/v1/completions", {"prompt": "Hi", "min_tokens": 4, "logit_bias": {"5": 1}, "allowed_token_ids": [5, 6],
+                               "stop_token_ids": [7]})]
+    for route, body in ok:
+        assert httpx.post(url + route, json=body, timeout=60).status_code == 200, (route, body)

@@ -29,7 +29,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from vt.engine.core.request import RequestOutput
-from vt.errors import RequestError
+from vt.errors import ConfigError, RequestError
 from vt.server.async_llm import AsyncLLM, EngineDeadError
 from vt.server.metrics import Metrics
 from vt.server.protocol import ApiError, Parsed, bad, check_model, parse_messages, parse_prompt, parse_sampling
@@ -85,6 +85,10 @@ class Server:
                       f"max_model_len is {e.cfg.max_model_len} (at most {room})", "max_tokens")
         if parsed.max_tokens is None and parsed.is_chat:
             parsed.params.max_tokens = room  # chat, as OpenAI's: no max_tokens means the rest of the context
+        try:  # a min_tokens past the default max_tokens, which only resolving against the checkpoint knows
+            parsed.params.resolve(e.generation_config)
+        except ConfigError as err:
+            raise bad(str(err), str(err).split("=", 1)[0]) from None
         return ids
 
     # ---- endpoints --------------------------------------------------------------------------
@@ -188,6 +192,14 @@ class Server:
 MAX_JSON_DEPTH = 64  # arrays and objects inside each other: a request needs a handful; Python's parser recurses
 
 
+TOKEN_ID_FIELDS = ("logit_bias", "allowed_token_ids", "stop_token_ids")
+
+
+def request_param(message: str) -> str:
+    """The field an engine's RequestError is about: a token-id field its message opens with, else the prompt."""
+    return next((f for f in TOKEN_ID_FIELDS if message.startswith(f)), "prompt")
+
+
 def lone_surrogate(value: Any, path: str = "") -> str | None:
     """The path (e.g. `stop[1]`, `messages[0].content`) of the first string in a parsed body that holds a lone
     UTF-16 surrogate, a key or a value; None when every string is text."""
@@ -250,7 +262,7 @@ class Answer:
             firsts = [await g.__anext__() for g in self.gens]
         except RequestError as e:
             await self.close()
-            raise bad(str(e), "prompt") from None
+            raise bad(str(e), request_param(str(e))) from None
         except EngineDeadError as e:
             await self.close()
             raise ApiError(503, str(e)) from None

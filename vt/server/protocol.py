@@ -1,8 +1,8 @@
 """The OpenAI request bodies vt serves, parsed into SamplingParams, and the OpenAI error shape.
 
 Bad input is an ApiError: an HTTP status and the body OpenAI's clients parse,
-{"error": {"message", "type", "param", "code"}}; never a 500. Unknown fields are ignored, as OpenAI's
-own server ignores fields it does not use.
+{"error": {"message", "type", "param", "code"}}; never a 500. A field vt does not read (a body's, a message's or
+a stream option's) is refused by name, never silently ignored.
 """
 
 from __future__ import annotations
@@ -96,6 +96,10 @@ def parse_messages(body: dict) -> list[dict[str, str]]:
     for i, m in enumerate(msgs):
         if not isinstance(m, dict) or not isinstance(m.get("role"), str):
             raise bad(f"messages[{i}]: expected an object with a string role", "messages")
+        extra = sorted(set(m) - MESSAGE_FIELDS)
+        if extra:  # a tool call, its id, a speaker's name: the chat template would never see them
+            raise bad(f"messages[{i}].{extra[0]}: is not supported by vt (a message is its role and content); "
+                      f"remove it", "messages")
         content = m.get("content")
         if isinstance(content, list):  # content parts: text only
             if not all(isinstance(c, dict) and c.get("type") == "text" and isinstance(c.get("text"), str)
@@ -108,6 +112,8 @@ def parse_messages(body: dict) -> list[dict[str, str]]:
     return out
 
 
+MESSAGE_FIELDS = frozenset({"role", "content"})
+STREAM_OPTIONS = frozenset({"include_usage", "continuous_usage_stats"})
 # What vt reads from a request; "user" (OpenAI's end-user id) changes nothing and is accepted as such.
 FIELDS_COMMON = frozenset({"model", "stream", "stream_options", "max_tokens", "logprobs", "stop", "temperature",
                            "top_p", "top_k", "min_p", "seed", "n", "presence_penalty", "frequency_penalty",
@@ -162,8 +168,19 @@ def parse_sampling(body: dict, chat: bool) -> Parsed:
     if opts is not None and not stream:
         raise bad("stream_options: only allowed when stream is true", "stream_options")
     opts = opts or {}
+    for key, value in opts.items():
+        if key not in STREAM_OPTIONS:
+            raise bad(f"stream_options.{key}: is not a stream option vt knows ({', '.join(sorted(STREAM_OPTIONS))})",
+                      "stream_options")
+        if value is not None and not isinstance(value, bool):
+            raise bad(f"stream_options.{key}: expected a boolean, got {type(value).__name__}", "stream_options")
     name = "max_completion_tokens" if chat and body.get("max_completion_tokens") is not None else "max_tokens"
     max_tokens = _get(body, name, (int,))
+    if name == "max_completion_tokens":  # the older name beside it: checked too, and never a silent loser
+        older = _get(body, "max_tokens", (int,))
+        if older is not None and older != max_tokens:
+            raise bad(f"max_tokens={older} and max_completion_tokens={max_tokens}: give one of them (or the same "
+                      f"value)", "max_tokens")
     echo = False if chat else _get(body, "echo", (bool,), False)
     if max_tokens is not None and max_tokens < (0 if echo else 1):  # echo with 0: the prompt alone, scored
         raise bad(f"{name}: must be at least 1 (0 only with echo), got {max_tokens}", name)

@@ -478,8 +478,8 @@ class LLMEngine:
 
 class FrontEngine:
     """What the API server reads of an engine, in a process that does not run it (the engine core runs in its
-    own, vt/engine/core/proc.py): the checkpoint's tokenizer, chat template, special tokens and vocabulary,
-    read without its weights, and the configuration (settled by the core once it has started)."""
+    own, vt/engine/core/proc.py): the checkpoint's tokenizer, chat template, special tokens, generation defaults
+    and vocabulary, read without its weights, and the configuration (settled by the core once it has started)."""
 
     def __init__(self, cfg: EngineConfig) -> None:
         from models.loader import load_checkpoint, resolve_model
@@ -487,6 +487,7 @@ class FrontEngine:
         ckpt = load_checkpoint(resolve_model(cfg.model))  # lazy: headers, config and tokenizer only
         self.cfg = cfg
         self.tokenizer, self.chat_template, self.special_tokens = _text_side(ckpt, cfg)
+        self.generation_config = _generation_config(ckpt)  # the defaults a request resolves against, as the core's
         self.vocab_size = ckpt.config.vocab_size
 
     def tokenize(self, prompt: Prompt) -> list[int]:

@@ -124,6 +124,9 @@ class SamplingParams:
         if float(picked["temperature"]) < GREEDY_BELOW:  # vLLM's rule: greedy, the filters off
             picked.update(temperature=0.0, top_p=1.0, top_k=0, min_p=0.0)
         max_tokens = self.max_tokens or gen.get("max_new_tokens") or DEFAULT_MAX_TOKENS
+        if self.min_tokens > max_tokens:  # checked here too: max_tokens was not given, and its default is smaller
+            raise ConfigError(f"min_tokens={self.min_tokens}: more than max_tokens={max_tokens}, the default when "
+                              f"max_tokens is not given (the checkpoint's max_new_tokens, else {DEFAULT_MAX_TOKENS})")
         bias = tuple(sorted((t, float(v)) for t, v in (self.logit_bias or {}).items()))
         return ResolvedParams(float(picked["temperature"]), float(picked["top_p"]), int(picked["top_k"]),
                               float(picked["min_p"]), int(max_tokens), list(self.stop), self.seed, self.ignore_eos,
