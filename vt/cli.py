@@ -163,7 +163,7 @@ def _bench_serve(args: argparse.Namespace) -> int:
             raise ConfigError(f"--{name.replace('_', '-')} {getattr(args, name)}: must be >= 1")
     if args.base_url is None and args.model is None:
         raise ConfigError("vt bench serve: give --base-url of a running server, or --model to start one")
-    if args.request_rate <= 0:
+    if not args.request_rate > 0:  # NaN too
         raise ConfigError(f"--request-rate {args.request_rate}: must be > 0 (inf: all at once)")
     with contextlib.ExitStack() as stack:
         url, name = args.base_url, args.served_model_name or args.model

@@ -277,3 +277,32 @@ ENTRIES += [
         gates=("tests/engine/test_offline_api.py::test_min_tokens_past_the_default_max_tokens_is_a_typed_error",),
     ),
 ]
+ENTRIES += [
+    Mutation(
+        id="bench-request-rate-takes-nan",
+        description="`vt bench serve --request-rate nan` runs, as if the rate were infinite",
+        file="vt/cli.py",
+        old="    if not args.request_rate > 0:  # NaN too",
+        new="    if args.request_rate <= 0:",
+        gates=("tests/vt/test_cli.py::test_bad_input_is_one_typed_line_and_exit_2[bench-rate-nan]",),
+    ),
+    Mutation(
+        id="sampling-params-read-a-string-as-a-flag",
+        description="SamplingParams(ignore_eos=\"no\") is taken, and reads as True",
+        file="vt/engine/sample/params.py",
+        old="            if not isinstance(getattr(self, name), bool):  # \"no\" would read as True",
+        new="            if False:",
+        gates=tuple(f"tests/engine/test_bad_input.py::test_a_sampling_param_of_the_wrong_type_is_a_config_error_"
+                    f"naming_it[{f}]" for f in ("ignore_eos", "include_stop_str_in_output")),
+        expect="DID NOT RAISE",
+    ),
+    Mutation(
+        id="sampling-params-take-n-none",
+        description="SamplingParams(n=None) is taken, to fail inside generate with a TypeError",
+        file="vt/engine/sample/params.py",
+        old="            if (v is not None or name == \"n\") and",
+        new="            if v is not None and",
+        gates=("tests/engine/test_bad_input.py::test_a_sampling_param_of_the_wrong_type_is_a_config_error_naming_it[n]",),
+        expect="DID NOT RAISE",
+    ),
+]

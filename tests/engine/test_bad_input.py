@@ -43,6 +43,29 @@ def test_bad_sampling_params_name_the_field(kw: dict, field: str) -> None:
         SamplingParams(**kw)
 
 
+@pytest.mark.parametrize("kw", [{"stop": 5}, {"stop_token_ids": 5}, {"n": None}, {"ignore_eos": "no"},
+                                {"include_stop_str_in_output": "no"}], ids=lambda kw: next(iter(kw)))
+def test_a_sampling_param_of_the_wrong_type_is_a_config_error_naming_it(kw: dict) -> None:
+    """These raised TypeErrors (stop=5), failed later inside generate (n=None), or read "no" as True."""
+    field = next(iter(kw))
+    with pytest.raises(ConfigError, match=f"{field}="):
+        SamplingParams(**kw)
+
+
+def test_none_means_no_stops_as_in_vllm(llm: LLM) -> None:
+    p = SamplingParams(stop=None, stop_token_ids=None, max_tokens=2)
+    assert p.stop == [] and p.stop_token_ids == []
+    assert len(llm.generate("hi", p)[0].outputs[0].token_ids) == 2, "non-vacuity: it generates"
+
+
+def test_an_array_as_the_prompts_is_a_request_error(llm: LLM) -> None:
+    import numpy as np
+
+    with pytest.raises(RequestError, match="prompts is"):
+        llm.generate(np.arange(3), SamplingParams(max_tokens=2))
+    assert not llm.engine.has_unfinished()
+
+
 @pytest.mark.parametrize("kw, field", [({"max_num_seqs": 0}, "max_num_seqs"), ({"block_size": 7}, "block_size"),
                                        ({"num_blocks": -1}, "num_blocks"), ({"max_model_len": 1}, "max_model_len")])
 def test_bad_engine_config_names_the_field(kw: dict, field: str) -> None:

@@ -43,6 +43,8 @@ def run_cli(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, s
     (["bench", "serve", "--model", "tiny-qwen3", "--max-concurrency", "4,0", "--num-prompts", "2", "--input-len", "8",
       "--output-len", "2", *SMALL], "--max-concurrency 4,0: every level"),
     (["bench", "serve", "--model", "tiny-qwen3", "--request-rate", "0"], "--request-rate 0.0"),
+    (["bench", "serve", "--model", "tiny-qwen3", "--request-rate", "nan", "--num-prompts", "2", "--input-len", "8",
+      "--output-len", "2", "--max-concurrency", "1", *SMALL], "--request-rate nan"),
     (["serve", "tiny-qwen3", "--port", "99999"], "--port 99999"),
     (["generate", "--model", "tiny-qwen3", "--prompt", "hi", "--n", "0", *SMALL], "n=0"),
     (["generate", "--model", "tiny-qwen3", "--prompt", "hi", "--max-num-batched-tokens", "-1"],
@@ -55,7 +57,7 @@ def run_cli(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, s
 ], ids=["concurrency-0", "concurrency-negative", "concurrency-words", "no-prompts", "negative-seed",
         "negative-ladder-seed", "huge-max-tokens", "non-utf8-prompt", "prompt-too-long", "unknown-model",
         "bench-without-target", "bench-unreachable-server", "bench-concurrency-words", "bench-concurrency-0",
-        "bench-rate-0",
+        "bench-rate-0", "bench-rate-nan",
         "serve-port-out-of-range", "generate-n-0", "negative-token-budget", "tp-indivisible", "tp-0",
         "tp-with-speculation"])
 def test_bad_input_is_one_typed_line_and_exit_2(argv: list[str], names: str, capsys) -> None:

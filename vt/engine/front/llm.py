@@ -61,8 +61,8 @@ def parse_prompts(prompts: Any) -> list[str | list[int]]:
     if is_single:
         return [_one_prompt(prompts)]
     if not isinstance(prompts, (list, tuple)) or not prompts:
-        raise RequestError(f"prompts is {_shape(prompts)}{' (empty)' if prompts == [] else ''}: expected a prompt "
-                           f"or a non-empty list of prompts")
+        empty = " (empty)" if isinstance(prompts, list) and not prompts else ""  # never `== []`: an array broadcasts
+        raise RequestError(f"prompts is {_shape(prompts)}{empty}: expected a prompt or a non-empty list of prompts")
     return [_one_prompt(p) for p in prompts]
 
 

@@ -48,6 +48,15 @@ class SamplingParams:
     def __post_init__(self) -> None:
         if isinstance(self.stop, str):
             self.stop = [self.stop]
+        for name in ("stop", "stop_token_ids"):  # None is vLLM's "none" for both
+            v = getattr(self, name)
+            if v is None:
+                setattr(self, name, [])
+            elif not isinstance(v, (list, tuple)):
+                raise ConfigError(f"{name}={v!r}: must be a list{' or a string' if name == 'stop' else ''}")
+        for name in ("ignore_eos", "include_stop_str_in_output"):
+            if not isinstance(getattr(self, name), bool):  # "no" would read as True
+                raise ConfigError(f"{name}={getattr(self, name)!r}: must be True or False")
         t, p, k, m = self.temperature, self.top_p, self.top_k, self.min_p
         for name in ("temperature", "top_p", "min_p"):
             v = getattr(self, name)
@@ -85,7 +94,7 @@ class SamplingParams:
         for name, hi in (("n", 256), ("prompt_logprobs", 20)):
             v = getattr(self, name)
             lo = 1 if name == "n" else 0
-            if v is not None and (isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi):
+            if (v is not None or name == "n") and (isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi):
                 raise ConfigError(f"{name}={v!r}: must be an int in [{lo}, {hi}]")
         mn = self.min_tokens
         if isinstance(mn, bool) or not isinstance(mn, int) or mn < 0 or (mt is not None and mn > mt):
