@@ -306,3 +306,13 @@ ENTRIES += [
         expect="DID NOT RAISE",
     ),
 ]
+ENTRIES += [
+    Mutation(
+        id="server-tokenizes-a-long-prompt-on-the-event-loop",
+        description="a prompt of megabytes is tokenized on the event loop, holding every other request for seconds",
+        file="vt/server/app.py",
+        old="            if sum(len(p) for p in prompts if isinstance(p, str)) > OFF_LOOP_CHARS:",
+        new="            if False:",
+        gates=(f"{REFUSALS}::test_a_long_prompt_is_tokenized_off_the_event_loop",),
+    ),
+]

@@ -192,3 +192,28 @@ def test_the_same_shapes_within_the_rules_are_served(served) -> None:
                                "stop_token_ids": [7]})]
     for route, body in ok:
         assert httpx.post(url + route, json=body, timeout=60).status_code == 200, (route, body)
+
+
+def test_a_long_prompt_is_tokenized_off_the_event_loop(served, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Tokenizing a prompt of megabytes takes seconds: on the server's event loop every other request (/health
+    too) waited for it. A long prompt's text is tokenized on a worker thread; a short one's stays on the loop."""
+    import threading
+
+    from vt.server.app import OFF_LOOP_CHARS
+
+    server, url = served
+    engine = server.llm.engine
+    seen: list[str] = []  # the thread of each tokenize call (the engine's own add tokenizes too, on its thread)
+    real = engine.tokenize
+
+    def spy(prompt):  # type: ignore[no-untyped-def]
+        seen.append(threading.current_thread().name)
+        return real(prompt)
+
+    monkeypatch.setattr(engine, "tokenize", spy)
+    long = "the quick brown fox " * (OFF_LOOP_CHARS // 20 + 1)
+    r = httpx.post(url + "/v1/completions", json={"prompt": long, "max_tokens": 1}, timeout=60)
+    assert r.status_code == 400 and "max_model_len" in r.json()["error"]["message"], "the long prompt was tokenized"
+    httpx.post(url + "/v1/completions", json={"prompt": "Hi", "max_tokens": 1}, timeout=60)
+    loop = "vt-uvicorn"  # the event loop's thread (running_server)
+    assert seen[0] != loop and seen[1] == loop, f"tokenize's threads: {seen} (the long prompt, then a short one)"
