@@ -316,3 +316,14 @@ ENTRIES += [
         gates=(f"{REFUSALS}::test_a_long_prompt_is_tokenized_off_the_event_loop",),
     ),
 ]
+ENTRIES += [
+    Mutation(
+        id="tokenizer-routes-ignore-unknown-fields",
+        description="/tokenize and /detokenize silently ignore a field they do not read",
+        file="vt/server/app.py",
+        old="    unknown = sorted(set(body) - fields)\n",
+        new="    unknown: list[str] = []\n",
+        gates=(f"{REFUSALS}::test_the_tokenizer_routes_refuse_what_they_do_not_read[tokenize-unknown]",
+               f"{REFUSALS}::test_the_tokenizer_routes_refuse_what_they_do_not_read[detokenize-unknown]"),
+    ),
+]

@@ -217,3 +217,16 @@ def test_a_long_prompt_is_tokenized_off_the_event_loop(served, monkeypatch: pyte
     httpx.post(url + "/v1/completions", json={"prompt": "Hi", "max_tokens": 1}, timeout=60)
     loop = "vt-uvicorn"  # the event loop's thread (running_server)
     assert seen[0] != loop and seen[1] == loop, f"tokenize's threads: {seen} (the long prompt, then a short one)"
+
+
+@pytest.mark.parametrize("route,body,param", [
+    ("/tokenize", {"prompt": "Hi", "add_bos": True}, "add_bos"),
+    ("/tokenize", {"messages": MSGS, "add_generation_prompt": "no"}, "add_generation_prompt"),
+    ("/detokenize", {"tokens": [5, 6], "skip_special_tokens": True}, "skip_special_tokens"),
+], ids=["tokenize-unknown", "tokenize-flag-a-string", "detokenize-unknown"])
+def test_the_tokenizer_routes_refuse_what_they_do_not_read(served, route: str, body: dict, param: str) -> None:
+    url = served[1]
+    r = httpx.post(url + route, json=body, timeout=60)
+    assert r.status_code == 400 and r.json()["error"]["param"] == param, (r.status_code, r.text[:300])
+    fine = {k: v for k, v in body.items() if k != param}
+    assert httpx.post(url + route, json=fine, timeout=60).status_code == 200, "non-vacuity: without it, served"

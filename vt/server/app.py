@@ -102,13 +102,16 @@ class Server:
         try:
             body = await self._body(request)
             check_model(body, self.model_name)
+            refuse_unknown(body, TOKENIZE_FIELDS, "/tokenize")
             e = self.llm.engine
             if "messages" in body:
                 from vt.engine.front.chat import render
 
+                add_prompt = body.get("add_generation_prompt", True)
+                if not isinstance(add_prompt, bool):
+                    raise bad("add_generation_prompt: expected a boolean", "add_generation_prompt")
                 try:
-                    text = render(e.chat_template, parse_messages(body), e.special_tokens,
-                                  bool(body.get("add_generation_prompt", True)))
+                    text = render(e.chat_template, parse_messages(body), e.special_tokens, add_prompt)
                 except RequestError as err:  # messages the template cannot render: the client's to fix
                     raise bad(str(err), "messages") from None
                 ids = e.tokenizer.encode(text, add_special_tokens=False).ids
@@ -130,6 +133,7 @@ class Server:
         try:
             body = await self._body(request)
             check_model(body, self.model_name)
+            refuse_unknown(body, frozenset({"model", "tokens"}), "/detokenize")
             tokens = body.get("tokens")
             vocab = self.llm.engine.vocab_size
             if not (isinstance(tokens, list) and all(isinstance(t, int) and not isinstance(t, bool) and 0 <= t < vocab
@@ -196,6 +200,16 @@ class Server:
 # every other request (/health too) waited for it.
 OFF_LOOP_CHARS = 64 * 1024
 MAX_JSON_DEPTH = 64  # arrays and objects inside each other: a request needs a handful; Python's parser recurses
+
+
+TOKENIZE_FIELDS = frozenset({"model", "prompt", "messages", "add_special_tokens", "add_generation_prompt"})
+
+
+def refuse_unknown(body: dict[str, Any], fields: frozenset[str], route: str) -> None:
+    """A field the route does not read is refused by name, never silently ignored."""
+    unknown = sorted(set(body) - fields)
+    if unknown:
+        raise bad(f"{unknown[0]}: is not a field {route} reads ({', '.join(sorted(fields))}); remove it", unknown[0])
 
 
 TOKEN_ID_FIELDS = ("logit_bias", "allowed_token_ids", "stop_token_ids")
