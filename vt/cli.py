@@ -90,7 +90,8 @@ def _generate(args: argparse.Namespace) -> int:
     from vt.engine.sample.params import SamplingParams
     from vt.errors import RequestError
 
-    if args.max_model_len and args.max_tokens > args.max_model_len:
+    if args.max_model_len and args.max_model_len > 0 and args.max_tokens > args.max_model_len:  # a bad length is
+        # the engine config's to name, not max_tokens' fault
         raise RequestError(f"--max-tokens {args.max_tokens}: more than --max-model-len {args.max_model_len} allows")
     if not args.max_model_len:  # the checkpoint's limit, read before anything is built
         from models.loader import load_checkpoint, resolve_model

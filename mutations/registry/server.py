@@ -327,3 +327,13 @@ ENTRIES += [
                f"{REFUSALS}::test_the_tokenizer_routes_refuse_what_they_do_not_read[detokenize-unknown]"),
     ),
 ]
+ENTRIES += [
+    Mutation(
+        id="cli-blames-max-tokens-for-a-negative-length",
+        description="`vt generate --max-model-len -1` is answered as a --max-tokens problem",
+        file="vt/cli.py",
+        old="    if args.max_model_len and args.max_model_len > 0 and args.max_tokens > args.max_model_len:",
+        new="    if args.max_model_len and args.max_tokens > args.max_model_len:",
+        gates=("tests/vt/test_cli.py::test_bad_input_is_one_typed_line_and_exit_2[negative-max-model-len]",),
+    ),
+]
