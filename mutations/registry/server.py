@@ -337,3 +337,13 @@ ENTRIES += [
         gates=("tests/vt/test_cli.py::test_bad_input_is_one_typed_line_and_exit_2[negative-max-model-len]",),
     ),
 ]
+ENTRIES += [
+    Mutation(
+        id="logit-bias-keys-collapse",
+        description="logit_bias keys \"5\" and \"05\" silently collapse into one bias (the last one read)",
+        file="vt/server/protocol.py",
+        old="        if int(key) in out:  # \"05\" beside \"5\": one token, two biases\n",
+        new="        if False:\n",
+        gates=(f"{REFUSALS}::test_a_bad_logit_bias_is_a_400_naming_it[one-token-twice]",),
+    ),
+]

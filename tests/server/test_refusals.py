@@ -82,8 +82,9 @@ def test_logit_bias_reaches_the_sampler_on_both_endpoints(served, client) -> Non
     assert all(c.text in texts for c in drawn.choices), [c.text for c in drawn.choices]
 
 
-@pytest.mark.parametrize("bias", [{"5": 101}, {"five": 1}, {"5": "x"}, {str(10**7): 1.0}],
-                         ids=["out-of-range", "not-a-token-id", "not-a-number", "outside-the-vocabulary"])
+@pytest.mark.parametrize("bias", [{"5": 101}, {"five": 1}, {"5": "x"}, {str(10**7): 1.0}, {"5": 1, "05": 2}],
+                         ids=["out-of-range", "not-a-token-id", "not-a-number", "outside-the-vocabulary",
+                              "one-token-twice"])
 def test_a_bad_logit_bias_is_a_400_naming_it(client, bias: dict) -> None:
     with pytest.raises(openai.BadRequestError) as e:
         client.completions.create(model=MODEL, prompt="Hi", max_tokens=2, logit_bias=bias)  # type: ignore[arg-type]

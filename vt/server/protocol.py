@@ -156,6 +156,8 @@ def parse_logit_bias(body: dict) -> dict[int, float] | None:
             raise bad(f"logit_bias: keys must be token ids, got {key!r}", "logit_bias")
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not -MAX_BIAS <= v <= MAX_BIAS:
             raise bad(f"logit_bias[{key!r}]: must be a number in [-100, 100], got {v!r}", "logit_bias")
+        if int(key) in out:  # "05" beside "5": one token, two biases
+            raise bad(f"logit_bias: {key!r} names token {int(key)} a second time", "logit_bias")
         out[int(key)] = float(v)
     return out
 
