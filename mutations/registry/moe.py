@@ -137,3 +137,20 @@ ENTRIES: list[Mutation] = [
         gates=route_rows_cuda_gates(), needs_gpu=True,
     ),
 ]
+ENTRIES += [
+    Mutation(
+        id="cuda-moe-route-always-renormalizes",
+        description="the CUDA routing renormalizes the top-k weights whatever the config's norm_topk_prob says",
+        file="backends/kernels/moe.py",
+        old="                                               np.int32(bool(norm_topk_prob))))",
+        new="                                               np.int32(1)))",
+        gates=tuple(f"tests/backends/test_moe_kernels.py::test_cuda_moe_kernels_equal_their_twins[{c}-{d}]"
+                    for c in ("one-token", "decode-batch", "prefill-chunk", "unaligned-widths", "real-size-decode",
+                              "real-size-prefill", "router-of-128") for d in ("float32", "bfloat16", "float16"))
+        + tuple(f"tests/backends/test_moe_kernels.py::test_cuda_route_gemm_rows_equals_route_then_rows_and_twin"
+                f"[{c}-{d}]" for c in ("one-token", "decode-batch", "prefill-chunk", "unaligned-widths",
+                                       "real-size-decode", "real-size-prefill", "router-of-128")
+                for d in ("float32", "bfloat16", "float16")),
+        needs_gpu=True,
+    ),
+]

@@ -248,6 +248,12 @@ def test_cuda_moe_kernels_equal_their_twins(case: str, dtype: str) -> None:
     moe.moe_route(cupy, d["logits"], got["ids"], got["weights"], norm_topk_prob=True)
     assert np.array_equal(got["ids"].get(), want["ids"]), "the same experts chosen"
     assert np.allclose(got["weights"].get(), want["weights"], rtol=1e-5, atol=1e-7), "the same routing weights"
+    raw_ids, raw_w = np.zeros_like(want["ids"]), np.zeros_like(want["weights"])  # a config's norm_topk_prob false
+    moe.moe_route(np, a["logits"], raw_ids, raw_w, norm_topk_prob=False)
+    raw = (cupy.zeros_like(got["ids"]), cupy.zeros_like(got["weights"]))
+    moe.moe_route(cupy, d["logits"], *raw, norm_topk_prob=False)
+    assert np.array_equal(raw[0].get(), raw_ids) and np.allclose(raw[1].get(), raw_w, rtol=1e-5, atol=1e-7)
+    assert not np.allclose(raw_w, want["weights"]), "non-vacuity: unrenormalized weights differ"
     moe.moe_group(cupy, d["ids"], got["offsets"], got["experts"], got["slots"])
     for name in ("offsets", "experts"):
         assert np.array_equal(got[name].get(), want[name]), f"moe_group's {name}"
@@ -321,20 +327,24 @@ def test_cuda_route_gemm_rows_equals_route_then_rows_and_twin(case: str, dtype: 
 
     T, E, k, H, MI = CASES.get(case) or GPU_CASES[case]
     a = layer_inputs(T, E, k, H, MI, dtype, seed=T + 1)
-    ids_t, w_t = np.zeros((T, k), np.int32), np.zeros((T, k), np.float32)
-    act_t = np.zeros((T * k, MI), a["x"].dtype)
-    moe.moe_route_gemm_rows(np, a["logits"], a["x"], a["w_gu"], ids_t, w_t, act_t, norm_topk_prob=True)
-    d = {n: cupy.asarray(a[n]) for n in ("logits", "x", "w_gu")}
-    fused = (cupy.zeros((T, k), np.int32), cupy.zeros((T, k), np.float32), cupy.zeros((T * k, MI), a["x"].dtype))
-    moe.moe_route_gemm_rows(cupy, d["logits"], d["x"], d["w_gu"], *fused, norm_topk_prob=True)
-    two = (cupy.zeros((T, k), np.int32), cupy.zeros((T, k), np.float32), cupy.zeros((T * k, MI), a["x"].dtype))
-    moe.moe_route(cupy, d["logits"], two[0], two[1], norm_topk_prob=True)
-    moe.moe_gemm_rows(cupy, d["x"], d["w_gu"], two[0], two[2], row_div=k, swiglu=True)
-    for name, f, t in zip(("ids", "weights", "activations"), fused, two):
-        assert np.array_equal(f.get(), t.get()), f"{case} {dtype}: the two launches' {name}"
-    assert np.array_equal(fused[0].get(), ids_t), "the twin's experts"
-    assert np.allclose(fused[1].get(), w_t, rtol=1e-5, atol=1e-7), "the twin's weights"
-    scale = magnitudes(widen_host(a["x"])[np.arange(T * k) // k], a["w_gu"], ids_t.reshape(-1))
-    assert_gemm_close(fused[2].get(), widen_host(act_t).astype(np.float64), scale[:, :MI] * scale[:, MI:],
-                      f"fused route + gate/up {case} {dtype}")
-    assert len(set(ids_t[0].tolist())) == k and np.abs(widen_host(act_t)).max() > 0, "non-vacuous: k experts, output"
+    weights_by_norm = {}
+    for norm in (True, False):  # Qwen3-MoE renormalizes over the chosen k; a config may say not to
+        ids_t, w_t = np.zeros((T, k), np.int32), np.zeros((T, k), np.float32)
+        act_t = np.zeros((T * k, MI), a["x"].dtype)
+        moe.moe_route_gemm_rows(np, a["logits"], a["x"], a["w_gu"], ids_t, w_t, act_t, norm_topk_prob=norm)
+        d = {n: cupy.asarray(a[n]) for n in ("logits", "x", "w_gu")}
+        fused = (cupy.zeros((T, k), np.int32), cupy.zeros((T, k), np.float32), cupy.zeros((T * k, MI), a["x"].dtype))
+        moe.moe_route_gemm_rows(cupy, d["logits"], d["x"], d["w_gu"], *fused, norm_topk_prob=norm)
+        two = (cupy.zeros((T, k), np.int32), cupy.zeros((T, k), np.float32), cupy.zeros((T * k, MI), a["x"].dtype))
+        moe.moe_route(cupy, d["logits"], two[0], two[1], norm_topk_prob=norm)
+        moe.moe_gemm_rows(cupy, d["x"], d["w_gu"], two[0], two[2], row_div=k, swiglu=True)
+        for name, f, t in zip(("ids", "weights", "activations"), fused, two):
+            assert np.array_equal(f.get(), t.get()), f"{case} {dtype} norm={norm}: the two launches' {name}"
+        assert np.array_equal(fused[0].get(), ids_t), "the twin's experts"
+        assert np.allclose(fused[1].get(), w_t, rtol=1e-5, atol=1e-7), "the twin's weights"
+        scale = magnitudes(widen_host(a["x"])[np.arange(T * k) // k], a["w_gu"], ids_t.reshape(-1))
+        assert_gemm_close(fused[2].get(), widen_host(act_t).astype(np.float64), scale[:, :MI] * scale[:, MI:],
+                          f"fused route + gate/up {case} {dtype}")
+        weights_by_norm[norm] = w_t
+    assert np.abs(widen_host(act_t)).max() > 0, "non-vacuous: an output"
+    assert not np.allclose(weights_by_norm[True], weights_by_norm[False]), "non-vacuous: the flag changes the weights"
