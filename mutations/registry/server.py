@@ -255,8 +255,8 @@ ENTRIES += [
         id="server-min-tokens-past-the-default-reaches-the-engine",
         description="a min_tokens past the default max_tokens reaches the engine, whose refusal is then a 500",
         file="vt/server/app.py",
-        old="            parsed.params.resolve(e.generation_config)\n",
-        new="            pass\n",
+        old="                parsed.params.resolve(self.llm.engine.generation_config)\n",
+        new="                pass\n",
         gates=(f"{SHAPES}[min-tokens-past-the-default]",),
     ),
     Mutation(

@@ -19,6 +19,7 @@ from tests.backends.test_skinny_gemm import (
     SHAPES,
     SWIGLU_SHAPES,
     assert_norm_outputs,
+    assert_twice_equals_twin,
     magnitude,
     norm_case,
     operands,
@@ -87,19 +88,7 @@ def assert_scratch_untouched(partials, counters, what: str) -> None:  # type: ig
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
 @pytest.mark.parametrize("m,n,k", [*SHAPES, SHORT_K])
 def test_cuda_cluster_skinny_gemm_equals_its_twin(m: int, n: int, k: int, dtype: str, config: sg.Config) -> None:
-    import cupy
-
-    a, b = operands(m, n, k, dtype, seed=m + n)
-    want = np.zeros((m, n), np.float32)
-    sg.skinny_gemm(np, a, b, want, None, None, config=config)
-    partials, counters = scratch()
-    bound = 1e-5 * (1 + magnitude(a, b))
-    for run in range(2):
-        out = cupy.full((m, n), np.nan, np.float32)
-        sg.skinny_gemm(cupy, cupy.asarray(a), cupy.asarray(b), out, partials, counters, config=config)
-        got = out.get()
-        assert np.all(np.abs(got - want) <= bound), f"run {run}: {int((np.abs(got - want) > bound).sum())} past"
-        assert_scratch_untouched(partials, counters, f"run {run}")
+    assert_twice_equals_twin(m, n, k, dtype, config, *scratch(), assert_scratch_untouched)
 
 
 @pytest.mark.gpu

@@ -4,6 +4,9 @@ scratch (the tile counters must be back at zero), and as the algorithms a decode
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import numpy as np
 import pytest
 
@@ -62,18 +65,31 @@ def test_cuda_skinny_gemm_equals_its_twin_twice_on_one_scratch(m: int, n: int, k
                                                                  config: sg.Config) -> None:
     import cupy
 
+    def counters_back_at_zero(partials: Any, counters: Any, what: str) -> None:
+        assert int(counters.sum()) == 0, f"{what}: the tile counters are back at zero"
+
+    partials = cupy.zeros(sg.SCRATCH_FLOATS, np.float32)
+    counters = cupy.zeros(sg.MAX_TILES, np.uint32)
+    assert_twice_equals_twin(m, n, k, dtype, config, partials, counters, counters_back_at_zero)
+
+
+def assert_twice_equals_twin(m: int, n: int, k: int, dtype: str, config: sg.Config, partials: Any, counters: Any,
+                             check_scratch: Callable[[Any, Any, str], None]) -> None:
+    """The kernel twice in a row on one scratch, each run's C to the twin's float32 bound; check_scratch(partials,
+    counters, what) after each run (the split configurations' counters back at zero, the cluster ones' scratch
+    untouched)."""
+    import cupy
+
     a, b = operands(m, n, k, dtype, seed=m + n)
     want = np.zeros((m, n), np.float32)
     sg.skinny_gemm(np, a, b, want, None, None, config=config)
-    partials = cupy.zeros(sg.SCRATCH_FLOATS, np.float32)
-    counters = cupy.zeros(sg.MAX_TILES, np.uint32)
     bound = 1e-5 * (1 + magnitude(a, b))
     for run in range(2):
         out = cupy.full((m, n), np.nan, np.float32)
         sg.skinny_gemm(cupy, cupy.asarray(a), cupy.asarray(b), out, partials, counters, config=config)
         got = out.get()
         assert np.all(np.abs(got - want) <= bound), f"run {run}: {int((np.abs(got - want) > bound).sum())} past"
-        assert int(counters.sum()) == 0, f"run {run}: the tile counters are back at zero"
+        check_scratch(partials, counters, f"run {run}")
 
 
 @pytest.mark.gpu

@@ -85,10 +85,6 @@ class Server:
                       f"max_model_len is {e.cfg.max_model_len} (at most {room})", "max_tokens")
         if parsed.max_tokens is None and parsed.is_chat:
             parsed.params.max_tokens = room  # chat, as OpenAI's: no max_tokens means the rest of the context
-        try:  # a min_tokens past the default max_tokens, which only resolving against the checkpoint knows
-            parsed.params.resolve(e.generation_config)
-        except ConfigError as err:
-            raise bad(str(err), str(err).split("=", 1)[0]) from None
         return ids
 
     # ---- endpoints --------------------------------------------------------------------------
@@ -189,6 +185,10 @@ class Server:
                 token_ids = await asyncio.to_thread(lambda: [self._tokenize(p, parsed) for p in prompts])  # on the loop
             else:
                 token_ids = [self._tokenize(p, parsed) for p in prompts]
+            try:  # once a request: a min_tokens past the default max_tokens, which only the checkpoint's defaults know
+                parsed.params.resolve(self.llm.engine.generation_config)
+            except ConfigError as err:
+                raise bad(str(err), str(err).split("=", 1)[0]) from None
             rid = f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex}"
             answer = Answer(self, rid, chat, parsed, prompts, token_ids)
             return await (answer.stream(request) if parsed.stream else answer.whole(request))
