@@ -23,11 +23,6 @@ CUBLAS_GEMM_DEFAULT = -1
 _CUDA_TYPE = {"float16": CUDA_R_16F, "uint16": CUDA_R_16BF}  # uint16 holds bf16 bits (vt/dtypes.py)
 
 
-# The norm epilogue has run on a GPU for rows of at most 1,024 (a float4 a thread: the 0.6B shape); a wider row's
-# second float4 a thread has not, so such a row keeps the separate norm kernel.
-NORM_MAX_N = 1024
-
-
 def _load() -> ctypes.CDLL:
     names = [ctypes.util.find_library("cublas"), "libcublas.so.13", "libcublas.so.12", "libcublas.so"]
     try:
@@ -109,7 +104,7 @@ class Cublas:
         if (self.lt is None or a.ndim != 2 or b.ndim != 2 or a.dtype != b.dtype or h.dtype != b.dtype
                 or a.dtype.name not in _CUDA_TYPE or x.shape != c.shape or h.shape != c.shape
                 or any(t.dtype != cupy.float32 for t in (c, x, w)) or w.shape != (c.shape[1],)
-                or not all(t.flags.c_contiguous for t in (a, b, c, x, w, h)) or c.shape[1] > NORM_MAX_N):
+                or not all(t.flags.c_contiguous for t in (a, b, c, x, w, h))):
             return False
         self.bind(cupy.cuda.get_current_stream().ptr)
         m, k = a.shape

@@ -174,7 +174,9 @@ def test_cuda_skinny_gemm_with_the_swiglu_epilogue_equals_its_twin_on_one_scratc
     assert np.abs(exp).max() > 0.05, "non-vacuity: outputs far from zero"
 
 
-NORM_SHAPES = [(1, 1024, 2048), (1, 1024, 3072), (8, 1024, 3072), (3, 2048, 1024), (2, 512, 96)]
+# 0.6B's o and down; the 30B-A3B's o (a row of 2,048: two float4s a thread) and the 8B's (four)
+NORM_SHAPES = [(1, 1024, 2048), (1, 1024, 3072), (8, 1024, 3072), (3, 2048, 1024), (2, 512, 96), (1, 2048, 4096),
+               (8, 4096, 4096)]
 NORM_RUNS = 6
 
 
