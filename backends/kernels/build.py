@@ -56,6 +56,10 @@ def source(file: str) -> str:
 
 
 PDL_ENTRY = "vt::pdl_entry();"  # common.cuh: the wait that makes a programmatic launch safe
+PDL_WAIT = "vt::pdl_wait();"  # ... the same wait, the kernel triggering its dependents later (pdl_trigger)
+# common.cuh's L2 prefetch of weights, the only statement a kernel may open with before the wait
+PDL_PREFETCH = re.compile(r"vt::pdl_prefetch_l2\s*\(([^;{}]*)\)\s*;\s*")
+PREFETCH_BUILTINS = frozenset({"blockIdx", "threadIdx", "blockDim", "gridDim", "x", "y", "z", "min", "max"})
 
 
 def _kernel_name(expr: str) -> str:
@@ -64,10 +68,11 @@ def _kernel_name(expr: str) -> str:
 
 
 def waits_first(text: str, expr: str) -> bool:
-    """Whether the kernel `expr` names opens its body with PDL_ENTRY: it then reads and writes nothing before the
-    kernel ahead of it in the stream has completed, so it may be launched programmatically. Anything the parse
-    cannot pin down is a no: a name not defined exactly once as a kernel (a declaration, an overload, an explicit
-    specialization, a variant under #if), or a first statement other than the wait."""
+    """Whether the kernel `expr` names opens its body with PDL_ENTRY (or PDL_WAIT), after nothing but L2 prefetches
+    of its weights (PDL_PREFETCH, arguments that read no memory): it then reads and writes nothing before the kernel
+    ahead of it in the stream has completed, so it may be launched programmatically. Anything the parse cannot pin
+    down is a no: a name not defined exactly once as a kernel (a declaration, an overload, an explicit
+    specialization, a variant under #if), or any other statement before the wait."""
     text = re.sub(r"/\*.*?\*/|//[^\n]*", " ", text, flags=re.S)  # a signature in a comment is no definition
     name = re.escape(_kernel_name(expr))
     head = r"__global__\s+void\s+(?:(?:__cluster_dims__|__launch_bounds__)\s*\([^)]*\)\s*)*" + name + r"\s*"
@@ -81,7 +86,31 @@ def waits_first(text: str, expr: str) -> bool:
         depth += {"(": 1, ")": -1}.get(text[i], 0)
         i += 1
     body = re.match(r"\s*\{\s*", text[i:])  # a definition, not a declaration
-    return body is not None and text[i + body.end():].startswith(PDL_ENTRY)
+    if body is None:
+        return False
+    template = re.search(r"template\s*<([^<>]*)>\s*$", text[:m.start()])
+    names = _declared(text[m.end():i - 1]) | _declared(template[1] if template else "")
+    rest = text[i + body.end():]
+    while (call := PDL_PREFETCH.match(rest)) is not None:
+        if not _reads_nothing(call[1], names):
+            return False
+        rest = rest[call.end():]
+    return rest.startswith((PDL_ENTRY, PDL_WAIT))
+
+
+def _declared(decls: str) -> set[str]:
+    """The names a parameter list (or a template's) declares: each declarator's last word before any default."""
+    words = (re.findall(r"\w+", d.split("=", 1)[0]) for d in decls.split(","))
+    return {w[-1] for w in words if w}
+
+
+def _reads_nothing(args: str, names: set[str]) -> bool:
+    """Whether a prefetch's arguments are arithmetic over the kernel's parameters, its template constants, thread
+    coordinates and literals: no indexing, dereference, address, assignment, or call but min and max, so that
+    evaluating them before the wait reads no memory the kernel ahead may be writing."""
+    if re.search(r"[\[\]&=\"']|->|\+\+|--", args) or re.search(r"(?:^|[^\w)\s])\s*\*", args):
+        return False
+    return set(re.findall(r"\b[A-Za-z_]\w*", args)) <= names | PREFETCH_BUILTINS
 
 
 class Kernel:

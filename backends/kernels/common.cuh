@@ -142,4 +142,40 @@ __device__ __forceinline__ void pdl_entry() {
 #endif
 }
 
+// The wait alone, for a kernel that lets the kernel after it launch later than its first statement (pdl_trigger,
+// once every block has called it or ended). Where the trigger sits never changes a result: the kernel after still
+// waits in its own first statement for this one to complete. It changes when that kernel's blocks take their SMs.
+__device__ __forceinline__ void pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void pdl_trigger() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+// The one thing a kernel may do before its wait: ask L2 for a tile of its weights (sm_90's bulk prefetch, a hint: no
+// value reaches the kernel, so the kernel ahead's writes cannot be read early through it), so that a decode GEMM's
+// weights come from L2 instead of HBM once the kernel ahead has completed. Rows [row0, min(row0 + rows, nrows)) x
+// columns [col0, min(col0 + cols, ld)) of a row-major [nrows, ld] matrix, a row a thread. build.py's waits_first
+// takes such calls before the wait only when their arguments are kernel parameters, template constants and thread
+// coordinates (nothing that reads memory). A row whose address or size is not a 16-byte multiple is skipped (the
+// instruction requires both).
+template <typename T>
+__device__ __forceinline__ void pdl_prefetch_l2(const T* base, int ld, int nrows, int row0, int rows, int col0,
+                                                int cols) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    const int r1 = min(nrows, row0 + rows), c1 = min(ld, col0 + cols);
+    if (c1 <= col0) return;
+    const unsigned bytes = (unsigned)(c1 - col0) * (unsigned)sizeof(T);
+    for (int r = row0 + (int)threadIdx.x; r < r1; r += (int)blockDim.x) {
+        const T* p = base + (long long)r * ld + col0;
+        if (((unsigned long long)p | bytes) & 15ull) continue;
+        asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(bytes));
+    }
+#endif
+}
+
 }  // namespace vt
