@@ -110,6 +110,35 @@ class Cublas:
         m, k = a.shape
         return self.lt.gemm_add_rms_norm(_CUDA_TYPE[a.dtype.name], a, b, c, m, b.shape[1], k, x, w, h, eps)
 
+    def gemm_add(self, a: Any, b: Any, c: Any, x: Any) -> bool:
+        """C = A @ B then x += C, as the shape's resid plan times them (CublasLt.gemm_add); False, nothing launched,
+        where it has none. A in B's 16-bit dtype, C and x float32 [m, n], all contiguous."""
+        import cupy
+
+        if (self.lt is None or a.ndim != 2 or b.ndim != 2 or a.dtype != b.dtype or a.dtype.name not in _CUDA_TYPE
+                or c.dtype != cupy.float32 or x.dtype != cupy.float32 or x.shape != c.shape
+                or not all(t.flags.c_contiguous for t in (a, b, c, x))):
+            return False
+        self.bind(cupy.cuda.get_current_stream().ptr)
+        m, k = a.shape
+        return self.lt.gemm_add(_CUDA_TYPE[a.dtype.name], a, b, c, m, b.shape[1], k, x)
+
+    def rms_norm_gemm(self, x: Any, w: Any, h: Any, b: Any, c: Any, act: Any, eps: float) -> bool:
+        """h = RMSNorm(x) * w, C = h @ B (then act = SiLU(gate) x up where act is given), as the shape's norm_in plan
+        times them (CublasLt.rms_norm_gemm); False, nothing launched, where it has none. x [m, k] and w [k]
+        float32, h [m, k] and act in B's 16-bit dtype, C float32 [m, n], all contiguous."""
+        import cupy
+
+        if (self.lt is None or h.ndim != 2 or b.ndim != 2 or h.dtype != b.dtype or h.dtype.name not in _CUDA_TYPE
+                or x.shape != h.shape or x.dtype != cupy.float32 or w.dtype != cupy.float32
+                or w.shape != (h.shape[1],) or c.dtype != cupy.float32 or c.shape != (h.shape[0], b.shape[1])
+                or (act is not None and (act.dtype != b.dtype or act.shape != (c.shape[0], c.shape[1] // 2)))
+                or not all(t.flags.c_contiguous for t in (x, w, h, b, c) + ((act,) if act is not None else ()))):
+            return False
+        self.bind(cupy.cuda.get_current_stream().ptr)
+        m, k = h.shape
+        return self.lt.rms_norm_gemm(_CUDA_TYPE[h.dtype.name], x, w, h, b, c, m, b.shape[1], k, eps, act)
+
     def gemm_silu_mul(self, a: Any, b: Any, c: Any, act: Any) -> bool:
         """C = A @ B over the interleaved gate/up weights, then act = SiLU(gate) x up, as the shape's SwiGLU plan
         times them (CublasLt.gemm_silu_mul); False, nothing launched, where it has none. A, B and act in one 16-bit

@@ -104,6 +104,9 @@ class Norm:
     def fused(self) -> dict[str, Any]:
         return {"norm": (self.x.data.ptr, self.w.data.ptr, self.h.data.ptr, self.eps)}
 
+    def before(self, cupy: Any) -> None:
+        """What cuBLASLt's GEMM reads that the fused kernel computes itself: nothing."""
+
     def separate(self, cupy: Any, c: Any) -> None:
         from backends.kernels.norm import add_rms_norm
 
@@ -128,6 +131,9 @@ class SwiGLU:
     def fused(self) -> dict[str, Any]:
         return {"act": self.act.data.ptr}
 
+    def before(self, cupy: Any) -> None:
+        """Nothing: SwiGLU only consumes."""
+
     def separate(self, cupy: Any, c: Any) -> None:
         from backends.kernels.activation import silu_mul
 
@@ -140,7 +146,72 @@ class SwiGLU:
         return SwiGLU(_view(cupy, ptr, (m, n // 2), self.act.dtype))
 
 
-Epilogue = Norm | SwiGLU
+@dataclass(frozen=True, slots=True)
+class Resid:
+    """gemm_add's consumer: x += C (x [m, n] float32). The skinny GEMM adds a column tile's sums as they are final and
+    leaves C unwritten; after cuBLASLt, an elementwise add."""
+
+    x: Any
+    kind = "resid"
+
+    def fused(self) -> dict[str, Any]:
+        return {"resid": self.x.data.ptr}
+
+    def before(self, cupy: Any) -> None:
+        """Nothing: the add only consumes."""
+
+    def separate(self, cupy: Any, c: Any) -> None:
+        cupy.add(self.x, c, out=self.x)
+
+    def scratch_bytes(self, m: int, n: int) -> int:
+        return m * n * 4
+
+    def on_scratch(self, cupy: Any, ptr: int, m: int, n: int) -> Resid:
+        return Resid(_view(cupy, ptr, (m, n), cupy.float32))
+
+
+@dataclass(frozen=True, slots=True)
+class NormIn:
+    """rms_norm_gemm's producer: A = h = RMSNorm(x) * w (x [m, k], w [k] float32; h [m, k] 16-bit), then the GEMM and
+    `then` (SwiGLU, or nothing). The skinny GEMM computes A from x in every block (h unwritten); cuBLASLt reads h,
+    which add_rms_norm writes first."""
+
+    x: Any
+    w: Any
+    h: Any
+    eps: float
+    then: SwiGLU | None = None
+
+    @property
+    def kind(self) -> str:
+        return "norm_in_swiglu" if self.then is not None else "norm_in"
+
+    def fused(self) -> dict[str, Any]:
+        return {"norm_in": (self.x.data.ptr, self.w.data.ptr, self.eps), **(self.then.fused() if self.then else {})}
+
+    def before(self, cupy: Any) -> None:
+        from backends.kernels.norm import add_rms_norm
+
+        add_rms_norm(cupy, self.x, None, None, self.w, self.h, eps=self.eps)
+
+    def separate(self, cupy: Any, c: Any) -> None:
+        if self.then is not None:
+            self.then.separate(cupy, c)
+
+    def scratch_bytes(self, m: int, n: int) -> int:
+        return _aligned(self.h.nbytes) + (self.then.scratch_bytes(m, n) if self.then else 0)
+
+    def on_scratch(self, cupy: Any, ptr: int, m: int, n: int) -> NormIn:
+        """h (and SwiGLU's act) on the scratch; x is only read."""
+        then = self.then.on_scratch(cupy, ptr + _aligned(self.h.nbytes), m, n) if self.then else None
+        return NormIn(self.x, self.w, _view(cupy, ptr, self.h.shape, self.h.dtype), self.eps, then)
+
+
+def _aligned(nbytes: int) -> int:
+    return -(-nbytes // 256) * 256
+
+
+Epilogue = Norm | SwiGLU | Resid | NormIn
 
 
 class Plan:
@@ -168,7 +239,8 @@ class Plan:
             raise RuntimeError(f"cuBLASLt offers no algorithm for {m}x{n}x{k}")
         self.storage = STORAGE.get(dtype)
         if lt.skinny is not None and self.storage is not None and skinny_gemm.fits(m, n, self.storage, epilogue):
-            self.candidates += skinny_gemm.configs()  # timed last: the heuristic's first pick stays candidates[0]
+            # timed last: the heuristic's first pick stays candidates[0]
+            self.candidates += [c for c in skinny_gemm.configs() if skinny_gemm.serves(m, n, k, c, epilogue)]
         self.algo = self.candidates[0]
         self.times_us: list[float] = []
 
@@ -190,10 +262,12 @@ class Plan:
             skinny_gemm.launch(cupy, self.storage, a_ptr, b_ptr, c_ptr, partials, counters, self.m, self.n, self.k,
                                algo, **(epilogue.fused() if epilogue else {}))
             return
-        self._cublaslt(a_ptr, b_ptr, c_ptr, stream, algo)
         if epilogue is not None:
             import cupy
 
+            epilogue.before(cupy)
+        self._cublaslt(a_ptr, b_ptr, c_ptr, stream, algo)
+        if epilogue is not None:
             epilogue.separate(cupy, _view(cupy, c_ptr, (self.m, self.n), cupy.float32))
 
     def _cublaslt(self, a_ptr: int, b_ptr: int, c_ptr: int, stream: int, algo: Any) -> None:
@@ -331,6 +405,19 @@ class CublasLt:
         """C = A @ B over the interleaved gate/up weights, then act = SiLU(gate) x up, as this shape's SwiGLU plan
         picked (the skinny GEMM's epilogue leaves C unwritten). False, nothing launched, as gemm_add_rms_norm."""
         return self._gemm_epilogue(dtype, a, b, c, m, n, k, SwiGLU(act))
+
+    def gemm_add(self, dtype: int, a: Any, b: Any, c: Any, m: int, n: int, k: int, x: Any) -> bool:
+        """C = A @ B, then x += C, as this shape's resid plan picked: one launch (the skinny GEMM adds a tile's sums
+        into x, C unwritten) or cuBLASLt and an add. False, nothing launched, as gemm_add_rms_norm."""
+        return self._gemm_epilogue(dtype, a, b, c, m, n, k, Resid(x))
+
+    def rms_norm_gemm(self, dtype: int, x: Any, w: Any, h: Any, b: Any, c: Any, m: int, n: int, k: int, eps: float,
+                      act: Any = None) -> bool:
+        """h = RMSNorm(x) * w, C = h @ B, then act = SiLU(gate) x up where act is given, as this shape's norm_in plan
+        picked: one launch (the skinny GEMM computes h itself; h, and C with act, unwritten) or add_rms_norm,
+        cuBLASLt and silu_mul. False, nothing launched, as gemm_add_rms_norm."""
+        then = SwiGLU(act) if act is not None else None
+        return self._gemm_epilogue(dtype, h, b, c, m, n, k, NormIn(x, w, h, eps, then))
 
     def _gemm_epilogue(self, dtype: int, a: Any, b: Any, c: Any, m: int, n: int, k: int, epilogue: Epilogue) -> bool:
         import cupy

@@ -151,6 +151,8 @@ class CudaBackend(Backend):
         xp.matmul = lambda a, b, out=None: staged_matmul(cupy, self.blas.sgemm, a, b, out)
         xp.gemm_add_rms_norm = self.blas.gemm_add_rms_norm  # the GEMM and its consumer as timed (else False)
         xp.gemm_silu_mul = self.blas.gemm_silu_mul
+        xp.gemm_add = self.blas.gemm_add  # the consumer's norm (VT_CONSUMER_NORM)
+        xp.rms_norm_gemm = self.blas.rms_norm_gemm
         self.xp = xp
         self._allocator = self._cupy_alloc  # installed around each launch only (_call)
 

@@ -24,6 +24,13 @@ from models.config import ModelConfig
 from models.rope import rope_table
 from vt.backend import Backend, Tensor
 from vt.dtypes import STORAGE, to_storage, widen_host
+from vt.env import flags
+
+# A step of at most this many rows lets the GEMM that reads a norm compute it (VT_CONSUMER_NORM). H200, 0.6B
+# (session 24): at one row the step replays 1.0342 / 1.0346 -> 0.9922 / 0.9944 ms (the skinny GEMM serves every
+# projection and loses its o and down norm tails); at eight rows, where cuBLASLt serves them and the norm becomes a
+# kernel of its own, 1.2577 / 1.2581 -> 1.3804 / 1.3783 ms.
+CONSUMER_NORM_ROWS = 1
 
 F32, I32 = np.float32, np.int32
 
@@ -105,6 +112,7 @@ class DecoderForCausalLM:
         self.operand_dtype = STORAGE[dtype]  # what a GEMM's activation operand is narrowed to as it is written
         self.w = self._load(ckpt.weights)
         self.rope_table = self._upload(rope_table(self.cfg))
+        self.consumer_norm = flags().consumer_norm and group is None
 
     # ---- weights ----------------------------------------------------------------------------
     def _upload(self, a: np.ndarray) -> Tensor:
@@ -252,14 +260,18 @@ class DecoderForCausalLM:
                        eps=c.rms_norm_eps)
         self._qkv(0, fb, kv, carry)
 
-    def _qkv(self, i: int, fb: ForwardBatch, kv: KVCache, carry: Carry) -> None:
-        """Layer i's q/k/v projection of its normed input h, then q/k norm, rotary and the KV write in one op."""
+    def _qkv(self, i: int, fb: ForwardBatch, kv: KVCache, carry: Carry, norm_in: bool = False) -> None:
+        """Layer i's q/k/v projection of its normed input h (norm_in: of x, its input norm computed by the GEMM),
+        then q/k norm, rotary and the KV write in one op."""
         b, pool, c, w = self.backend, self.pool, self.cfg, self.w
         h = carry.get("h", ())
         T = h.shape[0]
         nh, nkv, hd = c.num_attention_heads, c.num_key_value_heads, c.head_dim
         qkv = pool.empty((T, (nh + 2 * nkv) * hd), F32)
-        b.gemm(h, w[f"{i}.qkv_t"], qkv)
+        if norm_in:
+            b.rms_norm_gemm(carry.get("x", ()), w[f"{i}.ln1"], h, w[f"{i}.qkv_t"], qkv, eps=c.rms_norm_eps)
+        else:
+            b.gemm(h, w[f"{i}.qkv_t"], qkv)
         b.qk_norm_rope_store(qkv, w[f"{i}.qk_norm"], self.rope_table, fb.positions, fb.slot_mapping, kv.k[i],
                              kv.v[i], carry.get("q", (T, nh, hd)), has_norm=c.has_qk_norm, eps=c.rms_norm_eps,
                              bias=w.get(f"{i}.qkv_b"))
@@ -315,7 +327,13 @@ class DecoderForCausalLM:
         carry.put("q")
         out = pool.empty((T, H), F32)
         o2 = o.view((T, o.shape[1] * o.shape[2]))
-        if self.group is None and f"{i}.o_b" not in w:  # one launch where the GEMM's plan allows (vt/ops.py)
+        # the consumer's norm: o and down add into x, and the gate/up and next q/k/v GEMMs compute the norms
+        consumer = (self.consumer_norm and T <= CONSUMER_NORM_ROWS and not c.is_sparse_layer(i)
+                    and f"{i}.o_b" not in w)
+        if consumer:
+            b.gemm_add(o2, w[f"{i}.o_t"], out, x)
+            carry.put("o")
+        elif self.group is None and f"{i}.o_b" not in w:  # one launch where the GEMM's plan allows (vt/ops.py)
             b.gemm_add_rms_norm(o2, w[f"{i}.o_t"], out, x, w[f"{i}.ln2"], h, eps=c.rms_norm_eps)
             carry.put("o")
         else:  # a shard's partial sum is reduced between the two
@@ -335,26 +353,37 @@ class DecoderForCausalLM:
             b.moe_combine_add_rms_norm(y, ids, weights, x, after, h, eps=c.rms_norm_eps)
             for t in (y, ids, weights):
                 pool.release(t)
+        elif consumer:
+            pool.release(self._mlp(i, h, (x, after), norm_in=w[f"{i}.ln2"], defer=not is_last))
         else:
             pool.release(self._mlp(i, h, (x, after)))
         if not is_last:
-            self._qkv(i + 1, fb, kv, carry)
+            self._qkv(i + 1, fb, kv, carry, norm_in=consumer)
         else:
             for name in ("x", "part_o", "part_ml"):
                 carry.put(name)
 
-    def _mlp(self, i: int, h: Tensor, residual: tuple[Tensor, Tensor] | None = None) -> Tensor:
+    def _mlp(self, i: int, h: Tensor, residual: tuple[Tensor, Tensor] | None = None, norm_in: Tensor | None = None,
+             defer: bool = False) -> Tensor:
         """The dense MLP of h; with residual (x, the next norm's weight), its down projection also adds into x and
-        writes the next norm into h (gemm_add_rms_norm)."""
+        writes the next norm into h (gemm_add_rms_norm), or (defer) only adds into x, the next q/k/v GEMM computing
+        the norm. norm_in (with residual): h is RMSNorm(x) * norm_in, computed by the gate/up GEMM."""
         b, pool, c = self.backend, self.pool, self.cfg
         T = h.shape[0]
         gu = pool.empty((T, 2 * c.intermediate_size), F32)
         act = pool.empty((T, c.intermediate_size), self.operand_dtype)
-        b.gemm_silu_mul(h, self.w[f"{i}.gu_t"], gu, act, group=pair_group(c.intermediate_size))
+        group = pair_group(c.intermediate_size)
+        if norm_in is not None and residual is not None:
+            b.rms_norm_gemm_silu_mul(residual[0], norm_in, h, self.w[f"{i}.gu_t"], gu, act, group=group,
+                                     eps=c.rms_norm_eps)
+        else:
+            b.gemm_silu_mul(h, self.w[f"{i}.gu_t"], gu, act, group=group)
         pool.release(gu)
         out = pool.empty((T, c.hidden_size), F32)
         if residual is None:
             b.gemm(act, self.w[f"{i}.down_t"], out)
+        elif defer:
+            b.gemm_add(act, self.w[f"{i}.down_t"], out, residual[0])
         else:
             b.gemm_add_rms_norm(act, self.w[f"{i}.down_t"], out, residual[0], residual[1], h, eps=c.rms_norm_eps)
         pool.release(act)

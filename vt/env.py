@@ -71,6 +71,10 @@ class Flags:
     # slices summed through distributed shared memory; backends/kernels/skinny_gemm.py): correct on the H200, and
     # no faster a decode step there (session 23)
     skinny_cluster: bool = False
+    # VT_CONSUMER_NORM=0: the o and down projections of a one-row step run the residual add + RMSNorm after them
+    # in their own last block (a grid-wide tail), instead of adding into x and leaving the norm to the GEMM that
+    # reads it (models/decoder.py, backends/kernels/skinny_gemm.py; H200, 0.6B: 42 us a step faster on)
+    consumer_norm: bool = True
 
     @classmethod
     def from_environ(cls) -> Flags:
@@ -90,6 +94,7 @@ class Flags:
             pdl=_read_bool("VT_PDL", True),
             temperature_draw=_read_choice("VT_TEMPERATURE_DRAW", ("mass", "race")),
             skinny_cluster=_read_bool("VT_SKINNY_CLUSTER", False),
+            consumer_norm=_read_bool("VT_CONSUMER_NORM", True),
         )
 
 
@@ -104,7 +109,7 @@ def as_environ(f: Flags) -> dict[str, str]:
     with this process's flags, whatever its own environment says."""
     names = {"pool_bypass": "VT_POOL_BYPASS", "pool_exact": "VT_POOL_EXACT", "pool_borrow": "VT_POOL_BORROW",
              "pool_stats": "VT_POOL_STATS", "cudagraph": "VT_CUDAGRAPH", "sanitize": "VT_SANITIZE",
-             "gemm_tuned": "VT_GEMM_TUNED", "pdl": "VT_PDL"}
+             "gemm_tuned": "VT_GEMM_TUNED", "pdl": "VT_PDL", "consumer_norm": "VT_CONSUMER_NORM"}
     out = {env: "1" if getattr(f, field) else "0" for field, env in names.items()}
     out["VT_CACHE_DIR"] = f.cache_dir
     out["VT_BLAS_THREADS"] = str(f.blas_threads)

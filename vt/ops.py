@@ -117,6 +117,24 @@ class Ops:
         accumulating in float32."""
         self.launch(self.kernels.gemm, a, b, out)
 
+    def gemm_add(self, a: Any, b: Any, out: Any, x: Any) -> None:
+        """gemm(a, b, out), then x += out: a projection joining the residual stream whose next norm its consumer
+        computes (rms_norm_gemm). On CUDA one launch where the shape's tuned GEMM is the skinny kernel, which leaves
+        out unwritten."""
+        self.launch(self.kernels.gemm_add, a, b, out, x)
+
+    def rms_norm_gemm(self, x: Any, w: Any, h: Any, b: Any, out: Any, *, eps: float) -> None:
+        """add_rms_norm(x, None, w, h), then gemm(h, b, out): a projection of the residual stream's next norm. On
+        CUDA one launch where the shape's tuned GEMM is the skinny kernel, which computes h in every block and
+        leaves h unwritten."""
+        self.launch(self.kernels.rms_norm_gemm, x, w, h, b, out, eps=eps)
+
+    def rms_norm_gemm_silu_mul(self, x: Any, w: Any, h: Any, b: Any, gate_up: Any, act: Any, *, group: int,
+                               eps: float) -> None:
+        """add_rms_norm(x, None, w, h), then gemm_silu_mul(h, b, gate_up, act, group): the MLP's gate/up projection
+        of the residual stream's norm, in one launch where the skinny kernel serves it (h, gate_up unwritten)."""
+        self.launch(self.kernels.rms_norm_gemm_silu_mul, x, w, h, b, gate_up, act, group=group, eps=eps)
+
     def gemm_add_rms_norm(self, a: Any, b: Any, out: Any, x: Any, w: Any, h: Any, *, eps: float) -> None:
         """gemm(a, b, out), then add_rms_norm(x, out, w, h): a projection joining the residual stream and the norm
         after it. On CUDA one launch where the shape's tuned GEMM is the skinny kernel (a decode step's few rows,

@@ -56,6 +56,48 @@ def gemm_silu_mul(xp: Any, a: Any, b: Any, gate_up: Any, act: Any, group: int) -
 
 gemm_silu_mul.writes = (2, 3)  # type: ignore[attr-defined]
 
+
+# ---- the consumer's norm (VT_CONSUMER_NORM): the o/down GEMM adds into x, and the GEMM reading the norm computes it
+def gemm_add(xp: Any, a: Any, b: Any, out: Any, x: Any) -> None:
+    """out = a @ b; x += out. On CUDA as the shape's resid plan picked (one launch where the skinny GEMM adds a
+    column tile's sums into x as they are final, leaving out unwritten); anywhere else the GEMM and then the add."""
+    fused = getattr(xp, "gemm_add", None)
+    if fused is not None and fused(a, b, out, x):
+        return
+    xp.matmul(a, b, out=out)
+    xp.add(x, out, out=x)
+
+
+gemm_add.writes = (2, 3)  # type: ignore[attr-defined]
+
+
+def rms_norm_gemm(xp: Any, x: Any, w: Any, h: Any, b: Any, out: Any, eps: float) -> None:
+    """h = RMSNorm(x) * w (narrowed to b's dtype); out = h @ b. On CUDA as the shape's norm_in plan picked (one
+    launch where the skinny GEMM computes h itself, leaving h unwritten); anywhere else the norm and then the GEMM."""
+    fused = getattr(xp, "rms_norm_gemm", None)
+    if fused is not None and fused(x, w, h, b, out, None, eps):
+        return
+    add_rms_norm(xp, x, None, None, w, h, eps=eps)
+    xp.matmul(h, b, out=out)
+
+
+rms_norm_gemm.writes = (2, 4)  # type: ignore[attr-defined]
+
+
+def rms_norm_gemm_silu_mul(xp: Any, x: Any, w: Any, h: Any, b: Any, gate_up: Any, act: Any, group: int,
+                           eps: float) -> None:
+    """h = RMSNorm(x) * w; then gemm_silu_mul(h, b, gate_up, act). On CUDA, with pairs of PAIR_COLS, as the shape's
+    norm_in_swiglu plan picked (one launch: the skinny GEMM's prologue computes h and its epilogue writes act,
+    leaving h and gate_up unwritten); anywhere else the norm and then gemm_silu_mul."""
+    fused = getattr(xp, "rms_norm_gemm", None) if group == PAIR_COLS else None
+    if fused is not None and fused(x, w, h, b, gate_up, act, eps):
+        return
+    add_rms_norm(xp, x, None, None, w, h, eps=eps)
+    gemm_silu_mul(xp, h, b, gate_up, act, group)
+
+
+rms_norm_gemm_silu_mul.writes = (2, 4, 5)  # type: ignore[attr-defined]
+
 LIBRARY = types.SimpleNamespace(embed=embed, add_rms_norm=add_rms_norm, qk_norm_rope_store=qk_norm_rope_store,
                                 silu_mul=silu_mul, paged_decode_attention=paged_decode_attention,
                                 paged_prefill_attention=paged_prefill_attention, gemm=matmul, moe_route=moe_route,
@@ -63,4 +105,6 @@ LIBRARY = types.SimpleNamespace(embed=embed, add_rms_norm=add_rms_norm, qk_norm_
                                 moe_gemm_rows=moe_gemm_rows, moe_route_gemm_rows=moe_route_gemm_rows,
                                 moe_combine_add_rms_norm=moe_combine_add_rms_norm,
                                 feed_tokens=feed_tokens, keep_sampled=keep_sampled,
-                                gemm_add_rms_norm=gemm_add_rms_norm, gemm_silu_mul=gemm_silu_mul)
+                                gemm_add_rms_norm=gemm_add_rms_norm, gemm_silu_mul=gemm_silu_mul,
+                                gemm_add=gemm_add, rms_norm_gemm=rms_norm_gemm,
+                                rms_norm_gemm_silu_mul=rms_norm_gemm_silu_mul)

@@ -17,6 +17,14 @@
 // up's: common.cuh), so a tile holds both halves of its outputs: the kernel writes SiLU(gate) x up in T into h
 // [M, N / 2] (activation.cu's silu_mul) where C would have been, and C is never written. N % 16 == 0.
 //
+// With RESID, the GEMM is an o or down projection whose norm its consumer computes (VT_CONSUMER_NORM): a column
+// tile's last sum is added into the residual stream x in place of C (C is not written), and nothing waits for the
+// whole grid. With NORM_IN, the GEMM is that consumer: A is RMSNorm(x) * w, computed by every block from x [M, K]
+// float32 (the row's sum of squares as the norm epilogue computes it, `row_denominators`) and staged for the block's
+// K slice in shared memory, narrowed to T as the norm epilogue narrows h: the same A, bit for bit, as the o/down
+// GEMM's norm epilogue writes. (H200, 0.6B, one row, session 24: removing the norm's grid-wide tail from the o and
+// down GEMMs took 2.5 us off each and 112 us off the step.)
+//
 // Programmatic launch: each block asks L2 for its slice of B before its wait (B is a weight: no kernel writes it),
 // and the block triggers the kernel after it only once its loop over K is done. So the next kernel's blocks take
 // their SMs, and prefetch their own weights, during this kernel's reduction tail, not beside its weight stream.
@@ -36,6 +44,7 @@ constexpr int SKINNY_MAX_M = 8;
 constexpr int SKINNY_THREADS = 256;
 constexpr int SKINNY_WARPS = SKINNY_THREADS / 32;
 constexpr int SKINNY_CLUSTER = 8;  // K slices a cluster: the portable maximum (skinny_gemm.py's CLUSTER)
+constexpr int SKINNY_STAGE = 8192;  // NORM_IN: the normed A a block stages, M x its K slice (skinny_gemm.py's STAGE)
 
 // The thread-block cluster's barrier (all threads of all its blocks; release then acquire: shared-memory writes
 // before it are visible to the cluster after it), this block's rank in it, and a float of another block's shared
@@ -65,9 +74,42 @@ __device__ __forceinline__ uint4 load_stream(const void* p) {
     return r;
 }
 
+// A float4's sum of squares and a row's running sum, with explicit rounding: the norm epilogue and a NORM_IN
+// prologue must reach the same sums, whatever the compiler would contract in either place.
+__device__ __forceinline__ float sum_sq4(float4 v) {
+    return __fmaf_rn(v.w, v.w, __fmaf_rn(v.z, v.z, __fmaf_rn(v.y, v.y, __fmul_rn(v.x, v.x))));
+}
+
+// The RMS denominators of M rows of x [M, n] (n % 4 == 0) into denom[M], every thread of the block: thread t sums
+// float4s t, t + 256, ... of a row, the warps by shuffles, then the warps' sums in warp order. The norm epilogue
+// gives its first float4 a thread (`first`, already loaded and added); a NORM_IN prologue loads them all.
+template <int M>
+__device__ __forceinline__ void row_denominators(const float* __restrict__ x, int n, float eps, const float4* first,
+                                                 float (&row_sq)[SKINNY_WARPS][SKINNY_MAX_M], float* denom) {
+    const int n4 = n / 4, i0 = threadIdx.x, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const float4* x4 = reinterpret_cast<const float4*>(x);
+#pragma unroll
+    for (int m = 0; m < M; m++) {
+        float sq = 0.0f;
+        for (int i = i0; i < n4; i += SKINNY_THREADS)
+            sq = __fadd_rn(sq, sum_sq4(i == i0 && first ? first[m] : x4[(i64)m * n4 + i]));
+        sq = warp_sum(sq);
+        if (lane == 0) row_sq[warp][m] = sq;
+    }
+    __syncthreads();
+#pragma unroll
+    for (int m = 0; m < M; m++) {
+        float total = 0.0f;
+#pragma unroll
+        for (int k = 0; k < SKINNY_WARPS; k++) total += row_sq[k][m];
+        denom[m] = sqrtf(total / (float)n + eps);
+    }
+}
+
 // M, TC and U are template arguments: a thread holds M x 8 accumulators and U raw vectors, so one row keeps
 // registers few and blocks many.
-template <typename T, int M, int TC, int U, bool NORM, bool SWIGLU, bool CLUSTER>
+template <typename T, int M, int TC, int U, bool NORM, bool SWIGLU, bool CLUSTER, bool NORM_IN = false,
+          bool RESID = false>
 __device__ __forceinline__ void skinny_body(const T* __restrict__ a, const T* __restrict__ b, float* __restrict__ c,
                                             float* __restrict__ partials, unsigned int* __restrict__ counters, int N,
                                             int K, int slice, float* __restrict__ x, const float* __restrict__ w,
@@ -75,7 +117,8 @@ __device__ __forceinline__ void skinny_body(const T* __restrict__ a, const T* __
     static_assert(M >= 1 && M <= SKINNY_MAX_M && M <= SKINNY_WARPS, "1..8 rows (the norm keeps a row's sum a warp)");
     static_assert(TC == 8 || TC == 16 || TC == 32, "a warp holds whole rows of threads");
     static_assert(sizeof(T) == 2, "8 columns are one 16-byte vector");
-    static_assert(!(NORM && SWIGLU), "one epilogue");
+    static_assert(!(NORM && SWIGLU) && !(RESID && (NORM || SWIGLU)), "one epilogue");
+    static_assert(!(CLUSTER && (NORM_IN || RESID)), "the consumer's norm runs on the split kernel");
     constexpr int TR = SKINNY_THREADS / TC, COLS = TC * 8;
     __shared__ float warp_part[SKINNY_WARPS][COLS];
     __shared__ float slice_tile[CLUSTER ? M : 1][CLUSTER ? COLS : 1];  // CLUSTER: this slice's partial tile
@@ -83,6 +126,18 @@ __device__ __forceinline__ void skinny_body(const T* __restrict__ a, const T* __
     const int tc = threadIdx.x % TC, tr = threadIdx.x / TC, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int n = blockIdx.x * COLS + tc * 8;
     const int k0 = blockIdx.y * slice, k1 = min(K, k0 + slice);
+    __shared__ T a_stage[NORM_IN ? SKINNY_STAGE : 1];  // NORM_IN: the normed A of rows 0..M-1, K in [k0, k1)
+    if constexpr (NORM_IN) {
+        __shared__ float row_sq[SKINNY_WARPS][SKINNY_MAX_M];
+        float denom[M];
+        row_denominators<M>(x, K, eps, nullptr, row_sq, denom);
+        const int len = k1 - k0;
+        for (int i = threadIdx.x; i < M * len; i += SKINNY_THREADS) {
+            const int m = i / len, k = k0 + (i - m * len);
+            a_stage[i] = from_f32<T>(x[(i64)m * K + k] / denom[m] * w[k]);
+        }
+        __syncthreads();
+    }
     float acc[M][8];
 #pragma unroll
     for (int m = 0; m < M; m++)
@@ -103,9 +158,9 @@ __device__ __forceinline__ void skinny_body(const T* __restrict__ a, const T* __
                 const T* e = reinterpret_cast<const T*>(&raw[u]);
 #pragma unroll
                 for (int m = 0; m < M; m++) {
-                    const float x = to_f32(a[(i64)m * K + k]);
+                    const float av = NORM_IN ? to_f32(a_stage[m * (k1 - k0) + (k - k0)]) : to_f32(a[(i64)m * K + k]);
 #pragma unroll
-                    for (int j = 0; j < 8; j++) acc[m][j] += x * to_f32(e[j]);
+                    for (int j = 0; j < 8; j++) acc[m][j] += av * to_f32(e[j]);
                 }
             }
         }
@@ -143,7 +198,8 @@ __device__ __forceinline__ void skinny_body(const T* __restrict__ a, const T* __
                 for (int w = 0; w < SKINNY_WARPS; w++) v += warp_part[w][col];
                 if (CLUSTER) slice_tile[CLUSTER ? m : 0][CLUSTER ? col : 0] = v;
                 else if (nn < N) {
-                    if (S == 1) c[(i64)m * N + nn] = v;
+                    if (S == 1 && RESID) x[(i64)m * N + nn] += v;
+                    else if (S == 1) c[(i64)m * N + nn] = v;
                     else partials[((i64)blockIdx.y * M + m) * N + nn] = v;
                 }
             }
@@ -203,7 +259,8 @@ __device__ __forceinline__ void skinny_body(const T* __restrict__ a, const T* __
                 if (nn >= N) continue;
                 float v = 0.0f;
                 for (int s = 0; s < S; s++) v += __ldcg(&partials[((i64)s * M + m) * N + nn]);  // L2: other SMs wrote them
-                c[(i64)m * N + nn] = v;
+                if (RESID) x[(i64)m * N + nn] += v;
+                else c[(i64)m * N + nn] = v;
             }
         }
         if (threadIdx.x == 0) counters[blockIdx.x] = 0;
@@ -224,10 +281,8 @@ __device__ __forceinline__ void skinny_body(const T* __restrict__ a, const T* __
         const float4* c4 = reinterpret_cast<const float4*>(c);
         const float4* w4 = reinterpret_cast<const float4*>(w);
         float4 xv[M], cv[M];
-        float sq[M];
 #pragma unroll
         for (int m = 0; m < M; m++) {
-            sq[m] = 0.0f;
             if (i0 < n4) {
                 xv[m] = x4[(i64)m * n4 + i0];
                 cv[m] = __ldcg(&c4[(i64)m * n4 + i0]);  // L2: other SMs wrote C
@@ -240,41 +295,37 @@ __device__ __forceinline__ void skinny_body(const T* __restrict__ a, const T* __
                 const float4 d = i == i0 ? cv[m] : __ldcg(&c4[(i64)m * n4 + i]);
                 const float4 v = make_float4(a.x + d.x, a.y + d.y, a.z + d.z, a.w + d.w);
                 x4[(i64)m * n4 + i] = v;
-                if (i == i0) xv[m] = v;  // the first float4 kept for the write below
-                sq[m] += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
+                if (i == i0) xv[m] = v;  // the first float4 kept for the sums and the write below
             }
-            sq[m] = warp_sum(sq[m]);
-            if (lane == 0) row_sq[warp][m] = sq[m];
         }
-        __syncthreads();
+        float denom[M];  // a thread's later float4s are its own writes above: read back without a barrier
+        row_denominators<M>(x, N, eps, xv, row_sq, denom);
         const float4 g0 = i0 < n4 ? w4[i0] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
 #pragma unroll
         for (int m = 0; m < M; m++) {
-            float total = 0.0f;
-#pragma unroll
-            for (int k = 0; k < SKINNY_WARPS; k++) total += row_sq[k][m];
-            const float denom = sqrtf(total / (float)N + eps);
             for (int i = i0; i < n4; i += SKINNY_THREADS) {
                 const float4 v = i == i0 ? xv[m] : x4[(i64)m * n4 + i], g = i == i0 ? g0 : w4[i];
                 T* o = h + (i64)m * N + 4 * i;
-                o[0] = from_f32<T>(v.x / denom * g.x);
-                o[1] = from_f32<T>(v.y / denom * g.y);
-                o[2] = from_f32<T>(v.z / denom * g.z);
-                o[3] = from_f32<T>(v.w / denom * g.w);
+                o[0] = from_f32<T>(v.x / denom[m] * g.x);
+                o[1] = from_f32<T>(v.y / denom[m] * g.y);
+                o[2] = from_f32<T>(v.z / denom[m] * g.z);
+                o[3] = from_f32<T>(v.w / denom[m] * g.w);
             }
         }
         if (threadIdx.x == 0) *done = 0;
     }
 }
 
-template <typename T, int M, int TC, int U, bool NORM = false, bool SWIGLU = false>
+template <typename T, int M, int TC, int U, bool NORM = false, bool SWIGLU = false, bool NORM_IN = false,
+          bool RESID = false>
 __global__ void __launch_bounds__(SKINNY_THREADS)
 skinny_gemm(const T* __restrict__ a, const T* __restrict__ b, float* __restrict__ c, float* __restrict__ partials,
             unsigned int* __restrict__ counters, int N, int K, int slice, float* __restrict__ x,
             const float* __restrict__ w, T* __restrict__ h, unsigned int* __restrict__ done, float eps) {
     vt::pdl_prefetch_l2(b, N, K, blockIdx.y * slice, slice, blockIdx.x * TC * 8, TC * 8);  // this block's B
     vt::pdl_wait();
-    skinny_body<T, M, TC, U, NORM, SWIGLU, false>(a, b, c, partials, counters, N, K, slice, x, w, h, done, eps);
+    skinny_body<T, M, TC, U, NORM, SWIGLU, false, NORM_IN, RESID>(a, b, c, partials, counters, N, K, slice, x, w, h,
+                                                                  done, eps);
 }
 
 // Grid (column tiles, SKINNY_CLUSTER): the cluster's blocks are one column tile's K slices.

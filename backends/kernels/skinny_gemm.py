@@ -16,6 +16,12 @@ With SwiGLU (`launch(..., act=...)`, the op gemm_silu_mul), the GEMM is the MLP'
 interleaved PAIR_COLS at a time (models/decoder.py): a tile's last sum writes SiLU(gate) x up into act (activation.py's
 silu_mul) and C is not written, so the f32 gate/up rows never leave the SM and the activation is not a launch.
 
+With the consumer's norm (VT_CONSUMER_NORM, models/decoder.py), the norm moves from the o/down GEMM's grid-wide
+tail into the GEMM that reads it: `launch(..., resid=x)` (the op gemm_add) adds a column tile's sums into the
+residual stream x as soon as they are final (C is not written); `launch(..., norm_in=(x, w, eps))` (the ops
+rms_norm_gemm and rms_norm_gemm_silu_mul) computes A = RMSNorm(x) * w in every block, the row's sum of squares in the
+norm epilogue's order, and stages the block's K slice of it in shared memory (at most STAGE values: M x the slice).
+
 A cluster configuration (`Config(cluster=True)`, skinny_gemm_cluster) splits K into CLUSTER slices launched as one
 thread-block cluster a column tile, whose first block adds the slices' tiles through distributed shared memory:
 no partials, no counters. The tuner times them only under VT_SKINNY_CLUSTER=1 (`configs()`): on the H200 they pass
@@ -33,7 +39,7 @@ from backends.kernels.activation import PAIR_COLS, silu_mul
 from backends.kernels.build import Instance, function, is_loaded
 from backends.kernels.fused import FusedKernel, ctype
 
-MAX_M, THREADS, CLUSTER = 8, 256, 8  # skinny_gemm.cu's SKINNY_* constants
+MAX_M, THREADS, CLUSTER, STAGE = 8, 256, 8, 8192  # skinny_gemm.cu's SKINNY_* constants
 SCRATCH_FLOATS = 2 << 20  # partials: S x M x N at most (8 MiB)
 MAX_TILES = 4096  # counters: one per column tile of a split GEMM, and the norm's (the last, DONE)
 DONE = MAX_TILES - 1
@@ -67,6 +73,10 @@ DEFAULT = Config()
 CONFIGS = (DEFAULT, Config(8, 8, 4), Config(16, 8, 2), Config(32, 8, 2), Config(32, 4, 4))
 CLUSTER_CONFIGS = (Config(8, 4, cluster=True), Config(16, 4, cluster=True))
 EPILOGUES = ("", "norm", "swiglu")  # none, gemm_add_rms_norm's, gemm_silu_mul's
+# the consumer's norm: gemm_add's epilogue, and rms_norm_gemm's and rms_norm_gemm_silu_mul's prologue (+ SwiGLU)
+CONSUMER_NORM_KINDS = ("resid", "norm_in", "norm_in_swiglu")
+_FLAGS = {"": "", "norm": ", true", "swiglu": ", false, true", "resid": ", false, false, false, true",
+          "norm_in": ", false, false, true", "norm_in_swiglu": ", false, true, true"}
 
 
 def configs() -> tuple[Config, ...]:
@@ -77,21 +87,34 @@ def configs() -> tuple[Config, ...]:
 
 
 def instance(dtype: Any, m: int, config: Config, epilogue: str = "") -> Instance:
-    flags = {"": "", "norm": ", true", "swiglu": ", false, true"}[epilogue]
     name = "skinny_gemm_cluster" if config.cluster else "skinny_gemm"
-    return Instance("skinny_gemm.cu", f"vt::{name}<{ctype(dtype)}, {m}, {config.tc}, {config.unroll}{flags}>")
+    args = f"{ctype(dtype)}, {m}, {config.tc}, {config.unroll}{_FLAGS[epilogue]}"
+    return Instance("skinny_gemm.cu", f"vt::{name}<{args}>")
 
 
 CI_INSTANCES = sorted({instance(t, m, c) for t in ("uint16", "float16") for m in range(1, MAX_M + 1)
                        for c in CONFIGS + CLUSTER_CONFIGS}
                       | {instance(t, m, c, e) for t in ("uint16", "float16") for m in (1, MAX_M)
-                         for c in CONFIGS + CLUSTER_CONFIGS for e in EPILOGUES[1:]}, key=str)
+                         for c in CONFIGS + CLUSTER_CONFIGS for e in EPILOGUES[1:]}
+                      | {instance(t, m, c, e) for t in ("uint16", "float16") for m in (1, MAX_M) for c in CONFIGS
+                         for e in CONSUMER_NORM_KINDS}, key=str)
 
 
 def fits(m: int, n: int, dtype: Any, epilogue: str = "") -> bool:
     """The shapes the kernel serves: a few rows, 16-bit operands, whole 16-byte column groups (whole gate/up pairs
     of them for SwiGLU)."""
-    return 0 < m <= MAX_M and n % (2 * PAIR_COLS if epilogue == "swiglu" else 8) == 0 and np.dtype(dtype).itemsize == 2
+    pairs = epilogue in ("swiglu", "norm_in_swiglu")
+    return 0 < m <= MAX_M and n % (2 * PAIR_COLS if pairs else 8) == 0 and np.dtype(dtype).itemsize == 2
+
+
+def serves(m: int, n: int, k: int, config: Config, epilogue: str = "") -> bool:
+    """Whether a configuration runs an epilogue at this shape: the consumer's norm only on the split kernel, its
+    prologue's staged A (M x a K slice) within STAGE and K whole float4s."""
+    if epilogue not in CONSUMER_NORM_KINDS:
+        return True
+    if config.cluster:
+        return False
+    return not epilogue.startswith("norm_in") or (k % 4 == 0 and m * split(m, n, k, config)[0] <= STAGE)
 
 
 def split(m: int, n: int, k: int, config: Config = DEFAULT) -> tuple[int, int]:
@@ -131,14 +154,31 @@ def loaded(dtype: Any, m: int, config: Config, epilogue: str) -> bool:
     return is_loaded(instance(dtype, m, config, epilogue))
 
 
+def kind(norm: Any = None, act: Any = None, resid: Any = None, norm_in: Any = None) -> str:
+    """The epilogue (and prologue) a launch's arguments name."""
+    if norm_in is not None:
+        return "norm_in_swiglu" if act is not None else "norm_in"
+    return "norm" if norm else "swiglu" if act is not None else "resid" if resid is not None else ""
+
+
 def launch(cp: Any, dtype: Any, a: Any, b: Any, c: Any, partials: Any, counters: Any, m: int, n: int,
-           k: int, config: Config = DEFAULT, norm: tuple[Any, Any, Any, float] | None = None, act: Any = None) -> None:
+           k: int, config: Config = DEFAULT, norm: tuple[Any, Any, Any, float] | None = None, act: Any = None,
+           resid: Any = None, norm_in: tuple[Any, Any, float] | None = None) -> None:
     """The kernel on CuPy's current stream; a, b, c, partials, counters are arrays or device pointers (counters
     the whole MAX_TILES of them). norm: (x, w, h, eps) of the epilogue, x [m, n] float32 and h [m, n] in dtype.
-    act: SwiGLU's output [m, n / 2] in dtype (the epilogue's; c is then not written)."""
+    act: SwiGLU's output [m, n / 2] in dtype (the epilogue's; c is then not written). resid: the residual stream x
+    [m, n] float32 the sums are added into (c is not written). norm_in: (x, w, eps), A = RMSNorm(x [m, k] float32)
+    * w (a is not read)."""
     step, s = split(m, n, k, config)
-    fn = function(cp, instance(dtype, m, config, "norm" if norm else "swiglu" if act is not None else ""))
+    epilogue = kind(norm, act, resid, norm_in)
+    if not serves(m, n, k, config, epilogue):
+        raise ValueError(f"skinny_gemm: {config} does not run {epilogue} at {m}x{n}x{k}")
+    fn = function(cp, instance(dtype, m, config, epilogue))
     x, w, h, eps = norm or (0, 0, act if act is not None else 0, 0.0)
+    if resid is not None:
+        x = resid
+    if norm_in is not None:
+        x, w, eps = norm_in
     done = 0
     if norm:
         done = counters[DONE:] if hasattr(counters, "shape") else int(counters) + 4 * DONE

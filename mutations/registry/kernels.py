@@ -382,6 +382,7 @@ ENTRIES += [
 # ahead may start early; otherwise it could read that kernel's output half-written.
 LAUNCH = "tests/backends/test_launch.py"
 ROUTE = f"{LAUNCH}::test_a_kernel_launches_programmatically_only_when_it_waits_while_capturing"
+CONSUMER = "tests/backends/test_consumer_norm.py"
 RULE = f"{LAUNCH}::test_only_a_kernel_whose_first_statement_is_the_wait_may_launch_programmatically"
 ENTRIES += [
     Mutation(
@@ -427,6 +428,45 @@ ENTRIES += [
         old='PDL_PREFETCH = re.compile(r"vt::pdl_prefetch_l2\\s*\\(',
         new='PDL_PREFETCH = re.compile(r"vt::(?!pdl_entry|pdl_wait)\\w+\\s*\\(',
         gates=(f"{RULE}[other-call-before]",),
+    ),
+    Mutation(
+        id="consumer-norm-forgets-the-residual-add",
+        description="gemm_add's composed path (the CPU's, and CUDA's without a plan) runs the GEMM and never adds it "
+                    "into the residual stream",
+        file="backends/kernels/library.py",
+        old="    xp.matmul(a, b, out=out)\n    xp.add(x, out, out=x)\n",
+        new="    xp.matmul(a, b, out=out)\n",
+        gates=(f"{CONSUMER}::test_the_consumer_norm_moves_each_dense_layers_norms_into_the_gemms_that_read_them"
+               "_with_the_same_logits",),
+    ),
+    Mutation(
+        id="consumer-norm-qkv-reads-the-stale-norm",
+        description="with the consumer's norm, the next layer's q/k/v GEMM reads h (the MLP's input norm) instead of "
+                    "computing its own input norm from x",
+        file="models/decoder.py",
+        old="        if norm_in:\n            b.rms_norm_gemm(",
+        new="        if False:\n            b.rms_norm_gemm(",
+        gates=(f"{CONSUMER}::test_the_consumer_norm_moves_each_dense_layers_norms_into_the_gemms_that_read_them"
+               "_with_the_same_logits",),
+    ),
+    Mutation(
+        id="cuda-norm-in-divides-by-the-first-rows-norm",
+        description="the NORM_IN prologue normalizes every row by row 0's RMS",
+        file="backends/kernels/skinny_gemm.cu",
+        old="            a_stage[i] = from_f32<T>(x[(i64)m * K + k] / denom[m] * w[k]);\n",
+        new="            a_stage[i] = from_f32<T>(x[(i64)m * K + k] / denom[0] * w[k]);\n",
+        gates=(f"{CONSUMER}::test_cuda_resid_then_norm_in_equals_the_norm_epilogue_then_its_consumer_bit_for_bit",),
+        needs_gpu=True,
+    ),
+    Mutation(
+        id="cuda-resid-writes-c-instead-of-adding-into-x",
+        description="a split RESID GEMM's column tile writes its sums to C, as the plain GEMM does, and x never moves",
+        file="backends/kernels/skinny_gemm.cu",
+        old="                if (RESID) x[(i64)m * N + nn] += v;\n                else c[(i64)m * N + nn] = v;\n",
+        new="                c[(i64)m * N + nn] = v;\n",
+        gates=(f"{CONSUMER}::test_cuda_resid_then_norm_in_equals_the_norm_epilogue_then_its_consumer_bit_for_bit",
+               f"{CONSUMER}::test_on_the_gpu_a_decode_step_with_the_consumer_norm_computes_the_same_logits"),
+        needs_gpu=True,
     ),
     Mutation(
         id="skinny-prefetch-after-the-wait",
@@ -513,8 +553,8 @@ ENTRIES += [
         description="a tensor-parallel rank's environment leaves VT_PDL out: with VT_PDL=0 on rank 0 the other "
                     "ranks still launch programmatically",
         file="vt/env.py",
-        old='"gemm_tuned": "VT_GEMM_TUNED", "pdl": "VT_PDL"}',
-        new='"gemm_tuned": "VT_GEMM_TUNED"}',
+        old='"gemm_tuned": "VT_GEMM_TUNED", "pdl": "VT_PDL",',
+        new='"gemm_tuned": "VT_GEMM_TUNED",',
         gates=("tests/vt/test_env.py::test_a_tensor_parallel_rank_reads_back_every_flag_rank_0_read",),
     ),
 ]

@@ -1,0 +1,139 @@
+"""The consumer's norm (VT_CONSUMER_NORM): a decode step's o and down projections add into the residual stream x, and
+the GEMMs that read the norms after them (gate/up, the next layer's q/k/v) compute RMSNorm(x) * w themselves. On the
+CPU the ops compose the twins (the same float32 operations as the norm epilogue's path); on CUDA the skinny GEMM's
+RESID epilogue and NORM_IN prologue (backends/kernels/skinny_gemm.cu) must give that path's x and A bit for bit."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+from backends.kernels import skinny_gemm as sg
+from tests.backends.test_skinny_gemm import operands
+from vt.dtypes import widen_host
+
+CONSUMER_OPS = {"gemm_add", "rms_norm_gemm", "rms_norm_gemm_silu_mul"}
+
+
+def decode_step(backend: Any, consumer_norm: bool) -> tuple[np.ndarray, list[str], int]:
+    """tiny-qwen3's decode step of one row through the graph driver, cold, captured and replayed: its logits, the
+    names of the kernels launched, and its layers."""
+    from models.loader import load_checkpoint, resolve_model
+    from models.registry import load_model
+    from vt.engine.worker.graph_driver import DecodeInputs, GraphDriver
+
+    model = load_model(load_checkpoint(resolve_model("tiny-qwen3")), backend, "bfloat16")
+    model.consumer_norm = consumer_norm
+    kv = model.make_kv_cache(num_blocks=16, block_size=16)
+    inp = DecodeInputs(np.array([11]), np.array([20]), np.array([5 * 16 + 4]), np.array([[3, 5]]))
+    driver = GraphDriver(model, kv, max_num_seqs=4)
+    names: list[str] = []
+    launch = backend.launch
+
+    def spy(kernel: Any, *args: Any, **kw: Any) -> None:
+        names.append(getattr(kernel, "__name__", str(kernel)))
+        launch(kernel, *args, **kw)
+
+    backend.launch = spy
+    try:
+        for _ in range(3):  # cold, captured, replayed
+            driver.step(inp)
+    finally:
+        backend.launch = launch
+    assert driver.num_replays > 0, "non-vacuity: the step replayed"
+    return driver.last_logits(), names, model.cfg.num_hidden_layers
+
+
+def test_the_consumer_norm_moves_each_dense_layers_norms_into_the_gemms_that_read_them_with_the_same_logits() -> None:
+    """CPU: per layer, o and down become gemm_add and gate/up rms_norm_gemm_silu_mul; each layer but the first
+    projects q/k/v with rms_norm_gemm; the last down keeps the final norm (the LM head reads h). The logits are the
+    norm epilogue's path's, bit for bit: the same float32 operations in the same order."""
+    from vt.registry import make_backend
+
+    plain, plain_names, _ = decode_step(make_backend("cpu"), False)
+    moved, names, L = decode_step(make_backend("cpu"), True)
+    counts = {n: names.count(n) for n in CONSUMER_OPS | {"gemm_add_rms_norm", "gemm_silu_mul"}}
+    F = counts["gemm_add_rms_norm"]  # forwards run (the cold step's, the capture's): one final norm each
+    assert F >= 1 and L >= 2, "non-vacuity: a forward of layers with a layer after them"
+    assert counts == {"gemm_add": (2 * L - 1) * F, "rms_norm_gemm": (L - 1) * F, "rms_norm_gemm_silu_mul": L * F,
+                      "gemm_add_rms_norm": F, "gemm_silu_mul": 0}, counts
+    assert not CONSUMER_OPS & set(plain_names), "non-vacuity: the plain step launches none of them"
+    assert np.array_equal(moved, plain), "the same logits, bit for bit"
+    assert np.abs(plain).max() > 0.1, "non-vacuity: logits far from zero"
+
+
+@pytest.mark.parametrize("config", sg.CONFIGS, ids=lambda c: str(c))
+def test_the_normed_prologue_serves_a_configuration_only_where_its_staged_slice_fits(config: sg.Config) -> None:
+    """NORM_IN stages M x its block's K slice of A in shared memory (STAGE values): a split that leaves a slice too
+    long for M rows is not served, nor K in part float4s; the plain and norm-epilogue kinds are served anywhere."""
+    for m, n, k in [(1, 6144, 1024), (8, 6144, 1024), (8, 4096, 4096), (1, 128, 20000), (1, 1024, 1030)]:
+        step = sg.split(m, n, k, config)[0]
+        for kind in ("norm_in", "norm_in_swiglu"):
+            assert sg.serves(m, n, k, config, kind) is (m * step <= sg.STAGE and k % 4 == 0), (m, n, k, kind)
+        assert sg.serves(m, n, k, config, "resid") and sg.serves(m, n, k, config, "norm")
+    assert sg.serves(1, 6144, 1024, config, "norm_in_swiglu"), "non-vacuity: the 0.6B gate/up is served"
+    for kind in sg.CONSUMER_NORM_KINDS:
+        assert not sg.serves(1, 6144, 1024, sg.CLUSTER_CONFIGS[0], kind), "the cluster kernel runs none of them"
+
+
+# 0.6B's o (1024 x 2048) then gate/up (6144 x 1024), and its q/k/v (4096 x 1024), at one row and eight
+PAIRS = [(1, 1024, 2048, 6144), (8, 1024, 2048, 6144), (1, 1024, 3072, 4096)]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("config", sg.CONFIGS, ids=lambda c: str(c))
+@pytest.mark.parametrize("m,h,k,n", PAIRS)
+def test_cuda_resid_then_norm_in_equals_the_norm_epilogue_then_its_consumer_bit_for_bit(
+        m: int, h: int, k: int, n: int, config: sg.Config) -> None:
+    """The producer GEMM [m, k] x [k, h] and its consumer [m, h] x [h, n] (SwiGLU where n is the gate/up width):
+    the norm epilogue writing x and h, then the consumer reading h, against RESID adding into x, then NORM_IN
+    computing h from x. x, and the consumer's output, equal bit for bit, twice on one scratch."""
+    import cupy
+
+    a, wp = operands(m, h, k, "bfloat16", seed=m + k)
+    _, wc = operands(m, n, h, "bfloat16", seed=n)
+    rng = np.random.default_rng(h)
+    x0 = rng.standard_normal((m, h), dtype=np.float32)
+    g = cupy.asarray((1 + 0.1 * rng.standard_normal(h)).astype(np.float32))
+    swiglu = n == 6144
+    if not (sg.serves(m, n, h, config, "norm_in_swiglu" if swiglu else "norm_in")):
+        pytest.skip(f"{config} stages no {m} x slice of {h}")
+    partials, counters = cupy.zeros(sg.SCRATCH_FLOATS, np.float32), cupy.zeros(sg.MAX_TILES, np.uint32)
+    A, WP, WC = cupy.asarray(a), cupy.asarray(wp), cupy.asarray(wc)
+
+    def consumer(out: Any, **kw: Any) -> Any:
+        act = cupy.zeros((m, n // 2), np.uint16) if swiglu else None
+        sg.launch(cupy, "uint16", kw.pop("a", 0), WC, out, partials, counters, m, n, h, config, act=act, **kw)
+        return act if swiglu else out
+
+    for run in range(2):
+        x_old, hh = cupy.asarray(x0), cupy.zeros((m, h), np.uint16)
+        c = cupy.zeros((m, h), np.float32)
+        sg.launch(cupy, "uint16", A, WP, c, partials, counters, m, h, k, config, norm=(x_old, g, hh, 1e-6))
+        old = consumer(cupy.zeros((m, n), np.float32), a=hh).get()
+        x_new = cupy.asarray(x0)
+        sg.launch(cupy, "uint16", A, WP, cupy.zeros((m, h), np.float32), partials, counters, m, h, k, config,
+                  resid=x_new)
+        new = consumer(cupy.zeros((m, n), np.float32), norm_in=(x_new, g, 1e-6)).get()
+        assert np.array_equal(x_new.get(), x_old.get()), f"run {run}: x += C"
+        assert np.array_equal(new, old), f"run {run}: the consumer's output"
+        assert int(counters.sum()) == 0, f"run {run}: the counters back at zero"
+    assert np.abs(x_new.get() - x0).max() > 0.1, "non-vacuity: the add moved the residual"
+    assert np.abs(widen_host(old) if swiglu else old).max() > 0.01, "non-vacuity: outputs far from zero"
+
+
+@pytest.mark.gpu
+def test_on_the_gpu_a_decode_step_with_the_consumer_norm_computes_the_same_logits() -> None:
+    """CUDA, bf16: the step with the consumer's norm against the norm epilogue's, whichever algorithm each plan
+    picked (each GEMM's own; the logits to the GEMMs' summation orders)."""
+    from backends.cuda import CudaBackend
+
+    backend = CudaBackend()
+    plain, _, _ = decode_step(backend, False)
+    moved, names, _ = decode_step(backend, True)
+    kinds = {p.epilogue for p in backend.blas.lt.plans.values()}
+    assert {"resid", "norm_in", "norm_in_swiglu"} <= kinds and CONSUMER_OPS <= set(names), "non-vacuity: its plans"
+    assert np.abs(moved - plain).max() <= 0.02 * np.abs(plain).max()
+    assert np.argmax(moved, -1).tolist() == np.argmax(plain, -1).tolist()
