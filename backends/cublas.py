@@ -110,6 +110,19 @@ class Cublas:
         m, k = a.shape
         return self.lt.gemm_add_rms_norm(_CUDA_TYPE[a.dtype.name], a, b, c, m, b.shape[1], k, x, w, h, eps)
 
+    def fuses_norm(self, a: Any, b: Any, c: Any, x: Any, w: Any, h: Any, eps: float) -> bool:
+        """Whether gemm_add_rms_norm of these operands runs the norm in the skinny GEMM's epilogue (the shape's norm
+        plan's pick: CublasLt.fuses_norm). False where no plan serves them (the op then runs two launches)."""
+        import cupy
+
+        if (self.lt is None or a.ndim != 2 or b.ndim != 2 or a.dtype != b.dtype or h.dtype != b.dtype
+                or a.dtype.name not in _CUDA_TYPE or x.shape != c.shape or h.shape != c.shape
+                or any(t.dtype != cupy.float32 for t in (c, x, w)) or w.shape != (c.shape[1],)
+                or not all(t.flags.c_contiguous for t in (a, b, c, x, w, h))):
+            return False
+        m, k = a.shape
+        return self.lt.fuses_norm(_CUDA_TYPE[a.dtype.name], a, b, c, m, b.shape[1], k, x, w, h, eps)
+
     def gemm_add(self, a: Any, b: Any, c: Any, x: Any) -> bool:
         """C = A @ B then x += C, as the shape's resid plan times them (CublasLt.gemm_add); False, nothing launched,
         where it has none. A in B's 16-bit dtype, C and x float32 [m, n], all contiguous."""

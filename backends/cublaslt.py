@@ -406,6 +406,20 @@ class CublasLt:
         picked (the skinny GEMM's epilogue leaves C unwritten). False, nothing launched, as gemm_add_rms_norm."""
         return self._gemm_epilogue(dtype, a, b, c, m, n, k, SwiGLU(act))
 
+    def fuses_norm(self, dtype: int, a: Any, b: Any, c: Any, m: int, n: int, k: int, x: Any, w: Any, h: Any,
+                   eps: float) -> bool:
+        """Whether this shape's norm plan (planned, and tuned while tuning, now if new, as gemm_add_rms_norm would)
+        runs the norm in the skinny GEMM's epilogue."""
+        import cupy
+
+        epilogue = Norm(x, w, h, eps)
+        storage = STORAGE.get(dtype)
+        if (self.skinny is None or storage is None or not skinny_gemm.fits(m, n, storage, epilogue.kind)
+                or epilogue.scratch_bytes(m, n) > EPILOGUE_BYTES):
+            return False
+        plan = self._plan(dtype, m, n, k, epilogue.kind, a, b, c, cupy.cuda.get_current_stream(), epilogue)
+        return isinstance(plan.algo, skinny_gemm.Config)
+
     def gemm_add(self, dtype: int, a: Any, b: Any, c: Any, m: int, n: int, k: int, x: Any) -> bool:
         """C = A @ B, then x += C, as this shape's resid plan picked: one launch (the skinny GEMM adds a tile's sums
         into x, C unwritten) or cuBLASLt and an add. False, nothing launched, as gemm_add_rms_norm."""

@@ -250,6 +250,10 @@ class CudaBackend(Backend):
             self._call(stream, lambda: kernel(self.xp, *arrays, **kwarrays))
         stream.num_ops += 1
 
+    def fuses_norm(self, a: Tensor, b: Tensor, out: Tensor, x: Tensor, w: Tensor, h: Tensor, *, eps: float) -> bool:
+        ops = a.array(), b.array(), out.array(), x.array(), w.array(), h.array()
+        return bool(self._call(self.current_stream(), lambda: self.blas.fuses_norm(*ops, eps=eps)))
+
     def _call(self, stream: Stream, fn: Any) -> Any:
         if stream.capture is not None and stream.capture.invalid is not None:
             raise CaptureInvalidated(f"first failure: {stream.capture.invalid}")

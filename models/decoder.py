@@ -327,9 +327,11 @@ class DecoderForCausalLM:
         carry.put("q")
         out = pool.empty((T, H), F32)
         o2 = o.view((T, o.shape[1] * o.shape[2]))
-        # the consumer's norm: o and down add into x, and the gate/up and next q/k/v GEMMs compute the norms
-        consumer = (self.consumer_norm and T <= CONSUMER_NORM_ROWS and not c.is_sparse_layer(i)
-                    and f"{i}.o_b" not in w)
+        # the consumer's norm: o (and down) add into x, and gate/up (and the next q/k/v) compute the norm, where
+        # the norm plan would run it in the GEMM's grid-wide tail
+        dense = self.consumer_norm and T <= CONSUMER_NORM_ROWS and not c.is_sparse_layer(i)
+        consumer = (dense and f"{i}.o_b" not in w
+                    and b.fuses_norm(o2, w[f"{i}.o_t"], out, x, w[f"{i}.ln2"], h, eps=c.rms_norm_eps))
         if consumer:
             b.gemm_add(o2, w[f"{i}.o_t"], out, x)
             carry.put("o")
@@ -343,8 +345,9 @@ class DecoderForCausalLM:
             b.add_rms_norm(x, out, w[f"{i}.ln2"], h, eps=c.rms_norm_eps, bias=w.get(f"{i}.o_b"))
         pool.release(out)
         after = w["norm"] if is_last else w[f"{i + 1}.ln1"]  # the norm the layer's output feeds
+        deferred = False  # whether the next q/k/v GEMM computes its input norm (the down GEMM left it)
         if self.group is not None:  # a shard's partial sum is reduced before the add
-            mlp = self._combine(self._moe(i, h)) if c.is_sparse_layer(i) else self._mlp(i, h)
+            mlp = self._combine(self._moe(i, h)) if c.is_sparse_layer(i) else self._mlp(i, h)[0]
             self._reduce(mlp)
             b.add_rms_norm(x, mlp, after, h, eps=c.rms_norm_eps)
             pool.release(mlp)
@@ -353,21 +356,22 @@ class DecoderForCausalLM:
             b.moe_combine_add_rms_norm(y, ids, weights, x, after, h, eps=c.rms_norm_eps)
             for t in (y, ids, weights):
                 pool.release(t)
-        elif consumer:
-            pool.release(self._mlp(i, h, (x, after), norm_in=w[f"{i}.ln2"], defer=not is_last))
         else:
-            pool.release(self._mlp(i, h, (x, after)))
+            mlp, deferred = self._mlp(i, h, (x, after), norm_in=w[f"{i}.ln2"] if consumer else None,
+                                      may_defer=dense and not is_last)
+            pool.release(mlp)
         if not is_last:
-            self._qkv(i + 1, fb, kv, carry, norm_in=consumer)
+            self._qkv(i + 1, fb, kv, carry, norm_in=deferred)
         else:
             for name in ("x", "part_o", "part_ml"):
                 carry.put(name)
 
     def _mlp(self, i: int, h: Tensor, residual: tuple[Tensor, Tensor] | None = None, norm_in: Tensor | None = None,
-             defer: bool = False) -> Tensor:
-        """The dense MLP of h; with residual (x, the next norm's weight), its down projection also adds into x and
-        writes the next norm into h (gemm_add_rms_norm), or (defer) only adds into x, the next q/k/v GEMM computing
-        the norm. norm_in (with residual): h is RMSNorm(x) * norm_in, computed by the gate/up GEMM."""
+             may_defer: bool = False) -> tuple[Tensor, bool]:
+        """The dense MLP of h, and whether the next norm was deferred. With residual (x, the next norm's weight), its
+        down projection also adds into x and writes the next norm into h (gemm_add_rms_norm), or (may_defer, where
+        that norm would run in the GEMM's tail: fuses_norm) only adds into x, the next q/k/v GEMM computing the
+        norm. norm_in (with residual): h is RMSNorm(x) * norm_in, computed by the gate/up GEMM."""
         b, pool, c = self.backend, self.pool, self.cfg
         T = h.shape[0]
         gu = pool.empty((T, 2 * c.intermediate_size), F32)
@@ -380,14 +384,17 @@ class DecoderForCausalLM:
             b.gemm_silu_mul(h, self.w[f"{i}.gu_t"], gu, act, group=group)
         pool.release(gu)
         out = pool.empty((T, c.hidden_size), F32)
+        down = self.w[f"{i}.down_t"]
+        defer = (residual is not None and may_defer
+                 and b.fuses_norm(act, down, out, residual[0], residual[1], h, eps=c.rms_norm_eps))
         if residual is None:
-            b.gemm(act, self.w[f"{i}.down_t"], out)
+            b.gemm(act, down, out)
         elif defer:
-            b.gemm_add(act, self.w[f"{i}.down_t"], out, residual[0])
+            b.gemm_add(act, down, out, residual[0])
         else:
-            b.gemm_add_rms_norm(act, self.w[f"{i}.down_t"], out, residual[0], residual[1], h, eps=c.rms_norm_eps)
+            b.gemm_add_rms_norm(act, down, out, residual[0], residual[1], h, eps=c.rms_norm_eps)
         pool.release(act)
-        return out
+        return out, defer
 
     def _moe(self, i: int, h: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """Routed MoE: only the experts each token chose run; returns the routed rows' outputs y [T k, H], ids and

@@ -117,6 +117,14 @@ class Ops:
         accumulating in float32."""
         self.launch(self.kernels.gemm, a, b, out)
 
+    def fuses_norm(self, a: Any, b: Any, out: Any, x: Any, w: Any, h: Any, *, eps: float) -> bool:
+        """Whether gemm_add_rms_norm(a, b, out, x, w, h) runs the norm inside its GEMM (the skinny kernel's
+        epilogue: a grid-wide tail, which the consumer's norm, gemm_add then rms_norm_gemm, takes away). On CUDA the
+        shape's norm plan answers (planned, and timed while tuning, now if new, as the op itself would plan it);
+        where the GEMM and the norm are separate kernels, moving the norm to its consumer only adds kernels. Here,
+        with no such tail to weigh, yes: the CPU runs the ops CUDA runs where the answer is yes."""
+        return True
+
     def gemm_add(self, a: Any, b: Any, out: Any, x: Any) -> None:
         """gemm(a, b, out), then x += out: a projection joining the residual stream whose next norm its consumer
         computes (rms_norm_gemm). On CUDA one launch where the shape's tuned GEMM is the skinny kernel, which leaves

@@ -437,7 +437,8 @@ ENTRIES += [
         old="    xp.matmul(a, b, out=out)\n    xp.add(x, out, out=x)\n",
         new="    xp.matmul(a, b, out=out)\n",
         gates=(f"{CONSUMER}::test_the_consumer_norm_moves_each_dense_layers_norms_into_the_gemms_that_read_them"
-               "_with_the_same_logits",),
+               "_with_the_same_logits",
+               f"{CONSUMER}::test_the_consumer_norm_moves_only_the_norms_its_plan_runs_in_a_gemms_tail"),
     ),
     Mutation(
         id="consumer-norm-qkv-reads-the-stale-norm",
@@ -447,7 +448,37 @@ ENTRIES += [
         old="        if norm_in:\n            b.rms_norm_gemm(",
         new="        if False:\n            b.rms_norm_gemm(",
         gates=(f"{CONSUMER}::test_the_consumer_norm_moves_each_dense_layers_norms_into_the_gemms_that_read_them"
-               "_with_the_same_logits",),
+               "_with_the_same_logits",
+               f"{CONSUMER}::test_the_consumer_norm_moves_only_the_norms_its_plan_runs_in_a_gemms_tail"),
+    ),
+    Mutation(
+        id="decoder-consumer-norm-ignores-the-norm-plan",
+        description="the o projection leaves its norm to gate/up whatever its norm plan picked: where cuBLASLt and "
+                    "the norm kernel serve it (no tail to take away), the consumer's norm only adds kernels",
+        file="models/decoder.py",
+        old='        consumer = (dense and f"{i}.o_b" not in w\n                    and b.fuses_norm(o2, w[f"{i}.o_t"], '
+            'out, x, w[f"{i}.ln2"], h, eps=c.rms_norm_eps))\n',
+        new='        consumer = dense and f"{i}.o_b" not in w\n',
+        gates=(f"{CONSUMER}::test_the_consumer_norm_moves_only_the_norms_its_plan_runs_in_a_gemms_tail",),
+    ),
+    Mutation(
+        id="decoder-defers-the-down-norm-unasked",
+        description="the down projection leaves the next input norm to q/k/v without asking its norm plan",
+        file="models/decoder.py",
+        old="        defer = (residual is not None and may_defer\n                 and b.fuses_norm(",
+        new="        defer = (residual is not None and may_defer\n                 or b.fuses_norm(",
+        gates=(f"{CONSUMER}::test_the_consumer_norm_moves_each_dense_layers_norms_into_the_gemms_that_read_them"
+               "_with_the_same_logits",
+               f"{CONSUMER}::test_the_consumer_norm_moves_only_the_norms_its_plan_runs_in_a_gemms_tail"),
+    ),
+    Mutation(
+        id="cuda-fuses-norm-says-yes-to-cublaslt",
+        description="CublasLt.fuses_norm answers yes whatever the norm plan picked: the consumer's norm taken where "
+                    "cuBLASLt and the norm kernel run (no tail to take away)",
+        file="backends/cublaslt.py",
+        old="        return isinstance(plan.algo, skinny_gemm.Config)\n",
+        new="        return True\n",
+        gates=(f"{CONSUMER}::test_the_cuda_answer_is_the_norm_plans_pick",),
     ),
     Mutation(
         id="cuda-norm-in-divides-by-the-first-rows-norm",

@@ -17,9 +17,9 @@ from vt.dtypes import widen_host
 CONSUMER_OPS = {"gemm_add", "rms_norm_gemm", "rms_norm_gemm_silu_mul"}
 
 
-def decode_step(backend: Any, consumer_norm: bool) -> tuple[np.ndarray, list[str], int]:
+def decode_step(backend: Any, consumer_norm: bool) -> tuple[np.ndarray, list[str], Any]:
     """tiny-qwen3's decode step of one row through the graph driver, cold, captured and replayed: its logits, the
-    names of the kernels launched, and its layers."""
+    names of the kernels launched, and its config."""
     from models.loader import load_checkpoint, resolve_model
     from models.registry import load_model
     from vt.engine.worker.graph_driver import DecodeInputs, GraphDriver
@@ -43,7 +43,7 @@ def decode_step(backend: Any, consumer_norm: bool) -> tuple[np.ndarray, list[str
     finally:
         backend.launch = launch
     assert driver.num_replays > 0, "non-vacuity: the step replayed"
-    return driver.last_logits(), names, model.cfg.num_hidden_layers
+    return driver.last_logits(), names, model.cfg
 
 
 def test_the_consumer_norm_moves_each_dense_layers_norms_into_the_gemms_that_read_them_with_the_same_logits() -> None:
@@ -53,7 +53,8 @@ def test_the_consumer_norm_moves_each_dense_layers_norms_into_the_gemms_that_rea
     from vt.registry import make_backend
 
     plain, plain_names, _ = decode_step(make_backend("cpu"), False)
-    moved, names, L = decode_step(make_backend("cpu"), True)
+    moved, names, cfg = decode_step(make_backend("cpu"), True)
+    L = cfg.num_hidden_layers
     counts = {n: names.count(n) for n in CONSUMER_OPS | {"gemm_add_rms_norm", "gemm_silu_mul"}}
     F = counts["gemm_add_rms_norm"]  # forwards run (the cold step's, the capture's): one final norm each
     assert F >= 1 and L >= 2, "non-vacuity: a forward of layers with a layer after them"
@@ -62,6 +63,37 @@ def test_the_consumer_norm_moves_each_dense_layers_norms_into_the_gemms_that_rea
     assert not CONSUMER_OPS & set(plain_names), "non-vacuity: the plain step launches none of them"
     assert np.array_equal(moved, plain), "the same logits, bit for bit"
     assert np.abs(plain).max() > 0.1, "non-vacuity: logits far from zero"
+
+
+@pytest.mark.parametrize("tails", [(), ("o",), ("down",), ("o", "down")], ids=lambda t: "+".join(t) or "none")
+def test_the_consumer_norm_moves_only_the_norms_its_plan_runs_in_a_gemms_tail(tails: tuple[str, ...],
+                                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where the norm plan keeps the GEMM and the norm apart (cuBLASLt and the norm kernel: no grid-wide tail), the
+    consumer's norm would only add kernels (H200, 0.6B at eight rows: 10% slower), so the decoder asks `fuses_norm`
+    for each pair: o -> gate/up, and down -> the next q/k/v. Each moves alone, and the logits stay the same."""
+    from vt.registry import make_backend
+
+    backend = make_backend("cpu")
+    inter = 192  # tiny-qwen3's intermediate size: the down GEMM's a is [T, inter]
+    asked: list[str] = []
+
+    def fuses(a: Any, b: Any, out: Any, x: Any, w: Any, h: Any, *, eps: float) -> bool:
+        pair = "down" if a.shape[1] == inter else "o"
+        asked.append(pair)
+        return pair in tails
+
+    monkeypatch.setattr(backend, "fuses_norm", fuses)
+    moved, names, cfg = decode_step(backend, True)
+    assert cfg.intermediate_size == inter != cfg.num_attention_heads * cfg.head_dim, "the pairs told apart"
+    L, F = cfg.num_hidden_layers, names.count("embed")  # one embedding a forward
+    o, down = "o" in tails, "down" in tails
+    want = {"gemm_add": (L if o else 0) + (L - 1 if down else 0), "rms_norm_gemm": L - 1 if down else 0,
+            "rms_norm_gemm_silu_mul": L if o else 0, "gemm_silu_mul": 0 if o else L,
+            "gemm_add_rms_norm": (0 if o else L) + (1 if down else L)}
+    assert {n: names.count(n) for n in want} == {n: c * F for n, c in want.items()}
+    assert F >= 1 and asked.count("o") == L * F and asked.count("down") == (L - 1) * F, "asked once a pair"
+    plain, _, _ = decode_step(make_backend("cpu"), False)
+    assert np.array_equal(moved, plain), "the same logits, bit for bit"
 
 
 @pytest.mark.parametrize("config", sg.CONFIGS, ids=lambda c: str(c))
@@ -137,3 +169,33 @@ def test_on_the_gpu_a_decode_step_with_the_consumer_norm_computes_the_same_logit
     assert {"resid", "norm_in", "norm_in_swiglu"} <= kinds and CONSUMER_OPS <= set(names), "non-vacuity: its plans"
     assert np.abs(moved - plain).max() <= 0.02 * np.abs(plain).max()
     assert np.argmax(moved, -1).tolist() == np.argmax(plain, -1).tolist()
+
+
+def test_the_cuda_answer_is_the_norm_plans_pick(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The CUDA backend's fuses_norm, its plumbing on the CPU (no cuBLAS here: a stand-in CuPy module and a plan put
+    in place): Cublas hands gemm_add_rms_norm's operands to CublasLt, which answers with the shape's norm plan: yes
+    for a skinny configuration, no for a cuBLASLt algorithm, no where no skinny GEMM is set up."""
+    import sys
+    import types
+
+    from backends.cublas import Cublas
+    from backends.cublaslt import CUDA_R_16BF, CublasLt
+
+    monkeypatch.setitem(sys.modules, "cupy", types.SimpleNamespace(
+        float32=np.float32, cuda=types.SimpleNamespace(get_current_stream=lambda: None)))
+    lt = CublasLt.__new__(CublasLt)
+    lt.skinny, lt.is_tuning, lt.tuning_s = (0, 0), False, 0.0
+    key = (CUDA_R_16BF, 1, 1024, 2048, "norm")
+    lt.plans = {key: types.SimpleNamespace(algo=sg.DEFAULT)}
+    blas = Cublas.__new__(Cublas)
+    blas.lt = lt
+    a, b = np.zeros((1, 2048), np.uint16), np.zeros((2048, 1024), np.uint16)
+    c, x, w, h = (np.zeros((1, 1024), np.float32), np.zeros((1, 1024), np.float32), np.ones(1024, np.float32),
+                  np.zeros((1, 1024), np.uint16))
+    assert blas.fuses_norm(a, b, c, x, w, h, eps=1e-6) is True
+    lt.plans[key] = types.SimpleNamespace(algo=object())  # a cuBLASLt algorithm: GEMM, then the norm kernel
+    assert blas.fuses_norm(a, b, c, x, w, h, eps=1e-6) is False
+    lt.plans[key] = types.SimpleNamespace(algo=sg.DEFAULT)
+    lt.skinny = None
+    assert blas.fuses_norm(a, b, c, x, w, h, eps=1e-6) is False
+    assert len(lt.plans) == 1, "non-vacuity: the answers came from the plan put in place, none planned anew"
