@@ -129,6 +129,7 @@ class Cublas:
         import cupy
 
         if (self.lt is None or a.ndim != 2 or b.ndim != 2 or a.dtype != b.dtype or a.dtype.name not in _CUDA_TYPE
+                or b.shape[0] != a.shape[1] or c.shape != (a.shape[0], b.shape[1])
                 or c.dtype != cupy.float32 or x.dtype != cupy.float32 or x.shape != c.shape
                 or not all(t.flags.c_contiguous for t in (a, b, c, x))):
             return False
@@ -143,7 +144,7 @@ class Cublas:
         import cupy
 
         if (self.lt is None or h.ndim != 2 or b.ndim != 2 or h.dtype != b.dtype or h.dtype.name not in _CUDA_TYPE
-                or x.shape != h.shape or x.dtype != cupy.float32 or w.dtype != cupy.float32
+                or b.shape[0] != h.shape[1] or x.shape != h.shape or x.dtype != cupy.float32 or w.dtype != cupy.float32
                 or w.shape != (h.shape[1],) or c.dtype != cupy.float32 or c.shape != (h.shape[0], b.shape[1])
                 or (act is not None and (act.dtype != b.dtype or act.shape != (c.shape[0], c.shape[1] // 2)))
                 or not all(t.flags.c_contiguous for t in (x, w, h, b, c) + ((act,) if act is not None else ()))):

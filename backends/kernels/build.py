@@ -59,7 +59,10 @@ PDL_ENTRY = "vt::pdl_entry();"  # common.cuh: the wait that makes a programmatic
 PDL_WAIT = "vt::pdl_wait();"  # ... the same wait, the kernel triggering its dependents later (pdl_trigger)
 # common.cuh's L2 prefetch of weights, the only statement a kernel may open with before the wait
 PDL_PREFETCH = re.compile(r"vt::pdl_prefetch_l2\s*\(([^;{}]*)\)\s*;\s*")
-PREFETCH_BUILTINS = frozenset({"blockIdx", "threadIdx", "blockDim", "gridDim", "x", "y", "z", "min", "max"})
+PREFETCH_ARGS = 7  # pdl_prefetch_l2(base, ld, nrows, row0, rows, col0, cols)
+_OPERATORS = ("+", "-", "*", "/", "%")
+_COORD = re.compile(r"(?:blockIdx|threadIdx|blockDim|gridDim)\.[xyz]")
+_TOKEN = re.compile(r"(?:blockIdx|threadIdx|blockDim|gridDim)\.[xyz]|\w+|\S")
 
 
 def _kernel_name(expr: str) -> str:
@@ -89,28 +92,70 @@ def waits_first(text: str, expr: str) -> bool:
     if body is None:
         return False
     template = re.search(r"template\s*<([^<>]*)>\s*$", text[:m.start()])
-    names = _declared(text[m.end():i - 1]) | _declared(template[1] if template else "")
+    pointers, scalars = _parameters(text[m.end():i - 1])
+    scalars |= _template_values(template[1] if template else "")
     rest = text[i + body.end():]
     while (call := PDL_PREFETCH.match(rest)) is not None:
-        if not _reads_nothing(call[1], names):
+        if not _reads_nothing(call[1], pointers, scalars):
             return False
         rest = rest[call.end():]
     return rest.startswith((PDL_ENTRY, PDL_WAIT))
 
 
-def _declared(decls: str) -> set[str]:
-    """The names a parameter list (or a template's) declares: each declarator's last word before any default."""
-    words = (re.findall(r"\w+", d.split("=", 1)[0]) for d in decls.split(","))
-    return {w[-1] for w in words if w}
+def _parameters(decls: str) -> tuple[set[str], set[str]]:
+    """A parameter list's names: those of pointers, and those of everything else (each declarator's last word)."""
+    pointers: set[str] = set()
+    scalars: set[str] = set()
+    for d in decls.split(","):
+        words = re.findall(r"\w+", d.split("=", 1)[0])
+        if words:
+            (pointers if "*" in d or "&" in d or "[" in d else scalars).add(words[-1])
+    return pointers, scalars
 
 
-def _reads_nothing(args: str, names: set[str]) -> bool:
-    """Whether a prefetch's arguments are arithmetic over the kernel's parameters, its template constants, thread
-    coordinates and literals: no indexing, dereference, address, assignment, or call but min and max, so that
-    evaluating them before the wait reads no memory the kernel ahead may be writing."""
-    if re.search(r"[\[\]&=\"']|->|\+\+|--", args) or re.search(r"(?:^|[^\w)\s])\s*\*", args):
+def _template_values(decls: str) -> set[str]:
+    """A template's non-type parameters (`int TC`): constants; a type parameter (`typename T`) is no value."""
+    out: set[str] = set()
+    for d in decls.split(","):
+        words = re.findall(r"\w+", d.split("=", 1)[0])
+        if len(words) >= 2 and words[0] not in ("typename", "class"):
+            out.add(words[-1])
+    return out
+
+
+def _reads_nothing(args: str, pointers: set[str], scalars: set[str]) -> bool:
+    """Whether a prefetch's arguments read no memory the kernel ahead may be writing: the base is a pointer parameter
+    by name, and the others arithmetic (+ - * / %, parentheses, min and max) over scalar parameters, non-type template
+    constants, thread coordinates (blockIdx.x ...) and integer literals. So no indexing, dereference, cast, member,
+    global, macro or call but min and max can read memory before the wait."""
+    parts, depth, start = [], 0, 0
+    for j, ch in enumerate(args + ","):  # split at the top level's commas (min and max hold their own)
+        depth += {"(": 1, ")": -1}.get(ch, 0)
+        if ch == "," and depth == 0:
+            parts.append(args[start:j].strip())
+            start = j + 1
+    if len(parts) != PREFETCH_ARGS or parts[0] not in pointers:
         return False
-    return set(re.findall(r"\b[A-Za-z_]\w*", args)) <= names | PREFETCH_BUILTINS
+    for part in parts[1:]:
+        toks = _TOKEN.findall(part)
+        for j, t in enumerate(toks):
+            after = toks[j + 1] if j + 1 < len(toks) else ""
+            before = toks[j - 1] if j else ""
+            if _COORD.fullmatch(t) or re.fullmatch(r"\d+[uU]?", t):
+                ok = after not in ("(", "[")
+            elif t in ("min", "max"):
+                ok = after == "("
+            elif re.fullmatch(r"\w+", t):
+                ok = t in scalars and after not in ("(", "[", ".")
+            elif t == "(":  # grouping, or min / max's call: never a cast's opening (it follows an operand)
+                ok = before in ("", "(", ",", "min", "max", *_OPERATORS)
+            elif t == ")":  # never a cast's closing: an operand does not follow it
+                ok = after in ("", ")", ",", *_OPERATORS)
+            else:  # an operator, or a comma between min's or max's arguments (the top level's are split off)
+                ok = t in (",", *_OPERATORS)
+            if not ok:
+                return False
+    return True
 
 
 class Kernel:

@@ -155,7 +155,11 @@ def loaded(dtype: Any, m: int, config: Config, epilogue: str) -> bool:
 
 
 def kind(norm: Any = None, act: Any = None, resid: Any = None, norm_in: Any = None) -> str:
-    """The epilogue (and prologue) a launch's arguments name."""
+    """The epilogue (and prologue) a launch's arguments name: one epilogue at most (norm_in's prologue may take
+    SwiGLU's)."""
+    named = sum(e is not None and e is not False for e in (norm, act, resid))
+    if named > 1 or (norm_in is not None and (norm or resid is not None)):
+        raise ValueError("skinny_gemm: one epilogue a launch (norm, act or resid; norm_in with act at most)")
     if norm_in is not None:
         return "norm_in_swiglu" if act is not None else "norm_in"
     return "norm" if norm else "swiglu" if act is not None else "resid" if resid is not None else ""

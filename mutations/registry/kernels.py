@@ -408,18 +408,38 @@ ENTRIES += [
         description="an L2 prefetch before the wait is taken whatever its arguments read: an index into memory, a "
                     "dereference, a call, a global",
         file="backends/kernels/build.py",
-        old="        if not _reads_nothing(call[1], names):\n            return False\n",
+        old="        if not _reads_nothing(call[1], pointers, scalars):\n            return False\n",
         new="",
         gates=(f"{RULE}[prefetch-indexes-memory]", f"{RULE}[prefetch-dereferences]", f"{RULE}[prefetch-calls]",
-               f"{RULE}[prefetch-of-a-global]"),
+               f"{RULE}[prefetch-of-a-global]", f"{RULE}[prefetch-casts-a-dereference]",
+               f"{RULE}[prefetch-of-a-global-x]", f"{RULE}[prefetch-calls-a-functor]",
+               f"{RULE}[prefetch-of-a-scalar-base]"),
     ),
     Mutation(
         id="pdl-rule-lets-a-prefetch-dereference",
-        description="a prefetch argument may dereference a parameter (`*n`): it reads memory before the wait",
+        description="a prefetch argument may use a pointer parameter as an operand (`*n`): it reads memory before "
+                    "the wait",
         file="backends/kernels/build.py",
-        old=' or re.search(r"(?:^|[^\\w)\\s])\\s*\\*", args):',
-        new=":",
+        old='                ok = t in scalars and after not in ("(", "[", ".")\n',
+        new='                ok = (t in scalars or t in pointers) and after not in ("(", "[", ".")\n',
         gates=(f"{RULE}[prefetch-dereferences]",),
+    ),
+    Mutation(
+        id="pdl-rule-takes-a-bare-coordinate-name",
+        description="a bare x, y or z counts as a thread coordinate (session 23's rule): a global or a macro so "
+                    "named reads memory before the wait",
+        file="backends/kernels/build.py",
+        old='                ok = t in scalars and after not in ("(", "[", ".")\n',
+        new='                ok = (t in scalars or t in ("x", "y", "z")) and after not in ("(", "[", ".")\n',
+        gates=(f"{RULE}[prefetch-of-a-global-x]",),
+    ),
+    Mutation(
+        id="pdl-rule-takes-any-prefetch-base",
+        description="a prefetch's base need not be a pointer parameter by name",
+        file="backends/kernels/build.py",
+        old="    if len(parts) != PREFETCH_ARGS or parts[0] not in pointers:\n",
+        new="    if len(parts) != PREFETCH_ARGS:\n",
+        gates=(f"{RULE}[prefetch-of-a-scalar-base]",),
     ),
     Mutation(
         id="pdl-rule-skips-any-call-before-the-wait",
@@ -481,6 +501,25 @@ ENTRIES += [
         gates=(f"{CONSUMER}::test_the_cuda_answer_is_the_norm_plans_pick",),
     ),
     Mutation(
+        id="norm-in-served-past-its-stage",
+        description="a NORM_IN configuration is taken whatever its staged slice's length: M x the slice past STAGE "
+                    "writes past the kernel's shared memory",
+        file="backends/kernels/skinny_gemm.py",
+        old="    return not epilogue.startswith(\"norm_in\") or (k % 4 == 0 and m * split(m, n, k, config)[0] <= STAGE)\n",
+        new="    return not epilogue.startswith(\"norm_in\") or k % 4 == 0\n",
+        gates=(f"{CONSUMER}::test_the_normed_prologue_serves_a_configuration_only_where_its_staged_slice_fits",),
+    ),
+    Mutation(
+        id="cuda-resid-one-slice-writes-c",
+        description="an unsplit RESID GEMM (S = 1) writes its sums to C, as the plain GEMM does, and x never moves",
+        file="backends/kernels/skinny_gemm.cu",
+        old="                    if (S == 1 && RESID) x[(i64)m * N + nn] += v;\n                    else if (S == 1)",
+        new="                    if (S == 1)",
+        gates=(f"{CONSUMER}::test_cuda_resid_then_norm_in_equals_the_norm_epilogue_then_its_consumer_bit_for_bit",
+               f"{CONSUMER}::test_on_the_gpu_a_decode_step_with_the_consumer_norm_computes_the_same_logits"),
+        needs_gpu=True,
+    ),
+    Mutation(
         id="cuda-norm-in-divides-by-the-first-rows-norm",
         description="the NORM_IN prologue normalizes every row by row 0's RMS",
         file="backends/kernels/skinny_gemm.cu",
@@ -512,9 +551,8 @@ ENTRIES += [
     ),
     Mutation(
         id="skinny-triggers-its-dependents-at-its-start",
-        description="the skinny GEMM lets the kernel after it launch at its first statement again: correct, and that "
-                    "kernel's weight prefetch then runs beside this one's weight stream (session 23: 19 us slower "
-                    "a 0.6B step)",
+        description="the skinny GEMM never triggers the kernel after it, which then launches only when this one has "
+                    "completed: correct, and that kernel's weight prefetch no longer overlaps this one's tail",
         file="backends/kernels/skinny_gemm.cu",
         old="    vt::pdl_trigger();\n    const int S = gridDim.y;\n",
         new="    const int S = gridDim.y;\n",
@@ -733,6 +771,15 @@ ENTRIES += [
         old="        return Norm(_view(cupy, ptr, (m, n), cupy.float32), self.w,",
         new="        return self\n        return Norm(_view(cupy, ptr, (m, n), cupy.float32), self.w,",
         gates=(EPILOGUE_TIMING,), needs_gpu=True,
+    ),
+    Mutation(
+        id="tuning-chain-adds-into-the-residual-stream",
+        description="a resid plan's timing chains add into the caller's residual stream, not a scratch copy of it",
+        file="backends/cublaslt.py",
+        old="        return Resid(_view(cupy, ptr, (m, n), cupy.float32))\n",
+        new="        return self\n",
+        gates=(f"{TUNING}::test_a_resid_plans_timing_chains_add_into_a_scratch_copy_of_the_residual_stream",),
+        needs_gpu=True,
     ),
 ]
 

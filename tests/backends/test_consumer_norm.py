@@ -100,7 +100,10 @@ def test_the_consumer_norm_moves_only_the_norms_its_plan_runs_in_a_gemms_tail(ta
 def test_the_normed_prologue_serves_a_configuration_only_where_its_staged_slice_fits(config: sg.Config) -> None:
     """NORM_IN stages M x its block's K slice of A in shared memory (STAGE values): a split that leaves a slice too
     long for M rows is not served, nor K in part float4s; the plain and norm-epilogue kinds are served anywhere."""
-    for m, n, k in [(1, 6144, 1024), (8, 6144, 1024), (8, 4096, 4096), (1, 128, 20000), (1, 1024, 1030)]:
+    shapes = [(1, 6144, 1024), (8, 6144, 1024), (8, 4096, 4096), (1, 128, 20000), (1, 1024, 1030), (8, 24576, 4096),
+              (8, 32768, 2048), (8, 131072, 8192)]
+    assert any(m * sg.split(m, n, k, config)[0] > sg.STAGE for m, n, k in shapes), "non-vacuity: a slice too long"
+    for m, n, k in shapes:
         step = sg.split(m, n, k, config)[0]
         for kind in ("norm_in", "norm_in_swiglu"):
             assert sg.serves(m, n, k, config, kind) is (m * step <= sg.STAGE and k % 4 == 0), (m, n, k, kind)
@@ -110,15 +113,18 @@ def test_the_normed_prologue_serves_a_configuration_only_where_its_staged_slice_
         assert not sg.serves(1, 6144, 1024, sg.CLUSTER_CONFIGS[0], kind), "the cluster kernel runs none of them"
 
 
-# 0.6B's o (1024 x 2048) then gate/up (6144 x 1024), and its q/k/v (4096 x 1024), at one row and eight
-PAIRS = [(1, 1024, 2048, 6144), (8, 1024, 2048, 6144), (1, 1024, 3072, 4096)]
+# (rows, hidden, the producer's K, the consumer's N, whether the consumer is a gate/up): 0.6B's o then gate/up at one
+# row and eight, its down then q/k/v; the 8B's (not yet run on a GPU: session 24 added them after its last run)
+PAIRS = [(1, 1024, 2048, 6144, True), (8, 1024, 2048, 6144, True), (1, 1024, 3072, 4096, False),
+         (1, 4096, 4096, 24576, True), (1, 4096, 12288, 6144, False),
+         (1, 64, 64, 384, True)]  # K unsplit (S = 1) for tc8: the RESID and NORM_IN + SwiGLU one-slice paths
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("config", sg.CONFIGS, ids=lambda c: str(c))
-@pytest.mark.parametrize("m,h,k,n", PAIRS)
+@pytest.mark.parametrize("m,h,k,n,swiglu", PAIRS)
 def test_cuda_resid_then_norm_in_equals_the_norm_epilogue_then_its_consumer_bit_for_bit(
-        m: int, h: int, k: int, n: int, config: sg.Config) -> None:
+        m: int, h: int, k: int, n: int, swiglu: bool, config: sg.Config) -> None:
     """The producer GEMM [m, k] x [k, h] and its consumer [m, h] x [h, n] (SwiGLU where n is the gate/up width):
     the norm epilogue writing x and h, then the consumer reading h, against RESID adding into x, then NORM_IN
     computing h from x. x, and the consumer's output, equal bit for bit, twice on one scratch."""
@@ -129,7 +135,6 @@ def test_cuda_resid_then_norm_in_equals_the_norm_epilogue_then_its_consumer_bit_
     rng = np.random.default_rng(h)
     x0 = rng.standard_normal((m, h), dtype=np.float32)
     g = cupy.asarray((1 + 0.1 * rng.standard_normal(h)).astype(np.float32))
-    swiglu = n == 6144
     if not (sg.serves(m, n, h, config, "norm_in_swiglu" if swiglu else "norm_in")):
         pytest.skip(f"{config} stages no {m} x slice of {h}")
     partials, counters = cupy.zeros(sg.SCRATCH_FLOATS, np.float32), cupy.zeros(sg.MAX_TILES, np.uint32)

@@ -50,6 +50,27 @@ def test_an_epilogue_plan_times_each_cublaslt_candidate_with_its_consumers_kerne
     print(f"\nnorm plan 1x1024x3072: {plan.picked} picked; times {plan.times_us} us (skinny configurations last)")
 
 
+def test_a_resid_plans_timing_chains_add_into_a_scratch_copy_of_the_residual_stream() -> None:
+    """The consumer's norm's resid plan (gemm_add) times every candidate, the skinny GEMM's RESID variant too, on a
+    scratch copy of x: the stream the caller passed moves once, by the real call after the tuning (a chain adding
+    into it would move it once a launch). Added in session 24 after its last GPU run: not yet run on a GPU."""
+    import cupy
+
+    from backends import cublaslt
+    from backends.cuda import CudaBackend
+
+    backend = CudaBackend()
+    m, n, k = 1, 1024, 3072
+    a, b = operands(m, n, k, "bfloat16", seed=9)
+    x0 = np.random.default_rng(1).standard_normal((m, n)).astype(np.float32)
+    x = cupy.asarray(x0)
+    assert backend.xp.gemm_add(cupy.asarray(a), cupy.asarray(b), cupy.zeros((m, n), np.float32), x), "a plan serves it"
+    plan = backend.blas.lt.plans[(cublaslt.CUDA_R_16BF, m, n, k, "resid")]
+    assert len(plan.times_us) == len(plan.candidates) > 1, "non-vacuity: every candidate timed, more than one"
+    want_x = x0 + widen_host(a).astype(np.float64) @ widen_host(b).astype(np.float64)
+    np.testing.assert_allclose(x.get(), want_x, rtol=1e-4, atol=1e-3, err_msg="x moved once, by the real call")
+
+
 
 def test_after_start_up_a_new_shape_keeps_the_heuristics_pick_untimed() -> None:
     """Once start-up is over, a shape seen for the first time (an eager step's row count) is planned without timing

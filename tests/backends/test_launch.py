@@ -78,7 +78,16 @@ KERNELS = {
                       "    vt::pdl_prefetch_l2(b, N, N, first_row(b), 1, 0, N);\n    vt::pdl_entry();\n}",
     "prefetch-of-a-global": "__device__ int rows_done;\n__global__ void k(const float* b, int N) {\n"
                             "    vt::pdl_prefetch_l2(b, N, N, rows_done, 1, 0, N);\n    vt::pdl_entry();\n}",
-    "other-call-before": "__global__ void k(const float* b, float* y, int N) {\n    vt::fill(y, N);\n"
+    # found by review (session 24): a cast's dereference, a global named like a coordinate, a functor's call
+    "prefetch-casts-a-dereference": "template <typename T>\n__global__ void k(const float* b, const int* n, int N) {\n"
+                                    "    vt::pdl_prefetch_l2(b, N, N, (T)*n, 1, 0, N);\n    vt::pdl_wait();\n}",
+    "prefetch-of-a-global-x": "__device__ int x;\n__global__ void k(const float* b, int N) {\n"
+                              "    vt::pdl_prefetch_l2(b, N, N, x, 1, 0, N);\n    vt::pdl_wait();\n}",
+    "prefetch-calls-a-functor": "template <typename Op>\n__global__ void k(const float* b, Op op, int N) {\n"
+                                "    vt::pdl_prefetch_l2(b, N, N, op(0), 1, 0, N);\n    vt::pdl_wait();\n}",
+    "prefetch-of-a-scalar-base": "__global__ void k(const float* b, long base, int N) {\n"
+                                 "    vt::pdl_prefetch_l2(base, N, N, 0, 1, 0, N);\n    vt::pdl_wait();\n}",
+    "other-call-before": "__global__ void k(const float* b, float* y, int N) {\n    vt::fill(y, N, N, 0, 1, 0, N);\n"
                          "    vt::pdl_entry();\n}",
     "prefetch-never-waits": "__global__ void k(const float* b, float* y, int N) {\n"
                             "    vt::pdl_prefetch_l2(b, N, N, 0, 1, 0, N);\n    y[0] = b[0];\n}",
