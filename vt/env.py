@@ -49,6 +49,21 @@ def _read_choice(name: str, choices: tuple[str, ...]) -> str:
     raise ConfigError(f"{name}={raw!r}: expected one of {', '.join(choices)}")
 
 
+# Flags that were read once and are no longer: set to anything but their old default, they are refused by name
+# (a user asking for the behaviour must hear it is gone), never ignored.
+RETIRED = {"VT_TEMPERATURE_DRAW": ("mass", "the race draw was removed in session 24 (slower than the mass draw on "
+                                           "the H200 at B=1 and B=256): temperature rows draw by their masses")}
+
+
+def _refuse_retired() -> None:
+    for name, (default, why) in RETIRED.items():
+        raw = (os.environ.get(name) or default).strip().lower()
+        if raw != default:
+            from vt.errors import ConfigError
+
+            raise ConfigError(f"{name}={raw!r}: {why}")
+
+
 @dataclass(frozen=True, slots=True)
 class Flags:
     pool_bypass: bool  # VT_POOL_BYPASS=1: every get is a driver alloc, every put a driver free
@@ -64,9 +79,6 @@ class Flags:
     sampler: str = "split"  # VT_SAMPLER: the CUDA decode sampler, split (SPLIT blocks per row) or block (one)
     engine_process: bool = True  # VT_ENGINE_PROCESS=0: `vt serve` runs the engine on a thread of its own process
     pdl: bool = True  # VT_PDL=0: captured kernels launch plainly, not with programmatic stream serialization
-    # VT_TEMPERATURE_DRAW=race: a temperature-only row draws by a Gumbel-max race (one pass) instead of the inverse
-    # CDF of its masses (a max pass, then a mass pass): the same distribution, another token for a given seed
-    temperature_draw: str = "mass"
     # VT_SKINNY_CLUSTER=1: the GEMM tuner also times the skinny GEMM's cluster configurations (a column tile's K
     # slices summed through distributed shared memory; backends/kernels/skinny_gemm.py): correct on the H200, and
     # no faster a decode step there (session 23)
@@ -78,6 +90,7 @@ class Flags:
 
     @classmethod
     def from_environ(cls) -> Flags:
+        _refuse_retired()
         return cls(
             pool_bypass=_read_bool("VT_POOL_BYPASS", False),
             pool_exact=_read_bool("VT_POOL_EXACT", False),
@@ -92,7 +105,6 @@ class Flags:
             sampler=_read_choice("VT_SAMPLER", ("split", "block")),
             engine_process=_read_bool("VT_ENGINE_PROCESS", True),
             pdl=_read_bool("VT_PDL", True),
-            temperature_draw=_read_choice("VT_TEMPERATURE_DRAW", ("mass", "race")),
             skinny_cluster=_read_bool("VT_SKINNY_CLUSTER", False),
             consumer_norm=_read_bool("VT_CONSUMER_NORM", True),
         )
@@ -114,6 +126,5 @@ def as_environ(f: Flags) -> dict[str, str]:
     out["VT_CACHE_DIR"] = f.cache_dir
     out["VT_BLAS_THREADS"] = str(f.blas_threads)
     out["VT_SAMPLER"] = f.sampler
-    out["VT_TEMPERATURE_DRAW"] = f.temperature_draw
     out["VT_SKINNY_CLUSTER"] = "1" if f.skinny_cluster else "0"
     return out

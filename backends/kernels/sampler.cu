@@ -312,7 +312,7 @@ __device__ u32 radix_select(const float* row, int V, const Filter& f, u64 want, 
     return prefix;
 }
 
-// A row's hash of (seed, output position): its mass draw's uniform and its race's noise come from it.
+// A row's hash of (seed, output position): its mass draw's uniform comes from it.
 __device__ __forceinline__ u64 row_hash(u64 seed, u64 counter) { return mix64(seed + 0x9E3779B97F4A7C15ull * (counter + 1ull)); }
 
 // The row's target mass in [0, z): its one uniform (its row_hash, 53 bits) times z.
@@ -321,76 +321,6 @@ __device__ __forceinline__ u64 draw_target(u64 seed, u64 counter, u64 z) {
     double u = (double)(key >> 11) * 1.1102230246251565e-16;  // 2**-53
     u64 target = (u64)(u * (double)z);
     return target >= z ? z - 1 : target;
-}
-
-// ---- the race (VT_RACE, vt/env.py's temperature_draw = race): a temperature-only row (no top-k, top-p or min-p) draws
-// the token of the largest tempered logit plus its Gumbel noise, the lower index among equals: token i wins with
-// probability softmax_i. One pass over the row, with no max or mass before it. The noise is float32 arithmetic the
-// NumPy reference (vt/engine/sample/sampler.py: ln_f32, race_noise) repeats one operation for one: the __f*_rn
-// intrinsics are never fused into a multiply-add, so both pick the same token.
-#ifndef VT_RACE
-#define VT_RACE 0
-#endif
-__device__ __forceinline__ bool race_row(const float* fp, long long top_k) {
-    return VT_RACE && fp[0] != 0.0f && top_k <= 0 && fp[1] >= 1.0f && !(fp[2] > 0.0f);
-}
-// ln x for a positive normal float: x = m 2^e, m in [sqrt(2)/2, sqrt(2)), s = (m - 1) / (m + 1),
-// ln m = 2 s (1 + s^2/3 + s^4/5 + s^6/7 + s^8/9); the constants' bits are the reference's LN_BITS.
-__device__ __forceinline__ float ln_f32(float x) {
-    const unsigned b = __float_as_uint(x);
-    int e = (int)(b >> 23) - 127;
-    float m = __uint_as_float((b & 0x7FFFFFu) | 0x3F800000u);
-    if (m > __uint_as_float(0x3FB504F3u)) { m = __fmul_rn(m, 0.5f); e += 1; }
-    const float s = __fdiv_rn(__fsub_rn(m, 1.0f), __fadd_rn(m, 1.0f)), s2 = __fmul_rn(s, s);
-    float p = __uint_as_float(0x3DE38E39u);
-    p = __fadd_rn(__uint_as_float(0x3E124925u), __fmul_rn(s2, p));
-    p = __fadd_rn(__uint_as_float(0x3E4CCCCDu), __fmul_rn(s2, p));
-    p = __fadd_rn(__uint_as_float(0x3EAAAAABu), __fmul_rn(s2, p));
-    p = __fadd_rn(1.0f, __fmul_rn(s2, p));
-    return __fadd_rn(__fmul_rn(__int2float_rn(e), __uint_as_float(0x3F317218u)), __fmul_rn(__fmul_rn(2.0f, s), p));
-}
-// Gumbel noise -ln E from 64 hash bits, E = -ln(1 - W) ~ Exp(1) for W uniform in (0, 1) at float32's precision near
-// 0: its mantissa z's top 23 bits, its exponent -(1 + the leading zeros of z's other 41 bits, at most 40), so E
-// reaches 2^-41 and the noise 28.4 (a token 22.2 nats below the max, the mass draw's cutoff, can still win).
-// The reference's gumbel_of_hash, operation for operation.
-__device__ __forceinline__ float gumbel_of_hash(u64 z) {
-    const unsigned m = (unsigned)(z >> 41);
-    const u64 rest = z & ((1ull << 41) - 1ull);
-    const int lz = min(__clzll((long long)(rest << 23)), 40);
-    const float w = __uint_as_float(((unsigned)(126 - lz) << 23) | m);
-    float e;
-    if (lz >= 8) {  // W below 2^-8: the series of -ln(1 - W)
-        float p = 0.25f;
-        p = __fadd_rn(__uint_as_float(0x3EAAAAABu), __fmul_rn(w, p));
-        p = __fadd_rn(0.5f, __fmul_rn(w, p));
-        p = __fadd_rn(1.0f, __fmul_rn(w, p));
-        e = __fmul_rn(w, p);
-    } else {
-        e = -ln_f32(__fsub_rn(1.0f, w));
-    }
-    return -ln_f32(e);
-}
-// Token i's noise from a hash of (the row's row_hash, i).
-__device__ __forceinline__ u64 race_hash(const long long* ip) { return row_hash((u64)ip[0], (u64)ip[1]); }
-__device__ __forceinline__ float race_noise(u64 h, int i) {
-    return gumbel_of_hash(mix64(h + 0x9E3779B97F4A7C15ull * ((u64)i + 1ull)));
-}
-// One block races a whole row; -1 where the tempered max is not finite (a penalty pushed a logit past float32's
-// range, or every token is -inf), as a mass draw of it fails.
-__device__ int race_block(const float* row, int V, float temp, const long long* ip, float* shf, int* shi) {
-    const u64 h = race_hash(ip);
-    float m = -VT_INF, best = -VT_INF;
-    int at = V;
-    VEC_ROW_PASS(row, V, {
-        const float x = __fdiv_rn(raw, temp);
-        m = fmaxf(m, x);
-        argmax_step(best, at, __fadd_rn(x, race_noise(h, i)), i);
-    });
-    m = block_max(m, shf);
-    if (!isfinite(m)) return -1;  // the mass draw's rule
-    int tok;
-    block_argmax(best, at, shf, shi, &best, &tok);
-    return tok;
 }
 
 // The draw of one row by one block (every thread of it): top-k, min-p and top-p thresholds by radix selection over
@@ -554,8 +484,6 @@ extern "C" __global__ void vt_sample(float* logits, const float* fparams, const 
         float bv = -VT_INF; int bi = V;
         VEC_ROW_PASS(row, V, { if (raw > bv || (raw == bv && i < bi)) { bv = raw; bi = i; } });
         float mv; block_argmax(bv, bi, shf, shi, &mv, &tok);
-    } else if (race_row(fp, ip[2])) {
-        tok = race_block(row, V, temp, ip, shf, shi);
     } else {
         tok = draw_block(row, V, fp, ip, shf, shi, shu, hist256, whist, shx);
     }
@@ -781,8 +709,8 @@ extern "C" __global__ void vt_split_draw(const float* logits, const float* fpara
 #define KMAX 32
 #define CAND_CAP 248
 #define SUPPORT_CAP T
-// parts[r, g, 0..6]: max (float bits; a greedy row's largest logit), bad, candidates, the block's bound, a greedy
-// row's argmax (a racing row's leader), overflow, a racing row's largest key (float bits)
+// parts[r, g, 0..5]: max (float bits; a greedy row's largest logit), bad, candidates, the block's bound, a greedy
+// row's argmax, overflow
 #define PART(r, g, i) parts[((long long)(r) * gridDim.y + (g)) * 256 + (i)]
 
 __device__ __forceinline__ bool fast_topk(long long top_k, int V) { return top_k > 0 && top_k < V && top_k <= KMAX; }
@@ -822,31 +750,28 @@ __device__ void sort_desc(u32* keys) {
 }
 
 // Warp 0 merges the row's G block partials (lane l taking blocks l, l + 32, ...; shuffles across the lanes) into
-// shf[0] (the max; a greedy row's largest logit), shi[0] (a greedy row's argmax, a racing row's leader), shi[1] (a raw
-// logit not finite),
+// shf[0] (the max; a greedy row's largest logit), shi[0] (a greedy row's argmax), shi[1] (a raw logit not finite),
 // shi[2] (a block's candidates overflowed) and *bound (the largest block bound): one load's latency (every thread
 // walking the G blocks in turn paid G of them, twice). Every thread of the block calls it.
-__device__ void merge_blocks(const unsigned long long* parts, int r, int V, bool greedy, bool race, bool fast,
-                             float* shf, int* shi, u32* bound) {
+__device__ void merge_blocks(const unsigned long long* parts, int r, int V, bool greedy, bool fast, float* shf,
+                             int* shi, u32* bound) {
     const int tid = threadIdx.x, G = gridDim.y;
     if (tid < 32) {
-        float v = -VT_INF, lead = -VT_INF;
+        float v = -VT_INF;
         int at = V, nbad = 0, over = 0;
         u32 bnd = 0;
         for (int g = tid; g < G; g += 32) {
             const float bm = __uint_as_float((u32)PART(r, g, 0));
             if (greedy) argmax_step(v, at, bm, (int)PART(r, g, 4));
             else v = fmaxf(v, bm);
-            if (race) argmax_step(lead, at, __uint_as_float((u32)PART(r, g, 6)), (int)PART(r, g, 4));
             nbad |= (int)PART(r, g, 1);
             if (fast) { bnd = max(bnd, (u32)PART(r, g, 3)); over |= (int)PART(r, g, 5); }
         }
         for (int o = 16; o > 0; o >>= 1) {
-            const float ov = __shfl_xor_sync(0xffffffffu, v, o), ol = __shfl_xor_sync(0xffffffffu, lead, o);
+            const float ov = __shfl_xor_sync(0xffffffffu, v, o);
             const int oi = __shfl_xor_sync(0xffffffffu, at, o);
             if (greedy) argmax_step(v, at, ov, oi);
             else v = fmaxf(v, ov);
-            if (race) argmax_step(lead, at, ol, oi);
             bnd = max(bnd, __shfl_xor_sync(0xffffffffu, bnd, o));
         }
         nbad = __any_sync(0xffffffffu, nbad);
@@ -928,11 +853,10 @@ extern "C" __global__ void vt_cand_scan(const float* logits, const float* fparam
     const float temp = fp[0];
     const long long top_k = ip[2];
     const bool greedy = temp == 0.0f, plain = plain_row(ip), fast = !greedy && fast_topk(top_k, V);
-    const bool race = !greedy && race_row(fp, top_k);
     int lo, hi;
     chunk_of(V, &lo, &hi);
 
-    float m = -VT_INF, lead = -VT_INF;  // lead: a racing row's largest key, at its token
+    float m = -VT_INF;
     int bad = 0, at = V;
     if (greedy) {  // the argmax (lowest index among equal largest logits), untempered
         QUAD_PASS(lo, hi, row, {
@@ -940,16 +864,6 @@ extern "C" __global__ void vt_cand_scan(const float* logits, const float* fparam
             argmax_step(m, at, raw, i);
         })
         block_argmax(m, at, shf, shi, &m, &at);
-    } else if (race) {  // the tempered max (whether the row fails) and the race's leader, in one pass
-        const u64 h = race_hash(ip);
-        QUAD_PASS(lo, hi, row, {
-            if (plain) bad |= !isfinite(raw);
-            const float x = __fdiv_rn(raw, temp);
-            m = fmaxf(m, x);
-            argmax_step(lead, at, __fadd_rn(x, race_noise(h, i)), i);
-        })
-        m = block_max(m, shf);
-        block_argmax(lead, at, shf, shi, &lead, &at);
     } else {
         QUAD_PASS(lo, hi, row, {
             if (plain) bad |= !isfinite(raw);
@@ -961,7 +875,6 @@ extern "C" __global__ void vt_cand_scan(const float* logits, const float* fparam
     bad = __syncthreads_or(bad);
     if (tid == 0) {
         PART(r, blockIdx.y, 0) = __float_as_uint(m); PART(r, blockIdx.y, 1) = bad; PART(r, blockIdx.y, 4) = at;
-        PART(r, blockIdx.y, 6) = __float_as_uint(lead);
     }
     if (fast) {
         if (tid == 0) sh_count = 0;
@@ -984,7 +897,7 @@ extern "C" __global__ void vt_cand_scan(const float* logits, const float* fparam
     if (!last_block(counters, r, &sh_last)) return;
 
     // ---- the row's last block
-    merge_blocks(parts, r, V, greedy, race, fast, shf, shi, &sh_bound);
+    merge_blocks(parts, r, V, greedy, fast, shf, shi, &sh_bound);
     const float mm = shf[0];
     const int mat = shi[0], any_bad = shi[1];
     // A row fails (-1) when its raw logits held a NaN or an infinity, or when a drawn row's tempered maximum is not
@@ -995,7 +908,7 @@ extern "C" __global__ void vt_cand_scan(const float* logits, const float* fparam
         counters[r] = 0;
         ST(r, 0) = __float_as_uint(mm);
         if (fails) out_ids[r] = -1;
-        else if (greedy || race) finish_row(r, mat, row, ip, hist, hist_raw, bias_ids, bias_raw, out_ids, lp_vals, lp_ids, L, W);
+        else if (greedy) finish_row(r, mat, row, ip, hist, hist_raw, bias_ids, bias_raw, out_ids, lp_vals, lp_ids, L, W);
     }
     if (fails || !fast) return;  // a failed row samples -1; the others draw in the next kernels
     const u32 bound = sh_bound;

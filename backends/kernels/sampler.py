@@ -19,8 +19,7 @@ DEFER, KEEP_GREEDY, GREEDY_IN_ROW_MAX = 1, 2, 2
 LAYOUT = (("VT_SAMPLER_THREADS", THREADS), ("VT_NF", 6), ("VT_NI", 26), ("VT_NFI", 10), ("VT_NLP", 21))
 SPLIT_KERNELS = ("vt_split_max", "vt_split_radix", "vt_split_sum", "vt_split_draw")
 CANDIDATE_KERNELS = ("vt_cand_scan", "vt_cand_mass")
-CI_INSTANCES = ([Instance("sampler.cu", name, LAYOUT) for name in ("vt_sample", *CANDIDATE_KERNELS, *SPLIT_KERNELS)]
-                + [Instance("sampler.cu", name, (*LAYOUT, ("VT_RACE", 1))) for name in ("vt_sample", "vt_cand_scan")])
+CI_INSTANCES = [Instance("sampler.cu", name, LAYOUT) for name in ("vt_sample", *CANDIDATE_KERNELS, *SPLIT_KERNELS)]
 
 
 def launch(cp: Any, logits: Any, fparams: Any, iparams: Any, hist: Any, hist_raw: Any, bias_ids: Any, bias_vals: Any,
@@ -31,21 +30,17 @@ def launch(cp: Any, logits: Any, fparams: Any, iparams: Any, hist: Any, hist_raw
                 num_int_fields, defer_draw=0)
 
 
-def _layout(fparams: Any, iparams: Any, lp_vals: Any, num_int_fields: int, drawing: bool = False) -> tuple:
-    """The row layout; for the two kernels that draw a temperature-only row (drawing: vt_sample, vt_cand_scan), VT_RACE
-    where such rows race (vt/env.py: temperature_draw), so the other kernels keep the instances CI compiles."""
-    from vt.env import flags
-
-    race = (("VT_RACE", 1),) if drawing and flags().temperature_draw == "race" else ()
+def _layout(fparams: Any, iparams: Any, lp_vals: Any, num_int_fields: int) -> tuple:
+    """The row layout, as macros."""
     return (("VT_SAMPLER_THREADS", THREADS), ("VT_NF", fparams.shape[1]), ("VT_NI", iparams.shape[1]),
-            ("VT_NFI", num_int_fields), ("VT_NLP", lp_vals.shape[1]), *race)
+            ("VT_NFI", num_int_fields), ("VT_NLP", lp_vals.shape[1]))
 
 
 def _row_kernel(cp: Any, logits: Any, fparams: Any, iparams: Any, hist: Any, hist_raw: Any, bias_ids: Any,
                 bias_vals: Any, bias_raw: Any, out_ids: Any, lp_vals: Any, lp_ids: Any, num_int_fields: int,
                 defer_draw: int) -> None:
     n, V = logits.shape
-    inst = Instance("sampler.cu", "vt_sample", _layout(fparams, iparams, lp_vals, num_int_fields, drawing=True))
+    inst = Instance("sampler.cu", "vt_sample", _layout(fparams, iparams, lp_vals, num_int_fields))
     function(cp, inst)((n,), (THREADS,), (logits, fparams, iparams, hist, hist_raw, bias_ids, bias_vals, bias_raw,
                                           out_ids, lp_vals, lp_ids, np.int32(V), np.int32(hist.shape[1]),
                                           np.int32(bias_ids.shape[1]), np.int32(defer_draw)))
@@ -67,7 +62,7 @@ def launch_split(cp: Any, logits: Any, fparams: Any, iparams: Any, hist: Any, hi
     layout = _layout(fparams, iparams, lp_vals, num_int_fields)
     rest = (hist, hist_raw, bias_ids, bias_raw, out_ids, lp_vals, lp_ids)
     sizes = (np.int32(V), np.int32(hist.shape[1]), np.int32(bias_ids.shape[1]))
-    scan = Instance("sampler.cu", "vt_cand_scan", _layout(fparams, iparams, lp_vals, num_int_fields, drawing=True))
+    scan = Instance("sampler.cu", "vt_cand_scan", _layout(fparams, iparams, lp_vals, num_int_fields))
     function(cp, scan)(
         (n, G), (THREADS,), (logits, fparams, iparams, *rest, parts, state, counters, *sizes))
     function(cp, Instance("sampler.cu", "vt_cand_mass", layout))(

@@ -893,64 +893,7 @@ ENTRIES += [
     ),
 ]
 
-# The race draw (VT_TEMPERATURE_DRAW=race): its twin's noise and the split kernel's merge of the blocks' leaders.
-RACE = "tests/engine/test_race_draw.py"
 ENTRIES += [
-    Mutation(
-        id="race-twin-noise-halved",
-        description="the race's reference noise is half a Gumbel variate: its draws follow the temperature halved",
-        file="vt/engine/sample/sampler.py", old="    return -ln_f32(e)\n",
-        new="    return F32(0.5) * -ln_f32(e)\n",
-        gates=(*(f"{RACE}::test_the_race_draws_each_token_at_its_tempered_softmax_probability[cpu-{t}]"
-                 for t in ("1.0", "0.5")), f"{RACE}::test_the_noise_is_gumbel_out_to_a_tail_past_the_mass_draws_cutoff"),
-    ),
-    Mutation(
-        id="cuda-race-merge-keeps-the-first-blocks-leader",
-        description="the split race's last block takes the first block's leader as the row's, never comparing the "
-                    "others'",
-        file="backends/kernels/sampler.cu",
-        old="            if (race) argmax_step(lead, at, __uint_as_float((u32)PART(r, g, 6)), (int)PART(r, g, 4));\n",
-        new="            if (race && g == 0) argmax_step(lead, at, __uint_as_float((u32)PART(r, g, 6)), (int)PART(r, g, 4));\n",
-        # the split draw's chi-square goes red too: a leader from the first block alone never draws past its slice
-        gates=(*(f"{RACE}::test_the_cuda_race_draws_what_the_numpy_reference_draws[{b}]" for b in (2, 16, 64)),
-               *(f"{RACE}::test_the_race_draws_each_token_at_its_tempered_softmax_probability[cuda-split-{t}]"
-                 for t in ("1.0", "0.5"))),
-        needs_gpu=True,
-    ),
-    Mutation(
-        id="race-twin-flag-ignored",
-        description="the reference never races: under VT_TEMPERATURE_DRAW=race temperature-only rows still draw by "
-                    "their masses",
-        file="vt/engine/sample/sampler.py",
-        old='    _sample_numpy(*arrays, race_plain=flags().temperature_draw == "race")\n',
-        new="    _sample_numpy(*arrays, race_plain=False)\n",
-        gates=(f"{RACE}::test_the_flag_moves_temperature_only_rows_to_the_race_and_no_other_row",),
-    ),
-    Mutation(
-        id="race-twin-noise-keyed-by-batch-row",
-        description="the reference's race noise is keyed by the row's place in the batch as well as its seed: its "
-                    "token moves with its neighbours",
-        file="vt/engine/sample/sampler.py",
-        old="            out_ids[r] = race(x, int(ip[r, 0]), int(ip[r, 1])) if np.isfinite(x.max()) else -1\n",
-        new="            out_ids[r] = race(x, int(ip[r, 0]) + int(r), int(ip[r, 1])) if np.isfinite(x.max()) else -1\n",
-        gates=(f"{RACE}::test_a_race_depends_on_its_rows_seed_and_position_alone",
-               f"{RACE}::test_the_flag_moves_temperature_only_rows_to_the_race_and_no_other_row"),
-    ),
-    Mutation(
-        id="race-twin-races-an-overflowed-row",
-        description="the reference races a row whose tempered max is +inf instead of failing it (-1)",
-        file="vt/engine/sample/sampler.py",
-        old="            out_ids[r] = race(x, int(ip[r, 0]), int(ip[r, 1])) if np.isfinite(x.max()) else -1\n",
-        new="            out_ids[r] = race(x, int(ip[r, 0]), int(ip[r, 1]))\n",
-        gates=(f"{RACE}::test_a_racing_row_whose_penalty_overflows_samples_minus_one_beside_rows_that_race[cpu]",),
-    ),
-    Mutation(
-        id="ln-f32-without-its-range-reduction",
-        description="ln_f32 keeps m in [1, 2) (no halving above sqrt(2)): its series runs at |s| up to 1/3 and "
-                    "misses ln by more than its bound",
-        file="vt/engine/sample/sampler.py", old='    high = m > LN_C["sqrt2"]\n', new='    high = m > F32(2)\n',
-        gates=(f"{RACE}::test_ln_f32_is_the_natural_log_within_its_bound",),
-    ),
     Mutation(
         id="skinny-anatomy-takes-any-shape",
         description="scripts/skinny-anatomy takes a case the skinny GEMM does not serve and goes on to the device",

@@ -191,10 +191,8 @@ def sample_tokens(xp: Any, logits: Any, fparams: Any, iparams: Any, hist: Any, h
         else:
             launch(xp, *args, len(FIELDS_I))
         return
-    from vt.env import flags
-
     arrays = [np.asarray(a) for a in (logits, fparams, iparams, hist, bias_ids, bias_vals, out_ids, lp_vals, lp_ids)]
-    _sample_numpy(*arrays, race_plain=flags().temperature_draw == "race")
+    _sample_numpy(*arrays)
 
 
 def sample_general(xp: Any, logits: Any, fparams: Any, iparams: Any, hist: Any, hist_raw: Any, bias_ids: Any,
@@ -225,7 +223,7 @@ def mix64(z: np.ndarray) -> np.ndarray:
 
 
 def row_hash(seed: np.ndarray, counter: np.ndarray) -> np.ndarray:
-    """A row's hash of (seed, output position): its mass draw's uniform, and its race's noise, come from it."""
+    """A row's hash of (seed, output position): its mass draw's uniform comes from it."""
     seed, counter = np.asarray(seed), np.asarray(counter)
     with np.errstate(over="ignore"):
         return mix64(seed.astype(np.uint64) + GOLDEN * (counter.astype(np.uint64) + np.uint64(1)))
@@ -234,61 +232,6 @@ def row_hash(seed: np.ndarray, counter: np.ndarray) -> np.ndarray:
 def uniform(seed: np.ndarray, counter: np.ndarray) -> np.ndarray:
     """The row's one uniform in [0, 1): its row_hash, 53 bits."""
     return (row_hash(seed, counter) >> np.uint64(11)).astype(np.float64) * 2.0**-53
-
-
-# The race's natural log (ln_f32): float32 bits of its constants, as backends/kernels/sampler.cu writes them
-LN_BITS = {"c3": 0x3EAAAAAB, "c5": 0x3E4CCCCD, "c7": 0x3E124925, "c9": 0x3DE38E39, "ln2": 0x3F317218,
-           "sqrt2": 0x3FB504F3}
-LN_C = {k: np.uint32(v).view(F32) for k, v in LN_BITS.items()}
-
-
-def ln_f32(x: np.ndarray) -> np.ndarray:
-    """ln x for positive normal float32 x in float32 operations, each rounded once, in the order the CUDA kernel's
-    ln_f32 runs them (its __f*_rn intrinsics are never fused), so both give the same bits: x = m 2^e with m in
-    [sqrt(2)/2, sqrt(2)), s = (m - 1) / (m + 1), ln m = 2 s (1 + s^2/3 + s^4/5 + s^6/7 + s^8/9) (within 2e-7)."""
-    b = x.astype(F32).view(np.uint32)
-    e = (b >> np.uint32(23)).astype(np.int32) - 127
-    m = ((b & np.uint32(0x7FFFFF)) | np.uint32(0x3F800000)).view(F32)
-    high = m > LN_C["sqrt2"]
-    m = np.where(high, m * F32(0.5), m)
-    e = (e + high).astype(F32)
-    s = (m - F32(1)) / (m + F32(1))
-    s2 = s * s
-    p = np.full_like(s2, LN_C["c9"])
-    for c in (LN_C["c7"], LN_C["c5"], LN_C["c3"], F32(1)):
-        p = c + s2 * p
-    return e * LN_C["ln2"] + (F32(2) * s) * p
-
-
-def gumbel_of_hash(z: np.ndarray) -> np.ndarray:
-    """Gumbel noise -ln E from 64 hash bits, E = -ln(1 - W) ~ Exp(1) for W uniform in (0, 1) at float32's precision
-    near 0: its mantissa z's top 23 bits, its exponent -(1 + the leading zeros of z's other 41 bits, at most 40). So
-    E reaches 2^-41 and the noise 28.4: a token 22.2 nats below a row's max (the mass draw's cutoff, masses of
-    2^-32) can still win. E = W (1 + W (1/2 + W (1/3 + W / 4))) below W = 2^-8, else -ln_f32(1 - W)."""
-    m = (z >> np.uint64(41)).astype(np.uint32)
-    rest = z & np.uint64((1 << 41) - 1)
-    _, top = np.frexp(rest.astype(np.float64))  # rest = f 2^top, f in [1/2, 1): top - 1 is its highest set bit
-    lz = np.where(rest > 0, 41 - top, 40).astype(np.uint32)
-    w = ((np.uint32(126) - lz) << np.uint32(23) | m).view(F32)
-    p = np.full_like(w, F32(0.25))
-    for c in (LN_C["c3"], F32(0.5), F32(1)):
-        p = c + w * p
-    e = np.where(lz >= 8, w * p, -ln_f32(F32(1) - w))
-    return -ln_f32(e)
-
-
-def race_noise(seed: int, counter: int, V: int) -> np.ndarray:
-    """A row's Gumbel noise [V] float32 for its race: token i's is gumbel_of_hash of a hash of (its row_hash, i)."""
-    h = row_hash(np.array(seed), np.array(counter))
-    with np.errstate(over="ignore"):
-        z = mix64(h + GOLDEN * (np.arange(V, dtype=np.uint64) + np.uint64(1)))
-    return gumbel_of_hash(z)
-
-
-def race(x: np.ndarray, seed: int, counter: int) -> int:
-    """The temperature-only draw as a race (Gumbel-max): the token of the largest tempered logit plus its noise, the
-    lower index among equals. Token i wins with probability softmax(x)_i; one pass, no max or mass first."""
-    return int(np.argmax(x + race_noise(seed, counter, x.size)))
 
 
 def keys(x: np.ndarray) -> np.ndarray:
@@ -462,10 +405,9 @@ def apply_bias(row: np.ndarray, ids: np.ndarray, vals: np.ndarray, allowed: bool
 
 
 def _sample_numpy(logits: np.ndarray, fp: np.ndarray, ip: np.ndarray, hist: np.ndarray, bias_ids: np.ndarray,
-                  bias_vals: np.ndarray, out_ids: np.ndarray, lp_vals: np.ndarray, lp_ids: np.ndarray,
-                  *, race_plain: bool = False) -> None:
+                  bias_vals: np.ndarray, out_ids: np.ndarray, lp_vals: np.ndarray, lp_ids: np.ndarray) -> None:
     """Row by row where a row needs its own work (logprobs, penalties, bans, filters); the plain draws of
-    the rest in one batched pass (or, race_plain, each by its race)."""
+    the rest in one batched pass."""
     u = uniform(ip[:, 0], ip[:, 1])
     temp, top_p, min_p = fp[:, 0], fp[:, 1], fp[:, 2]
     top_k, num_hist, num_lp, num_banned, forced = (ip[:, FIELDS_I.index(f)] for f in
@@ -494,11 +436,7 @@ def _sample_numpy(logits: np.ndarray, fp: np.ndarray, ip: np.ndarray, hist: np.n
                              float(min_p[r]))
             out_ids[r] = idx[_draw(w[None], u[r : r + 1])[0]] if np.isfinite(w).all() else -1
         plain = np.flatnonzero(drawn & ~filtered)
-        for r in plain if race_plain else ():
-            x = (logits[r] / F32(temp[r])).astype(F32)
-            # a logit a penalty pushed past float32's range: the row fails (-1), as its masses would say
-            out_ids[r] = race(x, int(ip[r, 0]), int(ip[r, 1])) if np.isfinite(x.max()) else -1
-        for g in range(0, 0 if race_plain else plain.size, 4):  # a few rows at a time: their temporaries stay in cache
+        for g in range(0, plain.size, 4):  # a few rows at a time: their temporaries stay in cache
             rows = plain[g : g + 4]
             x = (logits[rows] / temp[rows, None]).astype(F32)
             w = np.floor(np.exp(x - x.max(axis=1, keepdims=True)).astype(F32) * MASS_SCALE)
