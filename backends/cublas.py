@@ -41,6 +41,15 @@ def _load() -> ctypes.CDLL:
     raise OSError("libcublas not found (tried: " + ", ".join(n for n in names if n) + ")")
 
 
+def _norm_operands(cupy: Any, a: Any, b: Any, c: Any, x: Any, w: Any, h: Any) -> bool:
+    """gemm_add_rms_norm's operands as its plan takes them (and fuses_norm asks about them): 2-D, contiguous, A in
+    B's 16-bit dtype, C and x float32 [m, n], w float32 [n], h [m, n] in B's dtype."""
+    return (a.ndim == 2 and b.ndim == 2 and a.dtype == b.dtype and h.dtype == b.dtype and a.dtype.name in _CUDA_TYPE
+            and b.shape[0] == a.shape[1] and x.shape == c.shape and h.shape == c.shape
+            and all(t.dtype == cupy.float32 for t in (c, x, w)) and w.shape == (c.shape[1],)
+            and all(t.flags.c_contiguous for t in (a, b, c, x, w, h)))
+
+
 class Cublas:
     def __init__(self, workspace_ptr: int | None, workspace_bytes: int, lt: Any = None) -> None:
         self.lt = lt  # backends/cublaslt.py: single GEMMs with a measured algorithm (None: GemmEx for all)
@@ -101,10 +110,7 @@ class Cublas:
         C and x float32, h in B's dtype."""
         import cupy
 
-        if (self.lt is None or a.ndim != 2 or b.ndim != 2 or a.dtype != b.dtype or h.dtype != b.dtype
-                or a.dtype.name not in _CUDA_TYPE or x.shape != c.shape or h.shape != c.shape
-                or any(t.dtype != cupy.float32 for t in (c, x, w)) or w.shape != (c.shape[1],)
-                or not all(t.flags.c_contiguous for t in (a, b, c, x, w, h))):
+        if self.lt is None or not _norm_operands(cupy, a, b, c, x, w, h):
             return False
         self.bind(cupy.cuda.get_current_stream().ptr)
         m, k = a.shape
@@ -115,10 +121,7 @@ class Cublas:
         plan's pick: CublasLt.fuses_norm). False where no plan serves them (the op then runs two launches)."""
         import cupy
 
-        if (self.lt is None or a.ndim != 2 or b.ndim != 2 or a.dtype != b.dtype or h.dtype != b.dtype
-                or a.dtype.name not in _CUDA_TYPE or x.shape != c.shape or h.shape != c.shape
-                or any(t.dtype != cupy.float32 for t in (c, x, w)) or w.shape != (c.shape[1],)
-                or not all(t.flags.c_contiguous for t in (a, b, c, x, w, h))):
+        if self.lt is None or not _norm_operands(cupy, a, b, c, x, w, h):
             return False
         m, k = a.shape
         return self.lt.fuses_norm(_CUDA_TYPE[a.dtype.name], a, b, c, m, b.shape[1], k, x, w, h, eps)

@@ -76,7 +76,9 @@ def _weights(cfg: dict[str, Any], seed: int) -> dict[str, np.ndarray]:
               p + "self_attn.q_proj.weight": lin(nh * hd, H), p + "self_attn.k_proj.weight": lin(nkv * hd, H),
               p + "self_attn.v_proj.weight": lin(nkv * hd, H), p + "self_attn.o_proj.weight": lin(H, nh * hd),
               p + "self_attn.q_norm.weight": norm(hd), p + "self_attn.k_norm.weight": norm(hd)}
-        if cfg.get("num_experts"):
+        # Qwen3-MoE's rule: a layer is sparse unless mlp_only_layers names it or decoder_sparse_step skips it
+        if (cfg.get("num_experts") and i not in cfg.get("mlp_only_layers", [])
+                and (i + 1) % cfg.get("decoder_sparse_step", 1) == 0):
             E, MI = cfg["num_experts"], cfg["moe_intermediate_size"]
             w[p + "mlp.gate.weight"] = lin(E, H)
             for e in range(E):

@@ -51,8 +51,9 @@ def _read_choice(name: str, choices: tuple[str, ...]) -> str:
 
 # Flags that were read once and are no longer: set to anything but their old default, they are refused by name
 # (a user asking for the behaviour must hear it is gone), never ignored.
-RETIRED = {"VT_TEMPERATURE_DRAW": ("mass", "the race draw was removed in session 24 (slower than the mass draw on "
-                                           "the H200 at B=1 and B=256): temperature rows draw by their masses")}
+RETIRED = {"VT_TEMPERATURE_DRAW": ("mass", "the race draw was removed in session 24 (on the H200 no faster than the "
+                                           "mass draw at B <= 8, slower from B = 32 up): temperature rows draw by "
+                                           "their masses")}
 
 
 def _refuse_retired() -> None:

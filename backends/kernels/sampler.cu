@@ -710,7 +710,7 @@ extern "C" __global__ void vt_split_draw(const float* logits, const float* fpara
 #define CAND_CAP 248
 #define SUPPORT_CAP T
 // parts[r, g, 0..5]: max (float bits; a greedy row's largest logit), bad, candidates, the block's bound, a greedy
-// row's argmax, overflow
+// row's argmax, overflow; 6 and 7 unused; the candidates from 8
 #define PART(r, g, i) parts[((long long)(r) * gridDim.y + (g)) * 256 + (i)]
 
 __device__ __forceinline__ bool fast_topk(long long top_k, int V) { return top_k > 0 && top_k < V && top_k <= KMAX; }

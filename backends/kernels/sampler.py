@@ -62,7 +62,7 @@ def launch_split(cp: Any, logits: Any, fparams: Any, iparams: Any, hist: Any, hi
     layout = _layout(fparams, iparams, lp_vals, num_int_fields)
     rest = (hist, hist_raw, bias_ids, bias_raw, out_ids, lp_vals, lp_ids)
     sizes = (np.int32(V), np.int32(hist.shape[1]), np.int32(bias_ids.shape[1]))
-    scan = Instance("sampler.cu", "vt_cand_scan", _layout(fparams, iparams, lp_vals, num_int_fields))
+    scan = Instance("sampler.cu", "vt_cand_scan", layout)
     function(cp, scan)(
         (n, G), (THREADS,), (logits, fparams, iparams, *rest, parts, state, counters, *sizes))
     function(cp, Instance("sampler.cu", "vt_cand_mass", layout))(

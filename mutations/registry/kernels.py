@@ -458,7 +458,8 @@ ENTRIES += [
         new="    xp.matmul(a, b, out=out)\n",
         gates=(f"{CONSUMER}::test_the_consumer_norm_moves_each_dense_layers_norms_into_the_gemms_that_read_them"
                "_with_the_same_logits",
-               f"{CONSUMER}::test_the_consumer_norm_moves_only_the_norms_its_plan_runs_in_a_gemms_tail"),
+               f"{CONSUMER}::test_the_consumer_norm_moves_only_the_norms_its_plan_runs_in_a_gemms_tail",
+               f"{CONSUMER}::test_with_sparse_neighbours_no_layer_reads_a_norm_the_consumers_ops_leave_unwritten"),
     ),
     Mutation(
         id="consumer-norm-qkv-reads-the-stale-norm",
@@ -469,7 +470,8 @@ ENTRIES += [
         new="        if False:\n            b.rms_norm_gemm(",
         gates=(f"{CONSUMER}::test_the_consumer_norm_moves_each_dense_layers_norms_into_the_gemms_that_read_them"
                "_with_the_same_logits",
-               f"{CONSUMER}::test_the_consumer_norm_moves_only_the_norms_its_plan_runs_in_a_gemms_tail"),
+               f"{CONSUMER}::test_the_consumer_norm_moves_only_the_norms_its_plan_runs_in_a_gemms_tail",
+               f"{CONSUMER}::test_with_sparse_neighbours_no_layer_reads_a_norm_the_consumers_ops_leave_unwritten"),
     ),
     Mutation(
         id="decoder-consumer-norm-ignores-the-norm-plan",
@@ -489,7 +491,8 @@ ENTRIES += [
         new="        defer = (residual is not None and may_defer\n                 or b.fuses_norm(",
         gates=(f"{CONSUMER}::test_the_consumer_norm_moves_each_dense_layers_norms_into_the_gemms_that_read_them"
                "_with_the_same_logits",
-               f"{CONSUMER}::test_the_consumer_norm_moves_only_the_norms_its_plan_runs_in_a_gemms_tail"),
+               f"{CONSUMER}::test_the_consumer_norm_moves_only_the_norms_its_plan_runs_in_a_gemms_tail",
+               f"{CONSUMER}::test_with_sparse_neighbours_no_layer_reads_a_norm_the_consumers_ops_leave_unwritten"),
     ),
     Mutation(
         id="cuda-fuses-norm-says-yes-to-cublaslt",

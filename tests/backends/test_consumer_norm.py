@@ -96,6 +96,67 @@ def test_the_consumer_norm_moves_only_the_norms_its_plan_runs_in_a_gemms_tail(ta
     assert np.array_equal(moved, plain), "the same logits, bit for bit"
 
 
+def poison(xp: Any, t: Any) -> None:
+    """What CUDA leaves unwritten, made NaN (bf16's NaN bits for a 16-bit tensor)."""
+    t[...] = 0x7FC0 if t.dtype == np.uint16 else np.nan
+
+
+poison.writes = (0,)  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("dense_layers", [[0, 2], [1, 3]], ids=lambda d: "dense-" + "-".join(map(str, d)))
+@pytest.mark.parametrize("pattern", ["always", "alternate"])
+def test_with_sparse_neighbours_no_layer_reads_a_norm_the_consumers_ops_leave_unwritten(
+        dense_layers: list[int], pattern: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> None:
+    """A Qwen3-MoE checkpoint whose mlp_only_layers are dense, so dense layers meet sparse neighbours (a deferred
+    norm before a MoE layer, a MoE layer before a normed-in q/k/v). On CUDA the consumer's ops leave h, C and gate_up
+    unwritten; here they are poisoned with NaN after each such op: the logits stay the norm epilogue's, bit for bit,
+    whether fuses_norm says yes to every pair or to every other one."""
+    from models import tiny
+    from models.loader import load_checkpoint
+    from models.registry import load_model
+    from vt.engine.worker.graph_driver import DecodeInputs, GraphDriver
+    from vt.registry import make_backend
+
+    monkeypatch.setitem(tiny.SPECS, "tiny-qwen3-mixed", (dict(tiny._MOE, mlp_only_layers=dense_layers), 4321, None))
+    path = tiny.ensure("tiny-qwen3-mixed", cache_dir=str(tmp_path))
+
+    def step(consumer_norm: bool) -> tuple[np.ndarray, int]:
+        backend = make_backend("cpu")
+        model = load_model(load_checkpoint(str(path)), backend, "bfloat16")
+        model.consumer_norm = consumer_norm
+        asked, poisoned = [0], [0]
+
+        def fuses(*args: Any, eps: float) -> bool:
+            asked[0] += 1
+            return pattern == "always" or asked[0] % 2 == 1
+
+        def poisoning(op: str, unwritten: tuple[int, ...]) -> Any:
+            run = getattr(backend, op)
+
+            def wrapped(*args: Any, **kw: Any) -> None:
+                run(*args, **kw)
+                for i in unwritten:
+                    backend.launch(poison, args[i])
+                poisoned[0] += 1
+            return wrapped
+
+        monkeypatch.setattr(backend, "fuses_norm", fuses)
+        for op, unwritten in (("gemm_add", (2,)), ("rms_norm_gemm", (2,)), ("rms_norm_gemm_silu_mul", (2, 4))):
+            monkeypatch.setattr(backend, op, poisoning(op, unwritten))
+        kv = model.make_kv_cache(num_blocks=16, block_size=16)
+        driver = GraphDriver(model, kv, max_num_seqs=4)
+        inp = DecodeInputs(np.array([11]), np.array([20]), np.array([5 * 16 + 4]), np.array([[3, 5]]))
+        for _ in range(3):
+            driver.step(inp)
+        return driver.last_logits(), poisoned[0]
+
+    plain, none = step(False)
+    moved, poisoned = step(True)
+    assert none == 0 and poisoned > 0, "non-vacuity: the consumer's ops ran (and were poisoned) with it on only"
+    assert np.isfinite(plain).all() and np.array_equal(moved, plain), "no NaN read: the same logits, bit for bit"
+
+
 @pytest.mark.parametrize("config", sg.CONFIGS, ids=lambda c: str(c))
 def test_the_normed_prologue_serves_a_configuration_only_where_its_staged_slice_fits(config: sg.Config) -> None:
     """NORM_IN stages M x its block's K slice of A in shared memory (STAGE values): a split that leaves a slice too
