@@ -15,6 +15,9 @@ DECODE_CUDA = f"{KERNELS}::test_cuda_paged_decode_equals_its_twin"
 TWIN = "backends/kernels/decode_attention.py"
 CU = "backends/kernels/decode_attention.cu"
 SKINNY = "tests/backends/test_skinny_gemm.py"
+# test_skinny_gemm.py's NORM_SHAPES (the 30B-A3B's and 8B's rows added in session 24)
+NORM_TWIN_SHAPES = [(1, 1024, 2048), (1, 1024, 3072), (8, 1024, 3072), (3, 2048, 1024), (2, 512, 96), (1, 2048, 4096),
+                    (8, 4096, 4096)]
 SKINNY_SHAPES = [(1, 1024, 1024), (3, 4096, 1024), (8, 5120, 2048), (2, 1000, 96), (1, 128, 2048), (5, 8, 4096)]
 SKINNY_PLAN = f"{SKINNY}::test_a_decode_shapes_plan_times_the_skinny_gemm_and_every_candidate_is_right"
 # The (shape, configuration) cases split along K, by the test's ids: only those have partials and counters.
@@ -231,7 +234,7 @@ ENTRIES += [
                  for d in ("bfloat16", "float16") for c in SKINNY_CONFIGS),
                f"{SKINNY}::test_the_swiglu_twin_activates_each_interleaved_pair",  # the SwiGLU twin's GEMM is it
                *(f"{SKINNY}::test_the_norm_twin_adds_the_product_into_x_and_norms_it[{m}-{n}-{k}]"  # and the norm's
-                 for m, n, k in [(1, 1024, 2048), (1, 1024, 3072), (8, 1024, 3072), (3, 2048, 1024), (2, 512, 96)])),
+                 for m, n, k in NORM_TWIN_SHAPES)),
     ),
     Mutation(
         id="cuda-skinny-drops-a-k-slice-partial",
@@ -277,8 +280,7 @@ ENTRIES += [
         file="backends/kernels/skinny_gemm.py", old="    add_rms_norm(np, x, out, None, w, h, eps=eps)\n",
         new="    add_rms_norm(np, x, None, None, w, h, eps=eps)\n",
         gates=tuple(f"{SKINNY}::test_the_norm_twin_adds_the_product_into_x_and_norms_it[{m}-{n}-{k}]"
-                    for m, n, k in [(1, 1024, 2048), (1, 1024, 3072), (8, 1024, 3072), (3, 2048, 1024),
-                                    (2, 512, 96)]),
+                    for m, n, k in NORM_TWIN_SHAPES),
     ),
     Mutation(
         id="skinny-cluster-flag-ignored",
