@@ -525,6 +525,30 @@ ENTRIES += [
         needs_gpu=True,
     ),
     Mutation(
+        id="skinny-launch-takes-two-epilogues",
+        description="the skinny binding takes a launch naming two epilogues and runs one of them",
+        file="backends/kernels/skinny_gemm.py",
+        old="    if named > 1 or (norm_in is not None and (norm or resid is not None)):\n",
+        new="    if False:\n",
+        gates=(f"{CONSUMER}::test_a_launch_naming_two_epilogues_is_refused_before_anything_compiles",),
+    ),
+    Mutation(
+        id="cuda-gemm-add-takes-any-weight-rows",
+        description="gemm_add's CUDA binding takes a weight whose rows are not A's columns",
+        file="backends/cublas.py",
+        old="                or b.shape[0] != a.shape[1] or c.shape != (a.shape[0], b.shape[1])\n",
+        new="                or c.shape != (a.shape[0], b.shape[1])\n",
+        gates=(f"{CONSUMER}::test_the_cuda_ops_refuse_a_weight_whose_rows_are_not_a_rows_columns",),
+    ),
+    Mutation(
+        id="cuda-rms-norm-gemm-takes-any-weight-rows",
+        description="rms_norm_gemm's CUDA binding takes a weight whose rows are not h's columns",
+        file="backends/cublas.py",
+        old="                or b.shape[0] != h.shape[1] or x.shape != h.shape",
+        new="                or x.shape != h.shape",
+        gates=(f"{CONSUMER}::test_the_cuda_ops_refuse_a_weight_whose_rows_are_not_a_rows_columns",),
+    ),
+    Mutation(
         id="cuda-norm-in-divides-by-the-first-rows-norm",
         description="the NORM_IN prologue normalizes every row by row 0's RMS",
         file="backends/kernels/skinny_gemm.cu",
@@ -622,6 +646,14 @@ ENTRIES += [
     ),
 ]
 ENTRIES += [
+    Mutation(
+        id="retired-flag-read-as-nothing",
+        description="VT_TEMPERATURE_DRAW=race (a draw session 24 removed) is ignored without a word",
+        file="vt/env.py",
+        old="        if raw != default:\n",
+        new="        if False:\n",
+        gates=("tests/vt/test_env.py::test_a_retired_flag_set_to_what_it_no_longer_offers_is_refused_by_name",),
+    ),
     Mutation(
         id="tp-rank-loses-the-pdl-flag",
         description="a tensor-parallel rank's environment leaves VT_PDL out: with VT_PDL=0 on rank 0 the other "

@@ -265,3 +265,43 @@ def test_the_cuda_answer_is_the_norm_plans_pick(monkeypatch: pytest.MonkeyPatch)
     lt.skinny = None
     assert blas.fuses_norm(a, b, c, x, w, h, eps=1e-6) is False
     assert len(lt.plans) == 1, "non-vacuity: the answers came from the plan put in place, none planned anew"
+
+
+def test_a_launch_naming_two_epilogues_is_refused_before_anything_compiles() -> None:
+    """The kernel runs one epilogue (NORM_IN's prologue may take SwiGLU's): a launch naming two would run one and
+    drop the other's outputs silently, so the binding refuses it, by name, before it looks up an instance."""
+    x = np.zeros((1, 64), np.float32)
+    refused = [dict(norm=(x, x, x, 1e-6), resid=x), dict(norm=(x, x, x, 1e-6), act=x), dict(act=x, resid=x),
+               dict(norm_in=(x, x, 1e-6), resid=x), dict(norm_in=(x, x, 1e-6), norm=(x, x, x, 1e-6))]
+    for kw in refused:
+        with pytest.raises(ValueError, match="one epilogue a launch"):
+            sg.kind(**kw)
+    served = {sg.kind(): "", sg.kind(act=x): "swiglu", sg.kind(resid=x): "resid",
+              sg.kind(norm_in=(x, x, 1e-6), act=x): "norm_in_swiglu"}
+    assert all(k == v for k, v in served.items()) and len(served) == 4, "non-vacuity: one a launch is served"
+
+
+def test_the_cuda_ops_refuse_a_weight_whose_rows_are_not_a_rows_columns(monkeypatch: pytest.MonkeyPatch) -> None:
+    """gemm_add and rms_norm_gemm hand cuBLASLt or the skinny kernel raw pointers: B [k', n] against A [m, k] with
+    k' != k would read past B, so the binding answers False (nothing launched) before the plan is asked."""
+    import sys
+    import types
+
+    from backends.cublas import Cublas
+
+    asked: list[str] = []
+    blas = Cublas.__new__(Cublas)
+    blas.lt = types.SimpleNamespace(gemm_add=lambda *a: asked.append("gemm_add") or True,
+                                    rms_norm_gemm=lambda *a: asked.append("rms_norm_gemm") or True)
+    blas.bind = lambda stream: None
+    monkeypatch.setitem(sys.modules, "cupy", types.SimpleNamespace(
+        float32=np.float32, cuda=types.SimpleNamespace(get_current_stream=lambda: types.SimpleNamespace(ptr=0))))
+    a, c, x = np.zeros((1, 64), np.uint16), np.zeros((1, 32), np.float32), np.zeros((1, 32), np.float32)
+    xk, w, h = np.zeros((1, 64), np.float32), np.ones(64, np.float32), np.zeros((1, 64), np.uint16)
+    for rows in (63, 65):
+        b = np.zeros((rows, 32), np.uint16)
+        assert blas.gemm_add(a, b, c, x) is False and blas.rms_norm_gemm(xk, w, h, b, c, None, 1e-6) is False
+    assert asked == [], "nothing reached the plan"
+    b = np.zeros((64, 32), np.uint16)
+    assert blas.gemm_add(a, b, c, x) and blas.rms_norm_gemm(xk, w, h, b, c, None, 1e-6), "non-vacuity: served"
+    assert asked == ["gemm_add", "rms_norm_gemm"]
