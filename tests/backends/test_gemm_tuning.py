@@ -50,17 +50,21 @@ def test_an_epilogue_plan_times_each_cublaslt_candidate_with_its_consumers_kerne
     print(f"\nnorm plan 1x1024x3072: {plan.picked} picked; times {plan.times_us} us (skinny configurations last)")
 
 
-def test_a_resid_plans_timing_chains_add_into_a_scratch_copy_of_the_residual_stream() -> None:
+@pytest.mark.parametrize("n,k", [(1024, 3072), (4096, 12288)], ids=["0.6B-down", "8B-down"])
+def test_a_resid_plans_timing_chains_add_into_a_scratch_copy_of_the_residual_stream(n: int, k: int) -> None:
     """The consumer's norm's resid plan (gemm_add) times every candidate, the skinny GEMM's RESID variant too, on a
     scratch copy of x: the stream the caller passed moves once, by the real call after the tuning (a chain adding
-    into it would move it once a launch). Added in session 24 after its last GPU run: not yet run on a GPU."""
+    into it would move it once a launch). A weight that fits the L2 is timed over regions of the zeroed tuning
+    scratch (a chain would add zeros: H200, session 25, the mutant survived the 0.6B case alone); the 8B's down
+    projection, larger than the L2, over the caller's own weight."""
     import cupy
 
     from backends import cublaslt
     from backends.cuda import CudaBackend
 
+    assert (n * k * 2 >= cublaslt.L2_BYTES) is (n == 4096), "non-vacuity: the 8B weight is past the L2 (chains read it)"
     backend = CudaBackend()
-    m, n, k = 1, 1024, 3072
+    m = 1
     a, b = operands(m, n, k, "bfloat16", seed=9)
     x0 = np.random.default_rng(1).standard_normal((m, n)).astype(np.float32)
     x = cupy.asarray(x0)
