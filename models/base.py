@@ -34,6 +34,8 @@ class ForwardBatch:
     # sequences' block tables (block_tables), each token's row in them (token_row) and the attention's tiles
     seqs: list[tuple[int, int, int, list[int]]] = field(default_factory=list)
     tiles: Tensor | None = None  # [n, 4] int32 (backends/kernels/prefill_attention.py)
+    # decode: each sequence's tokens in the step (1, or speculative verification's q); 0 where unknown (prefill)
+    tokens_per_row: int = 0
     num_decode: int = 0  # prefill batches: the first num_decode tokens are decoding requests' (one-token chunks)
     logits_rows: Tensor | None = None  # [N] int64: which rows get logits (prefill: each seq's last)
 

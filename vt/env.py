@@ -88,6 +88,9 @@ class Flags:
     # in their own last block (a grid-wide tail), instead of adding into x and leaving the norm to the GEMM that
     # reads it (models/decoder.py, backends/kernels/skinny_gemm.py; H200, 0.6B: 42 us a step faster on)
     consumer_norm: bool = True
+    # VT_ROPE_IN_ATTENTION=0: a decode step of one token a sequence runs q/k norm + rotary + the KV write as a launch
+    # of its own again, instead of in the decode attention's prologue (paged_decode_attention_rope)
+    rope_in_attention: bool = True
 
     @classmethod
     def from_environ(cls) -> Flags:
@@ -108,6 +111,7 @@ class Flags:
             pdl=_read_bool("VT_PDL", True),
             skinny_cluster=_read_bool("VT_SKINNY_CLUSTER", False),
             consumer_norm=_read_bool("VT_CONSUMER_NORM", True),
+            rope_in_attention=_read_bool("VT_ROPE_IN_ATTENTION", True),
         )
 
 
@@ -122,7 +126,8 @@ def as_environ(f: Flags) -> dict[str, str]:
     with this process's flags, whatever its own environment says."""
     names = {"pool_bypass": "VT_POOL_BYPASS", "pool_exact": "VT_POOL_EXACT", "pool_borrow": "VT_POOL_BORROW",
              "pool_stats": "VT_POOL_STATS", "cudagraph": "VT_CUDAGRAPH", "sanitize": "VT_SANITIZE",
-             "gemm_tuned": "VT_GEMM_TUNED", "pdl": "VT_PDL", "consumer_norm": "VT_CONSUMER_NORM"}
+             "gemm_tuned": "VT_GEMM_TUNED", "pdl": "VT_PDL", "consumer_norm": "VT_CONSUMER_NORM",
+             "rope_in_attention": "VT_ROPE_IN_ATTENTION"}
     out = {env: "1" if getattr(f, field) else "0" for field, env in names.items()}
     out["VT_CACHE_DIR"] = f.cache_dir
     out["VT_BLAS_THREADS"] = str(f.blas_threads)

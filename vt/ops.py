@@ -62,6 +62,15 @@ class Ops:
         self.launch(self.kernels.paged_decode_attention, q, k_cache, v_cache, block_tables, token_row, positions,
                     out, part_o, part_ml)
 
+    def paged_decode_attention_rope(self, qkv: Any, w: Any, rope: Any, positions: Any, slots: Any, k_cache: Any,
+                                    v_cache: Any, block_tables: Any, token_row: Any, out: Any, part_o: Any = None,
+                                    part_ml: Any = None, *, has_norm: bool, eps: float, bias: Any = None) -> None:
+        """qk_norm_rope_store(qkv, ...) then paged_decode_attention of its q, in one launch (the q/k norm, rotary
+        and KV write in the attention's prologue; q never leaves the kernel). For one token a sequence only: each
+        token that writes the cache has its own block_tables row (the CPU twin refuses anything else)."""
+        self.launch(self.kernels.paged_decode_attention_rope, qkv, bias, w, rope, slots, k_cache, v_cache,
+                    block_tables, token_row, positions, out, part_o, part_ml, has_norm=has_norm, eps=eps)
+
     def paged_prefill_attention(self, q: Any, k_cache: Any, v_cache: Any, block_tables: Any, tiles: Any,
                                 token_row: Any, positions: Any, out: Any) -> None:
         """Causal attention for a step's prefill chunks, one launch for all of them: tiles [n, 4] int32 name each

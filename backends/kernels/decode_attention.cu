@@ -7,7 +7,7 @@
 // max once at the end. A context longer than one partition is split across blocks (gridDim.z, static: the
 // graph's table width fixes it) whose partial results the reduce kernel combines. Any number of tokens per
 // sequence (speculative verification: each token carries its own position and sees keys up to it).
-#include "common.cuh"
+#include "rope_head.cuh"
 
 namespace vt {
 
@@ -99,47 +99,62 @@ template <typename L> __device__ __forceinline__ float across_keys_max(float v) 
 template <typename KV, int HD, int G>
 constexpr int DECODE_MIN_BLOCKS = sizeof(KV) == 2 && HD <= 128 && G <= 2 ? 2 : 1;
 
-// q [T, nh, HD] float32, pre-scaled; caches [blocks, block_size, nkv, HD]; block_tables [R, W]; token_row
-// and positions [T]; out [T, nh, HD] when the grid has one partition, else part_o [T, nh, P, HD] and part_ml
-// [T, nh, P, 2] (max, sum) for the reduce kernel. Grid (nkv x S, T, P); DECODE_THREADS threads. With S > 1 (a
-// launch of few blocks: decode_attention.py's head_split), the KV head's query heads are dealt out S ways, G to a
+// Where a block of either decode kernel sits: its KV head, partition, token and query heads, the token's context
+// and the partition's keys [start, end), the table row and the cache geometry. Grid (nkv x S, T, P); with S > 1
+// (a launch of few blocks: decode_attention.py's head_split), the KV head's query heads are dealt out S ways, G to a
 // block: every block still reads its KV head's keys once (S blocks read them, the later ones from L2), and a
 // token's attention runs on S times the SMs with 1/S of the heads' arithmetic each.
-template <typename KV, typename OUT, int HD, int G>
-__global__ void __launch_bounds__(DECODE_THREADS, DECODE_MIN_BLOCKS<KV, HD, G>)
-paged_decode_attention(const float* __restrict__ q, const KV* __restrict__ k_cache, const KV* __restrict__ v_cache,
-                       const i64* __restrict__ block_tables, const i64* __restrict__ token_row,
-                       const i64* __restrict__ positions, OUT* __restrict__ out, float* __restrict__ part_o,
-                       float* __restrict__ part_ml, int nkv, int block_size, int table_width, int partition) {
-    vt::pdl_entry();
-    using L = DecodeLayout<KV, HD>;
-    const int kvh = blockIdx.x / (gridDim.x / nkv), p = blockIdx.z, P = gridDim.z;
-    const int head0 = blockIdx.x * G;  // this block's first query head: the KV head's, G per block
-    const i64 t = blockIdx.y;
-    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, kw = lane / L::TPK, dg = lane % L::TPK;
-    const int ctx = min((int)positions[t] + 1, table_width * block_size);
-    const int start = p * partition;
-    if (start >= ctx) return;  // past this token's context: the reduce kernel reads only partitions before it
-    const int end = min(ctx, start + partition);
-    const i64* table = block_tables + token_row[t] * table_width;
-    const int nh = gridDim.x * G;
+template <typename KV, int HD, int G>
+struct DecodePlace {
+    int kvh, p, P, head0, nh, ctx, start, end;
+    i64 t;
+    const i64* table;
     CacheGeometry cg;
-    cg.shift = __ffs(block_size) - 1;
-    cg.mask = block_size - 1;
-    cg.slot_bytes = (unsigned)(nkv * HD * sizeof(KV));
-    cg.block_bytes = (unsigned long long)cg.slot_bytes * block_size;
-    const unsigned inner = (unsigned)((kvh * HD + dg * L::DPT) * sizeof(KV));
-    const char* k_bytes = reinterpret_cast<const char*>(k_cache);
-    const long long v_minus_k = reinterpret_cast<const char*>(v_cache) - k_bytes;
+    unsigned inner;
 
-    // Scores in log2 units (q times log2 e), so each weight is one exp2 instruction; m in the same units, turned
-    // back into natural units where it leaves the kernel (part_ml, for the reduce kernel).
-    float qr[G][L::DPT], acc[G][L::DPT], m[G], l[G];  // m and l: the same in every lane of the warp
+    __device__ __forceinline__ DecodePlace(const i64* __restrict__ block_tables, const i64* __restrict__ token_row,
+                                           const i64* __restrict__ positions, int nkv, int block_size,
+                                           int table_width, int partition) {
+        using L = DecodeLayout<KV, HD>;
+        kvh = blockIdx.x / (gridDim.x / nkv);
+        p = blockIdx.z;
+        P = gridDim.z;
+        head0 = blockIdx.x * G;  // this block's first query head: the KV head's, G per block
+        nh = gridDim.x * G;
+        t = blockIdx.y;
+        ctx = min((int)positions[t] + 1, table_width * block_size);
+        start = p * partition;
+        end = min(ctx, start + partition);
+        table = block_tables + token_row[t] * table_width;
+        cg.shift = __ffs(block_size) - 1;
+        cg.mask = block_size - 1;
+        cg.slot_bytes = (unsigned)(nkv * HD * sizeof(KV));
+        cg.block_bytes = (unsigned long long)cg.slot_bytes * block_size;
+        inner = (unsigned)((kvh * HD + (threadIdx.x & 31) % L::TPK * L::DPT) * sizeof(KV));
+    }
+    // past the token's context: the reduce kernel reads only partitions before it
+    __device__ __forceinline__ bool idle() const { return start >= ctx; }
+};
+
+// The block's partition of keys for its G query heads qr (this thread's dims, in log2 units: q times log2 e), read
+// from the caches (k_bytes, v at v_minus_k bytes from k): out, or the partition's partials for the reduce kernel.
+template <typename KV, typename OUT, int HD, int G>
+__device__ __forceinline__ void attend_partition(const DecodePlace<KV, HD, G>& at,
+                                                 const float (&qr)[G][DecodeLayout<KV, HD>::DPT],
+                                                 const char* k_bytes, long long v_minus_k, OUT* __restrict__ out,
+                                                 float* __restrict__ part_o, float* __restrict__ part_ml) {
+    using L = DecodeLayout<KV, HD>;
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, kw = lane / L::TPK, dg = lane % L::TPK;
+    const int start = at.start, end = at.end, head0 = at.head0, nh = at.nh, p = at.p, P = at.P;
+    const i64 t = at.t;
+    const i64* table = at.table;
+    const CacheGeometry& cg = at.cg;
+    const unsigned inner = at.inner;
+    float acc[G][L::DPT], m[G], l[G];  // m and l: the same in every lane of the warp
 #pragma unroll
     for (int h = 0; h < G; h++) {
-        const float* qh = q + (t * nh + head0 + h) * HD + dg * L::DPT;
 #pragma unroll
-        for (int i = 0; i < L::DPT; i++) { qr[h][i] = qh[i] * LOG2E; acc[h][i] = 0.0f; }
+        for (int i = 0; i < L::DPT; i++) acc[h][i] = 0.0f;
         m[h] = neg_inf();
         l[h] = 0.0f;
     }
@@ -261,6 +276,90 @@ paged_decode_attention(const float* __restrict__ q, const KV* __restrict__ k_cac
         }
         __syncthreads();
     }
+}
+
+// q [T, nh, HD] float32, pre-scaled; caches [blocks, block_size, nkv, HD]; block_tables [R, W]; token_row
+// and positions [T]; out [T, nh, HD] when the grid has one partition, else part_o [T, nh, P, HD] and part_ml
+// [T, nh, P, 2] (max, sum) for the reduce kernel. Grid (nkv x S, T, P) (DecodePlace); DECODE_THREADS threads.
+template <typename KV, typename OUT, int HD, int G>
+__global__ void __launch_bounds__(DECODE_THREADS, DECODE_MIN_BLOCKS<KV, HD, G>)
+paged_decode_attention(const float* __restrict__ q, const KV* __restrict__ k_cache, const KV* __restrict__ v_cache,
+                       const i64* __restrict__ block_tables, const i64* __restrict__ token_row,
+                       const i64* __restrict__ positions, OUT* __restrict__ out, float* __restrict__ part_o,
+                       float* __restrict__ part_ml, int nkv, int block_size, int table_width, int partition) {
+    vt::pdl_entry();
+    using L = DecodeLayout<KV, HD>;
+    const DecodePlace<KV, HD, G> at(block_tables, token_row, positions, nkv, block_size, table_width, partition);
+    if (at.idle()) return;
+    const int dg = (threadIdx.x & 31) % L::TPK;
+    // Scores in log2 units (q times log2 e), so each weight is one exp2 instruction; m in the same units, turned
+    // back into natural units where it leaves the kernel (part_ml, for the reduce kernel).
+    float qr[G][L::DPT];
+#pragma unroll
+    for (int h = 0; h < G; h++) {
+        const float* qh = q + (at.t * at.nh + at.head0 + h) * HD + dg * L::DPT;
+#pragma unroll
+        for (int i = 0; i < L::DPT; i++) qr[h][i] = qh[i] * LOG2E;
+    }
+    const char* k_bytes = reinterpret_cast<const char*>(k_cache);
+    attend_partition<KV, OUT, HD, G>(at, qr, k_bytes, reinterpret_cast<const char*>(v_cache) - k_bytes, out, part_o,
+                                     part_ml);
+}
+
+// paged_decode_attention with the token's q/k norm, rotary and KV write (rotary.cu's qk_norm_rope_store) in its
+// prologue: one launch a layer fewer for a decode step of one token a sequence. Each block computes its G query
+// heads from qkv into shared memory; the blocks of a token's last partition (the one holding its own key) also
+// compute its KV head's k and v and write them at the token's slot, then attend keys that include it (a block's
+// global writes are visible to its own threads past the barrier; the S blocks of a head split write the same
+// bytes). The caller guarantees one token a sequence: another token of the sequence would read the slot a
+// different block writes (the twin refuses it). qkv [T, (nh + 2 nkv) HD] float32, bias or null, w [nh + nkv, HD],
+// rope [positions, 2 HD], slots [T] (-1: a padding row, nothing written); the rest as paged_decode_attention.
+template <typename KV, typename OUT, int HD, int G>
+__global__ void __launch_bounds__(DECODE_THREADS, DECODE_MIN_BLOCKS<KV, HD, G>)
+paged_decode_attention_rope(const float* __restrict__ qkv, const float* __restrict__ bias,
+                            const float* __restrict__ w, const float* __restrict__ rope,
+                            const i64* __restrict__ slots, KV* __restrict__ k_cache, KV* __restrict__ v_cache,
+                            const i64* __restrict__ block_tables, const i64* __restrict__ token_row,
+                            const i64* __restrict__ positions, OUT* __restrict__ out, float* __restrict__ part_o,
+                            float* __restrict__ part_ml, int nkv, int block_size, int table_width, int partition,
+                            int has_norm, float eps) {
+    vt::pdl_entry();
+    using L = DecodeLayout<KV, HD>;
+    constexpr int PER = rope_per_lane<HD>();
+    const DecodePlace<KV, HD, G> at(block_tables, token_row, positions, nkv, block_size, table_width, partition);
+    if (at.idle()) return;
+    __shared__ float qs[G][HD];
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, dg = lane % L::TPK;
+    const int heads = at.nh + 2 * nkv;
+    const i64 slot = slots[at.t];
+    const bool writes_kv = at.end == at.ctx && slot >= 0;  // the partition holding the token's own key
+    const float* cos_sin = rope + positions[at.t] * (2 * HD);
+    // warp j < G: query head head0 + j; warp G: the KV head's k; warp G + 1: its v (dealt round the warps)
+    for (int job = warp; job < G + 2; job += DECODE_WARPS) {
+        if (job >= G && !writes_kv) break;
+        const int h = job < G ? at.head0 + job : job == G ? at.nh + at.kvh : at.nh + nkv + at.kvh;
+        float v[PER];
+        load_head<HD>(v, qkv, bias, at.t, heads, h);
+        if (job < G + 1) norm_rope_head<HD>(v, w + h * HD, cos_sin, has_norm, eps);
+        if (!(HD >= 32 || lane < HD)) continue;
+#pragma unroll
+        for (int j = 0; j < PER; j++) {
+            const int d = lane + 32 * j;
+            if (job < G) qs[job][d] = v[j];
+            else if (job == G) k_cache[(slot * nkv + at.kvh) * HD + d] = from_f32<KV>(v[j]);
+            else v_cache[(slot * nkv + at.kvh) * HD + d] = from_f32<KV>(v[j]);
+        }
+    }
+    __syncthreads();  // q in shared memory; the new key and value visible to every thread of the block
+    float qr[G][L::DPT];
+#pragma unroll
+    for (int h = 0; h < G; h++) {
+#pragma unroll
+        for (int i = 0; i < L::DPT; i++) qr[h][i] = qs[h][dg * L::DPT + i] * LOG2E;
+    }
+    const char* k_bytes = reinterpret_cast<const char*>(k_cache);
+    attend_partition<KV, OUT, HD, G>(at, qr, k_bytes, reinterpret_cast<const char*>(v_cache) - k_bytes, out, part_o,
+                                     part_ml);
 }
 
 // out[t, head] = the partitions' outputs weighted by their softmax sums, rescaled to the common max.

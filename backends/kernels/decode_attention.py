@@ -16,7 +16,8 @@ from typing import Any
 import numpy as np
 
 from backends.kernels.build import Instance, function
-from backends.kernels.fused import HEAD_DIMS, FusedKernel, ctype
+from backends.kernels.fused import HEAD_DIMS, NULL, FusedKernel, ctype
+from backends.kernels.rotary import qk_norm_rope_store
 from vt.dtypes import narrow_host, widen_host
 from vt.errors import EngineInvariantError
 
@@ -33,6 +34,9 @@ CI_INSTANCES = (
      for kv in STORAGE for hd in HEAD_DIMS for g in (1, 2)]  # 1: a split launch's block (head_split)
     + [Instance("decode_attention.cu", f"vt::paged_decode_attention<vt::bf16, vt::bf16, 128, {g}>") for g in (4, 8)]
     + [Instance("decode_attention.cu", f"vt::paged_decode_reduce<{o}, {hd}>") for o in STORAGE for hd in HEAD_DIMS])
+# The rope variant at every layout and GQA ratio the plain kernel has.
+CI_INSTANCES += [Instance(i.file, i.expr.replace("paged_decode_attention<", "paged_decode_attention_rope<"))
+                 for i in CI_INSTANCES if "paged_decode_attention<" in i.expr]
 
 
 def partition_size(num_tokens: int, num_kv_heads: int, max_context: int) -> int:
@@ -164,3 +168,63 @@ def _cuda(cp: Any, q: Any, k_cache: Any, v_cache: Any, block_tables: Any, token_
 
 # q, k_cache, v_cache, block_tables, token_row, positions, out, part_o, part_ml
 paged_decode_attention = FusedKernel("paged_decode_attention", _twin, _cuda, writes=(6, 7, 8))
+
+
+def _rope_twin(qkv: np.ndarray, bias: np.ndarray | None, w: np.ndarray, rope: np.ndarray, slots: np.ndarray,
+               k_cache: np.ndarray, v_cache: np.ndarray, block_tables: np.ndarray, token_row: np.ndarray,
+               positions: np.ndarray, out: np.ndarray, part_o: np.ndarray | None, part_ml: np.ndarray | None,
+               has_norm: bool, eps: float) -> None:
+    _one_token_a_sequence(block_tables, token_row, positions, slots, k_cache.shape[1])
+    T, nh, hd = out.shape
+    q = np.empty((T, nh, hd), np.float32)  # the kernel's shared memory: nothing of the pool's
+    qk_norm_rope_store.twin(qkv, bias, w, rope, positions, slots, k_cache, v_cache, q, has_norm, eps)
+    _twin(q, k_cache, v_cache, block_tables, token_row, positions, out, part_o, part_ml)
+
+
+def _one_token_a_sequence(block_tables: np.ndarray, token_row: np.ndarray, positions: np.ndarray, slots: np.ndarray,
+                          bs: int) -> None:
+    """The rope variant's precondition: no token attends a slot another token of the launch writes (on CUDA, another
+    block writes it, unordered with the read). Two tokens of one sequence break it, whether they share a table row
+    (speculative verification) or each has a copy (a short prefill run whole, a row a token)."""
+    live = slots >= 0
+    W = block_tables.shape[1]
+    for t in range(len(token_row)):
+        keys = np.arange(min(int(positions[t]) + 1, W * bs))
+        read = block_tables[token_row[t], keys // bs] * bs + keys % bs
+        others = live & (np.arange(len(slots)) != t)
+        if np.isin(slots[others], read).any():
+            raise EngineInvariantError(f"paged_decode_attention_rope: token {t} attends a slot another token of the "
+                                       "launch writes (two tokens of one sequence); it serves one token a sequence")
+
+
+def _rope_cuda(cp: Any, qkv: Any, bias: Any, w: Any, rope: Any, slots: Any, k_cache: Any, v_cache: Any,
+               block_tables: Any, token_row: Any, positions: Any, out: Any, part_o: Any, part_ml: Any,
+               has_norm: bool, eps: float) -> None:
+    T, nh, hd = out.shape
+    bs, nkv = k_cache.shape[1], k_cache.shape[2]
+    if T > MAX_GRID_Y or bs & (bs - 1) or k_cache.shape[0] >= 2**31:
+        raise EngineInvariantError(f"paged_decode_attention_rope: {T} tokens (at most {MAX_GRID_Y}), block size {bs} "
+                                   f"(a power of two), {k_cache.shape[0]} cache blocks (fewer than 2**31)")
+    W = block_tables.shape[1]
+    P = _partitions(part_o, part_ml)
+    if P > MAX_PARTITIONS:
+        raise EngineInvariantError(f"{P} decode partitions: the reduce kernel holds at most {MAX_PARTITIONS}")
+    part = W * bs if P == 1 else partition_size(T, nkv, W * bs)
+    kv, o = ctype(k_cache.dtype), ctype(out.dtype)
+    split = head_split(T, nkv, nh // nkv, P)
+    g = nh // nkv // split
+    attend = function(cp, Instance("decode_attention.cu", f"vt::paged_decode_attention_rope<{kv}, {o}, {hd}, {g}>"))
+    null = np.uint64(0)
+    attend((nkv * split, T, P), (THREADS,), (qkv, NULL if bias is None else bias, w, rope, slots, k_cache, v_cache,
+                                     block_tables, token_row, positions, out, null if part_o is None else part_o,
+                                     null if part_ml is None else part_ml, np.int32(nkv), np.int32(bs), np.int32(W),
+                                     np.int32(part), np.int32(bool(has_norm)), np.float32(eps)))
+    if P > 1:
+        reduce = function(cp, Instance("decode_attention.cu", f"vt::paged_decode_reduce<{o}, {hd}>"))
+        reduce((nh, T), (max(32, hd),), (part_o, part_ml, positions, out, np.int32(nh), np.int32(P),
+                                         np.int32(part), np.int32(W * bs)))
+
+
+# qkv, bias, w, rope, slots, k_cache, v_cache, block_tables, token_row, positions, out, part_o, part_ml
+paged_decode_attention_rope = FusedKernel("paged_decode_attention_rope", _rope_twin, _rope_cuda,
+                                          writes=(5, 6, 10, 11, 12))

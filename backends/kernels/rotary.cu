@@ -3,7 +3,7 @@
 // cache at the token's slot, narrowed to the cache dtype. A token whose slot is -1 (a padding row) writes
 // nothing to the cache. The rope table holds, per position, cos then sin with rotate_half's sign folded in;
 // the rope variant (default, llama3, YaRN with its attention factor) lives entirely in that table.
-#include "common.cuh"
+#include "rope_head.cuh"
 
 namespace vt {
 
@@ -18,58 +18,31 @@ __global__ void qk_norm_rope_store(const float* __restrict__ qkv, const float* _
                                    KV* __restrict__ k_cache, KV* __restrict__ v_cache, float* __restrict__ q_out,
                                    int nh, int nkv, int has_norm, float eps) {
     vt::pdl_entry();
-    // rotate_half's partner d +- HD/2: in the same lane when a lane holds an even count, else HD/2 lanes away
-    static_assert(HD % 64 == 0 || (HD <= 32 && (HD & (HD - 1)) == 0), "a head dim rotate_half can pair");
-    constexpr int PER = HD >= 32 ? HD / 32 : 1;  // elements a lane holds: d = lane + 32 j
+    constexpr int PER = rope_per_lane<HD>();
     const int lane = threadIdx.x & 31;
+    const bool live = HD >= 32 || lane < HD;
     const i64 t = blockIdx.x;
     const int heads = nh + 2 * nkv;
     const i64 slot = slots[t];
-    const float* cos_sin = rope + positions[t] * (2 * HD);
-    const bool live = HD >= 32 || lane < HD;
     const int h = blockIdx.y * (blockDim.x >> 5) + (threadIdx.x >> 5);
-    if (h < heads) {
-        float v[PER];
+    if (h >= heads) return;
+    float v[PER];
+    load_head<HD>(v, qkv, bias, t, heads, h);
+    if (h >= nh + nkv) {  // a value head: into the cache as it is
+        if (slot >= 0 && live) {
 #pragma unroll
-        for (int j = 0; j < PER; j++) {
-            const int d = lane + 32 * j;
-            const i64 c = (i64)h * HD + d;
-            v[j] = live ? qkv[t * heads * HD + c] + (bias != nullptr ? bias[c] : 0.0f) : 0.0f;
+            for (int j = 0; j < PER; j++)
+                v_cache[(slot * nkv + (h - nh - nkv)) * HD + lane + 32 * j] = from_f32<KV>(v[j]);
         }
-        if (h >= nh + nkv) {  // a value head: into the cache as it is
-            if (slot >= 0 && live) {
+        return;
+    }
+    norm_rope_head<HD>(v, w + h * HD, rope + positions[t] * (2 * HD), has_norm, eps);
 #pragma unroll
-                for (int j = 0; j < PER; j++)
-                    v_cache[(slot * nkv + (h - nh - nkv)) * HD + lane + 32 * j] = from_f32<KV>(v[j]);
-            }
-            return;
-        }
-        if (has_norm) {
-            float ss = 0.0f;
-#pragma unroll
-            for (int j = 0; j < PER; j++) ss += v[j] * v[j];
-            const float denom = sqrtf(warp_sum(ss) / (float)HD + eps);
-#pragma unroll
-            for (int j = 0; j < PER; j++) v[j] = live ? v[j] / denom * w[h * HD + lane + 32 * j] : 0.0f;
-        } else {
-#pragma unroll
-            for (int j = 0; j < PER; j++) v[j] = live ? v[j] * w[h * HD + lane + 32 * j] : 0.0f;
-        }
-        // rotate_half: element d pairs with d +- HD/2, in the same lane (HD >= 64) or across lanes (HD <= 32).
-        float rot[PER];
-#pragma unroll
-        for (int j = 0; j < PER; j++) {
-            if constexpr (HD >= 64) rot[j] = v[(j + PER / 2) % PER];
-            else rot[j] = __shfl_xor_sync(0xffffffffu, v[j], HD / 2);
-        }
-#pragma unroll
-        for (int j = 0; j < PER; j++) {
-            const int d = lane + 32 * j;
-            if (!live) continue;
-            const float r = v[j] * cos_sin[d] + rot[j] * cos_sin[HD + d];
-            if (h < nh) q_out[(t * nh + h) * HD + d] = r;
-            else if (slot >= 0) k_cache[(slot * nkv + (h - nh)) * HD + d] = from_f32<KV>(r);
-        }
+    for (int j = 0; j < PER; j++) {
+        const int d = lane + 32 * j;
+        if (!live) continue;
+        if (h < nh) q_out[(t * nh + h) * HD + d] = v[j];
+        else if (slot >= 0) k_cache[(slot * nkv + (h - nh)) * HD + d] = from_f32<KV>(v[j]);
     }
 }
 

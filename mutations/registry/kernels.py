@@ -49,8 +49,8 @@ ENTRIES: list[Mutation] = [
     Mutation(
         id="cuda-decode-reads-a-block-past-the-table",
         description="the decode kernel reads keys up to one block past each token's context",
-        file=CU, old="    const int end = min(ctx, start + partition);\n",
-        new="    const int end = min(ctx + block_size, start + partition);\n",
+        file=CU, old="        end = min(ctx, start + partition);\n",
+        new="        end = min(ctx + block_size, start + partition);\n",
         gates=(*cases(DECODE_CUDA, ("one-token-gqa1", "block-edges-gqa2", "tiles-gqa4", "partitions-gqa8", "full-width-mqa", "verify-q4-gqa2"), ("float32", "bfloat16", "float16")), PREFILL_BY_DECODE),
         needs_gpu=True,
     ),
@@ -89,16 +89,16 @@ ENTRIES: list[Mutation] = [
         id="cuda-decode-split-blocks-read-the-wrong-kv-head",
         description="a launch whose KV heads' query heads are dealt to several blocks reads KV head blockIdx % nkv, "
                     "not the block's own",
-        file=CU, old="    const int kvh = blockIdx.x / (gridDim.x / nkv), p = blockIdx.z, P = gridDim.z;",
-        new="    const int kvh = blockIdx.x % nkv, p = blockIdx.z, P = gridDim.z;",
+        file=CU, old="        kvh = blockIdx.x / (gridDim.x / nkv);",
+        new="        kvh = blockIdx.x % nkv;",
         gates=cases(DECODE_CUDA, ("block-edges-gqa2", "tiles-gqa4"), ("float32", "bfloat16", "float16")),
         needs_gpu=True,
     ),
     Mutation(
         id="cuda-decode-wrong-kv-head",
         description="the decode kernel serves KV head kvh's block with query heads h * nkv + kvh (interleaved)",
-        file=CU, old="        const float* qh = q + (t * nh + head0 + h) * HD + dg * L::DPT;\n",
-        new="        const float* qh = q + (t * nh + h * nkv + kvh) * HD + dg * L::DPT;\n",
+        file=CU, old="        const float* qh = q + (at.t * at.nh + at.head0 + h) * HD + dg * L::DPT;\n",
+        new="        const float* qh = q + (at.t * at.nh + h * nkv + at.kvh) * HD + dg * L::DPT;\n",
         # full-width-mqa: its launch deals its one KV head's four query heads to four blocks (head_split), and
         # interleaving gives every one of them query head 0
         gates=(*cases(DECODE_CUDA, ("block-edges-gqa2", "tiles-gqa4", "partitions-gqa8", "verify-q4-gqa2",
@@ -815,7 +815,7 @@ ENTRIES += [
         file="backends/cublaslt.py",
         old="        return Resid(_view(cupy, ptr, (m, n), cupy.float32))\n",
         new="        return self\n",
-        gates=(f"{TUNING}::test_a_resid_plans_timing_chains_add_into_a_scratch_copy_of_the_residual_stream",),
+        gates=(f"{TUNING}::test_a_resid_plans_timing_chains_add_into_a_scratch_copy_of_the_residual_stream[8B-down]",),
         needs_gpu=True,
     ),
 ]
@@ -968,9 +968,9 @@ ENTRIES += [
     Mutation(
         id="cuda-rotary-forgets-rotate-half",
         description="the rotary kernel pairs each element with itself where a lane holds both halves (head dim 64+)",
-        file="backends/kernels/rotary.cu",
-        old="            if constexpr (HD >= 64) rot[j] = v[(j + PER / 2) % PER];",
-        new="            if constexpr (HD >= 64) rot[j] = v[j];",
+        file="backends/kernels/rope_head.cuh",
+        old="        if constexpr (HD >= 64) rot[j] = v[(j + PER / 2) % PER];",
+        new="        if constexpr (HD >= 64) rot[j] = v[j];",
         gates=tuple(f"{KERNELS}::test_cuda_rotary_equals_its_twin[{hd}-{d}]" for hd in (64, 128, 256)
                     for d in ("float32", "bfloat16")),
         needs_gpu=True,
@@ -1075,5 +1075,85 @@ ENTRIES += [
         new="    if False:",
         gates=(f"{KERNELS}::test_the_decode_binding_refuses_one_partials_array_without_the_other",),
         expect="_LaunchReached",
+    ),
+]
+
+ROPE = "tests/backends/test_rope_attention.py"
+ROPE_TWIN = tuple(f"{ROPE}::test_the_rope_variants_twin_attends_the_key_it_writes[{c}-{d}-{n}]"
+                  for c in ("one-token-gqa1", "block-edges-gqa2", "tiles-gqa4", "partitions-gqa8", "full-width-mqa")
+                  for d in ("float32", "bfloat16") for n in ("qk-norm", "no-norm"))
+ROPE_GPU = f"{ROPE}::test_cuda_rope_variant_equals_the_two_launches_it_replaces_bit_for_bit"
+ENTRIES += [
+    Mutation(
+        id="rope-attention-twin-attends-before-the-kv-write",
+        description="the rope variant's twin attends the caches as they were before its token's k and v are written "
+                    "(the new key never attended; its slot's stale bits are)",
+        file="backends/kernels/decode_attention.py",
+        old="    qk_norm_rope_store.twin(qkv, bias, w, rope, positions, slots, k_cache, v_cache, q, has_norm, eps)\n",
+        new="    qk_norm_rope_store.twin(qkv, bias, w, rope, positions, slots, k_cache.copy(), v_cache.copy(), q, "
+            "has_norm, eps)\n",
+        gates=(*ROPE_TWIN, f"{ROPE}::test_a_decode_step_of_one_token_a_sequence_attends_with_the_rope_variant_with_the_"
+                           "same_logits", f"{ROPE}::test_the_rope_variant_refuses_two_tokens_of_one_sequence"),
+    ),
+    Mutation(
+        id="rope-attention-twin-takes-two-tokens-of-a-sequence",
+        description="the rope variant's twin serves two tokens of one sequence, where the kernel's blocks would race "
+                    "on the key one writes and the other reads",
+        file="backends/kernels/decode_attention.py",
+        old="        if np.isin(slots[others], read).any():",
+        new="        if False:",
+        gates=(f"{ROPE}::test_the_rope_variant_refuses_two_tokens_of_one_sequence",),
+    ),
+    Mutation(
+        id="decoder-takes-the-rope-variant-for-verification",
+        description="the decoder runs the rope variant for speculative verification's steps (several tokens a "
+                    "sequence), outside the kernel's precondition",
+        file="models/decoder.py",
+        old="        if not (self.rope_in_attention and not fb.is_prefill and fb.tokens_per_row == 1):\n",
+        new="        if not (self.rope_in_attention and not fb.is_prefill):\n",
+        gates=(f"{ROPE}::test_speculative_verification_keeps_the_two_launches",),
+        expect="the step gave the rope variant two tokens of a sequence",
+    ),
+    Mutation(
+        id="decoder-rope-variant-read-as-off",
+        description="the decoder never takes the rope variant: a decode step launches rotary and the attention apart",
+        file="models/decoder.py",
+        old="        self.rope_in_attention = flags().rope_in_attention\n",
+        new="        self.rope_in_attention = False\n",
+        gates=(f"{ROPE}::test_the_rope_variant_is_on_by_default",),
+    ),
+    Mutation(
+        id="cuda-rope-attention-leaves-a-partitioned-contexts-key-unwritten",
+        description="the rope kernel writes a token's k and v only where its context is one partition: a longer "
+                    "context's last partition attends its slot's stale bits",
+        file="backends/kernels/decode_attention.cu",
+        old="    const bool writes_kv = at.end == at.ctx && slot >= 0;",
+        new="    const bool writes_kv = at.end == at.ctx && at.p == 0 && slot >= 0;",
+        gates=tuple(f"{ROPE_GPU}[{c}-{d}]" for c in ("tiles-gqa4", "partitions-gqa8")
+                    for d in ("float32", "bfloat16", "float16")),
+        needs_gpu=True,
+    ),
+    Mutation(
+        id="cuda-rope-attention-drops-qs-rotary",
+        description="the rope kernel normalizes and rotates k but takes q as projected (a rope variant ignored for "
+                    "the queries)",
+        file="backends/kernels/decode_attention.cu",
+        old="        if (job < G + 1) norm_rope_head<HD>(v, w + h * HD, cos_sin, has_norm, eps);",
+        new="        if (job == G) norm_rope_head<HD>(v, w + h * HD, cos_sin, has_norm, eps);",
+        gates=tuple(f"{ROPE_GPU}[{c}-{d}]" for c in ("block-edges-gqa2", "tiles-gqa4", "partitions-gqa8",
+                                                     "full-width-mqa")  # one-token-gqa1: one key, whatever q
+                    for d in ("float32", "bfloat16", "float16")),
+        needs_gpu=True,
+    ),
+]
+ENTRIES += [
+    Mutation(
+        id="decoder-takes-the-rope-variant-over-partitions",
+        description="the decoder runs the rope variant over a table split into partitions (H200: 19% slower a step at "
+                    "8 x 8,192)",
+        file="models/decoder.py",
+        old="        return num_partitions(T, self.cfg.num_key_value_heads, W, kv.block_size) == 1\n",
+        new="        return True\n",
+        gates=(f"{ROPE}::test_a_table_wider_than_one_partition_keeps_the_two_launches",),
     ),
 ]

@@ -73,7 +73,10 @@ def width_bucket(width: int, min_width: int = 1) -> int:
     return max(min_width, 1 << max(0, int(width) - 1).bit_length())
 
 
-SlotKey = tuple[int, int, bool, int]  # (rows, tokens per row, speculative, block-table width bucket)
+# (rows, tokens per row, speculative, block-table width bucket, rows may share a sequence): the last is a whole
+# prefill step's (a row a token: several rows of one chunk) where the model's decode attention writes each row's KV
+# itself (the rope variant, whose precondition is one token a sequence), so those steps keep a graph of their own
+SlotKey = tuple[int, int, bool, int, bool]
 ROW_INPUTS = 6  # per-row int64 inputs of a slot: tokens, positions, KV slots, table rows, feed sources, keep slots
 GREEDY_PADDING = pack([], 1, 0).iparams  # a padding row's sampler ints: greedy, reads nothing
 assert NF % 2 == 0, "a row's sampling floats fill whole int64 words of the staged inputs"
@@ -120,6 +123,8 @@ class DecodeInputs:
     # it), and the slot its sampled id is kept in (-1: not kept); None: every row -1
     feed_src: np.ndarray | None = None
     keep_dst: np.ndarray | None = None
+    # a short prefill run whole (runner._prefill_whole): rows are tokens of a chunk, so several share a sequence
+    rows_share_sequences: bool = False
 
 
 @dataclass(slots=True)
@@ -153,7 +158,7 @@ class Slot:
     """A captured decode shape: persistent step inputs, its graph, retained outputs, for its life."""
 
     def __init__(self, driver: GraphDriver, key: SlotKey) -> None:
-        S, q, _, width = key
+        S, q, _, width, _ = key
         b, c = driver.backend, driver.model.cfg
         self.key, self.width = key, width
         # The step inputs are views of one buffer, staged from one host array in one copy (the sampling floats
@@ -207,6 +212,8 @@ class GraphDriver:
         self.backend, self.pool = model.backend, model.backend.pool
         self.ladder = capture_ladder(max_num_seqs)  # rows of a step of several tokens a row (verification)
         self.rows_ladder = token_rows_ladder(max_num_seqs)  # rows of a step of one token a row
+        # a short prefill's step takes graphs apart from decode steps' where the model's attention writes the KV
+        self.splits_short_steps = bool(getattr(model, "rope_in_attention", False))
         self.max_q = max_q  # tokens per row at most (k + 1 when verifying k proposals)
         # The widest block table a step can bring: a sequence of max_model_len tokens (or, without one, the
         # whole cache); its bucket is the last of width_ladder.
@@ -254,8 +261,14 @@ class GraphDriver:
         if not self.is_enabled:
             return 0
         widths = width_ladder(self.min_width, self.max_width)
-        keys = [(S, q, spec, w) for q, spec in kinds for S in self._rungs(q, spec) for w in widths
-                if S <= self.ladder[-1] or w * self.kv.block_size > LONG_CONTEXT_KEYS]  # rows above: short steps
+        keys: list[SlotKey] = []
+        for q, spec in kinds:
+            for S, w in ((S, w) for S in self._rungs(q, spec) for w in widths):
+                short_step = w * self.kv.block_size > LONG_CONTEXT_KEYS  # a short prefill's rows (runner._runs_whole)
+                if q == 1 and not spec and self.splits_short_steps:  # decode rows and short steps' rows apart
+                    keys += [(S, q, spec, w, False)] * (S <= self.ladder[-1]) + [(S, q, spec, w, True)] * short_step
+                elif S <= self.ladder[-1] or short_step:  # rows above the decode ladder: short steps only
+                    keys.append((S, q, spec, w, False))
         buckets = self.token_ladder if prefill else []
         gc.collect()  # what is already dead goes now, outside any capture (captures run with the collector off)
         total, t0, self._quiet = len(keys) + len(buckets), time.monotonic(), True
@@ -294,10 +307,10 @@ class GraphDriver:
             log.info("captured %d/%d graphs (%.1f s)", done, total, time.monotonic() - t0)
 
     def _dummy_decode(self, key: SlotKey) -> DecodeInputs:
-        S, q, _, width = key
+        S, q, _, width, shared = key
         trash = self.kv.num_blocks
         return DecodeInputs(np.zeros(S * q, I64), np.zeros(S * q, I64), np.full(S * q, -1, I64),
-                            np.full((S, width), trash, I64), q=q)
+                            np.full((S, width), trash, I64), q=q, rows_share_sequences=shared)
 
     def _dummy_meta(self, T: int) -> tuple[list[tuple[int, int, int, list[int]]], list[int]]:
         """T tokens of sequences no longer than max_model_len (positions stay inside the model's), their tables
@@ -393,7 +406,7 @@ class GraphDriver:
         if width > self.max_width:
             raise GraphInputMismatch(f"a block table {inp.block_tables.shape[1]} blocks wide: above the driver's "
                                      f"{self.max_width} (max_model_len)")
-        slot = self._slot((S, inp.q, spec, width))
+        slot = self._slot((S, inp.q, spec, width, inp.rows_share_sequences and self.splits_short_steps))
         self._stage(slot, inp)
         if slot.demand is None or not self.is_enabled:
             self._run_cold(slot)
@@ -488,7 +501,7 @@ class GraphDriver:
     def _stage(self, slot: Slot, inp: DecodeInputs) -> None:
         """Host -> the slot's persistent inputs, outside any graph, in one copy. Padding rows are inert:
         slot -1 (no KV write), position 0, and a block-table row of trash blocks."""
-        S, q, _, _ = slot.key
+        S, q, _, _, _ = slot.key
         n, B, W = inp.tokens.shape[0], inp.block_tables.shape[0], inp.block_tables.shape[1]
         tokens, positions, slots, _, feed_src, keep_dst = slot.staged[: ROW_INPUTS * S * q].reshape(ROW_INPUTS, S * q)
         tokens[:n], tokens[n:] = inp.tokens, 0
@@ -524,7 +537,7 @@ class GraphDriver:
 
     def _forward(self, slot: Slot) -> None:
         fb = ForwardBatch(slot.tokens, slot.positions, slot.slots, False, token_row=slot.token_row,
-                          block_tables=slot.block_tables)
+                          block_tables=slot.block_tables, tokens_per_row=0 if slot.key[4] else slot.key[1])
         self.backend.feed_tokens(slot.tokens, slot.feed_src, self.last_sampled)
         self.model.forward(fb, self.kv, slot.logits, slot.hidden)
         self.backend.launch(sample_tokens, *self._sampler_args(slot), *slot.split, general=False)

@@ -358,7 +358,8 @@ class ModelRunner:
         keep = np.full(len(owner), -1, I64)
         keep[at] = b.feed_slot[ending]  # the next step's decode rows read them there (async scheduling)
         sampling = spread(self._sampling(ending, tables.shape[1] * bs), at, len(owner))
-        inputs = DecodeInputs(tokens, positions, slots, tables, sampling=sampling, feed_src=feed, keep_dst=keep)
+        inputs = DecodeInputs(tokens, positions, slots, tables, sampling=sampling, feed_src=feed, keep_dst=keep,
+                              rows_share_sequences=True)
         wait = self.decoder.step_async(inputs)
         self.num_whole_prefills += 1
 

@@ -1,0 +1,277 @@
+"""The decode attention's rope variant (VT_ROPE_IN_ATTENTION): paged_decode_attention_rope runs rotary.cu's q/k norm,
+rotary and KV write in the attention's prologue, one launch a layer fewer for a decode step of one token a sequence.
+On the CPU its twin composes the two twins; on CUDA the kernel must give what the two kernels give, bit for bit (the
+same float32 operations: q never leaves the block, the new key is read back from the cache as the attention would
+read it). Each case's new-token slots hold NaN before the launch, so a key attended before it was written shows."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+from backends.kernels import decode_attention, rotary
+from backends.kernels.fused import HEAD_DIMS
+from tests.backends.test_kernels import BS, DECODE_CASES, assert_within_bound, decode_case, rotary_reference
+from vt.dtypes import narrow_host, widen_host
+from vt.errors import EngineInvariantError
+
+ONE_TOKEN_CASES = [name for name, case in DECODE_CASES.items() if case[4] == 1]
+
+
+def rope_case(name: str, hd: int, dtype: str, seed: int = 0) -> dict[str, Any]:
+    """DECODE_CASES' rows (one token each) and a qkv projection for their new tokens. Each token's own slot (its
+    position in its table) holds NaN, as a stale block would; one more row is padding (slot -1, position 0) whose
+    table row is poisoned: what it reads and writes is nobody's."""
+    contexts, nh, nkv, width, _ = DECODE_CASES[name]
+    c = decode_case(contexts + [1], nh, nkv, hd, dtype, width, seed=seed)
+    rng = np.random.default_rng(seed + 1)
+    T = len(contexts) + 1
+    slots = np.array([c.tables[t, (p // BS)] * BS + p % BS for t, p in enumerate(c.positions)], np.int64)
+    slots[-1] = -1
+    kf, vf = c.k_cache.reshape(-1, nkv, hd), c.v_cache.reshape(-1, nkv, hd)
+    nan = narrow_host(np.full((nkv, hd), np.nan, np.float32), c.k_cache.dtype)
+    for s in slots[:-1]:
+        kf[s], vf[s] = nan, nan
+    top = int(c.positions.max()) + 1
+    ang = np.outer(np.arange(top), 1.0 / 10000 ** (np.arange(0, hd, 2) / hd))
+    rope = np.concatenate([np.cos(ang), np.cos(ang), -np.sin(ang), np.sin(ang)], axis=-1).astype(np.float32)
+    w = (1 + 0.1 * rng.standard_normal((nh + nkv, hd))).astype(np.float32)
+    w[:nh] *= hd**-0.5  # q's rows carry the attention scale
+    P = c.num_partitions
+    return {"qkv": rng.standard_normal((T, (nh + 2 * nkv) * hd)).astype(np.float32),
+            "bias": (0.1 * rng.standard_normal((nh + 2 * nkv) * hd)).astype(np.float32), "w": w, "rope": rope,
+            "slots": slots, "k_cache": c.k_cache, "v_cache": c.v_cache, "block_tables": c.tables,
+            "token_row": c.token_row, "positions": c.positions, "out": np.zeros((T, nh, hd), c.out_dtype),
+            "part_o": None if P == 1 else np.zeros((T, nh, P, hd), np.float32),
+            "part_ml": None if P == 1 else np.zeros((T, nh, P, 2), np.float32)}
+
+
+NAMES = ("qkv", "bias", "w", "rope", "slots", "k_cache", "v_cache", "block_tables", "token_row", "positions", "out",
+         "part_o", "part_ml")
+
+
+def fused(xp: Any, a: dict[str, Any], has_norm: bool, bias: bool = True) -> dict[str, Any]:
+    """The rope variant on copies of a's arrays (CuPy's or NumPy's): what it wrote, on the host."""
+    d = {k: None if v is None else (xp.asarray(v) if xp is not np else v.copy()) for k, v in a.items()}
+    if not bias:
+        d["bias"] = None
+    decode_attention.paged_decode_attention_rope(xp, *(d[k] for k in NAMES), has_norm=has_norm, eps=1e-6)
+    return {k: d[k] if xp is np else d[k].get() for k in ("out", "k_cache", "v_cache")}
+
+
+def unfused(xp: Any, a: dict[str, Any], has_norm: bool, bias: bool = True) -> dict[str, Any]:
+    """The two launches it replaces, qk_norm_rope_store then paged_decode_attention, on copies."""
+    d = {k: None if v is None else (xp.asarray(v) if xp is not np else v.copy()) for k, v in a.items()}
+    T, nh, hd = a["out"].shape
+    q = xp.zeros((T, nh, hd), np.float32)
+    rotary.qk_norm_rope_store(xp, d["qkv"], d["bias"] if bias else None, d["w"], d["rope"], d["positions"],
+                              d["slots"], d["k_cache"], d["v_cache"], q, has_norm=has_norm, eps=1e-6)
+    decode_attention.paged_decode_attention(xp, q, d["k_cache"], d["v_cache"], d["block_tables"], d["token_row"],
+                                            d["positions"], d["out"], d["part_o"], d["part_ml"])
+    return {k: d[k] if xp is np else d[k].get() for k in ("out", "k_cache", "v_cache")}
+
+
+def attention_reference(a: dict[str, Any], has_norm: bool) -> np.ndarray:
+    """float64: q, k from rotary's reference, v as projected; each live token attends its older keys (from the
+    cache) and its own new key and value."""
+    T, nh, hd = a["out"].shape
+    nkv = a["k_cache"].shape[2]
+    q, k_new, v_new = rotary_reference(a, nh, nkv, hd, has_norm)
+    out = np.zeros((T, nh, hd))
+    for t in range(T - 1):  # the last row is padding
+        pos = np.arange(int(a["positions"][t]))
+        blocks = a["block_tables"][a["token_row"][t], pos // BS]
+        k = np.concatenate([widen_host(a["k_cache"][blocks, pos % BS]), k_new[t][None]]).astype(np.float64)
+        v = np.concatenate([widen_host(a["v_cache"][blocks, pos % BS]), v_new[t][None]]).astype(np.float64)
+        for h in range(nh):
+            s = k[:, h // (nh // nkv)] @ q[t, h]
+            p = np.exp(s - s.max())
+            out[t, h] = (p / p.sum()) @ v[:, h // (nh // nkv)]
+    return out
+
+
+@pytest.mark.parametrize("has_norm", [True, False], ids=["qk-norm", "no-norm"])
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("case", ONE_TOKEN_CASES)
+def test_the_rope_variants_twin_attends_the_key_it_writes(case: str, dtype: str, has_norm: bool) -> None:
+    """The twin against float64: q and the new k normed and rotated, the new k and v written at each live token's
+    slot (the padding row's slot -1 writes nothing) and attended with the older keys."""
+    a = rope_case(case, 16, dtype)
+    got = fused(np, a, has_norm)
+    live = a["slots"] >= 0
+    T, nh, hd = a["out"].shape
+    nkv = a["k_cache"].shape[2]
+    _, k_new, v_new = rotary_reference(a, nh, nkv, hd, has_norm)
+    kf, vf = widen_host(got["k_cache"]).reshape(-1, nkv, hd), widen_host(got["v_cache"]).reshape(-1, nkv, hd)
+    tol = 1e-5 if dtype == "float32" else 2**-7
+    assert np.abs(kf[a["slots"][live]] - k_new[live]).max() <= tol * (1 + np.abs(k_new).max())
+    assert np.abs(vf[a["slots"][live]] - v_new[live]).max() <= tol * (1 + np.abs(v_new).max())
+    want = attention_reference(a, has_norm)
+    out = widen_host(got["out"]).astype(np.float64)[live]
+    assert np.isfinite(out).all(), "a NaN slot was attended before its key was written, or a key past a context"
+    err = np.abs(out - want[live]) / (1 + np.abs(want[live]))
+    assert err.max() <= tol, f"max error {err.max():.2e} over {tol:.1e}"
+    untouched = np.ones(len(kf), bool)
+    untouched[a["slots"][live]] = False
+    before = widen_host(a["k_cache"]).reshape(-1, nkv, hd)[untouched]
+    assert np.array_equal(kf[untouched], before, equal_nan=True), "only the live tokens' slots were written"
+    assert live.sum() == T - 1 and np.abs(want).max() > 0.1, "non-vacuity: a padding row; outputs far from zero"
+
+
+def test_the_rope_variant_refuses_two_tokens_of_one_sequence() -> None:
+    """Speculative verification's tokens share a sequence, and a short prefill run whole gives each of a chunk's tokens
+    a copy of its table: either way one token's block would attend a key another block of the launch writes (a race
+    on CUDA), so the twin refuses it; the padding rows (slot -1) write nothing and may share a row."""
+    a = rope_case("block-edges-gqa2", 16, "float32")
+    shared = dict(a, token_row=np.array([0, 0, 2, 3, 4], np.int64))
+    with pytest.raises(EngineInvariantError, match="two tokens of one sequence"):
+        fused(np, shared, True)
+    tables = a["block_tables"].copy()
+    tables[1] = tables[0]  # a short prefill run whole: each token its own row, a copy of its sequence's table
+    copied = dict(a, block_tables=tables, positions=np.array([13, 14, 16, 31, 0], np.int64),
+                  slots=np.array([tables[0, 0] * BS + 13, tables[0, 0] * BS + 14, *a["slots"][2:]], np.int64))
+    with pytest.raises(EngineInvariantError, match="two tokens of one sequence"):
+        fused(np, copied, True)
+    padding = dict(a, token_row=np.array([0, 1, 2, 3, 3], np.int64))
+    assert np.isfinite(widen_host(fused(np, padding, True)["out"][:-1])).all(), "non-vacuity: a padding row may share"
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])
+@pytest.mark.parametrize("case", ONE_TOKEN_CASES)
+def test_cuda_rope_variant_equals_the_two_launches_it_replaces_bit_for_bit(case: str, dtype: str) -> None:
+    """The kernel against qk_norm_rope_store + paged_decode_attention on the GPU, at every head dim, with and without
+    the q/k norm and the bias: the output and both caches equal bit for bit (a block split across partitions, a head
+    split, GQA 1/2/4/8 and a padding row among the cases); and both within the twin's bound."""
+    import cupy
+
+    runs = 0
+    for hd in HEAD_DIMS:
+        a = rope_case(case, hd, dtype, seed=hd)
+        for has_norm, bias in ((True, True), (False, False)):
+            got, want = fused(cupy, a, has_norm, bias), unfused(cupy, a, has_norm, bias)
+            for k in ("out", "k_cache", "v_cache"):
+                assert np.array_equal(got[k], want[k], equal_nan=True), f"{k} hd={hd} norm={has_norm}"
+            live = a["slots"] >= 0
+            assert np.isfinite(widen_host(got["out"])[live]).all(), f"hd={hd}: a NaN slot was attended"
+            twin = fused(np, a, has_norm, bias)
+            assert_within_bound(got["out"][live], twin["out"][live], f"rope attention {case} hd={hd} {dtype}")
+            runs += 1
+    assert runs == 2 * len(HEAD_DIMS), "non-vacuity: every head dim, both configurations"
+
+
+def test_rope_cases_reach_a_head_split_and_a_partitioned_context() -> None:
+    """Non-vacuity of the GPU cases: one launch deals a KV head's query heads to two blocks, one splits contexts
+    across partitions (with a new key on each side of a partition boundary)."""
+    splits, parts = set(), set()
+    for name in ONE_TOKEN_CASES:
+        a = rope_case(name, 16, "float32")
+        T, nh, _ = a["out"].shape
+        nkv = a["k_cache"].shape[2]
+        P = 1 if a["part_ml"] is None else a["part_ml"].shape[2]
+        splits.add(decode_attention.head_split(T, nkv, nh // nkv, P))
+        parts.add(P)
+    assert max(splits) > 1 and max(parts) > 1, (splits, parts)
+
+
+def decode_launches(backend: Any, rope_in_attention: bool, q: int = 1, width: int = 4) -> tuple[np.ndarray, list[str],
+                                                                                               Any]:
+    """tiny-qwen3's decode step through the graph driver three times (cold, captured, replayed): two rows of q
+    tokens each (q > 1: speculative verification's shape) with tables `width` blocks wide, its logits and the names
+    of the kernels launched."""
+    from models.loader import load_checkpoint, resolve_model
+    from models.registry import load_model
+    from vt.engine.worker.graph_driver import DecodeInputs, GraphDriver
+
+    model = load_model(load_checkpoint(resolve_model("tiny-qwen3")), backend, "bfloat16")
+    model.rope_in_attention = rope_in_attention
+    kv = model.make_kv_cache(num_blocks=2 * width, block_size=16)
+    positions = np.concatenate([np.arange(20, 20 + q), np.arange(40, 40 + q)])
+    tables = np.arange(2 * width).reshape(2, width)[:, ::-1].copy()
+    slots = np.array([tables[r, p // 16] * 16 + p % 16 for r in range(2) for p in positions[r * q:(r + 1) * q]])
+    inp = DecodeInputs(np.arange(11, 11 + 2 * q), positions, slots, tables, q=q)
+    driver = GraphDriver(model, kv, max_num_seqs=4, max_q=q)
+    names: list[str] = []
+    launch = backend.launch
+
+    def spy(kernel: Any, *args: Any, **kw: Any) -> None:
+        names.append(getattr(kernel, "__name__", str(kernel)))
+        launch(kernel, *args, **kw)
+
+    backend.launch = spy
+    try:
+        for _ in range(3):
+            driver.step(inp, spec=q > 1)
+    finally:
+        backend.launch = launch
+    return driver.last_logits(), names, model.cfg
+
+
+def test_a_decode_step_of_one_token_a_sequence_attends_with_the_rope_variant_with_the_same_logits() -> None:
+    """CPU: each layer's qk_norm_rope_store + paged_decode_attention become one paged_decode_attention_rope; the
+    logits are the two launches', bit for bit (the twin composes the same float32 operations)."""
+    from vt.registry import make_backend
+
+    plain, plain_names, cfg = decode_launches(make_backend("cpu"), False)
+    moved, names, _ = decode_launches(make_backend("cpu"), True)
+    F = names.count("embed")
+    L = cfg.num_hidden_layers
+    assert F >= 1 and names.count("paged_decode_attention_rope") == L * F, names
+    assert names.count("qk_norm_rope_store") == names.count("paged_decode_attention") == 0
+    assert plain_names.count("qk_norm_rope_store") == L * F and "paged_decode_attention_rope" not in plain_names
+    assert len(plain_names) - len(names) == L * F, "one launch a layer fewer"
+    assert np.array_equal(moved, plain) and np.abs(plain).max() > 0.1, "the same logits, bit for bit"
+
+
+def test_a_table_wider_than_one_partition_keeps_the_two_launches() -> None:
+    """A decode graph whose table is split into partitions (many blocks, each paying the prologue before its first
+    key load: slower on the H200) runs rotary's launch and then the attention; a narrower one the rope variant."""
+    from backends.kernels.decode_attention import num_partitions
+    from vt.registry import make_backend
+
+    logits, names, cfg = decode_launches(make_backend("cpu"), True, width=32)
+    assert num_partitions(2, cfg.num_key_value_heads, 32, 16) > 1 == num_partitions(2, cfg.num_key_value_heads, 4, 16)
+    assert "paged_decode_attention_rope" not in names and names.count("qk_norm_rope_store") > 0
+    plain, _, _ = decode_launches(make_backend("cpu"), False, width=32)
+    assert np.array_equal(logits, plain), "the same logits"
+    _, narrow, _ = decode_launches(make_backend("cpu"), True)
+    assert "paged_decode_attention_rope" in narrow, "non-vacuity: the narrow table takes the rope variant"
+
+
+def test_speculative_verification_keeps_the_two_launches() -> None:
+    """Two tokens a sequence (q = 2): the rope variant's precondition fails (its twin refuses it), so the step runs
+    rotary's launch and then the attention, whatever the flag says."""
+    from vt.registry import make_backend
+
+    try:
+        logits, names, cfg = decode_launches(make_backend("cpu"), True, q=2)
+    except EngineInvariantError as e:
+        pytest.fail(f"the step gave the rope variant two tokens of a sequence: {e}")
+    assert "paged_decode_attention_rope" not in names
+    assert names.count("qk_norm_rope_store") == names.count("paged_decode_attention") > 0
+    plain, _, _ = decode_launches(make_backend("cpu"), False, q=2)
+    assert np.array_equal(logits, plain) and logits.shape[0] == 4, "non-vacuity: four rows of logits"
+
+
+def test_the_rope_variant_is_on_by_default(monkeypatch: pytest.MonkeyPatch) -> None:
+    """VT_ROPE_IN_ATTENTION unset: a model takes the rope variant; =0 turns it off (vt/env.py reads it once)."""
+    from models.loader import load_checkpoint, resolve_model
+    from models.registry import load_model
+    from vt import env
+    from vt.registry import make_backend
+
+    def model_with(value: str | None) -> Any:
+        if value is None:
+            monkeypatch.delenv("VT_ROPE_IN_ATTENTION", raising=False)
+        else:
+            monkeypatch.setenv("VT_ROPE_IN_ATTENTION", value)
+        env.flags.cache_clear()
+        try:
+            return load_model(load_checkpoint(resolve_model("tiny-qwen3")), make_backend("cpu"), "float32")
+        finally:
+            env.flags.cache_clear()
+
+    assert model_with(None).rope_in_attention is True
+    assert model_with("0").rope_in_attention is False, "non-vacuity: the flag turns it off"
