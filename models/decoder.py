@@ -290,11 +290,16 @@ class DecoderForCausalLM:
         one token a sequence (the kernel's precondition: speculative verification's tokens share a sequence), over
         a table of one partition. Where the context is split, each of the many blocks would wait for its prologue
         before its first key load: H200, 0.6B at 8 x 8,192, the step took 3.77 ms against 3.17 (session 25)."""
-        if not (self.rope_in_attention and not fb.is_prefill and fb.tokens_per_row == 1):
+        if not (not fb.is_prefill and fb.tokens_per_row == 1):
             return False
         assert fb.block_tables is not None
-        T, W = fb.positions.shape[0], fb.block_tables.shape[1]
-        return num_partitions(T, self.cfg.num_key_value_heads, W, kv.block_size) == 1
+        return self.attends_with_rope(fb.positions.shape[0], fb.block_tables.shape[1], kv.block_size)
+
+    def attends_with_rope(self, tokens: int, width: int, block_size: int) -> bool:
+        """Whether a decode step of this many tokens over tables this wide takes the rope variant (given one token a
+        sequence): the flag, and one partition. The graph driver asks it too: where it says yes, a short prefill
+        run whole (rows sharing a sequence) needs a graph of its own."""
+        return self.rope_in_attention and num_partitions(tokens, self.cfg.num_key_value_heads, width, block_size) == 1
 
     def _attend(self, i: int, fb: ForwardBatch, kv: KVCache, carry: Carry) -> None:
         assert fb.block_tables is not None and fb.token_row is not None

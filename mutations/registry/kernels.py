@@ -1102,16 +1102,16 @@ ENTRIES += [
         file="backends/kernels/decode_attention.py",
         old="        if np.isin(slots[others], read).any():",
         new="        if False:",
-        gates=(f"{ROPE}::test_the_rope_variant_refuses_two_tokens_of_one_sequence",),
+        gates=(f"{ROPE}::test_the_rope_variant_refuses_two_tokens_of_one_sequence", f"{ROPE}::test_rows_sharing_a_sequence_take_a_graph_without_the_rope_variant"),
     ),
     Mutation(
         id="decoder-takes-the-rope-variant-for-verification",
         description="the decoder runs the rope variant for speculative verification's steps (several tokens a "
                     "sequence), outside the kernel's precondition",
         file="models/decoder.py",
-        old="        if not (self.rope_in_attention and not fb.is_prefill and fb.tokens_per_row == 1):\n",
-        new="        if not (self.rope_in_attention and not fb.is_prefill):\n",
-        gates=(f"{ROPE}::test_speculative_verification_keeps_the_two_launches",),
+        old="        if not (not fb.is_prefill and fb.tokens_per_row == 1):\n",
+        new="        if not (not fb.is_prefill):\n",
+        gates=(f"{ROPE}::test_speculative_verification_keeps_the_two_launches", f"{ROPE}::test_rows_sharing_a_sequence_take_a_graph_without_the_rope_variant"),
         expect="the step gave the rope variant two tokens of a sequence",
     ),
     Mutation(
@@ -1120,7 +1120,7 @@ ENTRIES += [
         file="models/decoder.py",
         old="        self.rope_in_attention = flags().rope_in_attention\n",
         new="        self.rope_in_attention = False\n",
-        gates=(f"{ROPE}::test_the_rope_variant_is_on_by_default",),
+        gates=(f"{ROPE}::test_the_rope_variant_is_on_by_default", f"{ROPE}::test_rows_sharing_a_sequence_take_a_graph_without_the_rope_variant"),
     ),
     Mutation(
         id="cuda-rope-attention-leaves-a-partitioned-contexts-key-unwritten",
@@ -1152,8 +1152,43 @@ ENTRIES += [
         description="the decoder runs the rope variant over a table split into partitions (H200: 19% slower a step at "
                     "8 x 8,192)",
         file="models/decoder.py",
-        old="        return num_partitions(T, self.cfg.num_key_value_heads, W, kv.block_size) == 1\n",
-        new="        return True\n",
+        old="        return self.rope_in_attention and num_partitions(tokens, self.cfg.num_key_value_heads, width, block_size) "
+            "== 1\n",
+        new="        return self.rope_in_attention\n",
         gates=(f"{ROPE}::test_a_table_wider_than_one_partition_keeps_the_two_launches",),
+    ),
+]
+ENTRIES += [
+    Mutation(
+        id="driver-forwards-shared-rows-as-one-token-a-sequence",
+        description="the graph driver tells the model a step apart (rows sharing a sequence) has one token a "
+                    "sequence: a short prefill run whole hands the rope variant two tokens of a sequence",
+        file="vt/engine/worker/graph_driver.py",
+        old="tokens_per_row=0 if slot.key[4] else slot.key[1])",
+        new="tokens_per_row=slot.key[1])",
+        gates=(f"{ROPE}::test_rows_sharing_a_sequence_take_a_graph_without_the_rope_variant",),
+        expect="the step gave the rope variant rows that share a sequence",
+    ),
+    Mutation(
+        id="runner-whole-step-says-nothing-of-shared-rows",
+        description="a short prefill run whole does not mark its rows as sharing sequences: it replays a decode "
+                    "step's graph",
+        file="vt/engine/worker/runner.py",
+        old="keep_dst=keep,\n                              rows_share_sequences=True)",
+        new="keep_dst=keep)",
+        gates=(f"{ROPE}::test_a_short_prefill_run_whole_tells_the_driver_its_rows_share_sequences",),
+    ),
+]
+ENTRIES += [
+    Mutation(
+        id="cuda-rope-attention-writes-a-padding-rows-kv",
+        description="the rope kernel writes the k and v of a padding row (slot -1): one slot before the caches",
+        file="backends/kernels/decode_attention.cu",
+        old="    const bool writes_kv = at.end == at.ctx && slot >= 0;",
+        new="    const bool writes_kv = at.end == at.ctx;",
+        gates=tuple(f"{ROPE_GPU}[{c}-{d}]" for c in ("one-token-gqa1", "block-edges-gqa2", "tiles-gqa4",
+                                                     "partitions-gqa8", "full-width-mqa")
+                    for d in ("float32", "bfloat16", "float16")),
+        needs_gpu=True,
     ),
 ]

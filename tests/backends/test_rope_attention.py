@@ -53,12 +53,21 @@ NAMES = ("qkv", "bias", "w", "rope", "slots", "k_cache", "v_cache", "block_table
 
 
 def fused(xp: Any, a: dict[str, Any], has_norm: bool, bias: bool = True) -> dict[str, Any]:
-    """The rope variant on copies of a's arrays (CuPy's or NumPy's): what it wrote, on the host."""
+    """The rope variant on copies of a's arrays (CuPy's or NumPy's): what it wrote, on the host. On CUDA each cache
+    is a view one block into a buffer whose first block is zeros (a guard: a write at slot -1, a padding row's,
+    lands in it); "guards" is whether both guards are still zeros."""
     d = {k: None if v is None else (xp.asarray(v) if xp is not np else v.copy()) for k, v in a.items()}
     if not bias:
         d["bias"] = None
+    whole = {}
+    if xp is not np:
+        for k in ("k_cache", "v_cache"):
+            whole[k] = xp.concatenate([xp.zeros_like(d[k][:1]), d[k]])
+            d[k] = whole[k][1:]
     decode_attention.paged_decode_attention_rope(xp, *(d[k] for k in NAMES), has_norm=has_norm, eps=1e-6)
-    return {k: d[k] if xp is np else d[k].get() for k in ("out", "k_cache", "v_cache")}
+    out = {k: d[k] if xp is np else d[k].get() for k in ("out", "k_cache", "v_cache")}
+    out["guards"] = all(not bool(w[0].any()) for w in whole.values())
+    return out
 
 
 def unfused(xp: Any, a: dict[str, Any], has_norm: bool, bias: bool = True) -> dict[str, Any]:
@@ -154,6 +163,7 @@ def test_cuda_rope_variant_equals_the_two_launches_it_replaces_bit_for_bit(case:
             got, want = fused(cupy, a, has_norm, bias), unfused(cupy, a, has_norm, bias)
             for k in ("out", "k_cache", "v_cache"):
                 assert np.array_equal(got[k], want[k], equal_nan=True), f"{k} hd={hd} norm={has_norm}"
+            assert got["guards"], f"hd={hd}: a padding row (slot -1) wrote before the caches"
             live = a["slots"] >= 0
             assert np.isfinite(widen_host(got["out"])[live]).all(), f"hd={hd}: a NaN slot was attended"
             twin = fused(np, a, has_norm, bias)
@@ -275,3 +285,68 @@ def test_the_rope_variant_is_on_by_default(monkeypatch: pytest.MonkeyPatch) -> N
 
     assert model_with(None).rope_in_attention is True
     assert model_with("0").rope_in_attention is False, "non-vacuity: the flag turns it off"
+
+
+def test_rows_sharing_a_sequence_take_a_graph_without_the_rope_variant() -> None:
+    """A short prefill run whole (runner._prefill_whole) is a step of a row a token: a chunk's rows share its
+    sequence. The driver gives such a step a graph of its own where the decode attention would take the rope
+    variant (one partition), whose forward runs rotary's launch first; told nothing, the step would hand the variant
+    two tokens of one sequence (the twin refuses it)."""
+    from models.loader import load_checkpoint, resolve_model
+    from models.registry import load_model
+    from vt.engine.worker.graph_driver import DecodeInputs, GraphDriver
+    from vt.registry import make_backend
+
+    backend = make_backend("cpu")
+    model = load_model(load_checkpoint(resolve_model("tiny-qwen3")), backend, "float32")
+    driver = GraphDriver(model, model.make_kv_cache(num_blocks=16, block_size=16), max_num_seqs=4)
+    table = np.array([3, 5, 6, 0])
+    positions = np.array([20, 21, 22])  # three tokens of one chunk, each its own row with a copy of the table
+    slots = np.array([table[p // 16] * 16 + p % 16 for p in positions])
+    shared = DecodeInputs(np.array([11, 12, 13]), positions, slots, np.tile(table, (3, 1)), rows_share_sequences=True)
+    assert model.attends_with_rope(4, 4, 16), "non-vacuity: a decode step of this shape takes the variant"
+    names: list[str] = []
+    launch = backend.launch
+
+    def spy(kernel: Any, *args: Any, **kw: Any) -> None:
+        names.append(getattr(kernel, "__name__", str(kernel)))
+        launch(kernel, *args, **kw)
+
+    backend.launch = spy
+    try:
+        for _ in range(3):  # cold, captured, replayed
+            driver.step(shared)
+    except EngineInvariantError as e:
+        pytest.fail(f"the step gave the rope variant rows that share a sequence: {e}")
+    finally:
+        backend.launch = launch
+    assert driver.last_slot is not None and driver.last_slot.key[4], "the step's graph is apart"
+    assert "paged_decode_attention_rope" not in names and names.count("qk_norm_rope_store") > 0
+    told_nothing = DecodeInputs(shared.tokens, positions, slots, shared.block_tables)
+    with pytest.raises(EngineInvariantError, match="two tokens of one sequence"):
+        driver.step(told_nothing)  # non-vacuity: a decode step's graph would break the precondition
+
+
+def test_a_short_prefill_run_whole_tells_the_driver_its_rows_share_sequences(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The runner's whole short steps (a prefix-cache hit's 16-token tail) mark their inputs: any step whose live rows
+    repeat a block table (a chunk's tokens) says its rows share sequences."""
+    from vt import LLM, SamplingParams
+    from vt.engine.worker.graph_driver import GraphDriver
+
+    seen: list[tuple[bool, bool]] = []
+    step_async = GraphDriver.step_async
+
+    def spy(self: GraphDriver, inp: Any, spec: bool = False) -> Any:
+        tables = inp.block_tables[: len(inp.slots)][inp.slots >= 0] if inp.q == 1 else inp.block_tables
+        seen.append((len({t.tobytes() for t in tables}) < len(tables), inp.rows_share_sequences))
+        return step_async(self, inp, spec)
+
+    monkeypatch.setattr(GraphDriver, "step_async", spy)
+    llm = LLM("tiny-qwen3", backend="cpu", max_model_len=1024, num_blocks=256, max_num_seqs=4)
+    rng = np.random.default_rng(0)
+    prefix = [int(t) for t in rng.integers(3, llm.engine.vocab_size, 624)]
+    greedy = SamplingParams(temperature=0, max_tokens=2, ignore_eos=True)
+    llm.generate([prefix], greedy)
+    llm.generate([prefix + [int(t) for t in rng.integers(3, llm.engine.vocab_size, 16)]], greedy)
+    assert llm.engine.runner.num_whole_prefills >= 1 and any(s for s, _ in seen), "non-vacuity: a tail ran whole"
+    assert all(told for shares, told in seen if shares), seen

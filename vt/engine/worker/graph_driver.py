@@ -212,8 +212,6 @@ class GraphDriver:
         self.backend, self.pool = model.backend, model.backend.pool
         self.ladder = capture_ladder(max_num_seqs)  # rows of a step of several tokens a row (verification)
         self.rows_ladder = token_rows_ladder(max_num_seqs)  # rows of a step of one token a row
-        # a short prefill's step takes graphs apart from decode steps' where the model's attention writes the KV
-        self.splits_short_steps = bool(getattr(model, "rope_in_attention", False))
         self.max_q = max_q  # tokens per row at most (k + 1 when verifying k proposals)
         # The widest block table a step can bring: a sequence of max_model_len tokens (or, without one, the
         # whole cache); its bucket is the last of width_ladder.
@@ -265,7 +263,7 @@ class GraphDriver:
         for q, spec in kinds:
             for S, w in ((S, w) for S in self._rungs(q, spec) for w in widths):
                 short_step = w * self.kv.block_size > LONG_CONTEXT_KEYS  # a short prefill's rows (runner._runs_whole)
-                if q == 1 and not spec and self.splits_short_steps:  # decode rows and short steps' rows apart
+                if q == 1 and not spec and self._apart(S, w):  # decode rows and short steps' rows apart
                     keys += [(S, q, spec, w, False)] * (S <= self.ladder[-1]) + [(S, q, spec, w, True)] * short_step
                 elif S <= self.ladder[-1] or short_step:  # rows above the decode ladder: short steps only
                     keys.append((S, q, spec, w, False))
@@ -287,6 +285,13 @@ class GraphDriver:
         log.info("captured %d graphs in %.1f s; they hold %.1f MiB (their buffers and pinned temporaries)",
                  total, time.monotonic() - t0, self.graph_bytes() / 2**20)
         return total
+
+    def _apart(self, rows: int, width: int) -> bool:
+        """Whether a step of rows sharing sequences (a short prefill run whole) needs a graph apart from a decode
+        step's at this shape: where the model's decode attention would write each row's KV itself (the rope
+        variant's precondition is one token a sequence). Asked at every step, so a model's flag is never stale."""
+        attends_with_rope = getattr(self.model, "attends_with_rope", None)
+        return bool(attends_with_rope is not None and attends_with_rope(rows, width, self.kv.block_size))
 
     def _rungs(self, q: int, spec: bool) -> list[int]:
         return self.rows_ladder if q == 1 and not spec else self.ladder
@@ -406,7 +411,7 @@ class GraphDriver:
         if width > self.max_width:
             raise GraphInputMismatch(f"a block table {inp.block_tables.shape[1]} blocks wide: above the driver's "
                                      f"{self.max_width} (max_model_len)")
-        slot = self._slot((S, inp.q, spec, width, inp.rows_share_sequences and self.splits_short_steps))
+        slot = self._slot((S, inp.q, spec, width, inp.rows_share_sequences and self._apart(S, width)))
         self._stage(slot, inp)
         if slot.demand is None or not self.is_enabled:
             self._run_cold(slot)
