@@ -15,6 +15,8 @@ ENTRIES: list[Mutation] = [
         new="self.kv.fork(leader, req.id, -(-n // self.kv.block_size))",
         gates=(f"{PAR}::test_each_sample_is_the_request_it_would_be_alone",
                f"{PAR}::test_the_samples_share_the_prompts_full_blocks"),
+        # the two-launch path: with the rope variant the twin refuses the samples' writes into one block first
+        env=(("VT_ROPE_IN_ATTENTION", "0"),),
     ),
     Mutation(
         id="fork-partial-block-not-copied",
