@@ -1,6 +1,6 @@
-"""The GPU lane's measurement scripts (scripts/gpu-idle, tpot-split, replay-ab, skinny-anatomy) refuse bad input as
-vt's CLI does: exit 2 and one line naming the problem, never a traceback. No GPU needed: each refusal comes before
-any device."""
+"""The GPU lane's measurement scripts (scripts/gpu-idle, tpot-split, replay-ab, c1-anatomy, skinny-anatomy) refuse
+bad input as vt's CLI does: exit 2 and one line naming the problem, never a traceback. No GPU needed: each refusal
+comes before any device."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ CASES = {  # name: (arguments, what the line must name)
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
-@pytest.mark.parametrize("script", ["gpu-idle", "tpot-split", "replay-ab"])
+@pytest.mark.parametrize("script", ["gpu-idle", "tpot-split", "replay-ab", "c1-anatomy"])
 def test_a_lane_script_refuses_bad_input_with_one_typed_line(script: str, case: str) -> None:
     args, names = CASES[case]
     r = subprocess.run([sys.executable, str(ROOT / "scripts" / script), *args], capture_output=True, text=True,
