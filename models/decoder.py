@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from backends.kernels.activation import pair_group
-from backends.kernels.decode_attention import num_partitions
+from backends.kernels.decode_attention import MIN_PARTITION, num_partitions
 from backends.kernels.moe import expert_rows
 from models import kernels as K
 from models.base import Carry, ForwardBatch, KVCache, make_kv_cache
@@ -293,13 +293,15 @@ class DecoderForCausalLM:
         if not (not fb.is_prefill and fb.tokens_per_row == 1):
             return False
         assert fb.block_tables is not None
-        return self.attends_with_rope(fb.positions.shape[0], fb.block_tables.shape[1], kv.block_size)
+        return self.attends_with_rope(fb.block_tables.shape[1], kv.block_size)
 
-    def attends_with_rope(self, tokens: int, width: int, block_size: int) -> bool:
-        """Whether a decode step of this many tokens over tables this wide takes the rope variant (given one token a
-        sequence): the flag, and one partition. The graph driver asks it too: where it says yes, a short prefill
-        run whole (rows sharing a sequence) needs a graph of its own."""
-        return self.rope_in_attention and num_partitions(tokens, self.cfg.num_key_value_heads, width, block_size) == 1
+    def attends_with_rope(self, width: int, block_size: int) -> bool:
+        """Whether a decode step over tables this wide takes the rope variant (given one token a sequence): the flag,
+        and a table of at most MIN_PARTITION keys, one partition at any row count. Measured faster there (H200: 1
+        and 8 rows at 128 keys); at 8 x 8,192 (16 partitions) 19% slower; a longer table that many rows keep in one
+        partition (128 x 8k) is not measured, so it keeps the two launches. The graph driver asks it too: where it
+        says yes, a short prefill run whole (rows sharing a sequence) needs a graph of its own."""
+        return self.rope_in_attention and width * block_size <= MIN_PARTITION
 
     def _attend(self, i: int, fb: ForwardBatch, kv: KVCache, carry: Carry) -> None:
         assert fb.block_tables is not None and fb.token_row is not None

@@ -1149,11 +1149,10 @@ ENTRIES += [
 ENTRIES += [
     Mutation(
         id="decoder-takes-the-rope-variant-over-partitions",
-        description="the decoder runs the rope variant over a table split into partitions (H200: 19% slower a step at "
-                    "8 x 8,192)",
+        description="the decoder runs the rope variant over tables past one partition's keys (H200: 19% slower a "
+                    "step at 8 x 8,192)",
         file="models/decoder.py",
-        old="        return self.rope_in_attention and num_partitions(tokens, self.cfg.num_key_value_heads, width, block_size) "
-            "== 1\n",
+        old="        return self.rope_in_attention and width * block_size <= MIN_PARTITION\n",
         new="        return self.rope_in_attention\n",
         gates=(f"{ROPE}::test_a_table_wider_than_one_partition_keeps_the_two_launches",),
     ),

@@ -304,7 +304,7 @@ def test_rows_sharing_a_sequence_take_a_graph_without_the_rope_variant() -> None
     positions = np.array([20, 21, 22])  # three tokens of one chunk, each its own row with a copy of the table
     slots = np.array([table[p // 16] * 16 + p % 16 for p in positions])
     shared = DecodeInputs(np.array([11, 12, 13]), positions, slots, np.tile(table, (3, 1)), rows_share_sequences=True)
-    assert model.attends_with_rope(4, 4, 16), "non-vacuity: a decode step of this shape takes the variant"
+    assert model.attends_with_rope(4, 16), "non-vacuity: a decode step of this shape takes the variant"
     names: list[str] = []
     launch = backend.launch
 
