@@ -142,7 +142,7 @@ ENTRIES: list[Mutation] = [
         old='    ap.add_argument("--shape", default="0.6B", choices=list(SHAPES), help="written under --dir when --model '
             'is unset")\n',
         new='    ap.add_argument("--shape", default="0.6B", help="written under --dir when --model is unset")\n',
-        gates=tuple(f"{LANE_SCRIPTS}[{s}-unknown-shape]" for s in ("gpu-idle", "tpot-split", "replay-ab")),
+        gates=tuple(f"{LANE_SCRIPTS}[{s}-unknown-shape]" for s in ("gpu-idle", "tpot-split", "replay-ab", "c1-anatomy")),
     ),
     Mutation(
         id="gpu-idle-takes-any-mode",
