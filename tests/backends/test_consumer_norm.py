@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from backends.kernels import skinny_gemm as sg
+from tests.backends.launches import launched_names
 from tests.backends.test_skinny_gemm import operands
 from vt.dtypes import widen_host
 
@@ -30,19 +31,9 @@ def decode_step(backend: Any, consumer_norm: bool) -> tuple[np.ndarray, list[str
     kv = model.make_kv_cache(num_blocks=16, block_size=16)
     inp = DecodeInputs(np.array([11]), np.array([20]), np.array([5 * 16 + 4]), np.array([[3, 5]]))
     driver = GraphDriver(model, kv, max_num_seqs=4)
-    names: list[str] = []
-    launch = backend.launch
-
-    def spy(kernel: Any, *args: Any, **kw: Any) -> None:
-        names.append(getattr(kernel, "__name__", str(kernel)))
-        launch(kernel, *args, **kw)
-
-    backend.launch = spy
-    try:
+    with launched_names(backend) as names:
         for _ in range(3):  # cold, captured, replayed
             driver.step(inp)
-    finally:
-        backend.launch = launch
     return driver.last_logits(), names, model.cfg
 
 

@@ -13,6 +13,7 @@ import pytest
 
 from backends.kernels import decode_attention, rotary
 from backends.kernels.fused import HEAD_DIMS
+from tests.backends.launches import launched_names
 from tests.backends.test_kernels import BS, DECODE_CASES, assert_within_bound, decode_case, rotary_reference
 from vt.dtypes import narrow_host, widen_host
 from vt.errors import EngineInvariantError
@@ -203,19 +204,9 @@ def decode_launches(backend: Any, rope_in_attention: bool, q: int = 1, width: in
     slots = np.array([tables[r, p // 16] * 16 + p % 16 for r in range(2) for p in positions[r * q:(r + 1) * q]])
     inp = DecodeInputs(np.arange(11, 11 + 2 * q), positions, slots, tables, q=q)
     driver = GraphDriver(model, kv, max_num_seqs=4, max_q=q)
-    names: list[str] = []
-    launch = backend.launch
-
-    def spy(kernel: Any, *args: Any, **kw: Any) -> None:
-        names.append(getattr(kernel, "__name__", str(kernel)))
-        launch(kernel, *args, **kw)
-
-    backend.launch = spy
-    try:
+    with launched_names(backend) as names:
         for _ in range(3):
             driver.step(inp, spec=q > 1)
-    finally:
-        backend.launch = launch
     return driver.last_logits(), names, model.cfg
 
 
@@ -305,21 +296,12 @@ def test_rows_sharing_a_sequence_take_a_graph_without_the_rope_variant() -> None
     slots = np.array([table[p // 16] * 16 + p % 16 for p in positions])
     shared = DecodeInputs(np.array([11, 12, 13]), positions, slots, np.tile(table, (3, 1)), rows_share_sequences=True)
     assert model.attends_with_rope(4, 16), "non-vacuity: a decode step of this shape takes the variant"
-    names: list[str] = []
-    launch = backend.launch
-
-    def spy(kernel: Any, *args: Any, **kw: Any) -> None:
-        names.append(getattr(kernel, "__name__", str(kernel)))
-        launch(kernel, *args, **kw)
-
-    backend.launch = spy
     try:
-        for _ in range(3):  # cold, captured, replayed
-            driver.step(shared)
+        with launched_names(backend) as names:
+            for _ in range(3):  # cold, captured, replayed
+                driver.step(shared)
     except EngineInvariantError as e:
         pytest.fail(f"the step gave the rope variant rows that share a sequence: {e}")
-    finally:
-        backend.launch = launch
     assert driver.last_slot is not None and driver.last_slot.key[4], "the step's graph is apart"
     assert "paged_decode_attention_rope" not in names and names.count("qk_norm_rope_store") > 0
     told_nothing = DecodeInputs(shared.tokens, positions, slots, shared.block_tables)
