@@ -186,15 +186,17 @@ def _one_token_a_sequence(block_tables: np.ndarray, token_row: np.ndarray, posit
     """The rope variant's precondition: no token attends a slot another token of the launch writes (on CUDA, another
     block writes it, unordered with the read). Two tokens of one sequence break it, whether they share a table row
     (speculative verification) or each has a copy (a short prefill run whole, a row a token)."""
-    live = slots >= 0
-    W = block_tables.shape[1]
-    for t in range(len(token_row)):
-        keys = np.arange(min(int(positions[t]) + 1, W * bs))
-        read = block_tables[token_row[t], keys // bs] * bs + keys % bs
-        others = live & (np.arange(len(slots)) != t)
-        if np.isin(slots[others], read).any():
-            raise EngineInvariantError(f"paged_decode_attention_rope: token {t} attends a slot another token of the "
-                                       "launch writes (two tokens of one sequence); it serves one token a sequence")
+    writes = slots[slots >= 0]
+    keys = np.arange(block_tables.shape[1] * bs)
+    read = block_tables[token_row][:, keys // bs] * bs + keys % bs  # [T, keys]: each token's slots, key by key
+    seen = keys[None, :] <= positions[:, None]  # the keys a token attends (its own included)
+    uniq, count = np.unique(writes, return_counts=True)
+    # a slot another token writes: any written slot but the token's own, and its own where a second token writes it
+    theirs = np.isin(read, writes) & seen & ((read != slots[:, None]) | np.isin(read, uniq[count > 1]))
+    if theirs.any():
+        t = int(np.argmax(theirs.any(axis=1)))
+        raise EngineInvariantError(f"paged_decode_attention_rope: token {t} attends a slot another token of the "
+                                   "launch writes (two tokens of one sequence); it serves one token a sequence")
 
 
 def _rope_cuda(cp: Any, qkv: Any, bias: Any, w: Any, rope: Any, slots: Any, k_cache: Any, v_cache: Any,
