@@ -135,10 +135,28 @@ def _matches(gate: str, nid: str) -> bool:
     return nid == gate or nid.startswith(gate + "[") or nid.startswith(gate + "::")
 
 
+PYTEST_INTERNAL_ERROR = 3  # pytest.ExitCode.INTERNAL_ERROR: a hook or plugin raised, not a test
+
+
+def is_internal_error(o: Outcome) -> bool:
+    return not o.is_timeout and o.rc == PYTEST_INTERNAL_ERROR
+
+
+def internal_error_line(o: Outcome) -> str:
+    """The exception that ended pytest: the last line of its INTERNALERROR traceback (JUnit's "internal error"
+    case holds it whole; the log's tail, with each line prefixed, is the fallback)."""
+    text = next((t for t in o.errors.values() if t.startswith("internal error")), "") or o.log
+    lines = [ln.removeprefix("INTERNALERROR>").strip() for ln in text.splitlines()]
+    lines = [ln for ln in lines if ln and not ln.startswith(("^", "~"))]
+    return lines[-1][:300] if lines else "(no traceback)"
+
+
 def judge(m: Mutation, o: Outcome) -> tuple[Verdict, str, list[str], list[str]]:
     """(verdict, reason, failed gate tests, failed unnamed tests)."""
     if o.is_timeout:
         return Verdict.TIMEOUT, f"ran past {o.seconds:.1f}s", [], []
+    if is_internal_error(o):
+        return Verdict.ERROR, f"pytest internal error: {internal_error_line(o)}", [], []
     if o.errors or o.rc in (2, 3, 4, 5) or not (o.passed or o.failed):
         first = next(iter(o.errors.values()), "") or o.log
         return Verdict.ERROR, f"pytest rc={o.rc}: {first.strip()[:600]}", [], []

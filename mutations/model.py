@@ -74,8 +74,9 @@ class Result:
     failed_others: list[str] = field(default_factory=list)
     diff: str = ""
     is_cached: bool = False
+    rerun_because: str = ""  # the pytest internal error that ended its first gate run, where one did
 
     def to_json(self) -> dict:
         return {"id": self.mutation.id, "verdict": self.verdict.value, "seconds": self.seconds,
                 "reason": self.reason, "failed_gates": self.failed_gates,
-                "failed_others": self.failed_others, "diff": self.diff}
+                "failed_others": self.failed_others, "diff": self.diff, "rerun_because": self.rerun_because}

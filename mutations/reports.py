@@ -57,6 +57,10 @@ def summary(results: list[Result]) -> str:
     missed = [r for r in results if r.verdict is not Verdict.KILLED]
     lines += ["## Not killed", ""] + ([f"- {r.mutation.id}: {r.verdict.value}: {r.reason[:300]}" for r in missed]
                                       or ["(none)"])
+    rerun = [r for r in results if r.rerun_because]
+    if rerun:  # judged on a second run: said beside the score, never folded into it
+        lines += ["", "## Judged on a rerun (the first gate run ended in a pytest internal error)", "",
+                  *(f"- {r.mutation.id}: {r.verdict.value}; first run: {r.rerun_because}" for r in rerun)]
     return "\n".join([*lines, ""])
 
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from mutations import judge as judging
 from mutations.judge import Outcome, file_seconds, judge, parse_junit, run_files, run_gates
 from mutations.model import Mutation, Result, Verdict
 from mutations.sandbox import apply, make_sandbox, manifest, tracked_files
@@ -158,8 +159,12 @@ class Runner:
             base = self.baseline[(m.gate_files, m.env, m.baseline_skipped)]
             limit = max(self.cfg.timeout_floor, self.cfg.timeout_factor * base)
             out = run_gates(sandbox, m, timeout=limit)
+            first_error = judging.internal_error_line(out) if judging.is_internal_error(out) else None
+            if first_error is not None:  # pytest's own failure says nothing of the mutant: once more, said
+                out = run_gates(sandbox, m, timeout=limit)
         verdict, reason, failed_gates, others = judge(m, out)
-        res = Result(m, verdict, time.monotonic() - t0, reason, failed_gates, others, diff)
+        res = Result(m, verdict, time.monotonic() - t0, reason, failed_gates, others, diff,
+                     rerun_because=first_error or "")
         self._cache_put(key, res)
         return res
 
@@ -181,7 +186,8 @@ class Runner:
             return None
         d = json.loads(p.read_text())
         return Result(m, Verdict(d["verdict"]), d["seconds"], d["reason"], d["failed_gates"],
-                      d["failed_others"], d["diff"], is_cached=True)
+                      d["failed_others"], d["diff"], is_cached=True,
+                      rerun_because=d.get("rerun_because", ""))
 
     def _cache_put(self, key: str, res: Result) -> None:
         if self.cfg.cache_dir is None or res.verdict in (Verdict.TIMEOUT, Verdict.ERROR):

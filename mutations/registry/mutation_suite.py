@@ -34,4 +34,24 @@ ENTRIES: list[Mutation] = [
                "test_a_fresh_report_of_the_suite_is_the_baseline_and_a_red_or_stale_one_is_not",),
         expect="non-vacuity: a report older than the tree is never the baseline",
     ),
+    # CI's run of 2026-12-04 ended red on one server mutant's pytest INTERNALERROR (rc 3), not reproduced in 30 runs
+    Mutation(
+        id="internal-error-judged-without-a-rerun",
+        description="a gate run that pytest itself ends in an internal error is judged as it stands: one flake of the "
+                    "harness reads as a mutant not killed",
+        file="mutations/runner.py",
+        old="            if first_error is not None:  # pytest's own failure says nothing of the mutant: once more, said\n",
+        new="            if False:\n",
+        gates=("tests/mutations/test_runner.py::test_a_pytest_internal_error_is_rerun_once_and_said",),
+        expect="harness-once",
+    ),
+    Mutation(
+        id="internal-error-reason-is-the-tracebacks-head",
+        description="an internal error's reason is the first lines of its traceback, which never name the exception",
+        file="mutations/judge.py",
+        old="        return Verdict.ERROR, f\"pytest internal error: {internal_error_line(o)}\", [], []\n",
+        new="        return Verdict.ERROR, f\"pytest rc={o.rc}: {o.log.strip()[:600]}\", [], []\n",
+        gates=("tests/mutations/test_runner.py::test_a_pytest_internal_error_is_rerun_once_and_said",),
+        expect="harness-always",
+    ),
 ]

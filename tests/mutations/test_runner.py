@@ -86,3 +86,34 @@ def test_the_registry_self_check_never_counts_in_a_verdict() -> None:
     assert judge(m, o)[0] is Verdict.OVERREACH, "non-vacuity: another failure still reads as overreach"
     with pytest.raises(ValueError, match="no gate of behaviour"):
         Mutation(id="m2", description="d", file="f.py", old="a", new="b", gates=(META_TESTS[0],))
+
+
+def _harness_break(marker: Path, always: bool) -> Mutation:
+    """A mutant that breaks scale, and whose gate run ends in a pytest INTERNALERROR (a hook that raises
+    outside any test) on its first run, or on every run."""
+    hook = (f"import calc as _calc\n_calc.scale = lambda x, k: x + k\n\n\n"
+            f"def pytest_runtest_logreport(report):\n"
+            f"    marker = Path({str(marker)!r})\n"
+            f"    if {always} or not marker.exists():\n"
+            f"        marker.write_text('broke')\n"
+            f"        raise RuntimeError('the harness broke')\n\n\n"
+            f"def pytest_sessionstart(session):")
+    return Mutation(id=f"harness-{'always' if always else 'once'}", description="a hook raises",
+                    file="tests/conftest.py", old="def pytest_sessionstart(session):", new=hook,
+                    gates=(f"{T}::test_scale",))
+
+
+def test_a_pytest_internal_error_is_rerun_once_and_said(project: Path, tmp_path: Path) -> None:
+    """pytest's own failure (rc 3) says nothing of the mutant: it is judged on a second run, and the report says
+    so with the exception; one that recurs reads Error naming that exception, never a bare traceback's head."""
+    from mutations.reports import summary
+
+    res = run(project, _harness_break(tmp_path / "once", always=False),
+              _harness_break(tmp_path / "always", always=True), M("plain", **BREAK_SCALE, gates=(f"{T}::test_scale",)))
+    once, always, plain = res["harness-once"], res["harness-always"], res["plain"]
+    assert (tmp_path / "once").exists(), "non-vacuity: the first run's hook raised"
+    assert once.verdict is Verdict.KILLED and "RuntimeError: the harness broke" in once.rerun_because, once
+    assert always.verdict is Verdict.ERROR and "RuntimeError: the harness broke" in always.reason, always
+    assert plain.verdict is Verdict.KILLED and plain.rerun_because == "", "a clean first run is judged as it is"
+    text = summary(list(res.values()))
+    assert "harness-once: Killed; first run: RuntimeError: the harness broke" in text, text
