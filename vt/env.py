@@ -91,6 +91,10 @@ class Flags:
     # VT_ROPE_IN_ATTENTION=0: a decode step of one token a sequence runs q/k norm + rotary + the KV write as a launch
     # of its own again, instead of in the decode attention's prologue (paged_decode_attention_rope)
     rope_in_attention: bool = True
+    # VT_DECODE_MIN_PARTITION=128 or 64: the decode attention splits a context into partitions this short (256 keys
+    # by default), so a launch of few rows over a short context runs on more blocks, plus the reduce launch
+    # (backends/kernels/decode_attention.py partition_size): an A/B knob for the H200 lane, not measured yet
+    decode_min_partition: int = 256
 
     @classmethod
     def from_environ(cls) -> Flags:
@@ -112,6 +116,7 @@ class Flags:
             skinny_cluster=_read_bool("VT_SKINNY_CLUSTER", False),
             consumer_norm=_read_bool("VT_CONSUMER_NORM", True),
             rope_in_attention=_read_bool("VT_ROPE_IN_ATTENTION", True),
+            decode_min_partition=int(_read_choice("VT_DECODE_MIN_PARTITION", ("256", "128", "64"))),
         )
 
 
@@ -133,4 +138,5 @@ def as_environ(f: Flags) -> dict[str, str]:
     out["VT_BLAS_THREADS"] = str(f.blas_threads)
     out["VT_SAMPLER"] = f.sampler
     out["VT_SKINNY_CLUSTER"] = "1" if f.skinny_cluster else "0"
+    out["VT_DECODE_MIN_PARTITION"] = str(f.decode_min_partition)
     return out

@@ -19,9 +19,10 @@ from backends.kernels.build import Instance, function
 from backends.kernels.fused import HEAD_DIMS, NULL, FusedKernel, ctype
 from backends.kernels.rotary import qk_norm_rope_store
 from vt.dtypes import narrow_host, widen_host
+from vt.env import flags
 from vt.errors import EngineInvariantError
 
-MIN_PARTITION = 256  # keys: a context this short is one partition (no reduce launch)
+MIN_PARTITION = 256  # keys: a context this short is one partition (no reduce launch), unless the flag lowers it
 TARGET_BLOCKS = 1024  # a long context is split until the launch has about this many blocks (the H200 has 132 SMs)
 MAX_PARTITIONS = 1024  # decode_attention.cu DECODE_MAX_PARTITIONS: the reduce kernel's weights in shared memory
 TWIN_TILE = 128  # keys per online-softmax tile in the twin (the kernel's: 8 to 16 keys a warp, 64 or 128 a block)
@@ -41,11 +42,11 @@ CI_INSTANCES += [Instance(i.file, i.expr.replace("paged_decode_attention<", "pag
 
 def partition_size(num_tokens: int, num_kv_heads: int, max_context: int) -> int:
     """Keys per partition, from static shapes only (so a graph's launch is fixed): as many splits of the
-    longest context as keep about TARGET_BLOCKS blocks busy, in multiples of 64 keys, never under MIN_PARTITION.
-    One token at 8k context: 32 partitions of 256; eight tokens: 16 of 512."""
+    longest context as keep about TARGET_BLOCKS blocks busy, in multiples of 64 keys, never under MIN_PARTITION
+    (or VT_DECODE_MIN_PARTITION's floor). One token at 8k context: 32 partitions of 256; eight tokens: 16 of 512."""
     splits = max(1, TARGET_BLOCKS // max(1, num_tokens * num_kv_heads))
     keys = -(-max_context // splits)
-    return max(MIN_PARTITION, -(-keys // 64) * 64)
+    return max(flags().decode_min_partition, -(-keys // 64) * 64)
 
 
 def head_split(num_tokens: int, num_kv_heads: int, group: int, partitions: int) -> int:

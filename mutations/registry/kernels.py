@@ -1191,3 +1191,18 @@ ENTRIES += [
         needs_gpu=True,
     ),
 ]
+# The H200 lane's A/B knob for one-row steps over short contexts (session 26)
+ENTRIES += [
+    Mutation(
+        id="decode-partition-floor-ignored",
+        description="VT_DECODE_MIN_PARTITION is read but the decode attention keeps 256-key partitions: the lane's "
+                    "A/B would time the same launches on both sides",
+        file="backends/kernels/decode_attention.py",
+        old="    return max(flags().decode_min_partition, -(-keys // 64) * 64)",
+        new="    return max(MIN_PARTITION, -(-keys // 64) * 64)",
+        gates=tuple(f"tests/backends/test_kernels.py::"
+                    f"test_a_lowered_partition_floor_splits_a_short_context_and_keeps_its_numbers[{f}]"
+                    for f in (64, 128)),
+        expect="-key floor",
+    ),
+]

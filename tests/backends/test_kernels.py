@@ -13,6 +13,8 @@ tokens of one sequence (speculative verification), padding rows. Error bounds, s
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -145,6 +147,56 @@ def test_decode_cases_reach_every_path() -> None:
               for name, c in DECODE_CASES.items()}
     assert splits["block-edges-gqa2"] == 2 and splits["tiles-gqa4"] == 4, "KV heads' query heads dealt to blocks"
     assert splits["partitions-gqa8"] == 1, "and a case whose launch keeps a KV head's heads in one block"
+
+
+@contextlib.contextmanager
+def partition_floor(monkeypatch: pytest.MonkeyPatch, floor: int) -> Iterator[None]:
+    """VT_DECODE_MIN_PARTITION set to floor for the block (vt/env.py reads it once: the cache is cleared on both
+    sides)."""
+    from vt import env
+
+    monkeypatch.setenv("VT_DECODE_MIN_PARTITION", str(floor))
+    env.flags.cache_clear()
+    try:
+        yield
+    finally:
+        monkeypatch.delenv("VT_DECODE_MIN_PARTITION")
+        env.flags.cache_clear()
+
+
+SHORT_TABLE = 256 // BS  # blocks: a 256-key table, one partition at the default floor
+
+
+@pytest.mark.parametrize("floor", [64, 128])
+def test_a_lowered_partition_floor_splits_a_short_context_and_keeps_its_numbers(
+        floor: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """VT_DECODE_MIN_PARTITION (the H200 lane's A/B knob for one-row steps over short contexts): a one-token launch
+    over a 256-key table splits into 256 / floor partitions, the twin equal to dense attention across them; the
+    default floor keeps the same table whole."""
+    with partition_floor(monkeypatch, floor):
+        c = decode_case([255], 4, 2, 16, "float32", SHORT_TABLE)
+        got = run_decode(np, c).astype(np.float64)
+    assert c.num_partitions == 256 // floor, f"a {floor}-key floor: {c.num_partitions} partitions"
+    want = decode_reference(c)
+    assert np.abs(got - want).max() <= 1e-5 * (1 + np.abs(want).max()), "the partitions combine to dense attention"
+    assert decode_attention.num_partitions(1, 2, SHORT_TABLE, BS) == 1, "non-vacuity: the default keeps it whole"
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_cuda_paged_decode_at_the_lowest_partition_floor_equals_its_twin(dtype: str,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """The kernel and its reduce at 64-key partitions (a tile of keys each, or less), contexts ending in the first
+    partition, on its edge, just past it and in the last."""
+    import cupy
+
+    with partition_floor(monkeypatch, 64):
+        for hd in HEAD_DIMS:
+            c = decode_case([1, 64, 65, 255], 4, 2, hd, dtype, SHORT_TABLE, seed=hd)
+            got, want = run_decode(cupy, c), run_decode(np, c)
+            assert c.num_partitions == 4, "non-vacuity: the table is split in four"
+            assert np.isfinite(widen_host(got)).all(), f"hd={hd}: the kernel read a poisoned key or value"
+            assert_within_bound(got, want, f"paged decode attention, 64-key partitions, hd={hd} {dtype}")
 
 
 def test_a_small_decode_launch_deals_a_kv_heads_query_heads_to_more_blocks() -> None:

@@ -32,6 +32,16 @@ def test_bad_flag_value_names_the_flag(monkeypatch: pytest.MonkeyPatch) -> None:
         Flags.from_environ()
 
 
+@pytest.mark.parametrize("value", ["32", "100", "-64", "lots"])
+def test_a_decode_partition_floor_off_the_offered_ones_names_the_flag(value: str,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("VT_DECODE_MIN_PARTITION", value)
+    with pytest.raises(ValueError, match="VT_DECODE_MIN_PARTITION.*256, 128, 64"):
+        Flags.from_environ()
+    monkeypatch.setenv("VT_DECODE_MIN_PARTITION", "64")
+    assert Flags.from_environ().decode_min_partition == 64, "non-vacuity: an offered floor is taken"
+
+
 def test_pool_stats_print_at_shutdown_when_asked() -> None:
     import os
     import subprocess
@@ -88,7 +98,8 @@ def test_a_tensor_parallel_rank_reads_back_every_flag_rank_0_read(monkeypatch: p
     for f in dataclasses.fields(Flags):
         value = getattr(base, f.name)
         flipped[f.name] = (not value) if isinstance(value, bool) else value
-    flipped |= {"blas_threads": 3, "sampler": "block" if base.sampler == "split" else "split", "cache_dir": "/tmp/x"}
+    flipped |= {"blas_threads": 3, "sampler": "block" if base.sampler == "split" else "split", "cache_dir": "/tmp/x",
+                "decode_min_partition": 64 if base.decode_min_partition != 64 else 256}
     want = Flags(**flipped)
     for name in [k for k in os.environ if k.startswith("VT_")]:
         monkeypatch.delenv(name)
