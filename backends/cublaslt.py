@@ -37,6 +37,7 @@ import glob
 import math
 import os
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -56,6 +57,21 @@ L2_BYTES = 50 << 20  # the H200's L2
 TUNED_MAX_ROWS = 2048  # the largest prefill bucket (vt/engine/worker/piecewise.py)
 EPILOGUE_BYTES = 4 << 20  # the tuning scratch's tail: a timed epilogue's outputs (never a timing chain's weight)
 STORAGE = {CUDA_R_16BF: "uint16", CUDA_R_16F: "float16"}
+
+
+def fastest(candidates: Sequence[Any], time_once: Callable[[Any], float], rounds: int = TIMED_REPS
+            ) -> tuple[int, list[float]]:
+    """(the index of the candidate with the least median time, every candidate's median), each timed once a round,
+    round after round. Interleaved, a drift of the GPU's clocks while the tuner runs moves every candidate alike;
+    each candidate's rounds timed together would hand the drift to whichever ran at the better moment, and a pick
+    between near-equal candidates would follow the order they were timed in. A tie keeps the earlier candidate
+    (the heuristic's order)."""
+    times: list[list[float]] = [[] for _ in candidates]
+    for _ in range(rounds):
+        for i, cand in enumerate(candidates):
+            times[i].append(time_once(cand))
+    medians = [sorted(t)[len(t) // 2] for t in times]
+    return min(range(len(candidates)), key=medians.__getitem__), medians
 
 
 class HeuristicResult(ctypes.Structure):
@@ -285,7 +301,8 @@ class Plan:
         other launch of the chain reads (regions of the tuner's scratch, so none finds them in L2, as no layer of a
         step finds its own; `_timing_weights`). Timed one launch at a time after an L2 flush, on the H200 every 0.6B
         decode GEMM cost 8-10 us whatever its size, and the skinny GEMM lost shapes it wins inside a step (docs/).
-        An epilogue plan times each candidate with its consumer, writing into the scratch's tail."""
+        An epilogue plan times each candidate with its consumer, writing into the scratch's tail. The candidates'
+        timings are interleaved (`fastest`)."""
         import cupy
 
         lt = self.lt
@@ -298,24 +315,23 @@ class Plan:
         with tuning:
             lt.flush_l2(tuning)
             weights = self._timing_weights(b_ptr)
-            best, best_t = self.candidates[0], float("inf")
             start, end = cupy.cuda.Event(), cupy.cuda.Event()
+            chains = []
             for cand in self.candidates:
                 self.run(a_ptr, weights[0], c_ptr, tuning.ptr, cand, epilogue)  # eager: modules load outside a capture
-                graph = self._chain(cand, a_ptr, weights, c_ptr, tuning, epilogue)
-                graph.launch(tuning)  # warm
-                times = []
-                for _ in range(TIMED_REPS):
-                    start.record(tuning)
-                    graph.launch(tuning)
-                    end.record(tuning)
-                    end.synchronize()
-                    times.append(cupy.cuda.get_elapsed_time(start, end) * 1e3 / len(weights))
-                t = sorted(times)[len(times) // 2]
-                self.times_us.append(round(t, 2))
-                if t < best_t:
-                    best, best_t = cand, t
-        self.algo = best
+                chains.append(self._chain(cand, a_ptr, weights, c_ptr, tuning, epilogue))
+                chains[-1].launch(tuning)  # warm
+
+            def time_once(graph: Any) -> float:
+                start.record(tuning)
+                graph.launch(tuning)
+                end.record(tuning)
+                end.synchronize()
+                return cupy.cuda.get_elapsed_time(start, end) * 1e3 / len(weights)
+
+            best, times = fastest(chains, time_once)
+        self.times_us = [round(t, 2) for t in times]
+        self.algo = self.candidates[best]
 
     def _chain(self, cand: Any, a_ptr: int, weights: list[int], c_ptr: int, stream: Any,
                epilogue: Epilogue | None) -> Any:

@@ -1206,3 +1206,16 @@ ENTRIES += [
         expect="-key floor",
     ),
 ]
+# The tuner's rounds (session 26): picks varied by process at c=1 (session 25's hypothesis 2)
+ENTRIES += [
+    Mutation(
+        id="tuner-times-each-candidate-alone",
+        description="the GEMM tuner times each candidate's rounds together: a clock drift during tuning picks the "
+                    "earlier of two near-equal candidates",
+        file="backends/cublaslt.py",
+        old="    for _ in range(rounds):\n        for i, cand in enumerate(candidates):\n",
+        new="    for i, cand in enumerate(candidates):\n        for _ in range(rounds):\n",
+        gates=("tests/backends/test_tuner_rounds.py::test_a_clock_drift_during_tuning_does_not_pick_the_slower_candidate",),
+        expect="the drift picked",
+    ),
+]
