@@ -152,3 +152,24 @@ ENTRIES: list[Mutation] = [
         gates=("tests/engine/test_lane_scripts.py::test_gpu_idle_refuses_a_mode_it_does_not_know",),
     ),
 ]
+# scripts/env-ab (session 26): the lane's A/B over flags in one call
+ENV_AB = "tests/engine/test_lane_scripts.py::test_env_ab_runs_each_setting_in_its_own_process_and_alternates_them"
+ENTRIES += [
+    Mutation(
+        id="env-ab-runs-every-round-in-one-order",
+        description="env-ab runs the settings in the same order every round: a drift over the call favours the first",
+        file="scripts/env-ab",
+        old="        for setting in settings(sets)[:: 1 if r % 2 == 0 else -1]:\n",
+        new="        for setting in settings(sets):\n",
+        gates=(ENV_AB,),
+        expect="round 1 reversed",
+    ),
+    Mutation(
+        id="env-ab-drops-the-setting",
+        description="env-ab runs every process with the caller's environment: both sides of the A/B are one setting",
+        file="scripts/env-ab",
+        old="            env = dict(os.environ) | setting\n",
+        new="            env = dict(os.environ)\n",
+        gates=(ENV_AB,),
+    ),
+]

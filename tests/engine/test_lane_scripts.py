@@ -1,4 +1,4 @@
-"""The GPU lane's measurement scripts (scripts/gpu-idle, tpot-split, replay-ab, c1-anatomy, skinny-anatomy) refuse
+"""The GPU lane's measurement scripts (scripts/gpu-idle, tpot-split, replay-ab, c1-anatomy, skinny-anatomy, env-ab)
 bad input as vt's CLI does: exit 2 and one line naming the problem, never a traceback. No GPU needed: each refusal
 comes before any device."""
 
@@ -72,3 +72,39 @@ def test_skinny_anatomy_without_cuda_is_one_line() -> None:
                        capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert r.returncode == 2 and "skinny-anatomy: needs CUDA" in r.stderr, r.stderr[-2000:]
     assert "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+
+ENV_AB_REFUSALS = {  # name: (arguments, what the one line must name)
+    "not-a-flag": (["--set", "PDL=1,0", "--", "true"], "--set 'PDL=1,0': expected VT_NAME=value"),
+    "empty-value": (["--set", "VT_PDL=1,", "--", "true"], "--set 'VT_PDL=1,': expected VT_NAME=value"),
+    "twice": (["--set", "VT_PDL=1", "--set", "VT_PDL=0", "--", "true"], "VT_PDL is set twice"),
+    "no-set": (["--", "true"], "--set: at least one flag"),
+    "no-command": (["--set", "VT_PDL=1,0"], "no command"),
+    "no-rounds": (["--set", "VT_PDL=1,0", "--rounds", "0", "--", "true"], "--rounds must be at least 1"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(ENV_AB_REFUSALS))
+def test_env_ab_refuses_bad_input_with_one_line(case: str) -> None:
+    args, names = ENV_AB_REFUSALS[case]
+    r = subprocess.run([sys.executable, str(ROOT / "scripts" / "env-ab"), *args], capture_output=True, text=True,
+                       timeout=60, cwd=ROOT)
+    lines = [x for x in r.stderr.splitlines() if x.strip() and not x.startswith("usage:") and not x.startswith("  ")]
+    assert (r.returncode, "Traceback" in r.stderr) == (2, False), r.stderr[-2000:]
+    assert len(lines) == 1 and names in lines[0], r.stderr
+
+
+def test_env_ab_runs_each_setting_in_its_own_process_and_alternates_them(tmp_path: Path) -> None:
+    """Each process sees its setting (its figure is computed from the flag it got), the settings' order flips every
+    other round, and a setting whose process fails is named while the others' figures still come back (rc 1)."""
+    log = tmp_path / "order.log"
+    child = ("import json, os, sys; v = os.environ['VT_PDL']; open(sys.argv[1], 'a').write(v + '\\n'); "
+             "sys.exit('no such mode') if v == 'x' else print(json.dumps({'n': {'twice': 2 * int(v)}}))")
+    r = subprocess.run([sys.executable, str(ROOT / "scripts" / "env-ab"), "--set", "VT_PDL=1,3,x", "--rounds", "2",
+                        "--figures", "n.twice", "--", sys.executable, "-c", child, str(log)],
+                       capture_output=True, text=True, timeout=120, cwd=ROOT)
+    rows = {ln.split("|")[1].strip(): ln.split("|")[3].strip() for ln in r.stdout.splitlines()
+            if ln.startswith("| VT_PDL=")}
+    assert rows == {"VT_PDL=1": "2; 2, 2", "VT_PDL=3": "6; 6, 6", "VT_PDL=x": "-"}, r.stdout
+    assert log.read_text().split() == ["1", "3", "x", "x", "3", "1"], "round 0 in order, round 1 reversed"
+    assert r.returncode == 1 and "failed: round 0 VT_PDL=x: rc 1, no such mode" in r.stdout, r.stdout
