@@ -1,6 +1,6 @@
-"""The GPU lane's measurement scripts (scripts/gpu-idle, tpot-split, replay-ab, c1-anatomy, skinny-anatomy, env-ab)
-bad input as vt's CLI does: exit 2 and one line naming the problem, never a traceback. No GPU needed: each refusal
-comes before any device."""
+"""The GPU lane's measurement scripts (scripts/gpu-idle, tpot-split, replay-ab, c1-anatomy, skinny-anatomy,
+env-ab) refuse bad input as vt's CLI does: exit 2 and one line naming the problem, never a traceback. No GPU needed:
+each refusal comes before any device."""
 
 from __future__ import annotations
 
