@@ -91,6 +91,7 @@ def run_files(sandbox: Path, files: tuple[str, ...], extra_env: tuple[tuple[str,
            *(a for name in UNUSED_PLUGINS for a in ("-p", f"no:{name}")),
            f"--basetemp={sandbox / '.pytest-tmp'}", f"--junitxml={report}", "-o", "junit_family=xunit1",
            *(["-n", str(workers)] if workers > 1 else []), *files]
+    report.unlink(missing_ok=True)  # a run that writes none (a crash) must not be read as the last run's
     t0 = time.monotonic()
     log_path = sandbox / ".mutation-gates.log"
     # Output to a file, not a pipe: a process the gates leave behind (a server, a rank) cannot hold the
@@ -136,19 +137,34 @@ def _matches(gate: str, nid: str) -> bool:
 
 
 PYTEST_INTERNAL_ERROR = 3  # pytest.ExitCode.INTERNAL_ERROR: a hook or plugin raised, not a test
+ERROR_MARK = re.compile(r"^E(?=\s)")  # pytest's mark on the lines of an error it reports
+EXCEPTION_LINE = re.compile(r"^\s*((?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception|Exit|Interrupt|Iteration|Failed)"
+                            r"(?::.*)?)$")
+
+
+def _internal_error_lines(o: Outcome) -> list[str]:
+    """pytest's INTERNALERROR traceback, line by line: JUnit's "internal error" case, else the log's INTERNALERROR>
+    lines; none where the process exited 3 some other way (its own sys.exit(3) is no internal error of pytest's)."""
+    junit = next((t for t in o.errors.values() if t.startswith("internal error")), "")
+    if junit:
+        return junit.splitlines()
+    return [ln.removeprefix("INTERNALERROR>").removeprefix(" ") for ln in o.log.splitlines()
+            if ln.startswith("INTERNALERROR>")]
 
 
 def is_internal_error(o: Outcome) -> bool:
-    return not o.is_timeout and o.rc == PYTEST_INTERNAL_ERROR
+    return not o.is_timeout and o.rc == PYTEST_INTERNAL_ERROR and bool(_internal_error_lines(o))
 
 
 def internal_error_line(o: Outcome) -> str:
-    """The exception that ended pytest: the last line of its INTERNALERROR traceback (JUnit's "internal error"
-    case holds it whole; the log's tail, with each line prefixed, is the fallback)."""
-    text = next((t for t in o.errors.values() if t.startswith("internal error")), "") or o.log
-    lines = [ln.removeprefix("INTERNALERROR>").strip() for ln in text.splitlines()]
-    lines = [ln for ln in lines if ln and not ln.startswith(("^", "~"))]
-    return lines[-1][:300] if lines else "(no traceback)"
+    """The exception that ended pytest: the traceback's last line that names an exception (its type and the first line
+    of its message; under xdist, the worker's, which the controller's report quotes in its `E` lines), else the
+    traceback's last line."""
+    lines = [ERROR_MARK.sub("", ln) for ln in _internal_error_lines(o)]
+    named = [m.group(1) for m in map(EXCEPTION_LINE.match, lines) if m]
+    if named:
+        return named[-1][:300]
+    return next((ln.strip() for ln in reversed(lines) if ln.strip()), "(no traceback)")[:300]
 
 
 def judge(m: Mutation, o: Outcome) -> tuple[Verdict, str, list[str], list[str]]:
@@ -157,7 +173,7 @@ def judge(m: Mutation, o: Outcome) -> tuple[Verdict, str, list[str], list[str]]:
         return Verdict.TIMEOUT, f"ran past {o.seconds:.1f}s", [], []
     if is_internal_error(o):
         return Verdict.ERROR, f"pytest internal error: {internal_error_line(o)}", [], []
-    if o.errors or o.rc in (2, 3, 4, 5) or not (o.passed or o.failed):
+    if o.errors or o.rc in (2, 3, 4, 5) or not (o.passed or o.failed):  # 3 here: exited 3, no INTERNALERROR
         first = next(iter(o.errors.values()), "") or o.log
         return Verdict.ERROR, f"pytest rc={o.rc}: {first.strip()[:600]}", [], []
     failed = [t for t in o.failed if not any(_matches(meta, t) for meta in META_TESTS)]

@@ -14,8 +14,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from mutations import judge as judging
-from mutations.judge import Outcome, file_seconds, judge, parse_junit, run_files, run_gates
+from mutations.judge import (
+    Outcome,
+    file_seconds,
+    internal_error_line,
+    is_internal_error,
+    judge,
+    parse_junit,
+    run_files,
+    run_gates,
+)
 from mutations.model import Mutation, Result, Verdict
 from mutations.sandbox import apply, make_sandbox, manifest, tracked_files
 
@@ -142,7 +150,20 @@ class Runner:
     def _baseline_files(self, files: tuple[str, ...], env: tuple) -> Outcome:
         with tempfile.TemporaryDirectory(prefix="vt-mut-base-") as d:
             sandbox = make_sandbox(self.cfg.root, self.files, Path(d))
-            return run_files(sandbox, files, env, timeout=self.cfg.baseline_timeout, workers=self.cfg.jobs)
+
+            def gates() -> Outcome:
+                return run_files(sandbox, files, env, timeout=self.cfg.baseline_timeout, workers=self.cfg.jobs)
+
+            out = gates()
+            if is_internal_error(out):  # pytest's own failure, as a mutant's: once more, said
+                first = internal_error_line(out)
+                print(f"baseline of {', '.join(files)}: pytest internal error ({first}): running it again",
+                      file=sys.stderr, flush=True)
+                out = gates()
+            if is_internal_error(out):  # twice: no baseline to judge by, whatever its gates said
+                raise BaselineError(f"unmutated gates ({', '.join(files)}) end in a pytest internal error twice: "
+                                    f"{internal_error_line(out)}")
+            return out
 
     # ---- one mutant -------------------------------------------------------------------------
     def _run_one(self, m: Mutation) -> Result:
@@ -159,7 +180,7 @@ class Runner:
             base = self.baseline[(m.gate_files, m.env, m.baseline_skipped)]
             limit = max(self.cfg.timeout_floor, self.cfg.timeout_factor * base)
             out = run_gates(sandbox, m, timeout=limit)
-            first_error = judging.internal_error_line(out) if judging.is_internal_error(out) else None
+            first_error = internal_error_line(out) if is_internal_error(out) else None
             if first_error is not None:  # pytest's own failure says nothing of the mutant: once more, said
                 out = run_gates(sandbox, m, timeout=limit)
         verdict, reason, failed_gates, others = judge(m, out)
@@ -190,7 +211,7 @@ class Runner:
                       rerun_because=d.get("rerun_because", ""))
 
     def _cache_put(self, key: str, res: Result) -> None:
-        if self.cfg.cache_dir is None or res.verdict in (Verdict.TIMEOUT, Verdict.ERROR):
+        if self.cfg.cache_dir is None or res.verdict in (Verdict.TIMEOUT, Verdict.ERROR) or res.rerun_because:
             return
         self.cfg.cache_dir.mkdir(parents=True, exist_ok=True)
         (self.cfg.cache_dir / f"{key}.json").write_text(json.dumps(res.to_json()))

@@ -54,4 +54,14 @@ ENTRIES: list[Mutation] = [
         gates=("tests/mutations/test_runner.py::test_a_pytest_internal_error_is_rerun_once_and_said",),
         expect="harness-always",
     ),
+    Mutation(
+        id="baseline-internal-error-not-rerun",
+        description="the unmutated gates' run is not rerun after a pytest internal error: one flake of the harness "
+                    "aborts the whole mutation run",
+        file="mutations/runner.py",
+        old="            if is_internal_error(out):  # pytest's own failure, as a mutant's: once more, said\n",
+        new="            if False:\n",
+        gates=("tests/mutations/test_runner.py::test_a_baseline_that_pytest_ends_in_an_internal_error_is_rerun_once",),
+        expect="aborted the run",
+    ),
 ]

@@ -88,32 +88,80 @@ def test_the_registry_self_check_never_counts_in_a_verdict() -> None:
         Mutation(id="m2", description="d", file="f.py", old="a", new="b", gates=(META_TESTS[0],))
 
 
-def _harness_break(marker: Path, always: bool) -> Mutation:
-    """A mutant that breaks scale, and whose gate run ends in a pytest INTERNALERROR (a hook that raises
-    outside any test) on its first run, or on every run."""
-    hook = (f"import calc as _calc\n_calc.scale = lambda x, k: x + k\n\n\n"
-            f"def pytest_runtest_logreport(report):\n"
-            f"    marker = Path({str(marker)!r})\n"
-            f"    if {always} or not marker.exists():\n"
-            f"        marker.write_text('broke')\n"
-            f"        raise RuntimeError('the harness broke')\n\n\n"
-            f"def pytest_sessionstart(session):")
-    return Mutation(id=f"harness-{'always' if always else 'once'}", description="a hook raises",
-                    file="tests/conftest.py", old="def pytest_sessionstart(session):", new=hook,
+def raising_hook_body(marker: Path, always: bool, message: str) -> str:
+    """A conftest hook's body that raises RuntimeError(message) the first time any process of the run gets there (an
+    exclusive create: xdist's workers and controller race), or every time; each process's session appends a line to
+    marker + ".sessions" (appends of a line do not interleave)."""
+    return (f"    import os\n"
+            f"    with open({str(marker)!r} + '.sessions', 'a') as log:\n"
+            f"        log.write(str(os.getpid()) + '\\n')\n"
+            f"    try:\n"
+            f"        os.close(os.open({str(marker)!r}, os.O_CREAT | os.O_EXCL | os.O_WRONLY))\n"
+            f"        first = True\n"
+            f"    except FileExistsError:\n"
+            f"        first = False\n"
+            f"    if {always} or first:\n"
+            f"        raise RuntimeError('{message}')\n")
+
+
+def _harness_break(marker: Path, always: bool, hook: str = "pytest_runtest_logreport(report)") -> Mutation:
+    """A mutant that breaks scale, and whose gate run ends in a pytest INTERNALERROR (a hook that raises outside any
+    test: its traceback in JUnit's "internal error" case, or, from pytest_sessionstart, in the log alone) on its first
+    run, or on every run. Each run of the hook adds a line to marker."""
+    body = raising_hook_body(marker, always, "the harness broke\\nin two lines")
+    sessionstart = hook.startswith("pytest_sessionstart")
+    new = (f"import calc as _calc\n_calc.scale = lambda x, k: x + k\n\n\n"
+           f"def {hook}:\n{body}" + ("" if sessionstart else "\n\ndef pytest_sessionstart(session):"))
+    name = f"harness-{'always' if always else 'once'}{'-at-start' if sessionstart else ''}"
+    return Mutation(id=name, description="a hook raises", file="tests/conftest.py",
+                    old="def pytest_sessionstart(session):" + ("\n" if sessionstart else ""),
+                    new=new + ("    return\n\n\ndef _sandbox_guard(session):\n" if sessionstart else ""),
                     gates=(f"{T}::test_scale",))
 
 
 def test_a_pytest_internal_error_is_rerun_once_and_said(project: Path, tmp_path: Path) -> None:
-    """pytest's own failure (rc 3) says nothing of the mutant: it is judged on a second run, and the report says
-    so with the exception; one that recurs reads Error naming that exception, never a bare traceback's head."""
+    """pytest's own failure (rc 3) says nothing of the mutant: it is judged on a second run, once, and the report says
+    so with the exception's type and first line; one that recurs reads Error naming that exception, whether JUnit's
+    report holds the traceback or only the log does."""
     from mutations.reports import summary
 
     res = run(project, _harness_break(tmp_path / "once", always=False),
-              _harness_break(tmp_path / "always", always=True), M("plain", **BREAK_SCALE, gates=(f"{T}::test_scale",)))
-    once, always, plain = res["harness-once"], res["harness-always"], res["plain"]
-    assert (tmp_path / "once").exists(), "non-vacuity: the first run's hook raised"
-    assert once.verdict is Verdict.KILLED and "RuntimeError: the harness broke" in once.rerun_because, once
-    assert always.verdict is Verdict.ERROR and "RuntimeError: the harness broke" in always.reason, always
+              _harness_break(tmp_path / "always", always=True),
+              _harness_break(tmp_path / "start", always=True, hook="pytest_sessionstart(session)"),
+              M("plain", **BREAK_SCALE, gates=(f"{T}::test_scale",)))
+    once, always, start, plain = (res[k] for k in ("harness-once", "harness-always", "harness-always-at-start",
+                                                   "plain"))
+    said = "RuntimeError: the harness broke"
+    assert once.verdict is Verdict.KILLED and said in once.rerun_because, once
+    pids = (tmp_path / "once.sessions").read_text().split()
+    assert len(set(pids)) >= 2, "non-vacuity: a second pytest ran the hook after the first raised"
+    assert always.verdict is Verdict.ERROR and said in always.reason and said in always.rerun_because, always
+    assert always.reason.endswith(said), f"the exception's type and first line, no more: {always.reason}"
+    assert start.verdict is Verdict.ERROR and said in start.reason, start
+    starts = (tmp_path / "start.sessions").read_text().split()
+    assert len(starts) == 2, f"a run and one rerun, never a third: {starts}"
     assert plain.verdict is Verdict.KILLED and plain.rerun_because == "", "a clean first run is judged as it is"
     text = summary(list(res.values()))
-    assert "harness-once: Killed; first run: RuntimeError: the harness broke" in text, text
+    assert f"harness-once: Killed; first run: {said}" in text, text
+
+
+def test_a_baseline_that_pytest_ends_in_an_internal_error_is_rerun_once(project: Path, tmp_path: Path) -> None:
+    """The unmutated gates' run gets the mutants' rerun: a flake of the harness there neither aborts the run nor is
+    taken as a baseline; twice, the run stops naming the exception."""
+    conftest = project / "tests/conftest.py"
+    plain = conftest.read_text()
+
+    def breaks(marker: Path, always: bool) -> None:
+        conftest.write_text(plain + "\n\ndef pytest_runtest_logreport(report):\n"
+                            + raising_hook_body(marker, always, "the baseline broke"))
+
+    breaks(tmp_path / "once", always=False)
+    try:
+        res = run(project, M("killed", **BREAK_SCALE, gates=(f"{T}::test_scale",)))
+    except BaselineError as e:
+        pytest.fail(f"one internal error of pytest's aborted the run: {e}")
+    assert (tmp_path / "once").exists(), "non-vacuity: the baseline's first run raised"
+    assert res["killed"].verdict is Verdict.KILLED, res
+    breaks(tmp_path / "always", always=True)
+    with pytest.raises(BaselineError, match="internal error twice: RuntimeError: the baseline broke"):
+        run(project, M("killed", **BREAK_SCALE, gates=(f"{T}::test_scale",)))
