@@ -48,7 +48,7 @@ CUDA_R_32F, CUDA_R_16F, CUDA_R_16BF, CUBLAS_COMPUTE_32F = 0, 2, 14, 68
 ITEM_BYTES = {CUDA_R_32F: 4, CUDA_R_16F: 2, CUDA_R_16BF: 2}
 PREF_MAX_WORKSPACE_BYTES = 1
 REQUESTED = 16  # algorithms asked of the heuristic per shape
-TIMED_REPS = 5
+TIMED_PAIRS = 3  # rounds of timing a candidate: there and back, three times
 CHAIN = 8  # launches in a candidate's timing graph, at least
 MAX_CHAIN = 128  # ... and at most (a tiny weight's chain need not cover the L2)
 COLD_MAX_ROWS = 64  # GEMMs of at most this many rows are timed over weights not in L2
@@ -59,19 +59,22 @@ EPILOGUE_BYTES = 4 << 20  # the tuning scratch's tail: a timed epilogue's output
 STORAGE = {CUDA_R_16BF: "uint16", CUDA_R_16F: "float16"}
 
 
-def fastest(candidates: Sequence[Any], time_once: Callable[[Any], float], rounds: int = TIMED_REPS
+def fastest(candidates: Sequence[Any], time_once: Callable[[Any], float], pairs: int = TIMED_PAIRS
             ) -> tuple[int, list[float]]:
-    """(the index of the candidate with the least median time, every candidate's median), each timed once a round,
-    round after round. Interleaved, a drift of the GPU's clocks while the tuner runs moves every candidate alike;
-    each candidate's rounds timed together would hand the drift to whichever ran at the better moment, and a pick
-    between near-equal candidates would follow the order they were timed in. A tie keeps the earlier candidate
-    (the heuristic's order)."""
+    """(the index of the fastest candidate, every candidate's time): each timed once a round, in the heuristic's
+    order and then in reverse, `pairs` times; a candidate's time is the median of its pairs' means. A drift of the
+    GPU's clocks while start-up tunes that is linear over a pair adds the same to every candidate's mean (first
+    in one round, last in the other), where each candidate's reps timed together handed the drift to whichever ran
+    at the better moment. The median over pairs drops a pair a stray stall hit. A tie keeps the earlier candidate."""
+    order = list(range(len(candidates)))
     times: list[list[float]] = [[] for _ in candidates]
-    for _ in range(rounds):
-        for i, cand in enumerate(candidates):
-            times[i].append(time_once(cand))
+    for _ in range(pairs):
+        there = {i: time_once(candidates[i]) for i in order}
+        back = {i: time_once(candidates[i]) for i in reversed(order)}
+        for i in order:
+            times[i].append((there[i] + back[i]) / 2)
     medians = [sorted(t)[len(t) // 2] for t in times]
-    return min(range(len(candidates)), key=medians.__getitem__), medians
+    return min(order, key=medians.__getitem__), medians
 
 
 class HeuristicResult(ctypes.Structure):

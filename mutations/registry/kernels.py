@@ -1209,13 +1209,13 @@ ENTRIES += [
 # The tuner's rounds (session 26): picks varied by process at c=1 (session 25's hypothesis 2)
 ENTRIES += [
     Mutation(
-        id="tuner-times-each-candidate-alone",
-        description="the GEMM tuner times each candidate's rounds together: a clock drift during tuning picks the "
-                    "earlier of two near-equal candidates",
+        id="tuner-times-every-round-in-one-order",
+        description="the GEMM tuner times the candidates in the same order every round: a clock drift during tuning "
+                    "adds each candidate's place in the round to its time",
         file="backends/cublaslt.py",
-        old="    for _ in range(rounds):\n        for i, cand in enumerate(candidates):\n",
-        new="    for i, cand in enumerate(candidates):\n        for _ in range(rounds):\n",
-        gates=("tests/backends/test_tuner_rounds.py::test_a_clock_drift_during_tuning_does_not_pick_the_slower_candidate",),
-        expect="the drift picked",
+        old="        back = {i: time_once(candidates[i]) for i in reversed(order)}\n",
+        new="        back = {i: time_once(candidates[i]) for i in order}\n",
+        gates=("tests/backends/test_tuner_rounds.py::test_a_clock_drift_during_tuning_does_not_reach_the_comparison",),
+        expect="the drift ",
     ),
 ]
