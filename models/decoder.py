@@ -297,7 +297,9 @@ class DecoderForCausalLM:
 
     def attends_with_rope(self, width: int, block_size: int) -> bool:
         """Whether a decode step over tables this wide takes the rope variant (given one token a sequence): the flag,
-        and a table of at most MIN_PARTITION keys, one partition at any row count. Measured faster there (H200: 1
+        and a table of at most MIN_PARTITION keys, one partition at any row count at the default floor (under
+        VT_DECODE_MIN_PARTITION it may be several: the lane's A/B then times the variant's prologue in each of
+        them, as it pairs the flag with VT_ROPE_IN_ATTENTION=0). Measured faster there (H200: 1
         and 8 rows at 128 keys); at 8 x 8,192 (16 partitions) 19% slower; a longer table that many rows keep in one
         partition (128 x 8k) is not measured, so it keeps the two launches. The graph driver asks it too: where it
         says yes, a short prefill run whole (rows sharing a sequence) needs a graph of its own."""

@@ -140,3 +140,9 @@ def as_environ(f: Flags) -> dict[str, str]:
     out["VT_SKINNY_CLUSTER"] = "1" if f.skinny_cluster else "0"
     out["VT_DECODE_MIN_PARTITION"] = str(f.decode_min_partition)
     return out
+
+
+def flag_names() -> frozenset[str]:
+    """Every VT_* variable this module reads (a tool that sets flags refuses any other name: a typo would run both
+    sides of an A/B alike)."""
+    return frozenset(as_environ(flags())) | {"VT_API_KEY", "VT_ENGINE_PROCESS", *RETIRED}

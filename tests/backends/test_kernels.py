@@ -152,7 +152,7 @@ def test_decode_cases_reach_every_path() -> None:
 @contextlib.contextmanager
 def partition_floor(monkeypatch: pytest.MonkeyPatch, floor: int) -> Iterator[None]:
     """VT_DECODE_MIN_PARTITION set to floor for the block (vt/env.py reads it once: the cache is cleared on both
-    sides)."""
+    sides, the second time after the environment is as it was)."""
     from vt import env
 
     monkeypatch.setenv("VT_DECODE_MIN_PARTITION", str(floor))
@@ -160,7 +160,7 @@ def partition_floor(monkeypatch: pytest.MonkeyPatch, floor: int) -> Iterator[Non
     try:
         yield
     finally:
-        monkeypatch.delenv("VT_DECODE_MIN_PARTITION")
+        monkeypatch.undo()
         env.flags.cache_clear()
 
 

@@ -14,18 +14,27 @@ import pytest
 from backends.kernels import decode_attention, rotary
 from backends.kernels.fused import HEAD_DIMS
 from tests.backends.launches import launched_names
-from tests.backends.test_kernels import BS, DECODE_CASES, assert_within_bound, decode_case, rotary_reference
+from tests.backends.test_kernels import (
+    BS,
+    DECODE_CASES,
+    SHORT_TABLE,
+    assert_within_bound,
+    decode_case,
+    partition_floor,
+    rotary_reference,
+)
 from vt.dtypes import narrow_host, widen_host
 from vt.errors import EngineInvariantError
 
 ONE_TOKEN_CASES = [name for name, case in DECODE_CASES.items() if case[4] == 1]
 
 
-def rope_case(name: str, hd: int, dtype: str, seed: int = 0) -> dict[str, Any]:
-    """DECODE_CASES' rows (one token each) and a qkv projection for their new tokens. Each token's own slot (its
-    position in its table) holds NaN, as a stale block would; one more row is padding (slot -1, position 0) whose
-    table row is poisoned: what it reads and writes is nobody's."""
-    contexts, nh, nkv, width, _ = DECODE_CASES[name]
+def rope_case(name: str, hd: int, dtype: str, seed: int = 0,
+              spec: tuple[list[int], int, int, int, int] | None = None) -> dict[str, Any]:
+    """DECODE_CASES' rows (one token each; or spec's, in their layout) and a qkv projection for their new tokens.
+    Each token's own slot (its position in its table) holds NaN, as a stale block would; one more row is padding
+    (slot -1, position 0) whose table row is poisoned: what it reads and writes is nobody's."""
+    contexts, nh, nkv, width, _ = spec or DECODE_CASES[name]
     c = decode_case(contexts + [1], nh, nkv, hd, dtype, width, seed=seed)
     rng = np.random.default_rng(seed + 1)
     T = len(contexts) + 1
@@ -171,6 +180,24 @@ def test_cuda_rope_variant_equals_the_two_launches_it_replaces_bit_for_bit(case:
             assert_within_bound(got["out"][live], twin["out"][live], f"rope attention {case} hd={hd} {dtype}")
             runs += 1
     assert runs == 2 * len(HEAD_DIMS), "non-vacuity: every head dim, both configurations"
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_cuda_rope_variant_at_the_lowest_partition_floor_equals_the_two_launches(
+        dtype: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """VT_DECODE_MIN_PARTITION=64 (the c=1 A/B's other side): a 256-key table in four partitions, new keys in the
+    first, on its edge, just past it and in the last; the variant equals the two launches bit for bit."""
+    import cupy
+
+    with partition_floor(monkeypatch, 64):
+        for hd in HEAD_DIMS:
+            a = rope_case("", hd, dtype, seed=hd, spec=([1, 64, 65, 255], 4, 2, SHORT_TABLE, 1))
+            assert a["part_ml"] is not None and a["part_ml"].shape[2] == 4, "non-vacuity: four partitions"
+            got, want = fused(cupy, a, True), unfused(cupy, a, True)
+            for k in ("out", "k_cache", "v_cache"):
+                assert np.array_equal(got[k], want[k], equal_nan=True), f"{k} hd={hd}"
+            assert got["guards"], f"hd={hd}: a padding row (slot -1) wrote before the caches"
 
 
 def test_rope_cases_reach_a_head_split_and_a_partitioned_context() -> None:

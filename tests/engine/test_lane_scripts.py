@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -78,6 +79,7 @@ ENV_AB_REFUSALS = {  # name: (arguments, what the one line must name)
     "not-a-flag": (["--set", "PDL=1,0", "--", "true"], "--set 'PDL=1,0': expected VT_NAME=value"),
     "empty-value": (["--set", "VT_PDL=1,", "--", "true"], "--set 'VT_PDL=1,': expected VT_NAME=value"),
     "twice": (["--set", "VT_PDL=1", "--set", "VT_PDL=0", "--", "true"], "VT_PDL is set twice"),
+    "a-typo": (["--set", "VT_DECODE_MIN_PARTITONS=64", "--", "true"], "is not a flag vt/env.py reads"),
     "no-set": (["--", "true"], "--set: at least one flag"),
     "no-command": (["--set", "VT_PDL=1,0"], "no command"),
     "no-rounds": (["--set", "VT_PDL=1,0", "--rounds", "0", "--", "true"], "--rounds must be at least 1"),
@@ -98,7 +100,7 @@ def test_env_ab_runs_each_setting_in_its_own_process_and_alternates_them(tmp_pat
     """Each process sees its setting (its figure is computed from the flag it got), the settings' order flips every
     other round, and a setting whose process fails is named while the others' figures still come back (rc 1)."""
     log = tmp_path / "order.log"
-    child = ("import json, os, sys; v = os.environ['VT_PDL']; open(sys.argv[1], 'a').write(v + '\\n'); "
+    child = ("import json, os, sys; v = os.environ.get('VT_PDL', '0'); open(sys.argv[1], 'a').write(v + '\\n'); "
              "sys.exit('no such mode') if v == 'x' else print(json.dumps({'n': {'twice': 2 * int(v)}}))")
     r = subprocess.run([sys.executable, str(ROOT / "scripts" / "env-ab"), "--set", "VT_PDL=1,3,x", "--rounds", "2",
                         "--figures", "n.twice", "--", sys.executable, "-c", child, str(log)],
@@ -108,3 +110,30 @@ def test_env_ab_runs_each_setting_in_its_own_process_and_alternates_them(tmp_pat
     assert rows == {"VT_PDL=1": "2; 2, 2", "VT_PDL=3": "6; 6, 6", "VT_PDL=x": "-"}, r.stdout
     assert log.read_text().split() == ["1", "3", "x", "x", "3", "1"], "round 0 in order, round 1 reversed"
     assert r.returncode == 1 and "failed: round 0 VT_PDL=x: rc 1, no such mode" in r.stdout, r.stdout
+
+
+def test_env_ab_ends_a_run_past_its_timeout_with_what_it_started(tmp_path: Path) -> None:
+    """A measuring process that hangs, having started one of its own (a rank, a server): both are killed at the
+    timeout, the run is named as failed, and the call ends."""
+    pid_file = tmp_path / "grandchild.pid"
+    child = ("import subprocess, sys, time; p = subprocess.Popen([sys.executable, '-c', 'import time; "
+             "time.sleep(40)']); open(sys.argv[1], 'w').write(str(p.pid)); time.sleep(40)")
+    try:  # its own process holds the output pipes: killed alone, the hung run would keep the call waiting 40 s
+        r = subprocess.run([sys.executable, str(ROOT / "scripts" / "env-ab"), "--set", "VT_PDL=1", "--rounds", "1",
+                            "--timeout", "3", "--", sys.executable, "-c", child, str(pid_file)],
+                           capture_output=True, text=True, timeout=25, cwd=ROOT)
+    except subprocess.TimeoutExpired:
+        pytest.fail("env-ab waited out the hung run's own process")
+    assert r.returncode == 1 and "ran past 3 s: killed" in r.stdout, (r.stdout, r.stderr[-2000:])
+    pid = int(pid_file.read_text())
+    deadline = time.monotonic() + 5
+    while Path(f"/proc/{pid}").exists() and "Z" not in _state(pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not Path(f"/proc/{pid}").exists() or "Z" in _state(pid), "the hung run's own process is still running"
+
+
+def _state(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(") ")[1].split()[0]
+    except (OSError, IndexError):
+        return "gone"

@@ -126,3 +126,17 @@ def test_a_retired_flag_set_to_what_it_no_longer_offers_is_refused_by_name(value
     for old_default in ("mass", " MASS ", ""):  # read as every choice flag is: stripped, any case; empty is unset
         monkeypatch.setenv("VT_TEMPERATURE_DRAW", old_default)
         Flags.from_environ()  # no error
+
+
+def test_flag_names_are_every_variable_this_module_reads() -> None:
+    """flag_names (what scripts/env-ab accepts) against the names vt/env.py's source hands to os.environ or a reader:
+    a flag added later is in it, or this test names it."""
+    import re
+    from pathlib import Path
+
+    from vt import env
+
+    source = Path(env.__file__).read_text()
+    read = set(re.findall(r'(?:environ\.get|_read_\w+)\("(VT_[A-Z0-9_]+)"', source))
+    assert read and "VT_DECODE_MIN_PARTITION" in read, "non-vacuity: the source's reads were found"
+    assert read <= env.flag_names(), f"read but not named: {sorted(read - env.flag_names())}"

@@ -217,8 +217,9 @@ class GraphDriver:
         # whole cache); its bucket is the last of width_ladder.
         blocks = -(-max_model_len // kv.block_size) if max_model_len else kv.num_blocks
         self.max_model_len = max_model_len
-        # Tables narrower than one attention partition's keys cost the decode kernel what that width does (one
-        # partition, reading only each row's own context): they share its graphs, half as many to capture.
+        # Tables narrower than MIN_PARTITION keys cost the decode kernel what that width does (one partition at the
+        # default floor, reading only each row's own context; VT_DECODE_MIN_PARTITION may split it): they share its
+        # graphs, half as many to capture.
         self.min_width = width_bucket(-(-MIN_PARTITION // kv.block_size))
         self.max_width = width_bucket(max(1, blocks), self.min_width)
         c, rows = model.cfg, max(max_num_seqs * max_q, self.rows_ladder[-1])
