@@ -36,6 +36,7 @@ class ForwardBatch:
     tiles: Tensor | None = None  # [n, 4] int32 (backends/kernels/prefill_attention.py)
     # decode: each sequence's tokens in the step (1, or speculative verification's q); 0 where unknown (prefill)
     tokens_per_row: int = 0
+    rows_share_sequences: bool = False  # decode: a short prefill run whole, a row a token (the driver's apart graphs)
     num_decode: int = 0  # prefill batches: the first num_decode tokens are decoding requests' (one-token chunks)
     logits_rows: Tensor | None = None  # [N] int64: which rows get logits (prefill: each seq's last)
 

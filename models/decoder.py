@@ -114,6 +114,7 @@ class DecoderForCausalLM:
         self.rope_table = self._upload(rope_table(self.cfg))
         self.consumer_norm = flags().consumer_norm and group is None
         self.rope_in_attention = flags().rope_in_attention
+        self.shared_rows_attention = flags().shared_rows_attention
 
     # ---- weights ----------------------------------------------------------------------------
     def _upload(self, a: np.ndarray) -> Tensor:
@@ -315,7 +316,8 @@ class DecoderForCausalLM:
             return
         q, o = carry.get("q", ()), carry.get("o", ())
         if not fb.is_prefill:
-            self._decode_attention(i, q, o, fb.positions, fb.token_row, fb.block_tables, kv, carry)
+            self._decode_attention(i, q, o, fb.positions, fb.token_row, fb.block_tables, kv, carry,
+                                   shared=fb.rows_share_sequences and self.shared_rows_attention)
             return
         D = fb.num_decode  # a mixed step: its first D tokens are decoding requests' new tokens
         T, nh, hd = q.shape
@@ -334,9 +336,10 @@ class DecoderForCausalLM:
 
     def _decode_attention(self, i: int, q: Tensor | None, o: Tensor, positions: Tensor, token_row: Tensor,
                           block_tables: Tensor, kv: KVCache, carry: Carry | None,
-                          rope: tuple[Tensor, Tensor] | None = None) -> None:
-        """The decode kernel over o's tokens, from q; or (rope: the q/k/v projection and the slots) from the
-        projection, the q/k norm, rotary and KV write in its prologue. Its partitions' scratch lives in the carry
+                          rope: tuple[Tensor, Tensor] | None = None, shared: bool = False) -> None:
+        """The decode kernel over o's tokens, from q (shared: the rows kernel, for rows that share sequences); or
+        (rope: the q/k/v projection and the slots) from the projection, the q/k norm, rotary and KV write in its
+        prologue. Its partitions' scratch lives in the carry
         for a whole decode step, or (carry None: a mixed step's eager attention break) only for this launch: a
         break's pool block is dead before the bucket's next segment runs."""
         T, nh, hd = o.shape
@@ -347,7 +350,10 @@ class DecoderForCausalLM:
             parts = (carry.get("part_o", (T, nh, P, hd)), carry.get("part_ml", (T, nh, P, 2)))
         else:
             parts = (self.pool.empty((T, nh, P, hd), F32), self.pool.empty((T, nh, P, 2), F32))
-        if rope is None:
+        if shared:  # rows of one sequence read its keys together (VT_SHARED_ROWS_ATTENTION)
+            self.backend.paged_decode_attention_rows(q, kv.k[i], kv.v[i], block_tables, token_row, positions, o,
+                                                     *parts)
+        elif rope is None:
             self.backend.paged_decode_attention(q, kv.k[i], kv.v[i], block_tables, token_row, positions, o, *parts)
         else:
             c = self.cfg

@@ -95,6 +95,11 @@ class Flags:
     # by default), so a launch of few rows over a short context runs on more blocks, plus the reduce launch
     # (backends/kernels/decode_attention.py partition_size): an A/B knob for the H200 lane, not measured yet
     decode_min_partition: int = 256
+    # VT_SHARED_ROWS_ATTENTION=1: a short prefill run whole as a decode step (rows sharing sequences) attends with
+    # paged_decode_attention_rows, whose blocks read each key once for a few rows of one sequence, in graphs apart
+    # from decode steps' (H200, 0.6B, a prefix hit's step of 16 rows over 1,024 keys: attention 0.78 of 2.03 ms,
+    # session 18): off until the lane measures it
+    shared_rows_attention: bool = False
 
     @classmethod
     def from_environ(cls) -> Flags:
@@ -117,6 +122,7 @@ class Flags:
             consumer_norm=_read_bool("VT_CONSUMER_NORM", True),
             rope_in_attention=_read_bool("VT_ROPE_IN_ATTENTION", True),
             decode_min_partition=int(_read_choice("VT_DECODE_MIN_PARTITION", ("256", "128", "64"))),
+            shared_rows_attention=_read_bool("VT_SHARED_ROWS_ATTENTION", False),
         )
 
 
@@ -132,7 +138,7 @@ def as_environ(f: Flags) -> dict[str, str]:
     names = {"pool_bypass": "VT_POOL_BYPASS", "pool_exact": "VT_POOL_EXACT", "pool_borrow": "VT_POOL_BORROW",
              "pool_stats": "VT_POOL_STATS", "cudagraph": "VT_CUDAGRAPH", "sanitize": "VT_SANITIZE",
              "gemm_tuned": "VT_GEMM_TUNED", "pdl": "VT_PDL", "consumer_norm": "VT_CONSUMER_NORM",
-             "rope_in_attention": "VT_ROPE_IN_ATTENTION"}
+             "rope_in_attention": "VT_ROPE_IN_ATTENTION", "shared_rows_attention": "VT_SHARED_ROWS_ATTENTION"}
     out = {env: "1" if getattr(f, field) else "0" for field, env in names.items()}
     out["VT_CACHE_DIR"] = f.cache_dir
     out["VT_BLAS_THREADS"] = str(f.blas_threads)

@@ -62,6 +62,14 @@ class Ops:
         self.launch(self.kernels.paged_decode_attention, q, k_cache, v_cache, block_tables, token_row, positions,
                     out, part_o, part_ml)
 
+    def paged_decode_attention_rows(self, q: Any, k_cache: Any, v_cache: Any, block_tables: Any, token_row: Any,
+                                    positions: Any, out: Any, part_o: Any = None, part_ml: Any = None) -> None:
+        """paged_decode_attention (the same arguments, the same output) for a step whose rows share sequences (a
+        short prefill run whole, a row a token): on CUDA a block serves a few consecutive rows, and those of one
+        sequence read each key once between them."""
+        self.launch(self.kernels.paged_decode_attention_rows, q, k_cache, v_cache, block_tables, token_row,
+                    positions, out, part_o, part_ml)
+
     def paged_decode_attention_rope(self, qkv: Any, w: Any, rope: Any, positions: Any, slots: Any, k_cache: Any,
                                     v_cache: Any, block_tables: Any, token_row: Any, out: Any, part_o: Any = None,
                                     part_ml: Any = None, *, has_norm: bool, eps: float, bias: Any = None) -> None:

@@ -362,6 +362,199 @@ paged_decode_attention_rope(const float* __restrict__ qkv, const float* __restri
                                      part_ml);
 }
 
+// paged_decode_attention for a step whose rows share sequences (a short prefill run whole, a row a token: the
+// graph driver's "rows apart" graphs): a block serves R consecutive rows for one query head, and the rows of one
+// sequence among them (one table row) read each key once between them, where the plain kernel's blocks read the
+// same keys once a row. Each row keeps its own causal end (its position), its own online softmax and its own merge,
+// in the plain kernel's order: keys past a row's end (inside the block's reach) weigh exactly zero, so a row's
+// output is the plain kernel's bit for bit. Rows of other sequences in the same R are served in turn. Grid (nh,
+// ceil(T / R), P); DECODE_THREADS threads; q, caches, tables, out and partials as paged_decode_attention.
+template <typename KV, typename OUT, int HD, int R>
+__device__ __forceinline__ void attend_rows(const float (&qr)[R][DecodeLayout<KV, HD>::DPT], const int (&ends)[R],
+                                            const bool (&live)[R], int reach, int start, int p, int P, int nh,
+                                            int head, i64 t0, const i64* __restrict__ table, const CacheGeometry& cg,
+                                            unsigned inner, const char* k_bytes, long long v_minus_k,
+                                            OUT* __restrict__ out, float* __restrict__ part_o,
+                                            float* __restrict__ part_ml) {
+    using L = DecodeLayout<KV, HD>;
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, kw = lane / L::TPK, dg = lane % L::TPK;
+    float acc[R][L::DPT], m[R], l[R];
+#pragma unroll
+    for (int r = 0; r < R; r++) {
+#pragma unroll
+        for (int i = 0; i < L::DPT; i++) acc[r][i] = 0.0f;
+        m[r] = neg_inf();
+        l[r] = 0.0f;
+    }
+    uint4 kc[L::PASSES][L::NV], vc[L::PASSES][L::NV], kn[L::PASSES][L::NV], vn[L::PASSES][L::NV];
+    bool valid[L::PASSES], valid_next[L::PASSES] = {};
+    long long row[L::PASSES];
+    const int first = start + warp * L::WTILE;
+    rows_of<L>(table, first, reach, kw, cg, row);
+    load_tile<KV, L>(k_bytes, v_minus_k, row, inner, kc, vc, valid);
+    rows_of<L>(table, first + L::TILE, reach, kw, cg, row);
+    for (int k0 = first; k0 < reach; k0 += L::TILE) {
+        if (k0 + L::TILE < reach) {
+            load_tile<KV, L>(k_bytes, v_minus_k, row, inner, kn, vn, valid_next);
+            rows_of<L>(table, k0 + 2 * L::TILE, reach, kw, cg, row);
+        }
+        float sc[L::PASSES][R];
+#pragma unroll
+        for (int ps = 0; ps < L::PASSES; ps++) {
+            float kf[L::DPT];
+            widen_vec<KV, L>(kc[ps], kf);
+            const int key = k0 + ps * L::WKP + kw;
+#pragma unroll
+            for (int r = 0; r < R; r++) {
+                float dot = 0.0f;
+#pragma unroll
+                for (int i = 0; i < L::DPT; i++) dot += qr[r][i] * kf[i];
+#pragma unroll
+                for (int o = L::TPK / 2; o > 0; o >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, o);
+                sc[ps][r] = valid[ps] && key < ends[r] ? dot : neg_inf();  // a row's own causal end
+            }
+        }
+#pragma unroll
+        for (int r = 0; r < R; r++) {
+            float mx = sc[0][r];
+#pragma unroll
+            for (int ps = 1; ps < L::PASSES; ps++) mx = fmaxf(mx, sc[ps][r]);
+            const float m_new = fmaxf(m[r], across_keys_max<L>(mx));
+            if (m_new == neg_inf()) {  // no key of this row in the warp's tiles yet (the same in every lane)
+#pragma unroll
+                for (int ps = 0; ps < L::PASSES; ps++) sc[ps][r] = 0.0f;
+                continue;
+            }
+            const float a = exp2_ftz(m[r] - m_new);
+            float sum = 0.0f;
+#pragma unroll
+            for (int ps = 0; ps < L::PASSES; ps++) {
+                sc[ps][r] = exp2_ftz(sc[ps][r] - m_new);
+                sum += sc[ps][r];
+            }
+            l[r] = l[r] * a + across_keys_sum<L>(sum);
+            m[r] = m_new;
+            if (a != 1.0f) {
+#pragma unroll
+                for (int i = 0; i < L::DPT; i++) acc[r][i] *= a;  // the online-softmax rescale
+            }
+        }
+#pragma unroll
+        for (int ps = 0; ps < L::PASSES; ps++) {
+            if (!valid[ps]) continue;  // past every row's end: never read
+            float vf[L::DPT];
+            widen_vec<KV, L>(vc[ps], vf);
+#pragma unroll
+            for (int r = 0; r < R; r++) {
+#pragma unroll
+                for (int i = 0; i < L::DPT; i++) acc[r][i] += sc[ps][r] * vf[i];
+            }
+        }
+#pragma unroll
+        for (int ps = 0; ps < L::PASSES; ps++) {
+            valid[ps] = valid_next[ps];
+#pragma unroll
+            for (int v = 0; v < L::NV; v++) { kc[ps][v] = kn[ps][v]; vc[ps][v] = vn[ps][v]; }
+        }
+    }
+
+    // The merge, as attend_partition's, a row where it merges a head; a row that is not live writes nothing.
+    constexpr int HC_MAX = 4096 / (DECODE_WARPS * HD) > 0 ? 4096 / (DECODE_WARPS * HD) : 1;
+    constexpr int HC = R < HC_MAX ? R : HC_MAX;
+    __shared__ float red[HC][DECODE_WARPS][HD];
+    __shared__ float wm[DECODE_WARPS][R], wl[DECODE_WARPS][R];
+    if (lane == 0) {
+#pragma unroll
+        for (int r = 0; r < R; r++) { wm[warp][r] = m[r]; wl[warp][r] = l[r]; }
+    }
+#pragma unroll
+    for (int r0 = 0; r0 < R; r0 += HC) {
+#pragma unroll
+        for (int rr = 0; rr < HC; rr++) {
+            if (r0 + rr >= R) break;
+#pragma unroll
+            for (int i = 0; i < L::DPT; i++) {
+                const float v = across_keys_sum<L>(acc[r0 + rr][i]);
+                if (lane < L::TPK) red[rr][warp][dg * L::DPT + i] = v;
+            }
+        }
+        __syncthreads();
+        for (int j = tid; j < HC * HD; j += DECODE_THREADS) {
+            const int rr = j / HD, d = j - rr * HD, r = r0 + rr;
+            if (r >= R) break;
+            if (!live[r]) continue;
+            float M = neg_inf();
+#pragma unroll
+            for (int w = 0; w < DECODE_WARPS; w++) M = fmaxf(M, wm[w][r]);  // finite: a live row has a key here
+            float o = 0.0f, lsum = 0.0f;
+#pragma unroll
+            for (int w = 0; w < DECODE_WARPS; w++) {
+                const float f = exp2_ftz(wm[w][r] - M);
+                o += f * red[rr][w][d];
+                lsum += f * wl[w][r];
+            }
+            o /= lsum;
+            const i64 t = t0 + r;
+            if (P == 1) out[(t * nh + head) * HD + d] = from_f32<OUT>(o);
+            else part_o[((t * nh + head) * P + p) * HD + d] = o;
+            if (P > 1 && d == 0) {
+                part_ml[((t * nh + head) * P + p) * 2] = M * LN2;
+                part_ml[((t * nh + head) * P + p) * 2 + 1] = lsum;
+            }
+        }
+        __syncthreads();
+    }
+}
+
+template <typename KV, typename OUT, int HD, int R>
+__global__ void __launch_bounds__(DECODE_THREADS, DECODE_MIN_BLOCKS<KV, HD, R>)
+paged_decode_attention_rows(const float* __restrict__ q, const KV* __restrict__ k_cache,
+                            const KV* __restrict__ v_cache, const i64* __restrict__ block_tables,
+                            const i64* __restrict__ token_row, const i64* __restrict__ positions,
+                            OUT* __restrict__ out, float* __restrict__ part_o, float* __restrict__ part_ml, int T,
+                            int nkv, int block_size, int table_width, int partition) {
+    vt::pdl_entry();
+    using L = DecodeLayout<KV, HD>;
+    const int head = blockIdx.x, nh = gridDim.x, kvh = head / (nh / nkv), p = blockIdx.z, P = gridDim.z;
+    const int g0 = blockIdx.y * R, gn = min(R, T - g0), start = p * partition, dg = (threadIdx.x & 31) % L::TPK;
+    CacheGeometry cg;
+    cg.shift = __ffs(block_size) - 1;
+    cg.mask = block_size - 1;
+    cg.slot_bytes = (unsigned)(nkv * HD * sizeof(KV));
+    cg.block_bytes = (unsigned long long)cg.slot_bytes * block_size;
+    const unsigned inner = (unsigned)((kvh * HD + dg * L::DPT) * sizeof(KV));
+    const char* k_bytes = reinterpret_cast<const char*>(k_cache);
+    const long long v_minus_k = reinterpret_cast<const char*>(v_cache) - k_bytes;
+    // The block's rows in runs of one sequence (the same table row); every thread walks the same runs.
+    for (int lead = 0; lead < gn;) {
+        const i64 trow = token_row[g0 + lead];
+        int n = 1;
+        while (lead + n < gn && token_row[g0 + lead + n] == trow) n++;
+        int ends[R], reach = start;
+        bool live[R];
+#pragma unroll
+        for (int r = 0; r < R; r++) {
+            const int ctx = r < n ? min((int)positions[g0 + lead + r] + 1, table_width * block_size) : 0;
+            live[r] = start < ctx;  // the reduce kernel reads only partitions before a row's context ends
+            ends[r] = live[r] ? min(ctx, start + partition) : start;
+            reach = max(reach, ends[r]);
+        }
+        if (reach > start) {
+            float qr[R][L::DPT];
+#pragma unroll
+            for (int r = 0; r < R; r++) {
+                const float* qh = q + ((g0 + lead + (live[r] ? r : 0)) * (i64)nh + head) * HD + dg * L::DPT;
+#pragma unroll
+                for (int i = 0; i < L::DPT; i++) qr[r][i] = live[r] ? qh[i] * LOG2E : 0.0f;
+            }
+            attend_rows<KV, OUT, HD, R>(qr, ends, live, reach, start, p, P, nh, head, g0 + lead,
+                                        block_tables + trow * table_width, cg, inner, k_bytes, v_minus_k, out,
+                                        part_o, part_ml);
+        }
+        lead += n;
+    }
+}
+
 // out[t, head] = the partitions' outputs weighted by their softmax sums, rescaled to the common max.
 // Grid (nh, T); HD threads (at least a warp). Warp 0 finds the max and each partition's weight once (a lane a
 // partition), then every thread sums its dim over the partitions with all loads independent.

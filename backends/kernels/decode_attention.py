@@ -35,6 +35,9 @@ CI_INSTANCES = (
      for kv in STORAGE for hd in HEAD_DIMS for g in (1, 2)]  # 1: a split launch's block (head_split)
     + [Instance("decode_attention.cu", f"vt::paged_decode_attention<vt::bf16, vt::bf16, 128, {g}>") for g in (4, 8)]
     + [Instance("decode_attention.cu", f"vt::paged_decode_reduce<{o}, {hd}>") for o in STORAGE for hd in HEAD_DIMS])
+ROWS_A_BLOCK = 4  # paged_decode_attention_rows: consecutive rows a block serves (its registers: 208 at bf16, 128)
+CI_INSTANCES += [Instance("decode_attention.cu", f"vt::paged_decode_attention_rows<{kv}, {kv}, {hd}, {ROWS_A_BLOCK}>")
+                 for kv in STORAGE for hd in HEAD_DIMS]
 # The rope variant at every layout and GQA ratio the plain kernel has.
 CI_INSTANCES += [Instance(i.file, i.expr.replace("paged_decode_attention<", "paged_decode_attention_rope<"))
                  for i in CI_INSTANCES if "paged_decode_attention<" in i.expr]
@@ -231,3 +234,35 @@ def _rope_cuda(cp: Any, qkv: Any, bias: Any, w: Any, rope: Any, slots: Any, k_ca
 # qkv, bias, w, rope, slots, k_cache, v_cache, block_tables, token_row, positions, out, part_o, part_ml
 paged_decode_attention_rope = FusedKernel("paged_decode_attention_rope", _rope_twin, _rope_cuda,
                                           writes=(5, 6, 10, 11, 12))
+
+
+def _rows_cuda(cp: Any, q: Any, k_cache: Any, v_cache: Any, block_tables: Any, token_row: Any, positions: Any,
+               out: Any, part_o: Any, part_ml: Any) -> None:
+    T, nh, hd = q.shape
+    bs, nkv = k_cache.shape[1], k_cache.shape[2]
+    groups = -(-T // ROWS_A_BLOCK)
+    if groups > MAX_GRID_Y or bs & (bs - 1) or k_cache.shape[0] >= 2**31:
+        raise EngineInvariantError(f"paged_decode_attention_rows: {T} tokens (at most {MAX_GRID_Y * ROWS_A_BLOCK}), "
+                                   f"block size {bs} (a power of two), {k_cache.shape[0]} cache blocks (< 2**31)")
+    W = block_tables.shape[1]
+    P = _partitions(part_o, part_ml)
+    if P > MAX_PARTITIONS:
+        raise EngineInvariantError(f"{P} decode partitions: the reduce kernel holds at most {MAX_PARTITIONS}")
+    part = W * bs if P == 1 else partition_size(T, nkv, W * bs)  # the plain kernel's partitions: its scratch
+    kv, o = ctype(k_cache.dtype), ctype(out.dtype)
+    attend = function(cp, Instance("decode_attention.cu",
+                                   f"vt::paged_decode_attention_rows<{kv}, {o}, {hd}, {ROWS_A_BLOCK}>"))
+    null = np.uint64(0)
+    attend((nh, groups, P), (THREADS,), (q, k_cache, v_cache, block_tables, token_row, positions, out,
+                                         null if part_o is None else part_o, null if part_ml is None else part_ml,
+                                         np.int32(T), np.int32(nkv), np.int32(bs), np.int32(W), np.int32(part)))
+    if P > 1:
+        reduce = function(cp, Instance("decode_attention.cu", f"vt::paged_decode_reduce<{o}, {hd}>"))
+        reduce((nh, T), (max(32, hd),), (part_o, part_ml, positions, out, np.int32(nh), np.int32(P),
+                                         np.int32(part), np.int32(W * bs)))
+
+
+# As paged_decode_attention, and the same twin (each row's output is the plain kernel's, bit for bit: the kernel
+# only shares the key reads of rows of one sequence): q, k_cache, v_cache, block_tables, token_row, positions, out,
+# part_o, part_ml
+paged_decode_attention_rows = FusedKernel("paged_decode_attention_rows", _twin, _rows_cuda, writes=(6, 7, 8))

@@ -6,7 +6,11 @@ import types
 from typing import Any
 
 from backends.kernels.activation import PAIR_COLS, silu_mul
-from backends.kernels.decode_attention import paged_decode_attention, paged_decode_attention_rope
+from backends.kernels.decode_attention import (
+    paged_decode_attention,
+    paged_decode_attention_rope,
+    paged_decode_attention_rows,
+)
 from backends.kernels.moe import (
     moe_combine,
     moe_combine_add_rms_norm,
@@ -101,6 +105,7 @@ rms_norm_gemm_silu_mul.writes = (2, 4, 5)  # type: ignore[attr-defined]
 LIBRARY = types.SimpleNamespace(embed=embed, add_rms_norm=add_rms_norm, qk_norm_rope_store=qk_norm_rope_store,
                                 silu_mul=silu_mul, paged_decode_attention=paged_decode_attention,
                                 paged_decode_attention_rope=paged_decode_attention_rope,
+                                paged_decode_attention_rows=paged_decode_attention_rows,
                                 paged_prefill_attention=paged_prefill_attention, gemm=matmul, moe_route=moe_route,
                                 moe_group=moe_group, moe_gemm=moe_gemm, moe_combine=moe_combine,
                                 moe_gemm_rows=moe_gemm_rows, moe_route_gemm_rows=moe_route_gemm_rows,

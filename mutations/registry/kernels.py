@@ -1163,8 +1163,8 @@ ENTRIES += [
         description="the graph driver tells the model a step apart (rows sharing a sequence) has one token a "
                     "sequence: a short prefill run whole hands the rope variant two tokens of a sequence",
         file="vt/engine/worker/graph_driver.py",
-        old="tokens_per_row=0 if slot.key[4] else slot.key[1])",
-        new="tokens_per_row=slot.key[1])",
+        old="tokens_per_row=0 if slot.key[4] else slot.key[1],",
+        new="tokens_per_row=slot.key[1],",
         gates=(f"{ROPE}::test_rows_sharing_a_sequence_take_a_graph_without_the_rope_variant",),
         expect="the step gave the rope variant rows that share a sequence",
     ),
@@ -1217,5 +1217,51 @@ ENTRIES += [
         new="        back = {i: time_once(candidates[i]) for i in order}\n",
         gates=("tests/backends/test_tuner_rounds.py::test_a_clock_drift_during_tuning_does_not_reach_the_comparison",),
         expect="the drift ",
+    ),
+]
+# The rows kernel (session 26): a short prefill run whole reads each key once for a few rows of its sequence
+SHARED_ROWS = "tests/backends/test_shared_rows_attention.py"
+ENTRIES += [
+    Mutation(
+        id="shared-rows-attention-flag-ignored",
+        description="VT_SHARED_ROWS_ATTENTION gives short steps graphs apart, but their attention stays the plain "
+                    "kernel's: the graphs cost start-up time and buy nothing",
+        file="models/decoder.py",
+        old="                                   shared=fb.rows_share_sequences and self.shared_rows_attention)\n",
+        new="                                   shared=False)\n",
+        gates=(f"{SHARED_ROWS}::test_a_step_of_rows_sharing_sequences_attends_with_the_rows_kernel_in_a_graph_apart",),
+    ),
+    Mutation(
+        id="driver-runs-shared-rows-in-a-decode-graph",
+        description="the graph driver gives steps of rows sharing sequences a decode step's graph where the rows "
+                    "kernel would serve them: the flag never reaches the attention",
+        file="vt/engine/worker/graph_driver.py",
+        old="        return rope or bool(getattr(self.model, \"shared_rows_attention\", False))\n",
+        new="        return rope\n",
+        gates=(f"{SHARED_ROWS}::test_a_step_of_rows_sharing_sequences_attends_with_the_rows_kernel_in_a_graph_apart",),
+        expect="apart",
+    ),
+    Mutation(
+        id="cuda-rows-attention-ignores-a-rows-own-end",
+        description="the rows kernel masks keys at the block's reach only: a prompt's earlier tokens attend its later "
+                    "ones (no causal mask inside a chunk)",
+        file="backends/kernels/decode_attention.cu",
+        old="                sc[ps][r] = valid[ps] && key < ends[r] ? dot : neg_inf();  // a row's own causal end\n",
+        new="                sc[ps][r] = valid[ps] ? dot : neg_inf();\n",
+        gates=tuple(f"{SHARED_ROWS}::test_cuda_rows_kernel_equals_the_plain_kernel_bit_for_bit[{c}-{d}]"
+                    for c in ("prefix-hit-16x1024", "three-chunks-straddle", "mha-partition-edges")
+                    for d in ("float32", "bfloat16", "float16")),
+        needs_gpu=True,
+    ),
+    Mutation(
+        id="cuda-rows-attention-reads-the-leads-table-for-every-row",
+        description="the rows kernel reads every row of a block through its first row's table: a block holding two "
+                    "sequences attends one sequence's keys for both",
+        file="backends/kernels/decode_attention.cu",
+        old="        while (lead + n < gn && token_row[g0 + lead + n] == trow) n++;\n",
+        new="        while (lead + n < gn) n++;\n",
+        gates=tuple(f"{SHARED_ROWS}::test_cuda_rows_kernel_equals_the_plain_kernel_bit_for_bit[{c}-{d}]"
+                    for c in ("three-chunks-straddle", "one-row-each-gqa8") for d in ("float32", "bfloat16", "float16")),
+        needs_gpu=True,
     ),
 ]

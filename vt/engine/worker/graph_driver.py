@@ -290,9 +290,11 @@ class GraphDriver:
     def _apart(self, width: int) -> bool:
         """Whether a step of rows sharing sequences (a short prefill run whole) needs a graph apart from a decode
         step's at this shape: where the model's decode attention would write each row's KV itself (the rope
-        variant's precondition is one token a sequence). Asked at every step, so a model's flag is never stale."""
+        variant's precondition is one token a sequence), or where such rows attend together (the model's
+        shared_rows_attention). Asked at every step, so a model's flag is never stale."""
         attends_with_rope = getattr(self.model, "attends_with_rope", None)
-        return bool(attends_with_rope is not None and attends_with_rope(width, self.kv.block_size))
+        rope = bool(attends_with_rope is not None and attends_with_rope(width, self.kv.block_size))
+        return rope or bool(getattr(self.model, "shared_rows_attention", False))
 
     def _rungs(self, q: int, spec: bool) -> list[int]:
         return self.rows_ladder if q == 1 and not spec else self.ladder
@@ -543,7 +545,8 @@ class GraphDriver:
 
     def _forward(self, slot: Slot) -> None:
         fb = ForwardBatch(slot.tokens, slot.positions, slot.slots, False, token_row=slot.token_row,
-                          block_tables=slot.block_tables, tokens_per_row=0 if slot.key[4] else slot.key[1])
+                          block_tables=slot.block_tables, tokens_per_row=0 if slot.key[4] else slot.key[1],
+                          rows_share_sequences=slot.key[4])
         self.backend.feed_tokens(slot.tokens, slot.feed_src, self.last_sampled)
         self.model.forward(fb, self.kv, slot.logits, slot.hidden)
         self.backend.launch(sample_tokens, *self._sampler_args(slot), *slot.split, general=False)

@@ -1,0 +1,191 @@
+"""paged_decode_attention_rows (VT_SHARED_ROWS_ATTENTION): a step whose rows share sequences (a short prefill run
+whole, a row a token) attends with blocks that serve a few consecutive rows, those of one sequence reading each key
+once. Each row's output is the plain decode kernel's, bit for bit, on the GPU; the CPU runs the plain kernel's twin.
+The graph driver gives such steps graphs apart, and the decoder takes the kernel only there."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+from backends.kernels import decode_attention
+from backends.kernels.fused import HEAD_DIMS
+from tests.backends.launches import launched_names
+from tests.backends.test_kernels import BS, DecodeCase, assert_within_bound, decode_case, decode_reference, run_decode
+from vt.dtypes import widen_host
+
+# name: (contexts, nh, nkv, table width in blocks, rows a sequence)
+SHARED_CASES = {
+    "prefix-hit-16x1024": ([1024], 16, 8, 64, 16),  # a 16-token tail over a cached 1,008-token prefix: 4 partitions
+    "three-chunks-straddle": ([37, 300, 513], 8, 2, 33, 3),  # runs of 3 rows: blocks of 4 rows hold two sequences
+    "one-row-each-gqa8": ([5, 64, 200], 16, 2, 16, 1),  # no two rows share: each block serves rows in turn
+    "mha-partition-edges": ([256, 257], 4, 4, 17, 5),  # a run ending on a partition's edge, one just past it
+}
+
+
+def shared_case(name: str, hd: int, dtype: str, seed: int = 0) -> DecodeCase:
+    """SHARED_CASES' rows, then one padding row (position 0 over the poisoned spare table row), as a graph bucket's."""
+    contexts, nh, nkv, width, per = SHARED_CASES[name]
+    c = decode_case(contexts, nh, nkv, hd, dtype, width, per, seed=seed)
+    q = np.concatenate([c.q, c.q[:1]])
+    token_row = np.append(c.token_row, len(contexts)).astype(np.int64)  # the spare row: every block poisoned
+    positions = np.append(c.positions, 0).astype(np.int64)
+    P = decode_attention.num_partitions(len(q), nkv, width, BS)
+    return DecodeCase(q, c.k_cache, c.v_cache, c.tables, token_row, positions, c.out_dtype, P)
+
+
+def run_rows(xp: Any, c: DecodeCase) -> np.ndarray:
+    T, nh, hd = c.q.shape
+    put = (lambda a: xp.asarray(a)) if xp is not np else (lambda a: a.copy())
+    out = xp.zeros((T, nh, hd), c.out_dtype)
+    P = c.num_partitions
+    parts = (None, None) if P == 1 else (xp.zeros((T, nh, P, hd), np.float32), xp.zeros((T, nh, P, 2), np.float32))
+    decode_attention.paged_decode_attention_rows(xp, put(c.q), put(c.k_cache), put(c.v_cache), put(c.tables),
+                                                 put(c.token_row), put(c.positions), out, *parts)
+    return out if xp is np else out.get()
+
+
+@pytest.mark.parametrize("case", SHARED_CASES)
+def test_the_rows_op_on_the_cpu_is_dense_attention_row_by_row(case: str) -> None:
+    """The CPU runs the plain kernel's twin for it: each row attends keys 0..its position of its sequence."""
+    c = shared_case(case, 16, "float32")
+    got = run_rows(np, c).astype(np.float64)[:-1]
+    want = decode_reference(c)[:-1]
+    assert np.abs(got - want).max() <= 1e-5 * (1 + np.abs(want).max()), case
+    assert np.abs(want).max() > 0.1, "non-vacuity: the outputs are not all near zero"
+
+
+def test_the_shared_cases_reach_what_the_kernel_must_get_right() -> None:
+    """Non-vacuity of the GPU cases: partitions, blocks whose rows hold two sequences, rows that share nothing, a
+    run of rows crossing a partition edge, every GQA ratio the kernel's head mapping serves."""
+    R = decode_attention.ROWS_A_BLOCK
+    mixed = parts = edge = 0
+    for name in SHARED_CASES:
+        c = shared_case(name, 16, "float32")
+        mixed += sum(len(set(c.token_row[g:g + R].tolist())) > 1 for g in range(0, len(c.token_row), R))
+        parts = max(parts, c.num_partitions)
+        part = decode_attention.partition_size(len(c.q), c.k_cache.shape[2], c.tables.shape[1] * BS)
+        ctx = c.positions + 1
+        edge += bool(c.num_partitions > 1 and ((ctx % part == 0) | (ctx % part == 1)).any())
+    assert mixed and parts > 1 and edge, (mixed, parts, edge)
+    assert {v[1] // v[2] for v in SHARED_CASES.values()} >= {1, 2, 4, 8}
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])
+@pytest.mark.parametrize("case", SHARED_CASES)
+def test_cuda_rows_kernel_equals_the_plain_kernel_bit_for_bit(case: str, dtype: str) -> None:
+    """Each row's output (or partition's partials, through the same reduce) equals the plain kernel's bit for bit at
+    every head dim; NaN-poisoned keys past every context (and the padding row's poisoned table) never reach a live
+    row; both within the twin's bound."""
+    import cupy
+
+    for hd in HEAD_DIMS:
+        c = shared_case(case, hd, dtype, seed=hd)
+        got, plain = run_rows(cupy, c), run_decode(cupy, c)
+        live = slice(0, len(c.q) - 1)
+        assert np.array_equal(got[live], plain[live]), f"hd={hd}: not the plain kernel's output"
+        assert np.isfinite(widen_host(got[live])).all(), f"hd={hd}: a poisoned key or value was read"
+        assert_within_bound(got[live], run_decode(np, c)[live], f"rows attention {case} hd={hd} {dtype}")
+
+
+def step_launches(shared_rows: bool, rows_share: bool) -> tuple[np.ndarray, list[str], Any]:
+    """tiny-qwen3's step of three tokens of one chunk (each its own row, a copy of the table) through the graph
+    driver, cold, captured and replayed: its logits, the kernels launched and the driver."""
+    from models.loader import load_checkpoint, resolve_model
+    from models.registry import load_model
+    from vt.engine.worker.graph_driver import DecodeInputs, GraphDriver
+    from vt.registry import make_backend
+
+    backend = make_backend("cpu")
+    model = load_model(load_checkpoint(resolve_model("tiny-qwen3")), backend, "float32")
+    model.shared_rows_attention = shared_rows
+    model.rope_in_attention = False  # the plain kernel on the other side, at any width
+    driver = GraphDriver(model, model.make_kv_cache(num_blocks=16, block_size=16), max_num_seqs=4)
+    table = np.array([3, 5, 6, 0])
+    positions = np.array([20, 21, 22])
+    slots = np.array([table[p // 16] * 16 + p % 16 for p in positions])
+    inp = DecodeInputs(np.array([11, 12, 13]), positions, slots, np.tile(table, (3, 1)),
+                       rows_share_sequences=rows_share)
+    with launched_names(backend) as names:
+        for _ in range(3):
+            driver.step(inp)
+    return driver.last_logits(), names, driver
+
+
+def test_a_step_of_rows_sharing_sequences_attends_with_the_rows_kernel_in_a_graph_apart() -> None:
+    """VT_SHARED_ROWS_ATTENTION on: the short step's graph is apart and every layer's attention is the rows kernel,
+    with the logits the plain kernel gives; a decode step's graph keeps the plain kernel."""
+    logits, names, driver = step_launches(True, True)
+    L = driver.model.cfg.num_hidden_layers
+    assert driver.last_slot.key[4], "the step's graph is apart from a decode step's"
+    assert names.count("paged_decode_attention_rows") == L * names.count("embed") > 0, names
+    assert "paged_decode_attention" not in names
+    plain, plain_names, _ = step_launches(False, True)
+    assert np.array_equal(logits, plain) and "paged_decode_attention_rows" not in plain_names, "the same logits"
+    _, decode_names, _ = step_launches(True, False)
+    assert "paged_decode_attention_rows" not in decode_names, "non-vacuity: a decode step keeps the plain kernel"
+
+
+def test_shared_rows_attention_is_off_unless_asked(monkeypatch: pytest.MonkeyPatch) -> None:
+    """VT_SHARED_ROWS_ATTENTION unset: off (not yet measured on the H200); =1 turns it on (vt/env.py reads it once)."""
+    from models.loader import load_checkpoint, resolve_model
+    from models.registry import load_model
+    from vt import env
+    from vt.registry import make_backend
+
+    def model_with(value: str | None) -> Any:
+        if value is None:
+            monkeypatch.delenv("VT_SHARED_ROWS_ATTENTION", raising=False)
+        else:
+            monkeypatch.setenv("VT_SHARED_ROWS_ATTENTION", value)
+        env.flags.cache_clear()
+        try:
+            return load_model(load_checkpoint(resolve_model("tiny-qwen3")), make_backend("cpu"), "float32")
+        finally:
+            env.flags.cache_clear()
+
+    assert model_with(None).shared_rows_attention is False
+    assert model_with("1").shared_rows_attention is True, "non-vacuity: the flag turns it on"
+
+
+def test_a_prefix_hits_tail_runs_whole_through_the_rows_kernel_and_generates_the_same_tokens(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """End to end on the CPU: with the flag, start-up captures the short steps' graphs apart, a prefix-cache hit's
+    16-token tail runs whole through the rows kernel, and the tokens equal the run without the flag."""
+    from backends.cpu import CpuBackend
+    from vt import LLM, SamplingParams, env
+
+    names: list[str] = []
+    launch = CpuBackend.launch
+
+    def spy(self: CpuBackend, kernel: Any, *args: Any, **kw: Any) -> None:
+        names.append(getattr(kernel, "__name__", ""))
+        launch(self, kernel, *args, **kw)
+
+    monkeypatch.setattr(CpuBackend, "launch", spy)
+    rng = np.random.default_rng(0)
+    prefix = [int(t) for t in rng.integers(3, 500, 624)]  # tiny-qwen3's vocabulary: 512
+    tail = [int(t) for t in rng.integers(3, 500, 16)]
+    greedy = SamplingParams(temperature=0, max_tokens=4, ignore_eos=True)
+
+    def tokens(flag: str) -> tuple[list[int], int]:
+        monkeypatch.setenv("VT_SHARED_ROWS_ATTENTION", flag)
+        env.flags.cache_clear()
+        try:
+            llm = LLM("tiny-qwen3", backend="cpu", max_model_len=1024, num_blocks=256, max_num_seqs=4)
+            llm.generate([prefix], greedy)
+            names.clear()
+            out = llm.generate([prefix + tail], greedy)[0].outputs[0].token_ids
+            return list(out), llm.engine.runner.num_whole_prefills
+        finally:
+            env.flags.cache_clear()
+
+    with_rows, whole = tokens("1")
+    rows_launches = names.count("paged_decode_attention_rows")
+    without, _ = tokens("0")
+    assert whole >= 1 and rows_launches > 0, f"non-vacuity: the tail ran whole ({whole}) through the rows kernel"
+    assert "paged_decode_attention_rows" not in names, "without the flag, the plain kernel"
+    assert with_rows == without, (with_rows, without)
