@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from backends.kernels.activation import pair_group
-from backends.kernels.decode_attention import MIN_PARTITION, num_partitions
+from backends.kernels.decode_attention import MIN_PARTITION, ROWS_A_BLOCK, num_partitions
 from backends.kernels.moe import expert_rows
 from models import kernels as K
 from models.base import Carry, ForwardBatch, KVCache, make_kv_cache
@@ -114,7 +114,10 @@ class DecoderForCausalLM:
         self.rope_table = self._upload(rope_table(self.cfg))
         self.consumer_norm = flags().consumer_norm and group is None
         self.rope_in_attention = flags().rope_in_attention
-        self.shared_rows_attention = flags().shared_rows_attention
+        # the rows kernel's blocks serve one query head: a key is read once a head for ROWS_A_BLOCK rows, where the
+        # plain kernel reads it once a KV head a row; fewer reads only below ROWS_A_BLOCK query heads a KV head
+        group = self.cfg.num_attention_heads // self.cfg.num_key_value_heads
+        self.shared_rows_attention = flags().shared_rows_attention and group < ROWS_A_BLOCK
 
     # ---- weights ----------------------------------------------------------------------------
     def _upload(self, a: np.ndarray) -> Tensor:

@@ -366,12 +366,14 @@ paged_decode_attention_rope(const float* __restrict__ qkv, const float* __restri
 // graph driver's "rows apart" graphs): a block serves R consecutive rows for one query head, and the rows of one
 // sequence among them (one table row) read each key once between them, where the plain kernel's blocks read the
 // same keys once a row. Each row keeps its own causal end (its position), its own online softmax and its own merge,
-// in the plain kernel's order: keys past a row's end (inside the block's reach) weigh exactly zero, so a row's
-// output is the plain kernel's bit for bit. Rows of other sequences in the same R are served in turn. Grid (nh,
-// ceil(T / R), P); DECODE_THREADS threads; q, caches, tables, out and partials as paged_decode_attention.
+// in the plain kernel's order over the plain kernel's tiles (a row's tiles end at its end; a later row's keys in its
+// last tile are masked and never weighed), so a row's output is the plain kernel's bit for bit. Rows of other
+// sequences in the same R are served in turn. The graph driver gives a run of rows with one table one token_row
+// (graph_driver.py `shared_token_rows`). Grid (nh, ceil(T / R), P); DECODE_THREADS threads; q, caches, tables, out
+// and partials as paged_decode_attention.
 template <typename KV, typename OUT, int HD, int R>
 __device__ __forceinline__ void attend_rows(const float (&qr)[R][DecodeLayout<KV, HD>::DPT], const int (&ends)[R],
-                                            const bool (&live)[R], int reach, int start, int p, int P, int nh,
+                                            unsigned live, int reach, int start, int p, int P, int nh,
                                             int head, i64 t0, const i64* __restrict__ table, const CacheGeometry& cg,
                                             unsigned inner, const char* k_bytes, long long v_minus_k,
                                             OUT* __restrict__ out, float* __restrict__ part_o,
@@ -416,15 +418,11 @@ __device__ __forceinline__ void attend_rows(const float (&qr)[R][DecodeLayout<KV
         }
 #pragma unroll
         for (int r = 0; r < R; r++) {
+            if (k0 >= ends[r]) continue;  // past this row's end: the plain kernel's warp has left its loop
             float mx = sc[0][r];
 #pragma unroll
             for (int ps = 1; ps < L::PASSES; ps++) mx = fmaxf(mx, sc[ps][r]);
-            const float m_new = fmaxf(m[r], across_keys_max<L>(mx));
-            if (m_new == neg_inf()) {  // no key of this row in the warp's tiles yet (the same in every lane)
-#pragma unroll
-                for (int ps = 0; ps < L::PASSES; ps++) sc[ps][r] = 0.0f;
-                continue;
-            }
+            const float m_new = fmaxf(m[r], across_keys_max<L>(mx));  // finite: the tile's first key is the row's
             const float a = exp2_ftz(m[r] - m_new);
             float sum = 0.0f;
 #pragma unroll
@@ -444,8 +442,10 @@ __device__ __forceinline__ void attend_rows(const float (&qr)[R][DecodeLayout<KV
             if (!valid[ps]) continue;  // past every row's end: never read
             float vf[L::DPT];
             widen_vec<KV, L>(vc[ps], vf);
+            const int key = k0 + ps * L::WKP + kw;
 #pragma unroll
             for (int r = 0; r < R; r++) {
+                if (key >= ends[r]) continue;  // a later row's key: this row never weighs it, even as 0 x inf
 #pragma unroll
                 for (int i = 0; i < L::DPT; i++) acc[r][i] += sc[ps][r] * vf[i];
             }
@@ -482,7 +482,7 @@ __device__ __forceinline__ void attend_rows(const float (&qr)[R][DecodeLayout<KV
         for (int j = tid; j < HC * HD; j += DECODE_THREADS) {
             const int rr = j / HD, d = j - rr * HD, r = r0 + rr;
             if (r >= R) break;
-            if (!live[r]) continue;
+            if (!(live >> r & 1u)) continue;
             float M = neg_inf();
 #pragma unroll
             for (int w = 0; w < DECODE_WARPS; w++) M = fmaxf(M, wm[w][r]);  // finite: a live row has a key here
@@ -531,21 +531,22 @@ paged_decode_attention_rows(const float* __restrict__ q, const KV* __restrict__ 
         int n = 1;
         while (lead + n < gn && token_row[g0 + lead + n] == trow) n++;
         int ends[R], reach = start;
-        bool live[R];
+        unsigned live = 0;  // a bit a row: the reduce kernel reads only partitions before a row's context ends
 #pragma unroll
         for (int r = 0; r < R; r++) {
             const int ctx = r < n ? min((int)positions[g0 + lead + r] + 1, table_width * block_size) : 0;
-            live[r] = start < ctx;  // the reduce kernel reads only partitions before a row's context ends
-            ends[r] = live[r] ? min(ctx, start + partition) : start;
+            live |= (unsigned)(start < ctx) << r;
+            ends[r] = start < ctx ? min(ctx, start + partition) : start;
             reach = max(reach, ends[r]);
         }
         if (reach > start) {
             float qr[R][L::DPT];
 #pragma unroll
             for (int r = 0; r < R; r++) {
-                const float* qh = q + ((g0 + lead + (live[r] ? r : 0)) * (i64)nh + head) * HD + dg * L::DPT;
+                const bool on = live >> r & 1u;
+                const float* qh = q + ((g0 + lead + (on ? r : 0)) * (i64)nh + head) * HD + dg * L::DPT;
 #pragma unroll
-                for (int i = 0; i < L::DPT; i++) qr[r][i] = live[r] ? qh[i] * LOG2E : 0.0f;
+                for (int i = 0; i < L::DPT; i++) qr[r][i] = on ? qh[i] * LOG2E : 0.0f;
             }
             attend_rows<KV, OUT, HD, R>(qr, ends, live, reach, start, p, P, nh, head, g0 + lead,
                                         block_tables + trow * table_width, cg, inner, k_bytes, v_minus_k, out,

@@ -1229,7 +1229,8 @@ ENTRIES += [
         file="models/decoder.py",
         old="                                   shared=fb.rows_share_sequences and self.shared_rows_attention)\n",
         new="                                   shared=False)\n",
-        gates=(f"{SHARED_ROWS}::test_a_step_of_rows_sharing_sequences_attends_with_the_rows_kernel_in_a_graph_apart",),
+        gates=(f"{SHARED_ROWS}::test_a_step_of_rows_sharing_sequences_attends_with_the_rows_kernel_in_a_graph_apart",
+               f"{SHARED_ROWS}::test_a_prefix_hits_tail_runs_whole_through_the_rows_kernel_and_generates_the_same_tokens",),
     ),
     Mutation(
         id="driver-runs-shared-rows-in-a-decode-graph",
@@ -1238,7 +1239,9 @@ ENTRIES += [
         file="vt/engine/worker/graph_driver.py",
         old="        return rope or bool(getattr(self.model, \"shared_rows_attention\", False))\n",
         new="        return rope\n",
-        gates=(f"{SHARED_ROWS}::test_a_step_of_rows_sharing_sequences_attends_with_the_rows_kernel_in_a_graph_apart",),
+        gates=(f"{SHARED_ROWS}::test_a_step_of_rows_sharing_sequences_attends_with_the_rows_kernel_in_a_graph_apart",
+               f"{SHARED_ROWS}::test_the_driver_names_a_run_of_one_table_by_its_first_row",
+               f"{SHARED_ROWS}::test_a_prefix_hits_tail_runs_whole_through_the_rows_kernel_and_generates_the_same_tokens",),
         expect="apart",
     ),
     Mutation(
@@ -1262,6 +1265,44 @@ ENTRIES += [
         new="        while (lead + n < gn) n++;\n",
         gates=tuple(f"{SHARED_ROWS}::test_cuda_rows_kernel_equals_the_plain_kernel_bit_for_bit[{c}-{d}]"
                     for c in ("three-chunks-straddle", "one-row-each-gqa8") for d in ("float32", "bfloat16", "float16")),
+        needs_gpu=True,
+    ),
+    Mutation(
+        id="driver-gives-each-shared-row-its-own-token-row",
+        description="the driver stages a row each for a short step's rows of one sequence: the rows kernel never sees "
+                    "two rows of one sequence, and reads each key once a row as the plain kernel does, slower",
+        file="vt/engine/worker/graph_driver.py",
+        old="        if slot.key[4]:  # rows sharing sequences: a run of one table is one token_row (the rows kernel's runs)\n",
+        new="        if False:\n",
+        gates=(f"{SHARED_ROWS}::test_the_driver_names_a_run_of_one_table_by_its_first_row",),
+        expect="rows of one table",
+    ),
+    Mutation(
+        id="shared-token-rows-breaks-every-run",
+        description="shared_token_rows starts a run at every row: a row each again",
+        file="vt/engine/worker/graph_driver.py",
+        old="        starts[1:] = (tables[1:] != tables[:-1]).any(axis=1)\n",
+        new="        starts[1:] = True\n",
+        gates=(f"{SHARED_ROWS}::test_the_driver_names_a_run_of_one_table_by_its_first_row",),
+    ),
+    Mutation(
+        id="rows-attention-taken-at-any-group",
+        description="VT_SHARED_ROWS_ATTENTION takes the rows kernel at any GQA ratio: at 8 query heads a KV head "
+                    "(Qwen3-30B-A3B) it reads each key twice as often as the plain kernel",
+        file="models/decoder.py",
+        old="        self.shared_rows_attention = flags().shared_rows_attention and group < ROWS_A_BLOCK\n",
+        new="        self.shared_rows_attention = flags().shared_rows_attention\n",
+        gates=(f"{SHARED_ROWS}::test_a_model_of_as_many_query_heads_a_kv_head_as_rows_a_block_keeps_the_plain_kernel",),
+    ),
+    Mutation(
+        id="cuda-rows-attention-weighs-a-later-rows-value",
+        description="the rows kernel adds 0 x v for a later row's key: an overflowed value there is NaN in every "
+                    "earlier row of the run",
+        file="backends/kernels/decode_attention.cu",
+        old="                if (key >= ends[r]) continue;  // a later row's key: this row never weighs it, even as 0 x inf\n",
+        new="",
+        gates=tuple(f"{SHARED_ROWS}::test_cuda_rows_kernel_never_weighs_a_later_rows_key[{d}]"
+                    for d in ("float32", "bfloat16")),
         needs_gpu=True,
     ),
 ]

@@ -91,6 +91,66 @@ def test_cuda_rows_kernel_equals_the_plain_kernel_bit_for_bit(case: str, dtype: 
         assert_within_bound(got[live], run_decode(np, c)[live], f"rows attention {case} hd={hd} {dtype}")
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_cuda_rows_kernel_never_weighs_a_later_rows_key(dtype: str) -> None:
+    """A run's later rows' keys sit inside the block's reach: an earlier row never weighs them, not even as 0 x inf.
+    The last row's own value is inf (an overflowed cache entry); every earlier row still equals the plain kernel."""
+    import cupy
+
+    for hd in HEAD_DIMS:
+        c = shared_case("prefix-hit-16x1024", hd, dtype, seed=hd)
+        ctx = int(c.positions[-2]) + 1  # the last live row's context: its own key is ctx - 1
+        block = c.tables[c.token_row[-2], (ctx - 1) // BS]
+        c.v_cache[block, (ctx - 1) % BS] = np.inf
+        got, plain = run_rows(cupy, c), run_decode(cupy, c)
+        earlier = slice(0, len(c.q) - 2)
+        assert np.isfinite(widen_host(got[earlier])).all(), f"hd={hd}: an earlier row weighed the later row's value"
+        assert np.array_equal(got[earlier], plain[earlier]), f"hd={hd}: not the plain kernel's output"
+        assert not np.isfinite(widen_host(plain[-2])).all(), "non-vacuity: the last row itself reads the inf"
+
+
+def test_the_driver_names_a_run_of_one_table_by_its_first_row() -> None:
+    """A short step's rows carry a copy of their sequence's table each (runner._prefill_whole): the driver stages one
+    token_row for a run of equal tables, so the rows kernel sees one sequence's tokens as one; padding rows and
+    decode steps keep a row each."""
+    from vt.engine.worker.graph_driver import shared_token_rows
+
+    a, b = np.array([3, 5, 6, 0]), np.array([7, 1, 2, 4])
+    tables = np.stack([a, a, a, b, b, a])  # a's chunk, b's, then a row of a again (not a run with the first)
+    assert shared_token_rows(tables, 8).tolist() == [0, 0, 0, 3, 3, 5, 6, 7]
+    assert shared_token_rows(tables[:1], 3).tolist() == [0, 1, 2], "one row, then padding"
+    _, _, driver = step_launches(True, True)
+    n = driver.last_slot.token_row.shape[0]
+    staged = np.asarray(driver.last_slot.staged[3 * n : 4 * n])
+    assert staged[:3].tolist() == [0, 0, 0], f"the step's three rows of one table: {staged[:3]}"
+    _, _, decode = step_launches(True, False)
+    assert np.asarray(decode.last_slot.staged[3 * n : 4 * n])[:3].tolist() == [0, 1, 2], "a decode step: a row each"
+
+
+def test_a_model_of_as_many_query_heads_a_kv_head_as_rows_a_block_keeps_the_plain_kernel(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The rows kernel reads a key once a query head for ROWS_A_BLOCK rows, the plain kernel once a KV head a row: at
+    ROWS_A_BLOCK query heads a KV head (and up) it would read as much or more, so the flag leaves such a model on the
+    plain kernel."""
+    from models import decoder
+    from models.loader import load_checkpoint, resolve_model
+    from models.registry import load_model
+    from vt import env
+    from vt.registry import make_backend
+
+    monkeypatch.setenv("VT_SHARED_ROWS_ATTENTION", "1")
+    env.flags.cache_clear()
+    try:
+        ckpt = load_checkpoint(resolve_model("tiny-qwen3"))  # 4 query heads, 2 KV heads
+        assert load_model(ckpt, make_backend("cpu"), "float32").shared_rows_attention, "non-vacuity: 2 a KV head"
+        monkeypatch.setattr(decoder, "ROWS_A_BLOCK", 2)  # blocks of 2 rows: 2 query heads a KV head is no saving
+        assert not load_model(ckpt, make_backend("cpu"), "float32").shared_rows_attention
+    finally:
+        monkeypatch.undo()
+        env.flags.cache_clear()
+
+
 def step_launches(shared_rows: bool, rows_share: bool) -> tuple[np.ndarray, list[str], Any]:
     """tiny-qwen3's step of three tokens of one chunk (each its own row, a copy of the table) through the graph
     driver, cold, captured and replayed: its logits, the kernels launched and the driver."""

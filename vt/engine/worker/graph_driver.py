@@ -60,6 +60,20 @@ def capture_ladder(max_num_seqs: int) -> list[int]:
     return [*rungs, max_num_seqs]
 
 
+def shared_token_rows(tables: np.ndarray, rows: int) -> np.ndarray:
+    """token_row for a step whose rows share sequences (a row a token, each with a copy of its sequence's table):
+    each row names the first row of its run of consecutive rows with the same table, so the attention sees one
+    sequence's tokens as one (paged_decode_attention_rows reads its keys once for them); the padding rows past the
+    tables name their own. The same keys either way: a row reads its table's contents, whichever row holds them."""
+    out = np.arange(rows, dtype=I64)
+    B = tables.shape[0]
+    if B > 1:
+        starts = np.ones(B, bool)
+        starts[1:] = (tables[1:] != tables[:-1]).any(axis=1)
+        out[:B] = np.maximum.accumulate(np.where(starts, np.arange(B), 0))
+    return out
+
+
 def token_rows_ladder(max_num_seqs: int) -> list[int]:
     """The rungs of one-token-a-row steps: the decode ladder, then 16, 32 and 64 rows where they lie above it, so
     a short prefill over a long context (up to SHORT_PREFILL_TOKENS tokens, a row each) finds a graph too."""
@@ -521,6 +535,8 @@ class GraphDriver:
         tables = slot.staged[base : base + S * slot.width].reshape(S, slot.width)
         tables.fill(self.kv.num_blocks)
         tables[:B, :W] = inp.block_tables
+        if slot.key[4]:  # rows sharing sequences: a run of one table is one token_row (the rows kernel's runs)
+            slot.staged[3 * S * q : 4 * S * q] = shared_token_rows(inp.block_tables, S)
         rows = inp.sampling if inp.sampling is not None else pack([], n, 0)
         iparams = slot.staged[base + S * slot.width : base + S * slot.width + S * q * NI].reshape(S * q, NI)
         iparams[:n], iparams[n:] = rows.iparams, GREEDY_PADDING  # padding: greedy, reads nothing
