@@ -5,6 +5,8 @@ transformers on both lanes."""
 
 from __future__ import annotations
 
+import dataclasses
+
 from backends.kernels import skinny_gemm
 from mutations.model import Mutation
 from mutations.registry.gates import ARCH
@@ -37,6 +39,9 @@ def cases(test: str, names: tuple[str, ...], dtypes: tuple[str, ...] = ("float32
 # (backends/kernels/prefill_attention.py), so its twin test's float32 cases fail too when the decode kernel is broken
 # (the H200, session 12).
 PREFILL_BY_DECODE = "tests/backends/test_kernels.py::test_cuda_paged_prefill_equals_its_twin"
+# The twin at a lowered partition floor (VT_DECODE_MIN_PARTITION, session 26): a broken twin fails it too.
+FLOOR_TWIN = tuple(f"tests/backends/test_kernels.py::test_a_lowered_partition_floor_splits_a_short_context_and_"
+                   f"keeps_its_numbers[{f}]" for f in (64, 128))
 
 ENTRIES: list[Mutation] = [
     Mutation(
@@ -44,7 +49,7 @@ ENTRIES: list[Mutation] = [
         description="the decode twin reads keys up to one block past each token's context",
         file=TWIN, old="        valid = pos[None, :] < end[:, None]  # [T, tile]\n",
         new="        valid = pos[None, :] < end[:, None] + bs  # [T, tile]\n",
-        gates=cases(DECODE_TWIN, ("one-token-gqa1", "block-edges-gqa2", "tiles-gqa4", "partitions-gqa8", "full-width-mqa", "verify-q4-gqa2")),
+        gates=(*cases(DECODE_TWIN, ("one-token-gqa1", "block-edges-gqa2", "tiles-gqa4", "partitions-gqa8", "full-width-mqa", "verify-q4-gqa2")), *FLOOR_TWIN),
     ),
     Mutation(
         id="cuda-decode-reads-a-block-past-the-table",
@@ -75,7 +80,7 @@ ENTRIES: list[Mutation] = [
         description="the decode twin pairs query head h with KV head h % nkv instead of h // (nh / nkv)",
         file=TWIN, old="    qg = q.reshape(T, nkv, nh // nkv, hd)  # query head h reads KV head h // (nh // nkv)\n",
         new="    qg = q.reshape(T, nh // nkv, nkv, hd).transpose(0, 2, 1, 3)\n",
-        gates=cases(DECODE_TWIN, ("block-edges-gqa2", "tiles-gqa4", "partitions-gqa8", "verify-q4-gqa2")),
+        gates=(*cases(DECODE_TWIN, ("block-edges-gqa2", "tiles-gqa4", "partitions-gqa8", "verify-q4-gqa2")), *FLOOR_TWIN),
     ),
     Mutation(
         id="decode-launch-never-splits-a-kv-heads-query-heads",
@@ -129,7 +134,7 @@ ENTRIES: list[Mutation] = [
         description="the twin combines a long context's partitions by their sums alone, each at its own max",
         file=TWIN, old="        share = np.where(lsum > 0, np.exp(m - np.where(np.isinf(M), 0, M)) * lsum, 0)  # at the common max\n",
         new="        share = np.where(lsum > 0, lsum, 0)\n",
-        gates=cases(DECODE_TWIN, ("tiles-gqa4", "partitions-gqa8", "verify-q4-gqa2")),
+        gates=(*cases(DECODE_TWIN, ("tiles-gqa4", "partitions-gqa8", "verify-q4-gqa2")), *FLOOR_TWIN),
     ),
     Mutation(
         id="cuda-decode-reduction-sums-unrescaled-parts",
@@ -661,7 +666,8 @@ ENTRIES += [
         file="vt/env.py",
         old='"gemm_tuned": "VT_GEMM_TUNED", "pdl": "VT_PDL",',
         new='"gemm_tuned": "VT_GEMM_TUNED",',
-        gates=("tests/vt/test_env.py::test_a_tensor_parallel_rank_reads_back_every_flag_rank_0_read",),
+        gates=("tests/vt/test_env.py::test_a_tensor_parallel_rank_reads_back_every_flag_rank_0_read",
+               "tests/vt/test_env.py::test_flag_names_are_every_variable_this_module_reads"),
     ),
 ]
 
@@ -1306,3 +1312,48 @@ ENTRIES += [
         needs_gpu=True,
     ),
 ]
+
+
+# Session 26's GPU tests, in the gate lists of the GPU mutants they fail beside (predicted from each test's launch
+# shapes, not yet run on the H200): the plain kernel at 64-key partitions (A), the rope variant there (B), the rows
+# kernel against the plain one (C, by case) and with an overflowed value in a run's reach (D).
+FLOOR_CUDA = tuple(f"{KERNELS}::test_cuda_paged_decode_at_the_lowest_partition_floor_equals_its_twin[{d}]"
+                   for d in ("float32", "bfloat16"))
+ROPE_FLOOR = tuple(f"{ROPE}::test_cuda_rope_variant_at_the_lowest_partition_floor_equals_the_two_launches[{d}]"
+                   for d in ("float32", "bfloat16"))
+ROWS_INF = tuple(f"{SHARED_ROWS}::test_cuda_rows_kernel_never_weighs_a_later_rows_key[{d}]"
+                 for d in ("float32", "bfloat16"))
+ALL_SHARED = ("prefix-hit-16x1024", "three-chunks-straddle", "one-row-each-gqa8", "mha-partition-edges")
+
+
+def rows_eq(*names: str) -> tuple[str, ...]:
+    return tuple(f"{SHARED_ROWS}::test_cuda_rows_kernel_equals_the_plain_kernel_bit_for_bit[{c}-{d}]"
+                 for c in names for d in ("float32", "bfloat16", "float16"))
+
+
+def rope_eq(*names: str) -> tuple[str, ...]:
+    return tuple(f"{ROPE_GPU}[{c}-{d}]" for c in names for d in ("float32", "bfloat16", "float16"))
+
+
+BESIDE = {
+    "cuda-decode-reads-a-block-past-the-table": FLOOR_CUDA + rows_eq(*ALL_SHARED) + ROWS_INF,
+    "cuda-decode-drops-the-online-rescale": rows_eq(*ALL_SHARED) + ROWS_INF,  # a 64-key partition is one tile
+    "cuda-decode-split-blocks-read-the-wrong-kv-head": rows_eq("one-row-each-gqa8"),  # the only head-split launch
+    # the plain kernel's q: the rope tests' unfused side too, wherever a block holds a head other than its KV head's
+    "cuda-decode-wrong-kv-head": (FLOOR_CUDA + ROPE_FLOOR + rope_eq("block-edges-gqa2", "tiles-gqa4", "partitions-gqa8",
+                                                                    "full-width-mqa")
+                                  + rows_eq("prefix-hit-16x1024", "three-chunks-straddle", "one-row-each-gqa8")
+                                  + ROWS_INF),
+    "cuda-decode-warp-merge-ignores-the-max": FLOOR_CUDA + rows_eq(*ALL_SHARED) + ROWS_INF,
+    # the reduce serves both kernels: C's equality holds, its bound against the twin does not where a row spans
+    # partitions
+    "cuda-decode-reduction-sums-unrescaled-parts": FLOOR_CUDA + rows_eq("prefix-hit-16x1024", "three-chunks-straddle",
+                                                                        "mha-partition-edges"),
+    "cuda-rope-attention-leaves-a-partitioned-contexts-key-unwritten": ROPE_FLOOR,
+    "cuda-rope-attention-drops-qs-rotary": ROPE_FLOOR,
+    "cuda-rope-attention-writes-a-padding-rows-kv": ROPE_FLOOR,
+    "cuda-rows-attention-ignores-a-rows-own-end": ROWS_INF,
+    "cuda-rows-attention-reads-the-leads-table-for-every-row": rows_eq("mha-partition-edges"),
+}
+ENTRIES[:] = [dataclasses.replace(m, gates=m.gates + BESIDE[m.id]) if m.id in BESIDE else m for m in ENTRIES]
+assert {m.id for m in ENTRIES} >= set(BESIDE), "a mutant BESIDE names is registered"
