@@ -142,10 +142,15 @@ EXCEPTION_LINE = re.compile(r"^\s*((?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Excep
                             r"(?::.*)?)$")
 
 
+def _junit_internal_error(o: Outcome) -> str:
+    """JUnit's "internal error" case (pytest's own pytest_internalerror writes it), or ''."""
+    return next((t for t in o.errors.values() if t.startswith("internal error")), "")
+
+
 def _internal_error_lines(o: Outcome) -> list[str]:
     """pytest's INTERNALERROR traceback, line by line: JUnit's "internal error" case, else the log's INTERNALERROR>
-    lines; none where the process exited 3 some other way (its own sys.exit(3) is no internal error of pytest's)."""
-    junit = next((t for t in o.errors.values() if t.startswith("internal error")), "")
+    lines."""
+    junit = _junit_internal_error(o)
     if junit:
         return junit.splitlines()
     return [ln.removeprefix("INTERNALERROR>").removeprefix(" ") for ln in o.log.splitlines()
@@ -153,7 +158,15 @@ def _internal_error_lines(o: Outcome) -> list[str]:
 
 
 def is_internal_error(o: Outcome) -> bool:
-    return not o.is_timeout and o.rc == PYTEST_INTERNAL_ERROR and bool(_internal_error_lines(o))
+    """Whether pytest itself failed the run: JUnit's internal-error case at any exit code (under xdist a worker's
+    failing hook is reported so, and the run may still exit 0), or exit 3 with an INTERNALERROR traceback in the log
+    (no report: a hook failed before it was opened). Not exit 3 alone (a process's own sys.exit(3)), nor those log
+    lines alone (a gate's own output may quote another pytest's)."""
+    if o.is_timeout:
+        return False
+    if _junit_internal_error(o):
+        return True
+    return o.rc == PYTEST_INTERNAL_ERROR and bool(_internal_error_lines(o))
 
 
 def internal_error_line(o: Outcome) -> str:

@@ -64,4 +64,13 @@ ENTRIES: list[Mutation] = [
         gates=("tests/mutations/test_runner.py::test_a_baseline_that_pytest_ends_in_an_internal_error_is_rerun_once",),
         expect="aborted the run",
     ),
+    Mutation(
+        id="internal-error-read-from-exit-code-3-only",
+        description="pytest's internal error counts only at exit 3: under xdist a worker's failing hook exits 0 (2 of 8 "
+                    "runs), and a baseline it cut short is taken as it stands",
+        file="mutations/judge.py",
+        old="    if _junit_internal_error(o):\n        return True\n",
+        new="",
+        gates=("tests/mutations/test_runner.py::test_what_reads_as_pytests_own_failure",),
+    ),
 ]
