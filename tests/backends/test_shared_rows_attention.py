@@ -86,8 +86,8 @@ def test_cuda_rows_kernel_equals_the_plain_kernel_bit_for_bit(case: str, dtype: 
         c = shared_case(case, hd, dtype, seed=hd)
         got, plain = run_rows(cupy, c), run_decode(cupy, c)
         live = slice(0, len(c.q) - 1)
-        assert np.array_equal(got[live], plain[live]), f"hd={hd}: not the plain kernel's output"
         assert np.isfinite(widen_host(got[live])).all(), f"hd={hd}: a poisoned key or value was read"
+        assert np.array_equal(got[live], plain[live]), f"hd={hd}: not the plain kernel's output ({differs(got, plain)})"
         assert_within_bound(got[live], run_decode(np, c)[live], f"rows attention {case} hd={hd} {dtype}")
 
 
@@ -106,7 +106,8 @@ def test_cuda_rows_kernel_never_weighs_a_later_rows_key(dtype: str) -> None:
         got, plain = run_rows(cupy, c), run_decode(cupy, c)
         earlier = slice(0, len(c.q) - 2)
         assert np.isfinite(widen_host(got[earlier])).all(), f"hd={hd}: an earlier row weighed the later row's value"
-        assert np.array_equal(got[earlier], plain[earlier]), f"hd={hd}: not the plain kernel's output"
+        assert np.array_equal(got[earlier], plain[earlier]), \
+            f"hd={hd}: not the plain kernel's output ({differs(got[earlier], plain[earlier])})"
         assert not np.isfinite(widen_host(plain[-2])).all(), "non-vacuity: the last row itself reads the inf"
 
 
@@ -149,6 +150,14 @@ def test_a_model_of_as_many_query_heads_a_kv_head_as_rows_a_block_keeps_the_plai
     finally:
         monkeypatch.undo()
         env.flags.cache_clear()
+
+
+def differs(got: np.ndarray, want: np.ndarray) -> str:
+    """How two outputs differ: a float contraction's last-bit difference reads apart from a wrong row."""
+    a, b = widen_host(got).astype(np.float64), widen_host(want).astype(np.float64)
+    bad = ~((a == b) | (np.isnan(a) & np.isnan(b)))
+    rows = sorted({int(t) for t in np.argwhere(bad)[:, 0]})
+    return f"{int(bad.sum())} values in rows {rows[:8]}, at most {np.nanmax(np.abs(a - b)):.3g} apart"
 
 
 def step_launches(shared_rows: bool, rows_share: bool) -> tuple[np.ndarray, list[str], Any]:
