@@ -136,6 +136,64 @@ struct DecodePlace {
     __device__ __forceinline__ bool idle() const { return start >= ctx; }
 };
 
+// The end of a block's walk over its partition: each warp's key groups summed by shuffles (they share the warp's
+// max), then the warps' states through shared memory, each weighted at the block's common max, HC of its N heads
+// (or rows) a round (a warp with no key has m = -inf and weighs nothing); each head whose bit is set in `live`
+// writes out, or its partition's partials for the reduce kernel, at row `at(h)` of [T x nh]. Every thread calls it.
+template <typename KV, typename OUT, int HD, int N, typename At>
+__device__ __forceinline__ void merge_warps(const float (&acc)[N][DecodeLayout<KV, HD>::DPT], const float (&m)[N],
+                                            const float (&l)[N], unsigned live, At at, int p, int P,
+                                            OUT* __restrict__ out, float* __restrict__ part_o,
+                                            float* __restrict__ part_ml) {
+    using L = DecodeLayout<KV, HD>;
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, dg = lane % L::TPK;
+    constexpr int HC_MAX = 4096 / (DECODE_WARPS * HD) > 0 ? 4096 / (DECODE_WARPS * HD) : 1;
+    constexpr int HC = N < HC_MAX ? N : HC_MAX;
+    __shared__ float red[HC][DECODE_WARPS][HD];  // 16 KB at most: HC heads' per-warp sums
+    __shared__ float wm[DECODE_WARPS][N], wl[DECODE_WARPS][N];
+    if (lane == 0) {
+#pragma unroll
+        for (int h = 0; h < N; h++) { wm[warp][h] = m[h]; wl[warp][h] = l[h]; }
+    }
+#pragma unroll
+    for (int h0 = 0; h0 < N; h0 += HC) {
+#pragma unroll
+        for (int hh = 0; hh < HC; hh++) {
+            if (h0 + hh >= N) break;
+#pragma unroll
+            for (int i = 0; i < L::DPT; i++) {
+                const float v = across_keys_sum<L>(acc[h0 + hh][i]);
+                if (lane < L::TPK) red[hh][warp][dg * L::DPT + i] = v;
+            }
+        }
+        __syncthreads();
+        for (int j = tid; j < HC * HD; j += DECODE_THREADS) {
+            const int hh = j / HD, d = j - hh * HD, h = h0 + hh;
+            if (h >= N) break;
+            if (!(live >> h & 1u)) continue;
+            float M = neg_inf();
+#pragma unroll
+            for (int w = 0; w < DECODE_WARPS; w++) M = fmaxf(M, wm[w][h]);  // finite: the block has a key
+            float o = 0.0f, lsum = 0.0f;
+#pragma unroll
+            for (int w = 0; w < DECODE_WARPS; w++) {
+                const float f = exp2_ftz(wm[w][h] - M);  // a warp's weight at the block's max
+                o += f * red[hh][w][d];
+                lsum += f * wl[w][h];
+            }
+            o /= lsum;
+            const i64 row = at(h);
+            if (P == 1) out[row * HD + d] = from_f32<OUT>(o);
+            else part_o[(row * P + p) * HD + d] = o;
+            if (P > 1 && d == 0) {
+                part_ml[(row * P + p) * 2] = M * LN2;  // natural units, as the reduce kernel reads
+                part_ml[(row * P + p) * 2 + 1] = lsum;
+            }
+        }
+        __syncthreads();
+    }
+}
+
 // The block's partition of keys for its G query heads qr (this thread's dims, in log2 units: q times log2 e), read
 // from the caches (k_bytes, v at v_minus_k bytes from k): out, or the partition's partials for the reduce kernel.
 template <typename KV, typename OUT, int HD, int G>
@@ -144,7 +202,7 @@ __device__ __forceinline__ void attend_partition(const DecodePlace<KV, HD, G>& a
                                                  const char* k_bytes, long long v_minus_k, OUT* __restrict__ out,
                                                  float* __restrict__ part_o, float* __restrict__ part_ml) {
     using L = DecodeLayout<KV, HD>;
-    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, kw = lane / L::TPK, dg = lane % L::TPK;
+    const int warp = threadIdx.x >> 5, kw = (threadIdx.x & 31) / L::TPK;
     const int start = at.start, end = at.end, head0 = at.head0, nh = at.nh, p = at.p, P = at.P;
     const i64 t = at.t;
     const i64* table = at.table;
@@ -229,53 +287,8 @@ __device__ __forceinline__ void attend_partition(const DecodePlace<KV, HD, G>& a
         }
     }
 
-    // The merge: each warp's key groups summed by shuffles (they share the warp's max), then the warps' states
-    // through shared memory, each weighted at the block's common max, HC heads a round (a warp with no key
-    // has m = -inf and weighs nothing).
-    constexpr int HC_MAX = 4096 / (DECODE_WARPS * HD) > 0 ? 4096 / (DECODE_WARPS * HD) : 1;
-    constexpr int HC = G < HC_MAX ? G : HC_MAX;
-    __shared__ float red[HC][DECODE_WARPS][HD];  // 16 KB at most: HC heads' per-warp sums
-    __shared__ float wm[DECODE_WARPS][G], wl[DECODE_WARPS][G];
-    if (lane == 0) {
-#pragma unroll
-        for (int h = 0; h < G; h++) { wm[warp][h] = m[h]; wl[warp][h] = l[h]; }
-    }
-#pragma unroll
-    for (int h0 = 0; h0 < G; h0 += HC) {
-#pragma unroll
-        for (int hh = 0; hh < HC; hh++) {
-            if (h0 + hh >= G) break;
-#pragma unroll
-            for (int i = 0; i < L::DPT; i++) {
-                const float v = across_keys_sum<L>(acc[h0 + hh][i]);
-                if (lane < L::TPK) red[hh][warp][dg * L::DPT + i] = v;
-            }
-        }
-        __syncthreads();
-        for (int j = tid; j < HC * HD; j += DECODE_THREADS) {
-            const int hh = j / HD, d = j - hh * HD, h = h0 + hh;
-            if (h >= G) break;
-            float M = neg_inf();
-#pragma unroll
-            for (int w = 0; w < DECODE_WARPS; w++) M = fmaxf(M, wm[w][h]);  // finite: the block has a key
-            float o = 0.0f, lsum = 0.0f;
-#pragma unroll
-            for (int w = 0; w < DECODE_WARPS; w++) {
-                const float f = exp2_ftz(wm[w][h] - M);  // a warp's weight at the block's max
-                o += f * red[hh][w][d];
-                lsum += f * wl[w][h];
-            }
-            o /= lsum;
-            const int head = head0 + h;
-            if (P == 1) out[(t * nh + head) * HD + d] = from_f32<OUT>(o);
-            else part_o[((t * nh + head) * P + p) * HD + d] = o;
-            if (P > 1 && d == 0) {
-                part_ml[((t * nh + head) * P + p) * 2] = M * LN2;  // natural units, as the reduce kernel reads
-                part_ml[((t * nh + head) * P + p) * 2 + 1] = lsum;
-            }
-        }
-        __syncthreads();
-    }
+    merge_warps<KV, OUT, HD, G>(acc, m, l, ~0u, [&](int h) { return t * nh + head0 + h; }, p, P, out, part_o,
+                                part_ml);
 }
 
 // q [T, nh, HD] float32, pre-scaled; caches [blocks, block_size, nkv, HD]; block_tables [R, W]; token_row
@@ -379,7 +392,7 @@ __device__ __forceinline__ void attend_rows(const float (&qr)[R][DecodeLayout<KV
                                             OUT* __restrict__ out, float* __restrict__ part_o,
                                             float* __restrict__ part_ml) {
     using L = DecodeLayout<KV, HD>;
-    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, kw = lane / L::TPK, dg = lane % L::TPK;
+    const int warp = threadIdx.x >> 5, kw = (threadIdx.x & 31) / L::TPK;
     float acc[R][L::DPT], m[R], l[R];
 #pragma unroll
     for (int r = 0; r < R; r++) {
@@ -458,52 +471,8 @@ __device__ __forceinline__ void attend_rows(const float (&qr)[R][DecodeLayout<KV
         }
     }
 
-    // The merge, as attend_partition's, a row where it merges a head; a row that is not live writes nothing.
-    constexpr int HC_MAX = 4096 / (DECODE_WARPS * HD) > 0 ? 4096 / (DECODE_WARPS * HD) : 1;
-    constexpr int HC = R < HC_MAX ? R : HC_MAX;
-    __shared__ float red[HC][DECODE_WARPS][HD];
-    __shared__ float wm[DECODE_WARPS][R], wl[DECODE_WARPS][R];
-    if (lane == 0) {
-#pragma unroll
-        for (int r = 0; r < R; r++) { wm[warp][r] = m[r]; wl[warp][r] = l[r]; }
-    }
-#pragma unroll
-    for (int r0 = 0; r0 < R; r0 += HC) {
-#pragma unroll
-        for (int rr = 0; rr < HC; rr++) {
-            if (r0 + rr >= R) break;
-#pragma unroll
-            for (int i = 0; i < L::DPT; i++) {
-                const float v = across_keys_sum<L>(acc[r0 + rr][i]);
-                if (lane < L::TPK) red[rr][warp][dg * L::DPT + i] = v;
-            }
-        }
-        __syncthreads();
-        for (int j = tid; j < HC * HD; j += DECODE_THREADS) {
-            const int rr = j / HD, d = j - rr * HD, r = r0 + rr;
-            if (r >= R) break;
-            if (!(live >> r & 1u)) continue;
-            float M = neg_inf();
-#pragma unroll
-            for (int w = 0; w < DECODE_WARPS; w++) M = fmaxf(M, wm[w][r]);  // finite: a live row has a key here
-            float o = 0.0f, lsum = 0.0f;
-#pragma unroll
-            for (int w = 0; w < DECODE_WARPS; w++) {
-                const float f = exp2_ftz(wm[w][r] - M);
-                o += f * red[rr][w][d];
-                lsum += f * wl[w][r];
-            }
-            o /= lsum;
-            const i64 t = t0 + r;
-            if (P == 1) out[(t * nh + head) * HD + d] = from_f32<OUT>(o);
-            else part_o[((t * nh + head) * P + p) * HD + d] = o;
-            if (P > 1 && d == 0) {
-                part_ml[((t * nh + head) * P + p) * 2] = M * LN2;
-                part_ml[((t * nh + head) * P + p) * 2 + 1] = lsum;
-            }
-        }
-        __syncthreads();
-    }
+    merge_warps<KV, OUT, HD, R>(acc, m, l, live, [&](int r) { return (t0 + r) * nh + head; }, p, P, out, part_o,
+                                part_ml);
 }
 
 template <typename KV, typename OUT, int HD, int R>

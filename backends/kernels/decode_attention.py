@@ -138,6 +138,28 @@ def _partition(qg: np.ndarray, kf: np.ndarray, vf: np.ndarray, tables: np.ndarra
 MAX_GRID_Y = 65535  # CUDA's limit on a grid's y and z
 
 
+def _split(T: int, nkv: int, keys: int, part_o: Any, part_ml: Any) -> tuple[int, int]:
+    """(P, keys a partition) of a CUDA launch over tables of `keys` keys: P from the partials' scratch (one partition,
+    the whole table, without one), checked against what the reduce kernel holds (partition_size never splits more
+    than TARGET_BLOCKS ways; a caller's scratch might)."""
+    P = _partitions(part_o, part_ml)
+    if P > MAX_PARTITIONS:
+        raise EngineInvariantError(f"{P} decode partitions: the reduce kernel holds at most {MAX_PARTITIONS}")
+    return P, keys if P == 1 else partition_size(T, nkv, keys)
+
+
+def _reduce(cp: Any, part_o: Any, part_ml: Any, positions: Any, out: Any, P: int, part: int, keys: int) -> None:
+    """The partitions' partials into out (nothing to do for one partition): every decode kernel's second launch."""
+    if P == 1:
+        return
+    T, nh, hd = out.shape
+    reduce = function(cp, Instance("decode_attention.cu", f"vt::paged_decode_reduce<{ctype(out.dtype)}, {hd}>"))
+    reduce((nh, T), (max(32, hd),), (part_o, part_ml, positions, out, np.int32(nh), np.int32(P), np.int32(part),
+                                     np.int32(keys)))
+
+
+
+
 def _cuda(cp: Any, q: Any, k_cache: Any, v_cache: Any, block_tables: Any, token_row: Any, positions: Any, out: Any,
           part_o: Any, part_ml: Any) -> None:
     T, nh, hd = q.shape
@@ -152,11 +174,8 @@ def _cuda(cp: Any, q: Any, k_cache: Any, v_cache: Any, block_tables: Any, token_
         raise EngineInvariantError(f"paged_decode_attention: block size {bs} (a power of two) and "
                                    f"{k_cache.shape[0]} cache blocks (fewer than 2**31)")
     W = block_tables.shape[1]
-    P = _partitions(part_o, part_ml)
-    part = W * bs if P == 1 else partition_size(T, nkv, W * bs)  # one partition: the whole table
+    P, part = _split(T, nkv, W * bs, part_o, part_ml)
     kv, o = ctype(k_cache.dtype), ctype(out.dtype)
-    if P > MAX_PARTITIONS:  # partition_size never splits more than TARGET_BLOCKS ways; a caller's scratch might
-        raise EngineInvariantError(f"{P} decode partitions: the reduce kernel holds at most {MAX_PARTITIONS}")
     split = head_split(T, nkv, nh // nkv, P)
     g = nh // nkv // split
     attend = function(cp, Instance("decode_attention.cu", f"vt::paged_decode_attention<{kv}, {o}, {hd}, {g}>"))
@@ -164,10 +183,7 @@ def _cuda(cp: Any, q: Any, k_cache: Any, v_cache: Any, block_tables: Any, token_
     attend((nkv * split, T, P), (THREADS,), (q, k_cache, v_cache, block_tables, token_row, positions, out,
                                      null if part_o is None else part_o, null if part_ml is None else part_ml,
                                      np.int32(nkv), np.int32(bs), np.int32(W), np.int32(part)))
-    if P > 1:
-        reduce = function(cp, Instance("decode_attention.cu", f"vt::paged_decode_reduce<{o}, {hd}>"))
-        reduce((nh, T), (max(32, hd),), (part_o, part_ml, positions, out, np.int32(nh), np.int32(P),
-                                         np.int32(part), np.int32(W * bs)))
+    _reduce(cp, part_o, part_ml, positions, out, P, part, W * bs)
 
 
 # q, k_cache, v_cache, block_tables, token_row, positions, out, part_o, part_ml
@@ -212,10 +228,7 @@ def _rope_cuda(cp: Any, qkv: Any, bias: Any, w: Any, rope: Any, slots: Any, k_ca
         raise EngineInvariantError(f"paged_decode_attention_rope: {T} tokens (at most {MAX_GRID_Y}), block size {bs} "
                                    f"(a power of two), {k_cache.shape[0]} cache blocks (fewer than 2**31)")
     W = block_tables.shape[1]
-    P = _partitions(part_o, part_ml)
-    if P > MAX_PARTITIONS:
-        raise EngineInvariantError(f"{P} decode partitions: the reduce kernel holds at most {MAX_PARTITIONS}")
-    part = W * bs if P == 1 else partition_size(T, nkv, W * bs)
+    P, part = _split(T, nkv, W * bs, part_o, part_ml)
     kv, o = ctype(k_cache.dtype), ctype(out.dtype)
     split = head_split(T, nkv, nh // nkv, P)
     g = nh // nkv // split
@@ -225,10 +238,7 @@ def _rope_cuda(cp: Any, qkv: Any, bias: Any, w: Any, rope: Any, slots: Any, k_ca
                                      block_tables, token_row, positions, out, null if part_o is None else part_o,
                                      null if part_ml is None else part_ml, np.int32(nkv), np.int32(bs), np.int32(W),
                                      np.int32(part), np.int32(bool(has_norm)), np.float32(eps)))
-    if P > 1:
-        reduce = function(cp, Instance("decode_attention.cu", f"vt::paged_decode_reduce<{o}, {hd}>"))
-        reduce((nh, T), (max(32, hd),), (part_o, part_ml, positions, out, np.int32(nh), np.int32(P),
-                                         np.int32(part), np.int32(W * bs)))
+    _reduce(cp, part_o, part_ml, positions, out, P, part, W * bs)
 
 
 # qkv, bias, w, rope, slots, k_cache, v_cache, block_tables, token_row, positions, out, part_o, part_ml
@@ -245,10 +255,7 @@ def _rows_cuda(cp: Any, q: Any, k_cache: Any, v_cache: Any, block_tables: Any, t
         raise EngineInvariantError(f"paged_decode_attention_rows: {T} tokens (at most {MAX_GRID_Y * ROWS_A_BLOCK}), "
                                    f"block size {bs} (a power of two), {k_cache.shape[0]} cache blocks (< 2**31)")
     W = block_tables.shape[1]
-    P = _partitions(part_o, part_ml)
-    if P > MAX_PARTITIONS:
-        raise EngineInvariantError(f"{P} decode partitions: the reduce kernel holds at most {MAX_PARTITIONS}")
-    part = W * bs if P == 1 else partition_size(T, nkv, W * bs)  # the plain kernel's partitions: its scratch
+    P, part = _split(T, nkv, W * bs, part_o, part_ml)
     kv, o = ctype(k_cache.dtype), ctype(out.dtype)
     attend = function(cp, Instance("decode_attention.cu",
                                    f"vt::paged_decode_attention_rows<{kv}, {o}, {hd}, {ROWS_A_BLOCK}>"))
@@ -256,10 +263,7 @@ def _rows_cuda(cp: Any, q: Any, k_cache: Any, v_cache: Any, block_tables: Any, t
     attend((nh, groups, P), (THREADS,), (q, k_cache, v_cache, block_tables, token_row, positions, out,
                                          null if part_o is None else part_o, null if part_ml is None else part_ml,
                                          np.int32(T), np.int32(nkv), np.int32(bs), np.int32(W), np.int32(part)))
-    if P > 1:
-        reduce = function(cp, Instance("decode_attention.cu", f"vt::paged_decode_reduce<{o}, {hd}>"))
-        reduce((nh, T), (max(32, hd),), (part_o, part_ml, positions, out, np.int32(nh), np.int32(P),
-                                         np.int32(part), np.int32(W * bs)))
+    _reduce(cp, part_o, part_ml, positions, out, P, part, W * bs)
 
 
 # As paged_decode_attention, and the same twin (each row's output is the plain kernel's, bit for bit: the kernel
