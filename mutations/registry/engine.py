@@ -183,4 +183,12 @@ ENTRIES += [
         gates=("tests/engine/test_lane_scripts.py::test_env_ab_ends_a_run_past_its_timeout_with_what_it_started",),
         expect="waited out",
     ),
+    Mutation(
+        id="env-ab-runs-a-command-that-is-not-there",
+        description="env-ab starts the rounds with a command it cannot find: a FileNotFoundError traceback, not a line",
+        file="scripts/env-ab",
+        old="    if shutil.which(command[0]) is None:\n",
+        new="    if False:\n",
+        gates=("tests/engine/test_lane_scripts.py::test_env_ab_refuses_bad_input_with_one_line[no-such-command]",),
+    ),
 ]

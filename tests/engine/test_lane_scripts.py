@@ -83,6 +83,8 @@ ENV_AB_REFUSALS = {  # name: (arguments, what the one line must name)
     "no-set": (["--", "true"], "--set: at least one flag"),
     "no-command": (["--set", "VT_PDL=1,0"], "no command"),
     "no-rounds": (["--set", "VT_PDL=1,0", "--rounds", "0", "--", "true"], "--rounds must be at least 1"),
+    "no-such-command": (["--set", "VT_PDL=1", "--", "no-such-command-vt"], "'no-such-command-vt': no such command"),
+    "out-not-writable": (["--set", "VT_PDL=1", "--out", "/proc/vt-ab", "--", "true"], "--out '/proc/vt-ab':"),
 }
 
 
