@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import functools
+from collections.abc import Iterator
 
 import pytest
 
@@ -51,6 +52,22 @@ def pytest_collection_finish(session: pytest.Session) -> None:
             is_hypothesis_test(getattr(item, "obj", None)) for item in session.items):
         raise pytest.UsageError("a hypothesis test was collected without the mutant profile: its module reaches "
                                 "hypothesis without naming it (see pytest_collectstart in tests/conftest.py)")
+
+
+@pytest.fixture(autouse=True)
+def _root_logger_restored() -> Iterator[None]:
+    """`vt.cli.main` points the root logger at the sys.stderr it finds: in a test, pytest's capture of that test,
+    closed after it. Left there, every later record in that worker (httpx logs each request) reads "--- Logging
+    error --- ValueError: I/O operation on closed file" in some other test's output."""
+    import logging
+
+    root = logging.getLogger()
+    before, level = set(root.handlers), root.level
+    yield
+    for handler in root.handlers[:]:
+        if type(handler) is logging.StreamHandler and handler not in before:  # pytest's own are subclasses
+            root.removeHandler(handler)
+    root.setLevel(level)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
