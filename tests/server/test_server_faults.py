@@ -50,6 +50,25 @@ def test_a_request_the_engine_fails_to_add_is_a_500_alone(served) -> None:
     assert engine.kv_manager.num_used == 0 and not engine.has_unfinished(), "the failed add left nothing queued"
 
 
+def test_an_endpoints_unexpected_error_is_logged_before_its_500_is_answered(served, caplog) -> None:
+    """A bug of ours in a handler: the client gets OpenAI's 500 body naming it, and its traceback is in vt's log by
+    the time the client has that answer (not written after it, beside whatever the client does next)."""
+    server, url = served
+
+    def stats() -> dict:
+        raise RuntimeError("planted: the engine's numbers could not be read")
+
+    server.llm.stats = stats
+    r = httpx.get(url + "/metrics", timeout=30)
+    logged = [(m.getMessage(), str(m.exc_info[1])) for m in caplog.records if m.name == "vt.server" and m.exc_info]
+    assert r.status_code == 500 and r.json()["error"]["type"] == "internal_server_error", r.text
+    assert "planted" in r.json()["error"]["message"], r.text
+    assert len(logged) == 1 and "GET /metrics" in logged[0][0] and "planted" in logged[0][1], \
+        f"the 500's traceback in vt's log before the answer: {[(m.name, m.getMessage()) for m in caplog.records]}"
+    del server.llm.stats
+    assert httpx.get(url + "/metrics", timeout=30).status_code == 200, "non-vacuity: /metrics serves unplanted"
+
+
 def test_an_error_in_the_engine_threads_handling_ends_every_stream_never_a_hang(served) -> None:
     server, url = served
     llm = server.llm
