@@ -178,6 +178,23 @@ class Group:
         self.ready.add(kind)
 
 
+def leave_group(peer_died: bool) -> None:
+    """This process leaves the torch.distributed group. After a peer died, the group object is leaked on
+    purpose: a gloo collective that the dead peer left pending keeps one of the group's threads waiting out the
+    group's timeout (60 s), and gloo's destructor joins that thread (abort does not wake it, torch 2.13), so
+    whatever dropped the last reference would wait that long: the engine process's teardown did, and `vt serve`
+    killed it after 30 s (CI, one run in about forty here). A leaked group costs one idle thread."""
+    import ctypes
+
+    import torch.distributed as dist
+
+    if not dist.is_initialized():
+        return
+    if peer_died:
+        ctypes.pythonapi.Py_IncRef(ctypes.py_object(dist.group.WORLD))  # never returned: no destructor runs
+    dist.destroy_process_group()  # out of torch's registry (at once): a later group may start in this process
+
+
 HOST = "127.0.0.1"
 NCCL_ID_KEY = "vt/nccl-unique-id"
 

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
+import select
+import signal
 import subprocess
 import sys
 import time
@@ -19,7 +22,7 @@ def start_serve(args: list[str], merge_stderr: bool = False, within_s: float = 1
     stdout when merge_stderr); the rest of that stream is left for the test."""
     proc = subprocess.Popen([sys.executable, "-m", "vt.cli", "serve", *args, "--port", "0"],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT if merge_stderr else subprocess.PIPE,
-                            text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+                            text=True, env={**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONFAULTHANDLER": "1"})
     stream = proc.stdout if merge_stderr else proc.stderr
     assert stream is not None
     seen = []
@@ -75,6 +78,26 @@ def exit_code_within(proc: subprocess.Popen, seconds: float) -> int | None:
     while proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.05)
     return proc.poll()
+
+
+def stacks_if_running(proc: subprocess.Popen, within_s: float = 5.0) -> str:
+    """A server that should have exited but runs: SIGABRT to it and its Python descendants (the engine core), each
+    of which dumps every thread's stack to the stderr they share (PYTHONFAULTHANDLER, set by start_serve) and dies;
+    that stderr's tail, for the failure message. Empty if proc has exited."""
+    if proc.poll() is not None or proc.stderr is None:
+        return ""
+    procs = processes()
+    family = [proc.pid] + [p for p, (pp, cmd) in procs.items() if pp == proc.pid and "python" in cmd]
+    for pid in family:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGABRT)
+    fd, said, deadline = proc.stderr.fileno(), b"", time.monotonic() + within_s
+    while time.monotonic() < deadline and select.select([fd], [], [], max(0.0, deadline - time.monotonic()))[0]:
+        chunk = os.read(fd, 1 << 16)
+        if not chunk:
+            break
+        said += chunk
+    return said.decode(errors="replace")[-6000:]
 
 
 def serve_tp2() -> tuple[subprocess.Popen, str]:

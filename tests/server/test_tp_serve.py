@@ -11,7 +11,7 @@ import signal
 import httpx
 import pytest
 
-from tests.server.processes import exit_code_within, serve_tp2, workers_of
+from tests.server.processes import exit_code_within, serve_tp2, stacks_if_running, workers_of
 
 pytest.importorskip("torch.distributed")
 
@@ -36,7 +36,8 @@ def test_a_killed_worker_fails_the_stream_and_the_server_exits_1() -> None:
         # the idle test's bound: the death is already known here (the error frame), so the exit follows within
         # ~1 s; a mutant that never exits waits this out
         rc = exit_code_within(proc, 10)
-        assert rc == 1, f"the server exits 1 once its engine died, not {rc} (None: still running)"
+        assert rc == 1, (f"the server exits 1 once its engine died, not {rc} (None: still running; its "
+                         f"stacks: {stacks_if_running(proc)})")
         err = proc.stderr.read() if proc.stderr else ""
         assert "the engine died" in err and "WorkerDied" in err, err[-2000:]
     finally:

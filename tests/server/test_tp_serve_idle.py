@@ -11,7 +11,7 @@ import time
 import httpx
 import pytest
 
-from tests.server.processes import exit_code_within, serve_tp2, workers_of
+from tests.server.processes import exit_code_within, serve_tp2, stacks_if_running, workers_of
 
 pytest.importorskip("torch.distributed")
 
@@ -25,7 +25,8 @@ def test_a_worker_killed_while_the_server_idles_stops_it_within_seconds() -> Non
         killed = time.monotonic()
         rc = exit_code_within(proc, 10)  # the bound asserted below: a server still running then fails as late
         took = time.monotonic() - killed
-        assert rc == 1, f"the idle server exits 1 once a worker died, not {rc} (None: still running)"
+        assert rc == 1, (f"the idle server exits 1 once a worker died, not {rc} (None: still running; its "
+                         f"stacks: {stacks_if_running(proc)})")
         err = proc.stderr.read() if proc.stderr else ""
         assert "WorkerDied" in err and "rank 1" in err, err[-2000:]
         assert took < 10, f"noticed after {took:.1f} s of idling"

@@ -24,6 +24,7 @@ from __future__ import annotations
 import gc
 import logging
 import multiprocessing
+import os
 import sys
 import threading
 import traceback
@@ -87,7 +88,13 @@ def run_core(cfg: EngineConfig, conn: Any) -> None:
     gc.collect()
     gc.freeze()  # start-up's objects live as long as the process: out of the collector's walks
     _send(conn, ("ready", {"max_model_len": engine.cfg.max_model_len, "num_blocks": engine.cfg.num_blocks}))
-    _Core(engine, conn).serve()
+    if not _Core(engine, conn).serve():  # a fatal error, said to the front; the workers are stopped
+        # Out at once, past the interpreter's teardown: a tensor-parallel group a dead peer left mid-collective
+        # is leaked (vt.parallel.leave_group), and its thread, woken by the collective's failure during the
+        # teardown, would take the GIL there and abort the process (std::terminate) instead of exiting 1.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(1)
 
 
 class _Core:
@@ -98,7 +105,9 @@ class _Core:
         self.sent: dict[str, list[Any]] = {}  # sample id -> [tokens sent, text sent]
         self.prompt_scores_sent: set[str] = set()
 
-    def serve(self) -> None:
+    def serve(self) -> bool:
+        """Steps and answers the front until told to stop or the front goes away (True), or a fatal error, which
+        the front is told (False)."""
         try:
             while True:
                 busy = self.engine.has_unfinished()
@@ -108,14 +117,15 @@ class _Core:
                     continue
                 while self.conn.poll(0):
                     if not self.apply(_dec.decode(self.conn.recv_bytes())):
-                        return
+                        return True
                 if self.engine.has_unfinished():
                     self.step()
         except EOFError:  # the front is gone: nobody is left to serve
-            pass
+            return True
         except BaseException as e:  # noqa: BLE001 - fatal (LLMEngine.step printed its traceback): said, then out
             with _quiet():
                 _send(self.conn, ("dead", f"the engine stopped on a fatal error: {type(e).__name__}: {e}"))
+            return False
         finally:
             self.engine.close(graceful=True)
 

@@ -118,7 +118,7 @@ class Workers:
 
     def shutdown(self) -> None:
         """End-of-file on every pipe is a worker's signal to leave; one that does not within 5 s is killed."""
-        import torch.distributed as dist
+        from vt.parallel import leave_group
 
         for pipe in self.pipes:
             with contextlib.suppress(OSError):
@@ -130,7 +130,7 @@ class Workers:
                 p.kill()
                 p.wait()
         with contextlib.suppress(Exception):
-            dist.destroy_process_group()
+            leave_group(peer_died=any(p.returncode != 0 for p in self.procs))
         if all(p.returncode == 0 for p in self.procs):  # a failure's logs stay for its post-mortem
             shutil.rmtree(self.logdir, ignore_errors=True)
 
