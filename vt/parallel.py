@@ -183,7 +183,8 @@ def leave_group(peer_died: bool) -> None:
     purpose: a gloo collective that the dead peer left pending keeps one of the group's threads waiting out the
     group's timeout (60 s), and gloo's destructor joins that thread (abort does not wake it, torch 2.13), so
     whatever dropped the last reference would wait that long: the engine process's teardown did, and `vt serve`
-    killed it after 30 s (CI, one run in about forty here). A leaked group costs one idle thread."""
+    killed it after 30 s (CI, one run in about forty here). A leaked group keeps its threads and sockets (about 4
+    and 15; rank 0's store among them): once per dead peer, in a process whose engine is dead."""
     import ctypes
 
     import torch.distributed as dist

@@ -84,6 +84,18 @@ ENTRIES: list[Mutation] = [
         gates=(f"{FAULTS}::test_an_endpoints_unexpected_error_is_logged_before_its_500_is_answered",),
     ),
     Mutation(
+        id="internal-error-mid-stream-cuts-the-connection",
+        description="an unexpected error after a stream's 200 escapes the event generator: uvicorn cuts the "
+                    "connection mid-stream, with no error frame and no [DONE]",
+        file="vt/server/app.py",
+        old="        except Exception as e:  # noqa: BLE001 - a bug of ours after the 200: logged, then one frame, as any "
+            "error\n"
+            "            LOG.exception(\"internal error streaming %s\", self.rid)\n"
+            "            yield _sse(ApiError(500, f\"internal error: {type(e).__name__}: {e}\").body())\n",
+        new="",
+        gates=(f"{FAULTS}::test_an_unexpected_error_mid_stream_is_logged_then_one_error_frame_and_done",),
+    ),
+    Mutation(
         id="engine-thread-error-leaves-streams-waiting",
         description="an error in the engine thread's own handling ends the thread but fails no stream in flight",
         file="vt/server/async_llm.py",

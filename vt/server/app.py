@@ -374,6 +374,9 @@ class Answer:
         except (EngineDeadError, RequestError, ApiError) as e:
             err = e if isinstance(e, ApiError) else ApiError(503 if isinstance(e, EngineDeadError) else 400, str(e))
             yield _sse(err.body())
+        except Exception as e:  # noqa: BLE001 - a bug of ours after the 200: logged, then one frame, as any error
+            LOG.exception("internal error streaming %s", self.rid)
+            yield _sse(ApiError(500, f"internal error: {type(e).__name__}: {e}").body())
         finally:
             await self.close()
         yield "data: [DONE]\n\n"
@@ -501,7 +504,8 @@ async def _internal_error(request: Request, exc: Exception) -> Response:
 
 
 def _logged_before_answered(endpoint: Any) -> Any:
-    """endpoint whose unexpected errors are logged with their traceback, then answered with OpenAI's 500 body.
+    """endpoint whose unexpected errors are logged with their traceback, then answered with OpenAI's 500 body
+    (a stream's, after its 200: Answer._events, as one error frame).
     Starlette's own handler for Exception answers first and re-raises for uvicorn to log after, so that log ran
     beside whatever the client did next: under CPython 3.11 a traceback's carets parse source with `ast`, whose
     depth counter is one per interpreter, and a client in the same process formatting its own traceback then read
