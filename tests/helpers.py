@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib.machinery
 import importlib.util
+import os
+from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -88,3 +91,25 @@ def load_script(name: str) -> ModuleType:
     mod = importlib.util.module_from_spec(spec)
     loader.exec_module(mod)
     return mod
+
+
+@contextlib.contextmanager
+def flag_set(name: str, value: str | None) -> Iterator[None]:
+    """The VT_* flag `name` set to value (None: unset) for the block, as it was after. vt/env.py reads the flags
+    once, so their cache is cleared on entering and again on leaving, after the environment is restored."""
+    from vt import env
+
+    def put(v: str | None) -> None:
+        if v is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = v
+
+    before = os.environ.get(name)
+    put(value)
+    env.flags.cache_clear()
+    try:
+        yield
+    finally:
+        put(before)
+        env.flags.cache_clear()

@@ -13,8 +13,6 @@ tokens of one sequence (speculative verification), padding rows. Error bounds, s
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,6 +22,7 @@ import pytest
 from backends.kernels import activation, decode_attention, norm, rotary
 from backends.kernels.decode_attention import MIN_PARTITION, TWIN_TILE, partition_size
 from backends.kernels.fused import HEAD_DIMS
+from tests.helpers import flag_set
 from vt.dtypes import narrow_host, widen_host
 
 STORAGE = {"float32": np.dtype(np.float32), "bfloat16": np.dtype(np.uint16), "float16": np.dtype(np.float16)}
@@ -149,31 +148,15 @@ def test_decode_cases_reach_every_path() -> None:
     assert splits["partitions-gqa8"] == 1, "and a case whose launch keeps a KV head's heads in one block"
 
 
-@contextlib.contextmanager
-def partition_floor(monkeypatch: pytest.MonkeyPatch, floor: int) -> Iterator[None]:
-    """VT_DECODE_MIN_PARTITION set to floor for the block (vt/env.py reads it once: the cache is cleared on both
-    sides, the second time after the environment is as it was)."""
-    from vt import env
-
-    monkeypatch.setenv("VT_DECODE_MIN_PARTITION", str(floor))
-    env.flags.cache_clear()
-    try:
-        yield
-    finally:
-        monkeypatch.undo()
-        env.flags.cache_clear()
-
-
 SHORT_TABLE = 256 // BS  # blocks: a 256-key table, one partition at the default floor
 
 
 @pytest.mark.parametrize("floor", [64, 128])
-def test_a_lowered_partition_floor_splits_a_short_context_and_keeps_its_numbers(
-        floor: int, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_lowered_partition_floor_splits_a_short_context_and_keeps_its_numbers(floor: int) -> None:
     """VT_DECODE_MIN_PARTITION (the H200 lane's A/B knob for one-row steps over short contexts): a one-token launch
     over a 256-key table splits into 256 / floor partitions, the twin equal to dense attention across them; the
     default floor keeps the same table whole."""
-    with partition_floor(monkeypatch, floor):
+    with flag_set("VT_DECODE_MIN_PARTITION", str(floor)):
         c = decode_case([255], 4, 2, 16, "float32", SHORT_TABLE)
         got = run_decode(np, c).astype(np.float64)
     assert c.num_partitions == 256 // floor, f"a {floor}-key floor: {c.num_partitions} partitions"
@@ -184,13 +167,12 @@ def test_a_lowered_partition_floor_splits_a_short_context_and_keeps_its_numbers(
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
-def test_cuda_paged_decode_at_the_lowest_partition_floor_equals_its_twin(dtype: str,
-                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+def test_cuda_paged_decode_at_the_lowest_partition_floor_equals_its_twin(dtype: str) -> None:
     """The kernel and its reduce at 64-key partitions (a tile of keys each, or less), contexts ending in the first
     partition, on its edge, just past it and in the last."""
     import cupy
 
-    with partition_floor(monkeypatch, 64):
+    with flag_set("VT_DECODE_MIN_PARTITION", "64"):
         for hd in HEAD_DIMS:
             c = decode_case([1, 64, 65, 255], 4, 2, hd, dtype, SHORT_TABLE, seed=hd)
             got, want = run_decode(cupy, c), run_decode(np, c)

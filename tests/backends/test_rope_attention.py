@@ -20,9 +20,9 @@ from tests.backends.test_kernels import (
     SHORT_TABLE,
     assert_within_bound,
     decode_case,
-    partition_floor,
     rotary_reference,
 )
+from tests.helpers import flag_set
 from vt.dtypes import narrow_host, widen_host
 from vt.errors import EngineInvariantError
 
@@ -184,13 +184,12 @@ def test_cuda_rope_variant_equals_the_two_launches_it_replaces_bit_for_bit(case:
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
-def test_cuda_rope_variant_at_the_lowest_partition_floor_equals_the_two_launches(
-        dtype: str, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_cuda_rope_variant_at_the_lowest_partition_floor_equals_the_two_launches(dtype: str) -> None:
     """VT_DECODE_MIN_PARTITION=64 (the c=1 A/B's other side): a 256-key table in four partitions, new keys in the
     first, on its edge, just past it and in the last; the variant equals the two launches bit for bit."""
     import cupy
 
-    with partition_floor(monkeypatch, 64):
+    with flag_set("VT_DECODE_MIN_PARTITION", "64"):
         for hd in HEAD_DIMS:
             a = rope_case("", hd, dtype, seed=hd, spec=([1, 64, 65, 255], 4, 2, SHORT_TABLE, 1))
             assert a["part_ml"] is not None and a["part_ml"].shape[2] == 4, "non-vacuity: four partitions"
@@ -283,23 +282,15 @@ def test_speculative_verification_keeps_the_two_launches() -> None:
     assert np.array_equal(logits, plain) and logits.shape[0] == 4, "non-vacuity: four rows of logits"
 
 
-def test_the_rope_variant_is_on_by_default(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_rope_variant_is_on_by_default() -> None:
     """VT_ROPE_IN_ATTENTION unset: a model takes the rope variant; =0 turns it off (vt/env.py reads it once)."""
     from models.loader import load_checkpoint, resolve_model
     from models.registry import load_model
-    from vt import env
     from vt.registry import make_backend
 
     def model_with(value: str | None) -> Any:
-        if value is None:
-            monkeypatch.delenv("VT_ROPE_IN_ATTENTION", raising=False)
-        else:
-            monkeypatch.setenv("VT_ROPE_IN_ATTENTION", value)
-        env.flags.cache_clear()
-        try:
+        with flag_set("VT_ROPE_IN_ATTENTION", value):
             return load_model(load_checkpoint(resolve_model("tiny-qwen3")), make_backend("cpu"), "float32")
-        finally:
-            env.flags.cache_clear()
 
     assert model_with(None).rope_in_attention is True
     assert model_with("0").rope_in_attention is False, "non-vacuity: the flag turns it off"

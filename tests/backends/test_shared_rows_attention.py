@@ -14,6 +14,7 @@ from backends.kernels import decode_attention
 from backends.kernels.fused import HEAD_DIMS
 from tests.backends.launches import launched_names
 from tests.backends.test_kernels import BS, DecodeCase, assert_within_bound, decode_case, decode_reference, run_decode
+from tests.helpers import flag_set
 from vt.dtypes import widen_host
 
 # name: (contexts, nh, nkv, table width in blocks, rows a sequence)
@@ -137,19 +138,13 @@ def test_a_model_of_as_many_query_heads_a_kv_head_as_rows_a_block_keeps_the_plai
     from models import decoder
     from models.loader import load_checkpoint, resolve_model
     from models.registry import load_model
-    from vt import env
     from vt.registry import make_backend
 
-    monkeypatch.setenv("VT_SHARED_ROWS_ATTENTION", "1")
-    env.flags.cache_clear()
-    try:
+    with flag_set("VT_SHARED_ROWS_ATTENTION", "1"):
         ckpt = load_checkpoint(resolve_model("tiny-qwen3"))  # 4 query heads, 2 KV heads
         assert load_model(ckpt, make_backend("cpu"), "float32").shared_rows_attention, "non-vacuity: 2 a KV head"
         monkeypatch.setattr(decoder, "ROWS_A_BLOCK", 2)  # blocks of 2 rows: 2 query heads a KV head is no saving
         assert not load_model(ckpt, make_backend("cpu"), "float32").shared_rows_attention
-    finally:
-        monkeypatch.undo()
-        env.flags.cache_clear()
 
 
 def differs(got: np.ndarray, want: np.ndarray) -> str:
@@ -198,23 +193,15 @@ def test_a_step_of_rows_sharing_sequences_attends_with_the_rows_kernel_in_a_grap
     assert "paged_decode_attention_rows" not in decode_names, "non-vacuity: a decode step keeps the plain kernel"
 
 
-def test_shared_rows_attention_is_off_unless_asked(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_shared_rows_attention_is_off_unless_asked() -> None:
     """VT_SHARED_ROWS_ATTENTION unset: off (not yet measured on the H200); =1 turns it on (vt/env.py reads it once)."""
     from models.loader import load_checkpoint, resolve_model
     from models.registry import load_model
-    from vt import env
     from vt.registry import make_backend
 
     def model_with(value: str | None) -> Any:
-        if value is None:
-            monkeypatch.delenv("VT_SHARED_ROWS_ATTENTION", raising=False)
-        else:
-            monkeypatch.setenv("VT_SHARED_ROWS_ATTENTION", value)
-        env.flags.cache_clear()
-        try:
+        with flag_set("VT_SHARED_ROWS_ATTENTION", value):
             return load_model(load_checkpoint(resolve_model("tiny-qwen3")), make_backend("cpu"), "float32")
-        finally:
-            env.flags.cache_clear()
 
     assert model_with(None).shared_rows_attention is False
     assert model_with("1").shared_rows_attention is True, "non-vacuity: the flag turns it on"
@@ -225,7 +212,7 @@ def test_a_prefix_hits_tail_runs_whole_through_the_rows_kernel_and_generates_the
     """End to end on the CPU: with the flag, start-up captures the short steps' graphs apart, a prefix-cache hit's
     16-token tail runs whole through the rows kernel, and the tokens equal the run without the flag."""
     from backends.cpu import CpuBackend
-    from vt import LLM, SamplingParams, env
+    from vt import LLM, SamplingParams
 
     names: list[str] = []
     launch = CpuBackend.launch
@@ -241,16 +228,12 @@ def test_a_prefix_hits_tail_runs_whole_through_the_rows_kernel_and_generates_the
     greedy = SamplingParams(temperature=0, max_tokens=4, ignore_eos=True)
 
     def tokens(flag: str) -> tuple[list[int], int]:
-        monkeypatch.setenv("VT_SHARED_ROWS_ATTENTION", flag)
-        env.flags.cache_clear()
-        try:
+        with flag_set("VT_SHARED_ROWS_ATTENTION", flag):
             llm = LLM("tiny-qwen3", backend="cpu", max_model_len=1024, num_blocks=256, max_num_seqs=4)
             llm.generate([prefix], greedy)
             names.clear()
             out = llm.generate([prefix + tail], greedy)[0].outputs[0].token_ids
             return list(out), llm.engine.runner.num_whole_prefills
-        finally:
-            env.flags.cache_clear()
 
     with_rows, whole = tokens("1")
     rows_launches = names.count("paged_decode_attention_rows")
