@@ -15,7 +15,7 @@ from backends.kernels.fused import HEAD_DIMS
 from tests.backends.launches import launched_names
 from tests.backends.test_kernels import BS, DecodeCase, assert_within_bound, decode_case, decode_reference, run_decode
 from tests.helpers import flag_set
-from vt.dtypes import widen_host
+from vt.dtypes import narrow_host, widen_host
 
 # name: (contexts, nh, nkv, table width in blocks, rows a sequence)
 SHARED_CASES = {
@@ -103,7 +103,7 @@ def test_cuda_rows_kernel_never_weighs_a_later_rows_key(dtype: str) -> None:
         c = shared_case("prefix-hit-16x1024", hd, dtype, seed=hd)
         ctx = int(c.positions[-2]) + 1  # the last live row's context: its own key is ctx - 1
         block = c.tables[c.token_row[-2], (ctx - 1) // BS]
-        c.v_cache[block, (ctx - 1) % BS] = np.inf
+        c.v_cache[block, (ctx - 1) % BS] = narrow_host(np.full(1, np.inf, np.float32), c.v_cache.dtype)[0]
         got, plain = run_rows(cupy, c), run_decode(cupy, c)
         earlier = slice(0, len(c.q) - 2)
         assert np.isfinite(widen_host(got[earlier])).all(), f"hd={hd}: an earlier row weighed the later row's value"
