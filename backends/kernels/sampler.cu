@@ -116,6 +116,16 @@ struct Filter { float temp, m, min_p; u32 kmin; int weighted; };
 // A row with nothing to change before its draw: no logprobs, penalty history, bans, bias or allowed tokens.
 __device__ __forceinline__ bool plain_row(const long long* ip) { return ip[5] == 0 && ip[4] == 0 && ip[6] == 0 && ip[8] == 0; }
 
+// The sampled token's raw logit for its logprob: the value saved before the penalties changed it (hist_raw), and
+// before the bias did (bias_raw; the bias came first, so its saved value wins). One row's arrays; one thread.
+__device__ __forceinline__ float raw_logit(const float* row, int tok, const long long* hist, const float* hist_raw,
+                                           int num_hist, const long long* bias_ids, const float* bias_raw, int num_bias) {
+    float raw = row[tok];
+    for (int j = 0; j < num_hist; j++) if (hist[j] == tok) { raw = hist_raw[j]; break; }
+    for (int j = 0; j < num_bias; j++) if (bias_ids[j] == tok) { raw = bias_raw[j]; break; }
+    return raw;
+}
+
 // A whole row, for passes whose result does not depend on the order a thread visits tokens in (a flag, an argmax
 // that breaks ties by index): float4 loads, VEC_UNROLL of them in flight a thread (64 KB a block; a block is a row,
 // and one load in flight a thread took a greedy row 59 us at 151,936 tokens on the H200). A row whose start is not
@@ -490,10 +500,8 @@ extern "C" __global__ void vt_sample(float* logits, const float* fparams, const 
     if (tid == 0) {
         out_ids[r] = tok;
         if (num_lp > 0 && tok >= 0) {  // the sampled token's raw logit: saved if the penalties changed it
-            float raw = row[tok];
-            for (int j = 0; j < num_hist; j++) if (h[j] == tok) { raw = hr[j]; break; }
-            for (int j = 0; j < num_bias; j++) if (bi[j] == tok) { raw = br[j]; break; }  // before the bias too
-            lp_ids[r * NLP + NLP - 1] = tok; lp_vals[r * NLP + NLP - 1] = raw - lse;
+            lp_ids[r * NLP + NLP - 1] = tok;
+            lp_vals[r * NLP + NLP - 1] = raw_logit(row, tok, h, hr, num_hist, bi, br, num_bias) - lse;
         }
     }
 }
@@ -656,9 +664,8 @@ __device__ void finish_row(int r, int tok, const float* row, const long long* ip
     out_ids[r] = tok;
     const int num_lp = (int)ip[5], num_hist = (int)ip[4], num_bias = (int)ip[8];
     if (num_lp > 0 && tok >= 0) {
-        float raw = row[tok];
-        for (int j = 0; j < num_hist; j++) if (hist[(long long)r * L + j] == tok) { raw = hist_raw[(long long)r * L + j]; break; }
-        for (int j = 0; j < num_bias; j++) if (bias_ids[(long long)r * W + j] == tok) { raw = bias_raw[(long long)r * W + j]; break; }
+        const float raw = raw_logit(row, tok, hist + (long long)r * L, hist_raw + (long long)r * L, num_hist,
+                                    bias_ids + (long long)r * W, bias_raw + (long long)r * W, num_bias);
         lp_ids[r * NLP + NLP - 1] = tok;
         lp_vals[r * NLP + NLP - 1] = raw - lp_vals[r * NLP + NLP - 1];
     }

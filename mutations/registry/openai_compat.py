@@ -54,7 +54,10 @@ ENTRIES: list[Mutation] = [
         id="cuda-biased-token-logprob-from-the-biased-logit",
         description="the CUDA sampler reports a biased token's logprob from its biased logit, not the model's",
         file="backends/kernels/sampler.cu",
-        old="            for (int j = 0; j < num_bias; j++) if (bi[j] == tok) { raw = br[j]; break; }", new="", needs_gpu=True,
+        # raw_logit serves both samplers (vt_sample's rows, the split kernels' finish_row): the H200 run of session 28
+        # found the split path's own copy of this line, which the mutant did not reach ([cuda-split] stayed green)
+        old="    for (int j = 0; j < num_bias; j++) if (bias_ids[j] == tok) { raw = bias_raw[j]; break; }", new="",
+        needs_gpu=True,
         gates=(f"{BIAS}::test_logprobs_are_the_models_whatever_the_bias[cuda]",
                f"{BIAS}::test_logprobs_are_the_models_whatever_the_bias[cuda-split]",
                f"{BIAS}::test_the_cuda_sampler_biases_as_the_numpy_reference_at_a_real_vocabulary"),
