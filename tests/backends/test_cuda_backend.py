@@ -176,6 +176,32 @@ def test_a_captured_gemm_allocates_no_workspace() -> None:
     assert b.allocs_in_capture >= 1, "vt counts a library's allocation inside the capture"
 
 
+def test_a_kernels_cupy_temporary_is_a_pool_block_charged_to_it() -> None:
+    """An array CuPy makes itself inside a launch (`x * 2`) is a block of vt's pool, charged to that kernel, so the
+    demand profile and the pre-grow see it. The step's library kernels make none (the parity test finds none), so
+    this is the hook's own gate. Non-vacuity: the same expression outside a launch does not reach the pool."""
+    from backends.cuda import CudaBackend
+
+    b = CudaBackend()
+    x, out = b.empty((1024,), np.float32), b.empty((1024,), np.float32)
+    b.copy_h2d(x, np.arange(1024, dtype=np.float32))
+
+    def doubles_through_a_temporary(xp, x, out) -> None:
+        out[...] = x * 2
+
+    def served() -> int:
+        return b.pool.hits + b.pool.misses + b.pool.borrows
+
+    before = served()
+    b.launch(doubles_through_a_temporary, x, out)
+    assert served() == before + 1, "the temporary is one pool block"
+    assert b.attribution.bytes.get("doubles_through_a_temporary", 0) >= 4096, f"charged: {b.attribution.bytes}"
+    assert np.array_equal(out.array().get(), np.arange(1024, dtype=np.float32) * 2)
+    before = served()
+    assert float((x.array() * 2).sum().get()) > 0
+    assert served() == before, "non-vacuity: outside a launch CuPy's own allocator serves the same expression"
+
+
 @pytest.mark.parametrize("model, q", [("tiny-qwen3", 5), ("tiny-qwen3-moe", 5), ("tiny-qwen3-draft", 1)])
 def test_G8_cuda_spec_keys_capture_nothing(model: str, q: int) -> None:
     h = SeamHarness(model, "cuda")
