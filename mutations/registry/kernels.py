@@ -262,8 +262,7 @@ ENTRIES += [
         gates=(*(f"{CLUSTER}::test_cuda_cluster_skinny_gemm_equals_its_twin[{m}-{n}-{k}-{d}-{c}]"
                  for m, n, k in CLUSTER_SHAPES for d in ("bfloat16", "float16") for c in CLUSTER_IDS),
                *(f"{CLUSTER}::test_cuda_cluster_skinny_gemm_with_the_norm_epilogue_equals_its_twin[{m}-{n}-{k}-{c}]"
-                 for m, n, k in [(1, 1024, 2048), (1, 1024, 3072), (8, 1024, 3072), (3, 2048, 1024), (2, 512, 96),
-                                 (1, 256, 10)] for c in CLUSTER_IDS),
+                 for m, n, k in [*NORM_TWIN_SHAPES, (1, 256, 10)] for c in CLUSTER_IDS),  # the test's CLUSTER_NORM_SHAPES
                f"{CLUSTER}::test_under_the_flag_a_decode_plan_times_the_cluster_configurations_and_each_is_right"),
         needs_gpu=True,
     ),
