@@ -11,7 +11,7 @@ from pathlib import Path
 from mutations.model import Verdict
 from mutations.registry import ENTRIES
 from mutations.reports import summary, write_all
-from mutations.runner import BaselineError, CheckoutChanged, RunConfig, Runner
+from mutations.runner import WHOLE_DEVICE_FILES, BaselineError, CheckoutChanged, RunConfig, Runner
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -63,7 +63,8 @@ def main(argv: list[str] | None = None) -> int:
     cache = None if args.no_cache else root / ".vt-cache" / "mutations"
     t0 = time.monotonic()
     try:
-        cfg = RunConfig(root=root, jobs=args.jobs, cache_dir=cache, baseline_junit=args.baseline_junit)
+        cfg = RunConfig(root=root, jobs=args.jobs, cache_dir=cache, baseline_junit=args.baseline_junit,
+                        whole_device_files=WHOLE_DEVICE_FILES if lane == "gpu" else frozenset())
         results = Runner(cfg).run(entries)
     except (BaselineError, CheckoutChanged) as e:
         print(f"mutation run aborted: {e}", file=sys.stderr)

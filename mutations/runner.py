@@ -28,6 +28,10 @@ from mutations.model import Mutation, Result, Verdict
 from mutations.sandbox import apply, make_sandbox, manifest, tracked_files
 
 CACHE_SHARED = ("tests", "seams")  # helper modules here (not test_*.py) may back any gate file
+# Gate files whose GPU tests size the KV cache to the device (gpu_memory_utilization, as vLLM does): on the GPU lane
+# they run with nothing else on the device. Beside other gates (xdist workers, parallel mutants) they take 0.9 of
+# it and the others run out of memory: the H200 run of session 28 had 26 baseline tests fail so, at --jobs 8.
+WHOLE_DEVICE_FILES = frozenset({"tests/engine/test_memory_check.py"})
 STARTUP_S = 5.0  # what a gate run spends before its first test (interpreter, imports, collection)
 
 
@@ -56,6 +60,8 @@ class RunConfig:
     # A JUnit report of the test suite over this very tree, no VT_* flags set (CI's test lane, just run): the
     # baseline of the mutants without an env is read from it instead of run again.
     baseline_junit: Path | None = None
+    # The GPU lane's WHOLE_DEVICE_FILES: their baseline and their mutants run alone (the CPU lane has none)
+    whole_device_files: frozenset[str] = frozenset()
 
 
 class Runner:
@@ -79,11 +85,18 @@ class Runner:
                       f"{', cached' if r.is_cached else ''})", file=sys.stderr, flush=True)
             return r
 
+        alone = [m for m in entries if self._takes_the_device(m.gate_files)]
+        together = [m for m in entries if m not in alone]
         with ThreadPoolExecutor(max_workers=max(1, self.cfg.jobs)) as ex:
-            results = list(ex.map(one, entries))
+            by_id = dict(zip((m.id for m in together), ex.map(one, together)))
+        by_id.update((m.id, one(m)) for m in alone)  # after the others, one at a time
+        results = [by_id[m.id] for m in entries]
         if manifest(self.cfg.root) != before:
             raise CheckoutChanged("the checkout's sha256 manifest changed during the mutation run")
         return results
+
+    def _takes_the_device(self, files: tuple[str, ...]) -> bool:
+        return any(f in self.cfg.whole_device_files for f in files)
 
     # ---- baseline ---------------------------------------------------------------------------
     def _check_baselines(self, entries: list[Mutation]) -> None:
@@ -152,7 +165,12 @@ class Runner:
             sandbox = make_sandbox(self.cfg.root, self.files, Path(d))
 
             def gates() -> Outcome:
-                return run_files(sandbox, files, env, timeout=self.cfg.baseline_timeout, workers=self.cfg.jobs)
+                alone = tuple(f for f in files if self._takes_the_device((f,)))
+                rest = tuple(f for f in files if f not in alone)
+                outs = [run_files(sandbox, rest, env, timeout=self.cfg.baseline_timeout, workers=self.cfg.jobs)
+                        for _ in rest[:1]]
+                outs += [run_files(sandbox, alone, env, timeout=self.cfg.baseline_timeout) for _ in alone[:1]]
+                return merged(outs)
 
             out = gates()
             if is_internal_error(out):  # pytest's own failure, as a mutant's: once more, said
@@ -215,3 +233,17 @@ class Runner:
             return
         self.cfg.cache_dir.mkdir(parents=True, exist_ok=True)
         (self.cfg.cache_dir / f"{key}.json").write_text(json.dumps(res.to_json()))
+
+
+def merged(outs: list[Outcome]) -> Outcome:
+    """One baseline of several pytest runs over disjoint files: the worst exit code, every test's result."""
+    out = Outcome(rc=max((o.rc for o in outs), key=abs), seconds=sum(o.seconds for o in outs),
+                  is_timeout=any(o.is_timeout for o in outs), log="\n".join(o.log for o in outs)[-6000:])
+    for o in outs:
+        out.passed |= o.passed
+        out.skipped |= o.skipped
+        out.failed.update(o.failed)
+        out.errors.update(o.errors)
+        out.file_seconds.update(o.file_seconds)
+    return out
+

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from mutations.model import Mutation
 
+WHOLE = "tests/mutations/test_runner_whole_device.py"
 ENTRIES: list[Mutation] = [
     Mutation(
         id="report-json-not-embedded",
@@ -72,5 +73,23 @@ ENTRIES: list[Mutation] = [
         old="    if _junit_internal_error(o):\n        return True\n",
         new="",
         gates=("tests/mutations/test_runner.py::test_what_reads_as_pytests_own_failure",),
+    ),
+    # The H200 run of session 28: at --jobs 8 the memory check's 0.9 of the device left 26 baseline tests beside it
+    # out of memory
+    Mutation(
+        id="whole-device-gates-run-beside-others",
+        description="on the GPU lane a gate file that sizes the KV cache to the device runs beside the other gates",
+        file="mutations/runner.py",
+        old="        return any(f in self.cfg.whole_device_files for f in files)\n", new="        return False\n",
+        gates=(f"{WHOLE}::test_a_whole_device_gate_file_runs_alone_in_the_baseline_and_its_mutants_after_the_others",),
+    ),
+    Mutation(
+        id="whole-device-baseline-under-xdist",
+        description="a whole-device gate file's baseline runs alone but under xdist workers, one test per worker",
+        file="mutations/runner.py",
+        old="        outs += [run_files(sandbox, alone, env, timeout=self.cfg.baseline_timeout) for _ in alone[:1]]\n",
+        new="        outs += [run_files(sandbox, alone, env, timeout=self.cfg.baseline_timeout, workers=self.cfg.jobs)"
+            " for _ in alone[:1]]\n",
+        gates=(f"{WHOLE}::test_a_whole_device_gate_file_runs_alone_in_the_baseline_and_its_mutants_after_the_others",),
     ),
 ]
