@@ -165,6 +165,14 @@ ENTRIES += [
         expect="round 1 reversed",
     ),
     Mutation(
+        id="env-ab-names-its-files-with-equals",
+        description="env-ab names a run's file by its setting as written (VT_X=1): the device runner returns none",
+        file="scripts/env-ab",
+        old='re.sub(r"[^A-Za-z0-9_.-]+"', new='re.sub(r"[^A-Za-z0-9_.=-]+"',
+        gates=(ENV_AB,),
+        expect="names the device runner returns",
+    ),
+    Mutation(
         id="env-ab-drops-the-setting",
         description="env-ab runs every process with the caller's environment: both sides of the A/B are one setting",
         file="scripts/env-ab",

@@ -4,6 +4,7 @@ each refusal comes before any device."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import time
@@ -105,13 +106,17 @@ def test_env_ab_runs_each_setting_in_its_own_process_and_alternates_them(tmp_pat
     child = ("import json, os, sys; v = os.environ.get('VT_PDL', '0'); open(sys.argv[1], 'a').write(v + '\\n'); "
              "sys.exit('no such mode') if v == 'x' else print(json.dumps({'n': {'twice': 2 * int(v)}}))")
     r = subprocess.run([sys.executable, str(ROOT / "scripts" / "env-ab"), "--set", "VT_PDL=1,3,x", "--rounds", "2",
-                        "--figures", "n.twice", "--", sys.executable, "-c", child, str(log)],
+                        "--figures", "n.twice", "--out", str(tmp_path / "ab"), "--", sys.executable, "-c", child,
+                        str(log)],
                        capture_output=True, text=True, timeout=120, cwd=ROOT)
     rows = {ln.split("|")[1].strip(): ln.split("|")[3].strip() for ln in r.stdout.splitlines()
             if ln.startswith("| VT_PDL=")}
     assert rows == {"VT_PDL=1": "2; 2, 2", "VT_PDL=3": "6; 6, 6", "VT_PDL=x": "-"}, r.stdout
     assert log.read_text().split() == ["1", "3", "x", "x", "3", "1"], "round 0 in order, round 1 reversed"
     assert r.returncode == 1 and "failed: round 0 VT_PDL=x: rc 1, no such mode" in r.stdout, r.stdout
+    saved = sorted(p.name for p in (tmp_path / "ab").iterdir())
+    assert len(saved) == 6, f"a file per run: {saved}"
+    assert all(re.fullmatch(r"[A-Za-z0-9_.-]+", n) for n in saved), f"names the device runner returns: {saved}"
 
 
 def test_env_ab_ends_a_run_past_its_timeout_with_what_it_started(tmp_path: Path) -> None:
