@@ -28,7 +28,8 @@ def _cell(s: str) -> str:
 
 AREAS = (  # (path prefix, area) in order: the first match names a mutant's area
     ("vt/pool.py", "pool"), ("vt/capture.py", "capture"), ("vt/conformance.py", "capture"),
-    ("backends/cuda.py", "cuda"), ("backends/cublas.py", "cuda"), ("backends/", "cpu backend"),
+    ("backends/cuda.py", "cuda"), ("backends/cublas.py", "cuda"), ("backends/kernels/", "kernels"),
+    ("backends/", "cpu backend"),
     ("vt/engine/worker/graph_driver.py", "graphs"), ("vt/engine/spec_decode/proposers.py", "speculation"),
     ("vt/engine/sample/rejection.py", "speculation"), ("vt/engine/", "engine"), ("models/", "models"),
     ("vt/backend.py", "layers"), ("seams/", "seams"), ("mutations/", "mutation runner"), ("tests/", "test setup"),
