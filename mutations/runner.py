@@ -164,13 +164,14 @@ class Runner:
         with tempfile.TemporaryDirectory(prefix="vt-mut-base-") as d:
             sandbox = make_sandbox(self.cfg.root, self.files, Path(d))
 
+            def run(group: tuple[str, ...], workers: int) -> Outcome:
+                return run_files(sandbox, group, env, timeout=self.cfg.baseline_timeout, workers=workers)
+
             def gates() -> Outcome:
                 alone = tuple(f for f in files if self._takes_the_device((f,)))
                 rest = tuple(f for f in files if f not in alone)
-                outs = [run_files(sandbox, rest, env, timeout=self.cfg.baseline_timeout, workers=self.cfg.jobs)
-                        for _ in rest[:1]]
-                outs += [run_files(sandbox, alone, env, timeout=self.cfg.baseline_timeout) for _ in alone[:1]]
-                return merged(outs)
+                # the whole-device files after the rest, in a pytest of their own without xdist workers
+                return merged([run(g, w) for g, w in ((rest, self.cfg.jobs), (alone, 1)) if g])
 
             out = gates()
             if is_internal_error(out):  # pytest's own failure, as a mutant's: once more, said

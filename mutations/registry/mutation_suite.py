@@ -87,9 +87,7 @@ ENTRIES: list[Mutation] = [
         id="whole-device-baseline-under-xdist",
         description="a whole-device gate file's baseline runs alone but under xdist workers, one test per worker",
         file="mutations/runner.py",
-        old="        outs += [run_files(sandbox, alone, env, timeout=self.cfg.baseline_timeout) for _ in alone[:1]]\n",
-        new="        outs += [run_files(sandbox, alone, env, timeout=self.cfg.baseline_timeout, workers=self.cfg.jobs)"
-            " for _ in alone[:1]]\n",
+        old="((rest, self.cfg.jobs), (alone, 1))", new="((rest, self.cfg.jobs), (alone, self.cfg.jobs))",
         gates=(f"{WHOLE}::test_a_whole_device_gate_file_runs_alone_in_the_baseline_and_its_mutants_after_the_others",),
     ),
 ]
