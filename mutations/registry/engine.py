@@ -173,6 +173,13 @@ ENTRIES += [
         expect="names the device runner returns",
     ),
     Mutation(
+        id="env-ab-reads-json-objects-only",
+        description="env-ab keeps a run's last JSON object only: `vt ladder --json`'s array of rows reads as no line",
+        file="scripts/env-ab",
+        old='line.startswith(("{", "["))', new='line.startswith("{")',
+        gates=("tests/engine/test_lane_scripts.py::test_env_ab_reads_a_ladders_array_of_rows_by_index",),
+    ),
+    Mutation(
         id="env-ab-drops-the-setting",
         description="env-ab runs every process with the caller's environment: both sides of the A/B are one setting",
         file="scripts/env-ab",

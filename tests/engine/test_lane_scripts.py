@@ -119,6 +119,20 @@ def test_env_ab_runs_each_setting_in_its_own_process_and_alternates_them(tmp_pat
     assert all(re.fullmatch(r"[A-Za-z0-9_.-]+", n) for n in saved), f"names the device runner returns: {saved}"
 
 
+def test_env_ab_reads_a_ladders_array_of_rows_by_index(tmp_path: Path) -> None:
+    """`vt ladder --json` prints its rows as one JSON array: 1.tpot_ms is the second concurrency's figure. An index
+    past the array, or a key its row lacks, is a '-' cell, not a crash."""
+    child = ("import json, os; v = int(os.environ['VT_PDL']); "
+             "print('vt: log line'); print(json.dumps([{'c': 1, 'tpot_ms': v}, {'c': 128, 'tpot_ms': 10 * v}]))")
+    r = subprocess.run([sys.executable, str(ROOT / "scripts" / "env-ab"), "--set", "VT_PDL=1,2", "--rounds", "1",
+                        "--figures", "1.tpot_ms,0.tpot_ms,2.tpot_ms,0.ttft_ms", "--", sys.executable, "-c", child],
+                       capture_output=True, text=True, timeout=120, cwd=ROOT)
+    rows = {ln.split("|")[1].strip(): [c.strip() for c in ln.split("|")[3:7]] for ln in r.stdout.splitlines()
+            if ln.startswith("| VT_PDL=")}
+    assert rows == {"VT_PDL=1": ["10; 10", "1; 1", "-", "-"], "VT_PDL=2": ["20; 20", "2; 2", "-", "-"]}, r.stdout
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
 def test_env_ab_ends_a_run_past_its_timeout_with_what_it_started(tmp_path: Path) -> None:
     """A measuring process that hangs, having started one of its own (a rank, a server): both are killed at the
     timeout, the run is named as failed, and the call ends."""
