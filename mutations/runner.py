@@ -112,11 +112,7 @@ class Runner:
             out = out or self._baseline_files(files, env)
             print(f"baseline: {len(files)} gate file(s) of {len(ms)} mutant(s)"
                   f"{' ' + ' '.join(f'{k}={v}' for k, v in env) if env else ''}, {source}: "
-                  f"{'TIMEOUT' if out.is_timeout else 'rc=' + str(out.rc)} ({out.seconds:.1f}s)", file=sys.stderr,
-                  flush=True)
-            if out.is_timeout:
-                raise BaselineError(f"unmutated gates ({', '.join(files)}) ran past {self.cfg.baseline_timeout:.0f}s: "
-                                    f"a hang\n{out.log[-3000:]}")
+                  f"rc={out.rc} ({out.seconds:.1f}s)", file=sys.stderr, flush=True)
             for m in ms:
                 self._check_baseline(m, out)
 
@@ -161,28 +157,36 @@ class Runner:
         return out
 
     def _baseline_files(self, files: tuple[str, ...], env: tuple) -> Outcome:
+        alone = tuple(f for f in files if self._takes_the_device((f,)))
+        rest = tuple(f for f in files if f not in alone)
         with tempfile.TemporaryDirectory(prefix="vt-mut-base-") as d:
             sandbox = make_sandbox(self.cfg.root, self.files, Path(d))
+            outs: list[Outcome] = []
+            # the whole-device files after the rest, in a pytest of their own without xdist workers
+            for group, workers in ((rest, self.cfg.jobs), (alone, 1)):
+                if group:
+                    outs.append(self._baseline_group(sandbox, group, env, workers))
+                    if outs[-1].is_timeout:  # a hang: the next group would only wait out its own limit too
+                        raise BaselineError(f"unmutated gates ({', '.join(group)}) ran past "
+                                            f"{self.cfg.baseline_timeout:.0f}s: a hang\n{outs[-1].log[-3000:]}")
+            return merged(outs)
 
-            def run(group: tuple[str, ...], workers: int) -> Outcome:
-                return run_files(sandbox, group, env, timeout=self.cfg.baseline_timeout, workers=workers)
+    def _baseline_group(self, sandbox: Path, group: tuple[str, ...], env: tuple, workers: int) -> Outcome:
+        """One pytest run of these gate files, once more where pytest itself failed it."""
 
-            def gates() -> Outcome:
-                alone = tuple(f for f in files if self._takes_the_device((f,)))
-                rest = tuple(f for f in files if f not in alone)
-                # the whole-device files after the rest, in a pytest of their own without xdist workers
-                return merged([run(g, w) for g, w in ((rest, self.cfg.jobs), (alone, 1)) if g])
+        def gates() -> Outcome:
+            return run_files(sandbox, group, env, timeout=self.cfg.baseline_timeout, workers=workers)
 
+        out = gates()
+        if is_internal_error(out):  # pytest's own failure, as a mutant's: once more, said
+            first = internal_error_line(out)
+            print(f"baseline of {', '.join(group)}: pytest internal error ({first}): running it again",
+                  file=sys.stderr, flush=True)
             out = gates()
-            if is_internal_error(out):  # pytest's own failure, as a mutant's: once more, said
-                first = internal_error_line(out)
-                print(f"baseline of {', '.join(files)}: pytest internal error ({first}): running it again",
-                      file=sys.stderr, flush=True)
-                out = gates()
-            if is_internal_error(out):  # twice: no baseline to judge by, whatever its gates said
-                raise BaselineError(f"unmutated gates ({', '.join(files)}) end in a pytest internal error twice: "
-                                    f"{internal_error_line(out)}")
-            return out
+        if is_internal_error(out):  # twice: no baseline to judge by, whatever its gates said
+            raise BaselineError(f"unmutated gates ({', '.join(group)}) end in a pytest internal error twice: "
+                                f"{internal_error_line(out)}")
+        return out
 
     # ---- one mutant -------------------------------------------------------------------------
     def _run_one(self, m: Mutation) -> Result:
@@ -237,9 +241,10 @@ class Runner:
 
 
 def merged(outs: list[Outcome]) -> Outcome:
-    """One baseline of several pytest runs over disjoint files: the worst exit code, every test's result."""
-    out = Outcome(rc=max((o.rc for o in outs), key=abs), seconds=sum(o.seconds for o in outs),
-                  is_timeout=any(o.is_timeout for o in outs), log="\n".join(o.log for o in outs)[-6000:])
+    """One baseline of pytest runs over disjoint gate files, each already checked for pytest's own failure and a
+    hang: the first failing exit code, every test's result, each run's log tail."""
+    out = Outcome(rc=next((o.rc for o in outs if o.rc), 0), seconds=sum(o.seconds for o in outs),
+                  log="\n".join(o.log[-3000:] for o in outs))
     for o in outs:
         out.passed |= o.passed
         out.skipped |= o.skipped
@@ -247,4 +252,3 @@ def merged(outs: list[Outcome]) -> Outcome:
         out.errors.update(o.errors)
         out.file_seconds.update(o.file_seconds)
     return out
-

@@ -60,8 +60,8 @@ ENTRIES: list[Mutation] = [
         description="the unmutated gates' run is not rerun after a pytest internal error: one flake of the harness "
                     "aborts the whole mutation run",
         file="mutations/runner.py",
-        old="            if is_internal_error(out):  # pytest's own failure, as a mutant's: once more, said\n",
-        new="            if False:\n",
+        old="        if is_internal_error(out):  # pytest's own failure, as a mutant's: once more, said\n",
+        new="        if False:\n",
         gates=("tests/mutations/test_runner.py::test_a_baseline_that_pytest_ends_in_an_internal_error_is_rerun_once",),
         expect="aborted the run",
     ),
@@ -81,13 +81,22 @@ ENTRIES: list[Mutation] = [
         description="on the GPU lane a gate file that sizes the KV cache to the device runs beside the other gates",
         file="mutations/runner.py",
         old="        return any(f in self.cfg.whole_device_files for f in files)\n", new="        return False\n",
-        gates=(f"{WHOLE}::test_a_whole_device_gate_file_runs_alone_in_the_baseline_and_its_mutants_after_the_others",),
+        gates=(f"{WHOLE}::test_a_whole_device_gate_file_runs_alone_in_the_baseline_and_its_mutants_after_the_others",
+               f"{WHOLE}::test_a_hang_in_the_shared_gates_stops_the_baseline_before_the_whole_device_group"),
     ),
     Mutation(
         id="whole-device-baseline-under-xdist",
         description="a whole-device gate file's baseline runs alone but under xdist workers, one test per worker",
         file="mutations/runner.py",
-        old="((rest, self.cfg.jobs), (alone, 1))", new="((rest, self.cfg.jobs), (alone, self.cfg.jobs))",
+        old="((rest, self.cfg.jobs), (alone, 1)):", new="((rest, self.cfg.jobs), (alone, self.cfg.jobs)):",
         gates=(f"{WHOLE}::test_a_whole_device_gate_file_runs_alone_in_the_baseline_and_its_mutants_after_the_others",),
+    ),
+    Mutation(
+        id="baseline-hang-waits-out-the-next-group",
+        description="after the shared gates' baseline hangs, the whole-device group runs its own limit out too, and "
+                    "the hang reads as a red baseline",
+        file="mutations/runner.py",
+        old="                    if outs[-1].is_timeout:", new="                    if False:",
+        gates=(f"{WHOLE}::test_a_hang_in_the_shared_gates_stops_the_baseline_before_the_whole_device_group",),
     ),
 ]

@@ -177,8 +177,8 @@ ENTRIES: list[Mutation] = [
         id="runner-baseline-unbounded",
         description="the mutation runner waits for unmutated gates with no limit: one hang stalls CI silently",
         file="mutations/runner.py",
-        old="                return run_files(sandbox, group, env, timeout=self.cfg.baseline_timeout, workers=workers)",
-        new="                return run_files(sandbox, group, env, timeout=None, workers=workers)",
+        old="            return run_files(sandbox, group, env, timeout=self.cfg.baseline_timeout, workers=workers)",
+        new="            return run_files(sandbox, group, env, timeout=None, workers=workers)",
         gates=("tests/mutations/test_runner_timeouts.py::test_a_hanging_baseline_stops_the_run_naming_it",),
     ),
     Mutation(

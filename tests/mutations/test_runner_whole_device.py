@@ -7,7 +7,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from mutations.model import Verdict
-from tests.mutations.runner_rig import BREAK_ADD, BREAK_SCALE, M, run
+from mutations.runner import BaselineError
+from tests.helpers import ends_within
+from tests.mutations.runner_rig import BREAK_ADD, BREAK_SCALE, M, T, run
 
 # Each test logs when it ran, in which process and under which xdist worker, and holds the "device" a moment.
 LOGGED = '''import os, time
@@ -80,3 +82,21 @@ def test_a_whole_device_gate_file_runs_alone_in_the_baseline_and_its_mutants_aft
     assert not beside, f"the device file's tests ran beside others: {beside}"
     # non-vacuity: the other gates did run side by side (the baseline's two workers, the two busy mutants at once)
     assert any(overlap(a, b) for i, a in enumerate(others) for b in others[i + 1:]), f"nothing ran in parallel: {runs}"
+
+
+def test_a_hang_in_the_shared_gates_stops_the_baseline_before_the_whole_device_group(project: Path,
+                                                                                   tmp_path: Path) -> None:
+    """The shared gates' baseline runs first: where it hangs, the run stops naming those files, and the whole-device
+    group never starts (it would only wait out a limit of its own)."""
+    calc = project / "calc.py"
+    hangs = "    import time\n    time.sleep(90)\n    return x * k"
+    calc.write_text(calc.read_text().replace("    return x * k", hangs))
+    marker = tmp_path / "device-ran"
+    (project / "tests" / "test_device.py").write_text(f"def test_marks():\n    open({str(marker)!r}, 'w').close()\n")
+    any_ = M("any", **BREAK_ADD, gates=(f"{T}::test_add", "tests/test_device.py::test_marks"))
+    box = ends_within(lambda: run(project, any_, baseline_timeout=3.0,
+                                  whole_device=frozenset({"tests/test_device.py"})), 15)
+    error = str(box.get("error"))
+    assert isinstance(box.get("error"), BaselineError) and "a hang" in error, box
+    assert T in error.splitlines()[0] and "test_device" not in error.splitlines()[0], error.splitlines()[0]
+    assert not marker.exists(), "the whole-device group ran after the hang"
