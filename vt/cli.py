@@ -224,11 +224,10 @@ def _ladder(args: argparse.Namespace) -> int:
                        show_progress=not args.json)
     if args.json:
         print(json.dumps([r.row() for r in rungs]))
-        return 0
-    keys = list(rungs[0].row())
-    print("  ".join(f"{k:>10}" for k in keys))
-    for r in rungs:
-        print("  ".join(f"{v:>10}" for v in r.row().values()))
+    else:
+        print("  ".join(f"{k:>10}" for k in rungs[0].row()))
+        for r in rungs:
+            print("  ".join(f"{v:>10}" for v in r.row().values()))
     for r in rungs:  # a failed request says why, once per distinct reason
         for reason in dict.fromkeys(r.errors):
             print(f"vt: c={r.c}: {r.errors.count(reason)} request(s) failed: {reason}", file=sys.stderr)

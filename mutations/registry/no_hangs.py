@@ -56,6 +56,13 @@ ENTRIES: list[Mutation] = [
         gates=(f"{CLI_LADDERS}::test_a_ladder_with_failed_requests_says_why",),
     ),
     Mutation(
+        id="ladder-json-answers-0-with-failures",
+        description="vt ladder --json prints its rows and exits 0 before the failures' reasons and its exit status",
+        file="vt/cli.py", old="        print(json.dumps([r.row() for r in rungs]))\n    else:\n",
+        new="        print(json.dumps([r.row() for r in rungs]))\n        return 0\n    else:\n",
+        gates=(f"{CLI_LADDERS}::test_a_ladder_with_failed_requests_says_why[json]",),
+    ),
+    Mutation(
         id="no-cupy-unexplained",
         description="--backend cuda without CuPy ends in a raw ModuleNotFoundError",
         file="backends/cuda.py", old="        try:\n            import cupy\n        except ImportError as e:",
