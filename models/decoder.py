@@ -114,6 +114,7 @@ class DecoderForCausalLM:
         self.rope_table = self._upload(rope_table(self.cfg))
         self.consumer_norm = flags().consumer_norm and group is None
         self.rope_in_attention = flags().rope_in_attention
+        self.rope_max_rows = flags().rope_max_rows
         # the rows kernel's blocks serve one query head: a key is read once a head for ROWS_A_BLOCK rows, where the
         # plain kernel reads it once a KV head a row; fewer reads only below ROWS_A_BLOCK query heads a KV head
         group = self.cfg.num_attention_heads // self.cfg.num_key_value_heads
@@ -297,17 +298,20 @@ class DecoderForCausalLM:
         if not (not fb.is_prefill and fb.tokens_per_row == 1):
             return False
         assert fb.block_tables is not None
-        return self.attends_with_rope(fb.block_tables.shape[1], kv.block_size)
+        rows, width = fb.block_tables.shape
+        return self.attends_with_rope(rows, width, kv.block_size)
 
-    def attends_with_rope(self, width: int, block_size: int) -> bool:
-        """Whether a decode step over tables this wide takes the rope variant (given one token a sequence): the flag,
-        and a table of at most MIN_PARTITION keys, one partition at any row count at the default floor (under
-        VT_DECODE_MIN_PARTITION it may be several: the lane's A/B then times the variant's prologue in each of
-        them, as it pairs the flag with VT_ROPE_IN_ATTENTION=0). Measured faster there (H200: 1
-        and 8 rows at 128 keys); at 8 x 8,192 (16 partitions) 19% slower; a longer table that many rows keep in one
-        partition (128 x 8k) is not measured, so it keeps the two launches. The graph driver asks it too: where it
-        says yes, a short prefill run whole (rows sharing a sequence) needs a graph of its own."""
-        return self.rope_in_attention and width * block_size <= MIN_PARTITION
+    def attends_with_rope(self, rows: int, width: int, block_size: int) -> bool:
+        """Whether a decode step of this many rows (a graph's, padding included) over tables this wide takes the rope
+        variant (given one token a sequence): the flag, at most VT_ROPE_MAX_ROWS rows, and a table of at most
+        MIN_PARTITION keys, one partition at the default floor (under VT_DECODE_MIN_PARTITION it may be several: the
+        lane's A/B then times the variant's prologue in each of them, as it pairs the flag with
+        VT_ROPE_IN_ATTENTION=0). Measured faster there (H200: 1 and 8 rows at 128 keys); at 8 x 8,192 (16
+        partitions) 19% slower, each of 1,024 blocks waiting for its prologue before its first key load, which many
+        rows would repeat (c=128: 1,024 blocks). The graph driver asks it too: where it says yes, a short prefill run
+        whole (rows sharing a sequence) needs a graph of its own."""
+        return (self.rope_in_attention and rows <= self.rope_max_rows
+                and width * block_size <= MIN_PARTITION)
 
     def _attend(self, i: int, fb: ForwardBatch, kv: KVCache, carry: Carry) -> None:
         assert fb.block_tables is not None and fb.token_row is not None

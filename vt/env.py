@@ -91,6 +91,10 @@ class Flags:
     # VT_ROPE_IN_ATTENTION=0: a decode step of one token a sequence runs q/k norm + rotary + the KV write as a launch
     # of its own again, instead of in the decode attention's prologue (paged_decode_attention_rope)
     rope_in_attention: bool = True
+    # VT_ROPE_MAX_ROWS=16..1024: the rope variant up to this many rows a step (8 by default: it was measured at 1 and
+    # 8 rows on the H200; at 8 x 8k, 1,024 blocks each paying its prologue before its first key load, 19% slower;
+    # c=128's TPOT was 2.711 ms in session 28 against 2.439 before the variant). 1024: any row count (sessions 25-27)
+    rope_max_rows: int = 8
     # VT_DECODE_MIN_PARTITION=128 or 64: the decode attention splits a context into partitions this short (256 keys
     # by default), so a launch of few rows over a short context runs on more blocks, plus the reduce launch
     # (backends/kernels/decode_attention.py partition_size): an A/B knob for the H200 lane, not measured yet
@@ -121,6 +125,7 @@ class Flags:
             skinny_cluster=_read_bool("VT_SKINNY_CLUSTER", False),
             consumer_norm=_read_bool("VT_CONSUMER_NORM", True),
             rope_in_attention=_read_bool("VT_ROPE_IN_ATTENTION", True),
+            rope_max_rows=int(_read_choice("VT_ROPE_MAX_ROWS", ("8", "16", "32", "64", "128", "1024"))),
             decode_min_partition=int(_read_choice("VT_DECODE_MIN_PARTITION", ("256", "128", "64"))),
             shared_rows_attention=_read_bool("VT_SHARED_ROWS_ATTENTION", False),
         )
@@ -145,6 +150,7 @@ def as_environ(f: Flags) -> dict[str, str]:
     out["VT_SAMPLER"] = f.sampler
     out["VT_SKINNY_CLUSTER"] = "1" if f.skinny_cluster else "0"
     out["VT_DECODE_MIN_PARTITION"] = str(f.decode_min_partition)
+    out["VT_ROPE_MAX_ROWS"] = str(f.rope_max_rows)
     return out
 
 

@@ -185,7 +185,7 @@ ENTRIES += [
         file="scripts/env-ab",
         old="env=dict(os.environ) | setting,",
         new="env=dict(os.environ),",
-        gates=(ENV_AB,),
+        gates=(ENV_AB, "tests/engine/test_lane_scripts.py::test_env_ab_reads_a_ladders_array_of_rows_by_index"),
         expect="0; 0, 0",
     ),
     Mutation(

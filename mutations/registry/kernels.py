@@ -1157,9 +1157,24 @@ ENTRIES += [
         description="the decoder runs the rope variant over tables past one partition's keys (H200: 19% slower a "
                     "step at 8 x 8,192)",
         file="models/decoder.py",
-        old="        return self.rope_in_attention and width * block_size <= MIN_PARTITION\n",
-        new="        return self.rope_in_attention\n",
+        old="                and width * block_size <= MIN_PARTITION)", new=")",
         gates=(f"{ROPE}::test_a_table_wider_than_one_partition_keeps_the_two_launches",),
+    ),
+    Mutation(
+        id="decoder-takes-the-rope-variant-at-any-row-count",
+        description="the decoder runs the rope variant at any row count, past what the H200 measured (c=128: "
+                    "1,024 blocks, each waiting for its prologue)",
+        file="models/decoder.py",
+        old="return (self.rope_in_attention and rows <= self.rope_max_rows", new="return (self.rope_in_attention",
+        gates=(f"{ROPE}::test_a_step_of_more_rows_than_measured_keeps_the_two_launches",
+               f"{ROPE}::test_the_rope_variant_is_on_by_default"),
+    ),
+    Mutation(
+        id="rope-max-rows-flag-ignored",
+        description="VT_ROPE_MAX_ROWS is read and never given to the model: the variant's row limit stays 8",
+        file="models/decoder.py",
+        old="        self.rope_max_rows = flags().rope_max_rows\n", new="        self.rope_max_rows = 8\n",
+        gates=(f"{ROPE}::test_the_rope_variant_is_on_by_default",),
     ),
 ]
 ENTRIES += [

@@ -213,23 +213,25 @@ def test_rope_cases_reach_a_head_split_and_a_partitioned_context() -> None:
     assert max(splits) > 1 and max(parts) > 1, (splits, parts)
 
 
-def decode_launches(backend: Any, rope_in_attention: bool, q: int = 1, width: int = 4) -> tuple[np.ndarray, list[str],
-                                                                                               Any]:
-    """tiny-qwen3's decode step through the graph driver three times (cold, captured, replayed): two rows of q
+def decode_launches(backend: Any, rope_in_attention: bool, q: int = 1, width: int = 4, rows: int = 2,
+                    max_rows: int | None = None) -> tuple[np.ndarray, list[str], Any]:
+    """tiny-qwen3's decode step through the graph driver three times (cold, captured, replayed): `rows` rows of q
     tokens each (q > 1: speculative verification's shape) with tables `width` blocks wide, its logits and the names
-    of the kernels launched."""
+    of the kernels launched. max_rows: the model's VT_ROPE_MAX_ROWS, where given."""
     from models.loader import load_checkpoint, resolve_model
     from models.registry import load_model
     from vt.engine.worker.graph_driver import DecodeInputs, GraphDriver
 
     model = load_model(load_checkpoint(resolve_model("tiny-qwen3")), backend, "bfloat16")
     model.rope_in_attention = rope_in_attention
-    kv = model.make_kv_cache(num_blocks=2 * width, block_size=16)
-    positions = np.concatenate([np.arange(20, 20 + q), np.arange(40, 40 + q)])
-    tables = np.arange(2 * width).reshape(2, width)[:, ::-1].copy()
-    slots = np.array([tables[r, p // 16] * 16 + p % 16 for r in range(2) for p in positions[r * q:(r + 1) * q]])
-    inp = DecodeInputs(np.arange(11, 11 + 2 * q), positions, slots, tables, q=q)
-    driver = GraphDriver(model, kv, max_num_seqs=4, max_q=q)
+    if max_rows is not None:
+        model.rope_max_rows = max_rows
+    kv = model.make_kv_cache(num_blocks=rows * width, block_size=16)
+    positions = np.concatenate([np.arange(20 + 20 * r, 20 + 20 * r + q) for r in range(rows)])
+    tables = np.arange(rows * width).reshape(rows, width)[:, ::-1].copy()
+    slots = np.array([tables[r, p // 16] * 16 + p % 16 for r in range(rows) for p in positions[r * q:(r + 1) * q]])
+    inp = DecodeInputs(np.arange(11, 11 + rows * q), positions, slots, tables, q=q)
+    driver = GraphDriver(model, kv, max_num_seqs=max(4, rows), max_q=q)
     with launched_names(backend) as names:
         for _ in range(3):
             driver.step(inp, spec=q > 1)
@@ -267,6 +269,19 @@ def test_a_table_wider_than_one_partition_keeps_the_two_launches() -> None:
     assert "paged_decode_attention_rope" in narrow, "non-vacuity: the narrow table takes the rope variant"
 
 
+def test_a_step_of_more_rows_than_measured_keeps_the_two_launches() -> None:
+    """VT_ROPE_MAX_ROWS bounds the rows a step may have (padding included) to take the rope variant: a step past it
+    runs rotary's launch and then the attention, with the same logits; at the bound, the variant."""
+    from vt.registry import make_backend
+
+    logits, names, _ = decode_launches(make_backend("cpu"), True, rows=3, max_rows=2)
+    assert "paged_decode_attention_rope" not in names and names.count("qk_norm_rope_store") > 0, names
+    plain, _, _ = decode_launches(make_backend("cpu"), False, rows=3)
+    assert np.array_equal(logits, plain) and logits.shape[0] == 3, "the same logits"
+    _, within, _ = decode_launches(make_backend("cpu"), True, rows=2, max_rows=2)
+    assert "paged_decode_attention_rope" in within, "non-vacuity: two rows take the variant at a bound of 2"
+
+
 def test_speculative_verification_keeps_the_two_launches() -> None:
     """Two tokens a sequence (q = 2): the rope variant's precondition fails (its twin refuses it), so the step runs
     rotary's launch and then the attention, whatever the flag says."""
@@ -283,17 +298,22 @@ def test_speculative_verification_keeps_the_two_launches() -> None:
 
 
 def test_the_rope_variant_is_on_by_default() -> None:
-    """VT_ROPE_IN_ATTENTION unset: a model takes the rope variant; =0 turns it off (vt/env.py reads it once)."""
+    """VT_ROPE_IN_ATTENTION unset: a model takes the rope variant up to 8 rows (VT_ROPE_MAX_ROWS); =0 turns it off
+    (vt/env.py reads both once)."""
     from models.loader import load_checkpoint, resolve_model
     from models.registry import load_model
     from vt.registry import make_backend
 
-    def model_with(value: str | None) -> Any:
-        with flag_set("VT_ROPE_IN_ATTENTION", value):
+    def model_with(value: str | None, name: str = "VT_ROPE_IN_ATTENTION") -> Any:
+        with flag_set(name, value):
             return load_model(load_checkpoint(resolve_model("tiny-qwen3")), make_backend("cpu"), "float32")
 
     assert model_with(None).rope_in_attention is True
     assert model_with("0").rope_in_attention is False, "non-vacuity: the flag turns it off"
+    # rows: the H200 measured the variant at 1 and 8 rows only; VT_ROPE_MAX_ROWS widens that for the lane's A/B
+    default = model_with(None)
+    assert default.attends_with_rope(8, 4, 16) and not default.attends_with_rope(16, 4, 16)
+    assert model_with("128", "VT_ROPE_MAX_ROWS").attends_with_rope(128, 4, 16), "the flag reaches the model"
 
 
 def test_rows_sharing_a_sequence_take_a_graph_without_the_rope_variant() -> None:
@@ -313,7 +333,7 @@ def test_rows_sharing_a_sequence_take_a_graph_without_the_rope_variant() -> None
     positions = np.array([20, 21, 22])  # three tokens of one chunk, each its own row with a copy of the table
     slots = np.array([table[p // 16] * 16 + p % 16 for p in positions])
     shared = DecodeInputs(np.array([11, 12, 13]), positions, slots, np.tile(table, (3, 1)), rows_share_sequences=True)
-    assert model.attends_with_rope(4, 16), "non-vacuity: a decode step of this shape takes the variant"
+    assert model.attends_with_rope(4, 4, 16), "non-vacuity: a decode step of this shape takes the variant"
     try:
         with launched_names(backend) as names:
             for _ in range(3):  # cold, captured, replayed

@@ -42,6 +42,15 @@ def test_a_decode_partition_floor_off_the_offered_ones_names_the_flag(value: str
     assert Flags.from_environ().decode_min_partition == 64, "non-vacuity: an offered floor is taken"
 
 
+@pytest.mark.parametrize("value", ["0", "7", "-8", "all"])
+def test_a_rope_row_limit_off_the_offered_ones_names_the_flag(value: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("VT_ROPE_MAX_ROWS", value)
+    with pytest.raises(ValueError, match="VT_ROPE_MAX_ROWS"):
+        Flags.from_environ()
+    monkeypatch.setenv("VT_ROPE_MAX_ROWS", "1024")
+    assert Flags.from_environ().rope_max_rows == 1024, "non-vacuity: an offered limit is taken"
+
+
 def test_pool_stats_print_at_shutdown_when_asked() -> None:
     import os
     import subprocess

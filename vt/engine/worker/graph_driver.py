@@ -278,7 +278,7 @@ class GraphDriver:
         for q, spec in kinds:
             for S, w in ((S, w) for S in self._rungs(q, spec) for w in widths):
                 short_step = w * self.kv.block_size > LONG_CONTEXT_KEYS  # a short prefill's rows (runner._runs_whole)
-                if q == 1 and not spec and self._apart(w):  # decode rows and short steps' rows apart
+                if q == 1 and not spec and self._apart(S, w):  # decode rows and short steps' rows apart
                     keys += [(S, q, spec, w, False)] * (S <= self.ladder[-1]) + [(S, q, spec, w, True)] * short_step
                 elif S <= self.ladder[-1] or short_step:  # rows above the decode ladder: short steps only
                     keys.append((S, q, spec, w, False))
@@ -301,13 +301,13 @@ class GraphDriver:
                  total, time.monotonic() - t0, self.graph_bytes() / 2**20)
         return total
 
-    def _apart(self, width: int) -> bool:
+    def _apart(self, rows: int, width: int) -> bool:
         """Whether a step of rows sharing sequences (a short prefill run whole) needs a graph apart from a decode
         step's at this shape: where the model's decode attention would write each row's KV itself (the rope
         variant's precondition is one token a sequence), or where such rows attend together (the model's
         shared_rows_attention). Asked at every step, so a model's flag is never stale."""
         attends_with_rope = getattr(self.model, "attends_with_rope", None)
-        rope = bool(attends_with_rope is not None and attends_with_rope(width, self.kv.block_size))
+        rope = bool(attends_with_rope is not None and attends_with_rope(rows, width, self.kv.block_size))
         return rope or bool(getattr(self.model, "shared_rows_attention", False))
 
     def _rungs(self, q: int, spec: bool) -> list[int]:
@@ -428,7 +428,7 @@ class GraphDriver:
         if width > self.max_width:
             raise GraphInputMismatch(f"a block table {inp.block_tables.shape[1]} blocks wide: above the driver's "
                                      f"{self.max_width} (max_model_len)")
-        slot = self._slot((S, inp.q, spec, width, inp.rows_share_sequences and self._apart(width)))
+        slot = self._slot((S, inp.q, spec, width, inp.rows_share_sequences and self._apart(S, width)))
         self._stage(slot, inp)
         if slot.demand is None or not self.is_enabled:
             self._run_cold(slot)
