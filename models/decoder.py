@@ -292,9 +292,10 @@ class DecoderForCausalLM:
 
     def _rope_in_attention(self, fb: ForwardBatch, kv: KVCache) -> bool:
         """Whether the decode attention runs the q/k norm, rotary and KV write in its prologue: a decode step of
-        one token a sequence (the kernel's precondition: speculative verification's tokens share a sequence), over
-        a table of one partition. Where the context is split, each of the many blocks would wait for its prologue
-        before its first key load: H200, 0.6B at 8 x 8,192, the step took 3.77 ms against 3.17 (session 25)."""
+        one token a sequence (the kernel's precondition: speculative verification's tokens share a sequence), of at
+        most VT_ROPE_MAX_ROWS rows, over a table of one partition. Where the context is split, each of the many
+        blocks would wait for its prologue before its first key load: H200, 0.6B at 8 x 8,192, the step took 3.77 ms
+        against 3.17 (session 25)."""
         if not (not fb.is_prefill and fb.tokens_per_row == 1):
             return False
         assert fb.block_tables is not None

@@ -668,6 +668,14 @@ ENTRIES += [
         gates=("tests/vt/test_env.py::test_a_tensor_parallel_rank_reads_back_every_flag_rank_0_read",
                "tests/vt/test_env.py::test_flag_names_are_every_variable_this_module_reads"),
     ),
+    Mutation(
+        id="tp-rank-reads-the-default-rope-row-limit",
+        description="a tensor-parallel rank's environment sets VT_ROPE_MAX_ROWS to its default: rank 0 at 1024 "
+                    "takes the rope variant where the other ranks do not",
+        file="vt/env.py",
+        old='out["VT_ROPE_MAX_ROWS"] = str(f.rope_max_rows)', new='out["VT_ROPE_MAX_ROWS"] = "8"',
+        gates=("tests/vt/test_env.py::test_a_tensor_parallel_rank_reads_back_every_flag_rank_0_read",),
+    ),
 ]
 
 SKINNY_TESTS = "tests/backends/test_skinny_gemm.py"

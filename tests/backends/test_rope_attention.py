@@ -217,7 +217,8 @@ def decode_launches(backend: Any, rope_in_attention: bool, q: int = 1, width: in
                     max_rows: int | None = None) -> tuple[np.ndarray, list[str], Any]:
     """tiny-qwen3's decode step through the graph driver three times (cold, captured, replayed): `rows` rows of q
     tokens each (q > 1: speculative verification's shape) with tables `width` blocks wide, its logits and the names
-    of the kernels launched. max_rows: the model's VT_ROPE_MAX_ROWS, where given."""
+    of the kernels launched. max_rows: the model's VT_ROPE_MAX_ROWS, where given. Row r sits at position 20 (r + 1),
+    so rows * 20 + q must stay within width * 16 keys."""
     from models.loader import load_checkpoint, resolve_model
     from models.registry import load_model
     from vt.engine.worker.graph_driver import DecodeInputs, GraphDriver
@@ -276,10 +277,9 @@ def test_a_step_of_more_rows_than_measured_keeps_the_two_launches() -> None:
 
     logits, names, _ = decode_launches(make_backend("cpu"), True, rows=3, max_rows=2)
     assert "paged_decode_attention_rope" not in names and names.count("qk_norm_rope_store") > 0, names
-    plain, _, _ = decode_launches(make_backend("cpu"), False, rows=3)
-    assert np.array_equal(logits, plain) and logits.shape[0] == 3, "the same logits"
-    _, within, _ = decode_launches(make_backend("cpu"), True, rows=2, max_rows=2)
-    assert "paged_decode_attention_rope" in within, "non-vacuity: two rows take the variant at a bound of 2"
+    variant, within, _ = decode_launches(make_backend("cpu"), True, rows=3, max_rows=4)
+    assert "paged_decode_attention_rope" in within, "non-vacuity: the same step takes the variant at a bound of 4"
+    assert np.array_equal(logits, variant) and logits.shape[0] == 3, "the bound changes the launches, not the logits"
 
 
 def test_speculative_verification_keeps_the_two_launches() -> None:
@@ -304,8 +304,8 @@ def test_the_rope_variant_is_on_by_default() -> None:
     from models.registry import load_model
     from vt.registry import make_backend
 
-    def model_with(value: str | None, name: str = "VT_ROPE_IN_ATTENTION") -> Any:
-        with flag_set(name, value):
+    def model_with(in_attention: str | None, max_rows: str | None = None) -> Any:
+        with flag_set("VT_ROPE_IN_ATTENTION", in_attention), flag_set("VT_ROPE_MAX_ROWS", max_rows):
             return load_model(load_checkpoint(resolve_model("tiny-qwen3")), make_backend("cpu"), "float32")
 
     assert model_with(None).rope_in_attention is True
@@ -313,7 +313,7 @@ def test_the_rope_variant_is_on_by_default() -> None:
     # rows: the H200 measured the variant at 1 and 8 rows only; VT_ROPE_MAX_ROWS widens that for the lane's A/B
     default = model_with(None)
     assert default.attends_with_rope(8, 4, 16) and not default.attends_with_rope(16, 4, 16)
-    assert model_with("128", "VT_ROPE_MAX_ROWS").attends_with_rope(128, 4, 16), "the flag reaches the model"
+    assert model_with(None, "128").attends_with_rope(128, 4, 16), "the flag reaches the model"
 
 
 def test_rows_sharing_a_sequence_take_a_graph_without_the_rope_variant() -> None:

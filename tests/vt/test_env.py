@@ -108,7 +108,8 @@ def test_a_tensor_parallel_rank_reads_back_every_flag_rank_0_read(monkeypatch: p
         value = getattr(base, f.name)
         flipped[f.name] = (not value) if isinstance(value, bool) else value
     flipped |= {"blas_threads": 3, "sampler": "block" if base.sampler == "split" else "split", "cache_dir": "/tmp/x",
-                "decode_min_partition": 64 if base.decode_min_partition != 64 else 256}
+                "decode_min_partition": 64 if base.decode_min_partition != 64 else 256,
+                "rope_max_rows": 1024 if base.rope_max_rows != 1024 else 8}
     want = Flags(**flipped)
     for name in [k for k in os.environ if k.startswith("VT_")]:
         monkeypatch.delenv(name)
