@@ -1106,7 +1106,8 @@ ENTRIES += [
         new="    qk_norm_rope_store.twin(qkv, bias, w, rope, positions, slots, k_cache.copy(), v_cache.copy(), q, "
             "has_norm, eps)\n",
         gates=(*ROPE_TWIN, f"{ROPE}::test_a_decode_step_of_one_token_a_sequence_attends_with_the_rope_variant_with_the_"
-                           "same_logits", f"{ROPE}::test_the_rope_variant_refuses_two_tokens_of_one_sequence"),
+                           "same_logits", f"{ROPE}::test_the_rope_variant_refuses_two_tokens_of_one_sequence",
+               f"{ROPE}::test_a_step_of_more_rows_than_measured_keeps_the_two_launches"),
     ),
     Mutation(
         id="rope-attention-twin-takes-two-tokens-of-a-sequence",
