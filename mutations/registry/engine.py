@@ -180,6 +180,13 @@ ENTRIES += [
         gates=("tests/engine/test_lane_scripts.py::test_env_ab_reads_a_ladders_array_of_rows_by_index",),
     ),
     Mutation(
+        id="env-ab-runs-a-value-vt-refuses",
+        description="env-ab takes a flag value vt/env.py refuses: every run of that setting fails, a lane call spent",
+        file="scripts/env-ab",
+        old="        if bad:\n", new="        if False:\n",
+        gates=("tests/engine/test_lane_scripts.py::test_env_ab_refuses_bad_input_with_one_line[a-value-vt-refuses]",),
+    ),
+    Mutation(
         id="env-ab-drops-the-setting",
         description="env-ab runs every process with the caller's environment: both sides of the A/B are one setting",
         file="scripts/env-ab",

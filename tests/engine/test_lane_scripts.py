@@ -86,6 +86,8 @@ ENV_AB_REFUSALS = {  # name: (arguments, what the one line must name)
     "no-rounds": (["--set", "VT_PDL=1,0", "--rounds", "0", "--", "true"], "--rounds must be at least 1"),
     "no-such-command": (["--set", "VT_PDL=1", "--", "no-such-command-vt"], "'no-such-command-vt': no such command"),
     "out-not-writable": (["--set", "VT_PDL=1", "--out", "/proc/vt-ab", "--", "true"], "--out '/proc/vt-ab':"),
+    "a-value-vt-refuses": (["--set", "VT_ROPE_MAX_ROWS=8,3", "--", "true"],
+                           "--set 'VT_ROPE_MAX_ROWS=8,3': VT_ROPE_MAX_ROWS='3': expected one of"),
 }
 
 
@@ -103,17 +105,21 @@ def test_env_ab_runs_each_setting_in_its_own_process_and_alternates_them(tmp_pat
     """Each process sees its setting (its figure is computed from the flag it got), the settings' order flips every
     other round, and a setting whose process fails is named while the others' figures still come back (rc 1)."""
     log = tmp_path / "order.log"
-    child = ("import json, os, sys; v = os.environ.get('VT_PDL', '0'); open(sys.argv[1], 'a').write(v + '\\n'); "
-             "sys.exit('no such mode') if v == 'x' else print(json.dumps({'n': {'twice': 2 * int(v)}}))")
-    r = subprocess.run([sys.executable, str(ROOT / "scripts" / "env-ab"), "--set", "VT_PDL=1,3,x", "--rounds", "2",
+    child = ("import json, os, sys; v = os.environ.get('VT_DECODE_MIN_PARTITION', '0'); "
+             "open(sys.argv[1], 'a').write(v + '\\n'); "
+             "sys.exit('no such mode') if v == '64' else print(json.dumps({'n': {'twice': 2 * int(v)}}))")
+    r = subprocess.run([sys.executable, str(ROOT / "scripts" / "env-ab"), "--set", "VT_DECODE_MIN_PARTITION=256,128,64",
+                        "--rounds", "2",
                         "--figures", "n.twice", "--out", str(tmp_path / "ab"), "--", sys.executable, "-c", child,
                         str(log)],
                        capture_output=True, text=True, timeout=120, cwd=ROOT)
     rows = {ln.split("|")[1].strip(): ln.split("|")[3].strip() for ln in r.stdout.splitlines()
-            if ln.startswith("| VT_PDL=")}
-    assert rows == {"VT_PDL=1": "2; 2, 2", "VT_PDL=3": "6; 6, 6", "VT_PDL=x": "-"}, r.stdout
-    assert log.read_text().split() == ["1", "3", "x", "x", "3", "1"], "round 0 in order, round 1 reversed"
-    assert r.returncode == 1 and "failed: round 0 VT_PDL=x: rc 1, no such mode" in r.stdout, r.stdout
+            if ln.startswith("| VT_DECODE_MIN_PARTITION=")}
+    assert rows == {"VT_DECODE_MIN_PARTITION=256": "512; 512, 512", "VT_DECODE_MIN_PARTITION=128": "256; 256, 256",
+                    "VT_DECODE_MIN_PARTITION=64": "-"}, r.stdout
+    assert log.read_text().split() == ["256", "128", "64", "64", "128", "256"], "round 0 in order, round 1 reversed"
+    assert r.returncode == 1 and "failed: round 0 VT_DECODE_MIN_PARTITION=64: rc 1, no such mode" in r.stdout, \
+        r.stdout
     saved = sorted(p.name for p in (tmp_path / "ab").iterdir())
     assert len(saved) == 6, f"a file per run: {saved}"
     assert all(re.fullmatch(r"[A-Za-z0-9_.-]+", n) for n in saved), f"names the device runner returns: {saved}"
@@ -122,14 +128,16 @@ def test_env_ab_runs_each_setting_in_its_own_process_and_alternates_them(tmp_pat
 def test_env_ab_reads_a_ladders_array_of_rows_by_index(tmp_path: Path) -> None:
     """`vt ladder --json` prints its rows as one JSON array: 1.tpot_ms is the second concurrency's figure. An index
     past the array, or a key its row lacks, is a '-' cell, not a crash."""
-    child = ("import json, os; v = int(os.environ['VT_PDL']); "
+    child = ("import json, os; v = int(os.environ['VT_DECODE_MIN_PARTITION']) // 64; "
              "print('vt: log line'); print(json.dumps([{'c': 1, 'tpot_ms': v}, {'c': 128, 'tpot_ms': 10 * v}]))")
-    r = subprocess.run([sys.executable, str(ROOT / "scripts" / "env-ab"), "--set", "VT_PDL=1,2", "--rounds", "1",
+    r = subprocess.run([sys.executable, str(ROOT / "scripts" / "env-ab"), "--set", "VT_DECODE_MIN_PARTITION=64,128",
+                        "--rounds", "1",
                         "--figures", "1.tpot_ms,0.tpot_ms,2.tpot_ms,0.ttft_ms", "--", sys.executable, "-c", child],
                        capture_output=True, text=True, timeout=120, cwd=ROOT)
     rows = {ln.split("|")[1].strip(): [c.strip() for c in ln.split("|")[3:7]] for ln in r.stdout.splitlines()
-            if ln.startswith("| VT_PDL=")}
-    assert rows == {"VT_PDL=1": ["10; 10", "1; 1", "-", "-"], "VT_PDL=2": ["20; 20", "2; 2", "-", "-"]}, r.stdout
+            if ln.startswith("| VT_DECODE_MIN_PARTITION=")}
+    assert rows == {"VT_DECODE_MIN_PARTITION=64": ["10; 10", "1; 1", "-", "-"],
+                    "VT_DECODE_MIN_PARTITION=128": ["20; 20", "2; 2", "-", "-"]}, r.stdout
     assert r.returncode == 0, r.stdout + r.stderr
 
 
