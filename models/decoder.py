@@ -15,9 +15,11 @@ from typing import Any
 
 import numpy as np
 
+from backends.kernels import rows_attention
 from backends.kernels.activation import pair_group
 from backends.kernels.decode_attention import MIN_PARTITION, ROWS_A_BLOCK, num_partitions
 from backends.kernels.moe import expert_rows
+from backends.kernels.rows_attention import ROWS as ROWS_MMA
 from models import kernels as K
 from models.base import Carry, ForwardBatch, KVCache, make_kv_cache
 from models.config import ModelConfig
@@ -115,10 +117,19 @@ class DecoderForCausalLM:
         self.consumer_norm = flags().consumer_norm and group is None
         self.rope_in_attention = flags().rope_in_attention
         self.rope_max_rows = flags().rope_max_rows
-        # the rows kernel's blocks serve one query head: a key is read once a head for ROWS_A_BLOCK rows, where the
-        # plain kernel reads it once a KV head a row; fewer reads only below ROWS_A_BLOCK query heads a KV head
+        self.rows_kernel = self._rows_kernel(flags().shared_rows_attention)
+
+    def _rows_kernel(self, asked: str) -> str | None:
+        """The kernel a step of rows sharing sequences attends with (VT_SHARED_ROWS_ATTENTION), None for the plain
+        decode kernel: `rows` below ROWS_A_BLOCK query heads a KV head (its blocks serve one query head: a key is read
+        once a head for ROWS_A_BLOCK rows, where the plain kernel reads it once a KV head a row), `mma` over a 16-bit
+        cache (tensor cores take no float32) and at most ROWS_MMA query heads a KV head (a block's 64 rows)."""
         group = self.cfg.num_attention_heads // self.cfg.num_key_value_heads
-        self.shared_rows_attention = flags().shared_rows_attention and group < ROWS_A_BLOCK
+        if asked == "rows" and group < ROWS_A_BLOCK:
+            return "rows"
+        if asked == "mma" and self.kv_dtype != np.float32 and group <= ROWS_MMA:
+            return "mma"
+        return None
 
     # ---- weights ----------------------------------------------------------------------------
     def _upload(self, a: np.ndarray) -> Tensor:
@@ -325,7 +336,7 @@ class DecoderForCausalLM:
         q, o = carry.get("q", ()), carry.get("o", ())
         if not fb.is_prefill:
             self._decode_attention(i, q, o, fb.positions, fb.token_row, fb.block_tables, kv, carry,
-                                   shared=fb.rows_share_sequences and self.shared_rows_attention)
+                                   rows=self.rows_kernel if fb.rows_share_sequences else None)
             return
         D = fb.num_decode  # a mixed step: its first D tokens are decoding requests' new tokens
         T, nh, hd = q.shape
@@ -344,21 +355,27 @@ class DecoderForCausalLM:
 
     def _decode_attention(self, i: int, q: Tensor | None, o: Tensor, positions: Tensor, token_row: Tensor,
                           block_tables: Tensor, kv: KVCache, carry: Carry | None,
-                          rope: tuple[Tensor, Tensor] | None = None, shared: bool = False) -> None:
-        """The decode kernel over o's tokens, from q (shared: the rows kernel, for rows that share sequences); or
-        (rope: the q/k/v projection and the slots) from the projection, the q/k norm, rotary and KV write in its
-        prologue. Its partitions' scratch lives in the carry
-        for a whole decode step, or (carry None: a mixed step's eager attention break) only for this launch: a
-        break's pool block is dead before the bucket's next segment runs."""
+                          rope: tuple[Tensor, Tensor] | None = None, rows: str | None = None) -> None:
+        """The decode kernel over o's tokens, from q (rows: a rows kernel, for rows that share sequences: `rows` or
+        `mma`, as _rows_kernel chose); or (rope: the q/k/v projection and the slots) from the projection, the q/k
+        norm, rotary and KV write in its prologue. Its partitions' scratch (as many as the kernel's own rule splits
+        the table into) lives in the carry for a whole decode step, or (carry None: a mixed step's eager attention
+        break) only for this launch: a break's pool block is dead before the bucket's next segment runs."""
         T, nh, hd = o.shape
-        P = num_partitions(T, kv.k[i].shape[2], block_tables.shape[1], kv.block_size)
+        nkv, width = kv.k[i].shape[2], block_tables.shape[1]
+        if rows == "mma":
+            P = rows_attention.num_partitions(T, nkv, nh // nkv, width, kv.block_size)
+        else:
+            P = num_partitions(T, nkv, width, kv.block_size)
         if P == 1:
             parts: tuple = (None, None)
         elif carry is not None:
             parts = (carry.get("part_o", (T, nh, P, hd)), carry.get("part_ml", (T, nh, P, 2)))
         else:
             parts = (self.pool.empty((T, nh, P, hd), F32), self.pool.empty((T, nh, P, 2), F32))
-        if shared:  # rows of one sequence read its keys together (VT_SHARED_ROWS_ATTENTION)
+        if rows == "mma":  # rows of one sequence read its keys together, on tensor cores (VT_SHARED_ROWS_ATTENTION)
+            self.backend.paged_rows_attention(q, kv.k[i], kv.v[i], block_tables, token_row, positions, o, *parts)
+        elif rows == "rows":  # ... on CUDA cores, a few rows a block
             self.backend.paged_decode_attention_rows(q, kv.k[i], kv.v[i], block_tables, token_row, positions, o,
                                                      *parts)
         elif rope is None:

@@ -49,6 +49,22 @@ def _read_choice(name: str, choices: tuple[str, ...]) -> str:
     raise ConfigError(f"{name}={raw!r}: expected one of {', '.join(choices)}")
 
 
+ROWS_ATTENTION = ("off", "rows", "mma")  # VT_SHARED_ROWS_ATTENTION's kernels (Flags.shared_rows_attention)
+
+
+def _read_rows_attention() -> str:
+    """VT_SHARED_ROWS_ATTENTION: one of ROWS_ATTENTION, or a boolean as the flag was before `mma` (1: rows, 0: off)."""
+    raw = (os.environ.get("VT_SHARED_ROWS_ATTENTION") or "off").strip().lower()
+    if raw in ROWS_ATTENTION:
+        return raw
+    if raw in TRUE + FALSE:
+        return "rows" if raw in TRUE else "off"
+    from vt.errors import ConfigError
+
+    raise ConfigError(f"VT_SHARED_ROWS_ATTENTION={raw!r}: expected one of {', '.join(ROWS_ATTENTION)} (or 1 for "
+                      "rows, 0 for off)")
+
+
 # Flags that were read once and are no longer: set to anything but their old default, they are refused by name
 # (a user asking for the behaviour must hear it is gone), never ignored.
 RETIRED = {"VT_TEMPERATURE_DRAW": ("mass", "the race draw was removed in session 24 (on the H200 no faster than the "
@@ -99,11 +115,12 @@ class Flags:
     # by default), so a launch of few rows over a short context runs on more blocks, plus the reduce launch
     # (backends/kernels/decode_attention.py partition_size): an A/B knob for the H200 lane, not measured yet
     decode_min_partition: int = 256
-    # VT_SHARED_ROWS_ATTENTION=1: a short prefill run whole as a decode step (rows sharing sequences) attends with
-    # paged_decode_attention_rows, whose blocks read each key once for a few rows of one sequence, in graphs apart
-    # from decode steps' (H200, 0.6B, a prefix hit's step of 16 rows over 1,024 keys: attention 0.78 of 2.03 ms,
-    # session 18): off until the lane measures it
-    shared_rows_attention: bool = False
+    # VT_SHARED_ROWS_ATTENTION: how a short prefill run whole as a decode step (rows sharing sequences: a prefix hit's
+    # tail) attends, in graphs apart from decode steps' (H200, 0.6B, 16 rows over 1,024 keys: attention 0.78 of a
+    # 2.03 ms step, session 18). off (0): the plain decode kernel, a row at a time. rows (1):
+    # paged_decode_attention_rows, a key read once for 4 rows on CUDA cores (H200: 0.26 ms slower, session 28).
+    # mma: paged_rows_attention, a key read once for 64 query rows on tensor cores (not yet run on a GPU)
+    shared_rows_attention: str = "off"
 
     @classmethod
     def from_environ(cls) -> Flags:
@@ -127,7 +144,7 @@ class Flags:
             rope_in_attention=_read_bool("VT_ROPE_IN_ATTENTION", True),
             rope_max_rows=int(_read_choice("VT_ROPE_MAX_ROWS", ("8", "16", "32", "64", "128", "1024"))),
             decode_min_partition=int(_read_choice("VT_DECODE_MIN_PARTITION", ("256", "128", "64"))),
-            shared_rows_attention=_read_bool("VT_SHARED_ROWS_ATTENTION", False),
+            shared_rows_attention=_read_rows_attention(),
         )
 
 
@@ -143,8 +160,9 @@ def as_environ(f: Flags) -> dict[str, str]:
     names = {"pool_bypass": "VT_POOL_BYPASS", "pool_exact": "VT_POOL_EXACT", "pool_borrow": "VT_POOL_BORROW",
              "pool_stats": "VT_POOL_STATS", "cudagraph": "VT_CUDAGRAPH", "sanitize": "VT_SANITIZE",
              "gemm_tuned": "VT_GEMM_TUNED", "pdl": "VT_PDL", "consumer_norm": "VT_CONSUMER_NORM",
-             "rope_in_attention": "VT_ROPE_IN_ATTENTION", "shared_rows_attention": "VT_SHARED_ROWS_ATTENTION"}
+             "rope_in_attention": "VT_ROPE_IN_ATTENTION"}
     out = {env: "1" if getattr(f, field) else "0" for field, env in names.items()}
+    out["VT_SHARED_ROWS_ATTENTION"] = f.shared_rows_attention
     out["VT_CACHE_DIR"] = f.cache_dir
     out["VT_BLAS_THREADS"] = str(f.blas_threads)
     out["VT_SAMPLER"] = f.sampler

@@ -70,6 +70,14 @@ class Ops:
         self.launch(self.kernels.paged_decode_attention_rows, q, k_cache, v_cache, block_tables, token_row,
                     positions, out, part_o, part_ml)
 
+    def paged_rows_attention(self, q: Any, k_cache: Any, v_cache: Any, block_tables: Any, token_row: Any,
+                             positions: Any, out: Any, part_o: Any = None, part_ml: Any = None) -> None:
+        """paged_decode_attention's arguments and output (within its bound: q and P rounded to the 16-bit cache's
+        dtype) for a step whose rows share sequences, on tensor cores: a block serves one KV head for 64 query rows,
+        a sequence's keys read once for its rows in the block. Partials as many as rows_attention.num_partitions."""
+        self.launch(self.kernels.paged_rows_attention, q, k_cache, v_cache, block_tables, token_row, positions, out,
+                    part_o, part_ml)
+
     def paged_decode_attention_rope(self, qkv: Any, w: Any, rope: Any, positions: Any, slots: Any, k_cache: Any,
                                     v_cache: Any, block_tables: Any, token_row: Any, out: Any, part_o: Any = None,
                                     part_ml: Any = None, *, has_norm: bool, eps: float, bias: Any = None) -> None:

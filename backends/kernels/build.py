@@ -237,13 +237,14 @@ def ci_instances() -> list[Instance]:
         norm,
         prefill_attention,
         rotary,
+        rows_attention,
         sampler,
         skinny_gemm,
         tokens,
     )
 
-    mods = (convert, norm, rotary, activation, decode_attention, prefill_attention, moe, skinny_gemm, sampler,
-            tokens)
+    mods = (convert, norm, rotary, activation, decode_attention, prefill_attention, rows_attention, moe, skinny_gemm,
+            sampler, tokens)
     return [i for mod in mods for i in mod.CI_INSTANCES]
 
 

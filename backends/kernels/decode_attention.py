@@ -75,10 +75,24 @@ def _twin(q: np.ndarray, k_cache: np.ndarray, v_cache: np.ndarray, block_tables:
     if bs & (bs - 1) or k_cache.shape[0] >= 2**31:  # the kernel finds a key's block by shifts, its id in 32 bits
         raise EngineInvariantError(f"paged_decode_attention: block size {bs} (a power of two) and "
                                    f"{k_cache.shape[0]} cache blocks (fewer than 2**31)")
+    keys = block_tables.shape[1] * bs
+    part = keys if _partitions(part_o, part_ml) == 1 else partition_size(T, nkv, keys)  # one partition: the table
+    attend_in_partitions(q, k_cache, v_cache, block_tables, token_row, positions, out, part_o, part_ml, part,
+                         TWIN_TILE)
+
+
+def attend_in_partitions(q: np.ndarray, k_cache: np.ndarray, v_cache: np.ndarray, block_tables: np.ndarray,
+                         token_row: np.ndarray, positions: np.ndarray, out: np.ndarray, part_o: np.ndarray | None,
+                         part_ml: np.ndarray | None, part: int, tile: int, operand: np.dtype | None = None) -> None:
+    """Each token's keys 0..its position in partitions of `part` keys, each an online softmax over tiles of `tile`
+    keys from its start (the softmax numerators rounded to `operand` before their product with V, where given: a
+    tensor-core kernel's P), then the partitions combined at their common max (the reduce kernel), their partials
+    written where part_o and part_ml are given."""
+    T, nh, hd = q.shape
+    bs, nkv = k_cache.shape[1], k_cache.shape[2]
     W = block_tables.shape[1]
     P = _partitions(part_o, part_ml)
     ctx = np.minimum(positions.astype(np.int64) + 1, W * bs)
-    part = W * bs if P == 1 else partition_size(T, nkv, W * bs)  # one partition: the whole table
     tables = block_tables[token_row]  # [T, W]
     kf, vf = k_cache.reshape(-1, nkv, hd), v_cache.reshape(-1, nkv, hd)
     qg = q.reshape(T, nkv, nh // nkv, hd)  # query head h reads KV head h // (nh // nkv)
@@ -87,7 +101,7 @@ def _twin(q: np.ndarray, k_cache: np.ndarray, v_cache: np.ndarray, block_tables:
     o = np.zeros((*m.shape, hd), np.float32)
     for p in range(min(P, -(-int(ctx.max()) // part))):
         end = np.minimum(ctx, (p + 1) * part)
-        m[..., p], lsum[..., p], o[..., p, :] = _partition(qg, kf, vf, tables, bs, p * part, end)
+        m[..., p], lsum[..., p], o[..., p, :] = _partition(qg, kf, vf, tables, bs, p * part, end, tile, operand)
     if P == 1:
         res = o[..., 0, :]
     else:
@@ -110,15 +124,15 @@ def _partitions(part_o: Any, part_ml: Any) -> int:
 
 
 def _partition(qg: np.ndarray, kf: np.ndarray, vf: np.ndarray, tables: np.ndarray, bs: int, start: int,
-               end: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+               end: np.ndarray, tile: int, operand: np.dtype | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """One partition [start, end[t]) of every token: (max, softmax sum, normalized output) per query head."""
     T, nkv, g, hd = qg.shape
     W = tables.shape[1]
     m = np.full((T, nkv, g), -np.inf, np.float32)
     lsum = np.zeros((T, nkv, g), np.float32)
     acc = np.zeros((T, nkv, g, hd), np.float32)
-    for t0 in range(start, int(end.max()), TWIN_TILE):
-        pos = t0 + np.arange(TWIN_TILE)
+    for t0 in range(start, int(end.max()), tile):
+        pos = t0 + np.arange(tile)
         valid = pos[None, :] < end[:, None]  # [T, tile]
         blocks = tables[:, np.minimum(pos // bs, W - 1)]  # the block table, entry by entry
         slots = blocks * bs + pos % bs  # past a context: slots of stale or recycled blocks (any bits, NaN too)
@@ -130,6 +144,8 @@ def _partition(qg: np.ndarray, kf: np.ndarray, vf: np.ndarray, tables: np.ndarra
         alpha = np.exp(m - base)
         e = np.exp(s - base[..., None])
         lsum = lsum * alpha + e.sum(axis=-1)
+        if operand is not None:  # P as a tensor core's operand: the sum above is of the unrounded values
+            e = widen_host(narrow_host(e, operand))
         acc = acc * alpha[..., None] + np.matmul(e, v.transpose(0, 2, 1, 3))  # the rescale to the new max
         m = m_new
     return m, lsum, acc / np.where(lsum > 0, lsum, 1)[..., None]

@@ -23,6 +23,7 @@ from backends.kernels.moe import (
 from backends.kernels.norm import add_rms_norm, embed
 from backends.kernels.prefill_attention import paged_prefill_attention
 from backends.kernels.rotary import qk_norm_rope_store
+from backends.kernels.rows_attention import paged_rows_attention
 from backends.kernels.tokens import feed_tokens, keep_sampled
 
 
@@ -106,6 +107,7 @@ LIBRARY = types.SimpleNamespace(embed=embed, add_rms_norm=add_rms_norm, qk_norm_
                                 silu_mul=silu_mul, paged_decode_attention=paged_decode_attention,
                                 paged_decode_attention_rope=paged_decode_attention_rope,
                                 paged_decode_attention_rows=paged_decode_attention_rows,
+                                paged_rows_attention=paged_rows_attention,
                                 paged_prefill_attention=paged_prefill_attention, gemm=matmul, moe_route=moe_route,
                                 moe_group=moe_group, moe_gemm=moe_gemm, moe_combine=moe_combine,
                                 moe_gemm_rows=moe_gemm_rows, moe_route_gemm_rows=moe_route_gemm_rows,

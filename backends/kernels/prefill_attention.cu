@@ -7,7 +7,7 @@
 // accumulation; the softmax is online over key tiles in float32, P rounded to the cache dtype for the second
 // product, as FlashAttention-2 does. Tiles past the step's count (the launch is sized for the largest step
 // of a graph bucket) have zero queries and leave at once.
-#include "common.cuh"
+#include "tensor_core.cuh"
 
 namespace vt {
 
@@ -15,76 +15,7 @@ constexpr int PREFILL_BM = 64;   // queries a block serves: four warps of sixtee
 constexpr int PREFILL_BN = 64;   // keys a tile loads
 constexpr int PREFILL_THREADS = 128;
 
-template <typename KV> struct Mma;
-template <> struct Mma<bf16> {
-    static __device__ __forceinline__ void run(float (&d)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
-        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-                     "{%0,%1,%2,%3};"
-                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-    }
-};
-template <> struct Mma<f16> {
-    static __device__ __forceinline__ void run(float (&d)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
-        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-                     "{%0,%1,%2,%3};"
-                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-    }
-};
-
-// Two values rounded to the cache dtype (to nearest even, as from_f32 does for every finite value), packed as an
-// mma operand register, the lower column in the low half: one cvt instruction, where from_f32<bf16>'s integer
-// rounding took several a value.
-template <typename KV> __device__ __forceinline__ unsigned pack2(float lo, float hi);
-template <> __device__ __forceinline__ unsigned pack2<bf16>(float lo, float hi) {
-    unsigned r;
-    asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
-    return r;
-}
-template <> __device__ __forceinline__ unsigned pack2<f16>(float lo, float hi) {
-    unsigned r;
-    asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
-    return r;
-}
-
-template <bool B> struct Bool { static constexpr bool value = B; };
-
-// 16 bytes from global memory into shared memory without passing through registers (cp.async, L2 only); a
-// source of size 0 fills the destination with zeros.
-__device__ __forceinline__ void copy16_async(void* dst, const void* src, bool valid) {
-    const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src), "r"(valid ? 16 : 0)
-                 : "memory");
-}
-__device__ __forceinline__ void copy_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-template <int N> __device__ __forceinline__ void copy_wait() {
-    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
-}
-
-// Four 8x8 b16 matrices from shared memory, one row address a lane (lanes 8i..8i+7: matrix i's rows); .trans
-// hands each lane a column pair instead of a row pair (the B operand of P.V from V stored key-major).
-template <bool TRANS>
-__device__ __forceinline__ void ldmatrix_x4(unsigned (&r)[4], const unsigned short* row) {
-    const unsigned a = (unsigned)__cvta_generic_to_shared(row);
-    if (TRANS)
-        asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(a));
-    else
-        asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(a));
-}
-
-// Where a thread's copies of every tile go and come from: fixed parts of fixed keys (key0 + KEYS_A_PASS j, dims
-// part..part+7), so their shared-memory offsets and their offsets inside a cache block are the same every tile.
-template <int HD> struct TileCopies {
-    static constexpr int CHUNKS = HD / 8, KEYS_A_PASS = PREFILL_THREADS / CHUNKS, COPIES = PREFILL_BN / KEYS_A_PASS;
-    static_assert(PREFILL_THREADS % CHUNKS == 0 && PREFILL_BN % KEYS_A_PASS == 0, "a thread's parts are fixed");
-    int key0, part, inner;  // inner: the part's bytes from its slot's start, in the KV head kvh
-    unsigned slot_bytes, block_bytes;
-    int shift;
-    long long v_minus_k;  // v_cache - k_cache, in bytes
-};
+template <int HD> using PrefillCopies = TileCopies<HD, PREFILL_THREADS, PREFILL_BN>;
 
 // One tile's keys and values (BN keys from k0) requested into one stage of shared memory, 16 bytes a copy; keys
 // past `last` become zeros (masked by the caller). The block size is a power of two dividing BN (the binding
@@ -92,8 +23,8 @@ template <int HD> struct TileCopies {
 // addresses are 32-bit offsets but for one wide multiply a copy: a block id fits an int (the binding checks).
 template <typename KV, int HD, int STRIDE>
 __device__ __forceinline__ void request_tile(unsigned short* ks, unsigned short* vs, const char* __restrict__ k_bytes,
-                                             const i64* __restrict__ table, int k0, int last, const TileCopies<HD>& c) {
-    using TC = TileCopies<HD>;
+                                             const i64* __restrict__ table, int k0, int last, const PrefillCopies<HD>& c) {
+    using TC = PrefillCopies<HD>;
     const unsigned first_block = (unsigned)k0 >> c.shift;
     const int in_tile = last - k0;  // keys past it are beyond the last query
     const int mask = (1 << c.shift) - 1;
@@ -137,14 +68,8 @@ paged_prefill_attention(const float* __restrict__ q, const KV* __restrict__ k_ca
     const int q0 = tile[1], p0 = tile[3], head = blockIdx.y, kvh = head / (nh / nkv);
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tig = lane & 3;
     const int last = p0 + nq - 1;  // the tile's last query position: no key after it is read
-    TileCopies<HD> copies;
-    copies.key0 = threadIdx.x / TileCopies<HD>::CHUNKS;
-    copies.part = (threadIdx.x % TileCopies<HD>::CHUNKS) * 8;
-    copies.inner = (kvh * HD + copies.part) * (int)sizeof(KV);
-    copies.slot_bytes = (unsigned)(nkv * HD * sizeof(KV));
-    copies.block_bytes = copies.slot_bytes * (unsigned)block_size;
-    copies.shift = __ffs(block_size) - 1;
-    copies.v_minus_k = reinterpret_cast<const char*>(v_cache) - reinterpret_cast<const char*>(k_cache);
+    PrefillCopies<HD> copies;
+    copies.init(kvh, nkv, block_size, k_cache, v_cache);
     const char* k_bytes = reinterpret_cast<const char*>(k_cache);
     request_tile<KV, HD, STRIDE>(smem, smem + STAGE, k_bytes, table, 0, last, copies);
     copy_commit();
@@ -171,8 +96,6 @@ paged_prefill_attention(const float* __restrict__ q, const KV* __restrict__ k_ca
 #pragma unroll
     for (int j = 0; j < HD / 8; j++) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.0f;
     float m[2] = {neg_inf(), neg_inf()}, l[2] = {0.0f, 0.0f};
-    // ldmatrix rows this lane addresses: matrix lane / 8, its row lane % 8
-    const int mi = lane >> 3, mr = lane & 7;
     int stage = 0;
     // One key tile: S = Q K^T, the causal mask where MASKED, the online softmax, O += P V.
     auto tile_step = [&](int k0, auto masked) {
@@ -187,85 +110,8 @@ paged_prefill_attention(const float* __restrict__ q, const KV* __restrict__ k_ca
             copy_commit();
         }
         const unsigned short* ks = smem + stage * 2 * STAGE;
-        const unsigned short* vs = ks + STAGE;
         stage ^= 1;
-        float sc[PREFILL_BN / 8][4];  // S = Q K^T for this warp's sixteen rows and the tile's keys
-#pragma unroll
-        for (int n = 0; n < PREFILL_BN / 8; n++) {
-            sc[n][0] = sc[n][1] = sc[n][2] = sc[n][3] = 0.0f;
-#pragma unroll
-            for (int s = 0; s < HD / 16; s += 2) {  // two k-steps an ldmatrix: K rows 8n.., dims 16s + 8 * mi
-                unsigned b[4];
-                if (HD >= 32) {
-                    ldmatrix_x4<false>(b, ks + (8 * n + mr) * STRIDE + 16 * s + 8 * mi);
-                } else {  // one k-step: matrices 2 and 3 repeat 0 and 1
-                    ldmatrix_x4<false>(b, ks + (8 * n + mr) * STRIDE + 8 * (mi & 1));
-                }
-                Mma<KV>::run(sc[n], qa[s], b[0], b[1]);
-                if (s + 1 < HD / 16) Mma<KV>::run(sc[n], qa[s + 1], b[2], b[3]);
-            }
-        }
-        if (MASKED) {  // a key after a row's position is not seen: column 8n + (e & 1) against position - k0 - 2 tig
-            const int reach[2] = {qpos[0] - k0 - 2 * tig, qpos[1] - k0 - 2 * tig};
-#pragma unroll
-            for (int n = 0; n < PREFILL_BN / 8; n++) {
-#pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    if (8 * n + (e & 1) > reach[e >> 1]) sc[n][e] = neg_inf();
-                }
-            }
-        }
-        // the online softmax, row by row
-        float mx[2] = {m[0], m[1]};
-#pragma unroll
-        for (int n = 0; n < PREFILL_BN / 8; n++) {
-#pragma unroll
-            for (int e = 0; e < 4; e++) mx[e >> 1] = fmaxf(mx[e >> 1], sc[n][e]);
-        }
-        float alpha[2], sum[2] = {0.0f, 0.0f}, ml2[2];
-#pragma unroll
-        for (int i = 0; i < 2; i++) {
-            mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 1));
-            mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 2));  // finite: key 0 <= every position
-            alpha[i] = exp2_ftz((m[i] - mx[i]) * LOG2E);
-            m[i] = mx[i];
-            ml2[i] = mx[i] * LOG2E;
-        }
-        unsigned pa[PREFILL_BN / 16][4];  // P as A fragments of the second product
-#pragma unroll
-        for (int n = 0; n < PREFILL_BN / 8; n++) {
-            float p[4];
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                p[e] = exp2_ftz(fmaf(sc[n][e], LOG2E, -ml2[e >> 1]));
-                sum[e >> 1] += p[e];
-            }
-            pa[n / 2][(n & 1) * 2] = pack2<KV>(p[0], p[1]);
-            pa[n / 2][(n & 1) * 2 + 1] = pack2<KV>(p[2], p[3]);
-        }
-#pragma unroll
-        for (int i = 0; i < 2; i++) {
-            sum[i] += __shfl_xor_sync(0xffffffffu, sum[i], 1);
-            sum[i] += __shfl_xor_sync(0xffffffffu, sum[i], 2);
-            l[i] = l[i] * alpha[i] + sum[i];
-        }
-        if (__any_sync(0xffffffffu, alpha[0] != 1.0f || alpha[1] != 1.0f)) {  // a row's max moved: rescale
-#pragma unroll
-            for (int j = 0; j < HD / 8; j++) {
-                o[j][0] *= alpha[0]; o[j][1] *= alpha[0];  // the online-softmax rescale to the new max
-                o[j][2] *= alpha[1]; o[j][3] *= alpha[1];
-            }
-        }
-#pragma unroll
-        for (int s = 0; s < PREFILL_BN / 16; s++) {
-#pragma unroll
-            for (int j = 0; j < HD / 8; j += 2) {  // V keys 16s + 8 * (mi & 1) + mr, dims 8j + 8 * (mi >> 1)
-                unsigned b[4];
-                ldmatrix_x4<true>(b, vs + (16 * s + 8 * (mi & 1) + mr) * STRIDE + 8 * j + 8 * (mi >> 1));
-                Mma<KV>::run(o[j], pa[s], b[0], b[1]);
-                Mma<KV>::run(o[j + 1], pa[s], b[2], b[3]);
-            }
-        }
+        attend_tile<KV, HD, PREFILL_BN, STRIDE, MASKED>(qa, ks, ks + STAGE, qpos, k0, lane, o, m, l);
     };
     // Tiles wholly at or before the block's first query position need no mask (every row sees every key); the
     // last one or two reach past some row's position. Both bounds are the block's: every thread runs the barrier.

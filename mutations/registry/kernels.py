@@ -173,6 +173,11 @@ PREFILL_CUDA = f"{KERNELS}::test_cuda_paged_prefill_equals_its_twin"
 PREFILL_CASES = ("one-prompt", "chunks-over-earlier-kv", "tile-edges", "long-over-earlier-kv")
 PTWIN = "backends/kernels/prefill_attention.py"
 PCU = "backends/kernels/prefill_attention.cu"
+TCU = "backends/kernels/tensor_core.cuh"
+RA = "tests/backends/test_rows_attention.py"
+ROWS_CUDA = f"{RA}::test_cuda_rows_attention_equals_its_twin"
+ROWS_CASES = ("prefix-hit-16x1024", "three-chunks-gqa4", "runs-cross-blocks-gqa8", "mha-partition-edges")
+LOW = ("bfloat16", "float16")
 
 ENTRIES += [
     Mutation(
@@ -184,10 +189,13 @@ ENTRIES += [
     ),
     Mutation(
         id="cuda-prefill-causal-mask-off-by-one",
-        description="the prefill kernel lets each query see the key one position after its own",
-        file=PCU, old="                    if (8 * n + (e & 1) > reach[e >> 1]) sc[n][e] = neg_inf();",
-        new="                    if (8 * n + (e & 1) > reach[e >> 1] + 1) sc[n][e] = neg_inf();",
-        gates=cases(PREFILL_CUDA, PREFILL_CASES, ("bfloat16", "float16")), needs_gpu=True,  # float32: decode kernel
+        description="the tensor-core tile (tensor_core.cuh: the prefill and rows kernels) lets each query see the key "
+                    "one position after its own",
+        file=TCU, old="                if (8 * n + (e & 1) > reach[e >> 1]) sc[n][e] = neg_inf();",
+        new="                if (8 * n + (e & 1) > reach[e >> 1] + 1) sc[n][e] = neg_inf();",
+        # float32: the decode kernel; every rows case has a run whose earlier rows would see a later row's key
+        gates=cases(PREFILL_CUDA, PREFILL_CASES, ("bfloat16", "float16")) + cases(ROWS_CUDA, ROWS_CASES, LOW),
+        needs_gpu=True,
     ),
     Mutation(
         id="prefill-twin-chunk-blind-to-earlier-kv",
@@ -198,11 +206,11 @@ ENTRIES += [
     ),
     Mutation(
         id="cuda-prefill-chunk-blind-to-earlier-kv",
-        description="the prefill kernel attends only to keys from its tile's first position on, not earlier chunks'",
-        file=PCU, old="                    if (8 * n + (e & 1) > reach[e >> 1]) sc[n][e] = neg_inf();",
-        # only the masked tiles see it: each gate case has a chunk whose first position is inside one
-        new="                    if (8 * n + (e & 1) > reach[e >> 1] || k0 + 8 * n + 2 * tig + (e & 1) < p0) "
-            "sc[n][e] = neg_inf();",
+        description="the prefill kernel skips the key tiles wholly before its first query (earlier chunks' keys), "
+                    "computing its first tile's keys in their place",
+        file=PCU, old="    for (; k0 + PREFILL_BN - 1 <= p0; k0 += PREFILL_BN) tile_step(k0, Bool<false>{});\n",
+        # each gate case has a chunk whose first position is past its first key tile
+        new="    k0 = p0 / PREFILL_BN * PREFILL_BN;\n",
         gates=cases(PREFILL_CUDA, ("chunks-over-earlier-kv", "tile-edges", "long-over-earlier-kv"),
                     ("bfloat16", "float16")),
         needs_gpu=True,
@@ -1256,8 +1264,8 @@ ENTRIES += [
         description="VT_SHARED_ROWS_ATTENTION gives short steps graphs apart, but their attention stays the plain "
                     "kernel's: the graphs cost start-up time and buy nothing",
         file="models/decoder.py",
-        old="                                   shared=fb.rows_share_sequences and self.shared_rows_attention)\n",
-        new="                                   shared=False)\n",
+        old="                                   rows=self.rows_kernel if fb.rows_share_sequences else None)\n",
+        new="                                   rows=None)\n",
         gates=(f"{SHARED_ROWS}::test_a_step_of_rows_sharing_sequences_attends_with_the_rows_kernel_in_a_graph_apart",
                f"{SHARED_ROWS}::test_a_prefix_hits_tail_runs_whole_through_the_rows_kernel_and_generates_the_same_tokens",),
     ),
@@ -1266,7 +1274,7 @@ ENTRIES += [
         description="the graph driver gives steps of rows sharing sequences a decode step's graph where the rows "
                     "kernel would serve them: the flag never reaches the attention",
         file="vt/engine/worker/graph_driver.py",
-        old="        return rope or bool(getattr(self.model, \"shared_rows_attention\", False))\n",
+        old="        return rope or getattr(self.model, \"rows_kernel\", None) is not None\n",
         new="        return rope\n",
         gates=(f"{SHARED_ROWS}::test_a_step_of_rows_sharing_sequences_attends_with_the_rows_kernel_in_a_graph_apart",
                f"{SHARED_ROWS}::test_the_driver_names_a_run_of_one_table_by_its_first_row",
@@ -1319,8 +1327,8 @@ ENTRIES += [
         description="VT_SHARED_ROWS_ATTENTION takes the rows kernel at any GQA ratio: at 8 query heads a KV head "
                     "(Qwen3-30B-A3B) it reads each key twice as often as the plain kernel",
         file="models/decoder.py",
-        old="        self.shared_rows_attention = flags().shared_rows_attention and group < ROWS_A_BLOCK\n",
-        new="        self.shared_rows_attention = flags().shared_rows_attention\n",
+        old="        if asked == \"rows\" and group < ROWS_A_BLOCK:\n",
+        new="        if asked == \"rows\":\n",
         gates=(f"{SHARED_ROWS}::test_a_model_of_as_many_query_heads_a_kv_head_as_rows_a_block_keeps_the_plain_kernel",),
     ),
     Mutation(
@@ -1381,3 +1389,82 @@ BESIDE = {
 }
 ENTRIES[:] = [dataclasses.replace(m, gates=m.gates + BESIDE[m.id]) if m.id in BESIDE else m for m in ENTRIES]
 assert {m.id for m in ENTRIES} >= set(BESIDE), "a mutant BESIDE names is registered"
+
+
+# The tensor-core rows kernel (session 29): a prefix hit's tail run whole reads its keys once for 64 query rows
+RCU = "backends/kernels/rows_attention.cu"
+ROWS_FLAG = f"{RA}::test_the_flag_picks_the_kernel_and_the_decoder_keeps_it_to_a_16_bit_cache"
+ROWS_E2E = f"{RA}::test_a_prefix_hits_tail_runs_on_tensor_cores_and_generates_the_plain_kernels_tokens"
+ENTRIES += [
+    Mutation(
+        id="rows-mma-flag-ignored",
+        description="VT_SHARED_ROWS_ATTENTION=mma gives short steps graphs apart, but the decoder never takes the "
+                    "tensor-core kernel: a hit's tail still reads its keys once a row",
+        file="models/decoder.py",
+        old="        if asked == \"mma\" and self.kv_dtype != np.float32 and group <= ROWS_MMA:\n",
+        new="        if False:\n",
+        gates=(ROWS_FLAG, ROWS_E2E),
+    ),
+    Mutation(
+        id="rows-mma-taken-over-a-float32-cache",
+        description="the decoder takes the tensor-core rows kernel over a float32 cache, which no mma takes: the "
+                    "binding refuses it at the first short step",
+        file="models/decoder.py",
+        old="        if asked == \"mma\" and self.kv_dtype != np.float32 and group <= ROWS_MMA:\n",
+        new="        if asked == \"mma\" and group <= ROWS_MMA:\n",
+        gates=(ROWS_FLAG,),
+        expect="float32 cache",
+    ),
+    Mutation(
+        id="rows-mma-scratch-sized-by-the-decode-rule",
+        description="the decoder sizes the tensor-core rows kernel's partials by the decode kernel's rule (fewer, "
+                    "longer partitions): the kernel's partitions of its own length cover only part of the context",
+        file="models/decoder.py",
+        old="            P = rows_attention.num_partitions(T, nkv, nh // nkv, width, kv.block_size)\n",
+        new="            P = num_partitions(T, nkv, width, kv.block_size)\n",
+        gates=(ROWS_E2E,),
+    ),
+    Mutation(
+        id="cuda-rows-attention-reads-the-leads-table-for-every-token",
+        description="the rows kernel serves a block's tokens as one run: a block holding two sequences attends the "
+                    "first one's keys for both",
+        file=RCU,
+        old="        while (lead + n < tn && token_row[t0 + lead + n] == trow) n++;\n",
+        new="        while (lead + n < tn) n++;\n",
+        # the hit's block holds its 16 rows and the padding row, whose output no gate reads
+        gates=cases(ROWS_CUDA, ("three-chunks-gqa4", "runs-cross-blocks-gqa8", "mha-partition-edges"), LOW),
+        needs_gpu=True,
+    ),
+    Mutation(
+        id="cuda-rows-attention-partials-in-log2-units",
+        description="the rows kernel writes its partitions' maxima in log2 units where the reduce reads natural ones: "
+                    "partitions weighed at the wrong scale",
+        file=RCU,
+        old="                    part_ml[(row * P + p) * 2] = m[i];  // natural units, as paged_decode_reduce reads\n",
+        new="                    part_ml[(row * P + p) * 2] = m[i] * LOG2E;\n",
+        gates=cases(ROWS_CUDA, ROWS_CASES, LOW),  # every case splits its context
+        needs_gpu=True,
+    ),
+    Mutation(
+        id="cuda-rows-attention-reads-the-first-kv-heads-queries",
+        description="the rows kernel maps a block's rows to the first KV head's query heads whatever its KV head: the "
+                    "other KV heads' queries are never attended, their outputs never written",
+        file=RCU,
+        old="        head[i] = kvh * G + r % G;\n",
+        new="        head[i] = r % G;\n",
+        gates=cases(ROWS_CUDA, ROWS_CASES, LOW),  # every case has more than one KV head
+        needs_gpu=True,
+    ),
+    Mutation(
+        id="cuda-tensor-core-tile-drops-the-online-rescale",
+        description="the tensor-core tile (prefill and rows kernels) keeps O at the old max when a row's max grows",
+        file=TCU,
+        old="            o[j][0] *= alpha[0]; o[j][1] *= alpha[0];  // the online-softmax rescale to the new max\n"
+            "            o[j][2] *= alpha[1]; o[j][3] *= alpha[1];\n",
+        new="",
+        # one-prompt's 37 keys are one tile; every rows case has partitions of two tiles
+        gates=cases(PREFILL_CUDA, ("chunks-over-earlier-kv", "tile-edges", "long-over-earlier-kv"), LOW)
+        + cases(ROWS_CUDA, ROWS_CASES, LOW),
+        needs_gpu=True,
+    ),
+]

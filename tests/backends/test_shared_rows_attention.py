@@ -142,9 +142,9 @@ def test_a_model_of_as_many_query_heads_a_kv_head_as_rows_a_block_keeps_the_plai
 
     with flag_set("VT_SHARED_ROWS_ATTENTION", "1"):
         ckpt = load_checkpoint(resolve_model("tiny-qwen3"))  # 4 query heads, 2 KV heads
-        assert load_model(ckpt, make_backend("cpu"), "float32").shared_rows_attention, "non-vacuity: 2 a KV head"
+        assert load_model(ckpt, make_backend("cpu"), "float32").rows_kernel == "rows", "non-vacuity: 2 a KV head"
         monkeypatch.setattr(decoder, "ROWS_A_BLOCK", 2)  # blocks of 2 rows: 2 query heads a KV head is no saving
-        assert not load_model(ckpt, make_backend("cpu"), "float32").shared_rows_attention
+        assert load_model(ckpt, make_backend("cpu"), "float32").rows_kernel is None
 
 
 def differs(got: np.ndarray, want: np.ndarray) -> str:
@@ -155,7 +155,8 @@ def differs(got: np.ndarray, want: np.ndarray) -> str:
     return f"{int(bad.sum())} values in rows {rows[:8]}, at most {np.nanmax(np.abs(a - b)):.3g} apart"
 
 
-def step_launches(shared_rows: bool, rows_share: bool) -> tuple[np.ndarray, list[str], Any]:
+def step_launches(shared_rows: bool, rows_share: bool, kernel: str = "rows", dtype: str = "float32") -> tuple[
+        np.ndarray, list[str], Any]:
     """tiny-qwen3's step of three tokens of one chunk (each its own row, a copy of the table) through the graph
     driver, cold, captured and replayed: its logits, the kernels launched and the driver."""
     from models.loader import load_checkpoint, resolve_model
@@ -164,8 +165,8 @@ def step_launches(shared_rows: bool, rows_share: bool) -> tuple[np.ndarray, list
     from vt.registry import make_backend
 
     backend = make_backend("cpu")
-    model = load_model(load_checkpoint(resolve_model("tiny-qwen3")), backend, "float32")
-    model.shared_rows_attention = shared_rows
+    model = load_model(load_checkpoint(resolve_model("tiny-qwen3")), backend, dtype)
+    model.rows_kernel = kernel if shared_rows else None
     model.rope_in_attention = False  # the plain kernel on the other side, at any width
     driver = GraphDriver(model, model.make_kv_cache(num_blocks=16, block_size=16), max_num_seqs=4)
     table = np.array([3, 5, 6, 0])
@@ -203,8 +204,8 @@ def test_shared_rows_attention_is_off_unless_asked() -> None:
         with flag_set("VT_SHARED_ROWS_ATTENTION", value):
             return load_model(load_checkpoint(resolve_model("tiny-qwen3")), make_backend("cpu"), "float32")
 
-    assert model_with(None).shared_rows_attention is False
-    assert model_with("1").shared_rows_attention is True, "non-vacuity: the flag turns it on"
+    assert model_with(None).rows_kernel is None
+    assert model_with("1").rows_kernel == "rows", "non-vacuity: the flag turns it on"
 
 
 def test_a_prefix_hits_tail_runs_whole_through_the_rows_kernel_and_generates_the_same_tokens(

@@ -48,8 +48,9 @@ def test_a_hits_tail_takes_the_decode_kernel_a_miss_and_a_short_prompt_the_prefi
     miss, tail, short = prefill_attention_kernels(monkeypatch, llm, [prompt, hit, fresh])
     assert llm.engine.kv_manager.hits >= 608, f"non-vacuity: the second prompt is a hit ({llm.engine.kv_manager.hits})"
     assert miss == {"paged_prefill_attention"}
-    rows = llm.engine.runner.decoder.model.shared_rows_attention  # VT_SHARED_ROWS_ATTENTION: a decode kernel too
-    assert tail == {"paged_decode_attention_rows" if rows else "paged_decode_attention"}, \
+    rows = llm.engine.runner.decoder.model.rows_kernel  # VT_SHARED_ROWS_ATTENTION: a kernel of its own
+    named = {None: "paged_decode_attention", "rows": "paged_decode_attention_rows", "mma": "paged_rows_attention"}
+    assert tail == {named[rows]}, \
         "the hit's 16-token tail over 624 cached keys"
     assert short == {"paged_prefill_attention"}, "a 16-token prompt: no context to split"
 

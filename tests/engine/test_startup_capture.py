@@ -53,7 +53,7 @@ def test_startup_capture_covers_the_widest_table_and_the_largest_prefill_bucket(
         "rows above the decode ladder serve only a short step over a long context"
     apart = {(rows, w) for rows, _, _, w, a in d.slots if a}
     assert apart == {(rows, w) for rows in d.rows_ladder for w in widths if w * 16 > LONG_CONTEXT_KEYS and (
-        d.model.attends_with_rope(rows, w, 16) or d.model.shared_rows_attention)}, \
+        d.model.attends_with_rope(rows, w, 16) or d.model.rows_kernel is not None)}, \
         ("a short step's rows apart (graphs of their own) exactly where the decode attention would write their KV, "
          "or everywhere they attend together (VT_SHARED_ROWS_ATTENTION)")
     assert all(slot.is_captured for slot in d.slots.values())

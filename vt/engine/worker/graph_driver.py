@@ -305,10 +305,10 @@ class GraphDriver:
         """Whether a step of rows sharing sequences (a short prefill run whole) needs a graph apart from a decode
         step's at this shape: where the model's decode attention would write each row's KV itself (the rope
         variant's precondition is one token a sequence), or where such rows attend together (the model's
-        shared_rows_attention). Asked at every step, so a model's flag is never stale."""
+        rows_kernel). Asked at every step, so a model's flag is never stale."""
         attends_with_rope = getattr(self.model, "attends_with_rope", None)
         rope = bool(attends_with_rope is not None and attends_with_rope(rows, width, self.kv.block_size))
-        return rope or bool(getattr(self.model, "shared_rows_attention", False))
+        return rope or getattr(self.model, "rows_kernel", None) is not None
 
     def _rungs(self, q: int, spec: bool) -> list[int]:
         return self.rows_ladder if q == 1 and not spec else self.ladder

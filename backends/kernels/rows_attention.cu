@@ -1,0 +1,150 @@
+// Paged attention for a step whose rows share sequences (a short prefill run whole as a decode step, a row a token:
+// a prefix-cache hit's tail), on tensor cores. The decode kernel reads a sequence's keys once a row, on CUDA cores;
+// here one block serves one KV head for up to 64 query rows (its G query heads times 64 / G consecutive tokens), so
+// a sequence's keys are read once for all of its tokens in the block and Q.K^T and P.V are bf16 (or fp16)
+// mma.sync with float32 accumulation, P rounded to the cache dtype as the prefill kernel does. The context is split
+// into partitions (gridDim.z, static: the graph's table width fixes it) whose partials the decode kernel's reduce
+// combines, so a short tail over a long context runs on many SMs. Each token sees keys 0..its position; its
+// partition is read one 64-key tile at a time through the block table, the next tile's copies in flight while this
+// one is computed. A block's tokens may hold several sequences (runs of one token_row: the graph driver names a
+// run of equal tables by its first row) and padding rows: each run is served in turn, its rows alone live.
+#include "tensor_core.cuh"
+
+namespace vt {
+
+constexpr int ROWS_MMA_ROWS = 64;  // query rows a block serves: four warps of sixteen
+constexpr int ROWS_MMA_BN = 64;    // keys a tile loads
+constexpr int ROWS_MMA_THREADS = 128;
+
+template <int HD> using RowsCopies = TileCopies<HD, ROWS_MMA_THREADS, ROWS_MMA_BN>;
+
+// One tile's keys and values (BN keys from k0) requested into one stage of shared memory; keys at or past `end`
+// become zeros (masked by the caller, and a zero value keeps 0 x NaN out of P.V). A key's block is looked up key
+// by key (k0 need not start a block: any power-of-two block size).
+template <typename KV, int HD, int STRIDE>
+__device__ __forceinline__ void request_keys(unsigned short* ks, unsigned short* vs, const char* __restrict__ k_bytes,
+                                             const i64* __restrict__ table, int k0, int end, const RowsCopies<HD>& c) {
+    using TC = RowsCopies<HD>;
+    const int mask = (1 << c.shift) - 1;
+#pragma unroll
+    for (int j = 0; j < TC::COPIES; j++) {
+        const int key = c.key0 + TC::KEYS_A_PASS * j;
+        const bool valid = k0 + key < end;
+        const int at = valid ? k0 + key : k0;  // a zero-size copy still needs an address inside the cache
+        const unsigned entry = (unsigned)table[(unsigned)at >> c.shift];
+        const char* k_src = k_bytes + ((unsigned)(at & mask) * c.slot_bytes + c.inner) +
+                            (unsigned long long)entry * c.block_bytes;
+        copy16_async(ks + key * STRIDE + c.part, k_src, valid);
+        copy16_async(vs + key * STRIDE + c.part, k_src + c.v_minus_k, valid);
+    }
+}
+
+// Two blocks an SM where the head dim is at most 128 (ptxas: no spill at 128, where three blocks' 168 registers spill
+// 16 bytes): a launch is about TARGET_BLOCKS (256) blocks, one wave of two a SM on the H200's 132.
+template <int HD>
+constexpr int ROWS_MMA_MIN_BLOCKS = HD <= 128 ? 2 : 1;
+
+// q [T, nh, HD] float32 (pre-scaled); caches [blocks, block_size, nkv, HD] bf16 or fp16; block_tables [R, W];
+// token_row and positions [T]; out [T, nh, HD] when the grid has one partition, else part_o [T, nh, P, HD] and
+// part_ml [T, nh, P, 2] (max and sum, natural units) for paged_decode_reduce. Grid (nkv, ceil(T / (64 / G)), P);
+// ROWS_MMA_THREADS threads; dynamic shared memory for two stages of K and V tiles. Row r of a block is token
+// r / G, query head r % G of its KV head.
+template <typename KV, typename OUT, int HD>
+__global__ void __launch_bounds__(ROWS_MMA_THREADS, ROWS_MMA_MIN_BLOCKS<HD>)
+paged_rows_attention(const float* __restrict__ q, const KV* __restrict__ k_cache, const KV* __restrict__ v_cache,
+                     const i64* __restrict__ block_tables, const i64* __restrict__ token_row,
+                     const i64* __restrict__ positions, OUT* __restrict__ out, float* __restrict__ part_o,
+                     float* __restrict__ part_ml, int T, int nh, int block_size, int table_width, int partition) {
+    vt::pdl_entry();
+    constexpr int STRIDE = HD + 8;  // shared rows padded: the eight rows of an ldmatrix hit distinct banks
+    constexpr int STAGE = ROWS_MMA_BN * STRIDE;
+    extern __shared__ __align__(16) unsigned short smem[];  // [2 stages][K, V][BN][STRIDE]
+    const int nkv = gridDim.x, kvh = blockIdx.x, G = nh / nkv, per = ROWS_MMA_ROWS / G;
+    const int t0 = blockIdx.y * per, tn = min(per, T - t0), p = blockIdx.z, P = gridDim.z, start = p * partition;
+    const int max_ctx = table_width * block_size;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tig = lane & 3;
+    int tok[2], head[2];  // this thread's two rows (local g and g + 8 of its warp's sixteen): token in the block, head
+#pragma unroll
+    for (int i = 0; i < 2; i++) {
+        const int r = warp * 16 + g + 8 * i;
+        tok[i] = r / G;  // past the block's tokens where r >= per * G or the launch's last tokens are fewer
+        head[i] = kvh * G + r % G;
+    }
+    RowsCopies<HD> copies;
+    copies.init(kvh, nkv, block_size, k_cache, v_cache);
+    const char* k_bytes = reinterpret_cast<const char*>(k_cache);
+    // The block's tokens in runs of one sequence (the same table row); every thread walks the same runs.
+    for (int lead = 0; lead < tn;) {
+        const i64 trow = token_row[t0 + lead];
+        int n = 1;
+        while (lead + n < tn && token_row[t0 + lead + n] == trow) n++;
+        int reach = start;  // the run's last context end: no key past it is read
+        for (int j = 0; j < n; j++) reach = max(reach, min((int)positions[t0 + lead + j] + 1, max_ctx));
+        const int end = min(reach, start + partition);
+        if (end > start) {
+            const i64* table = block_tables + trow * table_width;
+            request_keys<KV, HD, STRIDE>(smem, smem + STAGE, k_bytes, table, start, end, copies);
+            copy_commit();
+            int limit[2];  // the last key each row sees here (a zero-filled key past `end` weighs nothing)
+            bool on[2];
+            unsigned qa[HD / 16][4];  // Q as mma A fragments, rounded to the cache dtype
+#pragma unroll
+            for (int i = 0; i < 2; i++) {
+                on[i] = tok[i] >= lead && tok[i] < lead + n;
+                const int t = t0 + (on[i] ? tok[i] : lead);  // a row outside the run computes as the run's first
+                limit[i] = on[i] ? min((int)positions[t] + 1, end) - 1 : start - 1;  // never past the partition
+#pragma unroll
+                for (int s = 0; s < HD / 16; s++) {
+                    const float* qr = q + ((i64)t * nh + head[i]) * HD + 16 * s + 2 * tig;
+                    qa[s][i] = pack2<KV>(qr[0], qr[1]);
+                    qa[s][2 + i] = pack2<KV>(qr[8], qr[9]);
+                }
+            }
+            float o[HD / 8][4];
+#pragma unroll
+            for (int j = 0; j < HD / 8; j++) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.0f;
+            float m[2] = {neg_inf(), neg_inf()}, l[2] = {0.0f, 0.0f};
+            int stage = 0;
+            for (int k0 = start; k0 < end; k0 += ROWS_MMA_BN) {
+                // This tile has landed for every thread, and every warp is done with the other stage (the
+                // previous tile): the next tile's copies go there and run while this one is computed.
+                copy_wait<0>();
+                __syncthreads();
+                if (k0 + ROWS_MMA_BN < end) {
+                    unsigned short* next = smem + (stage ^ 1) * 2 * STAGE;
+                    request_keys<KV, HD, STRIDE>(next, next + STAGE, k_bytes, table, k0 + ROWS_MMA_BN, end, copies);
+                    copy_commit();
+                }
+                const unsigned short* ks = smem + stage * 2 * STAGE;
+                stage ^= 1;
+                attend_tile<KV, HD, ROWS_MMA_BN, STRIDE, true>(qa, ks, ks + STAGE, limit, k0, lane, o, m, l);
+            }
+#pragma unroll
+            for (int i = 0; i < 2; i++) {
+                // outside the run, or its context ends before the partition: it saw no key (its state is NaN)
+                if (!on[i] || limit[i] < start) continue;
+                const i64 row = (i64)(t0 + tok[i]) * nh + head[i];
+#pragma unroll
+                for (int j = 0; j < HD / 8; j++) {
+                    const int d = 8 * j + 2 * tig;
+                    const float a = o[j][2 * i] / l[i], b = o[j][2 * i + 1] / l[i];
+                    if (P == 1) {
+                        out[row * HD + d] = from_f32<OUT>(a);
+                        out[row * HD + d + 1] = from_f32<OUT>(b);
+                    } else {
+                        part_o[(row * P + p) * HD + d] = a;
+                        part_o[(row * P + p) * HD + d + 1] = b;
+                    }
+                }
+                if (P > 1 && tig == 0) {
+                    part_ml[(row * P + p) * 2] = m[i];  // natural units, as paged_decode_reduce reads
+                    part_ml[(row * P + p) * 2 + 1] = l[i];
+                }
+            }
+            __syncthreads();  // every warp is done with shared memory before the next run's first copies
+        }
+        lead += n;
+    }
+}
+
+}  // namespace vt

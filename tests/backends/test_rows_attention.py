@@ -1,0 +1,214 @@
+"""paged_rows_attention (VT_SHARED_ROWS_ATTENTION=mma): a step whose rows share sequences (a prefix hit's tail run
+whole, a row a token) attends on tensor cores, a block serving one KV head for 64 query rows, split along the context
+by its own rule and combined by the decode kernel's reduce. The twin is attention within the rounding of q and P to
+the cache dtype; on the GPU the kernel equals its twin within that bound. The decoder takes it only where asked, over
+a 16-bit cache, in the graphs the driver keeps apart for such steps."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+from backends.kernels import rows_attention
+from backends.kernels.fused import HEAD_DIMS
+from tests.backends.launches import launched_names
+from tests.backends.test_kernels import BS, DecodeCase, assert_within_bound, decode_case, decode_reference
+from tests.backends.test_shared_rows_attention import step_launches
+from tests.helpers import flag_set
+from vt.dtypes import widen_host
+
+# name: (contexts, nh, nkv, table width in blocks, rows a sequence)
+ROWS_CASES = {
+    "prefix-hit-16x1024": ([1024], 16, 8, 64, 16),  # a 16-token tail over a cached 1,008-token prefix
+    "three-chunks-gqa4": ([37, 300, 513], 8, 2, 33, 3),  # 16 tokens a block: three sequences and the padding row
+    "runs-cross-blocks-gqa8": ([700, 90], 16, 2, 44, 5),  # 8 tokens a block: the second run starts in the first
+    "mha-partition-edges": ([256, 257], 4, 4, 17, 5),  # 64 tokens a block; runs ending on a partition's edge
+}
+LOW = ("bfloat16", "float16")
+
+
+def rows_case(name: str, hd: int, dtype: str, seed: int = 0) -> DecodeCase:
+    """ROWS_CASES' rows, then one padding row (position 0 over the poisoned spare table row), as a graph bucket's;
+    partitions as many as the kernel's own rule splits the table into."""
+    contexts, nh, nkv, width, per = ROWS_CASES[name]
+    c = decode_case(contexts, nh, nkv, hd, dtype, width, per, seed=seed)
+    q = np.concatenate([c.q, c.q[:1]])
+    token_row = np.append(c.token_row, len(contexts)).astype(np.int64)  # the spare row: every block poisoned
+    positions = np.append(c.positions, 0).astype(np.int64)
+    P = rows_attention.num_partitions(len(q), nkv, nh // nkv, width, BS)
+    return DecodeCase(q, c.k_cache, c.v_cache, c.tables, token_row, positions, c.out_dtype, P)
+
+
+def run_rows_mma(xp: Any, c: DecodeCase) -> np.ndarray:
+    T, nh, hd = c.q.shape
+    put = (lambda a: xp.asarray(a)) if xp is not np else (lambda a: a.copy())
+    out = xp.zeros((T, nh, hd), c.out_dtype)
+    P = c.num_partitions
+    parts = (None, None) if P == 1 else (xp.zeros((T, nh, P, hd), np.float32), xp.zeros((T, nh, P, 2), np.float32))
+    rows_attention.paged_rows_attention(xp, put(c.q), put(c.k_cache), put(c.v_cache), put(c.tables),
+                                        put(c.token_row), put(c.positions), out, *parts)
+    return out if xp is np else out.get()
+
+
+@pytest.mark.parametrize("dtype", LOW)
+@pytest.mark.parametrize("case", ROWS_CASES)
+def test_the_rows_twin_is_attention_within_the_rounding_of_q_and_p(case: str, dtype: str) -> None:
+    """Each row attends keys 0..its position of its sequence (a float64 reference), within a few ulps of the cache
+    dtype: q and P are rounded as the tensor cores take them. Keys past every context are NaN and never reach a row."""
+    c = rows_case(case, 32, dtype)
+    got = widen_host(run_rows_mma(np, c)).astype(np.float64)[:-1]
+    want = decode_reference(c)[:-1]
+    assert np.isfinite(got).all(), "a poisoned key past a row's context reached its output"
+    tol = 2**-6 if dtype == "bfloat16" else 2**-9
+    err = np.abs(got - want) / (1 + np.abs(want))
+    assert err.max() <= tol, f"max error {err.max():.2e} over {tol:.1e} ({case}, {dtype})"
+    assert np.abs(want).max() > 0.1, "non-vacuity: the outputs are not all near zero"
+
+
+def test_the_rows_cases_reach_what_the_kernel_must_get_right() -> None:
+    """Non-vacuity of the cases: several partitions, a block holding two sequences, a run that crosses into the next
+    block, a row whose context ends before a partition its block serves, more than one block of tokens, and every
+    GQA ratio the row-to-head mapping serves."""
+    mixed = crossing = idle = parts = groups = 0
+    for name in ROWS_CASES:
+        c = rows_case(name, 16, "bfloat16")
+        nh, nkv = c.q.shape[1], c.k_cache.shape[2]
+        per = rows_attention.tokens_a_block(nh // nkv)
+        blocks = [c.token_row[g:g + per] for g in range(0, len(c.token_row), per)]
+        groups = max(groups, len(blocks))
+        mixed += sum(len(set(b.tolist())) > 1 for b in blocks)
+        crossing += sum(a[-1] == b[0] for a, b in zip(blocks, blocks[1:], strict=False))
+        part = rows_attention.partition_size(len(c.q), nkv, nh // nkv, c.tables.shape[1] * BS)
+        parts = max(parts, c.num_partitions)
+        for g in range(0, len(c.positions), per):  # a row with nothing in its block's last partition
+            pos = c.positions[g:g + per]
+            idle += bool((pos + 1 <= (pos.max() // part) * part).any())
+    assert mixed and crossing and idle and parts > 1 and groups > 1, (mixed, crossing, idle, parts, groups)
+    assert {v[1] // v[2] for v in ROWS_CASES.values()} >= {1, 2, 4, 8}
+
+
+def test_the_rows_kernel_splits_a_hits_context_into_more_partitions_than_the_decode_kernel() -> None:
+    """A block serves 64 / G tokens, so a hit's 16 rows are one block a KV head where the decode kernel has sixteen:
+    the rows kernel's rule splits the context finer (more blocks for the same keys), in whole key tiles."""
+    from backends.kernels import decode_attention
+
+    T, nkv, G, keys = 16, 8, 2, 1024
+    mma = rows_attention.partition_size(T, nkv, G, keys)
+    plain = decode_attention.partition_size(T, nkv, keys)
+    assert mma % rows_attention.KEY_TILE == 0 and mma < plain, (mma, plain)
+    blocks = nkv * -(-T // rows_attention.tokens_a_block(G)) * -(-keys // mma)
+    assert blocks >= 48, f"a hit's launch is {blocks} blocks: too few to spread over an H200's 132 SMs"
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", LOW)
+@pytest.mark.parametrize("case", ROWS_CASES)
+def test_cuda_rows_attention_equals_its_twin(case: str, dtype: str) -> None:
+    """Every head dim: each live row's output (through the partitions and the reduce) within the twin's bound, and
+    finite: NaN-poisoned keys past every context, and the padding row's poisoned table, never reach a live row."""
+    import cupy
+
+    for hd in HEAD_DIMS:
+        c = rows_case(case, hd, dtype, seed=hd)
+        got, want = run_rows_mma(cupy, c), run_rows_mma(np, c)
+        live = slice(0, len(c.q) - 1)
+        assert np.isfinite(widen_host(got[live])).all(), f"hd={hd}: a poisoned key or value was read"
+        assert_within_bound(got[live], want[live], f"rows attention {case} hd={hd} {dtype}", rounded_p=True)
+
+
+def test_the_flag_picks_the_kernel_and_the_decoder_keeps_it_to_a_16_bit_cache() -> None:
+    """VT_SHARED_ROWS_ATTENTION=mma: a bf16 model's rows kernel is the tensor-core one; a float32 model keeps the plain
+    decode kernel (no float32 mma); 1 and 0 read as before `mma` (rows, off); anything else is refused by name."""
+    from models.loader import load_checkpoint, resolve_model
+    from models.registry import load_model
+    from vt.env import Flags
+    from vt.errors import ConfigError
+    from vt.registry import make_backend
+
+    ckpt = load_checkpoint(resolve_model("tiny-qwen3"))
+
+    def kernel(value: str | None, dtype: str) -> str | None:
+        with flag_set("VT_SHARED_ROWS_ATTENTION", value):
+            return load_model(ckpt, make_backend("cpu"), dtype).rows_kernel
+
+    assert kernel("mma", "bfloat16") == "mma"
+    assert kernel("mma", "float32") is None, "a float32 cache: the plain kernel"
+    assert kernel(None, "bfloat16") is None, "non-vacuity: off unless asked"
+    assert (kernel("1", "bfloat16"), kernel("0", "bfloat16")) == ("rows", None)
+    with flag_set("VT_SHARED_ROWS_ATTENTION", "tensor"), pytest.raises(ConfigError, match="VT_SHARED_ROWS_ATTENTION"):
+        Flags.from_environ()
+
+
+def test_a_step_of_rows_sharing_sequences_attends_on_tensor_cores_in_a_graph_apart() -> None:
+    """With the mma kernel, the short step's graph is apart and every layer's attention is paged_rows_attention, its
+    logits the plain kernel's within bf16 rounding; a decode step's graph keeps the plain kernel."""
+    logits, names, driver = step_launches(True, True, kernel="mma", dtype="bfloat16")
+    L = driver.model.cfg.num_hidden_layers
+    assert driver.last_slot.key[4], "the step's graph is apart from a decode step's"
+    assert names.count("paged_rows_attention") == L * names.count("embed") > 0, names
+    assert "paged_decode_attention" not in names
+    plain, plain_names, _ = step_launches(False, True, dtype="bfloat16")
+    assert "paged_rows_attention" not in plain_names
+    scale = np.abs(plain).max()
+    assert np.abs(logits - plain).max() <= 2**-5 * scale, "the plain kernel's logits, within bf16 rounding"
+    _, decode_names, _ = step_launches(True, False, kernel="mma", dtype="bfloat16")
+    assert "paged_rows_attention" not in decode_names, "non-vacuity: a decode step keeps the plain kernel"
+
+
+def test_a_prefix_hits_tail_runs_on_tensor_cores_and_generates_the_plain_kernels_tokens(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """End to end on the CPU, bf16: a prefix-cache hit's 16-token tail over 624 cached keys runs whole through
+    paged_rows_attention (its context in the kernel's own partitions, its scratch sized by them), and the greedy
+    tokens equal the run with the plain decode kernel, their logprobs within a few bf16 roundings of the attention
+    (0.015 apart here; a tail that misses 128 of its keys moved the first by 0.25)."""
+    from backends.cpu import CpuBackend
+    from vt import LLM, SamplingParams
+
+    names: list[str] = []
+    launch = CpuBackend.launch
+
+    def spy(self: CpuBackend, kernel: Any, *args: Any, **kw: Any) -> None:
+        names.append(getattr(kernel, "__name__", ""))
+        launch(self, kernel, *args, **kw)
+
+    monkeypatch.setattr(CpuBackend, "launch", spy)
+    rng = np.random.default_rng(0)
+    prefix = [int(t) for t in rng.integers(3, 500, 624)]  # tiny-qwen3's vocabulary: 512
+    tail = [int(t) for t in rng.integers(3, 500, 16)]
+    greedy = SamplingParams(temperature=0, max_tokens=6, ignore_eos=True, logprobs=0)
+
+    def tokens(flag: str) -> tuple[list[int], np.ndarray, int]:
+        with flag_set("VT_SHARED_ROWS_ATTENTION", flag):
+            llm = LLM("tiny-qwen3", backend="cpu", dtype="bfloat16", max_model_len=1024, num_blocks=256,
+                      max_num_seqs=4)
+            llm.generate([prefix], greedy)
+            names.clear()
+            out = llm.generate([prefix + tail], greedy)[0].outputs[0]
+            chosen = [lp[t].logprob for t, lp in zip(out.token_ids, out.logprobs, strict=True)]
+            return list(out.token_ids), np.array(chosen), llm.engine.runner.num_whole_prefills
+
+    with_mma, mma_logprobs, whole = tokens("mma")
+    mma_launches = names.count("paged_rows_attention")
+    without, plain_logprobs, _ = tokens("off")
+    assert whole >= 1 and mma_launches > 0, f"non-vacuity: the tail ran whole ({whole}) on tensor cores"
+    assert "paged_rows_attention" not in names, "without the flag, the plain kernel"
+    assert with_mma == without, (with_mma, without)
+    gap = np.abs(mma_logprobs - plain_logprobs)
+    assert gap.max() <= 0.05, f"the chosen tokens' logprobs {gap.round(3)} apart: more than the attention's rounding"
+
+
+def test_the_rows_ops_launches_are_named_as_the_gates_count_them() -> None:
+    """The backend's op launches the library's kernel under its own name (the gates above count launches by it)."""
+    from vt.registry import make_backend
+
+    backend = make_backend("cpu")
+    c = rows_case("mha-partition-edges", 16, "bfloat16")
+    T, nh, hd = c.q.shape
+    P = c.num_partitions
+    with launched_names(backend) as names:
+        backend.paged_rows_attention(c.q, c.k_cache, c.v_cache, c.tables, c.token_row, c.positions,
+                                     np.zeros((T, nh, hd), c.out_dtype), np.zeros((T, nh, P, hd), np.float32),
+                                     np.zeros((T, nh, P, 2), np.float32))
+    assert names == ["paged_rows_attention"], names
