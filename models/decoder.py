@@ -345,10 +345,11 @@ class DecoderForCausalLM:
                                    fb.token_row.view((D,)), fb.block_tables, kv, None)
         if prefill_by_decode_kernel(fb):  # the chunks' tokens (and the bucket's padding) as decode queries
             n, row = T - D, D * nh * hd
+            # a chunk's tokens share its table row: the rows kernel's runs, as a short prefill run whole
             self._decode_attention(i, q.view((n, nh, hd), offset=row * q.dtype.itemsize),
                                    o.view((n, nh, hd), offset=row * o.dtype.itemsize),
                                    fb.positions.view((n,), offset=8 * D), fb.token_row.view((n,), offset=8 * D),
-                                   fb.block_tables, kv, None)
+                                   fb.block_tables, kv, None, rows=self.rows_kernel)
             return
         self.backend.paged_prefill_attention(q, kv.k[i], kv.v[i], fb.block_tables, fb.tiles, fb.token_row,
                                              fb.positions, o)

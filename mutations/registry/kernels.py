@@ -1425,6 +1425,16 @@ ENTRIES += [
         gates=(ROWS_E2E,),
     ),
     Mutation(
+        id="rows-kernel-skipped-in-a-mixed-steps-break",
+        description="a short chunk in a mixed step (the piecewise graph's eager attention break) attends with the plain "
+                    "decode kernel whatever VT_SHARED_ROWS_ATTENTION says: a hit's tail beside other requests' decodes "
+                    "reads its keys once a row",
+        file="models/decoder.py",
+        old="                                   fb.block_tables, kv, None, rows=self.rows_kernel)\n",
+        new="                                   fb.block_tables, kv, None)\n",
+        gates=(f"{RA}::test_a_late_chunk_in_a_mixed_step_attends_on_tensor_cores_and_keeps_the_tokens",),
+    ),
+    Mutation(
         id="cuda-rows-attention-reads-the-leads-table-for-every-token",
         description="the rows kernel serves a block's tokens as one run: a block holding two sequences attends the "
                     "first one's keys for both",

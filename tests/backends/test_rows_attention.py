@@ -212,3 +212,50 @@ def test_the_rows_ops_launches_are_named_as_the_gates_count_them() -> None:
                                      np.zeros((T, nh, hd), c.out_dtype), np.zeros((T, nh, P, hd), np.float32),
                                      np.zeros((T, nh, P, 2), np.float32))
     assert names == ["paged_rows_attention"], names
+
+
+def test_a_late_chunk_in_a_mixed_step_attends_on_tensor_cores_and_keeps_the_tokens(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A prompt chunked beside another's decode row (mixed steps, the piecewise graph's eager attention break): once
+    its context is long, each short chunk's tokens attend through paged_rows_attention with the flag, and the greedy
+    tokens and their logprobs are the plain kernel's (bf16, within the attention's rounding)."""
+    from backends.cpu import CpuBackend
+    from models.decoder import SHORT_PREFILL_TOKENS
+    from vt import LLM, SamplingParams
+    from vt.engine.worker.runner import ModelRunner
+
+    names: list[str] = []
+    launch = CpuBackend.launch
+
+    def spy(self: CpuBackend, kernel: Any, *args: Any, **kw: Any) -> None:
+        names.append(getattr(kernel, "__name__", ""))
+        launch(self, kernel, *args, **kw)
+
+    monkeypatch.setattr(CpuBackend, "launch", spy)
+    monkeypatch.setattr(ModelRunner, "_runs_whole", lambda *args: False)  # every short step through the break
+    rng = np.random.default_rng(1)
+    prompts = [[int(t) for t in rng.integers(3, 500, n)] for n in (SHORT_PREFILL_TOKENS + 1, 300)]
+    sp = SamplingParams(temperature=0, max_tokens=12, ignore_eos=True, logprobs=0)
+
+    def run(flag: str) -> tuple[list[list[int]], np.ndarray, int]:
+        with flag_set("VT_SHARED_ROWS_ATTENTION", flag):
+            llm = LLM("tiny-qwen3", backend="cpu", dtype="bfloat16", max_model_len=512, num_blocks=128,
+                      enable_prefix_caching=False, max_num_batched_tokens=SHORT_PREFILL_TOKENS // 2, max_num_seqs=2)
+            names.clear()
+            outs = [o.outputs[0] for o in llm.generate(prompts, sp)]
+            chosen = [lp[t].logprob for o in outs for t, lp in zip(o.token_ids, o.logprobs, strict=True)]
+            return [list(o.token_ids) for o in outs], np.array(chosen), names.count("paged_rows_attention")
+
+    tokens, logprobs, launches = run("mma")
+    plain_tokens, plain_logprobs, plain_launches = run("off")
+    L = load_layers()
+    assert launches >= L and launches % L == 0 and plain_launches == 0, (launches, plain_launches)
+    assert tokens == plain_tokens, (tokens, plain_tokens)
+    gap = np.abs(logprobs - plain_logprobs)
+    assert gap.max() <= 0.05, f"the chosen tokens' logprobs {gap.round(3)} apart: more than the attention's rounding"
+
+
+def load_layers() -> int:
+    from models.loader import load_checkpoint, resolve_model
+
+    return int(load_checkpoint(resolve_model("tiny-qwen3")).config.num_hidden_layers)
