@@ -41,7 +41,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from backends.kernels import skinny_gemm
+from backends.kernels import skinny_gemm, skinny_mma
 from backends.kernels.activation import PAIR_COLS
 
 CUDA_R_32F, CUDA_R_16F, CUDA_R_16BF, CUBLAS_COMPUTE_32F = 0, 2, 14, 68
@@ -100,8 +100,8 @@ def _load() -> ctypes.CDLL:
 
 
 def name(algo: Any) -> str:
-    """A candidate as a log names it: a skinny GEMM configuration, or cuBLASLt."""
-    return str(algo) if isinstance(algo, skinny_gemm.Config) else "cuBLASLt"
+    """A candidate as a log names it: a skinny GEMM configuration (CUDA cores or tensor cores), or cuBLASLt."""
+    return str(algo) if isinstance(algo, skinny_gemm.Config | skinny_mma.MmaConfig) else "cuBLASLt"
 
 
 def _view(cupy: Any, ptr: int, shape: tuple[int, ...], dtype: Any) -> Any:
@@ -226,6 +226,17 @@ class NormIn:
         return NormIn(self.x, self.w, _view(cupy, ptr, self.h.shape, self.h.dtype), self.eps, then)
 
 
+def _loaded(storage: str, m: int, algo: Any, kind: str) -> bool:
+    """Whether a kernel library candidate's module is loaded (cuBLASLt's always is)."""
+    if isinstance(algo, skinny_gemm.Config):
+        return skinny_gemm.loaded(storage, m, algo, kind)
+    if isinstance(algo, skinny_mma.MmaConfig):
+        from backends.kernels.build import is_loaded
+
+        return is_loaded(skinny_mma.instance(storage, algo))
+    return True
+
+
 def _aligned(nbytes: int) -> int:
     return -(-nbytes // 256) * 256
 
@@ -260,6 +271,8 @@ class Plan:
         if lt.skinny is not None and self.storage is not None and skinny_gemm.fits(m, n, self.storage, epilogue):
             # timed last: the heuristic's first pick stays candidates[0]
             self.candidates += [c for c in skinny_gemm.configs() if skinny_gemm.serves(m, n, k, c, epilogue)]
+        if lt.skinny is not None and self.storage is not None and skinny_mma.fits(m, n, k, self.storage):
+            self.candidates += list(skinny_mma.CONFIGS)  # no epilogue of its own: the consumer runs after it
         self.algo = self.candidates[0]
         self.times_us: list[float] = []
 
@@ -285,7 +298,15 @@ class Plan:
             import cupy
 
             epilogue.before(cupy)
-        self._cublaslt(a_ptr, b_ptr, c_ptr, stream, algo)
+        if isinstance(algo, skinny_mma.MmaConfig):
+            import cupy
+
+            assert lt.skinny is not None and self.storage is not None  # an MmaConfig is a candidate only then
+            partials, counters = lt.skinny
+            skinny_mma.launch(cupy, self.storage, a_ptr, b_ptr, c_ptr, partials, counters, self.m, self.n, self.k,
+                              algo)
+        else:
+            self._cublaslt(a_ptr, b_ptr, c_ptr, stream, algo)
         if epilogue is not None:
             epilogue.separate(cupy, _view(cupy, c_ptr, (self.m, self.n), cupy.float32))
 
@@ -462,8 +483,7 @@ class CublasLt:
         stream = cupy.cuda.get_current_stream()
         plan = self._plan(dtype, m, n, k, epilogue.kind, a, b, c, stream, epilogue)
         algo = plan.algo
-        if (isinstance(algo, skinny_gemm.Config) and stream.is_capturing()
-                and not skinny_gemm.loaded(storage, m, algo, epilogue.kind)):
+        if stream.is_capturing() and not _loaded(storage, m, algo, epilogue.kind):
             algo = plan.candidates[0]  # its module was never loaded (tune loads it): a capture may not load one
         plan.run(a.data.ptr, b.data.ptr, c.data.ptr, stream.ptr, algo, epilogue)
         return True

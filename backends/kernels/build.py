@@ -240,11 +240,12 @@ def ci_instances() -> list[Instance]:
         rows_attention,
         sampler,
         skinny_gemm,
+        skinny_mma,
         tokens,
     )
 
     mods = (convert, norm, rotary, activation, decode_attention, prefill_attention, rows_attention, moe, skinny_gemm,
-            sampler, tokens)
+            skinny_mma, sampler, tokens)
     return [i for mod in mods for i in mod.CI_INSTANCES]
 
 

@@ -6,8 +6,9 @@ transformers on both lanes."""
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
-from backends.kernels import skinny_gemm
+from backends.kernels import skinny_gemm, skinny_mma
 from mutations.model import Mutation
 from mutations.registry.gates import ARCH
 
@@ -1475,6 +1476,79 @@ ENTRIES += [
         # one-prompt's 37 keys are one tile; every rows case has partitions of two tiles
         gates=cases(PREFILL_CUDA, ("chunks-over-earlier-kv", "tile-edges", "long-over-earlier-kv"), LOW)
         + cases(ROWS_CUDA, ROWS_CASES, LOW),
+        needs_gpu=True,
+    ),
+]
+
+
+# The tensor-core skinny GEMM (session 29): a tuner candidate for 2..16 rows
+MMA = "tests/backends/test_skinny_mma.py"
+MMA_SHAPES = [(16, 4096, 1024), (16, 1024, 2048), (16, 6144, 1024), (16, 1024, 3072), (9, 4096, 4096),
+              (3, 1024, 2056), (5, 8, 4096), (2, 32768, 1024), (16, 1000, 24)]  # test_skinny_mma.py's SHAPES
+
+
+def mma_ids(keep: Any, dtypes: tuple[str, ...] = ("bfloat16", "float16")) -> list[str]:
+    """The test ids (m-n-k-dtype-config, or m-n-k-config without dtypes) of the (shape, configuration) cases
+    `keep(m, n, k, step, slices)` names."""
+    return [f"{m}-{n}-{k}-{d}nt{c.nt}s{c.stages}x{c.per_sm}" for m, n, k in MMA_SHAPES
+            for d in ([f"{d}-" for d in dtypes] or [""]) for c in skinny_mma.CONFIGS
+            if keep(m, n, k, *skinny_mma.split(m, n, k, c))]
+
+
+MMA_CUDA = f"{MMA}::test_cuda_skinny_mma_equals_its_twin_twice_on_one_scratch"
+ENTRIES += [
+    Mutation(
+        id="skinny-mma-split-drops-a-short-last-slice",
+        description="the tensor-core GEMM's split counts only whole slices: where no slice length divides K, the "
+                    "last rows of K are never multiplied",
+        file="backends/kernels/skinny_mma.py",
+        old="    return step, -(-k // step)\n",
+        new="    return step, k // step\n",
+        gates=(*(f"{MMA}::test_the_twin_equals_the_product[{i}]"
+                 for i in mma_ids(lambda m, n, k, step, s: k % step != 0)),
+               *(f"{MMA}::test_the_split_covers_k_exactly_in_whole_k16_steps_within_the_scratch[{i}]"
+                 for i in mma_ids(lambda m, n, k, step, s: k % step != 0, dtypes=())),
+               f"{MMA}::test_the_split_reaches_a_short_last_slice_and_spreads_a_narrow_n"),
+    ),
+    Mutation(
+        id="cuda-skinny-mma-drops-the-last-warps-sum",
+        description="the tensor-core GEMM's block adds its first three warps' tiles only: the k16 steps of every "
+                    "fourth are lost",
+        file="backends/kernels/skinny_mma.cu",
+        old="        for (int w = 0; w < MMA_GEMM_WARPS; w++) v += sums[(w * MMA_GEMM_ROWS + m) * COLS + col];\n",
+        new="        for (int w = 0; w < MMA_GEMM_WARPS - 1; w++) v += sums[(w * MMA_GEMM_ROWS + m) * COLS + col];\n",
+        # a slice of fewer than four k16 steps leaves the fourth warp idle: its sum is zero either way
+        gates=tuple(f"{MMA_CUDA}[{i}]" for i in mma_ids(lambda m, n, k, step, s: min(step, k) > 48)),
+        needs_gpu=True,
+    ),
+    Mutation(
+        id="cuda-skinny-mma-a-fragment-halves-crossed",
+        description="the tensor-core GEMM loads A's fragments with rows and k halves crossed: a row's products over "
+                    "k + 8 .. k + 15 come from the wrong row",
+        file="backends/kernels/skinny_mma.cu",
+        old="            const int r = g + 8 * (e & 1), k = kk + 2 * tig + 8 * (e >> 1);\n",
+        new="            const int r = g + 8 * (e >> 1), k = kk + 2 * tig + 8 * (e & 1);\n",
+        gates=tuple(f"{MMA_CUDA}[{i}]" for i in mma_ids(lambda m, n, k, step, s: True)),
+        needs_gpu=True,
+    ),
+    Mutation(
+        id="cuda-skinny-mma-leaves-its-tile-counters-set",
+        description="the tensor-core GEMM's last block never resets its column tile's counter: the next launch (a "
+                    "graph's replay) finds no last block and leaves C unwritten",
+        file="backends/kernels/skinny_mma.cu",
+        old="    if (threadIdx.x == 0) counters[blockIdx.x] = 0;\n",
+        new="",
+        gates=tuple(f"{MMA_CUDA}[{i}]" for i in mma_ids(lambda m, n, k, step, s: s > 1)),
+        needs_gpu=True,
+    ),
+    Mutation(
+        id="gemm-tuner-never-times-the-tensor-core-gemm",
+        description="a plan of 2..16 rows times cuBLASLt and the CUDA-core kernel only: a 16-row step never runs the "
+                    "tensor-core GEMM",
+        file="backends/cublaslt.py",
+        old="            self.candidates += list(skinny_mma.CONFIGS)  # no epilogue of its own: the consumer runs after it\n",
+        new="            pass\n",
+        gates=(f"{MMA}::test_a_16_row_plan_times_the_tensor_core_gemm_and_every_candidate_is_right",),
         needs_gpu=True,
     ),
 ]

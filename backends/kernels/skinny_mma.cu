@@ -1,0 +1,139 @@
+// Decode's GEMM on tensor cores for a few rows (2..16): C [M, N] float32 = A [M, K] @ B [K, N], bf16 / fp16 operands,
+// float32 accumulation. The CUDA-core skinny GEMM (skinny_gemm.cu) does M x 8 FMAs per 16 bytes of B a thread, which
+// past a few rows is no longer a read of B: at 8 rows cuBLASLt already beat it on the H200 (session 24), and a
+// 16-row step (a prefix hit's tail run whole, a decode step of 9 to 16 requests) ran every GEMM on cuBLASLt. Here A's
+// rows are one mma.m16n8k16 A operand (rows past M are zeros), so a 16 x 16 x 8 product is one instruction whatever M.
+//
+// A block's four warps share one column tile of COLS = 8 NT columns and one slice of K; warp w takes the slice's
+// k16 steps w, w + 4, ... Each warp streams its steps' 16 x COLS tiles of B into a ring of STAGES stages of its own
+// shared memory (cp.async, 16 bytes a copy, STAGES - 1 steps in flight; no barrier across warps in the loop), reads
+// them as mma B fragments with ldmatrix.trans (B is K-major, as V is in the prefill kernel), and loads its A
+// fragments straight from global memory (A is a few KB, read by every block: L1 and L2 serve it). The block adds its
+// warps' 16 x COLS tiles in warp order, and, where the grid splits K into S slices, the last block of a column tile
+// to finish (a counter per tile, back to zero when the kernel ends: a graph replays it) adds the S partial tiles in
+// slice order, as the skinny GEMM does, so the sum's order never depends on timing.
+#include "tensor_core.cuh"
+
+namespace vt {
+
+constexpr int MMA_GEMM_THREADS = 128;
+constexpr int MMA_GEMM_WARPS = MMA_GEMM_THREADS / 32;
+constexpr int MMA_GEMM_ROWS = 16;  // the mma's M: at most this many rows of A
+
+// The shared memory a configuration takes: the warps' rings, then (reusing them) the warps' sums.
+template <int NT, int STAGES>
+constexpr int skinny_mma_smem() {
+    constexpr int ring = MMA_GEMM_WARPS * STAGES * 16 * (NT * 8 + 8) * 2;
+    constexpr int sums = MMA_GEMM_WARPS * MMA_GEMM_ROWS * NT * 8 * 4;
+    return ring > sums ? ring : sums;
+}
+
+// a, b, c, partials (S x M x N float32), counters (one a column tile, zeros); grid (ceil(N / COLS), S), slices of
+// `slice` rows of K (a multiple of 16), MMA_GEMM_THREADS threads, skinny_mma_smem<NT, STAGES>() bytes of dynamic
+// shared memory. M <= 16, N % 8 == 0, K % 8 == 0 (the binding checks).
+template <typename T, int NT, int STAGES>
+__global__ void __launch_bounds__(MMA_GEMM_THREADS)
+skinny_mma(const T* __restrict__ a, const T* __restrict__ b, float* __restrict__ c, float* __restrict__ partials,
+           unsigned int* __restrict__ counters, int M, int N, int K, int slice) {
+    vt::pdl_prefetch_l2(b, N, K, blockIdx.y * slice, slice, blockIdx.x * NT * 8, NT * 8);  // this block's B
+    vt::pdl_wait();
+    constexpr int COLS = NT * 8;
+    static_assert(NT % 2 == 0 && STAGES >= 2, "n8 tiles in pairs (one ldmatrix.x4 each); a step in flight");
+    constexpr int STRIDE = COLS + 8;   // a stage's k-row, padded 16 bytes: an ldmatrix's eight rows hit distinct banks
+    constexpr int STAGE = 16 * STRIDE;  // one k16 step's tile of B, in elements
+    constexpr int COPIES = 16 * COLS / 8 / 32;  // 16-byte copies a lane a step
+    static_assert(16 * COLS / 8 % 32 == 0, "a step's copies are whole for every lane");
+    extern __shared__ __align__(16) unsigned short smem[];
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tig = lane & 3;
+    const int mi = lane >> 3, mr = lane & 7;  // ldmatrix rows this lane addresses: matrix lane / 8, its row lane % 8
+    const int n0 = blockIdx.x * COLS, k0 = blockIdx.y * slice, k1 = min(K, k0 + slice);
+    unsigned short* ring = smem + warp * STAGES * STAGE;
+    const int steps = (k1 - k0 + 15) / 16;
+    const int mine = steps > warp ? (steps - warp + MMA_GEMM_WARPS - 1) / MMA_GEMM_WARPS : 0;
+    // the warp's step i (k from k0 + 16 (warp + 4 i)) into stage i % STAGES; rows past the slice and columns past N
+    // become zeros
+    auto request = [&](int i) {
+        const int kk = k0 + 16 * (warp + MMA_GEMM_WARPS * i);
+        unsigned short* stage = ring + (i % STAGES) * STAGE;
+#pragma unroll
+        for (int q = 0; q < COPIES; q++) {
+            const int chunk = lane + 32 * q, row = chunk / NT, col = chunk % NT * 8;
+            const bool valid = kk + row < k1 && n0 + col < N;
+            const T* src = b + (i64)(valid ? kk + row : k0) * N + (valid ? n0 + col : n0);  // in bounds either way
+            copy16_async(stage + row * STRIDE + col, src, valid);
+        }
+    };
+    float acc[NT][4];
+#pragma unroll
+    for (int j = 0; j < NT; j++) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
+#pragma unroll
+    for (int i = 0; i < STAGES - 1; i++) {
+        if (i < mine) request(i);
+        copy_commit();  // a group a step, empty or not: the wait below counts groups
+    }
+    const unsigned* a32 = reinterpret_cast<const unsigned*>(a);  // A in pairs of elements (K is even)
+    for (int i = 0; i < mine; i++) {
+        if (i + STAGES - 1 < mine) request(i + STAGES - 1);  // into the stage step i - 1 used: every lane read it
+        copy_commit();
+        copy_wait<STAGES - 1>();  // this lane's copies of step i have landed
+        __syncwarp();             // ... and every lane's
+        const int kk = k0 + 16 * (warp + MMA_GEMM_WARPS * i);
+        unsigned af[4];  // rows g and g + 8, k pairs kk + 2 tig and kk + 2 tig + 8: zeros past M or the slice
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            const int r = g + 8 * (e & 1), k = kk + 2 * tig + 8 * (e >> 1);
+            af[e] = r < M && k < k1 ? __ldg(a32 + ((i64)r * K + k) / 2) : 0u;
+        }
+        const unsigned short* stage = ring + (i % STAGES) * STAGE;
+#pragma unroll
+        for (int j = 0; j < NT; j += 2) {  // B k-rows 8 (mi & 1) + mr, columns 8 j + 8 (mi >> 1): two n8 tiles
+            unsigned bf[4];
+            ldmatrix_x4<true>(bf, stage + (8 * (mi & 1) + mr) * STRIDE + 8 * j + 8 * (mi >> 1));
+            Mma<T>::run(acc[j], af, bf[0], bf[1]);
+            Mma<T>::run(acc[j + 1], af, bf[2], bf[3]);
+        }
+        __syncwarp();  // every lane is done with this stage before a later step's copies overwrite it
+    }
+    copy_wait<0>();
+    // B is streamed: the kernel after may take its SMs now, for the sums' tail, not at this one's start
+    vt::pdl_trigger();
+    __syncthreads();  // every warp is out of its ring: the sums reuse it
+    float* sums = reinterpret_cast<float*>(smem);  // [warps][16][COLS]
+#pragma unroll
+    for (int j = 0; j < NT; j++) {
+        float* s = sums + (warp * MMA_GEMM_ROWS + g) * COLS + 8 * j + 2 * tig;
+        s[0] = acc[j][0];
+        s[1] = acc[j][1];
+        s[8 * COLS] = acc[j][2];  // row g + 8
+        s[8 * COLS + 1] = acc[j][3];
+    }
+    __syncthreads();
+    const int S = gridDim.y;
+    for (int i = threadIdx.x; i < M * COLS; i += MMA_GEMM_THREADS) {
+        const int m = i / COLS, col = i - m * COLS, nn = n0 + col;
+        if (nn >= N) continue;
+        float v = 0.0f;
+#pragma unroll
+        for (int w = 0; w < MMA_GEMM_WARPS; w++) v += sums[(w * MMA_GEMM_ROWS + m) * COLS + col];
+        if (S == 1) c[(i64)m * N + nn] = v;
+        else partials[((i64)blockIdx.y * M + m) * N + nn] = v;
+    }
+    if (S == 1) return;
+    __shared__ bool last;
+    __threadfence();  // this slice's partials are visible before the counter says so
+    __syncthreads();
+    if (threadIdx.x == 0) last = atomicAdd(&counters[blockIdx.x], 1u) == (unsigned)(S - 1);
+    __syncthreads();
+    if (!last) return;
+    __threadfence();
+    for (int i = threadIdx.x; i < M * COLS; i += MMA_GEMM_THREADS) {
+        const int m = i / COLS, nn = n0 + (i - m * COLS);
+        if (nn >= N) continue;
+        float v = 0.0f;
+        for (int s = 0; s < S; s++) v += __ldcg(&partials[((i64)s * M + m) * N + nn]);  // L2: other SMs wrote them
+        c[(i64)m * N + nn] = v;
+    }
+    if (threadIdx.x == 0) counters[blockIdx.x] = 0;
+}
+
+}  // namespace vt

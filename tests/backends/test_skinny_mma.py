@@ -1,0 +1,131 @@
+"""The tensor-core skinny GEMM (backends/kernels/skinny_mma.py) in each configuration: its K split covers K exactly in
+whole k16 steps, within the skinny GEMM's scratch; its twin against a float64 product; (GPU lane) the kernel against
+its twin, twice in a row on one scratch (the tile counters back at zero), and as a candidate a 16-row cuBLASLt plan
+times beside cuBLASLt's algorithms."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+from backends.kernels import skinny_gemm as sg
+from backends.kernels import skinny_mma as sm
+from tests.backends.test_skinny_gemm import magnitude, operands
+from vt.dtypes import widen_host
+
+# (m, n, k): the 0.6B shape's qkv / o / gate-up / down projections at a prefix hit's 16 rows, a decode step of 9 rows
+# over the 8B shape's o projection, a K that no slice length divides (a short last slice), a tiny N split deep, a
+# wide N unsplit, a K of one partial k16 step per warp
+SHAPES = [(16, 4096, 1024), (16, 1024, 2048), (16, 6144, 1024), (16, 1024, 3072), (9, 4096, 4096),
+          (3, 1024, 2056), (5, 8, 4096), (2, 32768, 1024), (16, 1000, 24)]
+CONFIG_IDS = [f"nt{c.nt}s{c.stages}x{c.per_sm}" for c in sm.CONFIGS]
+
+
+@pytest.mark.parametrize("config", sm.CONFIGS, ids=CONFIG_IDS)
+@pytest.mark.parametrize("m,n,k", SHAPES)
+def test_the_split_covers_k_exactly_in_whole_k16_steps_within_the_scratch(m: int, n: int, k: int,
+                                                                           config: sm.MmaConfig) -> None:
+    step, s = sm.split(m, n, k, config)
+    covered = [r for i in range(s) for r in range(i * step, min(k, (i + 1) * step))]
+    assert covered == list(range(k)), "every row of K in exactly one slice"
+    assert s == 1 or step % 16 == 0, "a slice is whole k16 steps (a warp's step never crosses into the next)"
+    assert s == 1 or (s * m * n <= sg.SCRATCH_FLOATS and -(-n // config.cols) <= sg.MAX_TILES)
+
+
+def test_the_split_reaches_a_short_last_slice_and_spreads_a_narrow_n() -> None:
+    """Non-vacuity of the cases: a shape whose last slice is shorter than the others, a narrow N split deep, a wide N
+    left whole."""
+    step, s = sm.split(3, 1024, 2056)
+    assert s > 1 and s * step > 2056, (step, s)
+    assert sm.split(16, 1024, 2048)[1] > 1, "eight column tiles alone would leave most SMs idle"
+    assert sm.split(16, 151936, 1024)[1] == 1, "the LM head has blocks enough unsplit"
+
+
+def test_the_kernel_serves_two_to_sixteen_rows_of_16_bit_operands() -> None:
+    """One row stays the CUDA-core kernel's (a read of B); more than the mma's 16 rows is cuBLASLt's."""
+    assert sm.fits(2, 1024, 1024, np.uint16) and sm.fits(16, 1024, 1024, np.float16)
+    assert not sm.fits(1, 1024, 1024, np.uint16) and not sm.fits(17, 1024, 1024, np.uint16)
+    assert not sm.fits(16, 1020, 1024, np.uint16) and not sm.fits(16, 1024, 1020, np.uint16)
+    assert not sm.fits(16, 1024, 1024, np.float32)
+
+
+@pytest.mark.parametrize("config", sm.CONFIGS, ids=CONFIG_IDS)
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+@pytest.mark.parametrize("m,n,k", SHAPES)
+def test_the_twin_equals_the_product(m: int, n: int, k: int, dtype: str, config: sm.MmaConfig) -> None:
+    a, b = operands(m, n, k, dtype)
+    out = np.zeros((m, n), np.float32)
+    sm.skinny_mma(np, a, b, out, None, None, config=config)
+    want = widen_host(a).astype(np.float64) @ widen_host(b).astype(np.float64)
+    assert np.all(np.abs(out - want) <= 1e-5 * (1 + magnitude(a, b))), "C = A @ B, float32 accumulation"
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("config", sm.CONFIGS, ids=CONFIG_IDS)
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+@pytest.mark.parametrize("m,n,k", SHAPES)
+def test_cuda_skinny_mma_equals_its_twin_twice_on_one_scratch(m: int, n: int, k: int, dtype: str,
+                                                             config: sm.MmaConfig) -> None:
+    """Each run's C (every row, every column: NaN before the run) within the twin's float32 bound, and the tile
+    counters back at zero after each."""
+    import cupy
+
+    partials = cupy.zeros(sg.SCRATCH_FLOATS, np.float32)
+    counters = cupy.zeros(sg.MAX_TILES, np.uint32)
+    a, b = operands(m, n, k, dtype, seed=m + n)
+    want = np.zeros((m, n), np.float32)
+    sm.skinny_mma(np, a, b, want, None, None, config=config)
+    bound = 1e-5 * (1 + magnitude(a, b))
+    for run in range(2):
+        out = cupy.full((m, n), np.nan, np.float32)
+        sm.skinny_mma(cupy, cupy.asarray(a), cupy.asarray(b), out, partials, counters, config=config)
+        got = out.get()
+        assert np.all(np.abs(got - want) <= bound), f"run {run}: {int((~(np.abs(got - want) <= bound)).sum())} past"
+        assert int(counters.sum()) == 0, f"run {run}: the tile counters are back at zero"
+
+
+@pytest.mark.gpu
+def test_a_16_row_plan_times_the_tensor_core_gemm_and_every_candidate_is_right() -> None:
+    """A 16-row shape's plan (a prefix hit's tail, a decode step of 9 to 16 requests) times the tensor-core GEMM
+    beside cuBLASLt's algorithms; whichever it picks must be right, so each candidate's output is checked after the
+    tuning ran each of them several times."""
+    import cupy
+
+    from backends import cublaslt
+    from backends.cuda import CudaBackend
+
+    backend = CudaBackend()
+    a, b = operands(16, 4096, 1024, "bfloat16", seed=6)
+    da, db = cupy.asarray(a), cupy.asarray(b)
+    out = cupy.zeros((16, 4096), np.float32)
+    backend.xp.matmul(da, db, out=out)
+    plans = [p for p in backend.blas.lt.plans.values() if (p.m, p.n, p.k) == (16, 4096, 1024)]
+    assert plans and all(c in plans[0].candidates for c in sm.CONFIGS), "each tensor-core configuration a candidate"
+    plan = plans[0]
+    assert len(plan.times_us) == len(plan.candidates) > len(sm.CONFIGS), "every candidate timed, cuBLASLt's too"
+    want = widen_host(a).astype(np.float64) @ widen_host(b).astype(np.float64)
+    bound = 1e-5 * (1 + magnitude(a, b))
+    stream = cupy.cuda.get_current_stream()
+    for i, cand in enumerate(plan.candidates):
+        out.fill(np.nan)
+        plan.run(da.data.ptr, db.data.ptr, out.data.ptr, stream.ptr, cand)
+        assert np.all(np.abs(out.get() - want) <= bound), f"candidate {i} ({cublaslt.name(cand)}) after the tuning"
+    print(f"\n16x4096x1024 bf16: {plan.picked} picked; times {plan.times_us} us (tensor-core configurations last)")
+
+
+def test_the_tuner_names_a_tensor_core_candidate_by_its_configuration() -> None:
+    """The tuner's log and the lane's tables name the candidate a plan picked: a tensor-core configuration by its
+    tiles, stages and blocks a SM, never as cuBLASLt."""
+    from backends import cublaslt
+
+    names = {cublaslt.name(c) for c in sm.CONFIGS}
+    assert len(names) == len(sm.CONFIGS) and not names & {"cuBLASLt"}, names
+    assert cublaslt.name(object()) == "cuBLASLt", "non-vacuity: anything else reads as cuBLASLt"
+
+
+def run_mma(xp: Any, a: np.ndarray, b: np.ndarray, config: sm.MmaConfig) -> np.ndarray:
+    out = np.zeros((a.shape[0], b.shape[1]), np.float32)
+    sm.skinny_mma(xp, a, b, out, None, None, config=config)
+    return out
