@@ -3,8 +3,10 @@
 A prefix-cache hit's tail runs whole as a decode step, a row a token: the decode kernel would read the sequence's
 keys once a row on CUDA cores (H200, 0.6B, 16 rows over 1,024 keys: attention 0.78 of a 2.03 ms step). Here a
 block serves one KV head for 64 query rows (its G query heads times 64 / G tokens) on tensor cores, split along the
-context into partitions of its own rule (`partition_size`: the grid has fewer blocks than the decode kernel's) that
-the decode kernel's reduce combines. The twin follows the kernel's numerics: q and the softmax numerators P rounded
+context into partitions of its own rule (`partition_size`: fewer blocks work than in the decode kernel's grid) that
+the decode kernel's reduce combines. The grid has a block a token; only a segment's lead works (a run of one
+token_row, at most 64 / G tokens of it), so the runs of a step (a tail, the decode rows beside it, the padding) run
+side by side. The twin follows the kernel's numerics: q and the softmax numerators P rounded
 to the cache dtype before their products, the online softmax over KEY_TILE-key tiles from each partition's start,
 the partitions combined at their common max. A 16-bit cache only (no float32 mma): the decoder takes the plain
 kernel for a float32 one.
@@ -55,9 +57,9 @@ def _check(q: Any, k_cache: Any, part_o: Any, part_ml: Any, block_tables: Any) -
     T, nh, hd = q.shape
     bs, nkv = k_cache.shape[1], k_cache.shape[2]
     group = nh // nkv
-    if k_cache.dtype == np.float32 or group > ROWS or -(-T // tokens_a_block(group)) > MAX_GRID_Y:
+    if k_cache.dtype == np.float32 or group > ROWS or T > MAX_GRID_Y:
         raise EngineInvariantError(f"paged_rows_attention: a 16-bit cache (not {k_cache.dtype}), at most {ROWS} query "
-                                   f"heads a KV head (not {group}), at most {MAX_GRID_Y} blocks of tokens")
+                                   f"heads a KV head (not {group}), at most {MAX_GRID_Y} tokens (not {T})")
     if bs & (bs - 1) or k_cache.shape[0] >= 2**31:  # a key's block by shifts, its id in 32 bits
         raise EngineInvariantError(f"paged_rows_attention: block size {bs} (a power of two) and {k_cache.shape[0]} "
                                    "cache blocks (fewer than 2**31)")
@@ -65,7 +67,11 @@ def _check(q: Any, k_cache: Any, part_o: Any, part_ml: Any, block_tables: Any) -
     P = _partitions(part_o, part_ml)
     if P > MAX_PARTITIONS:
         raise EngineInvariantError(f"{P} partitions: the reduce kernel holds at most {MAX_PARTITIONS}")
-    return P, keys if P == 1 else partition_size(T, nkv, group, keys)
+    part = keys if P == 1 else partition_size(T, nkv, group, keys)
+    if P * part < keys:  # the keys past P partitions would be dropped, silently, by the kernel and the twin alike
+        raise EngineInvariantError(f"paged_rows_attention: partials for {P} partitions of {part} keys, short of the "
+                                   f"table's {keys} (rows_attention.num_partitions sizes them)")
+    return P, part
 
 
 def _twin(q: np.ndarray, k_cache: np.ndarray, v_cache: np.ndarray, block_tables: np.ndarray, token_row: np.ndarray,
@@ -87,10 +93,9 @@ def _cuda(cp: Any, q: Any, k_cache: Any, v_cache: Any, block_tables: Any, token_
     smem = 2 * 2 * KEY_TILE * (hd + 8) * 2  # two stages of K and V tiles
     if smem > 48 << 10:
         fn.max_dynamic_shared_size_bytes = smem
-    groups = -(-T // tokens_a_block(nh // nkv))
-    fn((nkv, groups, P), (THREADS,), (q, k_cache, v_cache, block_tables, token_row, positions, out,
-                                      NULL if part_o is None else part_o, NULL if part_ml is None else part_ml,
-                                      np.int32(T), np.int32(nh), np.int32(bs), np.int32(W), np.int32(part)),
+    fn((nkv, T, P), (THREADS,), (q, k_cache, v_cache, block_tables, token_row, positions, out,
+                                 NULL if part_o is None else part_o, NULL if part_ml is None else part_ml, np.int32(nh),
+                                 np.int32(bs), np.int32(W), np.int32(part)),
        shared_mem=smem)
     _reduce(cp, part_o, part_ml, positions, out, P, part, W * bs)
 

@@ -177,7 +177,9 @@ PCU = "backends/kernels/prefill_attention.cu"
 TCU = "backends/kernels/tensor_core.cuh"
 RA = "tests/backends/test_rows_attention.py"
 ROWS_CUDA = f"{RA}::test_cuda_rows_attention_equals_its_twin"
-ROWS_CASES = ("prefix-hit-16x1024", "three-chunks-gqa4", "runs-cross-blocks-gqa8", "mha-partition-edges")
+ROWS_CASES = ("prefix-hit-16x1024", "three-chunks-gqa4", "runs-cross-blocks-gqa8", "mha-partition-edges",
+              "decode-rows-beside-a-tail", "block-128-gqa3", "one-partition-of-80-keys")
+ROWS_SPLIT = tuple(c for c in ROWS_CASES if c != "one-partition-of-80-keys")  # the cases of several partitions
 LOW = ("bfloat16", "float16")
 
 ENTRIES += [
@@ -194,7 +196,8 @@ ENTRIES += [
                     "one position after its own",
         file=TCU, old="                if (8 * n + (e & 1) > reach[e >> 1]) sc[n][e] = neg_inf();",
         new="                if (8 * n + (e & 1) > reach[e >> 1] + 1) sc[n][e] = neg_inf();",
-        # float32: the decode kernel; every rows case has a run whose earlier rows would see a later row's key
+        # float32: the decode kernel; in every rows case a row would see the key past its own (a later row's, or a
+        # zero-filled one past the segment's reach, which would weigh exp(-max))
         gates=cases(PREFILL_CUDA, PREFILL_CASES, ("bfloat16", "float16")) + cases(ROWS_CUDA, ROWS_CASES, LOW),
         needs_gpu=True,
     ),
@@ -1396,6 +1399,7 @@ assert {m.id for m in ENTRIES} >= set(BESIDE), "a mutant BESIDE names is registe
 RCU = "backends/kernels/rows_attention.cu"
 ROWS_FLAG = f"{RA}::test_the_flag_picks_the_kernel_and_the_decoder_keeps_it_to_a_16_bit_cache"
 ROWS_E2E = f"{RA}::test_a_prefix_hits_tail_runs_on_tensor_cores_and_generates_the_plain_kernels_tokens"
+ROWS_CHUNK = f"{RA}::test_a_late_chunk_in_a_mixed_step_attends_on_tensor_cores_and_keeps_the_tokens"
 ENTRIES += [
     Mutation(
         id="rows-mma-flag-ignored",
@@ -1404,7 +1408,7 @@ ENTRIES += [
         file="models/decoder.py",
         old="        if asked == \"mma\" and self.kv_dtype != np.float32 and group <= ROWS_MMA:\n",
         new="        if False:\n",
-        gates=(ROWS_FLAG, ROWS_E2E),
+        gates=(ROWS_FLAG, ROWS_E2E, ROWS_CHUNK),
     ),
     Mutation(
         id="rows-mma-taken-over-a-float32-cache",
@@ -1417,13 +1421,14 @@ ENTRIES += [
         expect="float32 cache",
     ),
     Mutation(
-        id="rows-mma-scratch-sized-by-the-decode-rule",
-        description="the decoder sizes the tensor-core rows kernel's partials by the decode kernel's rule (fewer, "
-                    "longer partitions): the kernel's partitions of its own length cover only part of the context",
-        file="models/decoder.py",
-        old="            P = rows_attention.num_partitions(T, nkv, nh // nkv, width, kv.block_size)\n",
-        new="            P = num_partitions(T, nkv, width, kv.block_size)\n",
-        gates=(ROWS_E2E,),
+        id="rows-mma-accepts-partials-short-of-the-table",
+        description="the tensor-core rows kernel's binding takes scratch for fewer partitions than its rule cuts the "
+                    "table into (the decode kernel's count, say): the keys past them leave every row, silently",
+        file="backends/kernels/rows_attention.py",
+        old="    if P * part < keys:  # the keys past P partitions would be dropped, silently, by the kernel and the twin "
+            "alike\n",
+        new="    if False:\n",
+        gates=(f"{RA}::test_partials_short_of_the_table_are_refused",),
     ),
     Mutation(
         id="rows-kernel-skipped-in-a-mixed-steps-break",
@@ -1433,17 +1438,18 @@ ENTRIES += [
         file="models/decoder.py",
         old="                                   fb.block_tables, kv, None, rows=self.rows_kernel)\n",
         new="                                   fb.block_tables, kv, None)\n",
-        gates=(f"{RA}::test_a_late_chunk_in_a_mixed_step_attends_on_tensor_cores_and_keeps_the_tokens",),
+        gates=(ROWS_CHUNK,),
     ),
     Mutation(
-        id="cuda-rows-attention-reads-the-leads-table-for-every-token",
-        description="the rows kernel serves a block's tokens as one run: a block holding two sequences attends the "
-                    "first one's keys for both",
+        id="cuda-rows-attention-leads-only-aligned-groups",
+        description="the rows kernel's blocks lead only at aligned groups of 64 / G tokens: a run that starts inside a "
+                    "group (a second sequence, a decode row beside a tail) is never attended",
         file=RCU,
-        old="        while (lead + n < tn && token_row[t0 + lead + n] == trow) n++;\n",
-        new="        while (lead + n < tn) n++;\n",
-        # the hit's block holds its 16 rows and the padding row, whose output no gate reads
-        gates=cases(ROWS_CUDA, ("three-chunks-gqa4", "runs-cross-blocks-gqa8", "mha-partition-edges"), LOW),
+        old="    if (at != 0 && token_row[y - 1] == trow) return;\n",
+        new="    if (at != 0) return;\n",
+        # the hit's only run starts at token 0; its padding (unread by the gate) is the one run past it
+        gates=cases(ROWS_CUDA, tuple(c for c in ROWS_CASES if c not in ("prefix-hit-16x1024",
+                                                                        "one-partition-of-80-keys")), LOW),
         needs_gpu=True,
     ),
     Mutation(
@@ -1451,9 +1457,9 @@ ENTRIES += [
         description="the rows kernel writes its partitions' maxima in log2 units where the reduce reads natural ones: "
                     "partitions weighed at the wrong scale",
         file=RCU,
-        old="                    part_ml[(row * P + p) * 2] = m[i];  // natural units, as paged_decode_reduce reads\n",
-        new="                    part_ml[(row * P + p) * 2] = m[i] * LOG2E;\n",
-        gates=cases(ROWS_CUDA, ROWS_CASES, LOW),  # every case splits its context
+        old="            part_ml[(row * P + p) * 2] = m[i];  // natural units, as paged_decode_reduce reads\n",
+        new="            part_ml[(row * P + p) * 2] = m[i] * LOG2E;\n",
+        gates=cases(ROWS_CUDA, ROWS_SPLIT, LOW),  # one partition: the kernel writes out, no partials
         needs_gpu=True,
     ),
     Mutation(
@@ -1473,7 +1479,7 @@ ENTRIES += [
         old="            o[j][0] *= alpha[0]; o[j][1] *= alpha[0];  // the online-softmax rescale to the new max\n"
             "            o[j][2] *= alpha[1]; o[j][3] *= alpha[1];\n",
         new="",
-        # one-prompt's 37 keys are one tile; every rows case has partitions of two tiles
+        # one-prompt's 37 keys are one tile; every rows case has a partition of two tiles
         gates=cases(PREFILL_CUDA, ("chunks-over-earlier-kv", "tile-edges", "long-over-earlier-kv"), LOW)
         + cases(ROWS_CUDA, ROWS_CASES, LOW),
         needs_gpu=True,

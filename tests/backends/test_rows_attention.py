@@ -14,31 +14,67 @@ import pytest
 from backends.kernels import rows_attention
 from backends.kernels.fused import HEAD_DIMS
 from tests.backends.launches import launched_names
-from tests.backends.test_kernels import BS, DecodeCase, assert_within_bound, decode_case, decode_reference
+from tests.backends.test_kernels import STORAGE, DecodeCase, assert_within_bound
 from tests.backends.test_shared_rows_attention import step_launches
 from tests.helpers import flag_set
-from vt.dtypes import widen_host
+from vt.dtypes import narrow_host, widen_host
 
-# name: (contexts, nh, nkv, table width in blocks, rows a sequence)
+# name: ((context, rows) a sequence, nh, nkv, table width in blocks, block size): a sequence's rows are its last tokens
 ROWS_CASES = {
-    "prefix-hit-16x1024": ([1024], 16, 8, 64, 16),  # a 16-token tail over a cached 1,008-token prefix
-    "three-chunks-gqa4": ([37, 300, 513], 8, 2, 33, 3),  # 16 tokens a block: three sequences and the padding row
-    "runs-cross-blocks-gqa8": ([700, 90], 16, 2, 44, 5),  # 8 tokens a block: the second run starts in the first
-    "mha-partition-edges": ([256, 257], 4, 4, 17, 5),  # 64 tokens a block; runs ending on a partition's edge
+    "prefix-hit-16x1024": ([(1024, 16)], 16, 8, 64, 16),  # a 16-token tail over a cached 1,008-token prefix
+    "three-chunks-gqa4": ([(37, 3), (300, 3), (513, 3)], 8, 2, 33, 16),  # 16 tokens a segment at most
+    "runs-cross-blocks-gqa8": ([(700, 5), (90, 5)], 16, 2, 44, 16),  # 8: the second run crosses an aligned group
+    "mha-partition-edges": ([(256, 5), (257, 5)], 4, 4, 17, 16),  # 64; runs ending on a partition's edge
+    # a whole step's decode rows (a run each) beside a tail that starts mid-group
+    "decode-rows-beside-a-tail": ([(300, 1), (45, 1), (900, 1), (1000, 16), (129, 1)], 16, 8, 64, 16),
+    "block-128-gqa3": ([(600, 7), (130, 2)], 6, 2, 5, 128),  # 21 tokens a segment; key tiles start mid-block
+    "one-partition-of-80-keys": ([(70, 4)], 4, 2, 5, 16),  # P = 1 over a table of 80 keys (not whole key tiles)
 }
 LOW = ("bfloat16", "float16")
 
 
-def rows_case(name: str, hd: int, dtype: str, seed: int = 0) -> DecodeCase:
-    """ROWS_CASES' rows, then one padding row (position 0 over the poisoned spare table row), as a graph bucket's;
-    partitions as many as the kernel's own rule splits the table into."""
-    contexts, nh, nkv, width, per = ROWS_CASES[name]
-    c = decode_case(contexts, nh, nkv, hd, dtype, width, per, seed=seed)
-    q = np.concatenate([c.q, c.q[:1]])
-    token_row = np.append(c.token_row, len(contexts)).astype(np.int64)  # the spare row: every block poisoned
-    positions = np.append(c.positions, 0).astype(np.int64)
-    P = rows_attention.num_partitions(len(q), nkv, nh // nkv, width, BS)
-    return DecodeCase(q, c.k_cache, c.v_cache, c.tables, token_row, positions, c.out_dtype, P)
+def rows_case(name: str, hd: int, dtype: str, seed: int = 0) -> tuple[DecodeCase, int]:
+    """(case, block size): ROWS_CASES' rows, each with a copy of its sequence's table, token_row naming each run by
+    its first row and two padding rows (position 0 over trash tables) as the graph driver stages them; every cache
+    slot past a context NaN; partitions as many as the kernel's own rule splits the table into."""
+    from vt.engine.worker.graph_driver import shared_token_rows
+
+    seqs, nh, nkv, width, bs = ROWS_CASES[name]
+    rng = np.random.default_rng(seed)
+    kv = STORAGE[dtype]
+    blocks = (len(seqs) + 1) * width
+    k = narrow_host(rng.standard_normal((blocks, bs, nkv, hd)).astype(np.float32), kv)
+    v = narrow_host(rng.standard_normal((blocks, bs, nkv, hd)).astype(np.float32), kv)
+    tables = rng.permutation(blocks).reshape(len(seqs) + 1, width).astype(np.int64)  # the last: trash
+    poison = narrow_host(np.full((nkv, hd), np.nan, np.float32), kv)
+    for r, (ctx, _) in enumerate([*seqs, (0, 0)]):
+        for pos in range(ctx, width * bs):
+            k[tables[r, pos // bs], pos % bs] = poison
+            v[tables[r, pos // bs], pos % bs] = poison
+    owner = [r for r, (_, n) in enumerate(seqs) for _ in range(n)]
+    positions = [ctx - n + i for ctx, n in seqs for i in range(n)] + [0, 0]
+    per_token = tables[owner + [len(seqs)] * 2]
+    token_row = shared_token_rows(per_token[: len(owner)], len(positions))
+    q = (rng.standard_normal((len(positions), nh, hd)) * hd**-0.5).astype(np.float32)
+    P = rows_attention.num_partitions(len(q), nkv, nh // nkv, width, bs)
+    return DecodeCase(q, k, v, per_token, token_row, np.array(positions, np.int64), np.dtype(kv), P), bs
+
+
+def reference(c: DecodeCase, bs: int) -> np.ndarray:
+    """float64 softmax attention, token by token, over the keys its table names up to its position."""
+    T, nh, hd = c.q.shape
+    group = nh // c.k_cache.shape[2]
+    out = np.zeros((T, nh, hd))
+    for t in range(T):
+        pos = np.arange(int(c.positions[t]) + 1)
+        blocks = c.tables[c.token_row[t], pos // bs]
+        k = widen_host(c.k_cache[blocks, pos % bs]).astype(np.float64)  # [ctx, nkv, hd]
+        v = widen_host(c.v_cache[blocks, pos % bs]).astype(np.float64)
+        for h in range(nh):
+            s = k[:, h // group] @ c.q[t, h]
+            w = np.exp(s - s.max())
+            out[t, h] = (w / w.sum()) @ v[:, h // group]
+    return out
 
 
 def run_rows_mma(xp: Any, c: DecodeCase) -> np.ndarray:
@@ -57,9 +93,10 @@ def run_rows_mma(xp: Any, c: DecodeCase) -> np.ndarray:
 def test_the_rows_twin_is_attention_within_the_rounding_of_q_and_p(case: str, dtype: str) -> None:
     """Each row attends keys 0..its position of its sequence (a float64 reference), within a few ulps of the cache
     dtype: q and P are rounded as the tensor cores take them. Keys past every context are NaN and never reach a row."""
-    c = rows_case(case, 32, dtype)
-    got = widen_host(run_rows_mma(np, c)).astype(np.float64)[:-1]
-    want = decode_reference(c)[:-1]
+    c, bs = rows_case(case, 32, dtype)
+    live = slice(0, len(c.q) - 2)
+    got = widen_host(run_rows_mma(np, c)).astype(np.float64)[live]
+    want = reference(c, bs)[live]
     assert np.isfinite(got).all(), "a poisoned key past a row's context reached its output"
     tol = 2**-6 if dtype == "bfloat16" else 2**-9
     err = np.abs(got - want) / (1 + np.abs(want))
@@ -67,26 +104,43 @@ def test_the_rows_twin_is_attention_within_the_rounding_of_q_and_p(case: str, dt
     assert np.abs(want).max() > 0.1, "non-vacuity: the outputs are not all near zero"
 
 
+def segments(token_row: np.ndarray, per: int) -> list[tuple[int, int]]:
+    """The kernel's segments (first token, tokens): a run of one token_row, cut where an aligned group of `per`
+    tokens begins (rows_attention.cu's leads)."""
+    out: list[tuple[int, int]] = []
+    for y in range(len(token_row)):
+        if y % per == 0 or token_row[y - 1] != token_row[y]:
+            out.append((y, 1))
+        else:
+            out[-1] = (out[-1][0], out[-1][1] + 1)
+    return out
+
+
 def test_the_rows_cases_reach_what_the_kernel_must_get_right() -> None:
-    """Non-vacuity of the cases: several partitions, a block holding two sequences, a run that crosses into the next
-    block, a row whose context ends before a partition its block serves, more than one block of tokens, and every
-    GQA ratio the row-to-head mapping serves."""
-    mixed = crossing = idle = parts = groups = 0
+    """Non-vacuity of the cases: several partitions and one partition over a table of no whole key tiles, a run cut
+    where an aligned group begins, a segment of one token (a decode row) beside a long one, a row whose context
+    ends before a partition its segment reads, the padding rows as one run, block sizes past a key tile, and every
+    GQA ratio the row-to-head mapping serves (one that does not divide 64 too)."""
+    cut = single = idle = odd = 0
+    parts: set[int] = set()
     for name in ROWS_CASES:
-        c = rows_case(name, 16, "bfloat16")
+        c, bs = rows_case(name, 16, "bfloat16")
         nh, nkv = c.q.shape[1], c.k_cache.shape[2]
         per = rows_attention.tokens_a_block(nh // nkv)
-        blocks = [c.token_row[g:g + per] for g in range(0, len(c.token_row), per)]
-        groups = max(groups, len(blocks))
-        mixed += sum(len(set(b.tolist())) > 1 for b in blocks)
-        crossing += sum(a[-1] == b[0] for a, b in zip(blocks, blocks[1:], strict=False))
-        part = rows_attention.partition_size(len(c.q), nkv, nh // nkv, c.tables.shape[1] * BS)
-        parts = max(parts, c.num_partitions)
-        for g in range(0, len(c.positions), per):  # a row with nothing in its block's last partition
-            pos = c.positions[g:g + per]
+        keys = c.tables.shape[1] * bs
+        segs = segments(c.token_row, per)
+        cut += sum(y % per == 0 and y > 0 and c.token_row[y - 1] == c.token_row[y] for y, _ in segs)
+        single += any(n == 1 for _, n in segs[:-1]) and any(n > 1 for _, n in segs)
+        part = keys if c.num_partitions == 1 else rows_attention.partition_size(len(c.q), nkv, nh // nkv, keys)
+        parts.add(c.num_partitions)
+        odd += c.num_partitions == 1 and keys % rows_attention.KEY_TILE != 0
+        for y, n in segs:  # a row with nothing in its segment's last partition
+            pos = c.positions[y:y + n]
             idle += bool((pos + 1 <= (pos.max() // part) * part).any())
-    assert mixed and crossing and idle and parts > 1 and groups > 1, (mixed, crossing, idle, parts, groups)
-    assert {v[1] // v[2] for v in ROWS_CASES.values()} >= {1, 2, 4, 8}
+        assert len(set(c.token_row[-2:].tolist())) == 1, "the padding rows: one run"
+    assert cut and single and idle and odd and max(parts) > 1, (cut, single, idle, odd, parts)
+    assert {v[1] // v[2] for v in ROWS_CASES.values()} >= {1, 2, 3, 4, 8}
+    assert max(v[4] for v in ROWS_CASES.values()) > rows_attention.KEY_TILE, "a block larger than a key tile"
 
 
 def test_the_rows_kernel_splits_a_hits_context_into_more_partitions_than_the_decode_kernel() -> None:
@@ -111,9 +165,9 @@ def test_cuda_rows_attention_equals_its_twin(case: str, dtype: str) -> None:
     import cupy
 
     for hd in HEAD_DIMS:
-        c = rows_case(case, hd, dtype, seed=hd)
+        c, _ = rows_case(case, hd, dtype, seed=hd)
         got, want = run_rows_mma(cupy, c), run_rows_mma(np, c)
-        live = slice(0, len(c.q) - 1)
+        live = slice(0, len(c.q) - 2)
         assert np.isfinite(widen_host(got[live])).all(), f"hd={hd}: a poisoned key or value was read"
         assert_within_bound(got[live], want[live], f"rows attention {case} hd={hd} {dtype}", rounded_p=True)
 
@@ -204,7 +258,7 @@ def test_the_rows_ops_launches_are_named_as_the_gates_count_them() -> None:
     from vt.registry import make_backend
 
     backend = make_backend("cpu")
-    c = rows_case("mha-partition-edges", 16, "bfloat16")
+    c, _ = rows_case("mha-partition-edges", 16, "bfloat16")
     T, nh, hd = c.q.shape
     P = c.num_partitions
     with launched_names(backend) as names:
@@ -259,3 +313,21 @@ def load_layers() -> int:
     from models.loader import load_checkpoint, resolve_model
 
     return int(load_checkpoint(resolve_model("tiny-qwen3")).config.num_hidden_layers)
+
+
+def test_partials_short_of_the_table_are_refused() -> None:
+    """Scratch for fewer partitions than the kernel's rule cuts the table into would leave the keys past them out of
+    every row, silently, in the kernel and the twin alike: refused with the sizes, before anything runs."""
+    from vt.errors import EngineInvariantError
+
+    c, _ = rows_case("prefix-hit-16x1024", 16, "bfloat16")
+    T, nh, hd = c.q.shape
+
+    def run(P: int) -> None:
+        rows_attention.paged_rows_attention(np, c.q, c.k_cache, c.v_cache, c.tables, c.token_row, c.positions,
+                                            np.zeros((T, nh, hd), c.out_dtype), np.zeros((T, nh, P, hd), np.float32),
+                                            np.zeros((T, nh, P, 2), np.float32))
+
+    run(c.num_partitions)  # non-vacuity: the rule's own count runs
+    with pytest.raises(EngineInvariantError, match="short of the table"):
+        run(c.num_partitions - 1)

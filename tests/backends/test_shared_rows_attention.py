@@ -114,14 +114,14 @@ def test_cuda_rows_kernel_never_weighs_a_later_rows_key(dtype: str) -> None:
 
 def test_the_driver_names_a_run_of_one_table_by_its_first_row() -> None:
     """A short step's rows carry a copy of their sequence's table each (runner._prefill_whole): the driver stages one
-    token_row for a run of equal tables, so the rows kernel sees one sequence's tokens as one; padding rows and
-    decode steps keep a row each."""
+    token_row for a run of equal tables, so the rows kernel sees one sequence's tokens as one; the padding rows (all
+    trash tables) are one run named by the first of them; decode steps keep a row each."""
     from vt.engine.worker.graph_driver import shared_token_rows
 
     a, b = np.array([3, 5, 6, 0]), np.array([7, 1, 2, 4])
     tables = np.stack([a, a, a, b, b, a])  # a's chunk, b's, then a row of a again (not a run with the first)
-    assert shared_token_rows(tables, 8).tolist() == [0, 0, 0, 3, 3, 5, 6, 7]
-    assert shared_token_rows(tables[:1], 3).tolist() == [0, 1, 2], "one row, then padding"
+    assert shared_token_rows(tables, 8).tolist() == [0, 0, 0, 3, 3, 5, 6, 6]
+    assert shared_token_rows(tables[:1], 3).tolist() == [0, 1, 1], "one row, then padding"
     _, _, driver = step_launches(True, True)
     n = driver.last_slot.token_row.shape[0]
     staged = np.asarray(driver.last_slot.staged[3 * n : 4 * n])

@@ -63,14 +63,16 @@ def capture_ladder(max_num_seqs: int) -> list[int]:
 def shared_token_rows(tables: np.ndarray, rows: int) -> np.ndarray:
     """token_row for a step whose rows share sequences (a row a token, each with a copy of its sequence's table):
     each row names the first row of its run of consecutive rows with the same table, so the attention sees one
-    sequence's tokens as one (paged_decode_attention_rows reads its keys once for them); the padding rows past the
-    tables name their own. The same keys either way: a row reads its table's contents, whichever row holds them."""
+    sequence's tokens as one (the rows kernels read its keys once for them); the padding rows past the tables, whose
+    table rows are all trash, name the first of them: one run, not a run each (the tensor-core rows kernel gives a
+    run its own block). The same keys either way: a row reads its table's contents, whichever row holds them."""
     out = np.arange(rows, dtype=I64)
     B = tables.shape[0]
     if B > 1:
         starts = np.ones(B, bool)
         starts[1:] = (tables[1:] != tables[:-1]).any(axis=1)
         out[:B] = np.maximum.accumulate(np.where(starts, np.arange(B), 0))
+    out[B:] = B
     return out
 
 
