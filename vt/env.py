@@ -121,6 +121,11 @@ class Flags:
     # paged_decode_attention_rows, a key read once for 4 rows on CUDA cores (H200: 0.26 ms slower, session 28).
     # mma: paged_rows_attention, a key read once for 64 query rows on tensor cores (not yet run on a GPU)
     shared_rows_attention: str = "off"
+    # VT_PREFILL_HEADS_A_BLOCK=2: the tensor-core prefill kernel serves two query heads of one KV head a block (eight
+    # warps, each K and V tile copied once for both: half the L2 reads a tile's work), where the model has an even
+    # number of query heads a KV head and a head dim of 32 or more. An A/B knob for the H200 lane: at 7,936 tokens
+    # the kernel runs at 218 TFLOP/s (session 18), its tiles' L2 reads about 3.3 TB/s; not yet run on a GPU
+    prefill_heads_a_block: int = 1
 
     @classmethod
     def from_environ(cls) -> Flags:
@@ -145,6 +150,7 @@ class Flags:
             rope_max_rows=int(_read_choice("VT_ROPE_MAX_ROWS", ("8", "16", "32", "64", "128", "1024"))),
             decode_min_partition=int(_read_choice("VT_DECODE_MIN_PARTITION", ("256", "128", "64"))),
             shared_rows_attention=_read_rows_attention(),
+            prefill_heads_a_block=int(_read_choice("VT_PREFILL_HEADS_A_BLOCK", ("1", "2"))),
         )
 
 
@@ -163,6 +169,7 @@ def as_environ(f: Flags) -> dict[str, str]:
              "rope_in_attention": "VT_ROPE_IN_ATTENTION"}
     out = {env: "1" if getattr(f, field) else "0" for field, env in names.items()}
     out["VT_SHARED_ROWS_ATTENTION"] = f.shared_rows_attention
+    out["VT_PREFILL_HEADS_A_BLOCK"] = str(f.prefill_heads_a_block)
     out["VT_CACHE_DIR"] = f.cache_dir
     out["VT_BLAS_THREADS"] = str(f.blas_threads)
     out["VT_SAMPLER"] = f.sampler

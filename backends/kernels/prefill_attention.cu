@@ -15,16 +15,15 @@ constexpr int PREFILL_BM = 64;   // queries a block serves: four warps of sixtee
 constexpr int PREFILL_BN = 64;   // keys a tile loads
 constexpr int PREFILL_THREADS = 128;
 
-template <int HD> using PrefillCopies = TileCopies<HD, PREFILL_THREADS, PREFILL_BN>;
+template <int HD, int HPB = 1> using PrefillCopies = TileCopies<HD, PREFILL_THREADS * HPB, PREFILL_BN>;
 
 // One tile's keys and values (BN keys from k0) requested into one stage of shared memory, 16 bytes a copy; keys
 // past `last` become zeros (masked by the caller). The block size is a power of two dividing BN (the binding
 // checks), so k0 starts a block: a key's block is k0's plus key >> shift, its slot key & (block_size - 1). The
 // addresses are 32-bit offsets but for one wide multiply a copy: a block id fits an int (the binding checks).
-template <typename KV, int HD, int STRIDE>
+template <typename KV, int HD, int STRIDE, typename TC>
 __device__ __forceinline__ void request_tile(unsigned short* ks, unsigned short* vs, const char* __restrict__ k_bytes,
-                                             const i64* __restrict__ table, int k0, int last, const PrefillCopies<HD>& c) {
-    using TC = PrefillCopies<HD>;
+                                             const i64* __restrict__ table, int k0, int last, const TC& c) {
     const unsigned first_block = (unsigned)k0 >> c.shift;
     const int in_tile = last - k0;  // keys past it are beyond the last query
     const int mask = (1 << c.shift) - 1;
@@ -52,8 +51,12 @@ __device__ __forceinline__ void request_tile(unsigned short* ks, unsigned short*
 template <int HD>
 constexpr int PREFILL_MIN_BLOCKS = HD <= 128 ? 3 : 1;
 
-template <typename KV, typename OUT, int HD>
-__global__ void __launch_bounds__(PREFILL_THREADS, PREFILL_MIN_BLOCKS<HD>)
+//
+// HPB query heads of one KV head a block (VT_PREFILL_HEADS_A_BLOCK=2): four warps a head, every K and V tile copied
+// once into shared memory for all of them, so a tile's L2 reads serve twice the tensor-core work. One block an SM
+// (256 threads, up to 255 registers). Grid (num_tiles, nh / HPB); PREFILL_THREADS x HPB threads.
+template <typename KV, typename OUT, int HD, int HPB = 1>
+__global__ void __launch_bounds__(PREFILL_THREADS * HPB, HPB == 1 ? PREFILL_MIN_BLOCKS<HD> : 1)
 paged_prefill_attention(const float* __restrict__ q, const KV* __restrict__ k_cache, const KV* __restrict__ v_cache,
                         const i64* __restrict__ block_tables, const int* __restrict__ tiles, OUT* __restrict__ out,
                         int nh, int nkv, int block_size, int table_width) {
@@ -65,10 +68,12 @@ paged_prefill_attention(const float* __restrict__ q, const KV* __restrict__ k_ca
     const int nq = tile[2];
     if (nq <= 0) return;
     const i64* table = block_tables + (i64)tile[0] * table_width;
-    const int q0 = tile[1], p0 = tile[3], head = blockIdx.y, kvh = head / (nh / nkv);
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tig = lane & 3;
+    const int wq = HPB == 1 ? warp : warp % 4;  // the warp's sixteen queries of the tile, for its head
+    const int q0 = tile[1], p0 = tile[3], head = blockIdx.y * HPB + (HPB == 1 ? 0 : warp / 4);
+    const int kvh = head / (nh / nkv);  // the same for the block's HPB heads (the binding checks HPB divides G)
     const int last = p0 + nq - 1;  // the tile's last query position: no key after it is read
-    PrefillCopies<HD> copies;
+    PrefillCopies<HD, HPB> copies;
     copies.init(kvh, nkv, block_size, k_cache, v_cache);
     const char* k_bytes = reinterpret_cast<const char*>(k_cache);
     request_tile<KV, HD, STRIDE>(smem, smem + STAGE, k_bytes, table, 0, last, copies);
@@ -78,7 +83,7 @@ paged_prefill_attention(const float* __restrict__ q, const KV* __restrict__ k_ca
     int rows[2], qpos[2];
 #pragma unroll
     for (int i = 0; i < 2; i++) {
-        const int r = warp * 16 + g + 8 * i;
+        const int r = wq * 16 + g + 8 * i;
         rows[i] = r < nq ? r : 0;
         qpos[i] = p0 + rows[i];
     }
@@ -120,7 +125,7 @@ paged_prefill_attention(const float* __restrict__ q, const KV* __restrict__ k_ca
     for (; k0 <= last; k0 += PREFILL_BN) tile_step(k0, Bool<true>{});
 #pragma unroll
     for (int i = 0; i < 2; i++) {
-        const int r = warp * 16 + g + 8 * i;
+        const int r = wq * 16 + g + 8 * i;
         if (r >= nq) continue;
         OUT* orow = out + ((i64)(q0 + r) * nh + head) * HD;
 #pragma unroll

@@ -24,6 +24,18 @@ KEY_TILE = 64  # PREFILL_BN
 THREADS = 128
 CI_INSTANCES = [Instance("prefill_attention.cu", f"vt::paged_prefill_attention<{kv}, {kv}, {hd}>")
                 for kv in ("vt::bf16", "vt::f16") for hd in HEAD_DIMS]
+CI_INSTANCES += [Instance("prefill_attention.cu", f"vt::paged_prefill_attention<{kv}, {kv}, {hd}, 2>")
+                 for kv in ("vt::bf16", "vt::f16") for hd in HEAD_DIMS if hd >= 32]
+
+
+def heads_a_block(nh: int, nkv: int, hd: int) -> int:
+    """Query heads a block of the kernel serves: VT_PREFILL_HEADS_A_BLOCK where they share a KV head (it divides the
+    query heads a KV head) and the head dim gives each of the block's 256 threads a whole copy of a tile (32 and up);
+    else one."""
+    from vt.env import flags
+
+    asked = flags().prefill_heads_a_block
+    return asked if (nh // nkv) % asked == 0 and hd >= 32 else 1
 
 
 def prefill_tiles(seqs: Sequence[tuple[int, int, int, int]], capacity: int = 0) -> np.ndarray:
@@ -94,13 +106,14 @@ def _cuda(cp: Any, q: Any, k_cache: Any, v_cache: Any, block_tables: Any, tiles:
         # the kernel finds a key's block by shifts within a key tile, and a block id in 32 bits
         raise EngineInvariantError(f"paged_prefill_attention: block size {bs} (a power of two dividing {KEY_TILE}) "
                                    f"and {k_cache.shape[0]} cache blocks (fewer than 2**31)")
-    fn = function(cp, Instance("prefill_attention.cu",
-                               f"vt::paged_prefill_attention<{ctype(k_cache.dtype)}, {ctype(out.dtype)}, {hd}>"))
+    hpb = heads_a_block(nh, nkv, hd)
+    fn = function(cp, Instance("prefill_attention.cu", f"vt::paged_prefill_attention<{ctype(k_cache.dtype)}, "
+                                                       f"{ctype(out.dtype)}, {hd}{', 2' if hpb == 2 else ''}>"))
     smem = 2 * 2 * KEY_TILE * (hd + 8) * 2  # two stages of K and V tiles
     if smem > 48 << 10:
         fn.max_dynamic_shared_size_bytes = smem
-    fn((tiles.shape[0], nh), (THREADS,), (q, k_cache, v_cache, block_tables, tiles, out, np.int32(nh),
-                                          np.int32(nkv), np.int32(bs), np.int32(block_tables.shape[1])),
+    fn((tiles.shape[0], nh // hpb), (THREADS * hpb,), (q, k_cache, v_cache, block_tables, tiles, out, np.int32(nh),
+                                                       np.int32(nkv), np.int32(bs), np.int32(block_tables.shape[1])),
        shared_mem=smem)
 
 

@@ -1558,3 +1558,28 @@ ENTRIES += [
         needs_gpu=True,
     ),
 ]
+
+
+# Two query heads a block in the prefill kernel (session 29, VT_PREFILL_HEADS_A_BLOCK=2)
+PREFILL_HPB = f"{KERNELS}::test_cuda_paged_prefill_two_heads_a_block_equals_its_twin"
+ENTRIES += [
+    Mutation(
+        id="prefill-two-heads-across-kv-heads",
+        description="VT_PREFILL_HEADS_A_BLOCK=2 pairs heads whatever the query heads a KV head: at three a KV head a "
+                    "block's second head reads the wrong KV head's keys",
+        file="backends/kernels/prefill_attention.py",
+        old="    return asked if (nh // nkv) % asked == 0 and hd >= 32 else 1\n",
+        new="    return asked if hd >= 32 else 1\n",
+        gates=(f"{KERNELS}::test_two_heads_a_block_only_where_they_share_a_kv_head_and_fill_a_tiles_copies",),
+    ),
+    Mutation(
+        id="cuda-prefill-two-heads-attend-one",
+        description="the prefill kernel's second warp group of a two-head block serves the first head again: the "
+                    "block's second head is never written",
+        file=PCU,
+        old="    const int q0 = tile[1], p0 = tile[3], head = blockIdx.y * HPB + (HPB == 1 ? 0 : warp / 4);\n",
+        new="    const int q0 = tile[1], p0 = tile[3], head = blockIdx.y * HPB;\n",
+        gates=cases(PREFILL_HPB, PREFILL_CASES, LOW),
+        needs_gpu=True,
+    ),
+]

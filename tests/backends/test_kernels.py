@@ -454,6 +454,38 @@ def test_cuda_paged_prefill_equals_its_twin(case: str, dtype: str) -> None:
         assert_within_bound(got, want, f"paged prefill attention {case} hd={hd} {dtype}", rounded_p=True)
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+@pytest.mark.parametrize("case", PREFILL_CASES)
+def test_cuda_paged_prefill_two_heads_a_block_equals_its_twin(case: str, dtype: str) -> None:
+    """VT_PREFILL_HEADS_A_BLOCK=2 (the cases have 4 query heads a KV head): each block's two heads, from K and V tiles
+    copied once for both, within the twin's bound at every head dim the variant serves, the others on one a block."""
+    import cupy
+
+    from backends.kernels.prefill_attention import heads_a_block
+
+    with flag_set("VT_PREFILL_HEADS_A_BLOCK", "2"):
+        assert heads_a_block(8, 2, 128) == 2, "non-vacuity: the variant runs"
+        for hd in HEAD_DIMS:
+            args = prefill_case(PREFILL_CASES[case], 8, 2, hd, dtype, seed=hd)
+            got, want = run_prefill(cupy, args, STORAGE[dtype]), run_prefill(np, args, STORAGE[dtype])
+            assert np.isfinite(widen_host(got)).all(), f"hd={hd}: the kernel read a poisoned key or value"
+            assert_within_bound(got, want, f"two heads a block {case} hd={hd} {dtype}", rounded_p=True)
+
+
+def test_two_heads_a_block_only_where_they_share_a_kv_head_and_fill_a_tiles_copies() -> None:
+    """VT_PREFILL_HEADS_A_BLOCK=2 takes two heads a block where the query heads a KV head are even and the head dim is
+    32 or more (256 threads each a whole 16-byte copy of a 64-key tile); one otherwise, and one unless asked."""
+    from backends.kernels.prefill_attention import heads_a_block
+
+    assert heads_a_block(16, 8, 128) == 1, "one unless asked"
+    with flag_set("VT_PREFILL_HEADS_A_BLOCK", "2"):
+        assert heads_a_block(16, 8, 128) == 2 and heads_a_block(32, 8, 64) == 2
+        assert heads_a_block(8, 8, 128) == 1, "one query head a KV head: nothing to share"
+        assert heads_a_block(24, 8, 128) == 1, "three a KV head: a pair would straddle two KV heads"
+        assert heads_a_block(16, 8, 16) == 1, "head dim 16: a tile is fewer copies than 256 threads"
+
+
 # ---- tokens between steps (async scheduling) ------------------------------------------------------------------
 def _token_case(n: int = 300, slots: int = 256) -> tuple[np.ndarray, ...]:
     rng = np.random.default_rng(4)
