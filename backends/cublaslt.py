@@ -271,7 +271,7 @@ class Plan:
         if lt.skinny is not None and self.storage is not None and skinny_gemm.fits(m, n, self.storage, epilogue):
             # timed last: the heuristic's first pick stays candidates[0]
             self.candidates += [c for c in skinny_gemm.configs() if skinny_gemm.serves(m, n, k, c, epilogue)]
-        if lt.skinny is not None and self.storage is not None and skinny_mma.fits(m, n, k, self.storage):
+        if lt.skinny is not None and self.storage is not None and skinny_mma.taken(m, n, k, self.storage):
             self.candidates += list(skinny_mma.CONFIGS)  # no epilogue of its own: the consumer runs after it
         self.algo = self.candidates[0]
         self.times_us: list[float] = []

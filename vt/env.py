@@ -126,6 +126,10 @@ class Flags:
     # number of query heads a KV head and a head dim of 32 or more. An A/B knob for the H200 lane: at 7,936 tokens
     # the kernel runs at 218 TFLOP/s (session 18), its tiles' L2 reads about 3.3 TB/s; not yet run on a GPU
     prefill_heads_a_block: int = 1
+    # VT_SKINNY_MMA=1: the GEMM tuner also times the tensor-core skinny GEMM (backends/kernels/skinny_mma.py) on every
+    # plan of 2..16 rows, beside cuBLASLt and the CUDA-core skinny GEMM. Off until the H200 lane has run its tests and
+    # the A/B: the tuner compares only times, so a wrong kernel would be picked as readily as a right one
+    skinny_mma: bool = False
 
     @classmethod
     def from_environ(cls) -> Flags:
@@ -151,6 +155,7 @@ class Flags:
             decode_min_partition=int(_read_choice("VT_DECODE_MIN_PARTITION", ("256", "128", "64"))),
             shared_rows_attention=_read_rows_attention(),
             prefill_heads_a_block=int(_read_choice("VT_PREFILL_HEADS_A_BLOCK", ("1", "2"))),
+            skinny_mma=_read_bool("VT_SKINNY_MMA", False),
         )
 
 
@@ -166,7 +171,7 @@ def as_environ(f: Flags) -> dict[str, str]:
     names = {"pool_bypass": "VT_POOL_BYPASS", "pool_exact": "VT_POOL_EXACT", "pool_borrow": "VT_POOL_BORROW",
              "pool_stats": "VT_POOL_STATS", "cudagraph": "VT_CUDAGRAPH", "sanitize": "VT_SANITIZE",
              "gemm_tuned": "VT_GEMM_TUNED", "pdl": "VT_PDL", "consumer_norm": "VT_CONSUMER_NORM",
-             "rope_in_attention": "VT_ROPE_IN_ATTENTION"}
+             "rope_in_attention": "VT_ROPE_IN_ATTENTION", "skinny_mma": "VT_SKINNY_MMA"}
     out = {env: "1" if getattr(f, field) else "0" for field, env in names.items()}
     out["VT_SHARED_ROWS_ATTENTION"] = f.shared_rows_attention
     out["VT_PREFILL_HEADS_A_BLOCK"] = str(f.prefill_heads_a_block)

@@ -61,6 +61,13 @@ def fits(m: int, n: int, k: int, dtype: Any) -> bool:
     return MIN_ROWS <= m <= ROWS and n % 8 == 0 and k % 8 == 0 and np.dtype(dtype).itemsize == 2
 
 
+def taken(m: int, n: int, k: int, dtype: Any) -> bool:
+    """Whether a plan of this shape times the kernel: VT_SKINNY_MMA, and a shape it serves."""
+    from vt.env import flags
+
+    return flags().skinny_mma and fits(m, n, k, dtype)
+
+
 def split(m: int, n: int, k: int, config: MmaConfig = CONFIGS[0]) -> tuple[int, int]:
     """(rows of K a slice takes, a multiple of 16; S): blocks enough for the configuration's count a SM, each warp
     two k16 steps at least, the partials and counters within the skinny GEMM's scratch (which the tuner's plans

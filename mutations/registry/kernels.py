@@ -1548,6 +1548,15 @@ ENTRIES += [
         needs_gpu=True,
     ),
     Mutation(
+        id="skinny-mma-timed-unless-asked",
+        description="every 2..16-row plan times the tensor-core GEMM without VT_SKINNY_MMA: a kernel the H200 has not "
+                    "checked is picked on its time alone",
+        file="backends/kernels/skinny_mma.py",
+        old="    return flags().skinny_mma and fits(m, n, k, dtype)\n",
+        new="    return fits(m, n, k, dtype)\n",
+        gates=(f"{MMA}::test_the_kernel_is_timed_only_when_asked",),
+    ),
+    Mutation(
         id="gemm-tuner-never-times-the-tensor-core-gemm",
         description="a plan of 2..16 rows times cuBLASLt and the CUDA-core kernel only: a 16-row step never runs the "
                     "tensor-core GEMM",

@@ -13,6 +13,7 @@ import pytest
 from backends.kernels import skinny_gemm as sg
 from backends.kernels import skinny_mma as sm
 from tests.backends.test_skinny_gemm import magnitude, operands
+from tests.helpers import flag_set
 from vt.dtypes import widen_host
 
 # (m, n, k): the 0.6B shape's qkv / o / gate-up / down projections at a prefix hit's 16 rows, a decode step of 9 rows
@@ -96,11 +97,12 @@ def test_a_16_row_plan_times_the_tensor_core_gemm_and_every_candidate_is_right()
     from backends import cublaslt
     from backends.cuda import CudaBackend
 
-    backend = CudaBackend()
     a, b = operands(16, 4096, 1024, "bfloat16", seed=6)
     da, db = cupy.asarray(a), cupy.asarray(b)
     out = cupy.zeros((16, 4096), np.float32)
-    backend.xp.matmul(da, db, out=out)
+    with flag_set("VT_SKINNY_MMA", "1"):  # the plan is made (and tuned) at the first call
+        backend = CudaBackend()
+        backend.xp.matmul(da, db, out=out)
     plans = [p for p in backend.blas.lt.plans.values() if (p.m, p.n, p.k) == (16, 4096, 1024)]
     assert plans and all(c in plans[0].candidates for c in sm.CONFIGS), "each tensor-core configuration a candidate"
     plan = plans[0]
@@ -113,6 +115,15 @@ def test_a_16_row_plan_times_the_tensor_core_gemm_and_every_candidate_is_right()
         plan.run(da.data.ptr, db.data.ptr, out.data.ptr, stream.ptr, cand)
         assert np.all(np.abs(out.get() - want) <= bound), f"candidate {i} ({cublaslt.name(cand)}) after the tuning"
     print(f"\n16x4096x1024 bf16: {plan.picked} picked; times {plan.times_us} us (tensor-core configurations last)")
+
+
+def test_the_kernel_is_timed_only_when_asked() -> None:
+    """VT_SKINNY_MMA=1 puts the kernel among a 2..16-row plan's candidates; unset, a plan never times it (the tuner
+    compares times only: a kernel the H200 has not checked stays out of every plan)."""
+    assert not sm.taken(16, 4096, 1024, np.uint16), "off unless asked"
+    with flag_set("VT_SKINNY_MMA", "1"):
+        assert sm.taken(16, 4096, 1024, np.uint16), "non-vacuity: asked, a shape it serves"
+        assert not sm.taken(1, 4096, 1024, np.uint16), "asked, one row stays the CUDA-core kernel's"
 
 
 def test_the_tuner_names_a_tensor_core_candidate_by_its_configuration() -> None:
