@@ -6,11 +6,13 @@
 // split into partitions (gridDim.z, static: the graph's table width fixes it) whose partials the decode kernel's
 // reduce combines, so a short tail over a long context runs on many SMs. Each token sees keys 0..its position; its
 // partition is read one 64-key tile at a time through the block table, the next tile's copies in flight while this
-// one is computed. The launch has a block a token (gridDim.y = T); a token leads a block where a run of one
+// one is computed. The launch has a block a token (gridDim.z = T); a token leads a block where a run of one
 // token_row starts (the graph driver names a run of equal tables by its first row) or where 64 / G tokens of the
 // run have gone by, and the block serves the tokens from it to the segment's end; every other block leaves at once.
 // So the runs of a step (a tail, the decode rows beside it, each alone, the padding) run side by side, never one
-// after another in a block.
+// after another in a block. The token is the grid's slowest dimension: blocks are dispatched roughly in index order,
+// so a run's first token's blocks (every KV head and partition) take their SMs first, and the blocks that leave at
+// once fill the slots they leave free rather than queue ahead of later partitions.
 #include "tensor_core.cuh"
 
 namespace vt {
@@ -62,7 +64,7 @@ __device__ __forceinline__ int run_length(const i64* __restrict__ token_row, int
 
 // q [T, nh, HD] float32 (pre-scaled); caches [blocks, block_size, nkv, HD] bf16 or fp16; block_tables [R, W];
 // token_row and positions [T]; out [T, nh, HD] when the grid has one partition, else part_o [T, nh, P, HD] and
-// part_ml [T, nh, P, 2] (max and sum, natural units) for paged_decode_reduce. Grid (nkv, T, P); ROWS_MMA_THREADS
+// part_ml [T, nh, P, 2] (max and sum, natural units) for paged_decode_reduce. Grid (nkv, P, T); ROWS_MMA_THREADS
 // threads; dynamic shared memory for two stages of K and V tiles. Row r of a block is token y + r / G, query head
 // r % G of its KV head.
 template <typename KV, typename OUT, int HD>
@@ -76,7 +78,7 @@ paged_rows_attention(const float* __restrict__ q, const KV* __restrict__ k_cache
     constexpr int STAGE = ROWS_MMA_BN * STRIDE;
     extern __shared__ __align__(16) unsigned short smem[];  // [2 stages][K, V][BN][STRIDE]
     const int nkv = gridDim.x, kvh = blockIdx.x, G = nh / nkv, per = ROWS_MMA_ROWS / G;
-    const int y = blockIdx.y, T = gridDim.y, p = blockIdx.z, P = gridDim.z, start = p * partition;
+    const int y = blockIdx.z, T = gridDim.z, p = blockIdx.y, P = gridDim.y, start = p * partition;
     const i64 trow = token_row[y];
     const int at = y % per;  // a segment's lead: a run's first token, or the first of an aligned group of `per`
     if (at != 0 && token_row[y - 1] == trow) return;

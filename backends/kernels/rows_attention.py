@@ -4,7 +4,8 @@ A prefix-cache hit's tail runs whole as a decode step, a row a token: the decode
 keys once a row on CUDA cores (H200, 0.6B, 16 rows over 1,024 keys: attention 0.78 of a 2.03 ms step). Here a
 block serves one KV head for 64 query rows (its G query heads times 64 / G tokens) on tensor cores, split along the
 context into partitions of its own rule (`partition_size`: fewer blocks work than in the decode kernel's grid) that
-the decode kernel's reduce combines. The grid has a block a token; only a segment's lead works (a run of one
+the decode kernel's reduce combines. The grid has a block a token (its slowest dimension, so a run's blocks are
+dispatched ahead of those that leave at once); only a segment's lead works (a run of one
 token_row, at most 64 / G tokens of it), so the runs of a step (a tail, the decode rows beside it, the padding) run
 side by side. The twin follows the kernel's numerics: q and the softmax numerators P rounded
 to the cache dtype before their products, the online softmax over KEY_TILE-key tiles from each partition's start,
@@ -93,7 +94,7 @@ def _cuda(cp: Any, q: Any, k_cache: Any, v_cache: Any, block_tables: Any, token_
     smem = 2 * 2 * KEY_TILE * (hd + 8) * 2  # two stages of K and V tiles
     if smem > 48 << 10:
         fn.max_dynamic_shared_size_bytes = smem
-    fn((nkv, T, P), (THREADS,), (q, k_cache, v_cache, block_tables, token_row, positions, out,
+    fn((nkv, P, T), (THREADS,), (q, k_cache, v_cache, block_tables, token_row, positions, out,
                                  NULL if part_o is None else part_o, NULL if part_ml is None else part_ml, np.int32(nh),
                                  np.int32(bs), np.int32(W), np.int32(part)),
        shared_mem=smem)

@@ -24,7 +24,7 @@ constexpr int MMA_GEMM_ROWS = 16;  // the mma's M: at most this many rows of A
 template <int NT, int STAGES>
 constexpr int skinny_mma_smem() {
     constexpr int ring = MMA_GEMM_WARPS * STAGES * 16 * (NT * 8 + 8) * 2;
-    constexpr int sums = MMA_GEMM_WARPS * MMA_GEMM_ROWS * NT * 8 * 4;
+    constexpr int sums = MMA_GEMM_WARPS * MMA_GEMM_ROWS * (NT * 8 + 8) * 4;
     return ring > sums ? ring : sums;
 }
 
@@ -75,15 +75,17 @@ skinny_mma(const T* __restrict__ a, const T* __restrict__ b, float* __restrict__
     for (int i = 0; i < mine; i++) {
         if (i + STAGES - 1 < mine) request(i + STAGES - 1);  // into the stage step i - 1 used: every lane read it
         copy_commit();
-        copy_wait<STAGES - 1>();  // this lane's copies of step i have landed
-        __syncwarp();             // ... and every lane's
         const int kk = k0 + 16 * (warp + MMA_GEMM_WARPS * i);
-        unsigned af[4];  // rows g and g + 8, k pairs kk + 2 tig and kk + 2 tig + 8: zeros past M or the slice
+        // A's fragments, requested before the wait (the wait's memory clobber would hold them behind it): rows g and
+        // g + 8, k pairs kk + 2 tig and kk + 2 tig + 8; zeros past M or the slice
+        unsigned af[4];
 #pragma unroll
         for (int e = 0; e < 4; e++) {
             const int r = g + 8 * (e & 1), k = kk + 2 * tig + 8 * (e >> 1);
             af[e] = r < M && k < k1 ? __ldg(a32 + ((i64)r * K + k) / 2) : 0u;
         }
+        copy_wait<STAGES - 1>();  // this lane's copies of step i have landed
+        __syncwarp();             // ... and every lane's
         const unsigned short* stage = ring + (i % STAGES) * STAGE;
 #pragma unroll
         for (int j = 0; j < NT; j += 2) {  // B k-rows 8 (mi & 1) + mr, columns 8 j + 8 (mi >> 1): two n8 tiles
@@ -98,14 +100,15 @@ skinny_mma(const T* __restrict__ a, const T* __restrict__ b, float* __restrict__
     // B is streamed: the kernel after may take its SMs now, for the sums' tail, not at this one's start
     vt::pdl_trigger();
     __syncthreads();  // every warp is out of its ring: the sums reuse it
-    float* sums = reinterpret_cast<float*>(smem);  // [warps][16][COLS]
+    // [warps][16][SUM_STRIDE]: a row padded by 8 floats, so a warp's float2 stores of rows g = 0..7 spread over the
+    // banks (a row of COLS = 64 floats would put all eight rows in the same ones)
+    constexpr int SUM_STRIDE = COLS + 8;
+    float* sums = reinterpret_cast<float*>(smem);
 #pragma unroll
     for (int j = 0; j < NT; j++) {
-        float* s = sums + (warp * MMA_GEMM_ROWS + g) * COLS + 8 * j + 2 * tig;
-        s[0] = acc[j][0];
-        s[1] = acc[j][1];
-        s[8 * COLS] = acc[j][2];  // row g + 8
-        s[8 * COLS + 1] = acc[j][3];
+        float* s = sums + (warp * MMA_GEMM_ROWS + g) * SUM_STRIDE + 8 * j + 2 * tig;
+        *reinterpret_cast<float2*>(s) = make_float2(acc[j][0], acc[j][1]);
+        *reinterpret_cast<float2*>(s + 8 * SUM_STRIDE) = make_float2(acc[j][2], acc[j][3]);  // row g + 8
     }
     __syncthreads();
     const int S = gridDim.y;
@@ -114,7 +117,7 @@ skinny_mma(const T* __restrict__ a, const T* __restrict__ b, float* __restrict__
         if (nn >= N) continue;
         float v = 0.0f;
 #pragma unroll
-        for (int w = 0; w < MMA_GEMM_WARPS; w++) v += sums[(w * MMA_GEMM_ROWS + m) * COLS + col];
+        for (int w = 0; w < MMA_GEMM_WARPS; w++) v += sums[(w * MMA_GEMM_ROWS + m) * SUM_STRIDE + col];
         if (S == 1) c[(i64)m * N + nn] = v;
         else partials[((i64)blockIdx.y * M + m) * N + nn] = v;
     }
@@ -126,12 +129,30 @@ skinny_mma(const T* __restrict__ a, const T* __restrict__ b, float* __restrict__
     __syncthreads();
     if (!last) return;
     __threadfence();
-    for (int i = threadIdx.x; i < M * COLS; i += MMA_GEMM_THREADS) {
-        const int m = i / COLS, nn = n0 + (i - m * COLS);
+    // The S partial tiles, four columns a thread (N % 8 == 0: a float4 never crosses N; the scratch is 16-byte
+    // aligned), four slices' loads in flight before any is added, the sums in slice order.
+    for (int i = threadIdx.x; i < M * COLS / 4; i += MMA_GEMM_THREADS) {
+        const int m = i / (COLS / 4), nn = n0 + 4 * (i - m * (COLS / 4));
         if (nn >= N) continue;
-        float v = 0.0f;
-        for (int s = 0; s < S; s++) v += __ldcg(&partials[((i64)s * M + m) * N + nn]);  // L2: other SMs wrote them
-        c[(i64)m * N + nn] = v;
+        const float4* part = reinterpret_cast<const float4*>(partials + (i64)m * N + nn);
+        const i64 slice_stride = (i64)M * N / 4;  // float4s from one slice's tile to the next
+        float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        int s = 0;
+        for (; s + 4 <= S; s += 4) {
+            float4 r[4];
+#pragma unroll
+            for (int u = 0; u < 4; u++) r[u] = __ldcg(part + (s + u) * slice_stride);  // L2: other SMs wrote them
+#pragma unroll
+            for (int u = 0; u < 4; u++) {
+                v.x += r[u].x; v.y += r[u].y; v.z += r[u].z; v.w += r[u].w;
+            }
+        }
+        for (; s < S; s++) {
+            const float4 r = __ldcg(part + s * slice_stride);
+            v.x += r.x; v.y += r.y; v.z += r.z; v.w += r.w;
+        }
+        float* out = c + (i64)m * N + nn;
+        out[0] = v.x; out[1] = v.y; out[2] = v.z; out[3] = v.w;
     }
     if (threadIdx.x == 0) counters[blockIdx.x] = 0;
 }

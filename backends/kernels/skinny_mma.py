@@ -38,7 +38,7 @@ class MmaConfig:
     @property
     def smem_bytes(self) -> int:
         """skinny_mma_smem<NT, STAGES>(): the warps' rings, or the warps' sums where larger."""
-        return max(WARPS * self.stages * 16 * (self.cols + 8) * 2, WARPS * ROWS * self.cols * 4)
+        return max(WARPS * self.stages * 16 * (self.cols + 8) * 2, WARPS * ROWS * (self.cols + 8) * 4)
 
     def __str__(self) -> str:
         return f"skinny_mma[nt{self.nt} s{self.stages} x{self.per_sm}]"

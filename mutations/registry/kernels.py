@@ -178,7 +178,7 @@ TCU = "backends/kernels/tensor_core.cuh"
 RA = "tests/backends/test_rows_attention.py"
 ROWS_CUDA = f"{RA}::test_cuda_rows_attention_equals_its_twin"
 ROWS_CASES = ("prefix-hit-16x1024", "three-chunks-gqa4", "runs-cross-blocks-gqa8", "mha-partition-edges",
-              "decode-rows-beside-a-tail", "block-128-gqa3", "one-partition-of-80-keys")
+              "decode-rows-beside-a-tail", "block-128-gqa3", "one-partition-of-80-keys", "mha-run-of-70")
 ROWS_SPLIT = tuple(c for c in ROWS_CASES if c != "one-partition-of-80-keys")  # the cases of several partitions
 LOW = ("bfloat16", "float16")
 
@@ -1447,9 +1447,10 @@ ENTRIES += [
         file=RCU,
         old="    if (at != 0 && token_row[y - 1] == trow) return;\n",
         new="    if (at != 0) return;\n",
-        # the hit's only run starts at token 0; its padding (unread by the gate) is the one run past it
+        # a case of one run from token 0 (cut at aligned groups only) leaves only its padding, which no gate reads
         gates=cases(ROWS_CUDA, tuple(c for c in ROWS_CASES if c not in ("prefix-hit-16x1024",
-                                                                        "one-partition-of-80-keys")), LOW),
+                                                                        "one-partition-of-80-keys", "mha-run-of-70")),
+                    LOW),
         needs_gpu=True,
     ),
     Mutation(
@@ -1502,6 +1503,9 @@ def mma_ids(keep: Any, dtypes: tuple[str, ...] = ("bfloat16", "float16")) -> lis
 
 
 MMA_CUDA = f"{MMA}::test_cuda_skinny_mma_equals_its_twin_twice_on_one_scratch"
+# tiny-qwen3's step on tensor-core plans: every K is 64 or 192 (four k16 steps and more, one slice)
+MMA_STEP = tuple(f"{MMA}::test_on_the_gpu_a_step_on_tensor_core_plans_computes_the_cublaslt_steps_logits[{r}]"
+                 for r in (8, 16))
 ENTRIES += [
     Mutation(
         id="skinny-mma-split-drops-a-short-last-slice",
@@ -1521,10 +1525,10 @@ ENTRIES += [
         description="the tensor-core GEMM's block adds its first three warps' tiles only: the k16 steps of every "
                     "fourth are lost",
         file="backends/kernels/skinny_mma.cu",
-        old="        for (int w = 0; w < MMA_GEMM_WARPS; w++) v += sums[(w * MMA_GEMM_ROWS + m) * COLS + col];\n",
-        new="        for (int w = 0; w < MMA_GEMM_WARPS - 1; w++) v += sums[(w * MMA_GEMM_ROWS + m) * COLS + col];\n",
+        old="        for (int w = 0; w < MMA_GEMM_WARPS; w++) v += sums[(w * MMA_GEMM_ROWS + m) * SUM_STRIDE + col];\n",
+        new="        for (int w = 0; w < MMA_GEMM_WARPS - 1; w++) v += sums[(w * MMA_GEMM_ROWS + m) * SUM_STRIDE + col];\n",
         # a slice of fewer than four k16 steps leaves the fourth warp idle: its sum is zero either way
-        gates=tuple(f"{MMA_CUDA}[{i}]" for i in mma_ids(lambda m, n, k, step, s: min(step, k) > 48)),
+        gates=tuple(f"{MMA_CUDA}[{i}]" for i in mma_ids(lambda m, n, k, step, s: min(step, k) > 48)) + MMA_STEP,
         needs_gpu=True,
     ),
     Mutation(
@@ -1534,7 +1538,7 @@ ENTRIES += [
         file="backends/kernels/skinny_mma.cu",
         old="            const int r = g + 8 * (e & 1), k = kk + 2 * tig + 8 * (e >> 1);\n",
         new="            const int r = g + 8 * (e >> 1), k = kk + 2 * tig + 8 * (e & 1);\n",
-        gates=tuple(f"{MMA_CUDA}[{i}]" for i in mma_ids(lambda m, n, k, step, s: True)),
+        gates=tuple(f"{MMA_CUDA}[{i}]" for i in mma_ids(lambda m, n, k, step, s: True)) + MMA_STEP,
         needs_gpu=True,
     ),
     Mutation(
@@ -1563,7 +1567,7 @@ ENTRIES += [
         file="backends/cublaslt.py",
         old="            self.candidates += list(skinny_mma.CONFIGS)  # no epilogue of its own: the consumer runs after it\n",
         new="            pass\n",
-        gates=(f"{MMA}::test_a_16_row_plan_times_the_tensor_core_gemm_and_every_candidate_is_right",),
+        gates=(f"{MMA}::test_a_16_row_plan_times_the_tensor_core_gemm_and_every_candidate_is_right", *MMA_STEP),
         needs_gpu=True,
     ),
 ]

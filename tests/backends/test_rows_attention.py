@@ -29,6 +29,7 @@ ROWS_CASES = {
     "decode-rows-beside-a-tail": ([(300, 1), (45, 1), (900, 1), (1000, 16), (129, 1)], 16, 8, 64, 16),
     "block-128-gqa3": ([(600, 7), (130, 2)], 6, 2, 5, 128),  # 21 tokens a segment; key tiles start mid-block
     "one-partition-of-80-keys": ([(70, 4)], 4, 2, 5, 16),  # P = 1 over a table of 80 keys (not whole key tiles)
+    "mha-run-of-70": ([(200, 70)], 4, 4, 13, 16),  # 64 tokens a segment: a run cut at 64, its length in two ballots
 }
 LOW = ("bfloat16", "float16")
 
@@ -118,10 +119,10 @@ def segments(token_row: np.ndarray, per: int) -> list[tuple[int, int]]:
 
 def test_the_rows_cases_reach_what_the_kernel_must_get_right() -> None:
     """Non-vacuity of the cases: several partitions and one partition over a table of no whole key tiles, a run cut
-    where an aligned group begins, a segment of one token (a decode row) beside a long one, a row whose context
-    ends before a partition its segment reads, the padding rows as one run, block sizes past a key tile, and every
-    GQA ratio the row-to-head mapping serves (one that does not divide 64 too)."""
-    cut = single = idle = odd = 0
+    where an aligned group begins, a segment of one token (a decode row) beside a long one, one past 32 tokens, a row
+    whose context ends before a partition its segment reads, the padding rows as one run, block sizes past a key
+    tile, and every GQA ratio the row-to-head mapping serves (one that does not divide 64 too)."""
+    cut = single = idle = odd = long = 0
     parts: set[int] = set()
     for name in ROWS_CASES:
         c, bs = rows_case(name, 16, "bfloat16")
@@ -129,6 +130,7 @@ def test_the_rows_cases_reach_what_the_kernel_must_get_right() -> None:
         per = rows_attention.tokens_a_block(nh // nkv)
         keys = c.tables.shape[1] * bs
         segs = segments(c.token_row, per)
+        long += any(n > 32 for _, n in segs)  # run_length's second ballot round
         cut += sum(y % per == 0 and y > 0 and c.token_row[y - 1] == c.token_row[y] for y, _ in segs)
         single += any(n == 1 for _, n in segs[:-1]) and any(n > 1 for _, n in segs)
         part = keys if c.num_partitions == 1 else rows_attention.partition_size(len(c.q), nkv, nh // nkv, keys)
@@ -138,7 +140,7 @@ def test_the_rows_cases_reach_what_the_kernel_must_get_right() -> None:
             pos = c.positions[y:y + n]
             idle += bool((pos + 1 <= (pos.max() // part) * part).any())
         assert len(set(c.token_row[-2:].tolist())) == 1, "the padding rows: one run"
-    assert cut and single and idle and odd and max(parts) > 1, (cut, single, idle, odd, parts)
+    assert cut and single and idle and odd and long and max(parts) > 1, (cut, single, idle, odd, long, parts)
     assert {v[1] // v[2] for v in ROWS_CASES.values()} >= {1, 2, 3, 4, 8}
     assert max(v[4] for v in ROWS_CASES.values()) > rows_attention.KEY_TILE, "a block larger than a key tile"
 

@@ -140,3 +140,42 @@ def run_mma(xp: Any, a: np.ndarray, b: np.ndarray, config: sm.MmaConfig) -> np.n
     out = np.zeros((a.shape[0], b.shape[1]), np.float32)
     sm.skinny_mma(xp, a, b, out, None, None, config=config)
     return out
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("rows", [8, 16])
+def test_on_the_gpu_a_step_on_tensor_core_plans_computes_the_cublaslt_steps_logits(rows: int) -> None:
+    """tiny-qwen3 (bf16), a decode step of `rows` rows through the graph driver, cold, captured and replayed, with
+    every plan that times the tensor-core GEMM set to it, against the same step with those plans on cuBLASLt's first
+    pick: the same logits to the GEMMs' summation order. At 8 rows the o, down and gate/up plans have consumers (the
+    norm, SwiGLU), which run after the kernel as after cuBLASLt; at 16 every plan is plain."""
+    from backends.cuda import CudaBackend
+    from models.loader import load_checkpoint, resolve_model
+    from models.registry import load_model
+    from vt.engine.worker.graph_driver import DecodeInputs, GraphDriver
+
+    with flag_set("VT_SKINNY_MMA", "1"):
+        backend = CudaBackend()
+        model = load_model(load_checkpoint(resolve_model("tiny-qwen3")), backend, "bfloat16")
+        kv = model.make_kv_cache(num_blocks=4 * rows, block_size=16)
+        tables = np.array([[2 * i + 1, 2 * i + 2] for i in range(rows)])
+        positions = np.full(rows, 20)
+        slots = tables[:, 1] * 16 + 4
+        inp = DecodeInputs(np.arange(11, 11 + rows), positions, slots, tables)
+        got, kinds = {}, set()
+        for mode in ("mma", "cublaslt"):
+            driver = GraphDriver(model, kv, max_num_seqs=rows)
+            driver.step(inp)  # cold: every shape planned and tuned (each candidate loaded)
+            plans = [p for p in backend.blas.lt.plans.values()
+                     if p.m == rows and any(isinstance(c, sm.MmaConfig) for c in p.candidates)]
+            for plan in plans:
+                plan.algo = sm.CONFIGS[0] if mode == "mma" else plan.candidates[0]
+            kinds |= {p.epilogue for p in plans}
+            driver.step(inp)  # captured
+            driver.step(inp)  # replayed
+            assert plans and driver.num_replays > 0, "non-vacuity: tensor-core plans, a replay"
+            got[mode] = driver.last_logits()
+    assert rows == 16 or kinds >= {"", "norm", "swiglu"}, f"plans with consumers among them: {kinds}"
+    mma, plain = got["mma"], got["cublaslt"]
+    assert np.abs(mma - plain).max() <= 0.02 * np.abs(plain).max()
+    assert np.argmax(mma, -1).tolist() == np.argmax(plain, -1).tolist()
