@@ -109,3 +109,27 @@ ENTRIES += [
         gates=(DRAFT_HIT,),
     ),
 ]
+
+# Session 29: the keys on the TTFT path (every admission looks its prompt up)
+ENTRIES += [
+    Mutation(
+        id="prefix-lookup-hashes-the-whole-prompt",
+        description="a lookup keys every full block of the prompt before it looks the first one up: a miss hashes its "
+                    "whole prompt to find nothing, on every admission",
+        file=KV,
+        old="        for key in self.chained_keys(token_ids, 0, (len(token_ids) - 1) // self.block_size, b\"\"):",
+        new="        for key in self.keys_of(token_ids, (len(token_ids) - 1) // self.block_size):",
+        gates=(f"{UNIT}::test_a_lookup_hashes_only_up_to_the_first_block_not_cached",),
+        expect="a miss hashed",
+    ),
+    Mutation(
+        id="prefix-keys-hash-the-parent-alone",
+        description="a block's key drops its own tokens when extending a known prefix (the bytes slice starts past "
+                    "them): every block past the first keys like its parent",
+        file=KV,
+        old="            parent = hashlib.sha256(parent + data[i * step : (i + 1) * step]).digest()",
+        new="            parent = hashlib.sha256(parent + data[(i + 1) * step : (i + 1) * step]).digest()",
+        gates=(f"{UNIT}::test_the_keys_are_each_blocks_tokens_chained_behind_its_parents_key",
+               f"{UNIT}::test_a_block_matches_only_behind_the_same_whole_prefix"),
+    ),
+]

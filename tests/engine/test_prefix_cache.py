@@ -103,3 +103,43 @@ def test_n_samples_of_a_prompt_longer_than_the_budget_share_it_through_the_cache
         assert sched.prefill_tokens <= 200 + 3 * BS, f"{sched.prefill_tokens} prefill tokens for 4 samples of 200"
     else:
         assert sched.prefill_tokens >= 4 * 200 - 3 * BS, "non-vacuous: without the cache each sample computes it"
+
+
+def test_the_keys_are_each_blocks_tokens_chained_behind_its_parents_key() -> None:
+    """keys_of (one bytes conversion for all the blocks) gives what `chain` gives block by block, from scratch and
+    extending a known prefix of them."""
+    import numpy as np
+
+    kv = KVCacheManager(16, 4, 8, enable_caching=True)
+    tokens = [int(t) for t in np.random.default_rng(0).integers(0, 150_000, 21)]
+    want: list[bytes] = []
+    for i in range(5):
+        want.append(KVCacheManager.chain(want[-1] if want else b"", tokens[4 * i : 4 * i + 4]))
+    assert kv.keys_of(tokens, 5) == want
+    assert kv.keys_of(tokens, 5, want[:2]) == want, "extending a known prefix"
+    assert len(set(want)) == 5, "non-vacuity: distinct keys"
+
+
+def test_a_lookup_hashes_only_up_to_the_first_block_not_cached(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A miss hashes its first block only, not its whole prompt; a hit of two blocks hashes those and the first one
+    past them. A step admitting a long uncached prompt keys it once, after its prefill, not also to find nothing."""
+    import hashlib
+
+    from vt.engine.core import kv_manager
+
+    calls = [0]
+    real = hashlib.sha256
+
+    def counting(data: bytes = b"") -> object:
+        calls[0] += 1
+        return real(data)
+
+    monkeypatch.setattr(kv_manager.hashlib, "sha256", counting)
+    kv = KVCacheManager(64, 4, 32, enable_caching=True)
+    a = list(range(40))  # 10 full blocks (the last token never served from the cache)
+    calls[0] = 0
+    assert kv.lookup(a) == [] and calls[0] == 1, f"a miss hashed {calls[0]} blocks"
+    kv.allocate("a", [8])
+    kv.cache_full_blocks("a", a, 8)  # a's first two blocks cached
+    calls[0] = 0
+    assert len(kv.lookup(a)) == 2 and calls[0] == 3, f"a two-block hit hashed {calls[0]} blocks"
