@@ -131,18 +131,22 @@ def split(m: int, n: int, k: int, config: Config = DEFAULT) -> tuple[int, int]:
     return step, -(-k // step)
 
 
-def _twin(a: np.ndarray, b: np.ndarray, out: np.ndarray, partials: Any = None, counters: Any = None,
-          config: Config = DEFAULT) -> None:
-    """float32 partial products per K slice, added in slice order (the kernel's order across slices)."""
+def sliced_product(a: np.ndarray, b: np.ndarray, out: np.ndarray, step: int, s: int) -> None:
+    """out = a @ b as float32 partial products over s K slices of `step` rows, added in slice order (a split-K
+    kernel's order across slices): the twin of both skinny GEMMs, each with its own split."""
     from vt.dtypes import widen_host
 
-    m, k = a.shape
-    step, s = split(m, out.shape[1], k, config)
+    k = a.shape[1]
     acc = np.zeros(out.shape, np.float32)
     for i in range(s):
         ks = slice(i * step, min(k, (i + 1) * step))
         acc += widen_host(a[:, ks]) @ widen_host(b[ks])
     out[...] = acc
+
+
+def _twin(a: np.ndarray, b: np.ndarray, out: np.ndarray, partials: Any = None, counters: Any = None,
+          config: Config = DEFAULT) -> None:
+    sliced_product(a, b, out, *split(a.shape[0], out.shape[1], a.shape[1], config))
 
 
 def load(cp: Any, dtype: Any, m: int, config: Config, epilogue: str) -> None:

@@ -16,7 +16,7 @@ import numpy as np
 
 from backends.kernels.build import Instance, function
 from backends.kernels.fused import FusedKernel, ctype
-from backends.kernels.skinny_gemm import MAX_TILES, SCRATCH_FLOATS, SMS, ptr
+from backends.kernels.skinny_gemm import MAX_TILES, SCRATCH_FLOATS, SMS, ptr, sliced_product
 
 ROWS, THREADS, WARPS = 16, 128, 4  # skinny_mma.cu's MMA_GEMM_* constants
 MIN_ROWS = 2  # one row is the CUDA-core kernel's: a read of B, 8 FMAs a load
@@ -83,16 +83,7 @@ def split(m: int, n: int, k: int, config: MmaConfig = CONFIGS[0]) -> tuple[int, 
 
 def _twin(a: np.ndarray, b: np.ndarray, out: np.ndarray, partials: Any = None, counters: Any = None,
           config: MmaConfig = CONFIGS[0]) -> None:
-    """float32 partial products per K slice, added in slice order (the kernel's order across slices)."""
-    from vt.dtypes import widen_host
-
-    m, k = a.shape
-    step, s = split(m, out.shape[1], k, config)
-    acc = np.zeros(out.shape, np.float32)
-    for i in range(s):
-        ks = slice(i * step, min(k, (i + 1) * step))
-        acc += widen_host(a[:, ks]) @ widen_host(b[ks])
-    out[...] = acc
+    sliced_product(a, b, out, *split(a.shape[0], out.shape[1], a.shape[1], config))
 
 
 def launch(cp: Any, dtype: Any, a: Any, b: Any, c: Any, partials: Any, counters: Any, m: int, n: int, k: int,
