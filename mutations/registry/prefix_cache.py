@@ -15,9 +15,10 @@ ENTRIES: list[Mutation] = [
     Mutation(
         id="prefix-cache-key-without-its-parent",
         description="a full block's key hashes its own tokens only, not its parent's key",
-        file=KV, old="        return hashlib.sha256(parent + np.asarray(tokens, dtype=np.int64).tobytes()).digest()",
-        new="        return hashlib.sha256(np.asarray(tokens, dtype=np.int64).tobytes()).digest()",
+        file=KV, old="            parent = hashlib.sha256(parent + data[i * step : (i + 1) * step]).digest()",
+        new="            parent = hashlib.sha256(data[i * step : (i + 1) * step]).digest()",
         gates=(f"{UNIT}::test_a_block_matches_only_behind_the_same_whole_prefix",
+               f"{UNIT}::test_the_keys_are_each_blocks_tokens_chained_behind_its_parents_key",
                f"{MACHINE}::TestPrefixCacheMachine::runTest",
                f"{MACHINE}::test_the_machines_rules_do_serve_hits"),
     ),

@@ -106,15 +106,18 @@ def test_n_samples_of_a_prompt_longer_than_the_budget_share_it_through_the_cache
 
 
 def test_the_keys_are_each_blocks_tokens_chained_behind_its_parents_key() -> None:
-    """keys_of (one bytes conversion for all the blocks) gives what `chain` gives block by block, from scratch and
-    extending a known prefix of them."""
+    """keys_of (one bytes conversion for all the blocks) gives each block's SHA-256 of its parent's key and its
+    tokens as int64 bytes, block by block, from scratch and extending a known prefix of them."""
+    import hashlib
+
     import numpy as np
 
     kv = KVCacheManager(16, 4, 8, enable_caching=True)
     tokens = [int(t) for t in np.random.default_rng(0).integers(0, 150_000, 21)]
     want: list[bytes] = []
     for i in range(5):
-        want.append(KVCacheManager.chain(want[-1] if want else b"", tokens[4 * i : 4 * i + 4]))
+        block = np.array(tokens[4 * i : 4 * i + 4], np.int64).tobytes()
+        want.append(hashlib.sha256((want[-1] if want else b"") + block).digest())
     assert kv.keys_of(tokens, 5) == want
     assert kv.keys_of(tokens, 5, want[:2]) == want, "extending a known prefix"
     assert len(set(want)) == 5, "non-vacuity: distinct keys"
