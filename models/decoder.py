@@ -9,6 +9,7 @@ tensor released as soon as it is dead, so a step's demand profile is what its ca
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Any
@@ -129,6 +130,10 @@ class DecoderForCausalLM:
             return "rows"
         if asked == "mma" and self.kv_dtype != np.float32 and group <= ROWS_MMA:
             return "mma"
+        if asked != "off":  # the flag asked for a kernel this model cannot take: say so rather than fall back silently
+            logging.getLogger("vt").warning(
+                "VT_SHARED_ROWS_ATTENTION=%s does not apply (%d query heads a KV head, %s cache); steps of rows "
+                "sharing sequences attend with the plain decode kernel", asked, group, self.dtype)
         return None
 
     # ---- weights ----------------------------------------------------------------------------

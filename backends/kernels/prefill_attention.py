@@ -10,6 +10,8 @@ query over keys 0..its position: the same semantics, exact in float32), and the 
 
 from __future__ import annotations
 
+import functools
+import logging
 from collections.abc import Sequence
 from typing import Any
 
@@ -35,7 +37,17 @@ def heads_a_block(nh: int, nkv: int, hd: int) -> int:
     from vt.env import flags
 
     asked = flags().prefill_heads_a_block
-    return asked if (nh // nkv) % asked == 0 and hd >= 32 else 1
+    if asked == 1 or ((nh // nkv) % asked == 0 and hd >= 32):
+        return asked
+    _say_heads_a_block_declined(asked, nh // nkv, hd)
+    return 1
+
+
+@functools.cache
+def _say_heads_a_block_declined(asked: int, group: int, hd: int) -> None:
+    """One line (once a shape) where VT_PREFILL_HEADS_A_BLOCK asked for what the shape cannot take."""
+    logging.getLogger("vt").warning("VT_PREFILL_HEADS_A_BLOCK=%d does not apply (%d query heads a KV head, head dim "
+                                    "%d); the prefill kernel serves one head a block", asked, group, hd)
 
 
 def prefill_tiles(seqs: Sequence[tuple[int, int, int, int]], capacity: int = 0) -> np.ndarray:

@@ -13,6 +13,7 @@ tokens of one sequence (speculative verification), padding rows. Error bounds, s
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -473,17 +474,23 @@ def test_cuda_paged_prefill_two_heads_a_block_equals_its_twin(case: str, dtype: 
             assert_within_bound(got, want, f"two heads a block {case} hd={hd} {dtype}", rounded_p=True)
 
 
-def test_two_heads_a_block_only_where_they_share_a_kv_head_and_fill_a_tiles_copies() -> None:
+def test_two_heads_a_block_only_where_they_share_a_kv_head_and_fill_a_tiles_copies(
+        caplog: pytest.LogCaptureFixture) -> None:
     """VT_PREFILL_HEADS_A_BLOCK=2 takes two heads a block where the query heads a KV head are even and the head dim is
-    32 or more (256 threads each a whole 16-byte copy of a 64-key tile); one otherwise, and one unless asked."""
-    from backends.kernels.prefill_attention import heads_a_block
+    32 or more (256 threads each a whole 16-byte copy of a 64-key tile); one otherwise (said in a line), and one
+    unless asked."""
+    from backends.kernels.prefill_attention import _say_heads_a_block_declined, heads_a_block
 
-    assert heads_a_block(16, 8, 128) == 1, "one unless asked"
+    _say_heads_a_block_declined.cache_clear()  # said once a shape a process: this test sees its own line
+    caplog.set_level(logging.WARNING, logger="vt")
+    assert heads_a_block(16, 8, 16) == 1, "one unless asked"
     with flag_set("VT_PREFILL_HEADS_A_BLOCK", "2"):
         assert heads_a_block(16, 8, 128) == 2 and heads_a_block(32, 8, 64) == 2
+        assert "does not apply" not in caplog.text, "non-vacuity: no line unless declined"
         assert heads_a_block(8, 8, 128) == 1, "one query head a KV head: nothing to share"
         assert heads_a_block(24, 8, 128) == 1, "three a KV head: a pair would straddle two KV heads"
         assert heads_a_block(16, 8, 16) == 1, "head dim 16: a tile is fewer copies than 256 threads"
+    assert "VT_PREFILL_HEADS_A_BLOCK=2 does not apply (3 query heads a KV head" in caplog.text, "declined, said"
 
 
 # ---- tokens between steps (async scheduling) ------------------------------------------------------------------

@@ -6,6 +6,7 @@ a 16-bit cache, in the graphs the driver keeps apart for such steps."""
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import numpy as np
@@ -174,9 +175,10 @@ def test_cuda_rows_attention_equals_its_twin(case: str, dtype: str) -> None:
         assert_within_bound(got[live], want[live], f"rows attention {case} hd={hd} {dtype}", rounded_p=True)
 
 
-def test_the_flag_picks_the_kernel_and_the_decoder_keeps_it_to_a_16_bit_cache() -> None:
+def test_the_flag_picks_the_kernel_and_the_decoder_keeps_it_to_a_16_bit_cache(caplog: pytest.LogCaptureFixture) -> None:
     """VT_SHARED_ROWS_ATTENTION=mma: a bf16 model's rows kernel is the tensor-core one; a float32 model keeps the plain
-    decode kernel (no float32 mma); 1 and 0 read as before `mma` (rows, off); anything else is refused by name."""
+    decode kernel (no float32 mma) and says so in one line; 1 and 0 read as before `mma` (rows, off); anything else
+    is refused by name."""
     from models.loader import load_checkpoint, resolve_model
     from models.registry import load_model
     from vt.env import Flags
@@ -189,8 +191,11 @@ def test_the_flag_picks_the_kernel_and_the_decoder_keeps_it_to_a_16_bit_cache() 
         with flag_set("VT_SHARED_ROWS_ATTENTION", value):
             return load_model(ckpt, make_backend("cpu"), dtype).rows_kernel
 
+    caplog.set_level(logging.WARNING, logger="vt")
     assert kernel("mma", "bfloat16") == "mma"
+    assert "does not apply" not in caplog.text, "non-vacuity: no line where the kernel is taken"
     assert kernel("mma", "float32") is None, "a float32 cache: the plain kernel"
+    assert "VT_SHARED_ROWS_ATTENTION=mma does not apply" in caplog.text, "a declined flag is said, not silent"
     assert kernel(None, "bfloat16") is None, "non-vacuity: off unless asked"
     assert (kernel("1", "bfloat16"), kernel("0", "bfloat16")) == ("rows", None)
     with flag_set("VT_SHARED_ROWS_ATTENTION", "tensor"), pytest.raises(ConfigError, match="VT_SHARED_ROWS_ATTENTION"):
