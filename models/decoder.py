@@ -123,17 +123,18 @@ class DecoderForCausalLM:
     def _rows_kernel(self, asked: str) -> str | None:
         """The kernel a step of rows sharing sequences attends with (VT_SHARED_ROWS_ATTENTION), None for the plain
         decode kernel: `rows` below ROWS_A_BLOCK query heads a KV head (its blocks serve one query head: a key is read
-        once a head for ROWS_A_BLOCK rows, where the plain kernel reads it once a KV head a row), `mma` over a 16-bit
-        cache (tensor cores take no float32) and at most ROWS_MMA query heads a KV head (a block's 64 rows)."""
+        once a head for ROWS_A_BLOCK rows, where the plain kernel reads it once a KV head a row), `mma` (and `auto`,
+        the default) over a 16-bit cache (tensor cores take no float32) and at most ROWS_MMA query heads a KV head (a
+        block's 64 rows)."""
         group = self.cfg.num_attention_heads // self.cfg.num_key_value_heads
         if asked == "rows" and group < ROWS_A_BLOCK:
             return "rows"
-        if asked == "mma" and self.kv_dtype != np.float32 and group <= ROWS_MMA:
+        if asked in ("mma", "auto") and self.kv_dtype != np.float32 and group <= ROWS_MMA:
             return "mma"
-        if asked != "off":  # the flag asked for a kernel this model cannot take: say so rather than fall back silently
+        if asked in ("rows", "mma"):  # asked by name for a kernel this model cannot take: said, not silent
             logging.getLogger("vt").warning(
-                "VT_SHARED_ROWS_ATTENTION=%s does not apply (%d query heads a KV head, %s cache); steps of rows "
-                "sharing sequences attend with the plain decode kernel", asked, group, self.dtype)
+                "VT_SHARED_ROWS_ATTENTION=%s does not apply (%d query heads a KV head, %s cache); rows sharing "
+                "sequences attend with the plain decode kernel", asked, group, self.dtype)
         return None
 
     # ---- weights ----------------------------------------------------------------------------

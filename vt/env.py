@@ -49,12 +49,12 @@ def _read_choice(name: str, choices: tuple[str, ...]) -> str:
     raise ConfigError(f"{name}={raw!r}: expected one of {', '.join(choices)}")
 
 
-ROWS_ATTENTION = ("off", "rows", "mma")  # VT_SHARED_ROWS_ATTENTION's kernels (Flags.shared_rows_attention)
+ROWS_ATTENTION = ("auto", "off", "rows", "mma")  # VT_SHARED_ROWS_ATTENTION's choices (Flags.shared_rows_attention)
 
 
 def _read_rows_attention() -> str:
     """VT_SHARED_ROWS_ATTENTION: one of ROWS_ATTENTION, or a boolean as the flag was before `mma` (1: rows, 0: off)."""
-    raw = (os.environ.get("VT_SHARED_ROWS_ATTENTION") or "off").strip().lower()
+    raw = (os.environ.get("VT_SHARED_ROWS_ATTENTION") or "auto").strip().lower()
     if raw in ROWS_ATTENTION:
         return raw
     if raw in TRUE + FALSE:
@@ -119,8 +119,10 @@ class Flags:
     # tail) attends, in graphs apart from decode steps' (H200, 0.6B, 16 rows over 1,024 keys: attention 0.78 of a
     # 2.03 ms step, session 18). off (0): the plain decode kernel, a row at a time. rows (1):
     # paged_decode_attention_rows, a key read once for 4 rows on CUDA cores (H200: 0.26 ms slower, session 28).
-    # mma: paged_rows_attention, a key read once for 64 query rows on tensor cores (not yet run on a GPU)
-    shared_rows_attention: str = "off"
+    # mma: paged_rows_attention, a key read once for 64 query rows on tensor cores (H200, session 30: hit TTFT 2.755
+    # -> 2.43 ms). auto (the default): mma where the model takes it (a 16-bit cache, at most 64 query heads a KV
+    # head), else off, silently; an explicit rows or mma the model cannot take is said in a line (models/decoder.py)
+    shared_rows_attention: str = "auto"
     # VT_PREFILL_HEADS_A_BLOCK=2: the tensor-core prefill kernel serves two query heads of one KV head a block (eight
     # warps, each K and V tile copied once for both: half the L2 reads a tile's work), where the model has an even
     # number of query heads a KV head and a head dim of 32 or more. An A/B knob for the H200 lane: at 7,936 tokens

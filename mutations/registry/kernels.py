@@ -171,6 +171,9 @@ ENTRIES: list[Mutation] = [
 
 PREFILL_TWIN = f"{KERNELS}::test_paged_prefill_twin_equals_causal_attention"
 PREFILL_CUDA = f"{KERNELS}::test_cuda_paged_prefill_equals_its_twin"
+# The two-heads-a-block variant shares the prefill kernel's body and the tensor-core tile: what breaks them breaks it
+# (the H200, session 30: three prefill mutants were Overreach on it)
+PREFILL_HPB = f"{KERNELS}::test_cuda_paged_prefill_two_heads_a_block_equals_its_twin"
 PREFILL_CASES = ("one-prompt", "chunks-over-earlier-kv", "tile-edges", "long-over-earlier-kv")
 PTWIN = "backends/kernels/prefill_attention.py"
 PCU = "backends/kernels/prefill_attention.cu"
@@ -198,7 +201,8 @@ ENTRIES += [
         new="                if (8 * n + (e & 1) > reach[e >> 1] + 1) sc[n][e] = neg_inf();",
         # float32: the decode kernel; in every rows case a row would see the key past its own (a later row's, or a
         # zero-filled one past the segment's reach, which would weigh exp(-max))
-        gates=cases(PREFILL_CUDA, PREFILL_CASES, ("bfloat16", "float16")) + cases(ROWS_CUDA, ROWS_CASES, LOW),
+        gates=cases(PREFILL_CUDA, PREFILL_CASES, ("bfloat16", "float16")) + cases(ROWS_CUDA, ROWS_CASES, LOW)
+        + (PREFILL_HPB,),
         needs_gpu=True,
     ),
     Mutation(
@@ -216,7 +220,7 @@ ENTRIES += [
         # each gate case has a chunk whose first position is past its first key tile
         new="    k0 = p0 / PREFILL_BN * PREFILL_BN;\n",
         gates=cases(PREFILL_CUDA, ("chunks-over-earlier-kv", "tile-edges", "long-over-earlier-kv"),
-                    ("bfloat16", "float16")),
+                    ("bfloat16", "float16")) + (PREFILL_HPB,),
         needs_gpu=True,
     ),
 ]
@@ -1406,17 +1410,38 @@ ENTRIES += [
         description="VT_SHARED_ROWS_ATTENTION=mma gives short steps graphs apart, but the decoder never takes the "
                     "tensor-core kernel: a hit's tail still reads its keys once a row",
         file="models/decoder.py",
-        old="        if asked == \"mma\" and self.kv_dtype != np.float32 and group <= ROWS_MMA:\n",
+        old="        if asked in (\"mma\", \"auto\") and self.kv_dtype != np.float32 and group <= ROWS_MMA:\n",
         new="        if False:\n",
         gates=(ROWS_FLAG, ROWS_E2E, ROWS_CHUNK),
+    ),
+    Mutation(
+        id="rows-mma-off-by-default",
+        description="VT_SHARED_ROWS_ATTENTION unset reads as off: a prefix hit's tail reads its keys once a row unless "
+                    "the user knows the flag (the H200 measured mma faster, session 30)",
+        file="vt/env.py",
+        old="    raw = (os.environ.get(\"VT_SHARED_ROWS_ATTENTION\") or \"auto\").strip().lower()\n",
+        new="    raw = (os.environ.get(\"VT_SHARED_ROWS_ATTENTION\") or \"off\").strip().lower()\n",
+        gates=(ROWS_FLAG,),
+        expect="auto, the default",
+    ),
+    Mutation(
+        id="rows-mma-fallback-unsaid",
+        description="a model that cannot take the kernel VT_SHARED_ROWS_ATTENTION names falls back to the plain decode "
+                    "kernel without a word",
+        file="models/decoder.py",
+        old="        if asked in (\"rows\", \"mma\"):  # asked by name for a kernel this model cannot take: said, not "
+            "silent\n",
+        new="        if False:\n",
+        gates=(ROWS_FLAG,),
+        expect="a declined flag is said",
     ),
     Mutation(
         id="rows-mma-taken-over-a-float32-cache",
         description="the decoder takes the tensor-core rows kernel over a float32 cache, which no mma takes: the "
                     "binding refuses it at the first short step",
         file="models/decoder.py",
-        old="        if asked == \"mma\" and self.kv_dtype != np.float32 and group <= ROWS_MMA:\n",
-        new="        if asked == \"mma\" and group <= ROWS_MMA:\n",
+        old="        if asked in (\"mma\", \"auto\") and self.kv_dtype != np.float32 and group <= ROWS_MMA:\n",
+        new="        if asked in (\"mma\", \"auto\") and group <= ROWS_MMA:\n",
         gates=(ROWS_FLAG,),
         expect="float32 cache",
     ),
@@ -1482,7 +1507,7 @@ ENTRIES += [
         new="",
         # one-prompt's 37 keys are one tile; every rows case has a partition of two tiles
         gates=cases(PREFILL_CUDA, ("chunks-over-earlier-kv", "tile-edges", "long-over-earlier-kv"), LOW)
-        + cases(ROWS_CUDA, ROWS_CASES, LOW),
+        + cases(ROWS_CUDA, ROWS_CASES, LOW) + (PREFILL_HPB,),
         needs_gpu=True,
     ),
 ]
@@ -1506,6 +1531,8 @@ MMA_CUDA = f"{MMA}::test_cuda_skinny_mma_equals_its_twin_twice_on_one_scratch"
 # tiny-qwen3's step on tensor-core plans: every K is 64 or 192 (four k16 steps and more, one slice)
 MMA_STEP = tuple(f"{MMA}::test_on_the_gpu_a_step_on_tensor_core_plans_computes_the_cublaslt_steps_logits[{r}]"
                  for r in (8, 16))
+# The tuner's candidates are checked against cuBLASLt: a broken kernel fails there too (the H200, session 30)
+MMA_PLAN = f"{MMA}::test_a_16_row_plan_times_the_tensor_core_gemm_and_every_candidate_is_right"
 ENTRIES += [
     Mutation(
         id="skinny-mma-split-drops-a-short-last-slice",
@@ -1528,7 +1555,7 @@ ENTRIES += [
         old="        for (int w = 0; w < MMA_GEMM_WARPS; w++) v += sums[(w * MMA_GEMM_ROWS + m) * SUM_STRIDE + col];\n",
         new="        for (int w = 0; w < MMA_GEMM_WARPS - 1; w++) v += sums[(w * MMA_GEMM_ROWS + m) * SUM_STRIDE + col];\n",
         # a slice of fewer than four k16 steps leaves the fourth warp idle: its sum is zero either way
-        gates=tuple(f"{MMA_CUDA}[{i}]" for i in mma_ids(lambda m, n, k, step, s: min(step, k) > 48)) + MMA_STEP,
+        gates=tuple(f"{MMA_CUDA}[{i}]" for i in mma_ids(lambda m, n, k, step, s: min(step, k) > 48)) + MMA_STEP + (MMA_PLAN,),
         needs_gpu=True,
     ),
     Mutation(
@@ -1538,7 +1565,7 @@ ENTRIES += [
         file="backends/kernels/skinny_mma.cu",
         old="            const int r = g + 8 * (e & 1), k = kk + 2 * tig + 8 * (e >> 1);\n",
         new="            const int r = g + 8 * (e >> 1), k = kk + 2 * tig + 8 * (e & 1);\n",
-        gates=tuple(f"{MMA_CUDA}[{i}]" for i in mma_ids(lambda m, n, k, step, s: True)) + MMA_STEP,
+        gates=tuple(f"{MMA_CUDA}[{i}]" for i in mma_ids(lambda m, n, k, step, s: True)) + MMA_STEP + (MMA_PLAN,),
         needs_gpu=True,
     ),
     Mutation(
@@ -1548,7 +1575,7 @@ ENTRIES += [
         file="backends/kernels/skinny_mma.cu",
         old="    if (threadIdx.x == 0) counters[blockIdx.x] = 0;\n",
         new="",
-        gates=tuple(f"{MMA_CUDA}[{i}]" for i in mma_ids(lambda m, n, k, step, s: s > 1)),
+        gates=tuple(f"{MMA_CUDA}[{i}]" for i in mma_ids(lambda m, n, k, step, s: s > 1)) + (MMA_PLAN,),
         needs_gpu=True,
     ),
     Mutation(
@@ -1574,16 +1601,25 @@ ENTRIES += [
 
 
 # Two query heads a block in the prefill kernel (session 29, VT_PREFILL_HEADS_A_BLOCK=2)
-PREFILL_HPB = f"{KERNELS}::test_cuda_paged_prefill_two_heads_a_block_equals_its_twin"
 ENTRIES += [
     Mutation(
         id="prefill-two-heads-across-kv-heads",
         description="VT_PREFILL_HEADS_A_BLOCK=2 pairs heads whatever the query heads a KV head: at three a KV head a "
                     "block's second head reads the wrong KV head's keys",
         file="backends/kernels/prefill_attention.py",
-        old="    return asked if (nh // nkv) % asked == 0 and hd >= 32 else 1\n",
-        new="    return asked if hd >= 32 else 1\n",
+        old="    if asked == 1 or ((nh // nkv) % asked == 0 and hd >= 32):\n",
+        new="    if asked == 1 or hd >= 32:\n",
         gates=(f"{KERNELS}::test_two_heads_a_block_only_where_they_share_a_kv_head_and_fill_a_tiles_copies",),
+    ),
+    Mutation(
+        id="prefill-heads-a-block-fallback-unsaid",
+        description="VT_PREFILL_HEADS_A_BLOCK=2 on a shape that cannot take it falls back to one head a block without "
+                    "a word",
+        file="backends/kernels/prefill_attention.py",
+        old="    _say_heads_a_block_declined(asked, nh // nkv, hd)\n",
+        new="",
+        gates=(f"{KERNELS}::test_two_heads_a_block_only_where_they_share_a_kv_head_and_fill_a_tiles_copies",),
+        expect="declined, said",
     ),
     Mutation(
         id="cuda-prefill-two-heads-attend-one",

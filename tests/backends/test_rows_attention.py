@@ -176,9 +176,9 @@ def test_cuda_rows_attention_equals_its_twin(case: str, dtype: str) -> None:
 
 
 def test_the_flag_picks_the_kernel_and_the_decoder_keeps_it_to_a_16_bit_cache(caplog: pytest.LogCaptureFixture) -> None:
-    """VT_SHARED_ROWS_ATTENTION=mma: a bf16 model's rows kernel is the tensor-core one; a float32 model keeps the plain
-    decode kernel (no float32 mma) and says so in one line; 1 and 0 read as before `mma` (rows, off); anything else
-    is refused by name."""
+    """VT_SHARED_ROWS_ATTENTION=mma (and auto, the default): a bf16 model's rows kernel is the tensor-core one; a
+    float32 model keeps the plain decode kernel (no float32 mma), said in one line where mma was asked by name; 1 and
+    0 read as before `mma` (rows, off); anything else is refused by name."""
     from models.loader import load_checkpoint, resolve_model
     from models.registry import load_model
     from vt.env import Flags
@@ -193,10 +193,12 @@ def test_the_flag_picks_the_kernel_and_the_decoder_keeps_it_to_a_16_bit_cache(ca
 
     caplog.set_level(logging.WARNING, logger="vt")
     assert kernel("mma", "bfloat16") == "mma"
-    assert "does not apply" not in caplog.text, "non-vacuity: no line where the kernel is taken"
+    assert kernel(None, "bfloat16") == "mma", "auto, the default: the tensor-core kernel where the model takes it"
+    assert kernel(None, "float32") is None, "auto over a float32 cache: the plain kernel"
+    assert "does not apply" not in caplog.text, "auto falls back silently; no line where the kernel is taken"
     assert kernel("mma", "float32") is None, "a float32 cache: the plain kernel"
     assert "VT_SHARED_ROWS_ATTENTION=mma does not apply" in caplog.text, "a declined flag is said, not silent"
-    assert kernel(None, "bfloat16") is None, "non-vacuity: off unless asked"
+    assert kernel("off", "bfloat16") is None, "non-vacuity: off turns it off"
     assert (kernel("1", "bfloat16"), kernel("0", "bfloat16")) == ("rows", None)
     with flag_set("VT_SHARED_ROWS_ATTENTION", "tensor"), pytest.raises(ConfigError, match="VT_SHARED_ROWS_ATTENTION"):
         Flags.from_environ()

@@ -194,8 +194,9 @@ def test_a_step_of_rows_sharing_sequences_attends_with_the_rows_kernel_in_a_grap
     assert "paged_decode_attention_rows" not in decode_names, "non-vacuity: a decode step keeps the plain kernel"
 
 
-def test_shared_rows_attention_is_off_unless_asked() -> None:
-    """VT_SHARED_ROWS_ATTENTION unset: off (not yet measured on the H200); =1 turns it on (vt/env.py reads it once)."""
+def test_the_cuda_core_rows_kernel_is_off_unless_asked() -> None:
+    """VT_SHARED_ROWS_ATTENTION unset (auto) never takes the CUDA-core rows kernel (slower on the H200, session 28):
+    a float32 model keeps the plain kernel; =1 turns the rows kernel on (vt/env.py reads it once)."""
     from models.loader import load_checkpoint, resolve_model
     from models.registry import load_model
     from vt.registry import make_backend
