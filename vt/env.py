@@ -113,7 +113,7 @@ class Flags:
     rope_max_rows: int = 8
     # VT_DECODE_MIN_PARTITION=128 or 64: the decode attention splits a context into partitions this short (256 keys
     # by default), so a launch of few rows over a short context runs on more blocks, plus the reduce launch
-    # (backends/kernels/decode_attention.py partition_size): an A/B knob for the H200 lane, not measured yet
+    # (backends/kernels/decode_attention.py partition_size): an A/B knob; on the H200 64 was slower at c=1 (session 28)
     decode_min_partition: int = 256
     # VT_SHARED_ROWS_ATTENTION: how a short prefill run whole as a decode step (rows sharing sequences: a prefix hit's
     # tail) attends, in graphs apart from decode steps' (H200, 0.6B, 16 rows over 1,024 keys: attention 0.78 of a
@@ -123,14 +123,20 @@ class Flags:
     # -> 2.43 ms). auto (the default): mma where the model takes it (a 16-bit cache, at most 64 query heads a KV
     # head), else off, silently; an explicit rows or mma the model cannot take is said in a line (models/decoder.py)
     shared_rows_attention: str = "auto"
+    # VT_ROWS_TARGET_BLOCKS=32, 16 or 8: the tensor-core rows kernel splits a context until its launch has about this
+    # many working blocks (256 by default; backends/kernels/rows_attention.py partition_size). A hit's 16 rows over
+    # 1,024 keys on the 0.6B shape: 8 partitions of 128 keys at 256 (64 blocks of two tiles each, plus the reduce
+    # launch), 4 at 32, 2 at 16, 1 at 8 (8 blocks of 16 tiles, no reduce). An A/B knob: on the H200 (session 30) the
+    # kernel at 256 was latency-bound (82% of cycles with no warp eligible), not yet measured at the others
+    rows_target_blocks: int = 256
     # VT_PREFILL_HEADS_A_BLOCK=2: the tensor-core prefill kernel serves two query heads of one KV head a block (eight
     # warps, each K and V tile copied once for both: half the L2 reads a tile's work), where the model has an even
-    # number of query heads a KV head and a head dim of 32 or more. An A/B knob for the H200 lane: at 7,936 tokens
-    # the kernel runs at 218 TFLOP/s (session 18), its tiles' L2 reads about 3.3 TB/s; not yet run on a GPU
+    # number of query heads a KV head and a head dim of 32 or more. Correct on the H200 and slower at 4,096 and
+    # 7,936 tokens (session 30: 414.5 / 1,184 us against 373.6 / 1,155 at one head a block), so one stays
     prefill_heads_a_block: int = 1
     # VT_SKINNY_MMA=1: the GEMM tuner also times the tensor-core skinny GEMM (backends/kernels/skinny_mma.py) on every
-    # plan of 2..16 rows, beside cuBLASLt and the CUDA-core skinny GEMM. Off until the H200 lane has run its tests and
-    # the A/B: the tuner compares only times, so a wrong kernel would be picked as readily as a right one
+    # plan of 2..16 rows, beside cuBLASLt and the CUDA-core skinny GEMM. Correct on the H200 and no faster a prefix
+    # hit's 16-row step there (session 30: 2.48 against 2.43 ms), so off
     skinny_mma: bool = False
 
     @classmethod
@@ -156,6 +162,7 @@ class Flags:
             rope_max_rows=int(_read_choice("VT_ROPE_MAX_ROWS", ("8", "16", "32", "64", "128", "1024"))),
             decode_min_partition=int(_read_choice("VT_DECODE_MIN_PARTITION", ("256", "128", "64"))),
             shared_rows_attention=_read_rows_attention(),
+            rows_target_blocks=int(_read_choice("VT_ROWS_TARGET_BLOCKS", ("256", "32", "16", "8"))),
             prefill_heads_a_block=int(_read_choice("VT_PREFILL_HEADS_A_BLOCK", ("1", "2"))),
             skinny_mma=_read_bool("VT_SKINNY_MMA", False),
         )
@@ -183,6 +190,7 @@ def as_environ(f: Flags) -> dict[str, str]:
     out["VT_SKINNY_CLUSTER"] = "1" if f.skinny_cluster else "0"
     out["VT_DECODE_MIN_PARTITION"] = str(f.decode_min_partition)
     out["VT_ROPE_MAX_ROWS"] = str(f.rope_max_rows)
+    out["VT_ROWS_TARGET_BLOCKS"] = str(f.rows_target_blocks)
     return out
 
 

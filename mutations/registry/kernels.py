@@ -1436,6 +1436,15 @@ ENTRIES += [
         expect="a declined flag is said",
     ),
     Mutation(
+        id="rows-target-blocks-flag-ignored",
+        description="VT_ROWS_TARGET_BLOCKS is read but the rows kernel's partition rule keeps 256: the lane's A/B of "
+                    "the hit's partitions times one setting twice",
+        file="backends/kernels/rows_attention.py",
+        old="    keys = -(-max_context // max(1, flags().rows_target_blocks // blocks))\n",
+        new="    keys = -(-max_context // max(1, 256 // blocks))\n",
+        gates=(f"{RA}::test_the_target_blocks_flag_sets_a_hits_partitions_and_the_twin_stays_attention",),
+    ),
+    Mutation(
         id="rows-mma-taken-over-a-float32-cache",
         description="the decoder takes the tensor-core rows kernel over a float32 cache, which no mma takes: the "
                     "binding refuses it at the first short step",

@@ -159,6 +159,39 @@ def test_the_rows_kernel_splits_a_hits_context_into_more_partitions_than_the_dec
     assert blocks >= 48, f"a hit's launch is {blocks} blocks: too few to spread over an H200's 132 SMs"
 
 
+TARGETS = {"8": 1, "16": 2, "32": 4, "256": 8}  # VT_ROWS_TARGET_BLOCKS -> the hit's partitions (env.py's comment)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_the_target_blocks_flag_sets_a_hits_partitions_and_the_twin_stays_attention(target: str) -> None:
+    """VT_ROWS_TARGET_BLOCKS: the hit's 16 rows over 1,024 keys (8 KV heads, G = 2: a block a KV head) split into
+    target / 8 partitions of at least MIN_PARTITION keys, one at 8 (no reduce); the twin stays float64 attention
+    within the rounding of q and P at each, so the scratch the decoder sizes by num_partitions covers the table."""
+    with flag_set("VT_ROWS_TARGET_BLOCKS", target):
+        c, bs = rows_case("prefix-hit-16x1024", 32, "bfloat16")
+        keys = c.tables.shape[1] * bs
+        part = keys if c.num_partitions == 1 else rows_attention.partition_size(len(c.q), 8, 2, keys)
+        got = widen_host(run_rows_mma(np, c)).astype(np.float64)[:16]
+    assert c.num_partitions == TARGETS[target] and c.num_partitions * part >= keys, (c.num_partitions, part)
+    err = np.abs(got - reference(c, bs)[:16]) / (1 + np.abs(reference(c, bs)[:16]))
+    assert err.max() <= 2**-6, f"max error {err.max():.2e} at {c.num_partitions} partitions"
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("target", TARGETS)
+def test_cuda_rows_attention_at_every_target_equals_its_twin(target: str) -> None:
+    """The kernel at each partition count the flag gives the hit (one: its output written directly, no reduce)."""
+    import cupy
+
+    with flag_set("VT_ROWS_TARGET_BLOCKS", target):
+        for hd in HEAD_DIMS:
+            c, _ = rows_case("prefix-hit-16x1024", hd, "bfloat16", seed=hd)
+            got, want = run_rows_mma(cupy, c), run_rows_mma(np, c)
+            assert c.num_partitions == TARGETS[target], "non-vacuity: the flag reached the rule"
+            assert np.isfinite(widen_host(got[:16])).all(), f"hd={hd}: a poisoned key or value was read"
+            assert_within_bound(got[:16], want[:16], f"rows attention target {target} hd={hd}", rounded_p=True)
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", LOW)
 @pytest.mark.parametrize("case", ROWS_CASES)
