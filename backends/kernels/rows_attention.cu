@@ -45,7 +45,7 @@ __device__ __forceinline__ void request_keys(unsigned short* ks, unsigned short*
 }
 
 // Two blocks an SM where the head dim is at most 128 (ptxas: no spill at 128, where three blocks' 168 registers
-// spill): a launch's working blocks are at most VT_ROWS_TARGET_BLOCKS (256), one wave of two a SM on the H200's 132.
+// spill): a launch's working blocks are about VT_ROWS_TARGET_BLOCKS (256), one wave of two a SM on the H200's 132.
 template <int HD>
 constexpr int ROWS_MMA_MIN_BLOCKS = HD <= 128 ? 2 : 1;
 

@@ -1,8 +1,9 @@
 """paged_rows_attention (VT_SHARED_ROWS_ATTENTION=mma): a step whose rows share sequences (a prefix hit's tail run
 whole, a row a token) attends on tensor cores, a block serving one KV head for 64 query rows, split along the context
 by its own rule and combined by the decode kernel's reduce. The twin is attention within the rounding of q and P to
-the cache dtype; on the GPU the kernel equals its twin within that bound. The decoder takes it only where asked, over
-a 16-bit cache, in the graphs the driver keeps apart for such steps."""
+the cache dtype; on the GPU the kernel equals its twin within that bound. The decoder takes it by default (`auto`)
+or where asked, over a 16-bit cache at most 64 query heads a KV head, in the graphs the driver keeps apart for such
+steps."""
 
 from __future__ import annotations
 
@@ -172,9 +173,38 @@ def test_the_target_blocks_flag_sets_a_hits_partitions_and_the_twin_stays_attent
         keys = c.tables.shape[1] * bs
         part = keys if c.num_partitions == 1 else rows_attention.partition_size(len(c.q), 8, 2, keys)
         got = widen_host(run_rows_mma(np, c)).astype(np.float64)[:16]
-    assert c.num_partitions == TARGETS[target] and c.num_partitions * part >= keys, (c.num_partitions, part)
+    assert c.num_partitions == TARGETS[target], (c.num_partitions, part)
+    assert part % rows_attention.KEY_TILE == 0 and part >= rows_attention.MIN_PARTITION, part
     err = np.abs(got - reference(c, bs)[:16]) / (1 + np.abs(reference(c, bs)[:16]))
     assert err.max() <= 2**-6, f"max error {err.max():.2e} at {c.num_partitions} partitions"
+
+
+# A hit over 8,192 keys: partitions of 4 key tiles at the default target (the GPU cases above have at most 2)
+LONG_HIT = ([(8192, 16)], 16, 8, 512, 16)
+
+
+def test_a_long_hits_partitions_stream_more_than_two_key_tiles() -> None:
+    """Non-vacuity for the GPU test below: the default rule gives the long hit several tiles a partition."""
+    seqs, nh, nkv, width, bs = LONG_HIT
+    part = rows_attention.partition_size(16, nkv, nh // nkv, width * bs)
+    assert part >= 3 * rows_attention.KEY_TILE and width * bs > part, part
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", LOW)
+def test_cuda_rows_attention_over_a_long_hit_equals_its_twin(dtype: str) -> None:
+    """A hit's 16 rows over 8,192 keys at the default target: each block pipelines several key tiles."""
+    import cupy
+
+    ROWS_CASES["long-hit-16x8192"] = LONG_HIT  # rows_case reads the table; removed before the test returns
+    try:
+        for hd in (64, 128):
+            c, _ = rows_case("long-hit-16x8192", hd, dtype, seed=hd)
+            got, want = run_rows_mma(cupy, c), run_rows_mma(np, c)
+            assert np.isfinite(widen_host(got[:16])).all(), f"hd={hd}: a poisoned key or value was read"
+            assert_within_bound(got[:16], want[:16], f"rows attention long hit hd={hd} {dtype}", rounded_p=True)
+    finally:
+        del ROWS_CASES["long-hit-16x8192"]
 
 
 @pytest.mark.gpu
@@ -235,6 +265,30 @@ def test_the_flag_picks_the_kernel_and_the_decoder_keeps_it_to_a_16_bit_cache(ca
     assert (kernel("1", "bfloat16"), kernel("0", "bfloat16")) == ("rows", None)
     with flag_set("VT_SHARED_ROWS_ATTENTION", "tensor"), pytest.raises(ConfigError, match="VT_SHARED_ROWS_ATTENTION"):
         Flags.from_environ()
+
+
+@pytest.mark.parametrize("group", [64, 128])
+def test_the_decoder_keeps_the_mma_kernel_to_at_most_64_query_heads_a_kv_head(
+        group: int, caplog: pytest.LogCaptureFixture) -> None:
+    """A block's 64 rows hold at most 64 query heads of one KV head: past that auto keeps the plain kernel without a
+    word, and mma or rows asked by name say they do not apply (the binding would refuse the step)."""
+    from types import SimpleNamespace
+
+    from models.decoder import DecoderForCausalLM
+    from vt.dtypes import STORAGE as DTYPES
+
+    model = SimpleNamespace(cfg=SimpleNamespace(num_attention_heads=2 * group, num_key_value_heads=2),
+                            kv_dtype=DTYPES["bfloat16"], dtype="bfloat16")
+    caplog.set_level(logging.WARNING, logger="vt")
+    taken = {asked: DecoderForCausalLM._rows_kernel(model, asked) for asked in ("auto", "mma", "rows")}  # type: ignore
+    if group <= rows_attention.ROWS:
+        assert taken == {"auto": "mma", "mma": "mma", "rows": None}, "non-vacuity: 64 a KV head takes it"
+        assert "VT_SHARED_ROWS_ATTENTION=rows does not apply" in caplog.text, "rows at GQA 64: declined, said"
+    else:
+        assert taken == {"auto": None, "mma": None, "rows": None}, taken
+        lines = [r.getMessage() for r in caplog.records]
+        assert not any("=auto" in line for line in lines), "auto falls back silently"
+        assert any("=mma does not apply (128 query heads" in line for line in lines), lines
 
 
 def test_a_step_of_rows_sharing_sequences_attends_on_tensor_cores_in_a_graph_apart() -> None:

@@ -196,16 +196,18 @@ def test_a_step_of_rows_sharing_sequences_attends_with_the_rows_kernel_in_a_grap
 
 def test_the_cuda_core_rows_kernel_is_off_unless_asked() -> None:
     """VT_SHARED_ROWS_ATTENTION unset (auto) never takes the CUDA-core rows kernel (slower on the H200, session 28):
-    a float32 model keeps the plain kernel; =1 turns the rows kernel on (vt/env.py reads it once)."""
+    a float32 model keeps the plain kernel and a bf16 one takes the tensor-core kernel; =1 turns the rows kernel on
+    (vt/env.py reads it once)."""
     from models.loader import load_checkpoint, resolve_model
     from models.registry import load_model
     from vt.registry import make_backend
 
-    def model_with(value: str | None) -> Any:
+    def model_with(value: str | None, dtype: str = "float32") -> Any:
         with flag_set("VT_SHARED_ROWS_ATTENTION", value):
-            return load_model(load_checkpoint(resolve_model("tiny-qwen3")), make_backend("cpu"), "float32")
+            return load_model(load_checkpoint(resolve_model("tiny-qwen3")), make_backend("cpu"), dtype)
 
     assert model_with(None).rows_kernel is None
+    assert model_with(None, "bfloat16").rows_kernel == "mma"
     assert model_with("1").rows_kernel == "rows", "non-vacuity: the flag turns it on"
 
 

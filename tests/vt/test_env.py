@@ -109,7 +109,10 @@ def test_a_tensor_parallel_rank_reads_back_every_flag_rank_0_read(monkeypatch: p
         flipped[f.name] = (not value) if isinstance(value, bool) else value
     flipped |= {"blas_threads": 3, "sampler": "block" if base.sampler == "split" else "split", "cache_dir": "/tmp/x",
                 "decode_min_partition": 64 if base.decode_min_partition != 64 else 256,
-                "rope_max_rows": 1024 if base.rope_max_rows != 1024 else 8}
+                "rope_max_rows": 1024 if base.rope_max_rows != 1024 else 8,
+                "rows_target_blocks": 8 if base.rows_target_blocks != 8 else 256,
+                "shared_rows_attention": "rows" if base.shared_rows_attention != "rows" else "off",
+                "prefill_heads_a_block": 3 - base.prefill_heads_a_block}
     want = Flags(**flipped)
     for name in [k for k in os.environ if k.startswith("VT_")]:
         monkeypatch.delenv(name)
@@ -121,6 +124,9 @@ def test_a_tensor_parallel_rank_reads_back_every_flag_rank_0_read(monkeypatch: p
               if f.name not in not_a_ranks and getattr(got, f.name) != getattr(want, f.name)]
     assert differ == [], f"flags a rank would read differently: {differ}"
     assert sum(isinstance(getattr(want, f.name), bool) for f in dataclasses.fields(Flags)) >= 8, "non-vacuity"
+    same = [f.name for f in dataclasses.fields(Flags) if f.name not in not_a_ranks | {"api_key"}
+            and getattr(want, f.name) == getattr(base, f.name)]
+    assert same == [], f"non-vacuity: flags the test leaves at this process's value, so a rank could not differ: {same}"
 
 
 @pytest.mark.parametrize("value", ["race", "bogus"])
