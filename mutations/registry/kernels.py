@@ -1406,6 +1406,7 @@ assert {m.id for m in ENTRIES} >= set(BESIDE), "a mutant BESIDE names is registe
 # The tensor-core rows kernel (session 29): a prefix hit's tail run whole reads its keys once for 64 query rows
 RCU = "backends/kernels/rows_attention.cu"
 ROWS_FLAG = f"{RA}::test_the_flag_picks_the_kernel_and_the_decoder_keeps_it_to_a_16_bit_cache"
+ROWS_GQA = f"{RA}::test_the_decoder_keeps_the_mma_kernel_to_at_most_64_query_heads_a_kv_head"
 ROWS_E2E = f"{RA}::test_a_prefix_hits_tail_runs_on_tensor_cores_and_generates_the_plain_kernels_tokens"
 ROWS_CHUNK = f"{RA}::test_a_late_chunk_in_a_mixed_step_attends_on_tensor_cores_and_keeps_the_tokens"
 ENTRIES += [
@@ -1416,7 +1417,7 @@ ENTRIES += [
         file="models/decoder.py",
         old="        if asked in (\"mma\", \"auto\") and self.kv_dtype != np.float32 and group <= ROWS_MMA:\n",
         new="        if False:\n",
-        gates=(ROWS_FLAG, ROWS_E2E, ROWS_CHUNK),
+        gates=(ROWS_FLAG, ROWS_E2E, ROWS_CHUNK, f"{ROWS_GQA}[64]"),
     ),
     Mutation(
         id="rows-mma-off-by-default",
@@ -1436,7 +1437,7 @@ ENTRIES += [
         old="        if asked in (\"rows\", \"mma\"):  # asked by name for a kernel this model cannot take: said, not "
             "silent\n",
         new="        if False:\n",
-        gates=(ROWS_FLAG,),
+        gates=(ROWS_FLAG, ROWS_GQA),
         expect="a declined flag is said",
     ),
     Mutation(
@@ -1446,7 +1447,7 @@ ENTRIES += [
         file="models/decoder.py",
         old="        if asked in (\"mma\", \"auto\") and self.kv_dtype != np.float32 and group <= ROWS_MMA:\n",
         new="        if asked in (\"mma\", \"auto\") and self.kv_dtype != np.float32:\n",
-        gates=(f"{RA}::test_the_decoder_keeps_the_mma_kernel_to_at_most_64_query_heads_a_kv_head[128]",),
+        gates=(f"{ROWS_GQA}[128]",),
     ),
     Mutation(
         id="rows-target-blocks-flag-ignored",
