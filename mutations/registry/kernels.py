@@ -980,6 +980,32 @@ ENTRIES += [
         new='    if False:\n',
         gates=("tests/engine/test_lane_scripts.py::test_replay_ab_refuses_kernel_times_without_a_gpu_backend",),
     ),
+    Mutation(
+        id="kernel-times-ignores-per",
+        description="scripts/kernel-times prints the profiled region's totals whatever --per says: two requests' "
+                    "kernels read as one request's",
+        file="scripts/kernel-times",
+        old='        print(f"| `{name}` | {len(v) / args.per:g} | {sum(v) / args.per:.1f} | {sum(v) / total:.1%} |")\n',
+        new='        print(f"| `{name}` | {len(v):g} | {sum(v):.1f} | {sum(v) / total:.1%} |")\n',
+        gates=("tests/engine/test_lane_scripts.py::test_kernel_times_sums_ncus_durations_by_kernel",),
+    ),
+    Mutation(
+        id="kernel-times-reads-any-unit-as-ns",
+        description="scripts/kernel-times takes a duration column in a unit it does not know as nanoseconds, "
+                    "silently",
+        file="scripts/kernel-times",
+        old="    if unit not in UNITS:  # --page raw puts a row of units under the header\n",
+        new="    if unit not in UNITS and unit:\n        unit = \"nsecond\"\n    if False:\n",
+        gates=("tests/engine/test_lane_scripts.py::test_kernel_times_and_prefix_ttft_refuse_what_they_cannot_read",),
+    ),
+    Mutation(
+        id="kernel-times-sums-nothing-silently",
+        description="scripts/kernel-times prints an empty table for a profile whose rows have no duration, and exits 0",
+        file="scripts/kernel-times",
+        old="    if total <= 0:\n",
+        new="    if False:\n",
+        gates=("tests/engine/test_lane_scripts.py::test_kernel_times_and_prefix_ttft_refuse_what_they_cannot_read",),
+    ),
 ]
 
 # The residual stream's, rotary's, activation's and token-feed kernels, and the attention bindings' block-size

@@ -194,8 +194,11 @@ def test_kernel_times_sums_ncus_durations_by_kernel(tmp_path: Path) -> None:
 def test_kernel_times_and_prefix_ttft_refuse_what_they_cannot_read(tmp_path: Path) -> None:
     (tmp_path / "log.txt").write_text("==PROF== no kernels were profiled\n")
     (tmp_path / "ps.csv").write_text(NCU_CSV.replace('"nsecond"', '"psecond"'))
+    no_duration = '"0","7","void k()","(1, 1, 1)","(1, 1, 1)","n/a"'
+    (tmp_path / "na.csv").write_text("\n".join([*NCU_CSV.splitlines()[:3], no_duration]) + "\n")
     for args, names in ((["kernel-times", str(tmp_path / "log.txt")], "no ncu CSV header"),
                         (["kernel-times", str(tmp_path / "ps.csv")], "unit is 'psecond'"),
+                        (["kernel-times", str(tmp_path / "na.csv")], "no kernel with a duration (1 rows without one)"),
                         (["kernel-times", str(tmp_path / "absent.csv")], "No such file"),
                         (["prefix-ttft", "--model", "tiny-qwen3", "--backend", "cpu", "--nvtx"],
                          "needs --backend cuda")):
