@@ -696,6 +696,14 @@ ENTRIES += [
         old='out["VT_ROPE_MAX_ROWS"] = str(f.rope_max_rows)', new='out["VT_ROPE_MAX_ROWS"] = "8"',
         gates=("tests/vt/test_env.py::test_a_tensor_parallel_rank_reads_back_every_flag_rank_0_read",),
     ),
+    Mutation(
+        id="tp-rank-reads-the-default-rows-target",
+        description="a tensor-parallel rank's environment sets VT_ROWS_TARGET_BLOCKS to its default: rank 0 at 8 "
+                    "splits a hit's context once where the other ranks split it eight times",
+        file="vt/env.py",
+        old='out["VT_ROWS_TARGET_BLOCKS"] = str(f.rows_target_blocks)', new='out["VT_ROWS_TARGET_BLOCKS"] = "256"',
+        gates=("tests/vt/test_env.py::test_a_tensor_parallel_rank_reads_back_every_flag_rank_0_read",),
+    ),
 ]
 
 SKINNY_TESTS = "tests/backends/test_skinny_gemm.py"
@@ -979,6 +987,13 @@ ENTRIES += [
         file="scripts/replay-ab", old='    if args.kernels and args.backend != "cuda":\n',
         new='    if False:\n',
         gates=("tests/engine/test_lane_scripts.py::test_replay_ab_refuses_kernel_times_without_a_gpu_backend",),
+    ),
+    Mutation(
+        id="prefix-ttft-marks-cpu-work",
+        description="scripts/prefix-ttft takes --nvtx with the CPU backend: it builds the engine, then fails on "
+                    "CuPy's NVTX at the first timed request instead of refusing the option first",
+        file="scripts/prefix-ttft", old='    if args.nvtx and args.backend != "cuda":\n', new="    if False:\n",
+        gates=("tests/engine/test_lane_scripts.py::test_kernel_times_and_prefix_ttft_refuse_what_they_cannot_read",),
     ),
     Mutation(
         id="kernel-times-ignores-per",

@@ -36,13 +36,13 @@ ROWS_CASES = {
 LOW = ("bfloat16", "float16")
 
 
-def rows_case(name: str, hd: int, dtype: str, seed: int = 0) -> tuple[DecodeCase, int]:
+def rows_case(name: str, hd: int, dtype: str, seed: int = 0, spec: tuple | None = None) -> tuple[DecodeCase, int]:
     """(case, block size): ROWS_CASES' rows, each with a copy of its sequence's table, token_row naming each run by
     its first row and two padding rows (position 0 over trash tables) as the graph driver stages them; every cache
     slot past a context NaN; partitions as many as the kernel's own rule splits the table into."""
     from vt.engine.worker.graph_driver import shared_token_rows
 
-    seqs, nh, nkv, width, bs = ROWS_CASES[name]
+    seqs, nh, nkv, width, bs = spec or ROWS_CASES[name]
     rng = np.random.default_rng(seed)
     kv = STORAGE[dtype]
     blocks = (len(seqs) + 1) * width
@@ -185,9 +185,10 @@ LONG_HIT = ([(8192, 16)], 16, 8, 512, 16)
 
 def test_a_long_hits_partitions_stream_more_than_two_key_tiles() -> None:
     """Non-vacuity for the GPU test below: the default rule gives the long hit several tiles a partition."""
-    seqs, nh, nkv, width, bs = LONG_HIT
-    part = rows_attention.partition_size(16, nkv, nh // nkv, width * bs)
-    assert part >= 3 * rows_attention.KEY_TILE and width * bs > part, part
+    c, bs = rows_case("long-hit-16x8192", 16, "bfloat16", spec=LONG_HIT)
+    keys = c.tables.shape[1] * bs
+    part = rows_attention.partition_size(len(c.q), c.k_cache.shape[2], c.q.shape[1] // c.k_cache.shape[2], keys)
+    assert part >= 3 * rows_attention.KEY_TILE and c.num_partitions > 1, (part, c.num_partitions)
 
 
 @pytest.mark.gpu
@@ -196,15 +197,11 @@ def test_cuda_rows_attention_over_a_long_hit_equals_its_twin(dtype: str) -> None
     """A hit's 16 rows over 8,192 keys at the default target: each block pipelines several key tiles."""
     import cupy
 
-    ROWS_CASES["long-hit-16x8192"] = LONG_HIT  # rows_case reads the table; removed before the test returns
-    try:
-        for hd in (64, 128):
-            c, _ = rows_case("long-hit-16x8192", hd, dtype, seed=hd)
-            got, want = run_rows_mma(cupy, c), run_rows_mma(np, c)
-            assert np.isfinite(widen_host(got[:16])).all(), f"hd={hd}: a poisoned key or value was read"
-            assert_within_bound(got[:16], want[:16], f"rows attention long hit hd={hd} {dtype}", rounded_p=True)
-    finally:
-        del ROWS_CASES["long-hit-16x8192"]
+    for hd in (64, 128):
+        c, _ = rows_case("long-hit-16x8192", hd, dtype, seed=hd, spec=LONG_HIT)
+        got, want = run_rows_mma(cupy, c), run_rows_mma(np, c)
+        assert np.isfinite(widen_host(got[:16])).all(), f"hd={hd}: a poisoned key or value was read"
+        assert_within_bound(got[:16], want[:16], f"rows attention long hit hd={hd} {dtype}", rounded_p=True)
 
 
 @pytest.mark.gpu
