@@ -4,6 +4,7 @@ each refusal comes before any device."""
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -207,3 +208,17 @@ def test_kernel_times_and_prefix_ttft_refuse_what_they_cannot_read(tmp_path: Pat
         lines = [x for x in r.stderr.splitlines() if x.strip() and not x.startswith(("usage:", " "))]
         assert (r.returncode, len(lines), "Traceback" in r.stderr) == (2, 1, False), r.stderr[-2000:]
         assert names in lines[0], r.stderr
+
+
+def test_prefix_ttft_profiles_the_hits_host_work_and_runs_synchronously_when_told(tmp_path: Path) -> None:
+    """--host-profile N prints the hits' cProfile (the engine's step among the functions), in both orders; the row
+    records whether the engine overlapped (on the CPU it never does, so --sync's effect on CUDA is the lane's)."""
+    r = subprocess.run([sys.executable, str(ROOT / "scripts" / "prefix-ttft"), "--model", "tiny-qwen3", "--backend",
+                        "cpu", "--rounds", "1", "--prompt-len", "64", "--host-profile", "5", "--sync", "--out",
+                        str(tmp_path)], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert r.returncode == 0, r.stderr[-2000:]
+    for order in ("cumulative", "tottime"):
+        assert f"host profile of 1 hits, by {order} time" in r.stdout, r.stdout[-3000:]
+    assert "llm_engine.py" in r.stdout and "(step)" in r.stdout, r.stdout[-3000:]
+    row = json.loads((tmp_path / "prefix-ttft.json").read_text())
+    assert row["async_scheduling"] is False and row["ttft_hit_ms"] > 0, row
