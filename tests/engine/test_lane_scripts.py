@@ -210,15 +210,20 @@ def test_kernel_times_and_prefix_ttft_refuse_what_they_cannot_read(tmp_path: Pat
         assert names in lines[0], r.stderr
 
 
-def test_prefix_ttft_profiles_the_hits_host_work_and_runs_synchronously_when_told(tmp_path: Path) -> None:
+def test_prefix_ttft_profiles_and_splits_the_hits_ttft(tmp_path: Path) -> None:
     """--host-profile N prints the hits' cProfile (the engine's step among the functions), in both orders; the row
-    records whether the engine overlapped (on the CPU it never does, so --sync's effect on CUDA is the lane's)."""
+    records whether the engine overlapped (on the CPU it never does, so --sync's effect on CUDA is the lane's).
+    --anatomy: the host's part until the hit's graph launch is a part of its TTFT, and both graphs (the hit's, taken
+    at its third use, and its decode step's) replay for a time."""
     r = subprocess.run([sys.executable, str(ROOT / "scripts" / "prefix-ttft"), "--model", "tiny-qwen3", "--backend",
-                        "cpu", "--rounds", "1", "--prompt-len", "64", "--host-profile", "5", "--sync", "--out",
-                        str(tmp_path)], capture_output=True, text=True, timeout=120, cwd=ROOT)
+                        "cpu", "--rounds", "3", "--host-profile", "5", "--sync", "--anatomy",
+                        "--out", str(tmp_path)], capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert r.returncode == 0, r.stderr[-2000:]
     for order in ("cumulative", "tottime"):
-        assert f"host profile of 1 hits, by {order} time" in r.stdout, r.stdout[-3000:]
+        assert f"host profile of 3 hits, by {order} time" in r.stdout, r.stdout[-3000:]
     assert "llm_engine.py" in r.stdout and "(step)" in r.stdout, r.stdout[-3000:]
     row = json.loads((tmp_path / "prefix-ttft.json").read_text())
     assert row["async_scheduling"] is False and row["ttft_hit_ms"] > 0, row
+    assert 0 < row["hit_prelaunch_ms"] < row["ttft_hit_ms"], row
+    assert row["hit_graph_ms"] > 0 and row["decode_graph_ms"] > 0, row  # NaN (no graph) fails both
+    assert "hit anatomy (ms): host until its graph's launch" in r.stdout, r.stdout[-2000:]
