@@ -127,7 +127,9 @@ class Flags:
     # many working blocks (256 by default; backends/kernels/rows_attention.py partition_size). A hit's 16 rows over
     # 1,024 keys on the 0.6B shape: 8 partitions of 128 keys at 256 (64 blocks of two tiles each, plus the reduce
     # launch), 4 at 32, 2 at 16, 1 at 8 (8 blocks of 16 tiles, no reduce). An A/B knob: on the H200 (session 30) the
-    # kernel at 256 was latency-bound (82% of cycles with no warp eligible), not yet measured at the others
+    # kernel at 256 was latency-bound (82% of cycles with no warp eligible); on the H100 (session 31) fewer blocks
+    # were slower still: kernel + reduce 20.8 / 24.2 / 28.5 / 36.5 us at 256 / 32 / 16 / 8, the hit 2.57 / 3.09 ms
+    # at 256 / 8
     rows_target_blocks: int = 256
     # VT_PREFILL_HEADS_A_BLOCK=2: the tensor-core prefill kernel serves two query heads of one KV head a block (eight
     # warps, each K and V tile copied once for both: half the L2 reads a tile's work), where the model has an even
