@@ -95,7 +95,10 @@ def test_ladder_json_rows_all_ok(capsys: pytest.CaptureFixture[str]) -> None:
     rows = json.loads(capsys.readouterr().out)
     assert rc == 0 and [r["c"] for r in rows] == [1, 4]
     assert all(r["ok"] == r["n"] == 6 and r["failed"] == 0 for r in rows)
-    assert set(rows[0]) == {"c", "n", "ok", "failed", "out_tok_s", "ttft_ms", "tpot_ms"}
+    assert set(rows[0]) == {"c", "n", "ok", "failed", "out_tok_s", "ttft_ms", "tpot_ms", "ttft_median_ms",
+                            "ttft_max_ms"}
+    for r in rows:  # the mean lies at or under the slowest request, and all are times of requests that ran
+        assert 0 < r["ttft_median_ms"] <= r["ttft_max_ms"] and r["ttft_ms"] <= r["ttft_max_ms"] + 0.01, r
 
 
 # ---- one KV manager: draft memory is counted like the target's ------------------------------------

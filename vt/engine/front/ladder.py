@@ -22,8 +22,10 @@ class Rung:
     ok: int
     failed: int
     out_tok_s: float
-    ttft_ms: float
+    ttft_ms: float  # the mean, as serving benchmarks report it
     tpot_ms: float
+    ttft_median_ms: float = 0.0  # beside the mean: one slow request (a rung's first) moves the mean, not these
+    ttft_max_ms: float = 0.0
     acceptance: float | None = None  # speculative decoding: accepted / proposed draft tokens in this rung
     tokens: list[list[int]] = field(default_factory=list, repr=False)  # per prompt, for equivalence checks
     errors: list[str] = field(default_factory=list, repr=False)
@@ -86,6 +88,7 @@ def run_rung(engine: LLMEngine, c: int, prompts: list[list[int]], output_len: in
                 round(sum(len(r.output_ids) for r in ok) / wall, 1),
                 round(1000 * float(np.mean(ttft)), 2) if ttft else 0.0,
                 round(1000 * float(np.mean(tpot)), 3) if tpot else 0.0,
+                round(1000 * float(np.median(ttft)), 2) if ttft else 0.0, round(1000 * max(ttft), 2) if ttft else 0.0,
                 acceptance, [list(r.output_ids) for r in reqs], [r.error for r in reqs if r.error])
 
 
