@@ -996,6 +996,30 @@ ENTRIES += [
         gates=("tests/engine/test_lane_scripts.py::test_kernel_times_and_prefix_ttft_refuse_what_they_cannot_read",),
     ),
     Mutation(
+        id="prefix-ttft-anatomy-stamps-the-wrong-step",
+        description="scripts/prefix-ttft --anatomy takes the hit's host part up to the staging of its decode step "
+                    "(after its first token) rather than of its tail: the host is charged with the hit's whole step",
+        file="scripts/prefix-ttft", old="self.prelaunch_ms.append(1e3 * (self.staged_at[0] - self.t0))",
+        new="self.prelaunch_ms.append(1e3 * (self.staged_at[-1] - self.t0))",
+        gates=("tests/engine/test_lane_scripts.py::test_prefix_ttft_splits_the_hits_ttft_at_its_graphs_launch",),
+    ),
+    Mutation(
+        id="prefix-ttft-anatomy-swaps-the-graphs",
+        description="scripts/prefix-ttft --anatomy reports the decode step's graph as the hit's and the hit's as the "
+                    "decode step's",
+        file="scripts/prefix-ttft", old='row["hit_graph_rows"], row["hit_graph_ms"] = anatomy.graph(0)',
+        new='row["hit_graph_rows"], row["hit_graph_ms"] = anatomy.graph(1)',
+        gates=("tests/engine/test_lane_scripts.py::test_prefix_ttft_splits_the_hits_ttft_at_its_graphs_launch",),
+    ),
+    Mutation(
+        id="prefix-ttft-profiles-the-anatomy",
+        description="scripts/prefix-ttft takes --host-profile beside --anatomy: cProfile inflates the host times the "
+                    "anatomy reports",
+        file="scripts/prefix-ttft", old="    if args.host_profile and (args.anatomy or args.nvtx):\n",
+        new="    if False:\n",
+        gates=("tests/engine/test_lane_scripts.py::test_kernel_times_and_prefix_ttft_refuse_what_they_cannot_read",),
+    ),
+    Mutation(
         id="kernel-times-ignores-per",
         description="scripts/kernel-times prints the profiled region's totals whatever --per says: two requests' "
                     "kernels read as one request's",

@@ -202,7 +202,13 @@ def test_kernel_times_and_prefix_ttft_refuse_what_they_cannot_read(tmp_path: Pat
                         (["kernel-times", str(tmp_path / "na.csv")], "no kernel with a duration (1 rows without one)"),
                         (["kernel-times", str(tmp_path / "absent.csv")], "No such file"),
                         (["prefix-ttft", "--model", "tiny-qwen3", "--backend", "cpu", "--nvtx"],
-                         "needs --backend cuda")):
+                         "needs --backend cuda"),
+                        (["prefix-ttft", "--model", "tiny-qwen3", "--backend", "cpu", "--anatomy", "--prompt-len",
+                          "256"], "needs --prompt-len above 256"),
+                        (["prefix-ttft", "--model", "tiny-qwen3", "--backend", "cpu", "--anatomy", "--host-profile",
+                          "3"], "take it apart from --anatomy"),
+                        (["prefix-ttft", "--model", "tiny-qwen3", "--backend", "cpu", "--host-profile", "-1"],
+                         "--host-profile >= 0")):
         r = subprocess.run([sys.executable, str(ROOT / "scripts" / args[0]), *args[1:]], capture_output=True,
                            text=True, timeout=60, cwd=ROOT)
         lines = [x for x in r.stderr.splitlines() if x.strip() and not x.startswith(("usage:", " "))]
@@ -210,20 +216,30 @@ def test_kernel_times_and_prefix_ttft_refuse_what_they_cannot_read(tmp_path: Pat
         assert names in lines[0], r.stderr
 
 
-def test_prefix_ttft_profiles_and_splits_the_hits_ttft(tmp_path: Path) -> None:
-    """--host-profile N prints the hits' cProfile (the engine's step among the functions), in both orders; the row
-    records whether the engine overlapped (on the CPU it never does, so --sync's effect on CUDA is the lane's).
-    --anatomy: the host's part until the hit's graph launch is a part of its TTFT, and both graphs (the hit's, taken
-    at its third use, and its decode step's) replay for a time."""
+def _prefix_ttft(tmp_path: Path, *flags: str) -> tuple[str, dict]:
     r = subprocess.run([sys.executable, str(ROOT / "scripts" / "prefix-ttft"), "--model", "tiny-qwen3", "--backend",
-                        "cpu", "--rounds", "3", "--host-profile", "5", "--sync", "--anatomy",
-                        "--out", str(tmp_path)], capture_output=True, text=True, timeout=120, cwd=ROOT)
+                        "cpu", "--rounds", "3", *flags, "--out", str(tmp_path)], capture_output=True, text=True,
+                       timeout=120, cwd=ROOT)
     assert r.returncode == 0, r.stderr[-2000:]
+    return r.stdout, json.loads((tmp_path / "prefix-ttft.json").read_text())
+
+
+def test_prefix_ttft_profiles_the_hits_host_work(tmp_path: Path) -> None:
+    """--host-profile N prints the hits' cProfile (the engine's step among the functions), in both orders; the row
+    records whether the engine overlapped (on the CPU it never does, so --sync's effect on CUDA is the lane's)."""
+    out, row = _prefix_ttft(tmp_path, "--host-profile", "5", "--sync")
     for order in ("cumulative", "tottime"):
-        assert f"host profile of 3 hits, by {order} time" in r.stdout, r.stdout[-3000:]
-    assert "llm_engine.py" in r.stdout and "(step)" in r.stdout, r.stdout[-3000:]
-    row = json.loads((tmp_path / "prefix-ttft.json").read_text())
+        assert f"host profile of 3 hits, by {order} time" in out, out[-3000:]
+    assert "llm_engine.py" in out and "(step)" in out, out[-3000:]
     assert row["async_scheduling"] is False and row["ttft_hit_ms"] > 0, row
-    assert 0 < row["hit_prelaunch_ms"] < row["ttft_hit_ms"], row
-    assert row["hit_graph_ms"] > 0 and row["decode_graph_ms"] > 0, row  # NaN (no graph) fails both
-    assert "hit anatomy (ms): host until its graph's launch" in r.stdout, r.stdout[-2000:]
+
+
+def test_prefix_ttft_splits_the_hits_ttft_at_its_graphs_launch(tmp_path: Path) -> None:
+    """--anatomy: the host's part until the hit's graph launches is a part of its TTFT, the graph taken is the tail's
+    (16 rows, run whole) and the second the one-row decode step's, and the rest of the TTFT (read-back, update) is
+    left over on both sides: a timestamp taken after the graph instead, or the two slots swapped, fails here."""
+    out, row = _prefix_ttft(tmp_path, "--anatomy")
+    assert (row["hit_graph_rows"], row["decode_graph_rows"]) == (16, 1), row
+    assert 0 < row["hit_prelaunch_ms"] < row["ttft_hit_ms"] and row["hit_rest_ms"] > 0, row
+    assert row["hit_graph_ms"] > 0 and row["decode_graph_ms"] > 0, row
+    assert "hit anatomy (ms): host until its graph's launch" in out, out[-2000:]
