@@ -5,6 +5,7 @@ each refusal comes before any device."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -216,10 +217,16 @@ def test_kernel_times_and_prefix_ttft_refuse_what_they_cannot_read(tmp_path: Pat
         assert names in lines[0], r.stderr
 
 
-def _prefix_ttft(tmp_path: Path, *flags: str) -> tuple[str, dict]:
-    r = subprocess.run([sys.executable, str(ROOT / "scripts" / "prefix-ttft"), "--model", "tiny-qwen3", "--backend",
-                        "cpu", "--rounds", "3", *flags, "--out", str(tmp_path)], capture_output=True, text=True,
-                       timeout=120, cwd=ROOT)
+def _prefix_ttft(tmp_path: Path, *flags: str, graphs: str = "1") -> subprocess.CompletedProcess:
+    # graphs on or off whatever the lane's own flags (the pool-bypass lane captures none)
+    env = {**os.environ, "VT_CUDAGRAPH": graphs, "VT_POOL_BYPASS": "0"}
+    return subprocess.run([sys.executable, str(ROOT / "scripts" / "prefix-ttft"), "--model", "tiny-qwen3",
+                           "--backend", "cpu", "--rounds", "3", *flags, "--out", str(tmp_path)], capture_output=True,
+                          text=True, timeout=120, cwd=ROOT, env=env)
+
+
+def _prefix_ttft_row(tmp_path: Path, *flags: str) -> tuple[str, dict]:
+    r = _prefix_ttft(tmp_path, *flags)
     assert r.returncode == 0, r.stderr[-2000:]
     return r.stdout, json.loads((tmp_path / "prefix-ttft.json").read_text())
 
@@ -227,7 +234,7 @@ def _prefix_ttft(tmp_path: Path, *flags: str) -> tuple[str, dict]:
 def test_prefix_ttft_profiles_the_hits_host_work(tmp_path: Path) -> None:
     """--host-profile N prints the hits' cProfile (the engine's step among the functions), in both orders; the row
     records whether the engine overlapped (on the CPU it never does, so --sync's effect on CUDA is the lane's)."""
-    out, row = _prefix_ttft(tmp_path, "--host-profile", "5", "--sync")
+    out, row = _prefix_ttft_row(tmp_path, "--host-profile", "5", "--sync")
     for order in ("cumulative", "tottime"):
         assert f"host profile of 3 hits, by {order} time" in out, out[-3000:]
     assert "llm_engine.py" in out and "(step)" in out, out[-3000:]
@@ -238,8 +245,11 @@ def test_prefix_ttft_splits_the_hits_ttft_at_its_graphs_launch(tmp_path: Path) -
     """--anatomy: the host's part until the hit's graph launches is a part of its TTFT, the graph taken is the tail's
     (16 rows, run whole) and the second the one-row decode step's, and the rest of the TTFT (read-back, update) is
     left over on both sides: a timestamp taken after the graph instead, or the two slots swapped, fails here."""
-    out, row = _prefix_ttft(tmp_path, "--anatomy")
+    out, row = _prefix_ttft_row(tmp_path, "--anatomy")
     assert (row["hit_graph_rows"], row["decode_graph_rows"]) == (16, 1), row
     assert 0 < row["hit_prelaunch_ms"] < row["ttft_hit_ms"] and row["hit_rest_ms"] > 0, row
     assert row["hit_graph_ms"] > 0 and row["decode_graph_ms"] > 0, row
     assert "hit anatomy (ms): host until its graph's launch" in out, out[-2000:]
+    off = _prefix_ttft(tmp_path, "--anatomy", graphs="0")  # no graph to replay: refused before the engine is built
+    lines = [x for x in off.stderr.splitlines() if x.strip() and not x.startswith(("usage:", " "))]
+    assert (off.returncode, len(lines)) == (2, 1) and "needs graphs captured" in lines[0], off.stderr[-2000:]
