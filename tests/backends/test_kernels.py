@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -94,14 +95,16 @@ def decode_reference(c: DecodeCase) -> np.ndarray:
     return out
 
 
-def run_decode(xp, c: DecodeCase) -> np.ndarray:
+def run_decode(xp, c: DecodeCase, op: Any = None) -> np.ndarray:
+    """The case through a decode-shaped attention op (paged_decode_attention unless given: the rows kernels take the
+    same arguments), on the host (xp = np) or the device; its output on the host."""
+    op = op or decode_attention.paged_decode_attention
     T, nh, hd = c.q.shape
     put = (lambda a: xp.asarray(a)) if xp is not np else (lambda a: a.copy())
     out = xp.zeros((T, nh, hd), c.out_dtype)
     P = c.num_partitions
     parts = (None, None) if P == 1 else (xp.zeros((T, nh, P, hd), np.float32), xp.zeros((T, nh, P, 2), np.float32))
-    decode_attention.paged_decode_attention(xp, put(c.q), put(c.k_cache), put(c.v_cache), put(c.tables),
-                                            put(c.token_row), put(c.positions), out, *parts)
+    op(xp, put(c.q), put(c.k_cache), put(c.v_cache), put(c.tables), put(c.token_row), put(c.positions), out, *parts)
     return out if xp is np else out.get()
 
 

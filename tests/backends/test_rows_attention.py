@@ -16,7 +16,7 @@ import pytest
 from backends.kernels import rows_attention
 from backends.kernels.fused import HEAD_DIMS
 from tests.backends.launches import launched_names
-from tests.backends.test_kernels import STORAGE, DecodeCase, assert_within_bound
+from tests.backends.test_kernels import STORAGE, DecodeCase, assert_within_bound, run_decode
 from tests.backends.test_shared_rows_attention import step_launches
 from tests.helpers import flag_set
 from vt.dtypes import narrow_host, widen_host
@@ -81,14 +81,7 @@ def reference(c: DecodeCase, bs: int) -> np.ndarray:
 
 
 def run_rows_mma(xp: Any, c: DecodeCase) -> np.ndarray:
-    T, nh, hd = c.q.shape
-    put = (lambda a: xp.asarray(a)) if xp is not np else (lambda a: a.copy())
-    out = xp.zeros((T, nh, hd), c.out_dtype)
-    P = c.num_partitions
-    parts = (None, None) if P == 1 else (xp.zeros((T, nh, P, hd), np.float32), xp.zeros((T, nh, P, 2), np.float32))
-    rows_attention.paged_rows_attention(xp, put(c.q), put(c.k_cache), put(c.v_cache), put(c.tables),
-                                        put(c.token_row), put(c.positions), out, *parts)
-    return out if xp is np else out.get()
+    return run_decode(xp, c, rows_attention.paged_rows_attention)
 
 
 @pytest.mark.parametrize("dtype", LOW)

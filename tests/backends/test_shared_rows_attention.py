@@ -38,14 +38,7 @@ def shared_case(name: str, hd: int, dtype: str, seed: int = 0) -> DecodeCase:
 
 
 def run_rows(xp: Any, c: DecodeCase) -> np.ndarray:
-    T, nh, hd = c.q.shape
-    put = (lambda a: xp.asarray(a)) if xp is not np else (lambda a: a.copy())
-    out = xp.zeros((T, nh, hd), c.out_dtype)
-    P = c.num_partitions
-    parts = (None, None) if P == 1 else (xp.zeros((T, nh, P, hd), np.float32), xp.zeros((T, nh, P, 2), np.float32))
-    decode_attention.paged_decode_attention_rows(xp, put(c.q), put(c.k_cache), put(c.v_cache), put(c.tables),
-                                                 put(c.token_row), put(c.positions), out, *parts)
-    return out if xp is np else out.get()
+    return run_decode(xp, c, decode_attention.paged_decode_attention_rows)
 
 
 @pytest.mark.parametrize("case", SHARED_CASES)

@@ -50,9 +50,15 @@ def test_small_n_splits_k(config: sg.Config) -> None:
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
 @pytest.mark.parametrize("m,n,k", SHAPES)
 def test_twin_equals_the_product(m: int, n: int, k: int, dtype: str, config: sg.Config) -> None:
+    assert_twin_is_the_product(sg.skinny_gemm, m, n, k, dtype, config)
+
+
+def assert_twin_is_the_product(gemm: Callable[..., None], m: int, n: int, k: int, dtype: str, config: Any) -> None:
+    """A skinny GEMM's NumPy twin (skinny_gemm's or skinny_mma's) against the float64 product, within float32
+    accumulation's bound."""
     a, b = operands(m, n, k, dtype)
     out = np.zeros((m, n), np.float32)
-    sg.skinny_gemm(np, a, b, out, None, None, config=config)
+    gemm(np, a, b, out, None, None, config=config)
     want = widen_host(a).astype(np.float64) @ widen_host(b).astype(np.float64)
     assert np.all(np.abs(out - want) <= 1e-5 * (1 + magnitude(a, b))), "C = A @ B, float32 accumulation"
 

@@ -12,7 +12,7 @@ import pytest
 
 from backends.kernels import skinny_gemm as sg
 from backends.kernels import skinny_mma as sm
-from tests.backends.test_skinny_gemm import magnitude, operands
+from tests.backends.test_skinny_gemm import assert_twin_is_the_product, magnitude, operands
 from tests.helpers import flag_set
 from vt.dtypes import widen_host
 
@@ -56,11 +56,7 @@ def test_the_kernel_serves_two_to_sixteen_rows_of_16_bit_operands() -> None:
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
 @pytest.mark.parametrize("m,n,k", SHAPES)
 def test_the_twin_equals_the_product(m: int, n: int, k: int, dtype: str, config: sm.MmaConfig) -> None:
-    a, b = operands(m, n, k, dtype)
-    out = np.zeros((m, n), np.float32)
-    sm.skinny_mma(np, a, b, out, None, None, config=config)
-    want = widen_host(a).astype(np.float64) @ widen_host(b).astype(np.float64)
-    assert np.all(np.abs(out - want) <= 1e-5 * (1 + magnitude(a, b))), "C = A @ B, float32 accumulation"
+    assert_twin_is_the_product(sm.skinny_mma, m, n, k, dtype, config)
 
 
 @pytest.mark.gpu
