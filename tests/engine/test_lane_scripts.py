@@ -242,12 +242,13 @@ def test_prefix_ttft_profiles_the_hits_host_work(tmp_path: Path) -> None:
 
 
 def test_prefix_ttft_splits_the_hits_ttft_at_its_graphs_launch(tmp_path: Path) -> None:
-    """--anatomy: the host's part until the hit's graph launches is a part of its TTFT, the graph taken is the tail's
-    (16 rows, run whole) and the second the one-row decode step's, and the rest of the TTFT (read-back, update) is
-    left over on both sides: a timestamp taken after the graph instead, or the two slots swapped, fails here."""
+    """--anatomy: the host's part until the hit's graph launches lies inside its TTFT (a stamp at the decode step's
+    staging, after the first token, does not), and the graphs are the tail's (16 rows, run whole) then the one-row
+    decode step's (swapped, they fail here). The rest (TTFT less the other two) is not asserted: the graph's time is
+    taken apart from the TTFT, at the run's end, and a loaded machine can make it the larger."""
     out, row = _prefix_ttft_row(tmp_path, "--anatomy")
     assert (row["hit_graph_rows"], row["decode_graph_rows"]) == (16, 1), row
-    assert 0 < row["hit_prelaunch_ms"] < row["ttft_hit_ms"] and row["hit_rest_ms"] > 0, row
+    assert 0 < row["hit_prelaunch_ms"] < row["ttft_hit_ms"], row
     assert row["hit_graph_ms"] > 0 and row["decode_graph_ms"] > 0, row
     assert "hit anatomy (ms): host until its graph's launch" in out, out[-2000:]
     off = _prefix_ttft(tmp_path, "--anatomy", graphs="0")  # no graph to replay: refused before the engine is built
