@@ -101,6 +101,15 @@ def test_ladder_json_rows_all_ok(capsys: pytest.CaptureFixture[str]) -> None:
         assert 0 < r["ttft_median_ms"] <= r["ttft_max_ms"] and r["ttft_ms"] <= r["ttft_max_ms"] + 0.01, r
 
 
+def test_a_rungs_ttft_median_and_max_show_one_slow_request_as_itself() -> None:
+    """Two requests at 1 ms and one at 10 ms: the mean (4 ms) moves, the median stays at 1 ms, the max is the slow
+    one; no request with a token gives zeros, not an error."""
+    from vt.engine.front.ladder import ttft_ms
+
+    assert ttft_ms([0.001, 0.010, 0.001]) == (4.0, 1.0, 10.0)
+    assert ttft_ms([]) == (0.0, 0.0, 0.0)
+
+
 # ---- one KV manager: draft memory is counted like the target's ------------------------------------
 
 

@@ -49,6 +49,14 @@ def check_levels(concurrency: list[int]) -> None:
         raise ConfigError(f"concurrency {','.join(map(str, concurrency))}: every level must be >= 1")
 
 
+def ttft_ms(seconds: list[float]) -> tuple[float, float, float]:
+    """A rung's TTFTs (seconds) as its mean, median and max in ms (zeros when no request got a token)."""
+    if not seconds:
+        return 0.0, 0.0, 0.0
+    return (round(1000 * float(np.mean(seconds)), 2), round(1000 * float(np.median(seconds)), 2),
+            round(1000 * max(seconds), 2))
+
+
 def run_rung(engine: LLMEngine, c: int, prompts: list[list[int]], output_len: int | list[int],
              on_done: Any = None) -> Rung:
     """Keep c requests in flight until every prompt ran; output_len may differ per prompt."""
@@ -84,11 +92,10 @@ def run_rung(engine: LLMEngine, c: int, prompts: list[list[int]], output_len: in
     if spec is not None:
         proposed = spec.num_proposed - proposed0
         acceptance = round((spec.num_accepted - accepted0) / proposed, 3) if proposed else 0.0
+    ttft_mean, ttft_median, ttft_max = ttft_ms(ttft)
     return Rung(c, len(reqs), len(ok), len(reqs) - len(ok),
-                round(sum(len(r.output_ids) for r in ok) / wall, 1),
-                round(1000 * float(np.mean(ttft)), 2) if ttft else 0.0,
-                round(1000 * float(np.mean(tpot)), 3) if tpot else 0.0,
-                round(1000 * float(np.median(ttft)), 2) if ttft else 0.0, round(1000 * max(ttft), 2) if ttft else 0.0,
+                round(sum(len(r.output_ids) for r in ok) / wall, 1), ttft_mean,
+                round(1000 * float(np.mean(tpot)), 3) if tpot else 0.0, ttft_median, ttft_max,
                 acceptance, [list(r.output_ids) for r in reqs], [r.error for r in reqs if r.error])
 
 
