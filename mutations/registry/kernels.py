@@ -1020,6 +1020,14 @@ ENTRIES += [
         gates=("tests/engine/test_lane_scripts.py::test_kernel_times_and_prefix_ttft_refuse_what_they_cannot_read",),
     ),
     Mutation(
+        id="prefix-ttft-anatomy-without-graphs",
+        description="scripts/prefix-ttft takes --anatomy on an engine that captures no graph (VT_CUDAGRAPH=0, "
+                    "VT_POOL_BYPASS=1): it builds the engine and runs every round, then fails at the replay",
+        file="scripts/prefix-ttft", old="    if args.anatomy and (not flags().cudagraph or flags().pool_bypass):\n",
+        new="    if False:\n",
+        gates=("tests/engine/test_lane_scripts.py::test_prefix_ttft_splits_the_hits_ttft_at_its_graphs_launch",),
+    ),
+    Mutation(
         id="kernel-times-ignores-per",
         description="scripts/kernel-times prints the profiled region's totals whatever --per says: two requests' "
                     "kernels read as one request's",
