@@ -22,7 +22,8 @@ CASES = {  # name: (arguments, what the line must name)
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
-@pytest.mark.parametrize("script", ["gpu-idle", "tpot-split", "replay-ab", "c1-anatomy"])
+@pytest.mark.parametrize("script", ["gpu-idle", "tpot-split", "replay-ab", "c1-anatomy", "prefix-ttft", "largest-step",
+                                    "profile-step"])
 def test_a_lane_script_refuses_bad_input_with_one_typed_line(script: str, case: str) -> None:
     args, names = CASES[case]
     r = subprocess.run([sys.executable, str(ROOT / "scripts" / script), *args], capture_output=True, text=True,
