@@ -136,6 +136,10 @@ class Flags:
     # number of query heads a KV head and a head dim of 32 or more. Correct on the H200 and slower at 4,096 and
     # 7,936 tokens (session 30: 414.5 / 1,184 us against 373.6 / 1,155 at one head a block), so one stays
     prefill_heads_a_block: int = 1
+    # VT_PREFILL_WGMMA=1: on an sm_90 device (H100, H200), prefill attention at head dims 64 and 128 with a 16-bit cache
+    # runs the warpgroup (wgmma) kernel, backends/kernels/prefill_wgmma.cu, compiled for sm_90a; elsewhere the mma.sync
+    # kernel, as without it. Off until the lane has measured it against the mma.sync kernel
+    prefill_wgmma: bool = False
     # VT_SKINNY_MMA=1: the GEMM tuner also times the tensor-core skinny GEMM (backends/kernels/skinny_mma.py) on every
     # plan of 2..16 rows, beside cuBLASLt and the CUDA-core skinny GEMM. Correct on the H200 and no faster a prefix
     # hit's 16-row step there (session 30: 2.48 against 2.43 ms), so off
@@ -166,6 +170,7 @@ class Flags:
             shared_rows_attention=_read_rows_attention(),
             rows_target_blocks=int(_read_choice("VT_ROWS_TARGET_BLOCKS", ("256", "32", "16", "8"))),
             prefill_heads_a_block=int(_read_choice("VT_PREFILL_HEADS_A_BLOCK", ("1", "2"))),
+            prefill_wgmma=_read_bool("VT_PREFILL_WGMMA", False),
             skinny_mma=_read_bool("VT_SKINNY_MMA", False),
         )
 
@@ -182,7 +187,8 @@ def as_environ(f: Flags) -> dict[str, str]:
     names = {"pool_bypass": "VT_POOL_BYPASS", "pool_exact": "VT_POOL_EXACT", "pool_borrow": "VT_POOL_BORROW",
              "pool_stats": "VT_POOL_STATS", "cudagraph": "VT_CUDAGRAPH", "sanitize": "VT_SANITIZE",
              "gemm_tuned": "VT_GEMM_TUNED", "pdl": "VT_PDL", "consumer_norm": "VT_CONSUMER_NORM",
-             "rope_in_attention": "VT_ROPE_IN_ATTENTION", "skinny_mma": "VT_SKINNY_MMA"}
+             "rope_in_attention": "VT_ROPE_IN_ATTENTION", "skinny_mma": "VT_SKINNY_MMA",
+             "prefill_wgmma": "VT_PREFILL_WGMMA"}
     out = {env: "1" if getattr(f, field) else "0" for field, env in names.items()}
     out["VT_SHARED_ROWS_ATTENTION"] = f.shared_rows_attention
     out["VT_PREFILL_HEADS_A_BLOCK"] = str(f.prefill_heads_a_block)

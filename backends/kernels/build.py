@@ -25,6 +25,9 @@ from typing import Any
 KERNEL_DIR = Path(__file__).resolve().parent
 NVRTC_OPTIONS = ("--std=c++17",)  # CuPy adds the device's -arch
 NVCC_OPTIONS = ("-arch=sm_90a", "-std=c++17")
+# An instance with its own target (Instance.arch, e.g. "sm_90a" for wgmma): nvcc's -arch=sm_90a also assembles a
+# compute_90 PTX, which rejects wgmma, so such an instance compiles for that target alone.
+NVCC_ARCH_OPTIONS = ("-std=c++17",)
 _INCLUDE = re.compile(r'^#include "([A-Za-z0-9_.]+)"\s*$', re.M)
 
 
@@ -35,6 +38,7 @@ class Instance:
     file: str
     expr: str
     defines: tuple[tuple[str, int], ...] = ()
+    arch: str = ""  # a target of its own ("sm_90a"): compiled for it alone, not for the device's plain one
 
     @property
     def options(self) -> tuple[str, ...]:
@@ -221,10 +225,56 @@ def function(cp: Any, inst: Instance) -> Kernel:
     if fn is None:
         templated = "<" in inst.expr or "::" in inst.expr  # a namespaced name needs its lowered name
         text = source(inst.file)
-        mod = cp.RawModule(code=text, options=NVRTC_OPTIONS + inst.options,
-                           name_expressions=(inst.expr,) if templated else None)
-        fn = _functions[inst] = Kernel(mod.get_function(inst.expr), waits_first(text, inst.expr))
+        if inst.arch:
+            # -default-device: the kernels' lambdas are device code (CuPy's NVRTC path compiles them so already)
+            options = NVRTC_OPTIONS + inst.options + (f"-arch={inst.arch}", "-default-device")
+            raw: Any = _ArchFunction(text, options, inst.expr)
+        else:
+            raw = cp.RawModule(code=text, options=NVRTC_OPTIONS + inst.options,
+                               name_expressions=(inst.expr,) if templated else None).get_function(inst.expr)
+        fn = _functions[inst] = Kernel(raw, waits_first(text, inst.expr))
     return fn
+
+
+class _ArchFunction:
+    """A kernel compiled for a target of its own (sm_90a) by NVRTC directly, its CUBIN loaded as a module: CuPy's
+    RawModule appends the device's plain -arch, under which wgmma does not assemble. Called and attributed as the
+    RawKernel that Kernel wraps (`kernel.ptr`, max_dynamic_shared_size_bytes). Compiled once a process (no disk
+    cache: a second or so a kernel, in a slot's cold eager step)."""
+
+    def __init__(self, text: str, options: tuple[str, ...], expr: str) -> None:
+        from cupy.cuda import function as cuda_function
+        from cupy_backends.cuda.libs import nvrtc
+
+        prog = nvrtc.createProgram(text, "vt_kernel.cu", (), ())
+        try:
+            # CuPy before 13 spelled it addAddNameExpression
+            (getattr(nvrtc, "addNameExpression", None) or nvrtc.addAddNameExpression)(prog, expr)
+            try:
+                nvrtc.compileProgram(prog, options)
+            except nvrtc.NVRTCError as e:
+                raise RuntimeError(f"NVRTC {' '.join(options)}: {expr}\n{nvrtc.getProgramLog(prog)}") from e
+            cubin, name = nvrtc.getCUBIN(prog), nvrtc.getLoweredName(prog, expr)
+        finally:
+            nvrtc.destroyProgram(prog)
+        self.module = cuda_function.Module()
+        self.module.load(cubin)
+        self.kernel = self.module.get_function(name)
+
+    def __call__(self, grid: tuple, block: tuple, args: tuple, shared_mem: int = 0) -> None:
+        self.kernel(grid, block, args, shared_mem=shared_mem)
+
+    @property
+    def max_dynamic_shared_size_bytes(self) -> int:
+        from cupy_backends.cuda.api import driver
+
+        return int(driver.funcGetAttribute(driver.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, self.kernel.ptr))
+
+    @max_dynamic_shared_size_bytes.setter
+    def max_dynamic_shared_size_bytes(self, n: int) -> None:
+        from cupy_backends.cuda.api import driver
+
+        driver.funcSetAttribute(self.kernel.ptr, driver.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, n)
 
 
 def ci_instances() -> list[Instance]:
@@ -267,19 +317,21 @@ def over_static_shared(ptxas_log: str) -> list[tuple[str, int]]:
 
 def nvcc_check(instances: list[Instance], nvcc: str = "nvcc") -> list[tuple[str, str]]:
     """Compiles each (file, macros) group of instances with nvcc for sm_90a; returns (what, error) per failure."""
-    groups: dict[tuple[str, tuple], list[str]] = {}
+    groups: dict[tuple[str, tuple, str], list[str]] = {}
     for inst in instances:
-        groups.setdefault((inst.file, inst.defines), []).append(inst.expr)
+        groups.setdefault((inst.file, inst.defines, inst.arch), []).append(inst.expr)
     with tempfile.TemporaryDirectory() as tmp:
 
-        def compile_unit(n: int, file: str, defines: tuple, exprs: list[str]) -> tuple[str, str] | None:
+        def compile_unit(n: int, file: str, defines: tuple, arch: str, exprs: list[str]) -> tuple[str, str] | None:
             unit = Path(tmp) / f"unit{n}.cu"
             refs = ",\n    ".join(f"(void*)&{e}" for e in exprs)
             unit.write_text(f'#include "{KERNEL_DIR / file}"\nvoid* vt_ci_instances[] = {{\n    {refs}\n}};\n')
-            cmd = [nvcc, *NVCC_OPTIONS, "-Xptxas=-v", f"-I{KERNEL_DIR}", *Instance(file, "", defines).options, "-c",
+            target = (f"-gencode=arch={arch.replace('sm_', 'compute_')},code={arch}", *NVCC_ARCH_OPTIONS) if arch \
+                else NVCC_OPTIONS
+            cmd = [nvcc, *target, "-Xptxas=-v", f"-I{KERNEL_DIR}", *Instance(file, "", defines).options, "-c",
                    str(unit), "-o", str(Path(tmp) / f"unit{n}.o")]
             p = subprocess.run(cmd, capture_output=True, text=True)
-            what = f"{file} {dict(defines)}: {', '.join(exprs)}"
+            what = f"{file} {dict(defines)}{' ' + arch if arch else ''}: {', '.join(exprs)}"
             if p.returncode != 0:
                 return what, p.stderr.strip()[-3000:]
             over = over_static_shared(p.stderr)
@@ -287,8 +339,8 @@ def nvcc_check(instances: list[Instance], nvcc: str = "nvcc") -> list[tuple[str,
                 f"{name} {size} bytes" for name, size in over)) if over else None
 
         # one unit per (file, macros), split in two when large, as many at once as there are cores
-        units = [(n, file, defines, part) for n, (file, defines, part) in enumerate(
-            (f, d, es[i::2]) for (f, d), es in groups.items() for i in range(min(2, len(es))))]
+        units = [(n, file, defines, arch, part) for n, (file, defines, arch, part) in enumerate(
+            (f, d, a, es[i::2]) for (f, d, a), es in groups.items() for i in range(min(2, len(es))))]
         with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
             return [f for f in pool.map(lambda u: compile_unit(*u), units) if f is not None]
 
@@ -309,8 +361,9 @@ def main(argv: list[str] | None = None) -> int:
     if failures:
         print(f"{len(failures)} compile unit(s) failed")
     else:
+        own = sorted({f"{i.file} for {i.arch} alone" for i in instances if i.arch})
         print(f"nvcc {' '.join(NVCC_OPTIONS)}: {len(instances)} kernel instances compiled, from {len(files)} "
-              f"files ({', '.join(files)})")
+              f"files ({', '.join(files)}){'; ' + ', '.join(own) if own else ''}")
     return 1 if failures else 0
 
 

@@ -28,6 +28,10 @@ CI_INSTANCES = [Instance("prefill_attention.cu", f"vt::paged_prefill_attention<{
                 for kv in ("vt::bf16", "vt::f16") for hd in HEAD_DIMS]
 CI_INSTANCES += [Instance("prefill_attention.cu", f"vt::paged_prefill_attention<{kv}, {kv}, {hd}, 2>")
                  for kv in ("vt::bf16", "vt::f16") for hd in HEAD_DIMS if hd >= 32]
+WGMMA_HEAD_DIMS = (64, 128)  # prefill_wgmma.cu: whole 128-byte rows of the swizzled tiles, one or two slabs
+WGMMA_ARCH = "sm_90a"  # wgmma's target: cubins for it load on compute capability 9.0 alone
+CI_INSTANCES += [Instance("prefill_wgmma.cu", f"vt::paged_prefill_wgmma<{kv}, {kv}, {hd}>", arch=WGMMA_ARCH)
+                 for kv in ("vt::bf16", "vt::f16") for hd in WGMMA_HEAD_DIMS]
 
 
 def heads_a_block(nh: int, nkv: int, hd: int) -> int:
@@ -48,6 +52,28 @@ def _say_heads_a_block_declined(asked: int, group: int, hd: int) -> None:
     """One line (once a shape) where VT_PREFILL_HEADS_A_BLOCK asked for what the shape cannot take."""
     logging.getLogger("vt").warning("VT_PREFILL_HEADS_A_BLOCK=%d does not apply (%d query heads a KV head, head dim "
                                     "%d); the prefill kernel serves one head a block", asked, group, hd)
+
+
+def takes_wgmma(hd: int, cache_dtype: Any, compute_capability: int) -> bool:
+    """Whether VT_PREFILL_WGMMA=1 serves this shape with the warpgroup kernel: a 16-bit cache (the tensor cores'
+    operands), a head dim of WGMMA_HEAD_DIMS, a device of compute capability 9.0 (an sm_90a cubin runs there alone).
+    Unasked, or where it cannot serve, the mma.sync kernel runs; a shape it declines is said once."""
+    from vt.env import flags
+
+    if not flags().prefill_wgmma:
+        return False
+    fits = np.dtype(cache_dtype).itemsize == 2 and hd in WGMMA_HEAD_DIMS and compute_capability == 90
+    if not fits:
+        _say_wgmma_declined(hd, np.dtype(cache_dtype).name, compute_capability)
+    return fits
+
+
+@functools.cache
+def _say_wgmma_declined(hd: int, dtype: str, compute_capability: int) -> None:
+    logging.getLogger("vt").warning("VT_PREFILL_WGMMA=1 does not apply (head dim %d, %s cache, compute capability "
+                                    "%d; it serves head dims %s with a 16-bit cache on 9.0); the mma.sync prefill "
+                                    "kernel runs", hd, dtype, compute_capability,
+                                    " and ".join(map(str, WGMMA_HEAD_DIMS)))
 
 
 def prefill_tiles(seqs: Sequence[tuple[int, int, int, int]], capacity: int = 0) -> np.ndarray:
@@ -105,6 +131,8 @@ def _twin(q: np.ndarray, k_cache: np.ndarray, v_cache: np.ndarray, block_tables:
 
 def _cuda(cp: Any, q: Any, k_cache: Any, v_cache: Any, block_tables: Any, tiles: Any, token_row: Any,
           positions: Any, out: Any) -> None:
+    from vt.env import flags
+
     T, nh, hd = q.shape
     bs, nkv = k_cache.shape[1], k_cache.shape[2]
     if k_cache.dtype == np.float32:  # no tensor-core path: the decode kernel, one query per token
@@ -118,6 +146,9 @@ def _cuda(cp: Any, q: Any, k_cache: Any, v_cache: Any, block_tables: Any, tiles:
         # the kernel finds a key's block by shifts within a key tile, and a block id in 32 bits
         raise EngineInvariantError(f"paged_prefill_attention: block size {bs} (a power of two dividing {KEY_TILE}) "
                                    f"and {k_cache.shape[0]} cache blocks (fewer than 2**31)")
+    if flags().prefill_wgmma and takes_wgmma(hd, k_cache.dtype, int(cp.cuda.Device().compute_capability)):
+        _cuda_wgmma(cp, q, k_cache, v_cache, block_tables, tiles, out)
+        return
     hpb = heads_a_block(nh, nkv, hd)
     fn = function(cp, Instance("prefill_attention.cu", f"vt::paged_prefill_attention<{ctype(k_cache.dtype)}, "
                                                        f"{ctype(out.dtype)}, {hd}{', 2' if hpb == 2 else ''}>"))
@@ -127,6 +158,18 @@ def _cuda(cp: Any, q: Any, k_cache: Any, v_cache: Any, block_tables: Any, tiles:
     fn((tiles.shape[0], nh // hpb), (THREADS * hpb,), (q, k_cache, v_cache, block_tables, tiles, out, np.int32(nh),
                                                        np.int32(nkv), np.int32(bs), np.int32(block_tables.shape[1])),
        shared_mem=smem)
+
+
+def _cuda_wgmma(cp: Any, q: Any, k_cache: Any, v_cache: Any, block_tables: Any, tiles: Any, out: Any) -> None:
+    T, nh, hd = q.shape
+    bs, nkv = k_cache.shape[1], k_cache.shape[2]
+    fn = function(cp, Instance("prefill_wgmma.cu", f"vt::paged_prefill_wgmma<{ctype(k_cache.dtype)}, "
+                                                   f"{ctype(out.dtype)}, {hd}>", arch=WGMMA_ARCH))
+    smem = 2 * 2 * KEY_TILE * hd * 2 + 1024  # two stages of K and V tiles, 1,024 bytes to align the swizzle atoms
+    if smem > 48 << 10:
+        fn.max_dynamic_shared_size_bytes = smem
+    fn((tiles.shape[0], nh), (THREADS,), (q, k_cache, v_cache, block_tables, tiles, out, np.int32(nh), np.int32(nkv),
+                                          np.int32(bs), np.int32(block_tables.shape[1])), shared_mem=smem)
 
 
 # q, k_cache, v_cache, block_tables, tiles, token_row, positions, out

@@ -89,33 +89,16 @@ template <int HD, int THREADS, int BN> struct TileCopies {
     }
 };
 
-// One key tile (BN keys from k0, in shared memory: ks and vs, rows of STRIDE) for a warp's sixteen query rows (qa,
-// mma A fragments; this lane's rows g and g + 8): S = Q K^T, the causal mask where MASKED (a key past limit[i], the
-// last key row i sees, is not seen), the online softmax (m, l: the rows' max and sum, in natural units), O += P V.
+// The online softmax of one key tile for a warp's sixteen query rows (this lane's rows g and g + 8), S in sc as mma
+// (or wgmma) accumulators: the causal mask where MASKED (a key past limit[i], the last key row i sees, is not seen), the
+// rows' max and sum (m, l: natural units) moved on, O rescaled to the new max, and P as the A fragments of P.V (pa).
 // A row that has seen no key yet (its max still -inf) computes NaN in its own registers (a thread's two rows never
 // mix, nor do the four lanes of a row with another row's): its caller never writes such a row.
-template <typename KV, int HD, int BN, int STRIDE, bool MASKED>
-__device__ __forceinline__ void attend_tile(const unsigned (&qa)[HD / 16][4], const unsigned short* ks,
-                                            const unsigned short* vs, const int (&limit)[2], int k0, int lane,
-                                            float (&o)[HD / 8][4], float (&m)[2], float (&l)[2]) {
+template <typename KV, int HD, int BN, bool MASKED>
+__device__ __forceinline__ void softmax_tile(float (&sc)[BN / 8][4], const int (&limit)[2], int k0, int lane,
+                                             float (&o)[HD / 8][4], float (&m)[2], float (&l)[2],
+                                             unsigned (&pa)[BN / 16][4]) {
     const int tig = lane & 3;
-    const int mi = lane >> 3, mr = lane & 7;  // ldmatrix rows this lane addresses: matrix lane / 8, its row lane % 8
-    float sc[BN / 8][4];  // S = Q K^T for this warp's sixteen rows and the tile's keys
-#pragma unroll
-    for (int n = 0; n < BN / 8; n++) {
-        sc[n][0] = sc[n][1] = sc[n][2] = sc[n][3] = 0.0f;
-#pragma unroll
-        for (int s = 0; s < HD / 16; s += 2) {  // two k-steps an ldmatrix: K rows 8n.., dims 16s + 8 * mi
-            unsigned b[4];
-            if (HD >= 32) {
-                ldmatrix_x4<false>(b, ks + (8 * n + mr) * STRIDE + 16 * s + 8 * mi);
-            } else {  // one k-step: matrices 2 and 3 repeat 0 and 1
-                ldmatrix_x4<false>(b, ks + (8 * n + mr) * STRIDE + 8 * (mi & 1));
-            }
-            Mma<KV>::run(sc[n], qa[s], b[0], b[1]);
-            if (s + 1 < HD / 16) Mma<KV>::run(sc[n], qa[s + 1], b[2], b[3]);
-        }
-    }
     if (MASKED) {  // a key past a row's limit is not seen: column 8n + (e & 1) against limit - k0 - 2 tig
         const int reach[2] = {limit[0] - k0 - 2 * tig, limit[1] - k0 - 2 * tig};
 #pragma unroll
@@ -142,7 +125,6 @@ __device__ __forceinline__ void attend_tile(const unsigned (&qa)[HD / 16][4], co
         m[i] = mx[i];
         ml2[i] = mx[i] * LOG2E;
     }
-    unsigned pa[BN / 16][4];  // P as A fragments of the second product
 #pragma unroll
     for (int n = 0; n < BN / 8; n++) {
         float p[4];
@@ -167,6 +149,33 @@ __device__ __forceinline__ void attend_tile(const unsigned (&qa)[HD / 16][4], co
             o[j][2] *= alpha[1]; o[j][3] *= alpha[1];
         }
     }
+}
+
+// One key tile (BN keys from k0, in shared memory: ks and vs, rows of STRIDE) for a warp's sixteen query rows (qa,
+// mma A fragments): S = Q K^T, softmax_tile, O += P V.
+template <typename KV, int HD, int BN, int STRIDE, bool MASKED>
+__device__ __forceinline__ void attend_tile(const unsigned (&qa)[HD / 16][4], const unsigned short* ks,
+                                            const unsigned short* vs, const int (&limit)[2], int k0, int lane,
+                                            float (&o)[HD / 8][4], float (&m)[2], float (&l)[2]) {
+    const int mi = lane >> 3, mr = lane & 7;  // ldmatrix rows this lane addresses: matrix lane / 8, its row lane % 8
+    float sc[BN / 8][4];  // S = Q K^T for this warp's sixteen rows and the tile's keys
+#pragma unroll
+    for (int n = 0; n < BN / 8; n++) {
+        sc[n][0] = sc[n][1] = sc[n][2] = sc[n][3] = 0.0f;
+#pragma unroll
+        for (int s = 0; s < HD / 16; s += 2) {  // two k-steps an ldmatrix: K rows 8n.., dims 16s + 8 * mi
+            unsigned b[4];
+            if (HD >= 32) {
+                ldmatrix_x4<false>(b, ks + (8 * n + mr) * STRIDE + 16 * s + 8 * mi);
+            } else {  // one k-step: matrices 2 and 3 repeat 0 and 1
+                ldmatrix_x4<false>(b, ks + (8 * n + mr) * STRIDE + 8 * (mi & 1));
+            }
+            Mma<KV>::run(sc[n], qa[s], b[0], b[1]);
+            if (s + 1 < HD / 16) Mma<KV>::run(sc[n], qa[s + 1], b[2], b[3]);
+        }
+    }
+    unsigned pa[BN / 16][4];  // P as A fragments of the second product
+    softmax_tile<KV, HD, BN, MASKED>(sc, limit, k0, lane, o, m, l, pa);
 #pragma unroll
     for (int s = 0; s < BN / 16; s++) {
 #pragma unroll

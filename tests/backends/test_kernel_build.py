@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -34,3 +35,19 @@ def test_a_kernel_over_48_kb_of_static_shared_memory_fails_the_compile_check(tmp
     assert [name for name, _ in over] == ["big"], over
     assert over[0][1] >= 49 * 1024
     assert over_static_shared(ptxas_log(tmp_path, 40 * 1024)) == [], "non-vacuity: 40 KB is within the limit"
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed")
+def test_an_instance_with_its_own_target_compiles_for_it_alone() -> None:
+    """The wgmma prefill kernel compiles for sm_90a (`Instance.arch`) and fails under the shared `-arch=sm_90a`, whose
+    compute_90 PTX rejects wgmma: the check compiles each instance for its own target, and the instance list asks for
+    it (an instance that lost its arch would fail CI here, before the device's NVRTC)."""
+    from backends.kernels.build import ci_instances, nvcc_check
+    from backends.kernels.prefill_attention import WGMMA_ARCH
+
+    wgmma = [i for i in ci_instances() if i.file == "prefill_wgmma.cu"]
+    assert wgmma and all(i.arch == WGMMA_ARCH for i in wgmma), "the wgmma instances carry their target"
+    one = wgmma[0]
+    assert nvcc_check([one]) == []
+    failed = nvcc_check([replace(one, arch="")])
+    assert len(failed) == 1 and "wgmma" in failed[0][1] and "sm_90" in failed[0][1], failed

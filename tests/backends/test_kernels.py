@@ -496,6 +496,52 @@ def test_two_heads_a_block_only_where_they_share_a_kv_head_and_fill_a_tiles_copi
     assert "VT_PREFILL_HEADS_A_BLOCK=2 does not apply (3 query heads a KV head" in caplog.text, "declined, said"
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+@pytest.mark.parametrize("case", PREFILL_CASES)
+def test_cuda_paged_prefill_wgmma_equals_its_twin(case: str, dtype: str) -> None:
+    """VT_PREFILL_WGMMA=1 on an sm_90 device: the warpgroup kernel (prefill_wgmma.cu: swizzled K and V tiles read by
+    wgmma through descriptors) within the twin's bound at both head dims it serves, for every case (a chunk over
+    earlier chunks' keys, tile edges, a long one); the wgmma instance is what ran."""
+    import cupy
+
+    from backends.kernels.build import Instance, is_loaded
+    from backends.kernels.prefill_attention import WGMMA_ARCH, WGMMA_HEAD_DIMS, takes_wgmma
+
+    cc = int(cupy.cuda.Device().compute_capability)
+    if cc != 90:
+        pytest.skip(f"wgmma (sm_90a) runs on compute capability 9.0, not {cc}")
+    storage = STORAGE[dtype]
+    with flag_set("VT_PREFILL_WGMMA", "1"):
+        for hd in WGMMA_HEAD_DIMS:
+            assert takes_wgmma(hd, storage, cc), "non-vacuity: the variant runs"
+            args = prefill_case(PREFILL_CASES[case], 8, 2, hd, dtype, seed=hd)
+            got, want = run_prefill(cupy, args, storage), run_prefill(np, args, storage)
+            ctype = "vt::bf16" if dtype == "bfloat16" else "vt::f16"
+            assert is_loaded(Instance("prefill_wgmma.cu", f"vt::paged_prefill_wgmma<{ctype}, {ctype}, {hd}>",
+                                      arch=WGMMA_ARCH)), "the wgmma kernel served the step"
+            assert np.isfinite(widen_host(got)).all(), f"hd={hd}: the kernel read a poisoned key or value"
+            assert_within_bound(got, want, f"wgmma prefill {case} hd={hd} {dtype}", rounded_p=True)
+
+
+def test_wgmma_prefill_only_where_asked_and_the_shape_and_device_serve_it(caplog: pytest.LogCaptureFixture) -> None:
+    """VT_PREFILL_WGMMA=1 takes the warpgroup kernel for a 16-bit cache at head dims 64 and 128 on compute capability
+    9.0; any other shape or device keeps the mma.sync kernel, said in a line; unasked, never."""
+    from backends.kernels.prefill_attention import _say_wgmma_declined, takes_wgmma
+
+    _say_wgmma_declined.cache_clear()
+    caplog.set_level(logging.WARNING, logger="vt")
+    bf16 = STORAGE["bfloat16"]
+    assert not takes_wgmma(128, bf16, 90), "never unless asked"
+    with flag_set("VT_PREFILL_WGMMA", "1"):
+        assert takes_wgmma(128, bf16, 90) and takes_wgmma(64, np.float16, 90)
+        assert "does not apply" not in caplog.text, "non-vacuity: no line unless declined"
+        assert not takes_wgmma(128, np.float32, 90), "a float32 cache: no tensor-core operands"
+        assert not takes_wgmma(256, bf16, 90) and not takes_wgmma(32, bf16, 90), "head dims 64 and 128 only"
+        assert not takes_wgmma(128, bf16, 80) and not takes_wgmma(128, bf16, 100), "an sm_90a cubin runs on 9.0 alone"
+    assert "VT_PREFILL_WGMMA=1 does not apply (head dim 256" in caplog.text, "declined, said"
+
+
 # ---- tokens between steps (async scheduling) ------------------------------------------------------------------
 def _token_case(n: int = 300, slots: int = 256) -> tuple[np.ndarray, ...]:
     rng = np.random.default_rng(4)
