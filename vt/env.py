@@ -136,10 +136,12 @@ class Flags:
     # number of query heads a KV head and a head dim of 32 or more. Correct on the H200 and slower at 4,096 and
     # 7,936 tokens (session 30: 414.5 / 1,184 us against 373.6 / 1,155 at one head a block), so one stays
     prefill_heads_a_block: int = 1
-    # VT_PREFILL_WGMMA=1: on an sm_90 device (H100, H200), prefill attention at head dims 64 and 128 with a 16-bit cache
-    # runs the warpgroup (wgmma) kernel, backends/kernels/prefill_wgmma.cu, compiled for sm_90a; elsewhere the mma.sync
-    # kernel, as without it. Off until the lane has measured it against the mma.sync kernel
-    prefill_wgmma: bool = False
+    # VT_PREFILL_WGMMA=auto (default), 1 or 0: prefill attention on an sm_90 device (H100, H200) at head dims 64 and 128
+    # with a 16-bit cache runs the warpgroup (wgmma) kernel, backends/kernels/prefill_wgmma.cu, compiled for sm_90a;
+    # elsewhere the mma.sync kernel. auto takes it where it applies without a word; 1 says once a shape where it
+    # cannot; 0 keeps the mma.sync kernel. On an H100 (session 32) it took 37 / 264 / 788 us against 59 / 380 / 1,155
+    # at 1,024 / 4,096 / 7,936 tokens, and the yardstick's 8k c=8 TPOT from 6.46 to 5.70 ms
+    prefill_wgmma: str = "auto"
     # VT_SKINNY_MMA=1: the GEMM tuner also times the tensor-core skinny GEMM (backends/kernels/skinny_mma.py) on every
     # plan of 2..16 rows, beside cuBLASLt and the CUDA-core skinny GEMM. Correct on the H200 and no faster a prefix
     # hit's 16-row step there (session 30: 2.48 against 2.43 ms), so off
@@ -170,7 +172,7 @@ class Flags:
             shared_rows_attention=_read_rows_attention(),
             rows_target_blocks=int(_read_choice("VT_ROWS_TARGET_BLOCKS", ("256", "32", "16", "8"))),
             prefill_heads_a_block=int(_read_choice("VT_PREFILL_HEADS_A_BLOCK", ("1", "2"))),
-            prefill_wgmma=_read_bool("VT_PREFILL_WGMMA", False),
+            prefill_wgmma=_read_choice("VT_PREFILL_WGMMA", ("auto", "1", "0")),
             skinny_mma=_read_bool("VT_SKINNY_MMA", False),
         )
 
@@ -187,11 +189,11 @@ def as_environ(f: Flags) -> dict[str, str]:
     names = {"pool_bypass": "VT_POOL_BYPASS", "pool_exact": "VT_POOL_EXACT", "pool_borrow": "VT_POOL_BORROW",
              "pool_stats": "VT_POOL_STATS", "cudagraph": "VT_CUDAGRAPH", "sanitize": "VT_SANITIZE",
              "gemm_tuned": "VT_GEMM_TUNED", "pdl": "VT_PDL", "consumer_norm": "VT_CONSUMER_NORM",
-             "rope_in_attention": "VT_ROPE_IN_ATTENTION", "skinny_mma": "VT_SKINNY_MMA",
-             "prefill_wgmma": "VT_PREFILL_WGMMA"}
+             "rope_in_attention": "VT_ROPE_IN_ATTENTION", "skinny_mma": "VT_SKINNY_MMA"}
     out = {env: "1" if getattr(f, field) else "0" for field, env in names.items()}
     out["VT_SHARED_ROWS_ATTENTION"] = f.shared_rows_attention
     out["VT_PREFILL_HEADS_A_BLOCK"] = str(f.prefill_heads_a_block)
+    out["VT_PREFILL_WGMMA"] = f.prefill_wgmma
     out["VT_CACHE_DIR"] = f.cache_dir
     out["VT_BLAS_THREADS"] = str(f.blas_threads)
     out["VT_SAMPLER"] = f.sampler

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import hashlib
 import os
 import re
 import shutil
@@ -239,24 +240,12 @@ def function(cp: Any, inst: Instance) -> Kernel:
 class _ArchFunction:
     """A kernel compiled for a target of its own (sm_90a) by NVRTC directly, its CUBIN loaded as a module: CuPy's
     RawModule appends the device's plain -arch, under which wgmma does not assemble. Called and attributed as the
-    RawKernel that Kernel wraps (`kernel.ptr`, max_dynamic_shared_size_bytes). Compiled once a process (no disk
-    cache: a second or so a kernel, in a slot's cold eager step)."""
+    RawKernel that Kernel wraps (`kernel.ptr`, max_dynamic_shared_size_bytes)."""
 
     def __init__(self, text: str, options: tuple[str, ...], expr: str) -> None:
         from cupy.cuda import function as cuda_function
-        from cupy_backends.cuda.libs import nvrtc
 
-        prog = nvrtc.createProgram(text, "vt_kernel.cu", (), ())
-        try:
-            # CuPy before 13 spelled it addAddNameExpression
-            (getattr(nvrtc, "addNameExpression", None) or nvrtc.addAddNameExpression)(prog, expr)
-            try:
-                nvrtc.compileProgram(prog, options)
-            except nvrtc.NVRTCError as e:
-                raise RuntimeError(f"NVRTC {' '.join(options)}: {expr}\n{nvrtc.getProgramLog(prog)}") from e
-            cubin, name = nvrtc.getCUBIN(prog), nvrtc.getLoweredName(prog, expr)
-        finally:
-            nvrtc.destroyProgram(prog)
+        cubin, name = arch_cubin(text, options, expr)
         self.module = cuda_function.Module()
         self.module.load(cubin)
         self.kernel = self.module.get_function(name)
@@ -275,6 +264,43 @@ class _ArchFunction:
         from cupy_backends.cuda.api import driver
 
         driver.funcSetAttribute(self.kernel.ptr, driver.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, n)
+
+
+def arch_cubin(text: str, options: tuple[str, ...], expr: str) -> tuple[bytes, str]:
+    """(CUBIN, lowered name) of `expr` in `text`, from the disk cache under $VT_CACHE_DIR/kernels (keyed by the text,
+    options, name and NVRTC's version, as CuPy keys its own) or compiled now and stored there (written whole, then
+    renamed: a reader never sees half a file). A cache that cannot be read or written is passed by."""
+    from cupy_backends.cuda.libs import nvrtc
+
+    from vt.env import flags
+
+    key = hashlib.sha256("\0".join((text, *options, expr, repr(nvrtc.getVersion()))).encode()).hexdigest()
+    path = Path(flags().cache_dir) / "kernels" / f"{key}.cubin"
+    try:
+        name, _, cubin = path.read_bytes().partition(b"\n")
+        if name and cubin:
+            return cubin, name.decode()
+    except OSError:
+        pass
+    prog = nvrtc.createProgram(text, "vt_kernel.cu", (), ())
+    try:
+        # CuPy before 13 spelled it addAddNameExpression
+        (getattr(nvrtc, "addNameExpression", None) or nvrtc.addAddNameExpression)(prog, expr)
+        try:
+            nvrtc.compileProgram(prog, options)
+        except nvrtc.NVRTCError as e:
+            raise RuntimeError(f"NVRTC {' '.join(options)}: {expr}\n{nvrtc.getProgramLog(prog)}") from e
+        cubin, lowered = nvrtc.getCUBIN(prog), nvrtc.getLoweredName(prog, expr)
+    finally:
+        nvrtc.destroyProgram(prog)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=path.parent, delete=False) as f:
+            f.write(lowered.encode() + b"\n" + cubin)
+        os.replace(f.name, path)
+    except OSError:
+        pass
+    return cubin, lowered
 
 
 def ci_instances() -> list[Instance]:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -54,24 +54,29 @@ def _say_heads_a_block_declined(asked: int, group: int, hd: int) -> None:
                                     "%d); the prefill kernel serves one head a block", asked, group, hd)
 
 
-def takes_wgmma(hd: int, cache_dtype: Any, compute_capability: int) -> bool:
-    """Whether VT_PREFILL_WGMMA=1 serves this shape with the warpgroup kernel: a 16-bit cache (the tensor cores'
-    operands), a head dim of WGMMA_HEAD_DIMS, a device of compute capability 9.0 (an sm_90a cubin runs there alone).
-    Unasked, or where it cannot serve, the mma.sync kernel runs; a shape it declines is said once."""
+def takes_wgmma(hd: int, cache_dtype: Any, compute_capability: Callable[[], int]) -> bool:
+    """Whether prefill attention runs the warpgroup kernel (VT_PREFILL_WGMMA auto or 1): a 16-bit cache (the tensor
+    cores' operands), a head dim of WGMMA_HEAD_DIMS, a device of compute capability 9.0 (an sm_90a cubin runs there
+    alone; asked of the device only for a shape that fits). Elsewhere, or at 0, the mma.sync kernel runs; a shape that
+    1 asked for and cannot take is said once."""
     from vt.env import flags
 
-    if not flags().prefill_wgmma:
+    asked = flags().prefill_wgmma
+    if asked == "0":
         return False
-    fits = np.dtype(cache_dtype).itemsize == 2 and hd in WGMMA_HEAD_DIMS and compute_capability == 90
-    if not fits:
-        _say_wgmma_declined(hd, np.dtype(cache_dtype).name, compute_capability)
+    shape = np.dtype(cache_dtype).itemsize == 2 and hd in WGMMA_HEAD_DIMS
+    cc = compute_capability() if shape else 0
+    fits = shape and cc == 90
+    if not fits and asked == "1":
+        _say_wgmma_declined(hd, np.dtype(cache_dtype).name, cc)
     return fits
 
 
 @functools.cache
 def _say_wgmma_declined(hd: int, dtype: str, compute_capability: int) -> None:
     logging.getLogger("vt").warning("VT_PREFILL_WGMMA=1 does not apply (head dim %d, %s cache, compute capability "
-                                    "%d; it serves head dims %s with a 16-bit cache on 9.0); the mma.sync prefill "
+                                    "%d, 0 unasked; it serves head dims %s with a 16-bit cache on 9.0); the mma.sync "
+                                    "prefill "
                                     "kernel runs", hd, dtype, compute_capability,
                                     " and ".join(map(str, WGMMA_HEAD_DIMS)))
 
@@ -131,8 +136,6 @@ def _twin(q: np.ndarray, k_cache: np.ndarray, v_cache: np.ndarray, block_tables:
 
 def _cuda(cp: Any, q: Any, k_cache: Any, v_cache: Any, block_tables: Any, tiles: Any, token_row: Any,
           positions: Any, out: Any) -> None:
-    from vt.env import flags
-
     T, nh, hd = q.shape
     bs, nkv = k_cache.shape[1], k_cache.shape[2]
     if k_cache.dtype == np.float32:  # no tensor-core path: the decode kernel, one query per token
@@ -146,7 +149,7 @@ def _cuda(cp: Any, q: Any, k_cache: Any, v_cache: Any, block_tables: Any, tiles:
         # the kernel finds a key's block by shifts within a key tile, and a block id in 32 bits
         raise EngineInvariantError(f"paged_prefill_attention: block size {bs} (a power of two dividing {KEY_TILE}) "
                                    f"and {k_cache.shape[0]} cache blocks (fewer than 2**31)")
-    if flags().prefill_wgmma and takes_wgmma(hd, k_cache.dtype, int(cp.cuda.Device().compute_capability)):
+    if takes_wgmma(hd, k_cache.dtype, lambda: int(cp.cuda.Device().compute_capability)):
         _cuda_wgmma(cp, q, k_cache, v_cache, block_tables, tiles, out)
         return
     hpb = heads_a_block(nh, nkv, hd)

@@ -174,6 +174,10 @@ PREFILL_CUDA = f"{KERNELS}::test_cuda_paged_prefill_equals_its_twin"
 # The two-heads-a-block variant shares the prefill kernel's body and the tensor-core tile: what breaks them breaks it
 # (the H200, session 30: three prefill mutants were Overreach on it)
 PREFILL_HPB = f"{KERNELS}::test_cuda_paged_prefill_two_heads_a_block_equals_its_twin"
+# The warpgroup kernel (prefill_wgmma.cu) runs tensor_core.cuh's softmax_tile too: what breaks the tile's softmax
+# breaks it
+PREFILL_WGMMA = f"{KERNELS}::test_cuda_paged_prefill_wgmma_equals_its_twin"
+PWG = "backends/kernels/prefill_wgmma.cu"
 PREFILL_CASES = ("one-prompt", "chunks-over-earlier-kv", "tile-edges", "long-over-earlier-kv")
 PTWIN = "backends/kernels/prefill_attention.py"
 PCU = "backends/kernels/prefill_attention.cu"
@@ -206,7 +210,7 @@ ENTRIES += [
         # float32: the decode kernel; in every rows case a row would see the key past its own (a later row's, or a
         # zero-filled one past the segment's reach, which would weigh exp(-max))
         gates=cases(PREFILL_CUDA, PREFILL_CASES, ("bfloat16", "float16")) + cases(ROWS_CUDA, ROWS_CASES, LOW)
-        + (PREFILL_HPB,) + ROWS_HIT_CUDA,
+        + (PREFILL_HPB,) + ROWS_HIT_CUDA + cases(PREFILL_WGMMA, PREFILL_CASES, LOW),
         needs_gpu=True,
     ),
     Mutation(
@@ -1604,7 +1608,8 @@ ENTRIES += [
         new="",
         # one-prompt's 37 keys are one tile; every rows case has a partition of two tiles
         gates=cases(PREFILL_CUDA, ("chunks-over-earlier-kv", "tile-edges", "long-over-earlier-kv"), LOW)
-        + cases(ROWS_CUDA, ROWS_CASES, LOW) + (PREFILL_HPB,) + ROWS_HIT_CUDA,
+        + cases(ROWS_CUDA, ROWS_CASES, LOW) + (PREFILL_HPB,) + ROWS_HIT_CUDA
+        + cases(PREFILL_WGMMA, ("chunks-over-earlier-kv", "tile-edges", "long-over-earlier-kv"), LOW),
         needs_gpu=True,
     ),
 ]
@@ -1727,5 +1732,69 @@ ENTRIES += [
         new="    const int q0 = tile[1], p0 = tile[3], head = blockIdx.y * HPB;\n",
         gates=cases(PREFILL_HPB, PREFILL_CASES, LOW),
         needs_gpu=True,
+    ),
+    Mutation(
+        id="cuda-prefill-wgmma-second-slab-never-read",
+        description="the warpgroup prefill kernel's S = Q K^T steps through the first 64-dim slab of K only: at head "
+                    "dim 128 the second half of q meets the first half of k",
+        file=PWG, old="sw128_desc(stage_addr + (s >> 2) * WG_SLAB + (s & 3) * 32, 16,",
+        new="sw128_desc(stage_addr + (s & 3) * 32, 16,",
+        gates=cases(PREFILL_WGMMA, PREFILL_CASES, LOW),
+        needs_gpu=True,
+    ),
+    Mutation(
+        id="cuda-prefill-wgmma-copies-unswizzled",
+        description="the warpgroup prefill kernel's cp.async writes K and V rows plainly where its descriptors read "
+                    "the 128-byte swizzle",
+        file=PWG, old="(((c & 7) ^ (key & 7)) << 4)", new="((c & 7) << 4)",
+        gates=cases(PREFILL_WGMMA, PREFILL_CASES, LOW),
+        needs_gpu=True,
+    ),
+    Mutation(
+        id="cuda-prefill-wgmma-stage-never-flips",
+        description="the warpgroup prefill kernel computes every key tile from the first stage while the next tiles "
+                    "land in the second",
+        file=PWG, old="        stage ^= 1;\n        wg_attend_tile", new="        wg_attend_tile",
+        # one-prompt's 37 keys are one tile
+        gates=cases(PREFILL_WGMMA, ("chunks-over-earlier-kv", "tile-edges", "long-over-earlier-kv"), LOW),
+        needs_gpu=True,
+    ),
+    Mutation(
+        id="prefill-wgmma-auto-never-takes-it",
+        description="VT_PREFILL_WGMMA=auto (the default) keeps the mma.sync kernel where the warpgroup kernel applies",
+        file=PTWIN, old='    if asked == "0":\n        return False\n    shape =',
+        new='    if asked != "1":\n        return False\n    shape =',
+        gates=(f"{KERNELS}::test_wgmma_prefill_only_where_the_shape_and_device_serve_it",),
+        expect="auto (the default) takes it",
+    ),
+    Mutation(
+        id="prefill-wgmma-fallback-unsaid",
+        description="VT_PREFILL_WGMMA=1 on a shape or device it cannot serve falls back without a word",
+        file=PTWIN, old="        _say_wgmma_declined(hd, np.dtype(cache_dtype).name, cc)\n", new="        pass\n",
+        gates=(f"{KERNELS}::test_wgmma_prefill_only_where_the_shape_and_device_serve_it",),
+        expect="declined, said",
+    ),
+    Mutation(
+        id="prefill-wgmma-on-any-device",
+        description="the warpgroup kernel's sm_90a cubin is taken on any device, not on compute capability 9.0 alone",
+        file=PTWIN, old="    fits = shape and cc == 90\n", new="    fits = shape\n",
+        gates=(f"{KERNELS}::test_wgmma_prefill_only_where_the_shape_and_device_serve_it",),
+        expect="an sm_90a cubin runs on 9.0 alone",
+    ),
+    Mutation(
+        id="kernel-build-compiles-an-arch-instance-for-the-shared-target",
+        description="the CI compile check builds an instance with its own target (sm_90a, wgmma) under the shared "
+                    "-arch=sm_90a, whose compute_90 pass rejects wgmma",
+        file="backends/kernels/build.py", old='            cmd = [nvcc, *target, "-Xptxas=-v",',
+        new='            cmd = [nvcc, *NVCC_OPTIONS, "-Xptxas=-v",',
+        gates=("tests/backends/test_kernel_build.py::test_an_instance_with_its_own_target_compiles_for_it_alone",),
+    ),
+    Mutation(
+        id="prefill-wgmma-instances-lose-their-target",
+        description="the wgmma prefill kernel's CI instances carry no target of their own",
+        file=PTWIN, old='f"vt::paged_prefill_wgmma<{kv}, {kv}, {hd}>", arch=WGMMA_ARCH)',
+        new='f"vt::paged_prefill_wgmma<{kv}, {kv}, {hd}>")',
+        gates=("tests/backends/test_kernel_build.py::test_an_instance_with_its_own_target_compiles_for_it_alone",),
+        expect="the wgmma instances carry their target",
     ),
 ]

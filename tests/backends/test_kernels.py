@@ -449,13 +449,15 @@ def test_paged_prefill_twin_equals_causal_attention(case: str, dtype: str) -> No
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])
 @pytest.mark.parametrize("case", PREFILL_CASES)
 def test_cuda_paged_prefill_equals_its_twin(case: str, dtype: str) -> None:
+    """The mma.sync kernel (VT_PREFILL_WGMMA=0; the warpgroup kernel has its own test) at every head dim."""
     import cupy
 
-    for hd in HEAD_DIMS:
-        args = prefill_case(PREFILL_CASES[case], 8, 2, hd, dtype, seed=hd)
-        got, want = run_prefill(cupy, args, STORAGE[dtype]), run_prefill(np, args, STORAGE[dtype])
-        assert np.isfinite(widen_host(got)).all(), f"hd={hd}: the kernel read a poisoned key or value"
-        assert_within_bound(got, want, f"paged prefill attention {case} hd={hd} {dtype}", rounded_p=True)
+    with flag_set("VT_PREFILL_WGMMA", "0"):
+        for hd in HEAD_DIMS:
+            args = prefill_case(PREFILL_CASES[case], 8, 2, hd, dtype, seed=hd)
+            got, want = run_prefill(cupy, args, STORAGE[dtype]), run_prefill(np, args, STORAGE[dtype])
+            assert np.isfinite(widen_host(got)).all(), f"hd={hd}: the kernel read a poisoned key or value"
+            assert_within_bound(got, want, f"paged prefill attention {case} hd={hd} {dtype}", rounded_p=True)
 
 
 @pytest.mark.gpu
@@ -468,7 +470,7 @@ def test_cuda_paged_prefill_two_heads_a_block_equals_its_twin(case: str, dtype: 
 
     from backends.kernels.prefill_attention import heads_a_block
 
-    with flag_set("VT_PREFILL_HEADS_A_BLOCK", "2"):
+    with flag_set("VT_PREFILL_HEADS_A_BLOCK", "2"), flag_set("VT_PREFILL_WGMMA", "0"):
         assert heads_a_block(8, 2, 128) == 2, "non-vacuity: the variant runs"
         for hd in HEAD_DIMS:
             args = prefill_case(PREFILL_CASES[case], 8, 2, hd, dtype, seed=hd)
@@ -514,7 +516,7 @@ def test_cuda_paged_prefill_wgmma_equals_its_twin(case: str, dtype: str) -> None
     storage = STORAGE[dtype]
     with flag_set("VT_PREFILL_WGMMA", "1"):
         for hd in WGMMA_HEAD_DIMS:
-            assert takes_wgmma(hd, storage, cc), "non-vacuity: the variant runs"
+            assert takes_wgmma(hd, storage, lambda: cc), "non-vacuity: the variant runs"
             args = prefill_case(PREFILL_CASES[case], 8, 2, hd, dtype, seed=hd)
             got, want = run_prefill(cupy, args, storage), run_prefill(np, args, storage)
             ctype = "vt::bf16" if dtype == "bfloat16" else "vt::f16"
@@ -524,22 +526,30 @@ def test_cuda_paged_prefill_wgmma_equals_its_twin(case: str, dtype: str) -> None
             assert_within_bound(got, want, f"wgmma prefill {case} hd={hd} {dtype}", rounded_p=True)
 
 
-def test_wgmma_prefill_only_where_asked_and_the_shape_and_device_serve_it(caplog: pytest.LogCaptureFixture) -> None:
-    """VT_PREFILL_WGMMA=1 takes the warpgroup kernel for a 16-bit cache at head dims 64 and 128 on compute capability
-    9.0; any other shape or device keeps the mma.sync kernel, said in a line; unasked, never."""
+def test_wgmma_prefill_only_where_the_shape_and_device_serve_it(caplog: pytest.LogCaptureFixture) -> None:
+    """VT_PREFILL_WGMMA (auto by default, or 1) takes the warpgroup kernel for a 16-bit cache at head dims 64 and 128
+    on compute capability 9.0; any other shape or device keeps the mma.sync kernel, said in a line where 1 asked for
+    it (auto says nothing); 0 never takes it."""
     from backends.kernels.prefill_attention import _say_wgmma_declined, takes_wgmma
 
     _say_wgmma_declined.cache_clear()
     caplog.set_level(logging.WARNING, logger="vt")
-    bf16 = STORAGE["bfloat16"]
-    assert not takes_wgmma(128, bf16, 90), "never unless asked"
+    bf16, sm90 = STORAGE["bfloat16"], lambda: 90
+    assert takes_wgmma(128, bf16, sm90) and takes_wgmma(64, np.float16, sm90), "auto (the default) takes it"
+    assert not takes_wgmma(256, bf16, sm90), "auto: head dim 256 keeps the mma.sync kernel"
+    assert not takes_wgmma(128, bf16, lambda: 80), "an sm_90a cubin runs on 9.0 alone (auto)"
+    assert "does not apply" not in caplog.text, "auto declines without a word"
+    with flag_set("VT_PREFILL_WGMMA", "0"):
+        assert not takes_wgmma(128, bf16, sm90), "0: never"
     with flag_set("VT_PREFILL_WGMMA", "1"):
-        assert takes_wgmma(128, bf16, 90) and takes_wgmma(64, np.float16, 90)
+        assert takes_wgmma(128, bf16, sm90) and takes_wgmma(64, np.float16, sm90)
         assert "does not apply" not in caplog.text, "non-vacuity: no line unless declined"
-        assert not takes_wgmma(128, np.float32, 90), "a float32 cache: no tensor-core operands"
-        assert not takes_wgmma(256, bf16, 90) and not takes_wgmma(32, bf16, 90), "head dims 64 and 128 only"
-        assert not takes_wgmma(128, bf16, 80) and not takes_wgmma(128, bf16, 100), "an sm_90a cubin runs on 9.0 alone"
+        assert not takes_wgmma(128, np.float32, sm90), "a float32 cache: no tensor-core operands"
+        assert not takes_wgmma(256, bf16, sm90) and not takes_wgmma(32, bf16, sm90), "head dims 64 and 128 only"
+        assert not takes_wgmma(128, bf16, lambda: 80) and not takes_wgmma(128, bf16, lambda: 100), \
+            "an sm_90a cubin runs on 9.0 alone"
     assert "VT_PREFILL_WGMMA=1 does not apply (head dim 256" in caplog.text, "declined, said"
+    assert "compute capability 100" in caplog.text, "the device's refusal names its capability"
 
 
 # ---- tokens between steps (async scheduling) ------------------------------------------------------------------
