@@ -341,6 +341,13 @@ def over_static_shared(ptxas_log: str) -> list[tuple[str, int]]:
     return out
 
 
+def serialized_wgmma(ptxas_log: str) -> list[str]:
+    """The kernels ptxas -v reports with their wgmma serialized (its C7513 "Potential Performance Loss": an instruction
+    might define what an in-flight wgmma reads, so every wgmma of the kernel waits for the one before): correct, and
+    the warpgroup kernel's overlap lost, so the check fails them."""
+    return re.findall(r"\(C7513\)[^\n]*wgmma[^\n]*serialized[^\n]*in the function '([^']+)'", ptxas_log)
+
+
 def nvcc_check(instances: list[Instance], nvcc: str = "nvcc") -> list[tuple[str, str]]:
     """Compiles each (file, macros) group of instances with nvcc for sm_90a; returns (what, error) per failure."""
     groups: dict[tuple[str, tuple, str], list[str]] = {}
@@ -361,8 +368,11 @@ def nvcc_check(instances: list[Instance], nvcc: str = "nvcc") -> list[tuple[str,
             if p.returncode != 0:
                 return what, p.stderr.strip()[-3000:]
             over = over_static_shared(p.stderr)
-            return (what, "static shared memory over 48 KB (NVRTC's ptxas refuses it at load): " + ", ".join(
-                f"{name} {size} bytes" for name, size in over)) if over else None
+            if over:
+                return what, "static shared memory over 48 KB (NVRTC's ptxas refuses it at load): " + ", ".join(
+                    f"{name} {size} bytes" for name, size in over)
+            serialized = serialized_wgmma(p.stderr)
+            return (what, "wgmma serialized by ptxas (C7513): " + ", ".join(serialized)) if serialized else None
 
         # one unit per (file, macros), split in two when large, as many at once as there are cores
         units = [(n, file, defines, arch, part) for n, (file, defines, arch, part) in enumerate(

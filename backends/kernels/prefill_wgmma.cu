@@ -35,7 +35,6 @@ __device__ __forceinline__ u64 sw128_desc(unsigned addr, unsigned lbo, unsigned 
 
 __device__ __forceinline__ void wg_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void wg_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
-__device__ __forceinline__ void wg_wait_all() { asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory"); }
 // What this thread's cp.async wrote is made visible to the async proxy (the tensor cores' reads through descriptors).
 __device__ __forceinline__ void fence_async_shared() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
 // Accumulators pinned at this point of the program: the compiler may not move their reads or writes across it (a
@@ -51,30 +50,28 @@ template <typename KV, int N> struct Wgmma;
 template <> struct Wgmma<bf16, 64> {
     template <int TRANS_B>
     static __device__ __forceinline__ void run(float (&d)[8][4], const unsigned (&a)[4], u64 desc) {
-        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
-                     "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {"
+        asm volatile("wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {"
                      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
                      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
-                     "}, {%32, %33, %34, %35}, %36, p, 1, 1, %38;\n}\n"
+                     "}, {%32, %33, %34, %35}, %36, 1, 1, 1, %37;\n"
                      : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]),
                        "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]),
                        "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]),
                        "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]),
                        "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]),
                        "+f"(d[7][2]), "+f"(d[7][3])
-                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(1), "n"(TRANS_B));
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "n"(TRANS_B));
     }
 };
 template <> struct Wgmma<bf16, 128> {
     template <int TRANS_B>
     static __device__ __forceinline__ void run(float (&d)[16][4], const unsigned (&a)[4], u64 desc) {
-        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
-                     "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
+        asm volatile("wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
                      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
                      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
                      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
                      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
-                     "}, {%64, %65, %66, %67}, %68, p, 1, 1, %70;\n}\n"
+                     "}, {%64, %65, %66, %67}, %68, 1, 1, 1, %69;\n"
                      : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]),
                        "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]),
                        "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]),
@@ -86,36 +83,34 @@ template <> struct Wgmma<bf16, 128> {
                        "+f"(d[12][0]), "+f"(d[12][1]), "+f"(d[12][2]), "+f"(d[12][3]), "+f"(d[13][0]), "+f"(d[13][1]),
                        "+f"(d[13][2]), "+f"(d[13][3]), "+f"(d[14][0]), "+f"(d[14][1]), "+f"(d[14][2]), "+f"(d[14][3]),
                        "+f"(d[15][0]), "+f"(d[15][1]), "+f"(d[15][2]), "+f"(d[15][3])
-                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(1), "n"(TRANS_B));
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "n"(TRANS_B));
     }
 };
 template <> struct Wgmma<f16, 64> {
     template <int TRANS_B>
     static __device__ __forceinline__ void run(float (&d)[8][4], const unsigned (&a)[4], u64 desc) {
-        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
-                     "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {"
+        asm volatile("wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {"
                      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
                      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
-                     "}, {%32, %33, %34, %35}, %36, p, 1, 1, %38;\n}\n"
+                     "}, {%32, %33, %34, %35}, %36, 1, 1, 1, %37;\n"
                      : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]),
                        "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]),
                        "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]),
                        "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]),
                        "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]),
                        "+f"(d[7][2]), "+f"(d[7][3])
-                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(1), "n"(TRANS_B));
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "n"(TRANS_B));
     }
 };
 template <> struct Wgmma<f16, 128> {
     template <int TRANS_B>
     static __device__ __forceinline__ void run(float (&d)[16][4], const unsigned (&a)[4], u64 desc) {
-        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
-                     "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 {"
+        asm volatile("wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 {"
                      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
                      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
                      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
                      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
-                     "}, {%64, %65, %66, %67}, %68, p, 1, 1, %70;\n}\n"
+                     "}, {%64, %65, %66, %67}, %68, 1, 1, 1, %69;\n"
                      : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]),
                        "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]),
                        "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]),
@@ -127,7 +122,7 @@ template <> struct Wgmma<f16, 128> {
                        "+f"(d[12][0]), "+f"(d[12][1]), "+f"(d[12][2]), "+f"(d[12][3]), "+f"(d[13][0]), "+f"(d[13][1]),
                        "+f"(d[13][2]), "+f"(d[13][3]), "+f"(d[14][0]), "+f"(d[14][1]), "+f"(d[14][2]), "+f"(d[14][3]),
                        "+f"(d[15][0]), "+f"(d[15][1]), "+f"(d[15][2]), "+f"(d[15][3])
-                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(1), "n"(TRANS_B));
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "n"(TRANS_B));
     }
 };
 
@@ -153,44 +148,64 @@ __device__ __forceinline__ void request_swizzled(unsigned char* stage, const cha
     }
 }
 
-// One key tile from a landed stage: S = Q K^T (HD / 16 wgmma k-steps, K-major B: 32 bytes a step within a slab's
-// 128-byte rows), softmax_tile, O += P V (WG_BN / 16 k-steps, MN-major B: 16 keys = two 1,024-byte atoms a step; the
-// head's 64-dim slabs WG_SLAB apart).
-template <typename KV, int HD, bool MASKED>
-__device__ __forceinline__ void wg_attend_tile(const unsigned (&qa)[HD / 16][4], unsigned stage_addr,
-                                               const int (&limit)[2], int k0, int lane, float (&o)[HD / 8][4],
-                                               float (&m)[2], float (&l)[2]) {
-    float sc[WG_BN / 8][4];
+// S = Q K^T of one landed tile, issued and committed, not waited for (HD / 16 wgmma k-steps, K-major B: 32 bytes a
+// step within a slab's 128-byte rows, the slabs WG_SLAB apart).
+template <typename KV, int HD>
+__device__ __forceinline__ void issue_s(float (&sc)[WG_BN / 8][4], const unsigned (&qa)[HD / 16][4], unsigned k_addr) {
 #pragma unroll
     for (int n = 0; n < WG_BN / 8; n++) sc[n][0] = sc[n][1] = sc[n][2] = sc[n][3] = 0.0f;
     pin(sc);
     wg_fence();
 #pragma unroll
     for (int s = 0; s < HD / 16; s++)
-        Wgmma<KV, WG_BN>::template run<0>(sc, qa[s], sw128_desc(stage_addr + (s >> 2) * WG_SLAB + (s & 3) * 32, 16,
-                                                                1024));
+        Wgmma<KV, WG_BN>::template run<0>(sc, qa[s], sw128_desc(k_addr + (s >> 2) * WG_SLAB + (s & 3) * 32, 16, 1024));
     wg_commit();
-    wg_wait_all();
-    pin(sc);
-    unsigned pa[WG_BN / 16][4];
-    softmax_tile<KV, HD, WG_BN, MASKED>(sc, limit, k0, lane, o, m, l, pa);
+}
+
+// O += P V of one landed tile, issued and committed, not waited for (WG_BN / 16 k-steps, MN-major B: 16 keys = two
+// 1,024-byte atoms a step; the head's 64-dim slabs WG_SLAB apart).
+template <typename KV, int HD>
+__device__ __forceinline__ void issue_pv(float (&o)[HD / 8][4], const unsigned (&pa)[WG_BN / 16][4], unsigned v_addr) {
     pin(o);
     wg_fence();
-    const unsigned v_addr = stage_addr + WgTile<HD>::BYTES;
 #pragma unroll
     for (int t = 0; t < WG_BN / 16; t++)
         Wgmma<KV, HD>::template run<1>(o, pa[t], sw128_desc(v_addr + t * 2048, WG_SLAB, 1024));
     wg_commit();
-    wg_wait_all();
-    pin(o);
+}
+
+template <int N> __device__ __forceinline__ void wg_wait() {
+    asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+}
+// P registers an issued P.V reads: kept live (unchanged, unreused) until its wait.
+__device__ __forceinline__ void pin_a(const unsigned (&pa)[WG_BN / 16][4]) {
+#pragma unroll
+    for (int t = 0; t < WG_BN / 16; t++) asm volatile("" ::"r"(pa[t][0]), "r"(pa[t][1]), "r"(pa[t][2]), "r"(pa[t][3]));
+}
+
+// softmax_tile where the tile needs the causal mask (it reaches past the block's first query position), else without.
+template <typename KV>
+__device__ __forceinline__ void wg_softmax(float (&sc)[WG_BN / 8][4], const int (&limit)[2], int k0, int p0, int lane,
+                                           float (&m)[2], float (&l)[2], unsigned (&pa)[WG_BN / 16][4],
+                                           float (&alpha)[2]) {
+    if (k0 + WG_BN - 1 <= p0) softmax_tile<KV, WG_BN, false>(sc, limit, k0, lane, m, l, pa, alpha);
+    else softmax_tile<KV, WG_BN, true>(sc, limit, k0, lane, m, l, pa, alpha);
 }
 
 // q [T, nh, HD] float32 (pre-scaled); caches [blocks, block_size, nkv, HD] bf16 or fp16; block_tables [R, W];
 // tiles [num_tiles, 4] int32 (prefill_attention.py's prefill_tiles); out [T, nh, HD]. Grid (num_tiles, nh),
-// WG_THREADS threads, dynamic shared memory: two stages of K and V tiles and 1,024 bytes to align them. Tiles are taken
-// last first, as the mma.sync kernel takes them.
-template <typename KV, typename OUT, int HD>
-__global__ void __launch_bounds__(WG_THREADS, 2)
+// WG_THREADS threads, dynamic shared memory: WgStages stages of K and V tiles and 1,024 bytes to align them.
+// Tiles are taken last first, as the mma.sync kernel takes them.
+// MIN_BLOCKS a multiprocessor: 2 (186 registers at head dim 128) or 3 (168, no spills). On an H100 (session 32) 3 took
+// 714 against 785 us at 7,936 tokens and 244 against 270 at 4,096, where the grid is several waves, but 41 against 37
+// at 1,024, where it is one (the binding picks by the grid).
+// OVERLAP: three stages, and tile n's S = Q K^T is issued beside tile n - 1's O += P V, its softmax computed while
+// that P.V still runs (FlashAttention-3's intra-warpgroup overlap); O takes the new max once the P.V has landed.
+// Without it, two stages, each tile's S, softmax and P.V in turn.
+template <bool OVERLAP> struct WgStages { static constexpr int value = OVERLAP ? 3 : 2; };
+
+template <typename KV, typename OUT, int HD, int MIN_BLOCKS, bool OVERLAP>
+__global__ void __launch_bounds__(WG_THREADS, MIN_BLOCKS)
 paged_prefill_wgmma(const float* __restrict__ q, const KV* __restrict__ k_cache, const KV* __restrict__ v_cache,
                     const i64* __restrict__ block_tables, const int* __restrict__ tiles, OUT* __restrict__ out,
                     int nh, int nkv, int block_size, int table_width) {
@@ -207,11 +222,23 @@ paged_prefill_wgmma(const float* __restrict__ q, const KV* __restrict__ k_cache,
     const int q0 = tile[1], p0 = tile[3], head = blockIdx.y;
     const int kvh = head / (nh / nkv);
     const int last = p0 + nq - 1;
+    const int num_key_tiles = last / WG_BN + 1;
     TileCopies<HD, WG_THREADS, WG_BN> copies;
     copies.init(kvh, nkv, block_size, k_cache, v_cache);
     const char* k_bytes = reinterpret_cast<const char*>(k_cache);
-    request_swizzled<KV, HD>(smem, k_bytes, table, 0, last, copies);
-    copy_commit();
+    constexpr int STAGE = WgTile<HD>::STAGE, STAGES = WgStages<OVERLAP>::value;
+    auto request = [&](int n) {  // key tile n into its stage, as one commit group
+        request_swizzled<KV, HD>(smem + (n % STAGES) * STAGE, k_bytes, table, n * WG_BN, last, copies);
+        copy_commit();
+    };
+    // Every thread has tile n of its own copies landed and visible to the tensor cores, and every thread is past its
+    // wait for the wgmma that last read the stage the next copies take.
+    auto landed = [&]() {
+        copy_wait<0>();
+        fence_async_shared();
+        __syncthreads();
+    };
+    request(0);
     int rows[2], qpos[2];
 #pragma unroll
     for (int i = 0; i < 2; i++) {
@@ -232,26 +259,57 @@ paged_prefill_wgmma(const float* __restrict__ q, const KV* __restrict__ k_cache,
     float o[HD / 8][4];
 #pragma unroll
     for (int j = 0; j < HD / 8; j++) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.0f;
-    float m[2] = {neg_inf(), neg_inf()}, l[2] = {0.0f, 0.0f};
-    int stage = 0;
-    auto tile_step = [&](int k0, auto masked) {
-        constexpr bool MASKED = decltype(masked)::value;
-        // This tile has landed and is visible to the tensor cores for every thread, and every thread is done with
-        // the other stage (its wgmma waited for): the next tile's copies go there.
-        copy_wait<0>();
-        fence_async_shared();
-        __syncthreads();
-        if (k0 + WG_BN <= last) {
-            request_swizzled<KV, HD>(smem + (stage ^ 1) * WgTile<HD>::STAGE, k_bytes, table, k0 + WG_BN, last, copies);
-            copy_commit();
+    float m[2] = {neg_inf(), neg_inf()}, l[2] = {0.0f, 0.0f}, alpha[2];
+    float sc[WG_BN / 8][4];
+    unsigned pa[WG_BN / 16][4];
+    auto k_at = [&](int n) { return smem_addr + (n % STAGES) * STAGE; };
+    if constexpr (!OVERLAP) {
+        for (int n = 0; n < num_key_tiles; n++) {
+            landed();
+            if (n + 1 < num_key_tiles) request(n + 1);
+            issue_s<KV, HD>(sc, qa, k_at(n));
+            wg_wait<0>();
+            pin(sc);
+            wg_softmax<KV>(sc, qpos, n * WG_BN, p0, lane, m, l, pa, alpha);
+            rescale_o<HD>(o, alpha);
+            issue_pv<KV, HD>(o, pa, k_at(n) + WgTile<HD>::BYTES);
+            wg_wait<0>();
+            pin(o);
         }
-        const unsigned at = smem_addr + stage * WgTile<HD>::STAGE;
-        stage ^= 1;
-        wg_attend_tile<KV, HD, MASKED>(qa, at, qpos, k0, lane, o, m, l);
-    };
-    int k0 = 0;
-    for (; k0 + WG_BN - 1 <= p0; k0 += WG_BN) tile_step(k0, Bool<false>{});
-    for (; k0 <= last; k0 += WG_BN) tile_step(k0, Bool<true>{});
+    } else {
+        landed();
+        if (num_key_tiles > 1) request(1);
+        issue_s<KV, HD>(sc, qa, k_at(0));
+        wg_wait<0>();
+        pin(sc);
+        wg_softmax<KV>(sc, qpos, 0, p0, lane, m, l, pa, alpha);  // O is zero: nothing to rescale
+        for (int n = 1; n < num_key_tiles; n++) {
+            landed();  // the stage tile n + 1 takes held tile n - 2, whose P.V every thread waited for last time
+            if (n + 1 < num_key_tiles) request(n + 1);
+            issue_s<KV, HD>(sc, qa, k_at(n));
+            issue_pv<KV, HD>(o, pa, k_at(n - 1) + WgTile<HD>::BYTES);
+            wg_wait<1>();  // S of tile n (groups complete in order); tile n - 1's P.V may still run
+            pin(sc);
+            // No branch from here to the next S's issue (ptxas serializes every wgmma of a kernel where one might
+            // define what an in-flight wgmma reads): the mask in every tile (a no-op before the diagonal), O rescaled
+            // whether or not a max moved, O and P pinned before the next issue.
+            unsigned pn[WG_BN / 16][4];
+            softmax_tile<KV, WG_BN, true>(sc, qpos, n * WG_BN, lane, m, l, pn, alpha);
+            wg_wait<0>();
+            pin(o);
+            pin_a(pa);
+            rescale_o<HD, false>(o, alpha);
+#pragma unroll
+            for (int t = 0; t < WG_BN / 16; t++) {
+                pa[t][0] = pn[t][0]; pa[t][1] = pn[t][1]; pa[t][2] = pn[t][2]; pa[t][3] = pn[t][3];
+            }
+            pin(o);
+            pin_a(pa);
+        }
+        issue_pv<KV, HD>(o, pa, k_at(num_key_tiles - 1) + WgTile<HD>::BYTES);
+        wg_wait<0>();
+        pin(o);
+    }
 #pragma unroll
     for (int i = 0; i < 2; i++) {
         const int r = warp * 16 + g + 8 * i;

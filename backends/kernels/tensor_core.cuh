@@ -91,13 +91,14 @@ template <int HD, int THREADS, int BN> struct TileCopies {
 
 // The online softmax of one key tile for a warp's sixteen query rows (this lane's rows g and g + 8), S in sc as mma
 // (or wgmma) accumulators: the causal mask where MASKED (a key past limit[i], the last key row i sees, is not seen), the
-// rows' max and sum (m, l: natural units) moved on, O rescaled to the new max, and P as the A fragments of P.V (pa).
-// A row that has seen no key yet (its max still -inf) computes NaN in its own registers (a thread's two rows never
-// mix, nor do the four lanes of a row with another row's): its caller never writes such a row.
-template <typename KV, int HD, int BN, bool MASKED>
+// rows' max and sum (m, l: natural units) moved on, P as the A fragments of P.V (pa), and alpha, the factor that takes
+// O to the new max (rescale_o; the warpgroup kernel applies it once the previous tile's P.V has landed). A row that has
+// seen no key yet (its max still -inf) computes NaN in its own registers (a thread's two rows never mix, nor do the
+// four lanes of a row with another row's): its caller never writes such a row.
+template <typename KV, int BN, bool MASKED>
 __device__ __forceinline__ void softmax_tile(float (&sc)[BN / 8][4], const int (&limit)[2], int k0, int lane,
-                                             float (&o)[HD / 8][4], float (&m)[2], float (&l)[2],
-                                             unsigned (&pa)[BN / 16][4]) {
+                                             float (&m)[2], float (&l)[2], unsigned (&pa)[BN / 16][4],
+                                             float (&alpha)[2]) {
     const int tig = lane & 3;
     if (MASKED) {  // a key past a row's limit is not seen: column 8n + (e & 1) against limit - k0 - 2 tig
         const int reach[2] = {limit[0] - k0 - 2 * tig, limit[1] - k0 - 2 * tig};
@@ -116,7 +117,7 @@ __device__ __forceinline__ void softmax_tile(float (&sc)[BN / 8][4], const int (
 #pragma unroll
         for (int e = 0; e < 4; e++) mx[e >> 1] = fmaxf(mx[e >> 1], sc[n][e]);
     }
-    float alpha[2], sum[2] = {0.0f, 0.0f}, ml2[2];
+    float sum[2] = {0.0f, 0.0f}, ml2[2];
 #pragma unroll
     for (int i = 0; i < 2; i++) {
         mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 1));
@@ -142,7 +143,13 @@ __device__ __forceinline__ void softmax_tile(float (&sc)[BN / 8][4], const int (
         sum[i] += __shfl_xor_sync(0xffffffffu, sum[i], 2);
         l[i] = l[i] * alpha[i] + sum[i];
     }
-    if (__any_sync(0xffffffffu, alpha[0] != 1.0f || alpha[1] != 1.0f)) {  // a row's max moved: rescale
+}
+
+// O (a warp's sixteen rows: this lane's g and g + 8) taken to the rows' new max; where SKIP_UNMOVED, not at all when
+// no row's max moved (a branch the warpgroup kernel's overlap cannot have: ptxas serializes its wgmma then).
+template <int HD, bool SKIP_UNMOVED = true>
+__device__ __forceinline__ void rescale_o(float (&o)[HD / 8][4], const float (&alpha)[2]) {
+    if (!SKIP_UNMOVED || __any_sync(0xffffffffu, alpha[0] != 1.0f || alpha[1] != 1.0f)) {  // a row's max moved
 #pragma unroll
         for (int j = 0; j < HD / 8; j++) {
             o[j][0] *= alpha[0]; o[j][1] *= alpha[0];  // the online-softmax rescale to the new max
@@ -175,7 +182,9 @@ __device__ __forceinline__ void attend_tile(const unsigned (&qa)[HD / 16][4], co
         }
     }
     unsigned pa[BN / 16][4];  // P as A fragments of the second product
-    softmax_tile<KV, HD, BN, MASKED>(sc, limit, k0, lane, o, m, l, pa);
+    float alpha[2];
+    softmax_tile<KV, BN, MASKED>(sc, limit, k0, lane, m, l, pa, alpha);
+    rescale_o<HD>(o, alpha);
 #pragma unroll
     for (int s = 0; s < BN / 16; s++) {
 #pragma unroll

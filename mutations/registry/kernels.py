@@ -1737,8 +1737,8 @@ ENTRIES += [
         id="cuda-prefill-wgmma-second-slab-never-read",
         description="the warpgroup prefill kernel's S = Q K^T steps through the first 64-dim slab of K only: at head "
                     "dim 128 the second half of q meets the first half of k",
-        file=PWG, old="sw128_desc(stage_addr + (s >> 2) * WG_SLAB + (s & 3) * 32, 16,",
-        new="sw128_desc(stage_addr + (s & 3) * 32, 16,",
+        file=PWG, old="sw128_desc(k_addr + (s >> 2) * WG_SLAB + (s & 3) * 32, 16,",
+        new="sw128_desc(k_addr + (s & 3) * 32, 16,",
         gates=cases(PREFILL_WGMMA, PREFILL_CASES, LOW),
         needs_gpu=True,
     ),
@@ -1751,12 +1751,21 @@ ENTRIES += [
         needs_gpu=True,
     ),
     Mutation(
-        id="cuda-prefill-wgmma-stage-never-flips",
-        description="the warpgroup prefill kernel computes every key tile from the first stage while the next tiles "
-                    "land in the second",
-        file=PWG, old="        stage ^= 1;\n        wg_attend_tile", new="        wg_attend_tile",
+        id="cuda-prefill-wgmma-tiles-land-in-one-stage",
+        description="the warpgroup prefill kernel copies every key tile into its first stage while it reads each "
+                    "tile from the stage of its number",
+        file=PWG, old="request_swizzled<KV, HD>(smem + (n % STAGES) * STAGE, k_bytes,",
+        new="request_swizzled<KV, HD>(smem, k_bytes,",
         # one-prompt's 37 keys are one tile
         gates=cases(PREFILL_WGMMA, ("chunks-over-earlier-kv", "tile-edges", "long-over-earlier-kv"), LOW),
+        needs_gpu=True,
+    ),
+    Mutation(
+        id="cuda-prefill-wgmma-overlap-drops-the-last-pv",
+        description="the warpgroup prefill kernel's overlapped pipeline never adds the last key tile's P V",
+        file=PWG, old="        issue_pv<KV, HD>(o, pa, k_at(num_key_tiles - 1) + WgTile<HD>::BYTES);\n",
+        new="",
+        gates=cases(PREFILL_WGMMA, PREFILL_CASES, LOW),
         needs_gpu=True,
     ),
     Mutation(
@@ -1792,8 +1801,8 @@ ENTRIES += [
     Mutation(
         id="prefill-wgmma-instances-lose-their-target",
         description="the wgmma prefill kernel's CI instances carry no target of their own",
-        file=PTWIN, old='f"vt::paged_prefill_wgmma<{kv}, {kv}, {hd}>", arch=WGMMA_ARCH)',
-        new='f"vt::paged_prefill_wgmma<{kv}, {kv}, {hd}>")',
+        file=PTWIN, old="                          arch=WGMMA_ARCH)\n                 for kv in",
+        new="                          )\n                 for kv in",
         gates=("tests/backends/test_kernel_build.py::test_an_instance_with_its_own_target_compiles_for_it_alone",),
         expect="the wgmma instances carry their target",
     ),

@@ -51,3 +51,17 @@ def test_an_instance_with_its_own_target_compiles_for_it_alone() -> None:
     assert nvcc_check([one]) == []
     failed = nvcc_check([replace(one, arch="")])
     assert len(failed) == 1 and "wgmma" in failed[0][1] and "sm_90" in failed[0][1], failed
+
+
+def test_the_check_fails_a_kernel_whose_wgmma_ptxas_serializes() -> None:
+    """ptxas -v's C7513 (as ptxas 13.0 printed it for session 32's first overlapped prefill kernel, whose softmax
+    branched while a P.V was in flight) names the kernel; a log without it names none."""
+    from backends.kernels.build import serialized_wgmma
+
+    name = "_ZN2vt19paged_prefill_wgmmaINS_4bf16ES1_Li128ELi2ELb1EEEvPKfPKT_S6_PKxPKiPT0_iiii"
+    log = ("ptxas info    : (C7513) Potential Performance Loss: wgmma.mma_async instructions are serialized due to non "
+           "wgmma instructions defining input registers of a wgmma between start and end of the pipeline stage in the "
+           f"function '{name}'\nptxas info    : Compiling entry function '{name}' for 'sm_90a'\n"
+           "ptxas info    : Used 190 registers, used 1 barriers\n")
+    assert serialized_wgmma(log) == [name]
+    assert serialized_wgmma(log.split("\n", 1)[1]) == [], "non-vacuity: the same log without the line names none"

@@ -501,29 +501,48 @@ def test_two_heads_a_block_only_where_they_share_a_kv_head_and_fill_a_tiles_copi
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
 @pytest.mark.parametrize("case", PREFILL_CASES)
-def test_cuda_paged_prefill_wgmma_equals_its_twin(case: str, dtype: str) -> None:
+def test_cuda_paged_prefill_wgmma_equals_its_twin(case: str, dtype: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """VT_PREFILL_WGMMA=1 on an sm_90 device: the warpgroup kernel (prefill_wgmma.cu: swizzled K and V tiles read by
-    wgmma through descriptors) within the twin's bound at both head dims it serves, for every case (a chunk over
-    earlier chunks' keys, tile edges, a long one); the wgmma instance is what ran."""
+    wgmma through descriptors) within the twin's bound at both head dims it serves and in each of its variants (2 or 3
+    blocks a multiprocessor, the overlapped pipeline; these grids are small, so the binding's pick is forced), for
+    every case (a chunk over earlier chunks' keys, tile edges, a long one); the wgmma instance is what ran."""
     import cupy
 
+    from backends.kernels import prefill_attention
     from backends.kernels.build import Instance, is_loaded
-    from backends.kernels.prefill_attention import WGMMA_ARCH, WGMMA_HEAD_DIMS, takes_wgmma
+    from backends.kernels.prefill_attention import WGMMA_ARCH, WGMMA_HEAD_DIMS, WGMMA_VARIANTS, takes_wgmma
 
     cc = int(cupy.cuda.Device().compute_capability)
     if cc != 90:
         pytest.skip(f"wgmma (sm_90a) runs on compute capability 9.0, not {cc}")
     storage = STORAGE[dtype]
+    ctype = "vt::bf16" if dtype == "bfloat16" else "vt::f16"
     with flag_set("VT_PREFILL_WGMMA", "1"):
-        for hd in WGMMA_HEAD_DIMS:
-            assert takes_wgmma(hd, storage, lambda: cc), "non-vacuity: the variant runs"
-            args = prefill_case(PREFILL_CASES[case], 8, 2, hd, dtype, seed=hd)
-            got, want = run_prefill(cupy, args, storage), run_prefill(np, args, storage)
-            ctype = "vt::bf16" if dtype == "bfloat16" else "vt::f16"
-            assert is_loaded(Instance("prefill_wgmma.cu", f"vt::paged_prefill_wgmma<{ctype}, {ctype}, {hd}>",
-                                      arch=WGMMA_ARCH)), "the wgmma kernel served the step"
-            assert np.isfinite(widen_host(got)).all(), f"hd={hd}: the kernel read a poisoned key or value"
-            assert_within_bound(got, want, f"wgmma prefill {case} hd={hd} {dtype}", rounded_p=True)
+        for variant in WGMMA_VARIANTS:
+            monkeypatch.setattr(prefill_attention, "wgmma_variant", lambda grid, sms, v=variant: v)
+            blocks, overlap = variant
+            for hd in WGMMA_HEAD_DIMS:
+                assert takes_wgmma(hd, storage, lambda: cc), "non-vacuity: the variant runs"
+                args = prefill_case(PREFILL_CASES[case], 8, 2, hd, dtype, seed=hd)
+                got, want = run_prefill(cupy, args, storage), run_prefill(np, args, storage)
+                expr = f"vt::paged_prefill_wgmma<{ctype}, {ctype}, {hd}, {blocks}, {str(overlap).lower()}>"
+                assert is_loaded(Instance("prefill_wgmma.cu", expr, arch=WGMMA_ARCH)), "the wgmma kernel ran"
+                assert np.isfinite(widen_host(got)).all(), f"hd={hd}: the kernel read a poisoned key or value"
+                assert_within_bound(got, want, f"wgmma prefill {case} hd={hd} {dtype} {variant}", rounded_p=True)
+
+
+def test_wgmma_prefill_takes_fewer_registers_where_its_grid_is_several_waves() -> None:
+    """Three blocks a multiprocessor (168 registers) where the grid is more than one wave of two, as 4,096 and 7,936
+    tokens of the 0.6B shape are on a 132-multiprocessor H100; two where it is one wave, as 1,024 tokens are (16 tiles
+    of 64 queries x 16 heads)."""
+    from backends.kernels.prefill_attention import TILE_QUERIES, wgmma_variant
+
+    def blocks(tokens: int, sms: int = 132) -> int:
+        return wgmma_variant(-(-tokens // TILE_QUERIES) * 16, sms)[0]
+
+    assert blocks(1024) == 2
+    assert blocks(4096) == 3 and blocks(7936) == 3
+    assert blocks(4096, sms=1024) == 2, "one wave on a device of more multiprocessors"
 
 
 def test_wgmma_prefill_only_where_the_shape_and_device_serve_it(caplog: pytest.LogCaptureFixture) -> None:
