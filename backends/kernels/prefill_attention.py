@@ -30,10 +30,10 @@ CI_INSTANCES += [Instance("prefill_attention.cu", f"vt::paged_prefill_attention<
                  for kv in ("vt::bf16", "vt::f16") for hd in HEAD_DIMS if hd >= 32]
 WGMMA_HEAD_DIMS = (64, 128)  # prefill_wgmma.cu: whole 128-byte rows of the swizzled tiles, one or two slabs
 WGMMA_ARCH = "sm_90a"  # wgmma's target: cubins for it load on compute capability 9.0 alone
-WGMMA_VARIANTS = ((2, False), (3, False), (2, True))  # prefill_wgmma.cu's (MIN_BLOCKS, OVERLAP) instances
-CI_INSTANCES += [Instance("prefill_wgmma.cu", f"vt::paged_prefill_wgmma<{kv}, {kv}, {hd}, {b}, {str(o).lower()}>",
+WGMMA_BLOCKS = (2, 3)  # prefill_wgmma.cu's MIN_BLOCKS instances
+CI_INSTANCES += [Instance("prefill_wgmma.cu", f"vt::paged_prefill_wgmma<{kv}, {kv}, {hd}, {b}>",
                           arch=WGMMA_ARCH)
-                 for kv in ("vt::bf16", "vt::f16") for hd in WGMMA_HEAD_DIMS for b, o in WGMMA_VARIANTS]
+                 for kv in ("vt::bf16", "vt::f16") for hd in WGMMA_HEAD_DIMS for b in WGMMA_BLOCKS]
 
 
 def heads_a_block(nh: int, nkv: int, hd: int) -> int:
@@ -165,26 +165,29 @@ def _cuda(cp: Any, q: Any, k_cache: Any, v_cache: Any, block_tables: Any, tiles:
        shared_mem=smem)
 
 
-def wgmma_variant(grid_blocks: int, sm_count: int) -> tuple[int, bool]:
-    """The warpgroup kernel's (blocks a multiprocessor, overlap) for a grid: 3 blocks (fewer registers) where the grid
-    is more than a wave of 2 a multiprocessor, else 2 (prefill_wgmma.cu has the H100's figures); no overlap."""
-    return (3 if grid_blocks > 2 * sm_count else 2), False
+def wgmma_blocks_an_sm(grid_blocks: int, sm_count: int) -> int:
+    """The warpgroup kernel's blocks a multiprocessor (its MIN_BLOCKS) for a grid: 3 (fewer registers) where the grid
+    is more than a wave of 2 a multiprocessor, else 2 (prefill_wgmma.cu has the H100's figures)."""
+    return 3 if grid_blocks > 2 * sm_count else 2
 
 
-@functools.cache
+_SM_COUNTS: dict[int, int] = {}  # device id: multiprocessors (cp may be the backend's namespace: no cache key)
+
+
 def _sm_count(cp: Any) -> int:
-    return int(cp.cuda.Device().attributes["MultiProcessorCount"])
+    device = cp.cuda.Device()
+    if device.id not in _SM_COUNTS:
+        _SM_COUNTS[device.id] = int(device.attributes["MultiProcessorCount"])
+    return _SM_COUNTS[device.id]
 
 
 def _cuda_wgmma(cp: Any, q: Any, k_cache: Any, v_cache: Any, block_tables: Any, tiles: Any, out: Any) -> None:
     T, nh, hd = q.shape
     bs, nkv = k_cache.shape[1], k_cache.shape[2]
-    blocks, overlap = wgmma_variant(tiles.shape[0] * nh, _sm_count(cp))
+    blocks = wgmma_blocks_an_sm(tiles.shape[0] * nh, _sm_count(cp))
     fn = function(cp, Instance("prefill_wgmma.cu", f"vt::paged_prefill_wgmma<{ctype(k_cache.dtype)}, "
-                                                   f"{ctype(out.dtype)}, {hd}, {blocks}, {str(overlap).lower()}>",
-                               arch=WGMMA_ARCH))
-    stages = 3 if overlap else 2  # prefill_wgmma.cu's WgStages
-    smem = stages * 2 * KEY_TILE * hd * 2 + 1024  # K and V tiles a stage, 1,024 bytes to align the swizzle atoms
+                                                   f"{ctype(out.dtype)}, {hd}, {blocks}>", arch=WGMMA_ARCH))
+    smem = 2 * 2 * KEY_TILE * hd * 2 + 1024  # two stages of K and V tiles, 1,024 bytes to align the swizzle atoms
     if smem > 48 << 10:
         fn.max_dynamic_shared_size_bytes = smem
     fn((tiles.shape[0], nh), (THREADS,), (q, k_cache, v_cache, block_tables, tiles, out, np.int32(nh), np.int32(nkv),

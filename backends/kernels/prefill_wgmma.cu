@@ -177,12 +177,6 @@ __device__ __forceinline__ void issue_pv(float (&o)[HD / 8][4], const unsigned (
 template <int N> __device__ __forceinline__ void wg_wait() {
     asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
 }
-// P registers an issued P.V reads: kept live (unchanged, unreused) until its wait.
-__device__ __forceinline__ void pin_a(const unsigned (&pa)[WG_BN / 16][4]) {
-#pragma unroll
-    for (int t = 0; t < WG_BN / 16; t++) asm volatile("" ::"r"(pa[t][0]), "r"(pa[t][1]), "r"(pa[t][2]), "r"(pa[t][3]));
-}
-
 // softmax_tile where the tile needs the causal mask (it reaches past the block's first query position), else without.
 template <typename KV>
 __device__ __forceinline__ void wg_softmax(float (&sc)[WG_BN / 8][4], const int (&limit)[2], int k0, int p0, int lane,
@@ -194,17 +188,14 @@ __device__ __forceinline__ void wg_softmax(float (&sc)[WG_BN / 8][4], const int 
 
 // q [T, nh, HD] float32 (pre-scaled); caches [blocks, block_size, nkv, HD] bf16 or fp16; block_tables [R, W];
 // tiles [num_tiles, 4] int32 (prefill_attention.py's prefill_tiles); out [T, nh, HD]. Grid (num_tiles, nh),
-// WG_THREADS threads, dynamic shared memory: WgStages stages of K and V tiles and 1,024 bytes to align them.
-// Tiles are taken last first, as the mma.sync kernel takes them.
-// MIN_BLOCKS a multiprocessor: 2 (186 registers at head dim 128) or 3 (168, no spills). On an H100 (session 32) 3 took
-// 714 against 785 us at 7,936 tokens and 244 against 270 at 4,096, where the grid is several waves, but 41 against 37
-// at 1,024, where it is one (the binding picks by the grid).
-// OVERLAP: three stages, and tile n's S = Q K^T is issued beside tile n - 1's O += P V, its softmax computed while
-// that P.V still runs (FlashAttention-3's intra-warpgroup overlap); O takes the new max once the P.V has landed.
-// Without it, two stages, each tile's S, softmax and P.V in turn.
-template <bool OVERLAP> struct WgStages { static constexpr int value = OVERLAP ? 3 : 2; };
-
-template <typename KV, typename OUT, int HD, int MIN_BLOCKS, bool OVERLAP>
+// WG_THREADS threads, dynamic shared memory: two stages of K and V tiles (the next tile's copies run while this one is
+// computed) and 1,024 bytes to align them. Tiles are taken last first, as the mma.sync kernel takes them.
+// MIN_BLOCKS a multiprocessor: 2 (186 registers at head dim 128) or 3 (167, no spills). On an H100 (session 32) 3 took
+// 717 against 778 us at 7,936 tokens and 242 against 264 at 4,096, where the grid is several waves, but 40 against 36
+// at 1,024, where it is one (the binding picks by the grid). Measured and dropped: FlashAttention-3's intra-warpgroup
+// overlap (three stages, tile n's S issued beside tile n - 1's P.V, its softmax under that P.V), 777-782 against
+// 778-788 us at 7,936 tokens: two blocks a multiprocessor already overlap one's softmax with the other's products.
+template <typename KV, typename OUT, int HD, int MIN_BLOCKS>
 __global__ void __launch_bounds__(WG_THREADS, MIN_BLOCKS)
 paged_prefill_wgmma(const float* __restrict__ q, const KV* __restrict__ k_cache, const KV* __restrict__ v_cache,
                     const i64* __restrict__ block_tables, const int* __restrict__ tiles, OUT* __restrict__ out,
@@ -226,17 +217,10 @@ paged_prefill_wgmma(const float* __restrict__ q, const KV* __restrict__ k_cache,
     TileCopies<HD, WG_THREADS, WG_BN> copies;
     copies.init(kvh, nkv, block_size, k_cache, v_cache);
     const char* k_bytes = reinterpret_cast<const char*>(k_cache);
-    constexpr int STAGE = WgTile<HD>::STAGE, STAGES = WgStages<OVERLAP>::value;
+    constexpr int STAGE = WgTile<HD>::STAGE;
     auto request = [&](int n) {  // key tile n into its stage, as one commit group
-        request_swizzled<KV, HD>(smem + (n % STAGES) * STAGE, k_bytes, table, n * WG_BN, last, copies);
+        request_swizzled<KV, HD>(smem + (n & 1) * STAGE, k_bytes, table, n * WG_BN, last, copies);
         copy_commit();
-    };
-    // Every thread has tile n of its own copies landed and visible to the tensor cores, and every thread is past its
-    // wait for the wgmma that last read the stage the next copies take.
-    auto landed = [&]() {
-        copy_wait<0>();
-        fence_async_shared();
-        __syncthreads();
     };
     request(0);
     int rows[2], qpos[2];
@@ -262,51 +246,20 @@ paged_prefill_wgmma(const float* __restrict__ q, const KV* __restrict__ k_cache,
     float m[2] = {neg_inf(), neg_inf()}, l[2] = {0.0f, 0.0f}, alpha[2];
     float sc[WG_BN / 8][4];
     unsigned pa[WG_BN / 16][4];
-    auto k_at = [&](int n) { return smem_addr + (n % STAGES) * STAGE; };
-    if constexpr (!OVERLAP) {
-        for (int n = 0; n < num_key_tiles; n++) {
-            landed();
-            if (n + 1 < num_key_tiles) request(n + 1);
-            issue_s<KV, HD>(sc, qa, k_at(n));
-            wg_wait<0>();
-            pin(sc);
-            wg_softmax<KV>(sc, qpos, n * WG_BN, p0, lane, m, l, pa, alpha);
-            rescale_o<HD>(o, alpha);
-            issue_pv<KV, HD>(o, pa, k_at(n) + WgTile<HD>::BYTES);
-            wg_wait<0>();
-            pin(o);
-        }
-    } else {
-        landed();
-        if (num_key_tiles > 1) request(1);
-        issue_s<KV, HD>(sc, qa, k_at(0));
+    for (int n = 0; n < num_key_tiles; n++) {
+        // Tile n has landed for every thread and is visible to the tensor cores, and every thread is past its wait for
+        // the wgmma that read the other stage (tile n - 1): the next tile's copies go there.
+        copy_wait<0>();
+        fence_async_shared();
+        __syncthreads();
+        if (n + 1 < num_key_tiles) request(n + 1);
+        const unsigned k_at = smem_addr + (n & 1) * STAGE;
+        issue_s<KV, HD>(sc, qa, k_at);
         wg_wait<0>();
         pin(sc);
-        wg_softmax<KV>(sc, qpos, 0, p0, lane, m, l, pa, alpha);  // O is zero: nothing to rescale
-        for (int n = 1; n < num_key_tiles; n++) {
-            landed();  // the stage tile n + 1 takes held tile n - 2, whose P.V every thread waited for last time
-            if (n + 1 < num_key_tiles) request(n + 1);
-            issue_s<KV, HD>(sc, qa, k_at(n));
-            issue_pv<KV, HD>(o, pa, k_at(n - 1) + WgTile<HD>::BYTES);
-            wg_wait<1>();  // S of tile n (groups complete in order); tile n - 1's P.V may still run
-            pin(sc);
-            // No branch from here to the next S's issue (ptxas serializes every wgmma of a kernel where one might
-            // define what an in-flight wgmma reads): the mask in every tile (a no-op before the diagonal), O rescaled
-            // whether or not a max moved, O and P pinned before the next issue.
-            unsigned pn[WG_BN / 16][4];
-            softmax_tile<KV, WG_BN, true>(sc, qpos, n * WG_BN, lane, m, l, pn, alpha);
-            wg_wait<0>();
-            pin(o);
-            pin_a(pa);
-            rescale_o<HD, false>(o, alpha);
-#pragma unroll
-            for (int t = 0; t < WG_BN / 16; t++) {
-                pa[t][0] = pn[t][0]; pa[t][1] = pn[t][1]; pa[t][2] = pn[t][2]; pa[t][3] = pn[t][3];
-            }
-            pin(o);
-            pin_a(pa);
-        }
-        issue_pv<KV, HD>(o, pa, k_at(num_key_tiles - 1) + WgTile<HD>::BYTES);
+        wg_softmax<KV>(sc, qpos, n * WG_BN, p0, lane, m, l, pa, alpha);
+        rescale_o<HD>(o, alpha);
+        issue_pv<KV, HD>(o, pa, k_at + WgTile<HD>::BYTES);
         wg_wait<0>();
         pin(o);
     }

@@ -92,7 +92,7 @@ template <int HD, int THREADS, int BN> struct TileCopies {
 // The online softmax of one key tile for a warp's sixteen query rows (this lane's rows g and g + 8), S in sc as mma
 // (or wgmma) accumulators: the causal mask where MASKED (a key past limit[i], the last key row i sees, is not seen), the
 // rows' max and sum (m, l: natural units) moved on, P as the A fragments of P.V (pa), and alpha, the factor that takes
-// O to the new max (rescale_o; the warpgroup kernel applies it once the previous tile's P.V has landed). A row that has
+// O to the new max (rescale_o). A row that has
 // seen no key yet (its max still -inf) computes NaN in its own registers (a thread's two rows never mix, nor do the
 // four lanes of a row with another row's): its caller never writes such a row.
 template <typename KV, int BN, bool MASKED>
@@ -145,11 +145,10 @@ __device__ __forceinline__ void softmax_tile(float (&sc)[BN / 8][4], const int (
     }
 }
 
-// O (a warp's sixteen rows: this lane's g and g + 8) taken to the rows' new max; where SKIP_UNMOVED, not at all when
-// no row's max moved (a branch the warpgroup kernel's overlap cannot have: ptxas serializes its wgmma then).
-template <int HD, bool SKIP_UNMOVED = true>
+// O (a warp's sixteen rows: this lane's g and g + 8) taken to the rows' new max.
+template <int HD>
 __device__ __forceinline__ void rescale_o(float (&o)[HD / 8][4], const float (&alpha)[2]) {
-    if (!SKIP_UNMOVED || __any_sync(0xffffffffu, alpha[0] != 1.0f || alpha[1] != 1.0f)) {  // a row's max moved
+    if (__any_sync(0xffffffffu, alpha[0] != 1.0f || alpha[1] != 1.0f)) {  // a row's max moved: rescale
 #pragma unroll
         for (int j = 0; j < HD / 8; j++) {
             o[j][0] *= alpha[0]; o[j][1] *= alpha[0];  // the online-softmax rescale to the new max

@@ -1754,18 +1754,10 @@ ENTRIES += [
         id="cuda-prefill-wgmma-tiles-land-in-one-stage",
         description="the warpgroup prefill kernel copies every key tile into its first stage while it reads each "
                     "tile from the stage of its number",
-        file=PWG, old="request_swizzled<KV, HD>(smem + (n % STAGES) * STAGE, k_bytes,",
+        file=PWG, old="request_swizzled<KV, HD>(smem + (n & 1) * STAGE, k_bytes,",
         new="request_swizzled<KV, HD>(smem, k_bytes,",
         # one-prompt's 37 keys are one tile
         gates=cases(PREFILL_WGMMA, ("chunks-over-earlier-kv", "tile-edges", "long-over-earlier-kv"), LOW),
-        needs_gpu=True,
-    ),
-    Mutation(
-        id="cuda-prefill-wgmma-overlap-drops-the-last-pv",
-        description="the warpgroup prefill kernel's overlapped pipeline never adds the last key tile's P V",
-        file=PWG, old="        issue_pv<KV, HD>(o, pa, k_at(num_key_tiles - 1) + WgTile<HD>::BYTES);\n",
-        new="",
-        gates=cases(PREFILL_WGMMA, PREFILL_CASES, LOW),
         needs_gpu=True,
     ),
     Mutation(
@@ -1773,7 +1765,8 @@ ENTRIES += [
         description="VT_PREFILL_WGMMA=auto (the default) keeps the mma.sync kernel where the warpgroup kernel applies",
         file=PTWIN, old='    if asked == "0":\n        return False\n    shape =',
         new='    if asked != "1":\n        return False\n    shape =',
-        gates=(f"{KERNELS}::test_wgmma_prefill_only_where_the_shape_and_device_serve_it",),
+        gates=(f"{KERNELS}::test_wgmma_prefill_only_where_the_shape_and_device_serve_it",
+               f"{KERNELS}::test_the_wgmma_binding_takes_the_backends_namespace"),
         expect="auto (the default) takes it",
     ),
     Mutation(
@@ -1805,5 +1798,21 @@ ENTRIES += [
         new="                          )\n                 for kv in",
         gates=("tests/backends/test_kernel_build.py::test_an_instance_with_its_own_target_compiles_for_it_alone",),
         expect="the wgmma instances carry their target",
+    ),
+    Mutation(
+        id="prefill-wgmma-sm-count-cached-by-namespace",
+        description="the warpgroup binding caches the multiprocessor count by the namespace it is handed, which the "
+                    "CUDA backend's is not hashable",
+        file=PTWIN, old="def _sm_count(cp: Any) -> int:\n",
+        new="@functools.cache\ndef _sm_count(cp: Any) -> int:\n",
+        gates=(f"{KERNELS}::test_the_wgmma_binding_takes_the_backends_namespace",),
+        expect="the wgmma binding cannot take the backend's namespace",
+    ),
+    Mutation(
+        id="prefill-wgmma-one-register-budget",
+        description="the warpgroup binding takes 2 blocks a multiprocessor whatever the grid",
+        file=PTWIN, old="    return 3 if grid_blocks > 2 * sm_count else 2\n", new="    return 2\n",
+        gates=(f"{KERNELS}::test_wgmma_prefill_takes_fewer_registers_where_its_grid_is_several_waves",
+               f"{KERNELS}::test_the_wgmma_binding_takes_the_backends_namespace"),
     ),
 ]

@@ -503,14 +503,14 @@ def test_two_heads_a_block_only_where_they_share_a_kv_head_and_fill_a_tiles_copi
 @pytest.mark.parametrize("case", PREFILL_CASES)
 def test_cuda_paged_prefill_wgmma_equals_its_twin(case: str, dtype: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """VT_PREFILL_WGMMA=1 on an sm_90 device: the warpgroup kernel (prefill_wgmma.cu: swizzled K and V tiles read by
-    wgmma through descriptors) within the twin's bound at both head dims it serves and in each of its variants (2 or 3
-    blocks a multiprocessor, the overlapped pipeline; these grids are small, so the binding's pick is forced), for
-    every case (a chunk over earlier chunks' keys, tile edges, a long one); the wgmma instance is what ran."""
+    wgmma through descriptors) within the twin's bound at both head dims it serves and both register budgets (2 and 3
+    blocks a multiprocessor; these grids are small, so the binding's pick is forced), for every case (a chunk over
+    earlier chunks' keys, tile edges, a long one); the wgmma instance is what ran."""
     import cupy
 
     from backends.kernels import prefill_attention
     from backends.kernels.build import Instance, is_loaded
-    from backends.kernels.prefill_attention import WGMMA_ARCH, WGMMA_HEAD_DIMS, WGMMA_VARIANTS, takes_wgmma
+    from backends.kernels.prefill_attention import WGMMA_ARCH, WGMMA_BLOCKS, WGMMA_HEAD_DIMS, takes_wgmma
 
     cc = int(cupy.cuda.Device().compute_capability)
     if cc != 90:
@@ -518,31 +518,61 @@ def test_cuda_paged_prefill_wgmma_equals_its_twin(case: str, dtype: str, monkeyp
     storage = STORAGE[dtype]
     ctype = "vt::bf16" if dtype == "bfloat16" else "vt::f16"
     with flag_set("VT_PREFILL_WGMMA", "1"):
-        for variant in WGMMA_VARIANTS:
-            monkeypatch.setattr(prefill_attention, "wgmma_variant", lambda grid, sms, v=variant: v)
-            blocks, overlap = variant
+        for blocks in WGMMA_BLOCKS:
+            monkeypatch.setattr(prefill_attention, "wgmma_blocks_an_sm", lambda grid, sms, b=blocks: b)
             for hd in WGMMA_HEAD_DIMS:
                 assert takes_wgmma(hd, storage, lambda: cc), "non-vacuity: the variant runs"
                 args = prefill_case(PREFILL_CASES[case], 8, 2, hd, dtype, seed=hd)
                 got, want = run_prefill(cupy, args, storage), run_prefill(np, args, storage)
-                expr = f"vt::paged_prefill_wgmma<{ctype}, {ctype}, {hd}, {blocks}, {str(overlap).lower()}>"
+                expr = f"vt::paged_prefill_wgmma<{ctype}, {ctype}, {hd}, {blocks}>"
                 assert is_loaded(Instance("prefill_wgmma.cu", expr, arch=WGMMA_ARCH)), "the wgmma kernel ran"
                 assert np.isfinite(widen_host(got)).all(), f"hd={hd}: the kernel read a poisoned key or value"
-                assert_within_bound(got, want, f"wgmma prefill {case} hd={hd} {dtype} {variant}", rounded_p=True)
+                assert_within_bound(got, want, f"wgmma prefill {case} hd={hd} {dtype} {blocks} an SM", rounded_p=True)
 
 
 def test_wgmma_prefill_takes_fewer_registers_where_its_grid_is_several_waves() -> None:
-    """Three blocks a multiprocessor (168 registers) where the grid is more than one wave of two, as 4,096 and 7,936
+    """Three blocks a multiprocessor (167 registers) where the grid is more than one wave of two, as 4,096 and 7,936
     tokens of the 0.6B shape are on a 132-multiprocessor H100; two where it is one wave, as 1,024 tokens are (16 tiles
     of 64 queries x 16 heads)."""
-    from backends.kernels.prefill_attention import TILE_QUERIES, wgmma_variant
+    from backends.kernels.prefill_attention import TILE_QUERIES, wgmma_blocks_an_sm
 
     def blocks(tokens: int, sms: int = 132) -> int:
-        return wgmma_variant(-(-tokens // TILE_QUERIES) * 16, sms)[0]
+        return wgmma_blocks_an_sm(-(-tokens // TILE_QUERIES) * 16, sms)
 
     assert blocks(1024) == 2
     assert blocks(4096) == 3 and blocks(7936) == 3
     assert blocks(4096, sms=1024) == 2, "one wave on a device of more multiprocessors"
+
+
+def test_the_wgmma_binding_takes_the_backends_namespace(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The CUDA backend hands a kernel its own namespace (unhashable, as a SimpleNamespace is), not the cupy module: the
+    warpgroup binding must read the device through it (session 32's first engine run on an H100 failed on a cache keyed
+    by it: TypeError: unhashable type). Stand-ins: an sm_90 device of 132 multiprocessors, the launch stopped before
+    it compiles; a 7,936-token prefill of 16 heads is several waves, so the instance of 3 blocks a multiprocessor."""
+    from types import SimpleNamespace
+
+    from backends.kernels import prefill_attention
+    from backends.kernels.prefill_attention import WGMMA_ARCH, paged_prefill_attention, prefill_tiles
+
+    device = SimpleNamespace(id=0, compute_capability="90", attributes={"MultiProcessorCount": 132})
+    cp = SimpleNamespace(cuda=SimpleNamespace(Device=lambda: device))
+    monkeypatch.setattr(prefill_attention, "function", _reached_the_launch)
+    monkeypatch.setattr(prefill_attention, "_SM_COUNTS", {})
+    n, hd = 7936, 128
+    q = np.zeros((n, 16, hd), np.float32)
+    cache = np.zeros((4, 16, 8, hd), np.uint16)
+    table, tiles = np.zeros((1, n // 16), np.int64), prefill_tiles([(0, n, 0, 0)])
+    try:
+        paged_prefill_attention.cuda(cp, q, cache, cache, table, tiles, np.zeros(n, np.int64),
+                                     np.arange(n, dtype=np.int64), np.zeros(q.shape, np.uint16))
+    except _LaunchReached as reached:
+        inst = reached.args[0]
+    except TypeError as e:
+        pytest.fail(f"the wgmma binding cannot take the backend's namespace: {e}")
+    else:
+        pytest.fail("the binding launched nothing")
+    assert (inst.file, inst.arch) == ("prefill_wgmma.cu", WGMMA_ARCH), inst
+    assert inst.expr == "vt::paged_prefill_wgmma<vt::bf16, vt::bf16, 128, 3>", inst
 
 
 def test_wgmma_prefill_only_where_the_shape_and_device_serve_it(caplog: pytest.LogCaptureFixture) -> None:
