@@ -90,7 +90,7 @@ class Flags:
     cudagraph: bool  # VT_CUDAGRAPH=0: capture scopes are inert, everything runs eagerly
     sanitize: bool  # VT_SANITIZE=1: CPU sanitizer (poison on free, checked launches)
     gemm_tuned: bool  # VT_GEMM_TUNED=0: cuBLAS's first heuristic pick for every GEMM, no cuBLASLt timing
-    cache_dir: str  # VT_CACHE_DIR: where built-in tiny checkpoints are written on first use
+    cache_dir: str  # VT_CACHE_DIR: built-in tiny checkpoints (checkpoints/) and sm_90a kernels' CUBINs (kernels/)
     blas_threads: int  # VT_BLAS_THREADS: the CPU backend's BLAS threads (auto: cores - 1)
     api_key: str | None = None  # VT_API_KEY: `vt serve`'s API key when --api-key is not given (vLLM's VLLM_API_KEY)
     sampler: str = "split"  # VT_SAMPLER: the CUDA decode sampler, split (SPLIT blocks per row) or block (one)
@@ -139,8 +139,8 @@ class Flags:
     # VT_PREFILL_WGMMA=auto (default), 1 or 0: prefill attention on an sm_90 device (H100, H200) at head dims 64 and 128
     # with a 16-bit cache runs the warpgroup (wgmma) kernel, backends/kernels/prefill_wgmma.cu, compiled for sm_90a;
     # elsewhere the mma.sync kernel. auto takes it where it applies without a word; 1 says once a shape where it
-    # cannot; 0 keeps the mma.sync kernel. On an H100 (session 32) it took 37 / 264 / 788 us against 59 / 380 / 1,155
-    # at 1,024 / 4,096 / 7,936 tokens, and the yardstick's 8k c=8 TPOT from 6.46 to 5.70 ms
+    # cannot; 0 keeps the mma.sync kernel. On an H100 (session 32) it took 36.1 / 241.6 / 716.6 us against 58.9 /
+    # 384.0 / 1,148.8 at 1,024 / 4,096 / 7,936 tokens, and the yardstick's 8k c=8 rung from 734.5 to 866.2 out tok/s
     prefill_wgmma: str = "auto"
     # VT_SKINNY_MMA=1: the GEMM tuner also times the tensor-core skinny GEMM (backends/kernels/skinny_mma.py) on every
     # plan of 2..16 rows, beside cuBLASLt and the CUDA-core skinny GEMM. Correct on the H200 and no faster a prefix

@@ -227,7 +227,7 @@ def function(cp: Any, inst: Instance) -> Kernel:
         templated = "<" in inst.expr or "::" in inst.expr  # a namespaced name needs its lowered name
         text = source(inst.file)
         if inst.arch:
-            # -default-device: the kernels' lambdas are device code (CuPy's NVRTC path compiles them so already)
+            # -default-device: the kernels' lambdas are device code (NVRTC 12.9 refuses them as host code otherwise)
             options = NVRTC_OPTIONS + inst.options + (f"-arch={inst.arch}", "-default-device")
             raw: Any = _ArchFunction(text, options, inst.expr)
         else:
@@ -245,9 +245,14 @@ class _ArchFunction:
     def __init__(self, text: str, options: tuple[str, ...], expr: str) -> None:
         from cupy.cuda import function as cuda_function
 
-        cubin, name = arch_cubin(text, options, expr)
         self.module = cuda_function.Module()
-        self.module.load(cubin)
+        try:
+            cubin, name = arch_cubin(text, options, expr)
+            self.module.load(cubin)
+        except Exception:  # noqa: BLE001 - a cached CUBIN the driver refuses (cut short, corrupt): compile it afresh
+            cubin, name = arch_cubin(text, options, expr, fresh=True)
+            self.module = cuda_function.Module()
+            self.module.load(cubin)
         self.kernel = self.module.get_function(name)
 
     def __call__(self, grid: tuple, block: tuple, args: tuple, shared_mem: int = 0) -> None:
@@ -266,22 +271,24 @@ class _ArchFunction:
         driver.funcSetAttribute(self.kernel.ptr, driver.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, n)
 
 
-def arch_cubin(text: str, options: tuple[str, ...], expr: str) -> tuple[bytes, str]:
+def arch_cubin(text: str, options: tuple[str, ...], expr: str, fresh: bool = False) -> tuple[bytes, str]:
     """(CUBIN, lowered name) of `expr` in `text`, from the disk cache under $VT_CACHE_DIR/kernels (keyed by the text,
-    options, name and NVRTC's version, as CuPy keys its own) or compiled now and stored there (written whole, then
-    renamed: a reader never sees half a file). A cache that cannot be read or written is passed by."""
+    options, name and NVRTC's version, as CuPy keys its own), unless fresh, or compiled now and stored there (written
+    whole and flushed, then renamed: a reader never sees half a file). A cache that cannot be read or written is
+    passed by; one the driver cannot load is replaced (`_ArchFunction` asks again with fresh)."""
     from cupy_backends.cuda.libs import nvrtc
 
     from vt.env import flags
 
     key = hashlib.sha256("\0".join((text, *options, expr, repr(nvrtc.getVersion()))).encode()).hexdigest()
     path = Path(flags().cache_dir) / "kernels" / f"{key}.cubin"
-    try:
-        name, _, cubin = path.read_bytes().partition(b"\n")
-        if name and cubin:
-            return cubin, name.decode()
-    except OSError:
-        pass
+    if not fresh:
+        try:
+            name, _, cubin = path.read_bytes().partition(b"\n")
+            if name and cubin:
+                return cubin, name.decode()
+        except (OSError, UnicodeDecodeError):
+            pass
     prog = nvrtc.createProgram(text, "vt_kernel.cu", (), ())
     try:
         # CuPy before 13 spelled it addAddNameExpression
@@ -293,13 +300,18 @@ def arch_cubin(text: str, options: tuple[str, ...], expr: str) -> tuple[bytes, s
         cubin, lowered = nvrtc.getCUBIN(prog), nvrtc.getLoweredName(prog, expr)
     finally:
         nvrtc.destroyProgram(prog)
+    tmp = None
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         with tempfile.NamedTemporaryFile(dir=path.parent, delete=False) as f:
+            tmp = f.name
             f.write(lowered.encode() + b"\n" + cubin)
-        os.replace(f.name, path)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
     except OSError:
-        pass
+        if tmp is not None:
+            Path(tmp).unlink(missing_ok=True)
     return cubin, lowered
 
 
@@ -342,10 +354,12 @@ def over_static_shared(ptxas_log: str) -> list[tuple[str, int]]:
 
 
 def serialized_wgmma(ptxas_log: str) -> list[str]:
-    """The kernels ptxas -v reports with their wgmma serialized (its C7513 "Potential Performance Loss": an instruction
-    might define what an in-flight wgmma reads, so every wgmma of the kernel waits for the one before): correct, and
-    the warpgroup kernel's overlap lost, so the check fails them."""
-    return re.findall(r"\(C7513\)[^\n]*wgmma[^\n]*serialized[^\n]*in the function '([^']+)'", ptxas_log)
+    """The kernels ptxas -v reports with their wgmma serialized (its C75xx "Potential Performance Loss" lines: C7513, an
+    instruction might define what an in-flight wgmma reads; C7511, too few registers; C7515, accumulators defined
+    between wgmmas): every wgmma of such a kernel waits for the one before. Correct, and slow, so the check fails them
+    (nvcc's ptxas here; the device's NVRTC assembles with its own)."""
+    return re.findall(r"\(C75\d\d\)[^\n]*wgmma\.mma_async instructions are serialized[^\n]*in the function '([^']+)'",
+                      ptxas_log)
 
 
 def nvcc_check(instances: list[Instance], nvcc: str = "nvcc") -> list[tuple[str, str]]:
@@ -372,7 +386,7 @@ def nvcc_check(instances: list[Instance], nvcc: str = "nvcc") -> list[tuple[str,
                 return what, "static shared memory over 48 KB (NVRTC's ptxas refuses it at load): " + ", ".join(
                     f"{name} {size} bytes" for name, size in over)
             serialized = serialized_wgmma(p.stderr)
-            return (what, "wgmma serialized by ptxas (C7513): " + ", ".join(serialized)) if serialized else None
+            return (what, "wgmma serialized by ptxas (C75xx): " + ", ".join(serialized)) if serialized else None
 
         # one unit per (file, macros), split in two when large, as many at once as there are cores
         units = [(n, file, defines, arch, part) for n, (file, defines, arch, part) in enumerate(

@@ -29,6 +29,7 @@ CI_INSTANCES = [Instance("prefill_attention.cu", f"vt::paged_prefill_attention<{
 CI_INSTANCES += [Instance("prefill_attention.cu", f"vt::paged_prefill_attention<{kv}, {kv}, {hd}, 2>")
                  for kv in ("vt::bf16", "vt::f16") for hd in HEAD_DIMS if hd >= 32]
 WGMMA_HEAD_DIMS = (64, 128)  # prefill_wgmma.cu: whole 128-byte rows of the swizzled tiles, one or two slabs
+WGMMA_THREADS = 128  # prefill_wgmma.cu WG_THREADS: one warpgroup a block (its WG_BN is the twin's KEY_TILE)
 WGMMA_ARCH = "sm_90a"  # wgmma's target: cubins for it load on compute capability 9.0 alone
 WGMMA_BLOCKS = (2, 3)  # prefill_wgmma.cu's MIN_BLOCKS instances
 CI_INSTANCES += [Instance("prefill_wgmma.cu", f"vt::paged_prefill_wgmma<{kv}, {kv}, {hd}, {b}>",
@@ -138,6 +139,8 @@ def _twin(q: np.ndarray, k_cache: np.ndarray, v_cache: np.ndarray, block_tables:
 
 def _cuda(cp: Any, q: Any, k_cache: Any, v_cache: Any, block_tables: Any, tiles: Any, token_row: Any,
           positions: Any, out: Any) -> None:
+    from vt.env import flags
+
     T, nh, hd = q.shape
     bs, nkv = k_cache.shape[1], k_cache.shape[2]
     if k_cache.dtype == np.float32:  # no tensor-core path: the decode kernel, one query per token
@@ -152,6 +155,8 @@ def _cuda(cp: Any, q: Any, k_cache: Any, v_cache: Any, block_tables: Any, tiles:
         raise EngineInvariantError(f"paged_prefill_attention: block size {bs} (a power of two dividing {KEY_TILE}) "
                                    f"and {k_cache.shape[0]} cache blocks (fewer than 2**31)")
     if takes_wgmma(hd, k_cache.dtype, lambda: int(cp.cuda.Device().compute_capability)):
+        if flags().prefill_heads_a_block != 1:
+            _say_heads_a_block_not_wgmmas(hd)
         _cuda_wgmma(cp, q, k_cache, v_cache, block_tables, tiles, out)
         return
     hpb = heads_a_block(nh, nkv, hd)
@@ -165,10 +170,18 @@ def _cuda(cp: Any, q: Any, k_cache: Any, v_cache: Any, block_tables: Any, tiles:
        shared_mem=smem)
 
 
-def wgmma_blocks_an_sm(grid_blocks: int, sm_count: int) -> int:
-    """The warpgroup kernel's blocks a multiprocessor (its MIN_BLOCKS) for a grid: 3 (fewer registers) where the grid
-    is more than a wave of 2 a multiprocessor, else 2 (prefill_wgmma.cu has the H100's figures)."""
-    return 3 if grid_blocks > 2 * sm_count else 2
+@functools.cache
+def _say_heads_a_block_not_wgmmas(hd: int) -> None:
+    logging.getLogger("vt").warning("VT_PREFILL_HEADS_A_BLOCK applies to the mma.sync prefill kernel; the wgmma kernel "
+                                    "serves head dim %d on this device (VT_PREFILL_WGMMA=0 for the mma.sync kernel)",
+                                    hd)
+
+
+def wgmma_blocks_an_sm(working_blocks: int, sm_count: int) -> int:
+    """The warpgroup kernel's blocks a multiprocessor (its MIN_BLOCKS) for a launch whose blocks with queries number
+    about working_blocks: 3 (fewer registers) where they are more than a wave of 2 a multiprocessor, else 2
+    (prefill_wgmma.cu has the H100's figures)."""
+    return 3 if working_blocks > 2 * sm_count else 2
 
 
 _SM_COUNTS: dict[int, int] = {}  # device id: multiprocessors (cp may be the backend's namespace: no cache key)
@@ -184,14 +197,17 @@ def _sm_count(cp: Any) -> int:
 def _cuda_wgmma(cp: Any, q: Any, k_cache: Any, v_cache: Any, block_tables: Any, tiles: Any, out: Any) -> None:
     T, nh, hd = q.shape
     bs, nkv = k_cache.shape[1], k_cache.shape[2]
-    blocks = wgmma_blocks_an_sm(tiles.shape[0] * nh, _sm_count(cp))
+    # The tiles a step's tokens make (a graph bucket's tile buffer is padded far past them: max_tiles), not the grid
+    working = -(-T // TILE_QUERIES) * nh
+    blocks = wgmma_blocks_an_sm(working, _sm_count(cp))
     fn = function(cp, Instance("prefill_wgmma.cu", f"vt::paged_prefill_wgmma<{ctype(k_cache.dtype)}, "
                                                    f"{ctype(out.dtype)}, {hd}, {blocks}>", arch=WGMMA_ARCH))
     smem = 2 * 2 * KEY_TILE * hd * 2 + 1024  # two stages of K and V tiles, 1,024 bytes to align the swizzle atoms
     if smem > 48 << 10:
         fn.max_dynamic_shared_size_bytes = smem
-    fn((tiles.shape[0], nh), (THREADS,), (q, k_cache, v_cache, block_tables, tiles, out, np.int32(nh), np.int32(nkv),
-                                          np.int32(bs), np.int32(block_tables.shape[1])), shared_mem=smem)
+    args = (q, k_cache, v_cache, block_tables, tiles, out, np.int32(nh), np.int32(nkv), np.int32(bs),
+            np.int32(block_tables.shape[1]))
+    fn((tiles.shape[0], nh), (WGMMA_THREADS,), args, shared_mem=smem)
 
 
 # q, k_cache, v_cache, block_tables, tiles, token_row, positions, out

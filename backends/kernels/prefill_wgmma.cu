@@ -1,5 +1,5 @@
 // Varlen causal prefill attention over the paged KV cache on Hopper's warpgroup tensor cores (wgmma), for sm_90a
-// only (VT_PREFILL_WGMMA=1; backends/kernels/prefill_attention.py picks it). The same op, tiles and numerics as
+// only (VT_PREFILL_WGMMA=auto or 1; backends/kernels/prefill_attention.py picks it). The same op, tiles and numerics as
 // prefill_attention.cu's mma.sync kernel (64 queries a block for one query head, 64-key tiles through the block table,
 // q and P rounded to the cache dtype, float32 accumulation, the online softmax of tensor_core.cuh's softmax_tile):
 // what differs is where the products run. The block is one warpgroup; S = Q K^T and O += P V are wgmma with A (Q, then

@@ -178,6 +178,10 @@ PREFILL_HPB = f"{KERNELS}::test_cuda_paged_prefill_two_heads_a_block_equals_its_
 # breaks it
 PREFILL_WGMMA = f"{KERNELS}::test_cuda_paged_prefill_wgmma_equals_its_twin"
 PWG = "backends/kernels/prefill_wgmma.cu"
+# The CPU tests that call the prefill binding with the CUDA backend's namespace and an sm_90 stand-in
+WGMMA_LAUNCHES = (f"{KERNELS}::test_the_wgmma_binding_takes_the_backends_namespace",
+                  f"{KERNELS}::test_the_wgmma_binding_counts_a_graph_buckets_tiles_by_its_tokens",
+                  f"{KERNELS}::test_heads_a_block_is_said_not_to_apply_where_the_wgmma_kernel_serves")
 PREFILL_CASES = ("one-prompt", "chunks-over-earlier-kv", "tile-edges", "long-over-earlier-kv")
 PTWIN = "backends/kernels/prefill_attention.py"
 PCU = "backends/kernels/prefill_attention.cu"
@@ -1765,8 +1769,7 @@ ENTRIES += [
         description="VT_PREFILL_WGMMA=auto (the default) keeps the mma.sync kernel where the warpgroup kernel applies",
         file=PTWIN, old='    if asked == "0":\n        return False\n    shape =',
         new='    if asked != "1":\n        return False\n    shape =',
-        gates=(f"{KERNELS}::test_wgmma_prefill_only_where_the_shape_and_device_serve_it",
-               f"{KERNELS}::test_the_wgmma_binding_takes_the_backends_namespace"),
+        gates=(f"{KERNELS}::test_wgmma_prefill_only_where_the_shape_and_device_serve_it", *WGMMA_LAUNCHES),
         expect="auto (the default) takes it",
     ),
     Mutation(
@@ -1796,7 +1799,7 @@ ENTRIES += [
         description="the wgmma prefill kernel's CI instances carry no target of their own",
         file=PTWIN, old="                          arch=WGMMA_ARCH)\n                 for kv in",
         new="                          )\n                 for kv in",
-        gates=("tests/backends/test_kernel_build.py::test_an_instance_with_its_own_target_compiles_for_it_alone",),
+        gates=("tests/backends/test_kernel_build.py::test_the_wgmma_instances_carry_their_own_target",),
         expect="the wgmma instances carry their target",
     ),
     Mutation(
@@ -1805,14 +1808,55 @@ ENTRIES += [
                     "CUDA backend's is not hashable",
         file=PTWIN, old="def _sm_count(cp: Any) -> int:\n",
         new="@functools.cache\ndef _sm_count(cp: Any) -> int:\n",
-        gates=(f"{KERNELS}::test_the_wgmma_binding_takes_the_backends_namespace",),
+        gates=WGMMA_LAUNCHES,
         expect="the wgmma binding cannot take the backend's namespace",
     ),
     Mutation(
         id="prefill-wgmma-one-register-budget",
         description="the warpgroup binding takes 2 blocks a multiprocessor whatever the grid",
-        file=PTWIN, old="    return 3 if grid_blocks > 2 * sm_count else 2\n", new="    return 2\n",
+        file=PTWIN, old="    return 3 if working_blocks > 2 * sm_count else 2\n", new="    return 2\n",
         gates=(f"{KERNELS}::test_wgmma_prefill_takes_fewer_registers_where_its_grid_is_several_waves",
                f"{KERNELS}::test_the_wgmma_binding_takes_the_backends_namespace"),
+    ),
+    Mutation(
+        id="prefill-wgmma-counts-the-padded-grid",
+        description="the warpgroup binding picks its blocks an SM by the launch's grid, which a graph bucket pads far "
+                    "past its tokens' tiles",
+        file=PTWIN, old="    working = -(-T // TILE_QUERIES) * nh\n", new="    working = tiles.shape[0] * nh\n",
+        gates=(f"{KERNELS}::test_the_wgmma_binding_counts_a_graph_buckets_tiles_by_its_tokens",),
+        expect="a padded bucket of one wave's work took",
+    ),
+    Mutation(
+        id="prefill-heads-a-block-dropped-silently-under-wgmma",
+        description="VT_PREFILL_HEADS_A_BLOCK=2 is dropped without a word where the warpgroup kernel serves the shape",
+        file=PTWIN, old="            _say_heads_a_block_not_wgmmas(hd)\n", new="            pass\n",
+        gates=(f"{KERNELS}::test_heads_a_block_is_said_not_to_apply_where_the_wgmma_kernel_serves",),
+        expect="asked, said",
+    ),
+    Mutation(
+        id="kernel-cubin-cache-never-read",
+        description="the sm_90a CUBIN cache is written and never read: every process compiles every wgmma kernel",
+        file="backends/kernels/build.py", old="    if not fresh:\n        try:\n            name, _, cubin",
+        new="    if False:\n        try:\n            name, _, cubin",
+        gates=("tests/backends/test_kernel_build.py::"
+               "test_the_sm90a_cubin_cache_serves_a_second_process_and_replaces_a_bad_file",),
+        expect="served from disk",
+    ),
+    Mutation(
+        id="kernel-cubin-cache-ignores-fresh",
+        description="a CUBIN the driver refused is served again from the cache instead of compiled afresh",
+        file="backends/kernels/build.py", old="    if not fresh:\n        try:\n            name, _, cubin",
+        new="    if True:\n        try:\n            name, _, cubin",
+        gates=("tests/backends/test_kernel_build.py::"
+               "test_the_sm90a_cubin_cache_serves_a_second_process_and_replaces_a_bad_file",),
+    ),
+    Mutation(
+        id="serialized-wgmma-check-knows-c7513-only",
+        description="the CI check fails a kernel ptxas serializes for one reason (C7513) and passes the others (C7511 "
+                    "too few registers, C7515)",
+        file="backends/kernels/build.py", old='    return re.findall(r"\\(C75\\d\\d\\)',
+        new='    return re.findall(r"\\(C7513\\)',
+        gates=("tests/backends/test_kernel_build.py::test_the_check_fails_a_kernel_whose_wgmma_ptxas_serializes",),
+        expect="another reason ptxas gives",
     ),
 ]

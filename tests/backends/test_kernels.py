@@ -505,27 +505,35 @@ def test_cuda_paged_prefill_wgmma_equals_its_twin(case: str, dtype: str, monkeyp
     """VT_PREFILL_WGMMA=1 on an sm_90 device: the warpgroup kernel (prefill_wgmma.cu: swizzled K and V tiles read by
     wgmma through descriptors) within the twin's bound at both head dims it serves and both register budgets (2 and 3
     blocks a multiprocessor; these grids are small, so the binding's pick is forced), for every case (a chunk over
-    earlier chunks' keys, tile edges, a long one); the wgmma instance is what ran."""
+    earlier chunks' keys, tile edges, a long one); the wgmma instance is what each launch asked for."""
     import cupy
 
     from backends.kernels import prefill_attention
-    from backends.kernels.build import Instance, is_loaded
-    from backends.kernels.prefill_attention import WGMMA_ARCH, WGMMA_BLOCKS, WGMMA_HEAD_DIMS, takes_wgmma
+    from backends.kernels.prefill_attention import WGMMA_BLOCKS, WGMMA_HEAD_DIMS, takes_wgmma
 
     cc = int(cupy.cuda.Device().compute_capability)
     if cc != 90:
         pytest.skip(f"wgmma (sm_90a) runs on compute capability 9.0, not {cc}")
     storage = STORAGE[dtype]
     ctype = "vt::bf16" if dtype == "bfloat16" else "vt::f16"
+    asked: list[str] = []
+    real_function = prefill_attention.function
+
+    def spy(cp: Any, inst: Any) -> Any:  # the instance each launch asks for (a loaded one stays loaded: no proof)
+        asked.append(inst.expr)
+        return real_function(cp, inst)
+
+    monkeypatch.setattr(prefill_attention, "function", spy)
     with flag_set("VT_PREFILL_WGMMA", "1"):
         for blocks in WGMMA_BLOCKS:
             monkeypatch.setattr(prefill_attention, "wgmma_blocks_an_sm", lambda grid, sms, b=blocks: b)
             for hd in WGMMA_HEAD_DIMS:
                 assert takes_wgmma(hd, storage, lambda: cc), "non-vacuity: the variant runs"
                 args = prefill_case(PREFILL_CASES[case], 8, 2, hd, dtype, seed=hd)
-                got, want = run_prefill(cupy, args, storage), run_prefill(np, args, storage)
-                expr = f"vt::paged_prefill_wgmma<{ctype}, {ctype}, {hd}, {blocks}>"
-                assert is_loaded(Instance("prefill_wgmma.cu", expr, arch=WGMMA_ARCH)), "the wgmma kernel ran"
+                asked.clear()
+                got = run_prefill(cupy, args, storage)
+                assert asked == [f"vt::paged_prefill_wgmma<{ctype}, {ctype}, {hd}, {blocks}>"], asked
+                want = run_prefill(np, args, storage)
                 assert np.isfinite(widen_host(got)).all(), f"hd={hd}: the kernel read a poisoned key or value"
                 assert_within_bound(got, want, f"wgmma prefill {case} hd={hd} {dtype} {blocks} an SM", rounded_p=True)
 
@@ -544,35 +552,68 @@ def test_wgmma_prefill_takes_fewer_registers_where_its_grid_is_several_waves() -
     assert blocks(4096, sms=1024) == 2, "one wave on a device of more multiprocessors"
 
 
-def test_the_wgmma_binding_takes_the_backends_namespace(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The CUDA backend hands a kernel its own namespace (unhashable, as a SimpleNamespace is), not the cupy module: the
-    warpgroup binding must read the device through it (session 32's first engine run on an H100 failed on a cache keyed
-    by it: TypeError: unhashable type). Stand-ins: an sm_90 device of 132 multiprocessors, the launch stopped before
-    it compiles; a 7,936-token prefill of 16 heads is several waves, so the instance of 3 blocks a multiprocessor."""
+def _wgmma_launch(monkeypatch: pytest.MonkeyPatch, n: int, capacity: int = 0) -> Any:
+    """The prefill binding called as the CUDA backend calls it, with its own namespace (unhashable, as a SimpleNamespace
+    is) and stand-ins: an sm_90 device of 132 multiprocessors, the launch stopped before it compiles. n tokens of one
+    prompt, 16 heads at head dim 128, the tiles padded to `capacity` as a graph bucket's are. The Instance it asked
+    for, or a TypeError's text."""
     from types import SimpleNamespace
 
     from backends.kernels import prefill_attention
-    from backends.kernels.prefill_attention import WGMMA_ARCH, paged_prefill_attention, prefill_tiles
+    from backends.kernels.prefill_attention import paged_prefill_attention, prefill_tiles
 
     device = SimpleNamespace(id=0, compute_capability="90", attributes={"MultiProcessorCount": 132})
     cp = SimpleNamespace(cuda=SimpleNamespace(Device=lambda: device))
     monkeypatch.setattr(prefill_attention, "function", _reached_the_launch)
     monkeypatch.setattr(prefill_attention, "_SM_COUNTS", {})
-    n, hd = 7936, 128
-    q = np.zeros((n, 16, hd), np.float32)
-    cache = np.zeros((4, 16, 8, hd), np.uint16)
-    table, tiles = np.zeros((1, n // 16), np.int64), prefill_tiles([(0, n, 0, 0)])
+    q = np.zeros((n, 16, 128), np.float32)
+    cache = np.zeros((4, 16, 8, 128), np.uint16)
+    table, tiles = np.zeros((1, -(-n // 16)), np.int64), prefill_tiles([(0, n, 0, 0)], capacity)
     try:
         paged_prefill_attention.cuda(cp, q, cache, cache, table, tiles, np.zeros(n, np.int64),
                                      np.arange(n, dtype=np.int64), np.zeros(q.shape, np.uint16))
     except _LaunchReached as reached:
-        inst = reached.args[0]
+        return reached.args[0]
     except TypeError as e:
         pytest.fail(f"the wgmma binding cannot take the backend's namespace: {e}")
-    else:
-        pytest.fail("the binding launched nothing")
+    pytest.fail("the binding launched nothing")
+
+
+def test_the_wgmma_binding_takes_the_backends_namespace(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The CUDA backend hands a kernel its own namespace, not the cupy module: the warpgroup binding reads the device
+    through it (session 32's first engine run on an H100 failed on a cache keyed by it: TypeError: unhashable type). A
+    7,936-token prefill of 16 heads is several waves of 2 blocks an SM: the instance of 3."""
+    from backends.kernels.prefill_attention import WGMMA_ARCH
+
+    inst = _wgmma_launch(monkeypatch, 7936)
     assert (inst.file, inst.arch) == ("prefill_wgmma.cu", WGMMA_ARCH), inst
     assert inst.expr == "vt::paged_prefill_wgmma<vt::bf16, vt::bf16, 128, 3>", inst
+
+
+def test_the_wgmma_binding_counts_a_graph_buckets_tiles_by_its_tokens(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A graph bucket's tile buffer is padded far past its tokens' tiles (max_tiles: 1,040 rows for 1,024 tokens, so
+    16,640 blocks of which 256 work): the blocks-an-SM pick counts the tokens' tiles, one wave here, so 2 (the review
+    of session 32 found the padded grid picked 3 for every bucket)."""
+    from backends.kernels.prefill_attention import max_tiles
+
+    assert _wgmma_launch(monkeypatch, 1024).expr.endswith(", 128, 2>"), "non-vacuity: unpadded, one wave"
+    padded = _wgmma_launch(monkeypatch, 1024, capacity=max_tiles(1024, 1024))
+    assert padded.expr.endswith(", 128, 2>"), f"a padded bucket of one wave's work took {padded.expr}"
+
+
+def test_heads_a_block_is_said_not_to_apply_where_the_wgmma_kernel_serves(
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """VT_PREFILL_HEADS_A_BLOCK=2 belongs to the mma.sync kernel: where the warpgroup kernel serves the shape, the flag
+    is said (once a head dim) not to apply, not silently dropped."""
+    from backends.kernels.prefill_attention import _say_heads_a_block_not_wgmmas
+
+    _say_heads_a_block_not_wgmmas.cache_clear()
+    caplog.set_level(logging.WARNING, logger="vt")
+    _wgmma_launch(monkeypatch, 256)
+    assert "VT_PREFILL_HEADS_A_BLOCK" not in caplog.text, "non-vacuity: unasked, nothing said"
+    with flag_set("VT_PREFILL_HEADS_A_BLOCK", "2"):
+        assert "paged_prefill_wgmma" in _wgmma_launch(monkeypatch, 256).expr
+    assert "VT_PREFILL_HEADS_A_BLOCK applies to the mma.sync prefill kernel" in caplog.text, "asked, said"
 
 
 def test_wgmma_prefill_only_where_the_shape_and_device_serve_it(caplog: pytest.LogCaptureFixture) -> None:
