@@ -81,22 +81,9 @@ paged_prefill_attention(const float* __restrict__ q, const KV* __restrict__ k_ca
     // This thread's two query rows (local g and g + 8 of its warp's sixteen); a row past the tile's queries
     // computes as its tile's first query (finite, never written).
     int rows[2], qpos[2];
-#pragma unroll
-    for (int i = 0; i < 2; i++) {
-        const int r = wq * 16 + g + 8 * i;
-        rows[i] = r < nq ? r : 0;
-        qpos[i] = p0 + rows[i];
-    }
+    tile_rows(wq, g, nq, p0, rows, qpos);
     unsigned qa[HD / 16][4];  // Q as mma A fragments, rounded to the cache dtype
-#pragma unroll
-    for (int s = 0; s < HD / 16; s++) {
-#pragma unroll
-        for (int i = 0; i < 2; i++) {
-            const float* qr = q + ((i64)(q0 + rows[i]) * nh + head) * HD + 16 * s + 2 * tig;
-            qa[s][i] = pack2<KV>(qr[0], qr[1]);
-            qa[s][2 + i] = pack2<KV>(qr[8], qr[9]);
-        }
-    }
+    load_q_fragments<KV, HD>(q, q0, rows, nh, head, tig, qa);
     float o[HD / 8][4];
 #pragma unroll
     for (int j = 0; j < HD / 8; j++) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.0f;
@@ -123,17 +110,7 @@ paged_prefill_attention(const float* __restrict__ q, const KV* __restrict__ k_ca
     int k0 = 0;
     for (; k0 + PREFILL_BN - 1 <= p0; k0 += PREFILL_BN) tile_step(k0, Bool<false>{});
     for (; k0 <= last; k0 += PREFILL_BN) tile_step(k0, Bool<true>{});
-#pragma unroll
-    for (int i = 0; i < 2; i++) {
-        const int r = wq * 16 + g + 8 * i;
-        if (r >= nq) continue;
-        OUT* orow = out + ((i64)(q0 + r) * nh + head) * HD;
-#pragma unroll
-        for (int j = 0; j < HD / 8; j++) {
-            orow[8 * j + 2 * tig] = from_f32<OUT>(o[j][2 * i] / l[i]);
-            orow[8 * j + 2 * tig + 1] = from_f32<OUT>(o[j][2 * i + 1] / l[i]);
-        }
-    }
+    store_rows<OUT, HD>(out, q0, wq, g, tig, nq, nh, head, o, l);
 }
 
 }  // namespace vt

@@ -89,10 +89,53 @@ template <int HD, int THREADS, int BN> struct TileCopies {
     }
 };
 
+// A prefill tile's query rows for this thread (local g and g + 8 of warp w's sixteen): their rows in the tile, a row
+// past the tile's nq queries computing as its first query (finite, never written), and their positions from p0.
+__device__ __forceinline__ void tile_rows(int w, int g, int nq, int p0, int (&rows)[2], int (&qpos)[2]) {
+#pragma unroll
+    for (int i = 0; i < 2; i++) {
+        const int r = w * 16 + g + 8 * i;
+        rows[i] = r < nq ? r : 0;
+        qpos[i] = p0 + rows[i];
+    }
+}
+
+// Q of those rows (q [T, nh, HD] float32, the tile's first token q0) as mma A fragments, rounded to the cache dtype.
+template <typename KV, int HD>
+__device__ __forceinline__ void load_q_fragments(const float* __restrict__ q, int q0, const int (&rows)[2], int nh,
+                                                 int head, int tig, unsigned (&qa)[HD / 16][4]) {
+#pragma unroll
+    for (int s = 0; s < HD / 16; s++) {
+#pragma unroll
+        for (int i = 0; i < 2; i++) {
+            const float* qr = q + ((i64)(q0 + rows[i]) * nh + head) * HD + 16 * s + 2 * tig;
+            qa[s][i] = pack2<KV>(qr[0], qr[1]);
+            qa[s][2 + i] = pack2<KV>(qr[8], qr[9]);
+        }
+    }
+}
+
+// O / l of this thread's rows of warp w's sixteen into out [T, nh, HD], the rows past the tile's nq queries left.
+template <typename OUT, int HD>
+__device__ __forceinline__ void store_rows(OUT* __restrict__ out, int q0, int w, int g, int tig, int nq, int nh,
+                                           int head, const float (&o)[HD / 8][4], const float (&l)[2]) {
+#pragma unroll
+    for (int i = 0; i < 2; i++) {
+        const int r = w * 16 + g + 8 * i;
+        if (r >= nq) continue;
+        OUT* orow = out + ((i64)(q0 + r) * nh + head) * HD;
+#pragma unroll
+        for (int j = 0; j < HD / 8; j++) {
+            orow[8 * j + 2 * tig] = from_f32<OUT>(o[j][2 * i] / l[i]);
+            orow[8 * j + 2 * tig + 1] = from_f32<OUT>(o[j][2 * i + 1] / l[i]);
+        }
+    }
+}
+
 // The online softmax of one key tile for a warp's sixteen query rows (this lane's rows g and g + 8), S in sc as mma
-// (or wgmma) accumulators: the causal mask where MASKED (a key past limit[i], the last key row i sees, is not seen), the
-// rows' max and sum (m, l: natural units) moved on, P as the A fragments of P.V (pa), and alpha, the factor that takes
-// O to the new max (rescale_o). A row that has
+// (or wgmma) accumulators: the causal mask where MASKED (a key past limit[i], the last key row i sees, is not seen),
+// the rows' max and sum (m, l: natural units) moved on, P as the A fragments of P.V (pa), and alpha, the factor that
+// takes O to the new max (rescale_o). A row that has
 // seen no key yet (its max still -inf) computes NaN in its own registers (a thread's two rows never mix, nor do the
 // four lanes of a row with another row's): its caller never writes such a row.
 template <typename KV, int BN, bool MASKED>
