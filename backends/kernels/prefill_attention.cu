@@ -17,27 +17,15 @@ constexpr int PREFILL_THREADS = 128;
 
 template <int HD, int HPB = 1> using PrefillCopies = TileCopies<HD, PREFILL_THREADS * HPB, PREFILL_BN>;
 
-// One tile's keys and values (BN keys from k0) requested into one stage of shared memory, 16 bytes a copy; keys
-// past `last` become zeros (masked by the caller). The block size is a power of two dividing BN (the binding
-// checks), so k0 starts a block: a key's block is k0's plus key >> shift, its slot key & (block_size - 1). The
-// addresses are 32-bit offsets but for one wide multiply a copy: a block id fits an int (the binding checks).
+// One tile's keys and values (BN keys from k0) requested into one stage of shared memory (request_keys), 16 bytes a
+// copy, rows of STRIDE.
 template <typename KV, int HD, int STRIDE, typename TC>
 __device__ __forceinline__ void request_tile(unsigned short* ks, unsigned short* vs, const char* __restrict__ k_bytes,
                                              const i64* __restrict__ table, int k0, int last, const TC& c) {
-    const unsigned first_block = (unsigned)k0 >> c.shift;
-    const int in_tile = last - k0;  // keys past it are beyond the last query
-    const int mask = (1 << c.shift) - 1;
-#pragma unroll
-    for (int j = 0; j < TC::COPIES; j++) {
-        const int key = c.key0 + TC::KEYS_A_PASS * j;
-        const bool valid = key <= in_tile;
-        const int at_key = valid ? key : 0;  // a zero-size copy still needs an address inside the cache
-        const unsigned entry = (unsigned)table[first_block + ((unsigned)at_key >> c.shift)];
-        const char* k_src = k_bytes + ((unsigned)(at_key & mask) * c.slot_bytes + c.inner) +
-                            (unsigned long long)entry * c.block_bytes;
+    request_keys(k_bytes, table, k0, last, c, [&](int key, const char* k_src, bool valid) {
         copy16_async(ks + key * STRIDE + c.part, k_src, valid);
         copy16_async(vs + key * STRIDE + c.part, k_src + c.v_minus_k, valid);
-    }
+    });
 }
 
 // q [T, nh, HD] float32 (pre-scaled); caches [blocks, block_size, nkv, HD] bf16 or fp16; block_tables [R, W];

@@ -100,26 +100,16 @@ VT_WGMMA_N128(f16, f16)
 #undef VT_WGMMA_N64
 #undef VT_WGMMA_N128
 
-// One tile's keys and values (WG_BN keys from k0) requested into a stage in the swizzled layout, 16 bytes a copy; keys
-// past `last` become zeros (masked by the caller). Addresses as prefill_attention.cu's request_tile.
+// One tile's keys and values (WG_BN keys from k0) requested into a stage in the swizzled layout (request_keys), 16
+// bytes a copy.
 template <typename KV, int HD, typename TC>
 __device__ __forceinline__ void request_swizzled(unsigned char* stage, const char* __restrict__ k_bytes,
                                                  const i64* __restrict__ table, int k0, int last, const TC& c) {
-    const unsigned first_block = (unsigned)k0 >> c.shift;
-    const int in_tile = last - k0;
-    const int mask = (1 << c.shift) - 1;
-#pragma unroll
-    for (int j = 0; j < TC::COPIES; j++) {
-        const int key = c.key0 + TC::KEYS_A_PASS * j;
-        const bool valid = key <= in_tile;
-        const int at_key = valid ? key : 0;  // a zero-size copy still needs an address inside the cache
-        const unsigned entry = (unsigned)table[first_block + ((unsigned)at_key >> c.shift)];
-        const char* k_src = k_bytes + ((unsigned)(at_key & mask) * c.slot_bytes + c.inner) +
-                            (unsigned long long)entry * c.block_bytes;
+    request_keys(k_bytes, table, k0, last, c, [&](int key, const char* k_src, bool valid) {
         const unsigned at = swizzled(key, c.part / 8);
         copy16_async(stage + at, k_src, valid);
         copy16_async(stage + WgTile<HD>::BYTES + at, k_src + c.v_minus_k, valid);
-    }
+    });
 }
 
 // S = Q K^T of one landed tile, issued and committed, not waited for (HD / 16 wgmma k-steps, K-major B: 32 bytes a

@@ -200,6 +200,28 @@ __device__ __forceinline__ void rescale_o(float (&o)[HD / 8][4], const float (&a
     }
 }
 
+// A key tile's copies through the block table (keys from k0, a thread's fixed keys c.key0 + KEYS_A_PASS j): for each,
+// copy(key, the key's 16 bytes in the K cache, valid); a key past `last` is not valid (its copy fills zeros; the
+// caller masks it) and reads key 0's address, inside the cache. The block size is a power of two dividing the tile
+// (the bindings check), so k0 starts a block: a key's block is k0's plus key >> shift, its slot key & (block_size - 1).
+// The addresses are 32-bit offsets but for one wide multiply a copy: a block id fits an int (the bindings check).
+template <typename TC, typename Copy>
+__device__ __forceinline__ void request_keys(const char* __restrict__ k_bytes, const i64* __restrict__ table, int k0,
+                                             int last, const TC& c, Copy copy) {
+    const unsigned first_block = (unsigned)k0 >> c.shift;
+    const int in_tile = last - k0;  // keys past it are beyond the last query
+    const int mask = (1 << c.shift) - 1;
+#pragma unroll
+    for (int j = 0; j < TC::COPIES; j++) {
+        const int key = c.key0 + TC::KEYS_A_PASS * j;
+        const bool valid = key <= in_tile;
+        const int at_key = valid ? key : 0;  // a zero-size copy still needs an address inside the cache
+        const unsigned entry = (unsigned)table[first_block + ((unsigned)at_key >> c.shift)];
+        copy(key, k_bytes + ((unsigned)(at_key & mask) * c.slot_bytes + c.inner) + (unsigned long long)entry *
+                                                                                   c.block_bytes, valid);
+    }
+}
+
 // One key tile (BN keys from k0, in shared memory: ks and vs, rows of STRIDE) for a warp's sixteen query rows (qa,
 // mma A fragments): S = Q K^T, softmax_tile, O += P V.
 template <typename KV, int HD, int BN, int STRIDE, bool MASKED>
