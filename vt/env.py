@@ -140,7 +140,7 @@ class Flags:
     # with a 16-bit cache runs the warpgroup (wgmma) kernel, backends/kernels/prefill_wgmma.cu, compiled for sm_90a;
     # elsewhere the mma.sync kernel. auto takes it where it applies without a word; 1 says once a shape where it
     # cannot; 0 keeps the mma.sync kernel. On an H100 (session 32) it took 36.1 / 241.6 / 716.6 us against 58.9 /
-    # 384.0 / 1,148.8 at 1,024 / 4,096 / 7,936 tokens, and the yardstick's 8k c=8 rung from 734.5 to 866.2 out tok/s
+    # 384.0 / 1,148.8 at 1,024 / 4,096 / 7,936 tokens, and the yardstick's 8k c=8 TPOT from 6.46 to 5.70 ms in one call
     prefill_wgmma: str = "auto"
     # VT_SKINNY_MMA=1: the GEMM tuner also times the tensor-core skinny GEMM (backends/kernels/skinny_mma.py) on every
     # plan of 2..16 rows, beside cuBLASLt and the CUDA-core skinny GEMM. Correct on the H200 and no faster a prefix

@@ -154,11 +154,12 @@ __device__ __forceinline__ void wg_softmax(float (&sc)[WG_BN / 8][4], const int 
 // tiles [num_tiles, 4] int32 (prefill_attention.py's prefill_tiles); out [T, nh, HD]. Grid (num_tiles, nh),
 // WG_THREADS threads, dynamic shared memory: two stages of K and V tiles (the next tile's copies run while this one is
 // computed) and 1,024 bytes to align them. Tiles are taken last first, as the mma.sync kernel takes them.
-// MIN_BLOCKS a multiprocessor: 2 (186 registers at head dim 128) or 3 (167, no spills). On an H100 (session 32) 3 took
-// 717 against 778 us at 7,936 tokens and 242 against 264 at 4,096, where the grid is several waves, but 40 against 36
-// at 1,024, where it is one (the binding picks by the grid). Measured and dropped: FlashAttention-3's intra-warpgroup
-// overlap (three stages, tile n's S issued beside tile n - 1's P.V, its softmax under that P.V), 777-782 against
-// 778-788 us at 7,936 tokens: two blocks a multiprocessor already overlap one's softmax with the other's products.
+// MIN_BLOCKS a multiprocessor: 2 (186 registers at head dim 128) or 3 (167-168, no spills). On an H100 (session 32)
+// 3 took 717 against 778 us at 7,936 tokens and 242 against 264 at 4,096, where the tiles are several waves, but 40
+// against 36 at 1,024, where they are one (the binding picks by the tiles of the step's, or graph bucket's, tokens).
+// Measured and dropped: FlashAttention-3's intra-warpgroup overlap (three stages, tile n's S issued beside tile n - 1's
+// P.V, its softmax under that P.V), 777-782 against 778-788 us at 7,936 tokens: two blocks a multiprocessor already
+// overlap one's softmax with the other's products.
 template <typename KV, typename OUT, int HD, int MIN_BLOCKS>
 __global__ void __launch_bounds__(WG_THREADS, MIN_BLOCKS)
 paged_prefill_wgmma(const float* __restrict__ q, const KV* __restrict__ k_cache, const KV* __restrict__ v_cache,

@@ -539,9 +539,9 @@ def test_cuda_paged_prefill_wgmma_equals_its_twin(case: str, dtype: str, monkeyp
 
 
 def test_wgmma_prefill_takes_fewer_registers_where_its_grid_is_several_waves() -> None:
-    """Three blocks a multiprocessor (167 registers) where the grid is more than one wave of two, as 4,096 and 7,936
-    tokens of the 0.6B shape are on a 132-multiprocessor H100; two where it is one wave, as 1,024 tokens are (16 tiles
-    of 64 queries x 16 heads)."""
+    """Three blocks a multiprocessor (167-168 registers) where the step's token tiles are more than one wave of two, as
+    4,096 and 7,936 tokens of the 0.6B shape are on a 132-multiprocessor H100; two where they are one wave, as 1,024
+    tokens are (16 tiles of 64 queries x 16 heads)."""
     from backends.kernels.prefill_attention import TILE_QUERIES, wgmma_blocks_an_sm
 
     def blocks(tokens: int, sms: int = 132) -> int:
