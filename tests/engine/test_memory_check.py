@@ -5,6 +5,7 @@ machine the default would size the KV cache to 0.9 of the GPU, as vLLM does."""
 from __future__ import annotations
 
 import gc
+import sys
 
 import pytest
 
@@ -110,6 +111,9 @@ def test_on_the_gpu_the_kv_cache_follows_the_utilization() -> None:
 
     gc.collect()  # what earlier tests of this process left cached is not this test's to count (on an 80 GB card it
     cupy.get_default_memory_pool().free_all_blocks()  # left the second engine 38 GiB where it needs 40: H100, s11)
+    torch = sys.modules.get("torch")  # the oracle tests' torch caches its own blocks (session 32, H100, after 539 GPU
+    if torch is not None and torch.cuda.is_initialized():  # tests: 36.43 GiB free where 39.59 were needed; alone it
+        torch.cuda.empty_cache()  # passed). Not yet run on a GPU
     total = cupy.cuda.runtime.memGetInfo()[1]
     low = LLM("tiny-qwen3", backend="cuda", gpu_memory_utilization=0.3, max_model_len=4096).engine
     low_blocks, per = low.cfg.num_blocks, kv_bytes_per_block(low.model.cfg, 16, low.model.kv_dtype.itemsize)
