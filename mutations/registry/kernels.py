@@ -705,6 +705,26 @@ ENTRIES += [
         gates=("tests/vt/test_env.py::test_a_tensor_parallel_rank_reads_back_every_flag_rank_0_read",),
     ),
     Mutation(
+        id="choice-flag-takes-any-value",
+        description="a flag of a few values (VT_PREFILL_WGMMA, VT_SAMPLER, ...) takes any other without a word",
+        file="vt/env.py",
+        old="    if raw in choices:\n        return raw\n",
+        new="    if raw:\n        return raw\n",
+        gates=tuple(f"tests/vt/test_env.py::test_a_choice_flag_refuses_a_value_it_does_not_offer_in_one_typed_line"
+                    f"[{n}]" for n in ("VT_SAMPLER", "VT_ROWS_TARGET_BLOCKS", "VT_PREFILL_HEADS_A_BLOCK",
+                                       "VT_PREFILL_WGMMA"))
+        + ("tests/vt/test_env.py::test_a_decode_partition_floor_off_the_offered_ones_names_the_flag",
+           "tests/vt/test_env.py::test_a_rope_row_limit_off_the_offered_ones_names_the_flag"),
+    ),
+    Mutation(
+        id="tp-rank-reads-the-default-prefill-kernel",
+        description="a tensor-parallel rank's environment sets VT_PREFILL_WGMMA to its default: rank 0 at 0 runs the "
+                    "mma.sync kernel where the other ranks run the wgmma kernel",
+        file="vt/env.py",
+        old='out["VT_PREFILL_WGMMA"] = f.prefill_wgmma', new='out["VT_PREFILL_WGMMA"] = "auto"',
+        gates=("tests/vt/test_env.py::test_a_tensor_parallel_rank_reads_back_every_flag_rank_0_read",),
+    ),
+    Mutation(
         id="tp-rank-reads-the-default-rows-target",
         description="a tensor-parallel rank's environment sets VT_ROWS_TARGET_BLOCKS to its default: rank 0 at 8 "
                     "splits a hit's context once where the other ranks split it eight times",

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from tests.helpers import MockAllocator
-from vt.env import Flags, flags
+from vt.env import Flags, as_environ, flags
 from vt.pool import DevicePool
 
 
@@ -143,6 +143,30 @@ def test_a_retired_flag_set_to_what_it_no_longer_offers_is_refused_by_name(value
     for old_default in ("mass", " MASS ", ""):  # read as every choice flag is: stripped, any case; empty is unset
         monkeypatch.setenv("VT_TEMPERATURE_DRAW", old_default)
         Flags.from_environ()  # no error
+
+
+# (VT_DECODE_MIN_PARTITION and VT_ROPE_MAX_ROWS have their own tests above, over numeric edges)
+@pytest.mark.parametrize("name", ["VT_SAMPLER", "VT_SHARED_ROWS_ATTENTION", "VT_ROWS_TARGET_BLOCKS",
+                                  "VT_PREFILL_HEADS_A_BLOCK", "VT_PREFILL_WGMMA"])
+def test_a_choice_flag_refuses_a_value_it_does_not_offer_in_one_typed_line(name: str,
+                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """A flag with a few values (a typo in VT_PREFILL_WGMMA=atuo would otherwise pick a kernel silently) refuses any
+    other with a ConfigError naming the flag and the value (the CLI's exit 2 and one line); each value it offers
+    reads back."""
+    from vt.errors import ConfigError
+
+    monkeypatch.setenv(name, "bogus7")
+    err: Exception | None = None
+    try:
+        Flags.from_environ()
+    except Exception as e:  # noqa: BLE001 - which exception is the assertion
+        err = e
+    assert isinstance(err, ConfigError), f"{name}=bogus7: {type(err).__name__} {err} where one typed line was due"
+    assert f"{name}='bogus7'" in str(err) and "\n" not in str(err), str(err)
+    monkeypatch.delenv(name)
+    default = as_environ(Flags.from_environ())[name]
+    monkeypatch.setenv(name, default.upper())
+    assert as_environ(Flags.from_environ())[name] == default, "non-vacuity: its own value, in any case, reads back"
 
 
 def test_flag_names_are_every_variable_this_module_reads() -> None:
