@@ -528,7 +528,7 @@ paged_decode_attention_rows(const float* __restrict__ q, const KV* __restrict__ 
 // out[t, head] = the partitions' outputs weighted by their softmax sums, rescaled to the common max.
 // Grid (nh, T); HD threads (at least a warp). Warp 0 finds the max and each partition's weight once (a lane a
 // partition), then every thread sums its dim over the partitions with all loads independent.
-constexpr int DECODE_MAX_PARTITIONS = 1024;  // decode_attention.py: a launch splits a context at most this often
+constexpr int DECODE_MAX_PARTITIONS = 256;   // decode_attention.py: a launch splits a context at most this often
 template <typename OUT, int HD>
 __global__ void paged_decode_reduce(const float* __restrict__ part_o, const float* __restrict__ part_ml,
                                     const i64* __restrict__ positions, OUT* __restrict__ out, int nh, int P,

@@ -23,8 +23,12 @@ from vt.env import flags
 from vt.errors import EngineInvariantError
 
 MIN_PARTITION = 256  # keys: a context this short is one partition (no reduce launch), unless the flag lowers it
-TARGET_BLOCKS = 1024  # a long context is split until the launch has about this many blocks (the H200 has 132 SMs)
-MAX_PARTITIONS = 1024  # decode_attention.cu DECODE_MAX_PARTITIONS: the reduce kernel's weights in shared memory
+# A long context is split until the launch has about this many blocks: one wave at two blocks an SM on the H100's
+# and H200's 132 SMs. Session 33 (an H100, attention-bench, min us of decode + reduce): 8 tokens x 8,192 keys 96.6
+# at 256 (4 partitions of 2,048) against 103.9 at 1,024 (16 of 512), 98.9 at 512, 106.5 at 2,048; 32 x 2,048 93.5
+# (one partition, no reduce) against 104.3. A block's first tile's latency and its merge are paid once a block.
+TARGET_BLOCKS = 256
+MAX_PARTITIONS = 256  # decode_attention.cu DECODE_MAX_PARTITIONS: the reduce kernel's weights in shared memory
 TWIN_TILE = 128  # keys per online-softmax tile in the twin (the kernel's: 8 to 16 keys a warp, 64 or 128 a block)
 THREADS = 256  # decode_attention.cu DECODE_THREADS
 SPLIT_HEADS_UNTIL = 32  # blocks: a launch smaller than this deals a KV head's query heads out to more blocks
@@ -46,7 +50,7 @@ CI_INSTANCES += [Instance(i.file, i.expr.replace("paged_decode_attention<", "pag
 def partition_size(num_tokens: int, num_kv_heads: int, max_context: int) -> int:
     """Keys per partition, from static shapes only (so a graph's launch is fixed): as many splits of the
     longest context as keep about TARGET_BLOCKS blocks busy, in multiples of 64 keys, never under MIN_PARTITION
-    (or VT_DECODE_MIN_PARTITION's floor). One token at 8k context: 32 partitions of 256; eight tokens: 16 of 512."""
+    (or VT_DECODE_MIN_PARTITION's floor). One token at 8k context: 32 partitions of 256; eight tokens: 4 of 2,048."""
     splits = max(1, TARGET_BLOCKS // max(1, num_tokens * num_kv_heads))
     keys = -(-max_context // splits)
     return max(flags().decode_min_partition, -(-keys // 64) * 64)

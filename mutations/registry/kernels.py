@@ -1491,9 +1491,9 @@ BESIDE = {
     # the merge serves both kernels (merge_warps): C's equality holds, its bound against the twin does not; D holds
     "cuda-decode-warp-merge-ignores-the-max": FLOOR_CUDA + rows_eq(*ALL_SHARED),
     # the reduce serves both kernels: C's equality holds, its bound against the twin does not where a row spans
-    # partitions
-    "cuda-decode-reduction-sums-unrescaled-parts": FLOOR_CUDA + rows_eq("prefix-hit-16x1024", "three-chunks-straddle",
-                                                                        "mha-partition-edges"),
+    # partitions (the hit's 16 rows over 1,024 keys are one partition since session 33's 256 blocks a launch: the H100
+    # kept that case green)
+    "cuda-decode-reduction-sums-unrescaled-parts": FLOOR_CUDA + rows_eq("three-chunks-straddle", "mha-partition-edges"),
     "cuda-rope-attention-leaves-a-partitioned-contexts-key-unwritten": ROPE_FLOOR,
     "cuda-rope-attention-drops-qs-rotary": ROPE_FLOOR,
     "cuda-rope-attention-writes-a-padding-rows-kv": ROPE_FLOOR,
