@@ -128,6 +128,16 @@ ENTRIES: list[Mutation] = [
         expect="per_request_tpot_ms",
     ),
     Mutation(
+        id="tpot-split-profiles-the-step-before-the-one-asked-for",
+        description="scripts/tpot-split --profile-step N starts the profiler around step N - 1: the kernels it reports "
+                    "are another step's",
+        file="scripts/tpot-split",
+        old="        with profiled(len(steps)) if profiled else contextlib.nullcontext():\n",
+        new="        with profiled(len(steps) - 1) if profiled else contextlib.nullcontext():\n",
+        gates=("tests/engine/test_tpot_split.py::test_the_profiled_step_is_the_one_asked_for_and_the_cpu_refuses_it",),
+        expect="enter 2",
+    ),
+    Mutation(
         id="replay-ab-lets-a-loader-error-escape",
         description="scripts/replay-ab lets the loader's typed error escape as a traceback (exit 1)",
         file="scripts/replay-ab",

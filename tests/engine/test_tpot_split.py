@@ -35,3 +35,38 @@ def test_the_script_runs_on_the_cpu_and_refuses_bad_input_in_one_line() -> None:
     assert len(row) == 1 and float(row[0].split("|")[4]) > 0, p.stdout  # a mean TPOT was measured
     bad = subprocess.run([*run, "--output-len", "1"], capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert bad.returncode == 2 and bad.stderr.strip().splitlines()[-1].startswith("tpot-split: error: --prompts")
+
+
+def test_the_profiled_step_is_the_one_asked_for_and_the_cpu_refuses_it() -> None:
+    """--profile-step N: timed_steps enters the profiler's context around step N alone, and the step's own work runs
+    inside it (a profiler started around nothing would show no kernels); the CPU backend has no profiler: exit 2."""
+    import contextlib
+    from types import SimpleNamespace
+
+    log: list[str] = []
+
+    class Engine:
+        scheduler = SimpleNamespace(prefill_tokens=0)
+        left = 4
+
+        def has_unfinished(self) -> bool:
+            return self.left > 0
+
+        def step(self) -> None:
+            log.append(f"step {4 - self.left}")
+            self.left -= 1
+
+    @contextlib.contextmanager
+    def recorder(i: int):
+        log.append(f"enter {i}")
+        yield
+        log.append(f"exit {i}")
+
+    want = 2
+    steps, _, _ = load_script("tpot-split").timed_steps(
+        Engine(), lambda: None, [], lambda i: recorder(i) if i == want else contextlib.nullcontext())
+    assert len(steps) == 4, "non-vacuity: every step ran"
+    assert log == ["step 0", "step 1", "enter 2", "step 2", "exit 2", "step 3"], log
+    bad = subprocess.run([sys.executable, str(ROOT / "scripts" / "tpot-split"), "--model", "tiny-qwen3", "--backend",
+                          "cpu", "--profile-step", "1"], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert bad.returncode == 2 and "--profile-step" in bad.stderr.strip().splitlines()[-1], bad.stderr[-500:]
