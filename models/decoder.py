@@ -324,8 +324,9 @@ class DecoderForCausalLM:
         variant (given one token a sequence): the flag, at most VT_ROPE_MAX_ROWS rows, and a table of at most
         MIN_PARTITION keys, one partition at the default floor (under VT_DECODE_MIN_PARTITION it may be several: the
         lane's A/B then times the variant's prologue in each of them, as it pairs the flag with
-        VT_ROPE_IN_ATTENTION=0). Measured faster there (H200: 1 and 8 rows at 128 keys); at 8 x 8,192 (16
-        partitions) 19% slower, each of 1,024 blocks waiting for its prologue before its first key load, which many
+        VT_ROPE_IN_ATTENTION=0). Measured faster there (H200: 1 and 8 rows at 128 keys); at 8 x 8,192 19% slower
+        (session 25, under the rule of 1,024 blocks a launch: 16 partitions, each of 1,024 blocks waiting for its
+        prologue before its first key load; 256 blocks since session 33, not measured with the variant), which many
         rows would repeat (c=128: 1,024 blocks). The graph driver asks it too: where it says yes, a short prefill run
         whole (rows sharing a sequence) needs a graph of its own."""
         return (self.rope_in_attention and rows <= self.rope_max_rows

@@ -50,6 +50,8 @@ def _read_choice(name: str, choices: tuple[str, ...]) -> str:
 
 
 ROWS_ATTENTION = ("auto", "off", "rows", "mma")  # VT_SHARED_ROWS_ATTENTION's choices (Flags.shared_rows_attention)
+# VT_ROWS_TARGET_BLOCKS's choices: none over the reduce kernel's 256 partitions (tests/backends/test_kernels.py)
+ROWS_TARGET_BLOCKS = ("256", "32", "16", "8")
 
 
 def _read_rows_attention() -> str:
@@ -108,7 +110,8 @@ class Flags:
     # of its own again, instead of in the decode attention's prologue (paged_decode_attention_rope)
     rope_in_attention: bool = True
     # VT_ROPE_MAX_ROWS=16..1024: the rope variant up to this many rows a step (8 by default: it was measured at 1 and
-    # 8 rows on the H200; at 8 x 8k, 1,024 blocks each paying its prologue before its first key load, 19% slower;
+    # 8 rows on the H200; at 8 x 8k, 1,024 blocks each paying its prologue before its first key load, 19% slower
+    # (session 25, before session 33's 256 blocks a launch, at which the variant is not measured);
     # c=128's TPOT was 2.711 ms in session 28 against 2.439 before the variant). 1024: any row count (sessions 25-27)
     rope_max_rows: int = 8
     # VT_DECODE_MIN_PARTITION=128 or 64: the decode attention splits a context into partitions this short (256 keys
@@ -170,7 +173,7 @@ class Flags:
             rope_max_rows=int(_read_choice("VT_ROPE_MAX_ROWS", ("8", "16", "32", "64", "128", "1024"))),
             decode_min_partition=int(_read_choice("VT_DECODE_MIN_PARTITION", ("256", "128", "64"))),
             shared_rows_attention=_read_rows_attention(),
-            rows_target_blocks=int(_read_choice("VT_ROWS_TARGET_BLOCKS", ("256", "32", "16", "8"))),
+            rows_target_blocks=int(_read_choice("VT_ROWS_TARGET_BLOCKS", ROWS_TARGET_BLOCKS)),
             prefill_heads_a_block=int(_read_choice("VT_PREFILL_HEADS_A_BLOCK", ("1", "2"))),
             prefill_wgmma=_read_choice("VT_PREFILL_WGMMA", ("auto", "1", "0")),
             skinny_mma=_read_bool("VT_SKINNY_MMA", False),

@@ -134,8 +134,18 @@ ENTRIES: list[Mutation] = [
         file="scripts/tpot-split",
         old="        with profiled(len(steps)) if profiled else contextlib.nullcontext():\n",
         new="        with profiled(len(steps) - 1) if profiled else contextlib.nullcontext():\n",
-        gates=("tests/engine/test_tpot_split.py::test_the_profiled_step_is_the_one_asked_for_and_the_cpu_refuses_it",),
-        expect="enter 2",
+        gates=("tests/engine/test_tpot_split.py::test_the_last_round_profiles_the_asked_step_and_no_other",),
+        expect="'round 1 step 1', 'start'",
+    ),
+    Mutation(
+        id="tpot-split-profiles-every-round",
+        description="scripts/tpot-split --profile-step N profiles step N of every round: the first round's, which "
+                    "meets the shapes first (compiles, GEMM tuning), joins the profile",
+        file="scripts/tpot-split",
+        old="        timed = timed_steps(engine, sync, reqs, profiled if rnd == rounds - 1 else None)\n",
+        new="        timed = timed_steps(engine, sync, reqs, profiled)\n",
+        gates=("tests/engine/test_tpot_split.py::test_the_last_round_profiles_the_asked_step_and_no_other",),
+        expect="round 0 step 1",
     ),
     Mutation(
         id="replay-ab-lets-a-loader-error-escape",

@@ -121,6 +121,16 @@ ENTRIES: list[Mutation] = [
         gates=(f"{KERNELS}::test_a_launch_never_splits_a_context_more_often_than_the_reduce_kernel_holds",),
     ),
     Mutation(
+        id="rows-target-choice-past-the-reduce-kernels-partitions",
+        description="VT_ROWS_TARGET_BLOCKS offers 512: a one-token rows launch over a long table would split into "
+                    "more partitions than the reduce kernel keeps weights for, and raise in a step",
+        file="vt/env.py", old='ROWS_TARGET_BLOCKS = ("256", "32", "16", "8")\n',
+        new='ROWS_TARGET_BLOCKS = ("256", "32", "16", "8", "512")\n',
+        gates=tuple(f"{KERNELS}::test_no_decode_or_rows_launch_splits_past_the_reduce_kernels_partitions[{f}]"
+                    for f in ("256", "128", "64")),
+        expect="VT_ROWS_TARGET_BLOCKS=512",
+    ),
+    Mutation(
         id="cuda-decode-warp-merge-ignores-the-max",
         description="the decode kernel merges its warps' partial sums at equal weight, not each at the block's max "
                     "(the twin has no warps: its partition merge is the twin mutant below)",
@@ -1491,8 +1501,8 @@ BESIDE = {
     # the merge serves both kernels (merge_warps): C's equality holds, its bound against the twin does not; D holds
     "cuda-decode-warp-merge-ignores-the-max": FLOOR_CUDA + rows_eq(*ALL_SHARED),
     # the reduce serves both kernels: C's equality holds, its bound against the twin does not where a row spans
-    # partitions (the hit's 16 rows over 1,024 keys are one partition since session 33's 256 blocks a launch: the H100
-    # kept that case green)
+    # partitions (the hit's case, 16 rows over 1,024 keys plus a padding row, 17 x 8 KV heads, is one partition since
+    # session 33's 256 blocks a launch: the H100 kept that case green)
     "cuda-decode-reduction-sums-unrescaled-parts": FLOOR_CUDA + rows_eq("three-chunks-straddle", "mha-partition-edges"),
     "cuda-rope-attention-leaves-a-partitioned-contexts-key-unwritten": ROPE_FLOOR,
     "cuda-rope-attention-drops-qs-rotary": ROPE_FLOOR,

@@ -214,6 +214,28 @@ def test_a_launch_never_splits_a_context_more_often_than_the_reduce_kernel_holds
     assert max(counts) == decode_attention.MAX_PARTITIONS, "non-vacuity: some shape splits as often as it may"
 
 
+@pytest.mark.parametrize("floor", ["256", "128", "64"])
+def test_no_decode_or_rows_launch_splits_past_the_reduce_kernels_partitions(floor: str) -> None:
+    """The rows kernel's partials go through the same reduce: at every VT_ROWS_TARGET_BLOCKS choice (and the decode
+    kernel at every VT_DECODE_MIN_PARTITION floor), up to 2,097,152 keys at block sizes 16 and 1, no launch splits a
+    context more often than MAX_PARTITIONS (a new choice over it would fail here, not raise in a step). Guard: each
+    rule reaches its target somewhere."""
+    from backends.kernels import rows_attention
+    from vt.env import ROWS_TARGET_BLOCKS
+
+    shapes = [(T, nkv, keys, bs) for T in (1, 2, 17, 64, 512, 65535) for nkv in (1, 2, 8, 64)
+              for keys in (16, 4096, 131072, 2097152) for bs in (16, 1) if keys // bs <= 2**22]
+    with flag_set("VT_DECODE_MIN_PARTITION", floor):
+        plain = max(decode_attention.num_partitions(T, nkv, keys // bs, bs) for T, nkv, keys, bs in shapes)
+    assert plain <= decode_attention.MAX_PARTITIONS and plain == decode_attention.TARGET_BLOCKS, plain
+    for target in ROWS_TARGET_BLOCKS:
+        with flag_set("VT_ROWS_TARGET_BLOCKS", target):
+            rows = max(rows_attention.num_partitions(T, nkv, g, keys // bs, bs) for T, nkv, keys, bs in shapes
+                       for g in (1, 2, 8))
+        assert rows <= decode_attention.MAX_PARTITIONS, f"VT_ROWS_TARGET_BLOCKS={target}: {rows} partitions"
+        assert rows == int(target), f"non-vacuity: VT_ROWS_TARGET_BLOCKS={target} reaches {rows}"
+
+
 # ---- q/k norm + rotary + KV write --------------------------------------------------------------------------------
 def rotary_inputs(T: int, nh: int, nkv: int, hd: int, dtype: str, seed: int = 0) -> dict:
     rng = np.random.default_rng(seed)

@@ -19,7 +19,8 @@ from vt.dtypes import narrow_host, widen_host
 
 # name: (contexts, nh, nkv, table width in blocks, rows a sequence)
 SHARED_CASES = {
-    "prefix-hit-16x1024": ([1024], 16, 8, 64, 16),  # a 16-token tail over a cached 1,008-token prefix: one partition
+    # a 16-token tail over a cached 1,008-token prefix: with the padding row, 17 rows x 8 KV heads, one partition
+    "prefix-hit-16x1024": ([1024], 16, 8, 64, 16),
     "three-chunks-straddle": ([37, 300, 513], 8, 2, 33, 3),  # runs of 3 rows: blocks of 4 rows hold two sequences
     "one-row-each-gqa8": ([5, 64, 200], 16, 2, 16, 1),  # no two rows share: each block serves rows in turn
     "mha-partition-edges": ([256, 257], 4, 4, 17, 5),  # a run ending on a partition's edge, one just past it

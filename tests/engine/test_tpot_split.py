@@ -37,36 +37,59 @@ def test_the_script_runs_on_the_cpu_and_refuses_bad_input_in_one_line() -> None:
     assert bad.returncode == 2 and bad.stderr.strip().splitlines()[-1].startswith("tpot-split: error: --prompts")
 
 
-def test_the_profiled_step_is_the_one_asked_for_and_the_cpu_refuses_it() -> None:
-    """--profile-step N: timed_steps enters the profiler's context around step N alone, and the step's own work runs
-    inside it (a profiler started around nothing would show no kernels); the CPU backend has no profiler: exit 2."""
+class _Engine:
+    """Steps `per_round` times a round (one prefill step, then decode steps), logging each step."""
+
+    def __init__(self, log: list[str], per_round: int) -> None:
+        from types import SimpleNamespace
+
+        self.log, self.per_round, self.left, self.rounds = log, per_round, 0, 0
+        self.scheduler = SimpleNamespace(prefill_tokens=0)
+
+    def has_unfinished(self) -> bool:
+        return self.left > 0
+
+    def step(self) -> None:
+        self.log.append(f"round {self.rounds - 1} step {self.per_round - self.left}")
+        self.scheduler.prefill_tokens += self.left == self.per_round  # the round's first step prefills
+        self.left -= 1
+
+    def add_round(self) -> list:
+        from types import SimpleNamespace
+
+        self.left, self.rounds = self.per_round, self.rounds + 1
+        return [SimpleNamespace(output_ids=[0], is_finished=True)]
+
+
+def test_the_last_round_profiles_the_asked_step_and_no_other(monkeypatch: pytest.MonkeyPatch) -> None:
+    """--profile-step N: run_rounds hands the profiler to the last round alone, timed_steps enters it around that
+    round's step N alone with the step's work inside, and _profiler starts CuPy's profiler for step N only."""
     import contextlib
-    from types import SimpleNamespace
+    import sys
+    from types import ModuleType
 
     log: list[str] = []
-
-    class Engine:
-        scheduler = SimpleNamespace(prefill_tokens=0)
-        left = 4
-
-        def has_unfinished(self) -> bool:
-            return self.left > 0
-
-        def step(self) -> None:
-            log.append(f"step {4 - self.left}")
-            self.left -= 1
+    script = load_script("tpot-split")
+    fake = ModuleType("cupyx.profiler")
 
     @contextlib.contextmanager
-    def recorder(i: int):
-        log.append(f"enter {i}")
+    def profile():
+        log.append("start")
         yield
-        log.append(f"exit {i}")
+        log.append("stop")
 
-    want = 2
-    steps, _, _ = load_script("tpot-split").timed_steps(
-        Engine(), lambda: None, [], lambda i: recorder(i) if i == want else contextlib.nullcontext())
-    assert len(steps) == 4, "non-vacuity: every step ran"
-    assert log == ["step 0", "step 1", "enter 2", "step 2", "exit 2", "step 3"], log
+    fake.profile = profile  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "cupyx.profiler", fake)
+    monkeypatch.setitem(sys.modules, "cupyx", ModuleType("cupyx"))
+    engine = _Engine(log, per_round=3)
+    steps = script.run_rounds(engine, lambda: None, engine.add_round, 2, 4, script._profiler(1))
+    assert steps == 3, "the last round's step count (main refuses a step past it)"
+    assert log == ["round 0 step 0", "round 0 step 1", "round 0 step 2",
+                   "round 1 step 0", "start", "round 1 step 1", "stop", "round 1 step 2"], log
+    assert log.count("start") == 1, "non-vacuity: the profiler ran"
+
+
+def test_a_profiled_step_is_refused_on_the_cpu() -> None:
     bad = subprocess.run([sys.executable, str(ROOT / "scripts" / "tpot-split"), "--model", "tiny-qwen3", "--backend",
                           "cpu", "--profile-step", "1"], capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert bad.returncode == 2 and "--profile-step" in bad.stderr.strip().splitlines()[-1], bad.stderr[-500:]
