@@ -17,12 +17,15 @@ import httpx
 SERVING = re.compile(r"^vt: serving .* on (http://\S+) ")
 
 
-def start_serve(args: list[str], merge_stderr: bool = False, within_s: float = 120.0) -> tuple[subprocess.Popen, str]:
+def start_serve(args: list[str], merge_stderr: bool = False, within_s: float = 120.0,
+                new_session: bool = False) -> tuple[subprocess.Popen, str]:
     """(process, base URL) once /health answers 200. The line naming the URL is read from stderr (or from
-    stdout when merge_stderr); the rest of that stream is left for the test."""
+    stdout when merge_stderr); the rest of that stream is left for the test. new_session: the server leads a
+    process group of its own (with its engine core), for a test that signals the group as `timeout` does."""
     proc = subprocess.Popen([sys.executable, "-m", "vt.cli", "serve", *args, "--port", "0"],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT if merge_stderr else subprocess.PIPE,
-                            text=True, env={**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONFAULTHANDLER": "1"})
+                            text=True, env={**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONFAULTHANDLER": "1"},
+                            start_new_session=new_session)
     stream = proc.stdout if merge_stderr else proc.stderr
     assert stream is not None
     seen = []

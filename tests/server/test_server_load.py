@@ -71,8 +71,14 @@ def test_load_200_requests_at_concurrency_64_with_walkaways(served) -> None:
     assert httpx.get(url + "/health", timeout=30).status_code == 200
 
 
-def test_sigterm_drains_the_stream_in_flight_then_exits_cleanly(tmp_path) -> None:
-    proc, url = start_serve([MODEL, "--max-model-len", "256", "--num-blocks", "64"], merge_stderr=True)
+@pytest.mark.parametrize("whom", ["process", "group"])
+def test_sigterm_drains_the_stream_in_flight_then_exits_cleanly(whom: str) -> None:
+    """SIGTERM to the server, or to its whole process group as `timeout` and systemd send it (the engine core
+    included: it used to die first, and the server stopped as if the engine had, exit 1)."""
+    import os
+
+    proc, url = start_serve([MODEL, "--max-model-len", "256", "--num-blocks", "64"], merge_stderr=True,
+                            new_session=whom == "group")
     try:
         body = {"model": MODEL, "prompt": [5, 6, 7], "max_tokens": 120, "stream": True, "ignore_eos": True,
                 "stream_options": {"include_usage": True}}
@@ -81,7 +87,10 @@ def test_sigterm_drains_the_stream_in_flight_then_exits_cleanly(tmp_path) -> Non
             for line in r.iter_lines():
                 lines.append(line)
                 if len(lines) == 2:
-                    proc.send_signal(signal.SIGTERM)
+                    if whom == "group":
+                        os.killpg(proc.pid, signal.SIGTERM)
+                    else:
+                        proc.send_signal(signal.SIGTERM)
         frames = frames_of(lines)
         assert frames[-1] == "[DONE]", "the stream in flight ended properly"
         done = [f for f in frames[:-1] if f.get("usage")]

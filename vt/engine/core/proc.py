@@ -26,6 +26,7 @@ import gc
 import logging
 import multiprocessing
 import os
+import signal
 import sys
 import threading
 import traceback
@@ -77,6 +78,11 @@ def run_core(cfg: EngineConfig, conn: Any) -> None:
     """The core process's main: builds the engine, says ready (or why not), then serves the pipe until told to
     stop or the front goes away."""
     logging.basicConfig(format="vt: %(message)s", level=logging.INFO, stream=sys.stderr, force=True)
+    # Shutdown is the front's: it drains, then says stop (or goes away, which ends serve()). A SIGTERM or SIGINT sent
+    # to the whole process group (`timeout`, systemd, Ctrl-C) reaches this process too, and it died before the front
+    # had drained: the server then stopped as if the engine had failed (exit 1).
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     from vt.engine.front.llm_engine import LLMEngine
 
     try:
