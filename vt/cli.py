@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Sequence
 
@@ -63,6 +64,10 @@ def _engine_kwargs(args: argparse.Namespace) -> dict:
               async_scheduling=args.async_scheduling)
     if getattr(args, "speculative_model", None):
         kw.update(speculative_model=args.speculative_model, num_speculative_tokens=args.num_speculative_tokens)
+    elif getattr(args, "num_speculative_tokens", 0):  # it means nothing without a draft: said, not dropped
+        from vt.errors import ConfigError
+
+        raise ConfigError(f"--num-speculative-tokens {args.num_speculative_tokens}: needs --speculative-model")
     return kw
 
 
@@ -166,6 +171,10 @@ def _bench_serve(args: argparse.Namespace) -> int:
         raise ConfigError("vt bench serve: give --base-url of a running server, or --model to start one")
     if not args.request_rate > 0:  # NaN too
         raise ConfigError(f"--request-rate {args.request_rate}: must be > 0 (inf: all at once)")
+    if args.save_result:  # checked before the run: a path found bad at the end lost every level's rows
+        folder = os.path.dirname(os.path.abspath(args.save_result))
+        if not os.path.isdir(folder) or not os.access(folder, os.W_OK):
+            raise ConfigError(f"--save-result {args.save_result}: {folder} is not a folder this user can write")
     with contextlib.ExitStack() as stack:
         url, name = args.base_url, args.served_model_name or args.model
         if url is None:

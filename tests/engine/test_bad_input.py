@@ -67,7 +67,13 @@ def test_an_array_as_the_prompts_is_a_request_error(llm: LLM) -> None:
 
 
 @pytest.mark.parametrize("kw, field", [({"max_num_seqs": 0}, "max_num_seqs"), ({"block_size": 7}, "block_size"),
-                                       ({"num_blocks": -1}, "num_blocks"), ({"max_model_len": 1}, "max_model_len")])
+                                       ({"num_blocks": -1}, "num_blocks"), ({"max_model_len": 1}, "max_model_len"),
+                                       # wrong types: a str compared with an int raised a bare TypeError; "no" was
+                                       # taken as eager (session 33's probe)
+                                       ({"max_num_seqs": "4"}, "max_num_seqs"),
+                                       ({"num_speculative_tokens": "2"}, "num_speculative_tokens"),
+                                       ({"ngram_prompt_lookup_max": 2.5}, "ngram_prompt_lookup_max"),
+                                       ({"enforce_eager": "no"}, "enforce_eager")])
 def test_bad_engine_config_names_the_field(kw: dict, field: str) -> None:
     from vt.engine.config import EngineConfig
 

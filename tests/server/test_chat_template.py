@@ -34,3 +34,27 @@ def test_a_template_given_as_text_is_taken_as_it_is() -> None:
 def test_a_broken_or_missing_template_is_one_line_at_start_up(given: str, why: str) -> None:
     with pytest.raises(ConfigError, match=why):
         load_template(given)
+
+
+def test_a_template_that_fails_on_a_conversation_is_a_400_on_every_route(tmp_path) -> None:
+    """A template whose own code fails on some messages (here 1/0 on the content "div") is the client's to fix: a 400
+    with the OpenAI error body on /tokenize as on chat, and a RequestError from render (LLM.chat's path); it was a
+    500 with a traceback from /tokenize and a bare ZeroDivisionError from LLM.chat. Other messages still render."""
+    from vt.engine.front.chat import render
+    from vt.errors import RequestError
+
+    failing = "{% for m in messages %}{{ 1 / (0 if m.content == 'div' else 1) }}{% endfor %}"
+    with pytest.raises(RequestError, match="ZeroDivisionError"):
+        render(failing, [{"role": "user", "content": "div"}], {}, True)
+    assert render(failing, [{"role": "user", "content": "ok"}], {}, True) == "1.0", "non-vacuity: it renders"
+    path = tmp_path / "t.jinja"
+    path.write_text(failing)
+    msgs = [{"role": "user", "content": "div"}]
+    with running_server("tiny-qwen3", max_model_len=128, num_blocks=64, chat_template=str(path)) as (_, url):
+        tok = httpx.post(url + "/tokenize", json={"messages": msgs}, timeout=30)
+        chat = httpx.post(url + "/v1/chat/completions", json={"messages": msgs, "max_tokens": 2}, timeout=30)
+        fine = httpx.post(url + "/tokenize", json={"messages": [{"role": "user", "content": "ok"}]}, timeout=30)
+    for r in (tok, chat):
+        err = r.json()["error"]
+        assert r.status_code == 400 and err["param"] == "messages" and "ZeroDivisionError" in err["message"], r.text
+    assert fine.status_code == 200, "non-vacuity: the server serves what the template renders"

@@ -26,9 +26,10 @@ def client(served):
     return openai.OpenAI(base_url=served[1] + "/v1", api_key="unused", max_retries=0)
 
 
-COMPLETION_REFUSALS = {"suffix": "and then", "best_of": 3, "temprature": 0.5}  # the last: a typo, not a field at all
+# "temprature": a typo, not a field at all; "user": OpenAI's end-user id is a string (a dict was taken in silence)
+COMPLETION_REFUSALS = {"suffix": "and then", "best_of": 3, "temprature": 0.5, "user": {"a": [1, 2]}}
 CHAT_REFUSALS = {"tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}],
-                 "response_format": {"type": "json_object"}, "prompt": "Hi", "echo": True}
+                 "response_format": {"type": "json_object"}, "prompt": "Hi", "echo": True, "user": 5}
 
 
 @pytest.mark.parametrize("field", list(COMPLETION_REFUSALS))
@@ -231,3 +232,14 @@ def test_the_tokenizer_routes_refuse_what_they_do_not_read(served, route: str, b
     assert r.status_code == 400 and r.json()["error"]["param"] == param, (r.status_code, r.text[:300])
     fine = {k: v for k, v in body.items() if k != param}
     assert httpx.post(url + route, json=fine, timeout=60).status_code == 200, "non-vacuity: without it, served"
+
+
+def test_chats_top_logprobs_out_of_range_names_itself(client) -> None:
+    """Chat's count of alternatives is top_logprobs (its logprobs is a bool): the refusal's message and param both
+    name it (the message said "logprobs" where the param said "top_logprobs")."""
+    with pytest.raises(openai.BadRequestError) as e:
+        client.chat.completions.create(model=MODEL, messages=MSGS, max_tokens=2,  # type: ignore[arg-type]
+                                       logprobs=True, top_logprobs=100)
+    err = e.value.body
+    assert isinstance(err, dict) and err.get("param") == "top_logprobs", err
+    assert err.get("message", "").startswith("top_logprobs: must be in [0, "), err

@@ -55,13 +55,20 @@ def run_cli(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, s
     (["generate", "--model", "tiny-qwen3", "--prompt", "hi", "-tp", "0", *SMALL], "tensor_parallel_size=0"),
     (["generate", "--model", "tiny-qwen3", "--prompt", "hi", "-tp", "2", "--speculative-model", "[ngram]",
       "--num-speculative-tokens", "2", *SMALL], "1 with speculative decoding"),
+    # session 33's probe: each was taken in silence (the draft count without a draft) or found bad after the run
+    (["generate", "--model", "tiny-qwen3", "--prompt", "hi", "--num-speculative-tokens", "3", *SMALL],
+     "--num-speculative-tokens 3: needs --speculative-model"),
+    (["generate", "--model", "tiny-qwen3", "--prompt", "hi", "--num-speculative-tokens", "-1", *SMALL],
+     "--num-speculative-tokens -1"),
+    (["bench", "serve", "--base-url", "http://127.0.0.1:1", "--save-result", "/nonexistent/dir/out.json"],
+     "--save-result /nonexistent/dir/out.json"),
 ], ids=["concurrency-0", "concurrency-negative", "concurrency-words", "no-prompts", "negative-seed",
         "negative-ladder-seed", "huge-max-tokens", "non-utf8-prompt", "prompt-too-long", "unknown-model",
         "negative-max-model-len",
         "bench-without-target", "bench-unreachable-server", "bench-concurrency-words", "bench-concurrency-0",
         "bench-rate-0", "bench-rate-nan",
         "serve-port-out-of-range", "generate-n-0", "negative-token-budget", "tp-indivisible", "tp-0",
-        "tp-with-speculation"])
+        "tp-with-speculation", "draft-count-without-draft", "negative-draft-count", "save-result-nowhere"])
 def test_bad_input_is_one_typed_line_and_exit_2(argv: list[str], names: str, capsys) -> None:
     rc, err = run_cli(argv, capsys)
     assert rc == 2, (rc, err)

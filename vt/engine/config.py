@@ -74,9 +74,14 @@ class EngineConfig:
               g, "a positive number of GiB, or None")
         _need(isinstance(self.enable_prefix_caching, bool), "enable_prefix_caching", self.enable_prefix_caching,
               "True or False")
-        _need(1 <= self.max_num_seqs <= 1024, "max_num_seqs", self.max_num_seqs, "in [1, 1024]")
-        _need(self.ngram_prompt_lookup_max >= 1, "ngram_prompt_lookup_max", self.ngram_prompt_lookup_max, ">= 1")
-        _need(self.num_speculative_tokens >= 0, "num_speculative_tokens", self.num_speculative_tokens, ">= 0")
+        # ints checked as ints first: a string compared with one raised a bare TypeError (session 33's probe)
+        _need(_is_int(self.max_num_seqs) and 1 <= self.max_num_seqs <= 1024, "max_num_seqs", self.max_num_seqs,
+              "an int in [1, 1024]")
+        _need(_is_int(self.ngram_prompt_lookup_max) and self.ngram_prompt_lookup_max >= 1, "ngram_prompt_lookup_max",
+              self.ngram_prompt_lookup_max, "an int >= 1")
+        _need(_is_int(self.num_speculative_tokens) and self.num_speculative_tokens >= 0, "num_speculative_tokens",
+              self.num_speculative_tokens, "an int >= 0")
+        _need(isinstance(self.enforce_eager, bool), "enforce_eager", self.enforce_eager, "True or False")
         _need(isinstance(self.tensor_parallel_size, int) and 1 <= self.tensor_parallel_size <= 8,
               "tensor_parallel_size", self.tensor_parallel_size, "an int in [1, 8]")
         _need(self.tensor_parallel_size == 1 or self.speculative_model is None, "tensor_parallel_size",

@@ -129,6 +129,8 @@ NO_OP = {"echo": (False,), "suffix": ("",), "tools": ([],), "tool_choice": ("non
 def check_fields(body: dict, chat: bool) -> None:
     """A field vt would ignore is refused by name (400), never silently dropped."""
     for name, value in body.items():
+        if name == "user" and value is not None and not isinstance(value, str):  # OpenAI's end-user id: a string
+            raise bad(f"user: expected a string, got {type(value).__name__}", name)
         if name in FIELDS[chat] or value is None:
             continue
         if name == "best_of":
@@ -195,7 +197,8 @@ def parse_sampling(body: dict, chat: bool) -> Parsed:
     else:
         logprobs = _get(body, "logprobs", (int,))
     if logprobs is not None and not 0 <= logprobs <= MAX_LOGPROBS:
-        raise bad(f"logprobs: must be in [0, {MAX_LOGPROBS}], got {logprobs}", "top_logprobs" if chat else "logprobs")
+        name = "top_logprobs" if chat else "logprobs"  # chat's count is top_logprobs (its logprobs is a bool)
+        raise bad(f"{name}: must be in [0, {MAX_LOGPROBS}], got {logprobs}", name)
     stop = body.get("stop")
     stop = [stop] if isinstance(stop, str) else stop
     if stop is not None and not (isinstance(stop, list) and all(isinstance(s, str) for s in stop)):

@@ -58,3 +58,8 @@ def render(template: str | None, messages: Any, special_tokens: dict[str, str], 
                                                 **special_tokens)
     except TemplateError as e:
         raise RequestError(f"chat template: {e}") from None
+    except RequestError:
+        raise
+    except Exception as e:  # noqa: BLE001 - the template's own code failed on these messages (1/0, a bad index):
+        # the caller's to fix, a typed line (it was a bare ZeroDivisionError from LLM.chat, a 500 from /tokenize)
+        raise RequestError(f"chat template: it could not render these messages: {type(e).__name__}: {e}") from None
