@@ -369,3 +369,107 @@ ENTRIES += [
         gates=(f"{REFUSALS}::test_a_bad_logit_bias_is_a_400_naming_it[one-token-twice]",),
     ),
 ]
+
+# Session 33's bad-input probe: each fix's gate goes red without it.
+PROBE = "tests/engine"
+ENTRIES += [
+    Mutation(
+        id="engine-core-dies-on-a-group-sigterm",
+        description="the engine core process keeps SIGTERM's default: a SIGTERM to the server's process group kills it "
+                    "before the server has drained, which then stops as if the engine had failed (exit 1)",
+        file="vt/engine/core/proc.py", old="    signal.signal(signal.SIGTERM, signal.SIG_IGN)\n", new="",
+        gates=("tests/server/test_server_load.py::test_sigterm_drains_the_stream_in_flight_then_exits_cleanly[group]",),
+    ),
+    Mutation(
+        id="repetition-penalty-floor-at-zero",
+        description="SamplingParams takes a repetition_penalty anywhere in (0, 100]: 1e-38 overflows a logit and the "
+                    "request fails in the engine (a 500 over HTTP) instead of being refused",
+        file="vt/engine/sample/params.py", old='        for name, lo, hi in (("repetition_penalty", 0.01, 100.0), '
+                                               '("presence_penalty", -2.0, 2.0),\n',
+        new='        for name, lo, hi in (("repetition_penalty", 0.0, 100.0), ("presence_penalty", -2.0, 2.0),\n',
+        gates=(f"{PROBE}/test_penalties.py::test_bad_penalties_are_refused_by_name",),
+        expect="DID NOT RAISE",
+    ),
+    Mutation(
+        id="min-tokens-over-banned-allowed-ids-runs",
+        description="a request whose allowed_token_ids are all held off by min_tokens (stop ids, EOS) is queued: its "
+                    "first draw finds no token and the engine fails it (a 500 over HTTP)",
+        file="vt/engine/front/llm_engine.py",
+        old="        if resolved.min_tokens and allowed is not None and set(allowed) <= banned:\n",
+        new="        if False:\n",
+        gates=(f"{PROBE}/test_offline_api.py::test_min_tokens_over_only_banned_allowed_tokens_is_refused_before_it_"
+               "runs",),
+        expect="DID NOT RAISE",
+    ),
+    Mutation(
+        id="chat-template-runtime-error-escapes",
+        description="render turns only jinja's TemplateError into a RequestError: a template's own 1/0 escapes bare "
+                    "(LLM.chat) and /tokenize answers 500",
+        file="vt/engine/front/chat.py", old="    except Exception as e:  # noqa: BLE001 - the template's own code failed "
+                                            "on these messages (1/0, a bad index):\n",
+        new="    except () as e:  # noqa: BLE001\n",
+        gates=("tests/server/test_chat_template.py::test_a_template_that_fails_on_a_conversation_is_a_400_on_every_"
+               "route",),
+        expect="ZeroDivisionError",
+    ),
+    Mutation(
+        id="server-takes-any-user",
+        description="the server takes a `user` of any JSON type in silence (OpenAI's end-user id is a string)",
+        file="vt/server/protocol.py",
+        old="        if name == \"user\" and value is not None and not isinstance(value, str):  # OpenAI's end-user "
+            "id: a string\n",
+        new="        if False:\n",
+        gates=tuple(f"{REFUSALS}::test_a_{w}_field_vt_would_ignore_is_a_400_naming_it[user]"
+                    for w in ("completion", "chat")),
+        expect="BadRequestError",
+    ),
+    Mutation(
+        id="kv-cache-gib-unchecked-against-memory",
+        description="kv_cache_gib is not checked against the memory available: 100,000 GiB on the CPU starts sizing "
+                    "(the OOM killer ended the engine process)",
+        file="vt/engine/front/llm_engine.py",
+        old="            if cfg.kv_cache_gib is not None and avail is not None:\n",
+        new="            if False:\n",
+        gates=(f"{PROBE}/test_memory_check.py::test_a_kv_cache_gib_past_the_hosts_memory_is_refused_before_anything_"
+               "is_allocated",),
+        expect="DID NOT RAISE",
+    ),
+    Mutation(
+        id="kv-gib-check-ignores-the-weights",
+        description="the kv_cache_gib check compares the KV cache alone with the memory available, not with the "
+                    "weights beside it",
+        file="vt/engine/memory.py", old="    if weights + need <= available:\n", new="    if need <= available:\n",
+        gates=(f"{PROBE}/test_memory_check.py::test_a_kv_cache_gib_past_the_hosts_memory_is_refused_before_anything_"
+               "is_allocated",),
+        expect="DID NOT RAISE",
+    ),
+    Mutation(
+        id="bench-save-result-checked-after-the-run",
+        description="vt bench serve checks --save-result's folder only when it writes, after every level ran: a "
+                    "traceback, and the run's rows lost",
+        file="vt/cli.py", old="    if args.save_result:  # checked before the run: a path found bad at the end lost every "
+                              "level's rows\n",
+        new="    if False:\n",
+        gates=("tests/vt/test_cli.py::test_bad_input_is_one_typed_line_and_exit_2[save-result-nowhere]",),
+    ),
+    Mutation(
+        id="draft-count-without-a-draft-dropped",
+        description="--num-speculative-tokens without --speculative-model is dropped in silence",
+        file="vt/cli.py", old='    elif getattr(args, "num_speculative_tokens", 0):  # it means nothing without a draft: '
+                              'said, not dropped\n',
+        new="    elif False:\n",
+        gates=tuple(f"tests/vt/test_cli.py::test_bad_input_is_one_typed_line_and_exit_2[{i}]"
+                    for i in ("draft-count-without-draft", "negative-draft-count")),
+    ),
+    Mutation(
+        id="engine-config-compares-a-string-count",
+        description="EngineConfig compares max_num_seqs with ints before checking it is one: \"4\" raises a bare "
+                    "TypeError instead of a ConfigError naming it",
+        file="vt/engine/config.py",
+        old="        _need(_is_int(self.max_num_seqs) and 1 <= self.max_num_seqs <= 1024, \"max_num_seqs\", "
+            "self.max_num_seqs,\n",
+        new="        _need(1 <= self.max_num_seqs <= 1024, \"max_num_seqs\", self.max_num_seqs,\n",
+        gates=(f"{PROBE}/test_bad_input.py::test_bad_engine_config_names_the_field[kw4-max_num_seqs]",),
+        expect="TypeError",
+    ),
+]

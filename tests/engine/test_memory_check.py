@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from vt import LLM, SamplingParams
-from vt.engine.memory import check_fits, gpu_kv_budget, kv_bytes_per_block
+from vt.engine.memory import check_fits, check_kv_gib, gpu_kv_budget, kv_bytes_per_block
 from vt.errors import ConfigError
 
 
@@ -20,6 +20,24 @@ def test_a_billion_blocks_are_refused_before_anything_is_allocated() -> None:
         LLM("tiny-qwen3", backend="cpu", max_model_len=128, num_blocks=10**9)
     fits = LLM("tiny-qwen3", backend="cpu", max_model_len=128, num_blocks=64)
     assert fits.generate("Hi")[0].token_ids, "non-vacuous: 64 fit"
+
+
+def test_a_kv_cache_gib_past_the_hosts_memory_is_refused_before_anything_is_allocated(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A kv_cache_gib over what the host has is refused by name with the figures, before the pool is allocated
+    (100,000 GiB used to start sizing, and the kernel's OOM killer ended the engine process). The host is stood in
+    for with 256 MiB available, so a missed check allocates half a GiB, not the machine; the check counts the
+    weights, exactly at the boundary."""
+    from vt.engine import memory
+
+    check_kv_gib(1.0, 5000, 2**30 + 5000, "here")  # a GiB + the weights: exactly what is there
+    with pytest.raises(ConfigError, match="kv_cache_gib=1: .* at most .* fit"):
+        check_kv_gib(1.0, 5001, 2**30 + 5000, "here")
+    monkeypatch.setattr(memory, "available_bytes", lambda backend: (2**28, "this host"))
+    with pytest.raises(ConfigError, match=r"kv_cache_gib=0.5: the KV cache needs .* available on this host"):
+        LLM("tiny-qwen3", backend="cpu", max_model_len=128, kv_cache_gib=0.5)
+    assert LLM("tiny-qwen3", backend="cpu", max_model_len=128, kv_cache_gib=0.01).generate("Hi")[0].token_ids, \
+        "non-vacuity: a KV cache that fits starts"
 
 
 def test_the_boundary_is_exact_and_counts_the_weights() -> None:

@@ -125,3 +125,19 @@ def test_min_tokens_past_the_default_max_tokens_is_a_typed_error(llm: LLM) -> No
         "non-vacuity: a checkpoint default large enough takes it"
     out = llm.generate("hi", SamplingParams(min_tokens=16, ignore_eos=True))
     assert len(out[0].outputs[0].token_ids) == 16
+
+
+def test_min_tokens_over_only_banned_allowed_tokens_is_refused_before_it_runs(llm: LLM) -> None:
+    """allowed_token_ids that are all stop ids (or EOS) while min_tokens holds them off leave the first draw nothing
+    to take: the request is refused by name before it is queued (it used to run and fail in the sampler, a 500 over
+    HTTP). One allowed token outside the banned set runs."""
+    from vt.errors import RequestError
+
+    eos = sorted(llm.engine.eos_ids)[0]
+    for stop, allowed in (([7], [7]), ([], [eos]), ([7, 9], [9, 7])):
+        with pytest.raises(RequestError, match="holds off every one of allowed_token_ids"):
+            llm.generate("hi", SamplingParams(min_tokens=2, max_tokens=4, allowed_token_ids=allowed,
+                                              stop_token_ids=stop))
+    out = llm.generate("hi", SamplingParams(min_tokens=2, max_tokens=4, allowed_token_ids=[7, 8],
+                                            stop_token_ids=[7]))[0]
+    assert out.outputs[0].token_ids[:2] == [8, 8], "non-vacuity: the unbanned token is drawn while min_tokens holds"

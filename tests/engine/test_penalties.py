@@ -62,9 +62,11 @@ def test_a_strong_repetition_penalty_changes_greedy_output_in_the_engine() -> No
 
 
 def test_bad_penalties_are_refused_by_name() -> None:
-    for kw in ({"repetition_penalty": 0.0}, {"presence_penalty": 3.0}, {"frequency_penalty": "x"}):
+    for kw in ({"repetition_penalty": 0.0}, {"repetition_penalty": 1e-38}, {"repetition_penalty": 0.009},
+               {"presence_penalty": 3.0}, {"frequency_penalty": "x"}):
         with pytest.raises(ConfigError, match=next(iter(kw))):
             SamplingParams(**kw)
+    assert SamplingParams(repetition_penalty=0.01).repetition_penalty == 0.01, "non-vacuity: the floor itself is taken"
     spec = LLM("tiny-qwen3", max_model_len=64, num_blocks=16, speculative_model="[ngram]", num_speculative_tokens=2)
     with pytest.raises(RequestError, match="not supported with speculative decoding"):
         spec.generate("hi", SamplingParams(repetition_penalty=1.2))

@@ -59,6 +59,17 @@ def check_fits(num_blocks: int, per_block: int, weights: int, available: int, wh
                       f"fit (lower num_blocks)")
 
 
+def check_kv_gib(kv_cache_gib: float, weights: int, available: int, where: str) -> None:
+    """Refuses a kv_cache_gib that, with the weights, needs more than is available, before anything is allocated
+    (100,000 GiB on the CPU used to start sizing and the kernel's OOM killer ended the engine process)."""
+    need = int(kv_cache_gib * 2**30)
+    if weights + need <= available:
+        return
+    raise ConfigError(f"kv_cache_gib={kv_cache_gib:g}: the KV cache needs {gib(need)} and the weights {gib(weights)}, "
+                      f"but {gib(available)} are available on {where}; at most {gib(max(0, available - weights))} "
+                      f"fit (lower kv_cache_gib)")
+
+
 CPU_KV_DEFAULT_BYTES = 4 * 2**30  # vLLM's CPU default KV space; a quarter of the available memory if less
 GRAPH_RESERVE_FRACTION = 0.02  # of the GPU, held back for the start-up graphs' own buffers (not profiled)
 

@@ -147,6 +147,7 @@ class LLMEngine:
         from vt.engine.memory import (
             available_bytes,
             check_fits,
+            check_kv_gib,
             cpu_kv_budget,
             kv_bytes_per_block,
             plan_kv,
@@ -167,6 +168,8 @@ class LLMEngine:
             return
         if gpu_budget is None:
             avail = available_bytes(cfg.backend)
+            if cfg.kv_cache_gib is not None and avail is not None:
+                check_kv_gib(cfg.kv_cache_gib, weight_bytes(ckpt.weights.infos, itemsize, tp), *avail)
             gpu_budget = cpu_kv_budget(cfg.kv_cache_gib, avail[0] if avail else 0)
         plan = plan_kv(gpu_budget, per_block, cfg.block_size, cfg.num_kv_groups, ckpt.config.max_position_embeddings,
                        cfg.max_model_len or None, cfg.max_num_seqs,
@@ -269,6 +272,12 @@ class LLMEngine:
         if resolved.min_tokens and len(banned) > MAX_BANNED:
             raise RequestError(f"min_tokens={resolved.min_tokens} holds off {len(banned)} token ids (EOS and "
                                f"stop_token_ids); at most {MAX_BANNED} are supported")
+        allowed = resolved.allowed_token_ids
+        if resolved.min_tokens and allowed is not None and set(allowed) <= banned:
+            # every token the request may draw is held off until min_tokens: its first draw would find none (the
+            # sampler's non-finite guard then failed it as a server error, 500)
+            raise RequestError(f"min_tokens={resolved.min_tokens} holds off every one of allowed_token_ids "
+                               f"{sorted(set(allowed))[:5]} (EOS and stop_token_ids): no token could be drawn")
         return ids, resolved
 
     def add_request(self, prompt: Prompt, params: SamplingParams | None = None,

@@ -83,7 +83,9 @@ class SamplingParams:
         if not isinstance(self.detokenize, bool) or (self.stop and not self.detokenize):
             raise ConfigError(f"detokenize={self.detokenize!r}: must be a bool, and True where stop strings are "
                               f"asked (they are found in the text)")
-        for name, lo, hi in (("repetition_penalty", 0.0, 100.0), ("presence_penalty", -2.0, 2.0),
+        # repetition_penalty's floor: 1 / its ceiling. Under it a positive logit divided by the penalty overflows
+        # float32 (1e-38 did, from the HTTP API: the engine then failed the request as a server error, 500)
+        for name, lo, hi in (("repetition_penalty", 0.01, 100.0), ("presence_penalty", -2.0, 2.0),
                              ("frequency_penalty", -2.0, 2.0)):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not (lo <= v <= hi) or v == lo == 0.0:
