@@ -118,7 +118,9 @@ ENTRIES: list[Mutation] = [
                     "launch then has more partitions than the reduce kernel keeps weights for",
         file=TWIN, old="    splits = max(1, TARGET_BLOCKS // max(1, num_tokens * num_kv_heads))\n",
         new="    splits = max(1, 2 * TARGET_BLOCKS // max(1, num_tokens * num_kv_heads))\n",
-        gates=(f"{KERNELS}::test_a_launch_never_splits_a_context_more_often_than_the_reduce_kernel_holds",),
+        gates=(f"{KERNELS}::test_a_launch_never_splits_a_context_more_often_than_the_reduce_kernel_holds",
+               *(f"{KERNELS}::test_no_decode_or_rows_launch_splits_past_the_reduce_kernels_partitions[{f}]"
+                 for f in ("256", "128", "64"))),
     ),
     Mutation(
         id="rows-target-choice-past-the-reduce-kernels-partitions",
