@@ -88,7 +88,9 @@ ENTRIES: list[Mutation] = [
         id="chat-template-flag-ignored",
         description="--chat-template is read and checked, then the checkpoint's template is used anyway",
         file="vt/engine/front/llm_engine.py", old="    if cfg.chat_template is not None:\n", new="    if False:\n",
-        gates=("tests/server/test_chat_template.py::test_the_server_renders_chat_with_the_given_template",),
+        gates=("tests/server/test_chat_template.py::test_the_server_renders_chat_with_the_given_template",
+               "tests/server/test_chat_template.py::test_a_template_that_fails_on_a_conversation_is_a_400_on_every_"
+               "route"),
     ),
     Mutation(
         id="logprob-ranks-off-by-one",

@@ -29,7 +29,8 @@ ENTRIES: list[Mutation] = [
         description="min_tokens is accepted but EOS and stop ids are never banned: the output may stop early",
         file="vt/engine/worker/runner.py", old="        ip[:, NUM_BANNED] *= counter < b.min_tokens[rows]",
         new="        ip[:, NUM_BANNED] *= False",
-        gates=(f"{API}::test_min_tokens_holds_off_eos_and_stop_ids_then_lets_them_stop",),
+        gates=(f"{API}::test_min_tokens_holds_off_eos_and_stop_ids_then_lets_them_stop",
+               f"{API}::test_min_tokens_over_only_banned_allowed_tokens_is_refused_before_it_runs"),  # its guard
     ),
     Mutation(
         id="prompt-logprobs-off-by-one",
