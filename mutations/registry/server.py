@@ -462,6 +462,23 @@ ENTRIES += [
                     for i in ("draft-count-without-draft", "negative-draft-count")),
     ),
     Mutation(
+        id="chat-top-logprobs-refusal-names-logprobs",
+        description="chat's top_logprobs refusal says \"logprobs\" in its message while its param says top_logprobs",
+        file="vt/server/protocol.py", old='        raise bad(f"{name}: must be in [0, {MAX_LOGPROBS}], got {logprobs}", name)\n',
+        new='        raise bad(f"logprobs: must be in [0, {MAX_LOGPROBS}], got {logprobs}", name)\n',
+        gates=(f"{REFUSALS}::test_chats_top_logprobs_out_of_range_names_itself",),
+        expect="startswith",
+    ),
+    Mutation(
+        id="engine-config-takes-any-enforce-eager",
+        description="EngineConfig takes enforce_eager of any type: \"no\" is truthy, so the engine runs eager",
+        file="vt/engine/config.py",
+        old='        _need(isinstance(self.enforce_eager, bool), "enforce_eager", self.enforce_eager, "True or False")\n',
+        new="",
+        gates=(f"{PROBE}/test_bad_input.py::test_bad_engine_config_names_the_field[kw7-enforce_eager]",),
+        expect="DID NOT RAISE",
+    ),
+    Mutation(
         id="engine-config-compares-a-string-count",
         description="EngineConfig compares max_num_seqs with ints before checking it is one: \"4\" raises a bare "
                     "TypeError instead of a ConfigError naming it",
