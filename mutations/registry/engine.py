@@ -194,11 +194,11 @@ ENTRIES: list[Mutation] = [
         description="scripts/gpu-idle runs whatever --modes names, an unknown mode as async scheduling off",
         file="scripts/gpu-idle", old="    if not modes or not set(modes) <= {\"off\", \"on\"}:\n",
         new="    if not modes:\n",
-        gates=("tests/engine/test_lane_scripts.py::test_gpu_idle_refuses_a_mode_it_does_not_know",),
+        gates=("tests/engine/test_lane_option_refusals.py::test_gpu_idle_refuses_a_mode_it_does_not_know",),
     ),
 ]
 # scripts/env-ab (session 26): the lane's A/B over flags in one call
-ENV_AB = "tests/engine/test_lane_scripts.py::test_env_ab_runs_each_setting_in_its_own_process_and_alternates_them"
+ENV_AB = "tests/engine/test_lane_env_ab.py::test_env_ab_runs_each_setting_in_its_own_process_and_alternates_them"
 ENTRIES += [
     Mutation(
         id="env-ab-runs-every-round-in-one-order",
@@ -222,14 +222,14 @@ ENTRIES += [
         description="env-ab keeps a run's last JSON object only: `vt ladder --json`'s array of rows reads as no line",
         file="scripts/env-ab",
         old='line.startswith(("{", "["))', new='line.startswith("{")',
-        gates=("tests/engine/test_lane_scripts.py::test_env_ab_reads_a_ladders_array_of_rows_by_index",),
+        gates=("tests/engine/test_lane_env_ab.py::test_env_ab_reads_a_ladders_array_of_rows_by_index",),
     ),
     Mutation(
         id="env-ab-runs-a-value-vt-refuses",
         description="env-ab takes a flag value vt/env.py refuses: every run of that setting fails, a lane call spent",
         file="scripts/env-ab",
         old="        if bad:\n", new="        if False:\n",
-        gates=("tests/engine/test_lane_scripts.py::test_env_ab_refuses_bad_input_with_one_line[a-value-vt-refuses]",),
+        gates=("tests/engine/test_lane_env_ab_refusals.py::test_env_ab_refuses_bad_input_with_one_line[a-value-vt-refuses]",),
     ),
     Mutation(
         id="env-ab-drops-the-setting",
@@ -237,7 +237,7 @@ ENTRIES += [
         file="scripts/env-ab",
         old="env=dict(os.environ) | setting,",
         new="env=dict(os.environ),",
-        gates=(ENV_AB, "tests/engine/test_lane_scripts.py::test_env_ab_reads_a_ladders_array_of_rows_by_index"),
+        gates=(ENV_AB, "tests/engine/test_lane_env_ab.py::test_env_ab_reads_a_ladders_array_of_rows_by_index"),
         expect="0; 0, 0",
     ),
     Mutation(
@@ -247,7 +247,7 @@ ENTRIES += [
         file="scripts/env-ab",
         old="        os.killpg(proc.pid, signal.SIGKILL)\n",
         new="        proc.kill()\n",
-        gates=("tests/engine/test_lane_scripts.py::test_env_ab_ends_a_run_past_its_timeout_with_what_it_started",),
+        gates=("tests/engine/test_lane_env_ab_timeout.py::test_env_ab_ends_a_run_past_its_timeout_with_what_it_started",),
         expect="waited out",
     ),
     Mutation(
@@ -256,6 +256,6 @@ ENTRIES += [
         file="scripts/env-ab",
         old="    if shutil.which(command[0]) is None:\n",
         new="    if False:\n",
-        gates=("tests/engine/test_lane_scripts.py::test_env_ab_refuses_bad_input_with_one_line[no-such-command]",),
+        gates=("tests/engine/test_lane_env_ab_refusals.py::test_env_ab_refuses_bad_input_with_one_line[no-such-command]",),
     ),
 ]

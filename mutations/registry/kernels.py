@@ -1017,7 +1017,7 @@ ENTRIES += [
         description="scripts/skinny-anatomy takes a case the skinny GEMM does not serve and goes on to the device",
         file="scripts/skinny-anatomy", old="        if k < 1 or not sg.fits(rows, n, BF16, epi):\n",
         new="        if k < 1:\n",
-        gates=tuple(f"tests/engine/test_lane_scripts.py::test_skinny_anatomy_refuses_a_case_it_cannot_time_before_any_"
+        gates=tuple(f"tests/engine/test_lane_skinny_anatomy.py::test_skinny_anatomy_refuses_a_case_it_cannot_time_before_any_"
                     f"device[{c}]" for c in ("swiglu-half-pairs", "too-many-rows")),
     ),
     Mutation(
@@ -1026,14 +1026,14 @@ ENTRIES += [
                     "the device profiler instead of refusing the option first",
         file="scripts/replay-ab", old='    if args.kernels and args.backend != "cuda":\n',
         new='    if False:\n',
-        gates=("tests/engine/test_lane_scripts.py::test_replay_ab_refuses_kernel_times_without_a_gpu_backend",),
+        gates=("tests/engine/test_lane_option_refusals.py::test_replay_ab_refuses_kernel_times_without_a_gpu_backend",),
     ),
     Mutation(
         id="prefix-ttft-marks-cpu-work",
         description="scripts/prefix-ttft takes --nvtx with the CPU backend: it builds the engine, then fails on "
                     "CuPy's NVTX at the first timed request instead of refusing the option first",
         file="scripts/prefix-ttft", old='    if args.nvtx and args.backend != "cuda":\n', new="    if False:\n",
-        gates=("tests/engine/test_lane_scripts.py::test_kernel_times_and_prefix_ttft_refuse_what_they_cannot_read",),
+        gates=("tests/engine/test_lane_kernel_times.py::test_kernel_times_and_prefix_ttft_refuse_what_they_cannot_read",),
     ),
     Mutation(
         id="prefix-ttft-anatomy-stamps-the-wrong-step",
@@ -1041,7 +1041,7 @@ ENTRIES += [
                     "(after its first token) rather than of its tail: the host is charged with the hit's whole step",
         file="scripts/prefix-ttft", old="self.prelaunch_ms.append(1e3 * (self.staged_at[0] - self.t0))",
         new="self.prelaunch_ms.append(1e3 * (self.staged_at[-1] - self.t0))",
-        gates=("tests/engine/test_lane_scripts.py::test_prefix_ttft_splits_the_hits_ttft_at_its_graphs_launch",),
+        gates=("tests/engine/test_lane_prefix_ttft_anatomy.py::test_prefix_ttft_splits_the_hits_ttft_at_its_graphs_launch",),
     ),
     Mutation(
         id="prefix-ttft-anatomy-swaps-the-graphs",
@@ -1049,7 +1049,7 @@ ENTRIES += [
                     "decode step's",
         file="scripts/prefix-ttft", old='row["hit_graph_rows"], row["hit_graph_ms"] = anatomy.graph(0)',
         new='row["hit_graph_rows"], row["hit_graph_ms"] = anatomy.graph(1)',
-        gates=("tests/engine/test_lane_scripts.py::test_prefix_ttft_splits_the_hits_ttft_at_its_graphs_launch",),
+        gates=("tests/engine/test_lane_prefix_ttft_anatomy.py::test_prefix_ttft_splits_the_hits_ttft_at_its_graphs_launch",),
     ),
     Mutation(
         id="prefix-ttft-profiles-the-anatomy",
@@ -1057,7 +1057,7 @@ ENTRIES += [
                     "anatomy reports",
         file="scripts/prefix-ttft", old="    if args.host_profile and (args.anatomy or args.nvtx):\n",
         new="    if False:\n",
-        gates=("tests/engine/test_lane_scripts.py::test_kernel_times_and_prefix_ttft_refuse_what_they_cannot_read",),
+        gates=("tests/engine/test_lane_kernel_times.py::test_kernel_times_and_prefix_ttft_refuse_what_they_cannot_read",),
     ),
     Mutation(
         id="prefix-ttft-anatomy-without-graphs",
@@ -1065,7 +1065,7 @@ ENTRIES += [
                     "VT_POOL_BYPASS=1): it builds the engine and runs every round, then fails at the replay",
         file="scripts/prefix-ttft", old="    if args.anatomy and (not flags().cudagraph or flags().pool_bypass):\n",
         new="    if False:\n",
-        gates=("tests/engine/test_lane_scripts.py::test_prefix_ttft_splits_the_hits_ttft_at_its_graphs_launch",),
+        gates=("tests/engine/test_lane_prefix_ttft_anatomy.py::test_prefix_ttft_splits_the_hits_ttft_at_its_graphs_launch",),
     ),
     Mutation(
         id="kernel-times-ignores-per",
@@ -1074,7 +1074,7 @@ ENTRIES += [
         file="scripts/kernel-times",
         old='        print(f"| `{name}` | {len(v) / args.per:g} | {sum(v) / args.per:.1f} | {sum(v) / total:.1%} |")\n',
         new='        print(f"| `{name}` | {len(v):g} | {sum(v):.1f} | {sum(v) / total:.1%} |")\n',
-        gates=("tests/engine/test_lane_scripts.py::test_kernel_times_sums_ncus_durations_by_kernel",),
+        gates=("tests/engine/test_lane_kernel_times.py::test_kernel_times_sums_ncus_durations_by_kernel",),
     ),
     Mutation(
         id="kernel-times-reads-any-unit-as-ns",
@@ -1083,7 +1083,7 @@ ENTRIES += [
         file="scripts/kernel-times",
         old="    if unit not in UNITS:  # --page raw puts a row of units under the header\n",
         new="    if unit not in UNITS and unit:\n        unit = \"nsecond\"\n    if False:\n",
-        gates=("tests/engine/test_lane_scripts.py::test_kernel_times_and_prefix_ttft_refuse_what_they_cannot_read",),
+        gates=("tests/engine/test_lane_kernel_times.py::test_kernel_times_and_prefix_ttft_refuse_what_they_cannot_read",),
     ),
     Mutation(
         id="kernel-times-sums-nothing-silently",
@@ -1091,7 +1091,7 @@ ENTRIES += [
         file="scripts/kernel-times",
         old="    if total <= 0:\n",
         new="    if False:\n",
-        gates=("tests/engine/test_lane_scripts.py::test_kernel_times_and_prefix_ttft_refuse_what_they_cannot_read",),
+        gates=("tests/engine/test_lane_kernel_times.py::test_kernel_times_and_prefix_ttft_refuse_what_they_cannot_read",),
     ),
 ]
 
@@ -1723,7 +1723,7 @@ ENTRIES += [
         file="backends/kernels/skinny_mma.py",
         old="    return flags().skinny_mma and fits(m, n, k, dtype)\n",
         new="    return fits(m, n, k, dtype)\n",
-        gates=(f"{MMA}::test_the_kernel_is_timed_only_when_asked",),
+        gates=("tests/backends/test_skinny_mma_timing.py::test_the_kernel_is_timed_only_when_asked",),
     ),
     Mutation(
         id="gemm-tuner-never-times-the-tensor-core-gemm",

@@ -1,7 +1,8 @@
 """The tensor-core skinny GEMM (backends/kernels/skinny_mma.py) in each configuration: its K split covers K exactly in
 whole k16 steps, within the skinny GEMM's scratch; its twin against a float64 product; (GPU lane) the kernel against
 its twin, twice in a row on one scratch (the tile counters back at zero), and as a candidate a 16-row cuBLASLt plan
-times beside cuBLASLt's algorithms."""
+times beside cuBLASLt's algorithms. Whether a plan times it at all (VT_SKINNY_MMA):
+test_skinny_mma_timing.py."""
 
 from __future__ import annotations
 
@@ -111,15 +112,6 @@ def test_a_16_row_plan_times_the_tensor_core_gemm_and_every_candidate_is_right()
         plan.run(da.data.ptr, db.data.ptr, out.data.ptr, stream.ptr, cand)
         assert np.all(np.abs(out.get() - want) <= bound), f"candidate {i} ({cublaslt.name(cand)}) after the tuning"
     print(f"\n16x4096x1024 bf16: {plan.picked} picked; times {plan.times_us} us (tensor-core configurations last)")
-
-
-def test_the_kernel_is_timed_only_when_asked() -> None:
-    """VT_SKINNY_MMA=1 puts the kernel among a 2..16-row plan's candidates; unset, a plan never times it (the tuner
-    compares times only: a kernel the H200 has not checked stays out of every plan)."""
-    assert not sm.taken(16, 4096, 1024, np.uint16), "off unless asked"
-    with flag_set("VT_SKINNY_MMA", "1"):
-        assert sm.taken(16, 4096, 1024, np.uint16), "non-vacuity: asked, a shape it serves"
-        assert not sm.taken(1, 4096, 1024, np.uint16), "asked, one row stays the CUDA-core kernel's"
 
 
 def test_the_tuner_names_a_tensor_core_candidate_by_its_configuration() -> None:
