@@ -169,6 +169,12 @@ def _bench_serve(args: argparse.Namespace) -> int:
             raise ConfigError(f"--{name.replace('_', '-')} {getattr(args, name)}: must be >= 1")
     if args.base_url is None and args.model is None:
         raise ConfigError("vt bench serve: give --base-url of a running server, or --model to start one")
+    if args.base_url is not None:  # a running server: the flags that would have built an engine reach nothing
+        given = [f"--{d.replace('_', '-')}" for d, default in args.engine_flag_defaults.items()
+                 if d not in BENCH_ENGINE_FLAGS_USED and getattr(args, d) != default]
+        if given:
+            raise ConfigError(f"--base-url {args.base_url}: the server runs already, so {', '.join(given)} would "
+                              f"be ignored (they configure the server --model starts)")
     if not args.request_rate > 0:  # NaN too
         raise ConfigError(f"--request-rate {args.request_rate}: must be > 0 (inf: all at once)")
     if args.save_result:  # checked before the run: a path found bad at the end lost every level's rows
@@ -243,10 +249,18 @@ def _ladder(args: argparse.Namespace) -> int:
     return 0 if all(r.failed == 0 for r in rungs) else 1
 
 
+# What vt bench serve reads of the engine flags against a running server: --model names the model to ask for,
+# --seed draws the prompts
+BENCH_ENGINE_FLAGS_USED = ("model", "seed")
+
+
 def _engine_args(p: argparse.ArgumentParser, max_model_len: int, num_blocks: int, model: str = "required") -> None:
-    """model: "required" (--model), "positional" (vt serve MODEL) or "optional" (vt bench serve)."""
+    """model: "required" (--model), "positional" (vt serve MODEL) or "optional" (vt bench serve). The flags'
+    defaults go in args.engine_flag_defaults (vt bench serve refuses any other value beside --base-url)."""
     from models.tiny import SPECS
     from vt.registry import BACKENDS
+
+    first = len(p._actions)
 
     what = f"a built-in ({', '.join(SPECS)}) or an HF checkpoint directory"
     if model == "positional":
@@ -289,6 +303,7 @@ def _engine_args(p: argparse.ArgumentParser, max_model_len: int, num_blocks: int
     p.add_argument("--num-speculative-tokens", type=int, default=0, help="tokens proposed per step")
     p.add_argument("--tensor-parallel-size", "-tp", type=int, default=1, help="ranks (one process and one device "
                                                                               "each) the model is split over")
+    p.set_defaults(engine_flag_defaults={a.dest: a.default for a in p._actions[first:]})
 
 
 def build_parser() -> argparse.ArgumentParser:

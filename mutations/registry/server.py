@@ -453,6 +453,13 @@ ENTRIES += [
         gates=("tests/vt/test_cli.py::test_bad_input_is_one_typed_line_and_exit_2[save-result-nowhere]",),
     ),
     Mutation(
+        id="bench-base-url-takes-engine-flags",
+        description="vt bench serve against a running server takes engine flags (--num-blocks, --dtype) and ignores "
+                    "them in silence",
+        file="vt/cli.py", old="        if given:\n", new="        if False:\n",
+        gates=("tests/vt/test_cli.py::test_bad_input_is_one_typed_line_and_exit_2[bench-url-with-engine-flags]",),
+    ),
+    Mutation(
         id="draft-count-without-a-draft-dropped",
         description="--num-speculative-tokens without --speculative-model is dropped in silence",
         file="vt/cli.py", old='    elif getattr(args, "num_speculative_tokens", 0):  # it means nothing without a draft: '
