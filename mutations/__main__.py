@@ -31,6 +31,9 @@ def main(argv: list[str] | None = None) -> int:
                                                   "gate files, or a shared test helper)")
     r.add_argument("--lane", choices=["auto", "cpu", "gpu"], default="auto",
                    help="gpu runs the needs_gpu entries too; auto picks gpu when CuPy sees a GPU")
+    r.add_argument("--whole-files", action="store_true",
+                   help="run each mutant's gate files whole, not its gates alone: an unnamed test of theirs that "
+                        "also fails reads as Overreach (a gate list found short)")
     args = p.parse_args(argv)
     if args.cmd == "list":
         for m in ENTRIES:
@@ -64,7 +67,8 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.monotonic()
     try:
         cfg = RunConfig(root=root, jobs=args.jobs, cache_dir=cache, baseline_junit=args.baseline_junit,
-                        whole_device_files=WHOLE_DEVICE_FILES if lane == "gpu" else frozenset())
+                        whole_device_files=WHOLE_DEVICE_FILES if lane == "gpu" else frozenset(),
+                        whole_files=args.whole_files)
         results = Runner(cfg).run(entries)
     except (BaselineError, CheckoutChanged) as e:
         print(f"mutation run aborted: {e}", file=sys.stderr)

@@ -72,13 +72,16 @@ def parse_junit(path: Path, files: set[str]) -> tuple[set[str], dict[str, str], 
 UNUSED_PLUGINS = ("hypothesispytest", "anyio", "benchmark")
 
 
-def run_gates(sandbox: Path, m: Mutation, timeout: float | None) -> Outcome:
-    return run_files(sandbox, m.gate_files, m.env, timeout)
+def run_gates(sandbox: Path, m: Mutation, timeout: float | None, whole_files: bool = False) -> Outcome:
+    """The mutant's gate tests alone (DESIGN.md: the runner runs only the gates), or with whole_files their files
+    whole, so that an unnamed test of theirs that also fails reads as Overreach."""
+    return run_files(sandbox, m.gate_files, m.env, timeout, targets=None if whole_files else m.gates)
 
 
 def run_files(sandbox: Path, files: tuple[str, ...], extra_env: tuple[tuple[str, str], ...], timeout: float | None,
-              workers: int = 1) -> Outcome:
-    """pytest over these test files in the sandbox (with `workers` xdist processes when more than one)."""
+              workers: int = 1, targets: tuple[str, ...] | None = None) -> Outcome:
+    """pytest over these test files in the sandbox (with `workers` xdist processes when more than one), or over
+    `targets` (node ids within them) where given."""
     report = sandbox / ".mutation-junit.xml"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "VT_"))}
     env.update(dict(extra_env))
@@ -90,7 +93,7 @@ def run_files(sandbox: Path, files: tuple[str, ...], extra_env: tuple[tuple[str,
     cmd = [sys.executable, "-m", "pytest", "-q", "--tb=short", "-p", "no:cacheprovider", "-p", "no:randomly",
            *(a for name in UNUSED_PLUGINS for a in ("-p", f"no:{name}")),
            f"--basetemp={sandbox / '.pytest-tmp'}", f"--junitxml={report}", "-o", "junit_family=xunit1",
-           *(["-n", str(workers)] if workers > 1 else []), *files]
+           *(["-n", str(workers)] if workers > 1 else []), *(targets if targets is not None else files)]
     report.unlink(missing_ok=True)  # a run that writes none (a crash) must not be read as the last run's
     t0 = time.monotonic()
     log_path = sandbox / ".mutation-gates.log"

@@ -9,6 +9,12 @@ from mutations.model import Mutation
 WHOLE = "tests/mutations/test_runner_whole_device.py"
 ENTRIES: list[Mutation] = [
     Mutation(
+        id="mutants-run-their-gate-files-whole-by-default",
+        description="a mutant runs its gate files whole unless asked not to (CI paid every gate file once per mutant)",
+        file="mutations/judge.py", old="targets=None if whole_files else m.gates)", new="targets=None)",
+        gates=("tests/mutations/test_runner.py::test_by_default_a_mutant_runs_its_gates_alone",),
+    ),
+    Mutation(
         id="report-json-not-embedded",
         description="the HTML report carries the viewer but not the report: the page renders no score",
         file="mutations/reports.py",

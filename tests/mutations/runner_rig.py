@@ -23,12 +23,13 @@ def project(tmp_path: Path) -> Path:
 
 def run(project: Path, *entries: Mutation, cache: Path | None = None, floor: float = 30.0,
         baseline_timeout: float = 600.0, baseline_junit: Path | None = None, factor: float = 3.0, jobs: int = 2,
-        whole_device: frozenset[str] = frozenset()):
+        whole_device: frozenset[str] = frozenset(), whole_files: bool = False):
     """factor x a gate's baseline is its mutant's time limit, never less than floor. The baseline counts the
     runner's STARTUP_S (5 s) beside the fixture's milliseconds of tests, so factor 3 makes a limit of ~15 s
     whatever the floor: a test that waits a hanging mutant out passes factor=0, and its floor is the limit."""
     cfg = RunConfig(root=project, jobs=jobs, timeout_factor=factor, timeout_floor=floor, cache_dir=cache,
-                    baseline_timeout=baseline_timeout, baseline_junit=baseline_junit, whole_device_files=whole_device)
+                    baseline_timeout=baseline_timeout, baseline_junit=baseline_junit, whole_device_files=whole_device,
+                    whole_files=whole_files)
     return {r.mutation.id: r for r in Runner(cfg).run(list(entries))}
 
 

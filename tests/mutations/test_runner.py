@@ -23,6 +23,7 @@ def test_killed_noop_survived_overreach_and_the_checkout_untouched(project: Path
         M("wrong-text", **BREAK_SCALE, gates=(f"{T}::test_scale",), expect="a different message"),
         M("overreach", **BREAK_ADD, gates=(f"{T}::test_add",)),
         M("survived", old="    out = 0", new="    out = 0  # harmless", gates=(f"{T}::test_total",)),
+        whole_files=True,  # the gate files whole: Overreach can be seen
     )
     assert res["killed"].verdict is Verdict.KILLED and "scale is wrong" in res["killed"].reason
     assert res["noop"].verdict is Verdict.NOT_APPLIED
@@ -33,6 +34,17 @@ def test_killed_noop_survived_overreach_and_the_checkout_untouched(project: Path
     assert manifest(project) == before, "the checkout must be byte-identical after the run"
     progress = [ln for ln in capfd.readouterr().err.splitlines() if ln.startswith("[")]
     assert len(progress) == 6 and progress[-1].startswith("[6/6] "), "one progress line per mutant as it ends"
+
+
+def test_by_default_a_mutant_runs_its_gates_alone(project: Path) -> None:
+    """DESIGN.md's rule: only the gates run. BREAK_ADD also breaks test_total, beside its gate test_add in the same
+    file: run alone, the gate's failure is the whole verdict (Killed); with the files whole, test_total fails too
+    (Overreach), so the default really left it out."""
+    entry = M("overreach", **BREAK_ADD, gates=(f"{T}::test_add",))
+    alone = run(project, entry)["overreach"]
+    assert alone.verdict is Verdict.KILLED and alone.failed_gates == [f"{T}::test_add"] and not alone.failed_others
+    whole = run(project, entry, whole_files=True)["overreach"]
+    assert whole.verdict is Verdict.OVERREACH and whole.failed_others == [f"{T}::test_total"], "non-vacuity"
 
 
 def test_a_red_baseline_aborts(project: Path) -> None:
