@@ -218,7 +218,9 @@ class Runner:
 
     # ---- cache ------------------------------------------------------------------------------
     def _cache_key(self, m: Mutation) -> str:
-        h = hashlib.sha256(m.fingerprint().encode() + (b"\0whole-files" if self.cfg.whole_files else b""))
+        # the gates alone and the files whole judge differently (Overreach): each mode's verdicts are its own, and
+        # the key of the files whole is the one every verdict had before the gates-alone default
+        h = hashlib.sha256(m.fingerprint().encode() + (b"" if self.cfg.whole_files else b"\0gates-alone"))
         helpers = {str(p.relative_to(self.cfg.root)) for d in CACHE_SHARED for p in (self.cfg.root / d).rglob("*.py")
                    if not p.name.startswith("test_")}
         for rel in sorted({m.file, *m.gate_files, *helpers}):

@@ -171,7 +171,9 @@ def _bench_serve(args: argparse.Namespace) -> int:
         raise ConfigError("vt bench serve: give --base-url of a running server, or --model to start one")
     if args.base_url is not None:  # a running server: the flags that would have built an engine reach nothing
         given = [f"--{d.replace('_', '-')}" for d, default in args.engine_flag_defaults.items()
-                 if d not in BENCH_ENGINE_FLAGS_USED and getattr(args, d) != default]
+                 if d not in BENCH_ENGINE_FLAGS_USED and (getattr(args, d) != default or any(
+                     tok == o or tok.startswith(o + "=") for tok in args.given_argv
+                     for o in args.engine_flag_options[d]))]  # a value, or the flag named at its default
         if given:
             raise ConfigError(f"--base-url {args.base_url}: the server runs already, so {', '.join(given)} would "
                               f"be ignored (they configure the server --model starts)")
@@ -303,7 +305,8 @@ def _engine_args(p: argparse.ArgumentParser, max_model_len: int, num_blocks: int
     p.add_argument("--num-speculative-tokens", type=int, default=0, help="tokens proposed per step")
     p.add_argument("--tensor-parallel-size", "-tp", type=int, default=1, help="ranks (one process and one device "
                                                                               "each) the model is split over")
-    p.set_defaults(engine_flag_defaults={a.dest: a.default for a in p._actions[first:]})
+    p.set_defaults(engine_flag_defaults={a.dest: a.default for a in p._actions[first:]},
+                   engine_flag_options={a.dest: a.option_strings for a in p._actions[first:]})
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -374,6 +377,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     import logging
 
     args = build_parser().parse_args(argv)
+    args.given_argv = list(sys.argv[1:] if argv is None else argv)  # what was typed, beside the parsed values
     logging.basicConfig(format="vt: %(message)s", level=logging.INFO, stream=sys.stderr, force=True)  # capture
     try:
         return int(args.fn(args) or 0)

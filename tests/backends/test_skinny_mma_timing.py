@@ -1,5 +1,6 @@
 """The tensor-core skinny GEMM stays out of every plan unless VT_SKINNY_MMA asks for it. Apart from
-test_skinny_mma.py: the mutant gated here would otherwise run that file's every shape and configuration."""
+test_skinny_mma.py: where gate files run whole (the mutation runner's --whole-files), the mutant gated here would
+otherwise run that file's every shape and configuration."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """scripts/env-ab ends a run past its --timeout with what that run started (a rank, a server): both killed, the run
-named as failed, and the call ends. Apart from test_lane_env_ab.py: the seconds this one waits would be paid by
-every mutant gated there."""
+named as failed, and the call ends. Apart from test_lane_env_ab.py: where gate files run whole (the mutation
+runner's --whole-files), the seconds this one waits would be paid by every mutant gated there."""
 
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
 """scripts/replay-ab and scripts/gpu-idle refuse an option they cannot honour (--kernels off CUDA, a --modes entry
 they do not know): exit 2 and a line naming it, before any model or device. Apart from test_lane_scripts.py's
-model and shape refusals, whose fourteen subprocesses the mutants gated here would otherwise pay."""
+model and shape refusals, whose fourteen subprocesses the mutants gated here would otherwise pay where their gate
+files run whole (the mutation runner's --whole-files)."""
 
 from __future__ import annotations
 

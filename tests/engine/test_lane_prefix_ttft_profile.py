@@ -1,6 +1,6 @@
 """scripts/prefix-ttft --host-profile on the CPU backend (tiny-qwen3): the hits' cProfile in both orders, and the
 row's record of whether the engine overlapped. Apart from test_lane_prefix_ttft_anatomy.py: no mutant gates this
-test, and in its own file none pays its seconds."""
+test, and in its own file none pays its seconds where gate files run whole (the mutation runner's --whole-files)."""
 
 from __future__ import annotations
 

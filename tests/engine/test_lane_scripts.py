@@ -1,8 +1,8 @@
 """The GPU lane's measurement scripts that build a model (scripts/gpu-idle, tpot-split, replay-ab, c1-anatomy,
 prefix-ttft, largest-step, profile-step) refuse an unknown model or shape as vt's CLI does: exit 2 and one line
 naming the problem, never a traceback. No GPU needed: each refusal comes before any device. The lane scripts'
-other refusals and behaviour are in the test_lane_*.py files beside this one, apart by script: a mutant's gate
-run takes its gate files whole."""
+other refusals and behaviour are in the test_lane_*.py files beside this one, apart by script: the mutation
+runner's --whole-files mode runs a mutant's gate files whole."""
 
 from __future__ import annotations
 

@@ -79,6 +79,8 @@ def test_unchanged_mutants_come_from_the_cache(project: Path, tmp_path: Path) ->
     first = run(project, entry, cache=tmp_path / "cache")["killed"]
     second = run(project, entry, cache=tmp_path / "cache")["killed"]
     assert not first.is_cached and second.is_cached and second.verdict is Verdict.KILLED
+    whole = run(project, entry, cache=tmp_path / "cache", whole_files=True)["killed"]
+    assert not whole.is_cached, "the files whole are another run: the gates alone's verdict is not theirs"
     (project / "tests/test_calc.py").write_text((project / "tests/test_calc.py").read_text() + "\n# edited\n")
     assert not run(project, entry, cache=tmp_path / "cache")["killed"].is_cached, "a gate edit invalidates"
 

@@ -66,6 +66,8 @@ def run_cli(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, s
     # is the same URL without them: that refusal is another)
     (["bench", "serve", "--base-url", "http://127.0.0.1:1", "--num-blocks", "64", "--dtype", "float16"],
      "--num-blocks, --dtype would be ignored"),
+    (["bench", "serve", "--base-url", "http://127.0.0.1:1", "-tp=1", "--enable-prefix-caching"],  # their defaults
+     "--enable-prefix-caching, --tensor-parallel-size would be ignored"),
 ], ids=["concurrency-0", "concurrency-negative", "concurrency-words", "no-prompts", "negative-seed",
         "negative-ladder-seed", "huge-max-tokens", "non-utf8-prompt", "prompt-too-long", "unknown-model",
         "negative-max-model-len",
@@ -73,7 +75,7 @@ def run_cli(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, s
         "bench-rate-0", "bench-rate-nan",
         "serve-port-out-of-range", "generate-n-0", "negative-token-budget", "tp-indivisible", "tp-0",
         "tp-with-speculation", "draft-count-without-draft", "negative-draft-count", "save-result-nowhere",
-        "bench-url-with-engine-flags"])
+        "bench-url-with-engine-flags", "bench-url-with-engine-flags-at-their-defaults"])
 def test_bad_input_is_one_typed_line_and_exit_2(argv: list[str], names: str, capsys) -> None:
     rc, err = run_cli(argv, capsys)
     assert rc == 2, (rc, err)
