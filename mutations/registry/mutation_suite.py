@@ -15,6 +15,13 @@ ENTRIES: list[Mutation] = [
         gates=("tests/mutations/test_runner.py::test_by_default_a_mutant_runs_its_gates_alone",),
     ),
     Mutation(
+        id="gates-alone-verdicts-share-the-whole-files-cache-key",
+        description="the gates-alone and whole-files modes share a cache key: one mode's verdict is served to the other",
+        file="mutations/runner.py", old='(b"" if self.cfg.whole_files else b"\\0gates-alone")', new='b""',
+        gates=("tests/mutations/test_runner.py::test_unchanged_mutants_come_from_the_cache",),
+        expect="the files whole are another run",
+    ),
+    Mutation(
         id="report-json-not-embedded",
         description="the HTML report carries the viewer but not the report: the page renders no score",
         file="mutations/reports.py",

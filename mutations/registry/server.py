@@ -460,6 +460,15 @@ ENTRIES += [
         gates=("tests/vt/test_cli.py::test_bad_input_is_one_typed_line_and_exit_2[bench-url-with-engine-flags]",),
     ),
     Mutation(
+        id="bench-base-url-takes-engine-flags-typed-at-their-defaults",
+        description="vt bench serve against a running server refuses an engine flag only when its value differs: "
+                    "-tp=1 or --enable-prefix-caching typed beside --base-url pass in silence",
+        file="vt/cli.py", old='tok == o or tok.startswith(o + "=") for tok in args.given_argv',
+        new='False for tok in args.given_argv',
+        gates=("tests/vt/test_cli.py::test_bad_input_is_one_typed_line_and_exit_2"
+               "[bench-url-with-engine-flags-at-their-defaults]",),
+    ),
+    Mutation(
         id="draft-count-without-a-draft-dropped",
         description="--num-speculative-tokens without --speculative-model is dropped in silence",
         file="vt/cli.py", old='    elif getattr(args, "num_speculative_tokens", 0):  # it means nothing without a draft: '
