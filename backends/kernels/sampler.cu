@@ -325,6 +325,48 @@ __device__ u32 radix_select(const float* row, int V, const Filter& f, u64 want, 
 // A row's hash of (seed, output position): its mass draw's uniform comes from it.
 __device__ __forceinline__ u64 row_hash(u64 seed, u64 counter) { return mix64(seed + 0x9E3779B97F4A7C15ull * (counter + 1ull)); }
 
+// ---- Gumbel-max, the draw of a row of temperature alone: the largest x + g, g token i's Gumbel noise. The same
+// float32 operations as vt/engine/sample/sampler.py's log_f32 and gumbel_noise, each correctly rounded (the _rn
+// intrinsics: never a fused multiply-add), so both bodies compute the same bits.
+// log(y), y positive and normal: y = 2**e m, m in [sqrt(1/2), sqrt(2)), log m = 2 atanh((m - 1) / (m + 1)) by its
+// series to the 9th power.
+__device__ __forceinline__ float log_f32(float y) {
+    const float ln2 = __uint_as_float(0x3F317218u), c3 = __uint_as_float(0x3EAAAAABu),
+                c5 = __uint_as_float(0x3E4CCCCDu), c7 = __uint_as_float(0x3E124925u), c9 = __uint_as_float(0x3DE38E39u);
+    const u32 bits = __float_as_uint(y);
+    int e = (int)(bits >> 23) - 127;
+    u32 mb = (bits & 0x7FFFFFu) | 0x3F800000u;
+    if (mb > 0x3FB504F3u) { mb -= 1u << 23; e += 1; }  // m past sqrt(2): halved, exactly
+    const float m = __uint_as_float(mb);
+    const float t = __fdiv_rn(__fsub_rn(m, 1.0f), __fadd_rn(m, 1.0f));
+    const float t2 = __fmul_rn(t, t);
+    const float p = __fmul_rn(t2, __fadd_rn(c3, __fmul_rn(t2, __fadd_rn(c5, __fmul_rn(t2, __fadd_rn(c7, __fmul_rn(t2, c9)))))));
+    const float tt = __fadd_rn(t, t);
+    // e as a float from the bits of 2**23 + e + 128, less 2**23 + 128 (exact): an integer conversion is a slow op
+    const float ef = __fsub_rn(__int_as_float(0x4B000000 + e + 128), 8388736.0f);
+    return __fadd_rn(__fmul_rn(ef, ln2), __fadd_rn(tt, __fmul_rn(tt, p)));
+}
+__device__ __forceinline__ u32 lowbias32(u32 x) {
+    x ^= x >> 16; x *= 0x7FEB352Du; x ^= x >> 15; x *= 0x846CA68Bu;
+    return x ^ (x >> 16);
+}
+// A row's 32-bit key for its tokens' noise: its row_hash's halves xored.
+__device__ __forceinline__ u32 gumbel_key(const long long* ip) {
+    const u64 h = row_hash((u64)ip[0], (u64)ip[1]);
+    return (u32)(h >> 32) ^ (u32)h;
+}
+// Token i's tempered logit x plus its noise: u = (2 k + 1) / 2**24, k the top 23 bits of lowbias32(key + (i + 1)
+// WEYL32), built from the bits of 1 + k 2**-23 (each step exact), g = -log(-log u).
+__device__ __forceinline__ float gumbel_score(float x, u32 key, int i) {
+    const u32 h = lowbias32(key + 0x9E3779B9u * (u32)(i + 1));
+    const float u = __fadd_rn(__fsub_rn(__uint_as_float(0x3F800000u | (h >> 9)), 1.0f), 5.9604644775390625e-08f);
+    return __fadd_rn(x, -log_f32(-log_f32(u)));
+}
+// A row that draws by Gumbel-max: temperature alone (no top-k below the vocabulary, no top-p, no min-p).
+__device__ __forceinline__ bool gumbel_row(const float* fp, const long long* ip, int V) {
+    return fp[0] != 0.0f && !(ip[2] > 0 && ip[2] < V) && !(fp[1] < 1.0f) && !(fp[2] > 0.0f);
+}
+
 // The row's target mass in [0, z): its one uniform (its row_hash, 53 bits) times z.
 __device__ __forceinline__ u64 draw_target(u64 seed, u64 counter, u64 z) {
     u64 key = row_hash(seed, counter);
@@ -342,6 +384,22 @@ __device__ int draw_block(const float* row, int V, const float* fp, const long l
     const float temp = fp[0], top_p = fp[1], min_p = fp[2];
     const long long top_k = ip[2];
     float m = -VT_INF;
+    if (gumbel_row(fp, ip, V)) {  // temperature alone: Gumbel-max, tempered by a multiply (as the reference's rows)
+        const u32 key = gumbel_key(ip);
+        const float rtemp = __fdiv_rn(1.0f, temp);
+        float best = -VT_INF;
+        int at = V;
+        for (int i = tid; i < V; i += T) {
+            const float x = __fmul_rn(row[i], rtemp);
+            m = fmaxf(m, x);
+            argmax_step(best, at, gumbel_score(x, key, i), i);
+        }
+        m = block_max(m, shf);
+        if (!isfinite(m)) return -1;  // the rule below
+        int tok;
+        block_argmax(best, at, shf, shi, &best, &tok);
+        return tok;
+    }
     for (int i = tid; i < V; i += T) m = fmaxf(m, tempered(row, i, temp));
     m = block_max(m, shf);
     // a penalty pushed a logit past float32's range (or every token is -inf): the masses are NaN, and the row fails
@@ -706,8 +764,9 @@ extern "C" __global__ void vt_split_draw(const float* logits, const float* fpara
 // selection over the whole vocabulary. Rows the split kernels above still draw: top-k above KMAX, top-p without
 // top-k (launched only when a step has such a row; see backends/kernels/sampler.py).
 //
-// vt_cand_scan, SPLIT blocks per row: each block reads its chunk: the row's max (tempered), whether a plain row's
-// logits are finite, and for a row with top_k <= KMAX its candidates. The block's bound is the k-th largest of its
+// vt_cand_scan, SPLIT blocks per row (a row of temperature alone is vt_cand_mass's alone): each block reads its
+// chunk: the row's max (tempered), whether a plain row's logits are finite, and for a row with top_k <= KMAX its
+// candidates. The block's bound is the k-th largest of its
 // threads' own largest keys: k tokens of the block reach it, so the row's k-th largest key does too. The block keeps
 // every token that reaches its bound (at most CAND_CAP, in parts[r, g, 8:]). The row's last block merges those that
 // reach the largest bound: every token of the row that reaches it, so every token of the support (keys >= the k-th,
@@ -860,6 +919,7 @@ extern "C" __global__ void vt_cand_scan(const float* logits, const float* fparam
     const float temp = fp[0];
     const long long top_k = ip[2];
     const bool greedy = temp == 0.0f, plain = plain_row(ip), fast = !greedy && fast_topk(top_k, V);
+    if (gumbel_row(fp, ip, V)) return;  // vt_cand_mass's gumbel_draw checks and draws it in one pass
     int lo, hi;
     chunk_of(V, &lo, &hi);
 
@@ -988,10 +1048,60 @@ extern "C" __global__ void vt_cand_scan(const float* logits, const float* fparam
     if (tid == 0) finish_row(r, tok, row, ip, hist, hist_raw, bias_ids, bias_raw, out_ids, lp_vals, lp_ids, L, W);
 }
 
-// vt_cand_mass, its own blocks per row (gridDim.y; G WARPS <= row_slots, the slots of a row in parts): the plain-mass
-// rows (neither top-k nor top-p): mass_partials, then the row's last block's mass_draw. (Drawing them in vt_cand_scan instead, its blocks waiting for each other's maxima in a
-// row barrier where the grid fits the SMs, measured slower on the H200: temperature at B = 1 27.6-28.3 us against
-// 26.1.)
+// A Gumbel row's draw over the launch's blocks, its checks too (vt_cand_scan passes such a row over): each block
+// puts its chunk's largest score and its token, its largest tempered logit and whether a plain row's raw logits hold
+// a NaN or an infinity in MASS(r, 4 g .. 4 g + 3); the row's last block merges them (a total order over (score,
+// index): no result depends on the blocks a row gets or the order they finish in). The row fails (-1) as a filtered
+// row does: a raw logit not finite, or a tempered maximum that is not (a penalty pushed a logit past float32's
+// range). Every thread of the block; the token is the last block's, -2 (not yet drawn) in the others.
+__device__ int gumbel_draw(const float* row, int V, int r, const float* fp, const long long* ip,
+                           unsigned long long* parts, int row_slots, unsigned int* counters, float* shf, int* shi,
+                           bool* sh_last) {
+    const int tid = threadIdx.x, G = gridDim.y;
+    const u32 key = gumbel_key(ip);
+    const float rtemp = __fdiv_rn(1.0f, fp[0]);  // a multiply a token, not a division (the reference's too)
+    const bool plain = plain_row(ip);
+    int lo, hi;
+    chunk_of(V, &lo, &hi);
+    float best = -VT_INF, m = -VT_INF;
+    int at = V, bad = 0;
+    QUAD_PASS(lo, hi, row, {
+        if (plain) bad |= !isfinite(raw);
+        const float x = __fmul_rn(raw, rtemp);
+        m = fmaxf(m, x);
+        argmax_step(best, at, gumbel_score(x, key, i), i);
+    })
+    bad = __syncthreads_or(bad);
+    m = block_max(m, shf);
+    block_argmax(best, at, shf, shi, &best, &at);
+    if (tid == 0) {
+        MASS(r, 4 * blockIdx.y) = __float_as_uint(best); MASS(r, 4 * blockIdx.y + 1) = (u64)at;
+        MASS(r, 4 * blockIdx.y + 2) = __float_as_uint(m); MASS(r, 4 * blockIdx.y + 3) = (u64)bad;
+    }
+    if (!last_block(counters, r, sh_last)) return -2;
+    if (tid < 32) {
+        float v = -VT_INF, mm = -VT_INF;
+        int tok = V, nbad = 0;
+        for (int g = tid; g < G; g += 32) {
+            argmax_step(v, tok, __uint_as_float((u32)MASS(r, 4 * g)), (int)MASS(r, 4 * g + 1));
+            mm = fmaxf(mm, __uint_as_float((u32)MASS(r, 4 * g + 2)));
+            nbad |= (int)MASS(r, 4 * g + 3);
+        }
+        for (int o = 16; o > 0; o >>= 1) {
+            argmax_step(v, tok, __shfl_xor_sync(0xffffffffu, v, o), __shfl_xor_sync(0xffffffffu, tok, o));
+            mm = fmaxf(mm, __shfl_xor_sync(0xffffffffu, mm, o));
+        }
+        nbad = __any_sync(0xffffffffu, nbad);
+        if (tid == 0) shi[0] = nbad || !isfinite(mm) ? -1 : tok;
+    }
+    __syncthreads();
+    return shi[0];
+}
+
+// vt_cand_mass, its own blocks per row (gridDim.y; G WARPS <= row_slots, the slots of a row in parts): the rows with
+// neither top-k nor top-p. Temperature alone: gumbel_draw. With min-p: mass_partials, then the row's last block's
+// mass_draw. (Drawing them in vt_cand_scan instead, its blocks waiting for each other's maxima in a row barrier where
+// the grid fits the SMs, measured slower on the H200: temperature at B = 1 27.6-28.3 us against 26.1.)
 extern "C" __global__ void vt_cand_mass(const float* logits, const float* fparams, const long long* iparams,
                                         const long long* hist, const float* hist_raw, const long long* bias_ids,
                                         const float* bias_raw, long long* out_ids, float* lp_vals, long long* lp_ids,
@@ -999,6 +1109,8 @@ extern "C" __global__ void vt_cand_mass(const float* logits, const float* fparam
                                         int V, int L, int W, int row_slots) {
     vt::pdl_entry();
     __shared__ u64 shu[RED];
+    __shared__ float shf[RED];
+    __shared__ int shi[RED];
     __shared__ int found, sh_seg;
     __shared__ u64 sh_pre;
     __shared__ bool sh_last;
@@ -1009,6 +1121,14 @@ extern "C" __global__ void vt_cand_mass(const float* logits, const float* fparam
     const long long top_k = ip[2];
     if ((top_k > 0 && top_k < V) || fp[1] < 1.0f) return;  // the split kernels draw it
     const float* row = logits + (long long)r * V;
+    if (gumbel_row(fp, ip, V)) {
+        const int tok = gumbel_draw(row, V, r, fp, ip, parts, row_slots, counters, shf, shi, &sh_last);
+        if (tid == 0 && tok != -2) {
+            counters[r] = 0;
+            finish_row(r, tok, row, ip, hist, hist_raw, bias_ids, bias_raw, out_ids, lp_vals, lp_ids, L, W);
+        }
+        return;
+    }
     const Filter f = {fp[0], __uint_as_float((u32)ST(r, 0)), fp[2], 0u, 1};
     mass_partials(row, V, r, f, parts, row_slots);
     if (!last_block(counters, r, &sh_last)) return;

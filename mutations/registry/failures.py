@@ -24,14 +24,14 @@ ENTRIES: list[Mutation] = [
         gates=("tests/engine/test_failures.py::test_a_fatal_error_prints_the_traceback_and_the_requests_in_flight",),
     ),
     Mutation(
-        id="nan-masses-drawn-anyway",
-        description="the NumPy sampler draws a row whose masses are NaN (a penalty pushed a logit past float32): the "
-                    "inverse CDF indexes past its chunks and the engine dies with every request in flight",
-        file="vt/engine/sample/sampler.py", old="            finite = np.isfinite(w).all(axis=1)\n",
+        id="overflowed-temperature-row-drawn-anyway",
+        description="the NumPy sampler draws a row of temperature alone whose tempered maximum is +inf (a penalty "
+                    "pushed a logit past float32): its Gumbel-max takes the overflowed token, and the request goes on",
+        file="vt/engine/sample/sampler.py", old="            finite = np.isfinite(x.max(axis=1))\n",
         new="            finite = np.ones(len(rows), bool)\n",
         gates=("tests/engine/test_failures.py::test_a_penalty_that_overflows_its_logits_fails_its_request_alone"
                "[no-filters-cpu]",),
-        expect="took the engine down",
+        expect="finish_reason",
     ),
     Mutation(
         id="nan-masses-drawn-anyway-through-filters",

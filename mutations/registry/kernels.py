@@ -826,11 +826,81 @@ ENTRIES += [
         file="backends/kernels/sampler.cu",
         old="        sixteenth(lo, hi, *sh_seg % WARPS, &ta, &tb);\n",
         new="        sixteenth(lo, hi, (*sh_seg + 1) % WARPS, &ta, &tb);\n",
-        gates=("tests/engine/test_split_sampler.py::test_the_split_sampler_draws_what_the_numpy_reference_draws",
-               # each also draws plain-mass rows against the reference (run4 found them failing beside the gate)
-               "tests/engine/test_split_sampler.py::test_a_captured_split_sampler_replays_the_same_draws",
-               "tests/engine/test_split_sampler.py::test_the_candidate_sampler_draws_what_the_reference_draws_at_ties"),
+        # (min-p rows only since a row of temperature alone draws by Gumbel-max: the captured-replay and tie tests,
+        # once its gates for their plain rows, hold one min-p row each, which their one-row slack forgives)
+        gates=("tests/engine/test_split_sampler.py::test_the_split_sampler_draws_what_the_numpy_reference_draws",),
         needs_gpu=True, expect="rows that differ",
+    ),
+]
+
+# Gumbel-max, the draw of a row of temperature alone (sampler.cu's gumbel_draw and draw_block; the twin's
+# gumbel_noise and log_f32 in vt/engine/sample/sampler.py).
+GUMBEL_ROWS = tuple(f"tests/engine/test_split_sampler.py::test_a_temperature_row_draws_in_whichever_block_holds_its_"
+                    f"mass[{b}]" for b in (2, 16, 64))
+# the CPU tests whose rows of temperature alone draw many times (each fails when those draws collapse or skew)
+PLAIN_DRAWS = ("tests/engine/test_filters.py::test_draws_follow_the_renormalized_support_chi_square[plain-cpu]",
+               "tests/engine/test_filters.py::test_temperature_sharpens_and_zero_is_argmax_with_the_lowest_index_on_"
+               "ties[cpu]",
+               "tests/engine/test_filters.py::test_banned_tokens_are_never_drawn_and_non_finite_rows_fail_alone[cpu]")
+ENTRIES += [
+    Mutation(
+        id="gumbel-noise-shared-by-every-token",
+        description="the twin's Gumbel noise leaves the token's index out of its hash: every token of a row gets the "
+                    "same noise, so a row of temperature alone takes its argmax",
+        file="vt/engine/sample/sampler.py",
+        old="WEYL32 * np.arange(1, vocab + 1, dtype=np.uint32)", new="WEYL32 * np.ones(vocab, dtype=np.uint32)",
+        gates=(*PLAIN_DRAWS, "tests/engine/test_gumbel.py::test_the_noise_follows_the_gumbel_distribution",
+               "tests/engine/test_gumbel.py::test_a_tokens_noise_is_its_rows_key_and_its_index_alone"),
+    ),
+    Mutation(
+        id="log-f32-drops-the-exponent",
+        description="the twin's float32 log leaves out e ln 2: right within [sqrt(1/2), sqrt(2)) only",
+        file="vt/engine/sample/sampler.py",
+        old="    return e * LN2 + (tt + tt * p)\n", new="    return tt + tt * p\n",
+        gates=("tests/engine/test_gumbel.py::test_log_f32_is_the_float32_log", *PLAIN_DRAWS,
+               "tests/engine/test_gumbel.py::test_the_noise_follows_the_gumbel_distribution"),
+    ),
+    Mutation(
+        id="cuda-gumbel-merge-drops-the-last-block",
+        description="the Gumbel draw's last block merges every block's largest score but the last block's",
+        file="backends/kernels/sampler.cu",
+        old="for (int g = tid; g < G; g += 32) {\n            argmax_step(v, tok, __uint_as_float((u32)MASS(r, 4 * g))",
+        new="for (int g = tid; g < G - 1; g += 32) {\n            argmax_step(v, tok, __uint_as_float((u32)MASS(r, 4 * g))",
+        gates=GUMBEL_ROWS, needs_gpu=True, expect="rows that differ",
+    ),
+    Mutation(
+        id="cuda-gumbel-ignores-the-temperature",
+        description="the CUDA Gumbel draw adds the noise to the raw logit, not the tempered one",
+        file="backends/kernels/sampler.cu",
+        old="        const float x = __fmul_rn(raw, rtemp);\n        m = fmaxf(m, x);\n",
+        new="        const float x = raw;\n        m = fmaxf(m, x);\n",
+        gates=GUMBEL_ROWS, needs_gpu=True, expect="rows that differ",
+    ),
+    Mutation(
+        id="cuda-gumbel-draws-an-overflowed-row",
+        description="the CUDA Gumbel draw takes a row whose tempered maximum is +inf: its overflowed token wins",
+        file="backends/kernels/sampler.cu",
+        old="if (tid == 0) shi[0] = nbad || !isfinite(mm) ? -1 : tok;", new="if (tid == 0) shi[0] = nbad ? -1 : tok;",
+        gates=("tests/engine/test_filters.py::test_a_row_whose_penalty_overflows_samples_minus_one_beside_rows_that_"
+               "draw[cuda-split]",), needs_gpu=True,
+    ),
+    Mutation(
+        id="cuda-gumbel-skips-the-finite-check",
+        description="the CUDA Gumbel draw takes a token from a row whose raw logits hold a NaN (which the scan, "
+                    "passing such rows over, no longer checks)",
+        file="backends/kernels/sampler.cu",
+        old="        if (plain) bad |= !isfinite(raw);\n        const float x = __fmul_rn(raw, rtemp);\n",
+        new="        const float x = __fmul_rn(raw, rtemp);\n",
+        gates=("tests/engine/test_filters.py::test_banned_tokens_are_never_drawn_and_non_finite_rows_fail_alone"
+               "[cuda-split]",), needs_gpu=True,
+    ),
+    Mutation(
+        id="cuda-one-block-gumbel-takes-an-overflowed-row",
+        description="the one-block draw's Gumbel-max (vt_sample's own draw) takes a row whose tempered maximum is +inf",
+        file="backends/kernels/sampler.cu",
+        old="        if (!isfinite(m)) return -1;  // the rule below\n", new="",
+        gates=("tests/engine/test_filters.py::test_a_row_whose_penalty_overflows_samples_minus_one_beside_rows_that_"
+               "draw[cuda]",), needs_gpu=True,
     ),
 ]
 

@@ -177,7 +177,8 @@ ENTRIES: list[Mutation] = [
         file="vt/engine/sample/sampler.py", old="GOLDEN * (counter.astype(np.uint64) + np.uint64(1))", new="GOLDEN",
         gates=(*FILC("test_draws_follow_the_renormalized_support_chi_square", *(f"{k}-cpu" for k in
                                                                                ("plain", "top_k", "top_p", "min_p", "all"))),
-               *FILC("test_temperature_sharpens_and_zero_is_argmax_with_the_lowest_index_on_ties", "cpu"),
+               # (not the temperature test since Gumbel-max: one key for every draw takes the top token at 0.25 and
+               # another at 1.0, which that test's own assertion allows)
                *FILC("test_banned_tokens_are_never_drawn_and_non_finite_rows_fail_alone", "cpu"),
                *FILC("test_a_top_p_too_small_for_one_unit_of_mass_keeps_the_top_token", "cpu")),
     ),
@@ -189,7 +190,6 @@ ENTRIES: list[Mutation] = [
         # both CUDA samplers draw from one key (the split one's [cuda-split] cases failed beside them on the H200)
         gates=(*FILC("test_draws_follow_the_renormalized_support_chi_square",
                      *(f"{k}-{b}" for k in ("plain", "top_k", "top_p", "min_p", "all") for b in ("cuda", "cuda-split"))),
-               *FILC("test_temperature_sharpens_and_zero_is_argmax_with_the_lowest_index_on_ties", "cuda", "cuda-split"),
                *FILC("test_banned_tokens_are_never_drawn_and_non_finite_rows_fail_alone", "cuda", "cuda-split"),
                *FILC("test_a_top_p_too_small_for_one_unit_of_mass_keeps_the_top_token", "cuda", "cuda-split"),
                f"{FIL}::test_the_cuda_sampler_draws_what_the_numpy_reference_draws_at_a_real_vocabulary"),

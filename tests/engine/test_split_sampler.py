@@ -200,3 +200,26 @@ def test_a_greedy_row_picks_the_first_of_its_largest_logits_in_one_pass(vocab: i
     assert run_sampler("cpu", logits, specs).ids.tolist() == want  # the reference agrees with the rows' design
     for backend in ("cuda", "cuda-split"):
         assert run_sampler(backend, logits, specs).ids.tolist() == want, backend
+
+
+@pytest.mark.parametrize("blocks", BLOCKS)
+def test_a_temperature_row_draws_in_whichever_block_holds_its_mass(blocks: int) -> None:
+    """Rows of temperature alone (Gumbel-max; vt_cand_mass's blocks each take their chunk's largest score, the row's
+    last block the largest of those): each row's mass sits in 48 tokens at its own 64th of the vocabulary, so every
+    block of the launch holds some row's draw (at 64 blocks a row, the window at the middle of each 64th lies in that
+    block's chunk, the last block's too), and the merge must keep every block's. The kernel draws what the reference
+    draws, every row (no expf in this draw: the same bits), inside its window."""
+    n, width = 64, 48
+    rng = np.random.default_rng(29)
+    logits = np.full((n, V), -60.0, np.float32)
+    starts = [r * V // n + V // (2 * n) - width // 2 for r in range(n)]
+    for r, s in enumerate(starts):
+        logits[r, s : s + width] = rng.standard_normal(width).astype(np.float32)
+    specs = [RowSpec(temperature=0.8, seed=900 + r, counter=r) for r in range(n)]
+    cpu, split = run_sampler("cpu", logits, specs), run_sampler("cuda-split", logits, specs, blocks=blocks)
+    assert split.ids.tolist() == cpu.ids.tolist(), f"rows that differ: {np.flatnonzero(cpu.ids != split.ids).tolist()}"
+    assert all(s <= t < s + width for s, t in zip(starts, cpu.ids.tolist())), "the reference draws in the windows"
+    offsets = {int(t) - s for s, t in zip(starts, cpu.ids.tolist())}
+    assert len(offsets) > 8, "non-vacuity: the rows draw, not take their argmax"
+    block = run_sampler("cuda", logits, specs)
+    assert block.ids.tolist() == cpu.ids.tolist(), "the one-block draw (vt_sample's) is the same Gumbel-max"

@@ -16,10 +16,13 @@ per row block (backends/kernels/sampler.cu). Both define the same draw:
    temperature, then the filters, ties at a threshold kept: top-k keeps keys >= the k-th largest;
    min-p keeps exp(x - max) >= min_p; top-p keeps the largest threshold whose kept mass reaches
    top_p of the survivors' (found by radix selection: no sort).
-3. The draw is by inverse CDF over fixed-point masses (exp(x - max) * 2**32 as integers, summed in
-   index order, so it is exact and order-free): one uniform per row from a counter-based hash of
-   (seed, output position). A seeded request draws the same tokens in any row, beside any neighbours,
-   with graphs on or off, after preemption, and with or without speculation.
+3. A row with a filter draws by inverse CDF over fixed-point masses (exp(x - max) * 2**32 as integers,
+   summed in index order, so it is exact and order-free): one uniform per row from a counter-based hash of
+   (seed, output position). A row of temperature alone draws by Gumbel-max: the largest x + g, g a token's
+   Gumbel noise from the same hash and the token's index (`gumbel_noise`: float32 operations that round
+   alike on both bodies), one pass with no normalizer, so the CUDA kernel needs neither the row's mass nor a
+   search for the target. A seeded request draws the same tokens in any row, beside any neighbours, with
+   graphs on or off, after preemption, and with or without speculation.
 A row whose raw logits hold a NaN or an infinity samples -1 (the runner fails that request alone).
 """
 
@@ -52,6 +55,10 @@ KMAX = 32  # top-k up to this draws from a few candidates (backends/kernels/samp
 CAND_CAP = 248  # candidates a block keeps (its slice of the split scratch)
 SUPPORT_CAP = 512  # the candidate path's largest support (one token a thread of the last block)
 GOLDEN, MIX1, MIX2 = np.uint64(0x9E3779B97F4A7C15), np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
+# log_f32's constants (sampler.cu spells the same float32 values by their bits): ln 2, then 1/3, 1/5, 1/7, 1/9
+LN2, C3, C5, C7, C9 = (F32(v) for v in (np.log(2.0), 1 / 3, 1 / 5, 1 / 7, 1 / 9))
+# gumbel_noise's token hash: a Weyl step, then Wellons' lowbias32 (32-bit multiplies, cheap on the GPU)
+WEYL32, LOWBIAS1, LOWBIAS2 = np.uint32(0x9E3779B9), np.uint32(0x7FEB352D), np.uint32(0x846CA68B)
 
 
 @dataclass(slots=True)
@@ -232,6 +239,44 @@ def row_hash(seed: np.ndarray, counter: np.ndarray) -> np.ndarray:
 def uniform(seed: np.ndarray, counter: np.ndarray) -> np.ndarray:
     """The row's one uniform in [0, 1): its row_hash, 53 bits."""
     return (row_hash(seed, counter) >> np.uint64(11)).astype(np.float64) * 2.0**-53
+
+
+def log_f32(y: np.ndarray) -> np.ndarray:
+    """log(y) for positive normal float32 y, in float32 multiplies, adds and one division, each correctly rounded,
+    so sampler.cu's copy in __fmul_rn / __fadd_rn / __fdiv_rn (never a fused multiply-add) gives the same bits:
+    y = 2**e m with m in [sqrt(1/2), sqrt(2)), log m = 2 atanh(t) with t = (m - 1) / (m + 1) by its series to t**9
+    (|t| < 0.172: the first term left out is below 3e-9)."""
+    bits = np.asarray(y, F32).view(np.uint32)
+    e = (bits >> np.uint32(23)).astype(np.int32) - 127
+    mb = (bits & np.uint32(0x7FFFFF)) | np.uint32(0x3F800000)
+    big = mb > np.uint32(0x3FB504F3)  # m past sqrt(2): halve it (the exponent's bits minus one), exact
+    m = np.where(big, mb - np.uint32(1 << 23), mb).view(F32)
+    e = (e + big).astype(F32)
+    t = (m - F32(1)) / (m + F32(1))
+    t2 = t * t
+    p = t2 * (C3 + t2 * (C5 + t2 * (C7 + t2 * C9)))
+    tt = t + t
+    return e * LN2 + (tt + tt * p)
+
+
+def lowbias32(x: np.ndarray) -> np.ndarray:
+    x = x ^ (x >> np.uint32(16))
+    x = x * LOWBIAS1
+    x = x ^ (x >> np.uint32(15))
+    x = x * LOWBIAS2
+    return x ^ (x >> np.uint32(16))
+
+
+def gumbel_noise(keys: np.ndarray, vocab: int) -> np.ndarray:
+    """Gumbel noise [n, vocab] float32 for rows with these row_hash keys [n]: token i's uniform is u = (2 k + 1) /
+    2**24 (exact in float32, never 0 or 1), k the top 23 bits of lowbias32(key's two halves xored + (i + 1) WEYL32),
+    its noise -log(-log u) by log_f32."""
+    keys = np.asarray(keys, np.uint64)
+    k32 = (keys >> np.uint64(32)).astype(np.uint32) ^ (keys & np.uint64(0xFFFFFFFF)).astype(np.uint32)
+    h = lowbias32(k32[:, None] + WEYL32 * np.arange(1, vocab + 1, dtype=np.uint32))
+    # 1 + k 2**-23, less 1, plus 2**-24: each step exact, so the kernel builds the same u from the bits
+    u = ((h >> np.uint32(9)) | np.uint32(0x3F800000)).view(F32) - F32(1) + F32(2.0**-24)
+    return -log_f32(-log_f32(u))
 
 
 def keys(x: np.ndarray) -> np.ndarray:
@@ -429,7 +474,7 @@ def _sample_numpy(logits: np.ndarray, fp: np.ndarray, ip: np.ndarray, hist: np.n
     greedy = (temp == 0.0) & (forced < 0)
     out_ids[greedy] = np.argmax(logits[greedy], axis=1)
     drawn = ~greedy & (forced < 0) & ~bad
-    filtered = drawn & ((top_k > 0) | (top_p < 1.0) | (min_p > 0.0))
+    filtered = drawn & (((top_k > 0) & (top_k < logits.shape[1])) | (top_p < 1.0) | (min_p > 0.0))
     with np.errstate(over="ignore", invalid="ignore"):  # an overflow is found below, by the masses it leaves
         for r in np.flatnonzero(filtered):
             idx, w = support((logits[r] / F32(temp[r])).astype(F32), int(top_k[r]), float(top_p[r]),
@@ -438,12 +483,13 @@ def _sample_numpy(logits: np.ndarray, fp: np.ndarray, ip: np.ndarray, hist: np.n
         plain = np.flatnonzero(drawn & ~filtered)
         for g in range(0, plain.size, 4):  # a few rows at a time: their temporaries stay in cache
             rows = plain[g : g + 4]
-            x = (logits[rows] / temp[rows, None]).astype(F32)
-            w = np.floor(np.exp(x - x.max(axis=1, keepdims=True)).astype(F32) * MASS_SCALE)
-            # a logit a penalty pushed past float32's range leaves NaN masses: that row fails alone (-1)
-            finite = np.isfinite(w).all(axis=1)
-            out_ids[rows] = -1
-            out_ids[rows[finite]] = _draw(w[finite], u[rows[finite]])
+            # tempered by one multiply a token (the kernel's too): the reciprocal of the temperature, rounded once
+            x = (logits[rows] * (F32(1) / temp[rows, None])).astype(F32)
+            # a logit a penalty pushed past float32's range (or a row all -inf) fails that row alone (-1), as a
+            # filtered row's NaN masses do
+            finite = np.isfinite(x.max(axis=1))
+            drawn_ids = np.argmax(x + gumbel_noise(row_hash(ip[rows, 0], ip[rows, 1]), x.shape[1]), axis=1)
+            out_ids[rows] = np.where(finite, drawn_ids, -1)
     out_ids[bad] = -1
     for r, row in raw.items():
         tok = int(out_ids[r])
