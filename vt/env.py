@@ -70,8 +70,8 @@ def _read_rows_attention() -> str:
 # Flags that were read once and are no longer: set to anything but their old default, they are refused by name
 # (a user asking for the behaviour must hear it is gone), never ignored.
 RETIRED = {"VT_TEMPERATURE_DRAW": ("mass", "the race draw was removed in session 24 (on the H200 no faster than the "
-                                           "mass draw at B <= 8, slower from B = 32 up): temperature rows draw by "
-                                           "their masses")}
+                                           "mass draw at B <= 8, slower from B = 32 up): a temperature row has one "
+                                           "draw")}
 
 
 def _refuse_retired() -> None:

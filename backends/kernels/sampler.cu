@@ -847,9 +847,9 @@ __device__ void merge_blocks(const unsigned long long* parts, int r, int V, bool
     __syncthreads();
 }
 
-// The plain-mass draw (rows with neither top-k nor top-p: temperature alone, or min-p), in two steps. First every
-// warp of every block sums the masses (under the row's max) of a contiguous sixteenth of its block's chunk, into
-// MASS(r, g WARPS + warp) (a row's row_slots of parts, whatever the launch's blocks a row: vt_cand_mass takes more
+// The plain-mass draw (rows with neither top-k nor top-p, with min-p: temperature alone is gumbel_draw's), in two
+// steps. First every warp of every block sums the masses (under the row's max) of a contiguous sixteenth of its
+// block's chunk, into MASS(r, g WARPS + warp) (a row's row_slots of parts, whatever the launch's blocks a row: vt_cand_mass takes more
 // than vt_cand_scan at small batches); then the row's last block finds the sixteenth that holds the target and
 // draws in it alone.
 #define MASS(r, j) parts[(long long)(r) * row_slots + (j)]

@@ -215,7 +215,8 @@ def test_a_temperature_row_draws_in_whichever_block_holds_its_mass(blocks: int) 
     starts = [r * V // n + V // (2 * n) - width // 2 for r in range(n)]
     for r, s in enumerate(starts):
         logits[r, s : s + width] = rng.standard_normal(width).astype(np.float32)
-    specs = [RowSpec(temperature=0.8, seed=900 + r, counter=r) for r in range(n)]
+    # every other row with a top-k of the whole vocabulary or more: no filter, so Gumbel-max on both bodies
+    specs = [RowSpec(temperature=0.8, seed=900 + r, counter=r, top_k=(0, V, V + 7)[r % 3]) for r in range(n)]
     cpu, split = run_sampler("cpu", logits, specs), run_sampler("cuda-split", logits, specs, blocks=blocks)
     assert split.ids.tolist() == cpu.ids.tolist(), f"rows that differ: {np.flatnonzero(cpu.ids != split.ids).tolist()}"
     assert all(s <= t < s + width for s, t in zip(starts, cpu.ids.tolist())), "the reference draws in the windows"
