@@ -355,12 +355,49 @@ __device__ __forceinline__ u32 gumbel_key(const long long* ip) {
     const u64 h = row_hash((u64)ip[0], (u64)ip[1]);
     return (u32)(h >> 32) ^ (u32)h;
 }
-// Token i's tempered logit x plus its noise: u = (2 k + 1) / 2**24, k the top 23 bits of lowbias32(key + (i + 1)
-// WEYL32), built from the bits of 1 + k 2**-23 (each step exact), g = -log(-log u).
-__device__ __forceinline__ float gumbel_score(float x, u32 key, int i) {
-    const u32 h = lowbias32(key + 0x9E3779B9u * (u32)(i + 1));
-    const float u = __fadd_rn(__fsub_rn(__uint_as_float(0x3F800000u | (h >> 9)), 1.0f), 5.9604644775390625e-08f);
-    return __fadd_rn(x, -log_f32(-log_f32(u)));
+// Token i's noise: u = (2 k + 1) / 2**24, k the top 23 bits of lowbias32(key + (i + 1) WEYL32), built from the bits
+// of 1 + k 2**-23 (each step exact), g = -log(-log u).
+__device__ __forceinline__ float uniform_of(u32 k) {  // (2 k + 1) / 2**24, k of 23 bits
+    return __fadd_rn(__fsub_rn(__uint_as_float(0x3F800000u | k), 1.0f), 5.9604644775390625e-08f);
+}
+__device__ __forceinline__ float gumbel_uniform(u32 key, int i) {
+    return uniform_of(lowbias32(key + 0x9E3779B9u * (u32)(i + 1)) >> 9);
+}
+__device__ __forceinline__ float gumbel_noise(float u) { return -log_f32(-log_f32(u)); }
+// An upper bound on gumbel_noise(u) from the multifunction unit's log2 (two MUFU ops, no division): e = -log u, or
+// where u is within 2**-6 of 1 (there __log2f's absolute error, 2**-22, is no small relative error) the series'
+// first two terms v + v**2 / 2, v = 1 - u (below -log u); then -log e plus GUMBEL_SLACK. The GPU lane checks
+// bound >= noise for all 2**23 uniforms (vt_gumbel_bounds); the slack is about 100 times the error it covers.
+#define GUMBEL_SLACK 0.015625f
+__device__ __forceinline__ float gumbel_bound(float u) {
+    const float ln2 = 0.693147182f, v = __fsub_rn(1.0f, u);  // exact where it is taken (u > 1/2)
+    const float e = v < 0.015625f ? __fmul_rn(v, __fadd_rn(1.0f, __fmul_rn(0.5f, v))) : __fmul_rn(-ln2, __log2f(u));
+    return __fadd_rn(GUMBEL_SLACK, __fmul_rn(-ln2, __log2f(e)));
+}
+// Order-preserving int keys of float scores, for atomicMax on a block's threshold.
+__device__ __forceinline__ int score_key(float s) {
+    const int b = __float_as_int(s);
+    return b >= 0 ? b : b ^ 0x7FFFFFFF;
+}
+__device__ __forceinline__ float key_score(int k) { return __int_as_float(k >= 0 ? k : k ^ 0x7FFFFFFF); }
+// Token i's step of a Gumbel row's argmax. thr is the block's best exact score so far (shared, read stale at worst:
+// lower, so fewer skips). A token whose x + bound falls below it scores below a token already seen, since
+// fl(x + noise) <= fl(x + bound) (rounding is monotone), so it is never drawn and its exact noise (two divisions
+// and some forty correctly rounded operations) is never computed. The draw is the one every token's exact score
+// gives; only the work differs.
+__device__ __forceinline__ void gumbel_step(float& best, int& at, int* thr, float x, u32 key, int i) {
+    const float u = gumbel_uniform(key, i);
+    if (__fadd_rn(x, gumbel_bound(u)) < key_score(*(volatile int*)thr)) return;
+    const float s = __fadd_rn(x, gumbel_noise(u));
+    if (s > best || (s == best && i < at)) {
+        best = s; at = i;
+        atomicMax(thr, score_key(s));
+    }
+}
+// Every thread of the block: thr's start, below every score (-inf's key).
+__device__ __forceinline__ void gumbel_start(int* thr) {
+    if (threadIdx.x == 0) *thr = score_key(-VT_INF);
+    __syncthreads();
 }
 // A row that draws by Gumbel-max: temperature alone (no top-k below the vocabulary, no top-p, no min-p).
 __device__ __forceinline__ bool gumbel_row(const float* fp, const long long* ip, int V) {
@@ -389,10 +426,12 @@ __device__ int draw_block(const float* row, int V, const float* fp, const long l
         const float rtemp = __fdiv_rn(1.0f, temp);
         float best = -VT_INF;
         int at = V;
+        __shared__ int thr;
+        gumbel_start(&thr);
         for (int i = tid; i < V; i += T) {
             const float x = __fmul_rn(row[i], rtemp);
             m = fmaxf(m, x);
-            argmax_step(best, at, gumbel_score(x, key, i), i);
+            gumbel_step(best, at, &thr, x, key, i);
         }
         m = block_max(m, shf);
         if (!isfinite(m)) return -1;  // the rule below
@@ -1065,11 +1104,13 @@ __device__ int gumbel_draw(const float* row, int V, int r, const float* fp, cons
     chunk_of(V, &lo, &hi);
     float best = -VT_INF, m = -VT_INF;
     int at = V, bad = 0;
+    __shared__ int thr;
+    gumbel_start(&thr);
     QUAD_PASS(lo, hi, row, {
         if (plain) bad |= !isfinite(raw);
         const float x = __fmul_rn(raw, rtemp);
         m = fmaxf(m, x);
-        argmax_step(best, at, gumbel_score(x, key, i), i);
+        gumbel_step(best, at, &thr, x, key, i);
     })
     bad = __syncthreads_or(bad);
     m = block_max(m, shf);
@@ -1137,4 +1178,14 @@ extern "C" __global__ void vt_cand_mass(const float* logits, const float* fparam
         counters[r] = 0;
         finish_row(r, tok, row, ip, hist, hist_raw, bias_ids, bias_raw, out_ids, lp_vals, lp_ids, L, W);
     }
+}
+
+// The GPU lane's exhaustive check of gumbel_bound (tests/engine/test_split_sampler.py): for every 23-bit k, the
+// uniform (2 k + 1) / 2**24 that gumbel_uniform builds, its exact noise and its bound.
+extern "C" __global__ void vt_gumbel_bounds(float* noise, float* bound) {
+    const int k = blockIdx.x * blockDim.x + threadIdx.x;
+    if (k >= (1 << 23)) return;
+    const float u = uniform_of((u32)k);
+    noise[k] = gumbel_noise(u);
+    bound[k] = gumbel_bound(u);
 }

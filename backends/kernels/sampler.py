@@ -19,7 +19,9 @@ DEFER, KEEP_GREEDY, GREEDY_IN_ROW_MAX = 1, 2, 2
 LAYOUT = (("VT_SAMPLER_THREADS", THREADS), ("VT_NF", 6), ("VT_NI", 26), ("VT_NFI", 10), ("VT_NLP", 21))
 SPLIT_KERNELS = ("vt_split_max", "vt_split_radix", "vt_split_sum", "vt_split_draw")
 CANDIDATE_KERNELS = ("vt_cand_scan", "vt_cand_mass")
+GUMBEL_BOUNDS = Instance("sampler.cu", "vt_gumbel_bounds", LAYOUT)
 CI_INSTANCES = [Instance("sampler.cu", name, LAYOUT) for name in ("vt_sample", *CANDIDATE_KERNELS, *SPLIT_KERNELS)]
+CI_INSTANCES.append(GUMBEL_BOUNDS)
 
 
 def launch(cp: Any, logits: Any, fparams: Any, iparams: Any, hist: Any, hist_raw: Any, bias_ids: Any, bias_vals: Any,
@@ -106,3 +108,12 @@ def launch_general(cp: Any, logits: Any, fparams: Any, iparams: Any, hist: Any, 
         k("vt_split_sum")(grid, block, (logits, fparams, out_ids, psum, state, counters, V32, np.int32(phase + 1)))
     k("vt_split_draw")(grid, block, (logits, fparams, iparams, hist, hist_raw, bias_ids, bias_raw, out_ids, lp_vals,
                                      lp_ids, psum, state, V32, np.int32(hist.shape[1]), np.int32(bias_ids.shape[1])))
+
+
+def gumbel_bounds(cp: Any) -> tuple[Any, Any]:
+    """For every 23-bit k, the uniform (2 k + 1) / 2**24's exact Gumbel noise and the bound the Gumbel draw skips
+    tokens by (sampler.cu's gumbel_noise and gumbel_bound): [2**23] float32 each, on the device."""
+    n = 1 << 23
+    noise, bound = cp.empty(n, np.float32), cp.empty(n, np.float32)
+    function(cp, GUMBEL_BOUNDS)((n // 256,), (256,), (noise, bound))
+    return noise, bound

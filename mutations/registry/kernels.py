@@ -902,6 +902,25 @@ ENTRIES += [
         gates=("tests/engine/test_filters.py::test_a_row_whose_penalty_overflows_samples_minus_one_beside_rows_that_"
                "draw[cuda]",), needs_gpu=True,
     ),
+    Mutation(
+        id="cuda-gumbel-bound-without-its-slack",
+        description="the bound the Gumbel draw skips tokens by is the MUFU logs' noise alone: below the exact noise "
+                    "for some uniforms, so a token that wins could be skipped",
+        file="backends/kernels/sampler.cu",
+        old="    return __fadd_rn(GUMBEL_SLACK, __fmul_rn(-ln2, __log2f(e)));",
+        new="    return __fmul_rn(-ln2, __log2f(e));",
+        gates=("tests/engine/test_split_sampler.py::test_the_gumbel_draw_skips_only_tokens_whose_bound_is_above_their_"
+               "noise",), needs_gpu=True, expect="with a bound below their noise",
+    ),
+    Mutation(
+        id="cuda-gumbel-skips-by-the-logit-alone",
+        description="the Gumbel draw skips a token whose tempered logit (not logit plus the noise's bound) is below "
+                    "the block's best score: tokens the noise would lift to the top are never scored",
+        file="backends/kernels/sampler.cu",
+        old="    if (__fadd_rn(x, gumbel_bound(u)) < key_score(*(volatile int*)thr)) return;",
+        new="    if (x < key_score(*(volatile int*)thr)) return;",
+        gates=GUMBEL_ROWS, needs_gpu=True, expect="rows that differ",
+    ),
 ]
 
 # The MLP's gate/up projection and its SwiGLU activation (activation.py, skinny_gemm.cu), and the epilogue plans that
