@@ -1183,6 +1183,7 @@ extern "C" __global__ void vt_cand_mass(const float* logits, const float* fparam
 // The GPU lane's exhaustive check of gumbel_bound (tests/engine/test_split_sampler.py): for every 23-bit k, the
 // uniform (2 k + 1) / 2**24 that gumbel_uniform builds, its exact noise and its bound.
 extern "C" __global__ void vt_gumbel_bounds(float* noise, float* bound) {
+    vt::pdl_entry();
     const int k = blockIdx.x * blockDim.x + threadIdx.x;
     if (k >= (1 << 23)) return;
     const float u = uniform_of((u32)k);
