@@ -364,10 +364,11 @@ __device__ __forceinline__ float gumbel_uniform(u32 key, int i) {
     return uniform_of(lowbias32(key + 0x9E3779B9u * (u32)(i + 1)) >> 9);
 }
 __device__ __forceinline__ float gumbel_noise(float u) { return -log_f32(-log_f32(u)); }
-// An upper bound on gumbel_noise(u) from the multifunction unit's log2 (two MUFU ops, no division): e = -log u, or
-// where u is within 2**-6 of 1 (there __log2f's absolute error, 2**-22, is no small relative error) the series'
-// first two terms v + v**2 / 2, v = 1 - u (below -log u); then -log e plus GUMBEL_SLACK. The GPU lane checks
-// bound >= noise for all 2**23 uniforms (vt_gumbel_bounds); the slack is about 100 times the error it covers.
+// An upper bound on gumbel_noise(u) from the multifunction unit's log2 (one or two MUFU ops, no division):
+// e = -log u, or where u is within 2**-6 of 1 the series' first two terms v + v**2 / 2, v = 1 - u (below -log u: as
+// u nears 1, __log2f's absolute error, 2**-22, grows into a large relative error of e, which the series avoids); then
+// -log e plus GUMBEL_SLACK. By __log2f's documented error the bound's own error stays near 1e-5, some 1,500 times
+// below the slack; the GPU lane checks bound >= noise + slack / 2 for all 2**23 uniforms (vt_gumbel_bounds).
 #define GUMBEL_SLACK 0.015625f
 __device__ __forceinline__ float gumbel_bound(float u) {
     const float ln2 = 0.693147182f, v = __fsub_rn(1.0f, u);  // exact where it is taken (u > 1/2)
@@ -381,7 +382,7 @@ __device__ __forceinline__ int score_key(float s) {
 }
 __device__ __forceinline__ float key_score(int k) { return __int_as_float(k >= 0 ? k : k ^ 0x7FFFFFFF); }
 // Token i's step of a Gumbel row's argmax. thr is the block's best exact score so far (shared, read stale at worst:
-// lower, so fewer skips). A token whose x + bound falls below it scores below a token already seen, since
+// lower, so fewer skips). A token whose x + bound falls below it scores below a token already scored, since
 // fl(x + noise) <= fl(x + bound) (rounding is monotone), so it is never drawn and its exact noise (two divisions
 // and some forty correctly rounded operations) is never computed. The draw is the one every token's exact score
 // gives; only the work differs.
@@ -394,7 +395,7 @@ __device__ __forceinline__ void gumbel_step(float& best, int& at, int* thr, floa
         atomicMax(thr, score_key(s));
     }
 }
-// Every thread of the block: thr's start, below every score (-inf's key).
+// Every thread of the block: thr's start, at or below every score (-inf's key; the skip's test is strict).
 __device__ __forceinline__ void gumbel_start(int* thr) {
     if (threadIdx.x == 0) *thr = score_key(-VT_INF);
     __syncthreads();

@@ -921,6 +921,16 @@ ENTRIES += [
         new="    if (x < key_score(*(volatile int*)thr)) return;",
         gates=GUMBEL_ROWS, needs_gpu=True, expect="rows that differ",
     ),
+    Mutation(
+        id="cuda-gumbel-threshold-misreads-negative-scores",
+        description="the Gumbel draw's threshold key decodes a negative score without undoing its flip: -38 reads "
+                    "as -0.11 and -inf as -1e-38, so tokens that would win below them are skipped",
+        file="backends/kernels/sampler.cu",
+        old="__device__ __forceinline__ float key_score(int k) { return __int_as_float(k >= 0 ? k : k ^ 0x7FFFFFFF); }",
+        new="__device__ __forceinline__ float key_score(int k) { return __int_as_float(k); }",
+        gates=("tests/engine/test_split_sampler.py::test_a_temperature_row_whose_scores_are_all_negative_draws_what_"
+               "the_reference_draws",), needs_gpu=True, expect="rows that differ",
+    ),
 ]
 
 # The MLP's gate/up projection and its SwiGLU activation (activation.py, skinny_gemm.cu), and the epilogue plans that
