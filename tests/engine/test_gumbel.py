@@ -61,3 +61,36 @@ def test_a_tokens_noise_is_its_rows_key_and_its_index_alone() -> None:
     assert abs(np.corrcoef(both[0, :-1], both[0, 1:])[0, 1]) < 0.05, "neighbouring tokens"
     assert abs(np.corrcoef(both[0], both[2])[0, 1]) < 0.05, "two rows' noise"
     assert len(np.unique(both)) > 0.99 * both.size, "non-vacuity: the noise is not a few repeated values"
+
+
+def test_the_float64_noise_bounds_the_exact_noise_for_every_uniform() -> None:
+    """gumbel_argmax scores exactly only the tokens whose float64 noise plus NOISE_SLACK can reach the row's best
+    float64 noise less it: exact only if the two float32 bounds hold the exact noise, for all 2**23 uniforms."""
+    from vt.engine.sample.sampler import NOISE_SLACK
+
+    u = ((np.arange(1 << 23, dtype=np.uint32) | np.uint32(0x3F800000)).view(np.float32) - np.float32(1)
+         + np.float32(2.0**-24))
+    exact = -log_f32(-log_f32(u))
+    g = -np.log(-np.log(u.astype(np.float64)))
+    lower, upper = (g - NOISE_SLACK).astype(np.float32), (g + NOISE_SLACK).astype(np.float32)
+    assert np.count_nonzero(lower > exact) == 0, "uniforms whose lower bound is above their exact noise"
+    assert np.count_nonzero(upper < exact) == 0, "uniforms whose upper bound is below their exact noise"
+    assert float(np.abs(g - exact).max()) < 1e-5, "the float64 noise is within 1e-5 of the exact"
+
+
+def test_the_pruned_argmax_is_the_argmax_of_every_exact_score() -> None:
+    """gumbel_argmax against argmax(x + gumbel_noise) over rows of every kind the sampler meets: wide and narrow
+    logits, all negative, huge (a low temperature), -inf bans, ties of the logits."""
+    from vt.engine.sample.sampler import gumbel_argmax
+
+    rng = np.random.default_rng(35)
+    V = 50_000
+    rows = [rng.standard_normal(V) * s + c for s, c in ((3, 0), (0.01, 0), (2, -40), (300, 5_000), (1, 0))]
+    rows[4][rng.integers(0, V, V // 2)] = -np.inf
+    rows.append(np.zeros(V))  # every logit equal: the noise alone decides
+    x = np.stack(rows).astype(np.float32)
+    keys = row_hash(np.arange(100, 100 + len(rows)), np.arange(len(rows)))
+    with np.errstate(invalid="ignore"):
+        want = np.argmax(x + gumbel_noise(keys, V), axis=1)
+    assert gumbel_argmax(x, keys).tolist() == want.tolist()
+    assert len(set(want.tolist())) == len(rows), "non-vacuity: every row draws its own token"

@@ -267,16 +267,40 @@ def lowbias32(x: np.ndarray) -> np.ndarray:
     return x ^ (x >> np.uint32(16))
 
 
-def gumbel_noise(keys: np.ndarray, vocab: int) -> np.ndarray:
-    """Gumbel noise [n, vocab] float32 for rows with these row_hash keys [n]: token i's uniform is u = (2 k + 1) /
-    2**24 (exact in float32, never 0 or 1), k the top 23 bits of lowbias32(key's two halves xored + (i + 1) WEYL32),
-    its noise -log(-log u) by log_f32."""
+def gumbel_uniforms(keys: np.ndarray, vocab: int) -> np.ndarray:
+    """The uniforms [n, vocab] float32 of rows with these row_hash keys [n]: token i's is u = (2 k + 1) / 2**24
+    (exact in float32, never 0 or 1), k the top 23 bits of lowbias32(key's two halves xored + (i + 1) WEYL32)."""
     keys = np.asarray(keys, np.uint64)
     k32 = (keys >> np.uint64(32)).astype(np.uint32) ^ (keys & np.uint64(0xFFFFFFFF)).astype(np.uint32)
     h = lowbias32(k32[:, None] + WEYL32 * np.arange(1, vocab + 1, dtype=np.uint32))
     # 1 + k 2**-23, less 1, plus 2**-24: each step exact, so the kernel builds the same u from the bits
-    u = ((h >> np.uint32(9)) | np.uint32(0x3F800000)).view(F32) - F32(1) + F32(2.0**-24)
-    return -log_f32(-log_f32(u))
+    return ((h >> np.uint32(9)) | np.uint32(0x3F800000)).view(F32) - F32(1) + F32(2.0**-24)
+
+
+def gumbel_noise(keys: np.ndarray, vocab: int) -> np.ndarray:
+    """Gumbel noise [n, vocab] float32 for rows with these row_hash keys [n]: -log(-log u) of gumbel_uniforms, by
+    log_f32 (the kernel's bits)."""
+    return -log_f32(-log_f32(gumbel_uniforms(keys, vocab)))
+
+
+# The float64 noise's distance from gumbel_noise's stays below 1e-5 (tests/engine/test_gumbel.py, every uniform)
+NOISE_SLACK = 2.0**-10
+
+
+def gumbel_argmax(x: np.ndarray, keys: np.ndarray) -> np.ndarray:
+    """Per row of tempered logits x [n, vocab] float32, argmax(x + gumbel_noise) (the lowest index on ties), with
+    gumbel_noise computed only where a token can win. The noise in float64 logs, less and plus NOISE_SLACK, bounds
+    the exact noise from both sides, so a token whose fl(x + upper) falls below the row's largest fl(x + lower)
+    scores below some token (rounding is monotone); the rest, a few a row, get their exact scores. log_f32 over
+    the whole vocabulary took 2.5x (B=1) to 4.8x (B=8) the mass draw's time at 151,936 tokens."""
+    u = gumbel_uniforms(keys, x.shape[1])
+    g = -np.log(-np.log(u.astype(np.float64)))
+    with np.errstate(invalid="ignore"):  # inf - inf in a row that fails anyway
+        lower = np.max(x + (g - NOISE_SLACK).astype(F32), axis=1, keepdims=True)
+        rows, cols = np.nonzero(x + (g + NOISE_SLACK).astype(F32) >= lower)
+        scores = np.full(x.shape, -np.inf, F32)
+        scores[rows, cols] = x[rows, cols] + -log_f32(-log_f32(u[rows, cols]))
+    return np.argmax(scores, axis=1)
 
 
 def keys(x: np.ndarray) -> np.ndarray:
@@ -488,7 +512,7 @@ def _sample_numpy(logits: np.ndarray, fp: np.ndarray, ip: np.ndarray, hist: np.n
             # a logit a penalty pushed past float32's range (or a row all -inf) fails that row alone (-1), as a
             # filtered row's NaN masses do
             finite = np.isfinite(x.max(axis=1))
-            drawn_ids = np.argmax(x + gumbel_noise(row_hash(ip[rows, 0], ip[rows, 1]), x.shape[1]), axis=1)
+            drawn_ids = gumbel_argmax(x, row_hash(ip[rows, 0], ip[rows, 1]))
             out_ids[rows] = np.where(finite, drawn_ids, -1)
     out_ids[bad] = -1
     for r, row in raw.items():
