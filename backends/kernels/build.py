@@ -65,6 +65,10 @@ PDL_WAIT = "vt::pdl_wait();"  # ... the same wait, the kernel triggering its dep
 # common.cuh's L2 prefetch of weights, the only statement a kernel may open with before the wait
 PDL_PREFETCH = re.compile(r"vt::pdl_prefetch_l2\s*\(([^;{}]*)\)\s*;\s*")
 PREFETCH_ARGS = 7  # pdl_prefetch_l2(base, ld, nrows, row0, rows, col0, cols)
+# common.cuh's VT_READS_BEFORE_WAIT(names): the pointer parameters a kernel reads before its wait, each one that no
+# kernel of a step writes (the step's inputs, the KV cache at keys earlier steps wrote)
+PRE_WAIT_READS = re.compile(r"VT_READS_BEFORE_WAIT\s*\(([^;()]*)\)\s*;\s*")
+_WRITE = re.compile(r"\]\s*(?:[-+*/%&|^]|<<|>>)?=(?!=)|\batomic\w*\s*\(|->|\+\+|--")
 _OPERATORS = ("+", "-", "*", "/", "%")
 _COORD = re.compile(r"(?:blockIdx|threadIdx|blockDim|gridDim)\.[xyz]")
 _TOKEN = re.compile(r"(?:blockIdx|threadIdx|blockDim|gridDim)\.[xyz]|\w+|\S")
@@ -104,7 +108,27 @@ def waits_first(text: str, expr: str) -> bool:
         if not _reads_nothing(call[1], pointers, scalars):
             return False
         rest = rest[call.end():]
+    declared = PRE_WAIT_READS.match(rest)
+    if declared is not None:
+        rest = _after_declared_reads(rest[declared.end():], {n.strip() for n in declared[1].split(",")}, pointers)
     return rest.startswith((PDL_ENTRY, PDL_WAIT))
+
+
+def _after_declared_reads(rest: str, names: set[str], pointers: set[str]) -> str:
+    """The body from its wait on, when what comes before the wait touches no pointer parameter but the declared ones,
+    writes nothing through any (no subscript or member assigned, no atomic, no increment) and leaves the wait at the
+    body's top level (braces closed, after a complete statement); else '' (the kernel does not wait first)."""
+    if not names or not names <= pointers:
+        return ""
+    found = [i for i in (rest.find(PDL_ENTRY), rest.find(PDL_WAIT)) if i >= 0]
+    if not found:
+        return ""
+    head = rest[:min(found)]
+    words = set(re.findall(r"\w+", head))
+    top_level = head.count("{") == head.count("}") and (not head.strip() or head.rstrip()[-1] in ";}")
+    if words & (pointers - names) or _WRITE.search(head) or not top_level:
+        return ""
+    return rest[min(found):]
 
 
 def _parameters(decls: str) -> tuple[set[str], set[str]]:

@@ -142,6 +142,12 @@ __device__ __forceinline__ void pdl_entry() {
 #endif
 }
 
+// What a kernel reads before its wait, by its pointer parameters' names: buffers no kernel of a step writes ahead of
+// it (the step's inputs, which the host uploads before the graph runs; the KV cache at keys earlier steps wrote). It
+// compiles to nothing: build.py's waits_first reads it, and takes the kernel as waiting first only when the code
+// before the wait names no other pointer parameter and writes through none.
+#define VT_READS_BEFORE_WAIT(...)
+
 // The wait alone, for a kernel that lets the kernel after it launch later than its first statement (pdl_trigger,
 // once every block has called it or ended). Where the trigger sits never changes a result: the kernel after still
 // waits in its own first statement for this one to complete. It changes when that kernel's blocks take their SMs.

@@ -194,16 +194,39 @@ __device__ __forceinline__ void merge_warps(const float (&acc)[N][DecodeLayout<K
     }
 }
 
+// A warp's walk over its partition, started: the keys and values of its first tile in registers (raw 16-byte
+// vectors), and the cache rows of its second tile.
+template <typename L>
+struct KeyPipe {
+    uint4 k[L::PASSES][L::NV], v[L::PASSES][L::NV];
+    bool valid[L::PASSES];
+    long long row[L::PASSES];
+};
+
+// The warp's first tile [first, first + TILE) requested, its keys at or past `load_end` left unread (invalid), and
+// the second tile's rows looked up up to the partition's end.
+template <typename KV, int HD, int G>
+__device__ __forceinline__ int start_pipe(const DecodePlace<KV, HD, G>& at, const char* k_bytes, long long v_minus_k,
+                                          int load_end, KeyPipe<DecodeLayout<KV, HD>>& pipe) {
+    using L = DecodeLayout<KV, HD>;
+    const int first = at.start + (threadIdx.x >> 5) * L::WTILE, kw = (threadIdx.x & 31) / L::TPK;
+    rows_of<L>(at.table, first, load_end, kw, at.cg, pipe.row);
+    load_tile<KV, L>(k_bytes, v_minus_k, pipe.row, at.inner, pipe.k, pipe.v, pipe.valid);
+    rows_of<L>(at.table, first + L::TILE, at.end, kw, at.cg, pipe.row);
+    return first;
+}
+
 // The block's partition of keys for its G query heads qr (this thread's dims, in log2 units: q times log2 e), read
-// from the caches (k_bytes, v at v_minus_k bytes from k): out, or the partition's partials for the reduce kernel.
+// from the caches (k_bytes, v at v_minus_k bytes from k) through a started pipe: out, or the partition's partials
+// for the reduce kernel.
 template <typename KV, typename OUT, int HD, int G>
 __device__ __forceinline__ void attend_partition(const DecodePlace<KV, HD, G>& at,
                                                  const float (&qr)[G][DecodeLayout<KV, HD>::DPT],
+                                                 KeyPipe<DecodeLayout<KV, HD>>& pipe, int first,
                                                  const char* k_bytes, long long v_minus_k, OUT* __restrict__ out,
                                                  float* __restrict__ part_o, float* __restrict__ part_ml) {
     using L = DecodeLayout<KV, HD>;
-    const int warp = threadIdx.x >> 5, kw = (threadIdx.x & 31) / L::TPK;
-    const int start = at.start, end = at.end, head0 = at.head0, nh = at.nh, p = at.p, P = at.P;
+    const int end = at.end, head0 = at.head0, nh = at.nh, p = at.p, P = at.P;
     const i64 t = at.t;
     const i64* table = at.table;
     const CacheGeometry& cg = at.cg;
@@ -221,13 +244,13 @@ __device__ __forceinline__ void attend_partition(const DecodePlace<KV, HD, G>& a
     // tile is computed, and the table entries of the tile after it, so every warp always has loads in flight
     // (the cache is read once, at the bandwidth the loads in flight allow). No barrier: each warp's softmax
     // state is its own until the merge.
-    uint4 kc[L::PASSES][L::NV], vc[L::PASSES][L::NV], kn[L::PASSES][L::NV], vn[L::PASSES][L::NV];
-    bool valid[L::PASSES], valid_next[L::PASSES] = {};
-    long long row[L::PASSES];
-    const int first = start + warp * L::WTILE;
-    rows_of<L>(table, first, end, kw, cg, row);
-    load_tile<KV, L>(k_bytes, v_minus_k, row, inner, kc, vc, valid);
-    rows_of<L>(table, first + L::TILE, end, kw, cg, row);
+    auto& kc = pipe.k;
+    auto& vc = pipe.v;
+    auto& valid = pipe.valid;
+    auto& row = pipe.row;
+    uint4 kn[L::PASSES][L::NV], vn[L::PASSES][L::NV];
+    bool valid_next[L::PASSES] = {};
+    const int kw = (threadIdx.x & 31) / L::TPK;
     for (int t0 = first; t0 < end; t0 += L::TILE) {
         if (t0 + L::TILE < end) {
             load_tile<KV, L>(k_bytes, v_minus_k, row, inner, kn, vn, valid_next);
@@ -315,8 +338,10 @@ paged_decode_attention(const float* __restrict__ q, const KV* __restrict__ k_cac
         for (int i = 0; i < L::DPT; i++) qr[h][i] = qh[i] * LOG2E;
     }
     const char* k_bytes = reinterpret_cast<const char*>(k_cache);
-    attend_partition<KV, OUT, HD, G>(at, qr, k_bytes, reinterpret_cast<const char*>(v_cache) - k_bytes, out, part_o,
-                                     part_ml);
+    const long long v_minus_k = reinterpret_cast<const char*>(v_cache) - k_bytes;
+    KeyPipe<L> pipe;
+    const int first = start_pipe<KV, HD, G>(at, k_bytes, v_minus_k, at.end, pipe);
+    attend_partition<KV, OUT, HD, G>(at, qr, pipe, first, k_bytes, v_minus_k, out, part_o, part_ml);
 }
 
 // paged_decode_attention with the token's q/k norm, rotary and KV write (rotary.cu's qk_norm_rope_store) in its
@@ -336,16 +361,26 @@ paged_decode_attention_rope(const float* __restrict__ qkv, const float* __restri
                             const i64* __restrict__ positions, OUT* __restrict__ out, float* __restrict__ part_o,
                             float* __restrict__ part_ml, int nkv, int block_size, int table_width, int partition,
                             int has_norm, float eps) {
-    vt::pdl_entry();
+    // Before the wait, what no kernel of the step writes: the step's inputs (positions, rows, tables, slots: the
+    // host's uploads) and the sequence's keys before its own (written by earlier steps; the token's own key, which
+    // this kernel writes, is left unread). The first tile's keys and values then arrive while the kernel ahead
+    // (the qkv GEMM) finishes, not after it.
+    VT_READS_BEFORE_WAIT(block_tables, token_row, positions, slots, k_cache, v_cache);
     using L = DecodeLayout<KV, HD>;
     constexpr int PER = rope_per_lane<HD>();
     const DecodePlace<KV, HD, G> at(block_tables, token_row, positions, nkv, block_size, table_width, partition);
+    const i64 slot = slots[at.t];
+    const bool writes_kv = at.end == at.ctx && slot >= 0;  // the partition holding the token's own key
+    const char* k_bytes = reinterpret_cast<const char*>(k_cache);
+    const long long v_minus_k = reinterpret_cast<const char*>(v_cache) - k_bytes;
+    KeyPipe<L> pipe;
+    int first = 0;
+    if (!at.idle()) first = start_pipe<KV, HD, G>(at, k_bytes, v_minus_k, writes_kv ? at.ctx - 1 : at.end, pipe);
+    vt::pdl_entry();
     if (at.idle()) return;
     __shared__ float qs[G][HD];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, dg = lane % L::TPK;
     const int heads = at.nh + 2 * nkv;
-    const i64 slot = slots[at.t];
-    const bool writes_kv = at.end == at.ctx && slot >= 0;  // the partition holding the token's own key
     const float* cos_sin = rope + positions[at.t] * (2 * HD);
     // warp j < G: query head head0 + j; warp G: the KV head's k; warp G + 1: its v (dealt round the warps)
     for (int job = warp; job < G + 2; job += DECODE_WARPS) {
@@ -364,15 +399,28 @@ paged_decode_attention_rope(const float* __restrict__ qkv, const float* __restri
         }
     }
     __syncthreads();  // q in shared memory; the new key and value visible to every thread of the block
+    if (writes_kv) {  // the token's own key, where it falls in the first tile: read now, after its write
+        const int kw = (threadIdx.x & 31) / L::TPK;
+#pragma unroll
+        for (int ps = 0; ps < L::PASSES; ps++) {
+            const int key = first + ps * L::WKP + kw;
+            if (key != at.ctx - 1) continue;
+            const long long own = (long long)((unsigned)at.table[(unsigned)key >> at.cg.shift] * at.cg.block_bytes +
+                                              (unsigned)(key & at.cg.mask) * at.cg.slot_bytes);
+            const uint4* kp = reinterpret_cast<const uint4*>(k_bytes + own + at.inner);
+            const uint4* vp = reinterpret_cast<const uint4*>(k_bytes + own + at.inner + v_minus_k);
+#pragma unroll
+            for (int j = 0; j < L::NV; j++) { pipe.k[ps][j] = kp[j]; pipe.v[ps][j] = vp[j]; }
+            pipe.valid[ps] = true;
+        }
+    }
     float qr[G][L::DPT];
 #pragma unroll
     for (int h = 0; h < G; h++) {
 #pragma unroll
         for (int i = 0; i < L::DPT; i++) qr[h][i] = qs[h][dg * L::DPT + i] * LOG2E;
     }
-    const char* k_bytes = reinterpret_cast<const char*>(k_cache);
-    attend_partition<KV, OUT, HD, G>(at, qr, k_bytes, reinterpret_cast<const char*>(v_cache) - k_bytes, out, part_o,
-                                     part_ml);
+    attend_partition<KV, OUT, HD, G>(at, qr, pipe, first, k_bytes, v_minus_k, out, part_o, part_ml);
 }
 
 // paged_decode_attention for a step whose rows share sequences (a short prefill run whole, a row a token: the
