@@ -124,7 +124,7 @@ def _after_declared_reads(rest: str, names: set[str], pointers: set[str]) -> str
     if not found:
         return ""
     head = rest[:min(found)]
-    words = set(re.findall(r"\w+", head))
+    words = set(re.findall(r"\w+", _COORD.sub(" ", head)))  # blockIdx.x reads no parameter named x
     top_level = head.count("{") == head.count("}") and (not head.strip() or head.rstrip()[-1] in ";}")
     if words & (pointers - names) or _WRITE.search(head) or not top_level:
         return ""

@@ -496,6 +496,40 @@ ENTRIES += [
         gates=(f"{RULE}[other-call-before]",),
     ),
     Mutation(
+        id="pdl-rule-trusts-the-declared-reads",
+        description="a kernel that declares what it reads before its wait (VT_READS_BEFORE_WAIT) may read any pointer "
+                    "parameter there, the kernel ahead's output too",
+        file="backends/kernels/build.py",
+        old="    if words & (pointers - names) or _WRITE.search(head) or not top_level:\n",
+        new="    if _WRITE.search(head) or not top_level:\n",
+        gates=(f"{RULE}[declared-reads-an-undeclared-pointer]",),
+    ),
+    Mutation(
+        id="pdl-rule-lets-the-declared-prologue-write",
+        description="the code before a declared kernel's wait may write through a declared pointer (a race with the "
+                    "kernel ahead, which may still read it)",
+        file="backends/kernels/build.py",
+        old="    if words & (pointers - names) or _WRITE.search(head) or not top_level:\n",
+        new="    if words & (pointers - names) or not top_level:\n",
+        gates=(f"{RULE}[declared-writes-before-the-wait]",),
+    ),
+    Mutation(
+        id="pdl-rule-takes-a-declared-kernels-wait-in-a-branch",
+        description="after declared reads, a wait inside a branch counts as the kernel's wait",
+        file="backends/kernels/build.py",
+        old="    if words & (pointers - names) or _WRITE.search(head) or not top_level:\n",
+        new="    if words & (pointers - names) or _WRITE.search(head):\n",
+        gates=(f"{RULE}[declared-wait-in-a-branch]",),
+    ),
+    Mutation(
+        id="pdl-rule-takes-any-declared-name",
+        description="VT_READS_BEFORE_WAIT may name what is not a pointer parameter (a global the kernel ahead writes)",
+        file="backends/kernels/build.py",
+        old="    if not names or not names <= pointers:\n",
+        new="    if not names:\n",
+        gates=(f"{RULE}[declared-a-global]",),
+    ),
+    Mutation(
         id="consumer-norm-forgets-the-residual-add",
         description="gemm_add's composed path (the CPU's, and CUDA's without a plan) runs the GEMM and never adds it "
                     "into the residual stream",
@@ -1377,6 +1411,18 @@ ENTRIES += [
         old="        self.rope_in_attention = flags().rope_in_attention\n",
         new="        self.rope_in_attention = False\n",
         gates=(f"{ROPE}::test_the_rope_variant_is_on_by_default", f"{ROPE}::test_rows_sharing_a_sequence_take_a_graph_without_the_rope_variant"),
+    ),
+    Mutation(
+        id="cuda-rope-attention-keeps-its-own-key-as-read-before-the-wait",
+        description="the rope kernel attends the first tile it read before its wait as read: its token's own key, "
+                    "which it writes after the wait, is never read (unattended, or a stale slot where it was)",
+        file="backends/kernels/decode_attention.cu",
+        old="    if (writes_kv) {  // the token's own key, where it falls in the first tile: read now, after its write\n",
+        new="    if (false) {  // the token's own key, where it falls in the first tile: read now, after its write\n",
+        # contexts whose own key falls in a warp's first tile; the other cases' own key comes in a later tile
+        gates=tuple(f"{ROPE_GPU}[{c}-{d}]" for c in ("one-token-gqa1", "block-edges-gqa2")
+                    for d in ("float32", "bfloat16", "float16")),
+        needs_gpu=True,
     ),
     Mutation(
         id="cuda-rope-attention-leaves-a-partitioned-contexts-key-unwritten",

@@ -89,6 +89,22 @@ KERNELS = {
                                  "    vt::pdl_prefetch_l2(base, N, N, 0, 1, 0, N);\n    vt::pdl_wait();\n}",
     "other-call-before": "__global__ void k(const float* b, float* y, int N) {\n    vt::fill(y, N, N, 0, 1, 0, N);\n"
                          "    vt::pdl_entry();\n}",
+    # declared reads before the wait (VT_READS_BEFORE_WAIT): the step's inputs, which no kernel of the step writes
+    "declared-reads-then-wait": "__global__ void k(const long long* rows, const float* x, float* y) {\n"
+                                "    VT_READS_BEFORE_WAIT(rows);\n    const long long r = rows[blockIdx.x];\n"
+                                "    if (r < 0) return;\n    vt::pdl_entry();\n    y[r] = x[r];\n}",
+    "declared-reads-an-undeclared-pointer": "__global__ void k(const long long* rows, const float* x, float* y) {\n"
+                                            "    VT_READS_BEFORE_WAIT(rows);\n    const float v = x[rows[0]];\n"
+                                            "    vt::pdl_entry();\n    y[0] = v;\n}",
+    "declared-writes-before-the-wait": "__global__ void k(long long* rows, float* y) {\n"
+                                       "    VT_READS_BEFORE_WAIT(rows);\n    rows[blockIdx.x] += 1;\n"
+                                       "    vt::pdl_entry();\n    y[0] = 1;\n}",
+    "declared-wait-in-a-branch": "__global__ void k(const long long* rows, float* y) {\n"
+                                 "    VT_READS_BEFORE_WAIT(rows);\n    if (rows[0] > 0) vt::pdl_entry();\n"
+                                 "    y[0] = 1;\n}",
+    "declared-a-global": "__device__ float g[4];\n__global__ void k(const long long* rows, float* y) {\n"
+                         "    VT_READS_BEFORE_WAIT(g);\n    const float v = g[0];\n    vt::pdl_entry();\n"
+                         "    y[0] = v;\n}",
     "prefetch-never-waits": "__global__ void k(const float* b, float* y, int N) {\n"
                             "    vt::pdl_prefetch_l2(b, N, N, 0, 1, 0, N);\n    y[0] = b[0];\n}",
     "read-before": "__global__ void k(const float* x, float* y) {\n    const float v = x[0];\n    vt::pdl_entry();\n"
@@ -112,7 +128,7 @@ KERNELS = {
 @pytest.mark.parametrize("case", sorted(KERNELS))
 def test_only_a_kernel_whose_first_statement_is_the_wait_may_launch_programmatically(case: str) -> None:
     safe = case in ("first", "after-a-comment", "bounded-template", "clustered-template", "wait-alone-first",
-                    "prefetch-then-wait")
+                    "prefetch-then-wait", "declared-reads-then-wait")
     assert waits_first(KERNELS[case], "vt::k<4>") is safe
     assert waits_first(KERNELS[case], "other") is False  # a kernel the source does not define never qualifies
 
