@@ -118,6 +118,11 @@ class Flags:
     # by default), so a launch of few rows over a short context runs on more blocks, plus the reduce launch
     # (backends/kernels/decode_attention.py partition_size): an A/B knob; on the H200 64 was slower at c=1 (session 28)
     decode_min_partition: int = 256
+    # VT_DECODE_EARLY_KEYS=1: the rope variant reads its first tile of keys and values before its wait, while the qkv
+    # GEMM ahead of it finishes (the keys before the token's own: earlier steps wrote them; VT_READS_BEFORE_WAIT). On
+    # an H100 (session 36) a 0.6B one-row step's replay took 1.0567 / 1.0929 ms against 1.1130 / 1.1122 at 128 keys;
+    # off until its GPU tests have run
+    decode_early_keys: bool = False
     # VT_SHARED_ROWS_ATTENTION: how a short prefill run whole as a decode step (rows sharing sequences: a prefix hit's
     # tail) attends, in graphs apart from decode steps' (H200, 0.6B, 16 rows over 1,024 keys: attention 0.78 of a
     # 2.03 ms step, session 18). off (0): the plain decode kernel, a row at a time. rows (1):
@@ -172,6 +177,7 @@ class Flags:
             rope_in_attention=_read_bool("VT_ROPE_IN_ATTENTION", True),
             rope_max_rows=int(_read_choice("VT_ROPE_MAX_ROWS", ("8", "16", "32", "64", "128", "1024"))),
             decode_min_partition=int(_read_choice("VT_DECODE_MIN_PARTITION", ("256", "128", "64"))),
+            decode_early_keys=_read_bool("VT_DECODE_EARLY_KEYS", False),
             shared_rows_attention=_read_rows_attention(),
             rows_target_blocks=int(_read_choice("VT_ROWS_TARGET_BLOCKS", ROWS_TARGET_BLOCKS)),
             prefill_heads_a_block=int(_read_choice("VT_PREFILL_HEADS_A_BLOCK", ("1", "2"))),
@@ -192,7 +198,8 @@ def as_environ(f: Flags) -> dict[str, str]:
     names = {"pool_bypass": "VT_POOL_BYPASS", "pool_exact": "VT_POOL_EXACT", "pool_borrow": "VT_POOL_BORROW",
              "pool_stats": "VT_POOL_STATS", "cudagraph": "VT_CUDAGRAPH", "sanitize": "VT_SANITIZE",
              "gemm_tuned": "VT_GEMM_TUNED", "pdl": "VT_PDL", "consumer_norm": "VT_CONSUMER_NORM",
-             "rope_in_attention": "VT_ROPE_IN_ATTENTION", "skinny_mma": "VT_SKINNY_MMA"}
+             "rope_in_attention": "VT_ROPE_IN_ATTENTION", "skinny_mma": "VT_SKINNY_MMA",
+             "decode_early_keys": "VT_DECODE_EARLY_KEYS"}
     out = {env: "1" if getattr(f, field) else "0" for field, env in names.items()}
     out["VT_SHARED_ROWS_ATTENTION"] = f.shared_rows_attention
     out["VT_PREFILL_HEADS_A_BLOCK"] = str(f.prefill_heads_a_block)

@@ -360,8 +360,8 @@ paged_decode_attention_rope(const float* __restrict__ qkv, const float* __restri
                             const i64* __restrict__ block_tables, const i64* __restrict__ token_row,
                             const i64* __restrict__ positions, OUT* __restrict__ out, float* __restrict__ part_o,
                             float* __restrict__ part_ml, int nkv, int block_size, int table_width, int partition,
-                            int has_norm, float eps) {
-    // Before the wait, what no kernel of the step writes: the step's inputs (positions, rows, tables, slots: the
+                            int has_norm, float eps, int early_keys) {
+    // With early_keys (VT_DECODE_EARLY_KEYS), before the wait, what no kernel of the step writes: the step's inputs (positions, rows, tables, slots: the
     // host's uploads) and the sequence's keys before its own (written by earlier steps; the token's own key, which
     // this kernel writes, is left unread). The first tile's keys and values then arrive while the kernel ahead
     // (the qkv GEMM) finishes, not after it.
@@ -375,7 +375,8 @@ paged_decode_attention_rope(const float* __restrict__ qkv, const float* __restri
     const long long v_minus_k = reinterpret_cast<const char*>(v_cache) - k_bytes;
     KeyPipe<L> pipe;
     int first = 0;
-    if (!at.idle()) first = start_pipe<KV, HD, G>(at, k_bytes, v_minus_k, writes_kv ? at.ctx - 1 : at.end, pipe);
+    if (early_keys && !at.idle())
+        first = start_pipe<KV, HD, G>(at, k_bytes, v_minus_k, writes_kv ? at.ctx - 1 : at.end, pipe);
     vt::pdl_entry();
     if (at.idle()) return;
     __shared__ float qs[G][HD];
@@ -399,7 +400,9 @@ paged_decode_attention_rope(const float* __restrict__ qkv, const float* __restri
         }
     }
     __syncthreads();  // q in shared memory; the new key and value visible to every thread of the block
-    if (writes_kv) {  // the token's own key, where it falls in the first tile: read now, after its write
+    if (!early_keys) {
+        first = start_pipe<KV, HD, G>(at, k_bytes, v_minus_k, at.end, pipe);
+    } else if (writes_kv) {  // the token's own key, where it falls in the first tile: read now, after its write
         const int kw = (threadIdx.x & 31) / L::TPK;
 #pragma unroll
         for (int ps = 0; ps < L::PASSES; ps++) {

@@ -1417,11 +1417,13 @@ ENTRIES += [
         description="the rope kernel attends the first tile it read before its wait as read: its token's own key, "
                     "which it writes after the wait, is never read (unattended, or a stale slot where it was)",
         file="backends/kernels/decode_attention.cu",
-        old="    if (writes_kv) {  // the token's own key, where it falls in the first tile: read now, after its write\n",
-        new="    if (false) {  // the token's own key, where it falls in the first tile: read now, after its write\n",
+        old="    } else if (writes_kv) {  // the token's own key, where it falls in the first tile: read now, after its "
+            "write\n",
+        new="    } else if (false) {  // the token's own key, where it falls in the first tile: read now, after its "
+            "write\n",
         # contexts whose own key falls in a warp's first tile; the other cases' own key comes in a later tile
-        gates=tuple(f"{ROPE_GPU}[{c}-{d}]" for c in ("one-token-gqa1", "block-edges-gqa2")
-                    for d in ("float32", "bfloat16", "float16")),
+        gates=tuple(f"{ROPE}::test_cuda_rope_variant_reading_keys_before_its_wait_equals_the_two_launches[{c}-{d}]"
+                    for c in ("one-token-gqa1", "block-edges-gqa2") for d in ("float32", "bfloat16", "float16")),
         needs_gpu=True,
     ),
     Mutation(
