@@ -68,7 +68,11 @@ PREFETCH_ARGS = 7  # pdl_prefetch_l2(base, ld, nrows, row0, rows, col0, cols)
 # common.cuh's VT_READS_BEFORE_WAIT(names): the pointer parameters a kernel reads before its wait, each one that no
 # kernel of a step writes (the step's inputs, the KV cache at keys earlier steps wrote)
 PRE_WAIT_READS = re.compile(r"VT_READS_BEFORE_WAIT\s*\(([^;()]*)\)\s*;\s*")
-_WRITE = re.compile(r"\]\s*(?:[-+*/%&|^]|<<|>>)?=(?!=)|\batomic\w*\s*\(|->|\+\+|--")
+# what the code before a declared kernel's wait may not hold: an assignment through a subscript, a dereference or a
+# reference, a member access through a pointer, an atomic, a copy or store call, inline assembly, an increment; and a
+# return (a block that ends before its wait breaks the chain: the kernel after waits for this one alone)
+_WRITE = re.compile(r"\]\s*(?:[-+*/%&|^]|<<|>>)?=(?!=)|(?:^|[;{}])\s*\(?\s*\*|\w\s*&\s*\w+\s*=(?!=)|"
+                    r"\b(?:atomic\w*|memcpy|memset|__st\w+|asm|return)\b|->|\+\+|--")
 _OPERATORS = ("+", "-", "*", "/", "%")
 _COORD = re.compile(r"(?:blockIdx|threadIdx|blockDim|gridDim)\.[xyz]")
 _TOKEN = re.compile(r"(?:blockIdx|threadIdx|blockDim|gridDim)\.[xyz]|\w+|\S")
@@ -116,8 +120,10 @@ def waits_first(text: str, expr: str) -> bool:
 
 def _after_declared_reads(rest: str, names: set[str], pointers: set[str]) -> str:
     """The body from its wait on, when what comes before the wait touches no pointer parameter but the declared ones,
-    writes nothing through any (no subscript or member assigned, no atomic, no increment) and leaves the wait at the
-    body's top level (braces closed, after a complete statement); else '' (the kernel does not wait first)."""
+    writes nothing through any (_WRITE: no subscript, dereference or reference assigned, no atomic, copy, store or
+    increment), returns nowhere and leaves the wait at the body's top level (braces closed, after a complete
+    statement); else '' (the kernel does not wait first). A heuristic over the kernel's own text: the helpers it calls
+    before the wait are not read, so they must take only declared pointers, and read through them alone."""
     if not names or not names <= pointers:
         return ""
     found = [i for i in (rest.find(PDL_ENTRY), rest.find(PDL_WAIT)) if i >= 0]

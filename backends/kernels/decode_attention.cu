@@ -361,10 +361,11 @@ paged_decode_attention_rope(const float* __restrict__ qkv, const float* __restri
                             const i64* __restrict__ positions, OUT* __restrict__ out, float* __restrict__ part_o,
                             float* __restrict__ part_ml, int nkv, int block_size, int table_width, int partition,
                             int has_norm, float eps, int early_keys) {
-    // With early_keys (VT_DECODE_EARLY_KEYS), before the wait, what no kernel of the step writes: the step's inputs (positions, rows, tables, slots: the
-    // host's uploads) and the sequence's keys before its own (written by earlier steps; the token's own key, which
-    // this kernel writes, is left unread). The first tile's keys and values then arrive while the kernel ahead
-    // (the qkv GEMM) finishes, not after it.
+    // Before the wait, what no kernel of the step writes: the step's inputs (positions, rows, tables, slots: the
+    // host's uploads) and, with early_keys (VT_DECODE_EARLY_KEYS), the sequence's keys before its own (written by
+    // earlier steps; the token's own key, which this kernel writes, is left unread: a forked sequence's partial
+    // block is its own copy, the prefix cache shares only full blocks). The first tile's keys and values then
+    // arrive while the kernel ahead (the qkv GEMM) finishes, not after it.
     VT_READS_BEFORE_WAIT(block_tables, token_row, positions, slots, k_cache, v_cache);
     using L = DecodeLayout<KV, HD>;
     constexpr int PER = rope_per_lane<HD>();

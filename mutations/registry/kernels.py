@@ -502,7 +502,7 @@ ENTRIES += [
         file="backends/kernels/build.py",
         old="    if words & (pointers - names) or _WRITE.search(head) or not top_level:\n",
         new="    if _WRITE.search(head) or not top_level:\n",
-        gates=(f"{RULE}[declared-reads-an-undeclared-pointer]",),
+        gates=(f"{RULE}[declared-reads-an-undeclared-pointer]", f"{RULE}[declared-aliases-an-undeclared-pointer]"),
     ),
     Mutation(
         id="pdl-rule-lets-the-declared-prologue-write",
@@ -520,6 +520,23 @@ ENTRIES += [
         old="    if words & (pointers - names) or _WRITE.search(head) or not top_level:\n",
         new="    if words & (pointers - names) or _WRITE.search(head):\n",
         gates=(f"{RULE}[declared-wait-in-a-branch]",),
+    ),
+    Mutation(
+        id="pdl-rule-lets-a-declared-kernel-return-before-its-wait",
+        description="a block of a declared kernel may return before its wait: the kernel can end before the one ahead, "
+                    "and the kernel after it, waiting on it alone, starts early",
+        file="backends/kernels/build.py",
+        old="memcpy|memset|__st\\w+|asm|return)",
+        new="memcpy|memset|__st\\w+|asm)",
+        gates=(f"{RULE}[declared-returns-before-the-wait]",),
+    ),
+    Mutation(
+        id="pdl-rule-misses-a-write-through-a-dereference",
+        description="the code before a declared kernel's wait may write through a dereference (*(p + i) = v)",
+        file="backends/kernels/build.py",
+        old="(?:^|[;{}])\\s*\\(?\\s*\\*|",
+        new="",
+        gates=(f"{RULE}[declared-writes-through-a-dereference]",),
     ),
     Mutation(
         id="pdl-rule-takes-any-declared-name",
@@ -1421,9 +1438,15 @@ ENTRIES += [
             "write\n",
         new="    } else if (false) {  // the token's own key, where it falls in the first tile: read now, after its "
             "write\n",
-        # contexts whose own key falls in a warp's first tile; the other cases' own key comes in a later tile
-        gates=tuple(f"{ROPE}::test_cuda_rope_variant_reading_keys_before_its_wait_equals_the_two_launches[{c}-{d}]"
-                    for c in ("one-token-gqa1", "block-edges-gqa2") for d in ("float32", "bfloat16", "float16")),
+        # contexts whose own key falls in a warp's first tile (full width's only at head dim 16 in a 16-bit cache,
+        # whose tile is 128 keys); tiles-gqa4's own keys come in later tiles
+        gates=(*(f"{ROPE}::test_cuda_rope_variant_reading_keys_before_its_wait_equals_the_two_launches[{c}-{d}]"
+                 for c in ("one-token-gqa1", "block-edges-gqa2", "partitions-gqa8")
+                 for d in ("float32", "bfloat16", "float16")),
+               *(f"{ROPE}::test_cuda_rope_variant_reading_keys_before_its_wait_equals_the_two_launches"
+                 f"[full-width-mqa-{d}]" for d in ("bfloat16", "float16")),
+               f"{LAUNCH}::test_on_the_gpu_a_captured_decode_step_chains_its_kernels_programmatically_and_computes"
+               "_the_same[1]"),
         needs_gpu=True,
     ),
     Mutation(

@@ -13,6 +13,7 @@ import pytest
 
 from backends.kernels import build, launch
 from backends.kernels.build import KERNEL_DIR, Kernel, ci_instances, source, waits_first
+from tests.helpers import flag_set
 
 
 def test_every_library_kernel_waits_for_the_kernel_ahead_before_touching_memory() -> None:
@@ -92,7 +93,16 @@ KERNELS = {
     # declared reads before the wait (VT_READS_BEFORE_WAIT): the step's inputs, which no kernel of the step writes
     "declared-reads-then-wait": "__global__ void k(const long long* rows, const float* x, float* y) {\n"
                                 "    VT_READS_BEFORE_WAIT(rows);\n    const long long r = rows[blockIdx.x];\n"
-                                "    if (r < 0) return;\n    vt::pdl_entry();\n    y[r] = x[r];\n}",
+                                "    vt::pdl_entry();\n    if (r < 0) return;\n    y[r] = x[r];\n}",
+    "declared-aliases-an-undeclared-pointer": "__global__ void k(const long long* rows, const float* x, float* y) {\n"
+                                              "    VT_READS_BEFORE_WAIT(rows);\n    const float* in = x;\n"
+                                              "    vt::pdl_entry();\n    y[0] = in[rows[0]];\n}",
+    "declared-returns-before-the-wait": "__global__ void k(const long long* rows, float* y) {\n"
+                                        "    VT_READS_BEFORE_WAIT(rows);\n    if (rows[blockIdx.x] < 0) return;\n"
+                                        "    vt::pdl_entry();\n    y[0] = 1;\n}",
+    "declared-writes-through-a-dereference": "__global__ void k(long long* rows, float* y) {\n"
+                                             "    VT_READS_BEFORE_WAIT(rows);\n    *(rows + blockIdx.x) = 0;\n"
+                                             "    vt::pdl_entry();\n    y[0] = 1;\n}",
     "declared-reads-an-undeclared-pointer": "__global__ void k(const long long* rows, const float* x, float* y) {\n"
                                             "    VT_READS_BEFORE_WAIT(rows);\n    const float v = x[rows[0]];\n"
                                             "    vt::pdl_entry();\n    y[0] = v;\n}",
@@ -200,8 +210,12 @@ def test_the_launch_structures_have_the_drivers_layout() -> None:
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("early_keys", ["0", "1"])
 def test_on_the_gpu_a_captured_decode_step_chains_its_kernels_programmatically_and_computes_the_same(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+        monkeypatch: pytest.MonkeyPatch, early_keys: str) -> None:
+    """With VT_DECODE_EARLY_KEYS=1 the rope variant (two one-token rows) reads its first keys while the qkv GEMM
+    ahead of it still runs, each row's own key (20, 5) in a first tile: the logits equal a plain chain's all the
+    same."""
     from backends.cuda import CudaBackend
     from models.loader import load_checkpoint, resolve_model
     from models.registry import load_model
@@ -214,9 +228,10 @@ def test_on_the_gpu_a_captured_decode_step_chains_its_kernels_programmatically_a
     got = {}
     for pdl in (True, False):
         monkeypatch.setattr(build, "_programmatic", lambda pdl=pdl: pdl)
-        driver = GraphDriver(model, kv, max_num_seqs=4)
-        for _ in range(3):  # cold, capture, replay
-            driver.step(inp)
+        with flag_set("VT_DECODE_EARLY_KEYS", early_keys):
+            driver = GraphDriver(model, kv, max_num_seqs=4)
+            for _ in range(3):  # cold, capture, replay
+                driver.step(inp)
         assert driver.num_replays > 0, "non-vacuity: the step replayed a captured graph"
         graph = driver.last_slot.graph
         got[pdl] = graph.programmatic_edges, driver.last_logits()

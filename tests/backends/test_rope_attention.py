@@ -187,8 +187,10 @@ def test_cuda_rope_variant_equals_the_two_launches_it_replaces_bit_for_bit(case:
 @pytest.mark.parametrize("case", ONE_TOKEN_CASES)
 def test_cuda_rope_variant_reading_keys_before_its_wait_equals_the_two_launches(case: str, dtype: str) -> None:
     """VT_DECODE_EARLY_KEYS=1: the first tile read before the wait, the token's own key (its slot holds NaN before
-    the write) read after it. Output and caches equal the two launches' bit for bit at every head dim, the own key in
-    a first tile (one-token, block edges) and past it (tiles, partitions, full width)."""
+    the write) read after it. Output and caches equal the two launches' bit for bit at every head dim: the own key in a
+    warp's first tile (one-token, block edges; partitions' last partition; full width at head dim 16, whose tile is
+    128 keys) and in a later tile (tiles; full width at the other head dims). Eager launches: the read before the
+    wait overlaps nothing here (test_launch's captured step does that)."""
     import cupy
 
     with flag_set("VT_DECODE_EARLY_KEYS", "1"):
