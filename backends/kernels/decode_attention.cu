@@ -38,15 +38,17 @@ struct CacheGeometry {
     unsigned slot_bytes;       // one slot: nkv heads of HD
     unsigned long long block_bytes;
 };
+__device__ __forceinline__ long long cache_row(const i64* __restrict__ table, int key, const CacheGeometry& cg) {
+    return (long long)((unsigned)table[(unsigned)key >> cg.shift] * cg.block_bytes +
+                       (unsigned)(key & cg.mask) * cg.slot_bytes);
+}
 template <typename L>
 __device__ __forceinline__ void rows_of(const i64* __restrict__ table, int t0, int end, int kw,
                                         const CacheGeometry& cg, long long (&row)[L::PASSES]) {
 #pragma unroll
     for (int ps = 0; ps < L::PASSES; ps++) {
         const int key = t0 + ps * L::WKP + kw;
-        row[ps] = key < end ? (long long)((unsigned)table[(unsigned)key >> cg.shift] * cg.block_bytes +
-                                          (unsigned)(key & cg.mask) * cg.slot_bytes)
-                            : -1;
+        row[ps] = key < end ? cache_row(table, key, cg) : -1;
     }
 }
 
@@ -409,8 +411,7 @@ paged_decode_attention_rope(const float* __restrict__ qkv, const float* __restri
         for (int ps = 0; ps < L::PASSES; ps++) {
             const int key = first + ps * L::WKP + kw;
             if (key != at.ctx - 1) continue;
-            const long long own = (long long)((unsigned)at.table[(unsigned)key >> at.cg.shift] * at.cg.block_bytes +
-                                              (unsigned)(key & at.cg.mask) * at.cg.slot_bytes);
+            const long long own = cache_row(at.table, key, at.cg);
             const uint4* kp = reinterpret_cast<const uint4*>(k_bytes + own + at.inner);
             const uint4* vp = reinterpret_cast<const uint4*>(k_bytes + own + at.inner + v_minus_k);
 #pragma unroll
