@@ -116,6 +116,7 @@ class DecoderForCausalLM:
         self.w = self._load(ckpt.weights)
         self.rope_table = self._upload(rope_table(self.cfg))
         self.consumer_norm = flags().consumer_norm and group is None
+        self.moe_consumer_norm = self.consumer_norm and flags().moe_consumer_norm
         self.rope_in_attention = flags().rope_in_attention
         self.rope_max_rows = flags().rope_max_rows
         self.rows_kernel = self._rows_kernel(flags().shared_rows_attention)
@@ -410,7 +411,9 @@ class DecoderForCausalLM:
         # the consumer's norm: o (and down) add into x, and gate/up (and the next q/k/v) compute the norm, where
         # the norm plan would run it in the GEMM's grid-wide tail
         dense = self.consumer_norm and T <= CONSUMER_NORM_ROWS and not c.is_sparse_layer(i)
-        consumer = (dense and f"{i}.o_b" not in w
+        # a MoE layer's norm feeds the router and the routed gate/up, each of which norms the row itself (one token)
+        sparse = self.moe_consumer_norm and T == 1 and c.is_sparse_layer(i)
+        consumer = ((dense or sparse) and f"{i}.o_b" not in w
                     and b.fuses_norm(o2, w[f"{i}.o_t"], out, x, w[f"{i}.ln2"], h, eps=c.rms_norm_eps))
         if consumer:
             b.gemm_add(o2, w[f"{i}.o_t"], out, x)
@@ -432,7 +435,7 @@ class DecoderForCausalLM:
             b.add_rms_norm(x, mlp, after, h, eps=c.rms_norm_eps)
             pool.release(mlp)
         elif c.is_sparse_layer(i):  # the combine adds into x and writes the next norm into h
-            y, ids, weights = self._moe(i, h)
+            y, ids, weights = self._moe(i, h, norm_in=(x, w[f"{i}.ln2"]) if consumer else None)
             b.moe_combine_add_rms_norm(y, ids, weights, x, after, h, eps=c.rms_norm_eps)
             for t in (y, ids, weights):
                 pool.release(t)
@@ -476,21 +479,29 @@ class DecoderForCausalLM:
         pool.release(act)
         return out, defer
 
-    def _moe(self, i: int, h: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    def _moe(self, i: int, h: Tensor, norm_in: tuple[Tensor, Tensor] | None = None) -> tuple[Tensor, Tensor, Tensor]:
         """Routed MoE: only the experts each token chose run; returns the routed rows' outputs y [T k, H], ids and
         weights [T, k] for a combine. Every buffer is sized by T and top-k (T k routed rows), never by which experts
         were chosen, so the step captures. A step of one token routes inside its gate/up GEMM's launch, each routed
         row reading its expert from the routing (moe_route_gemm_rows, moe_gemm_rows: no grouping launch); more
-        tokens group the rows by expert first, so an expert two tokens chose is read once."""
+        tokens group the rows by expert first, so an expert two tokens chose is read once. norm_in (x, the norm's
+        weight; one token): h is RMSNorm(x) * weight, computed by the router GEMM and the routed gate/up GEMM."""
         b, pool, c = self.backend, self.pool, self.cfg
         T, E, k = h.shape[0], c.num_experts, c.num_experts_per_tok
         logits = pool.empty((T, E), F32)
-        b.gemm(h, self.w[f"{i}.router_t"], logits)
+        if norm_in is not None:
+            b.rms_norm_gemm(*norm_in, h, self.w[f"{i}.router_t"], logits, eps=c.rms_norm_eps)
+        else:
+            b.gemm(h, self.w[f"{i}.router_t"], logits)
         ids, weights = pool.empty((T, k), I32), pool.empty((T, k), F32)
         gu, down = self.w[f"{i}.experts_gu"], self.w[f"{i}.experts_down"]
         if T == 1:  # routed inside the gate/up GEMM's launch, a routed row its own blocks: no launch between
             act = pool.empty((k, c.moe_intermediate_size), self.operand_dtype)
-            b.moe_route_gemm_rows(logits, h, gu, ids, weights, act, norm_topk_prob=c.norm_topk_prob)
+            if norm_in is not None:
+                b.moe_norm_route_gemm_rows(logits, norm_in[0], norm_in[1], h, gu, ids, weights, act,
+                                           norm_topk_prob=c.norm_topk_prob, eps=c.rms_norm_eps)
+            else:
+                b.moe_route_gemm_rows(logits, h, gu, ids, weights, act, norm_topk_prob=c.norm_topk_prob)
             pool.release(logits)
             y = pool.empty((k, c.hidden_size), F32)
             b.moe_gemm_rows(act, down, ids, y, row_div=1, swiglu=False)

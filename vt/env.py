@@ -123,6 +123,11 @@ class Flags:
     # an H100 (session 36) a 0.6B one-row step's replay took 1.0567 / 1.0929 ms against 1.1130 / 1.1122 at 128 keys;
     # off until its GPU tests have run
     decode_early_keys: bool = False
+    # VT_MOE_CONSUMER_NORM=1 (with VT_CONSUMER_NORM): a MoE layer of a one-token step takes the consumer's norm too:
+    # its o projection only adds into x, the router GEMM and the routed gate/up GEMM (moe_norm_route_gemm_rows) each
+    # norm the row themselves. Off: on an H100 (session 37) the 30B-A3B-8L one-row replay took 0.8031 ms with it
+    # against 0.8054 without, within the noise
+    moe_consumer_norm: bool = False
     # VT_SHARED_ROWS_ATTENTION: how a short prefill run whole as a decode step (rows sharing sequences: a prefix hit's
     # tail) attends, in graphs apart from decode steps' (H200, 0.6B, 16 rows over 1,024 keys: attention 0.78 of a
     # 2.03 ms step, session 18). off (0): the plain decode kernel, a row at a time. rows (1):
@@ -178,6 +183,7 @@ class Flags:
             rope_max_rows=int(_read_choice("VT_ROPE_MAX_ROWS", ("8", "16", "32", "64", "128", "1024"))),
             decode_min_partition=int(_read_choice("VT_DECODE_MIN_PARTITION", ("256", "128", "64"))),
             decode_early_keys=_read_bool("VT_DECODE_EARLY_KEYS", False),
+            moe_consumer_norm=_read_bool("VT_MOE_CONSUMER_NORM", False),
             shared_rows_attention=_read_rows_attention(),
             rows_target_blocks=int(_read_choice("VT_ROWS_TARGET_BLOCKS", ROWS_TARGET_BLOCKS)),
             prefill_heads_a_block=int(_read_choice("VT_PREFILL_HEADS_A_BLOCK", ("1", "2"))),
@@ -199,7 +205,7 @@ def as_environ(f: Flags) -> dict[str, str]:
              "pool_stats": "VT_POOL_STATS", "cudagraph": "VT_CUDAGRAPH", "sanitize": "VT_SANITIZE",
              "gemm_tuned": "VT_GEMM_TUNED", "pdl": "VT_PDL", "consumer_norm": "VT_CONSUMER_NORM",
              "rope_in_attention": "VT_ROPE_IN_ATTENTION", "skinny_mma": "VT_SKINNY_MMA",
-             "decode_early_keys": "VT_DECODE_EARLY_KEYS"}
+             "decode_early_keys": "VT_DECODE_EARLY_KEYS", "moe_consumer_norm": "VT_MOE_CONSUMER_NORM"}
     out = {env: "1" if getattr(f, field) else "0" for field, env in names.items()}
     out["VT_SHARED_ROWS_ATTENTION"] = f.shared_rows_attention
     out["VT_PREFILL_HEADS_A_BLOCK"] = str(f.prefill_heads_a_block)

@@ -126,6 +126,14 @@ class Ops:
         launch: a step of one token routes and runs its experts' gate/up GEMMs with no launch between."""
         self.launch(self.kernels.moe_route_gemm_rows, logits, x, w, ids, weights, out, norm_topk_prob=norm_topk_prob)
 
+    def moe_norm_route_gemm_rows(self, logits: Any, x: Any, ln: Any, h: Any, w: Any, ids: Any, weights: Any,
+                                 out: Any, *, norm_topk_prob: bool, eps: float) -> None:
+        """add_rms_norm(x, None, ln, h), then moe_route_gemm_rows(logits, h, w, ids, weights, out): the routed
+        gate/up GEMM of the residual stream's norm (the consumer's norm). On CUDA one launch whose blocks norm the
+        token's row themselves, h unwritten, the same bits the o projection's norm epilogue would have written."""
+        self.launch(self.kernels.moe_norm_route_gemm_rows, logits, x, ln, h, w, ids, weights, out,
+                    norm_topk_prob=norm_topk_prob, eps=eps)
+
     def moe_combine_add_rms_norm(self, y: Any, ids: Any, weights: Any, x: Any, w: Any, h: Any, *,
                                  eps: float) -> None:
         """moe_combine(y, ids, weights, out), then add_rms_norm(x, out, w, h), with no out: the MoE block's output

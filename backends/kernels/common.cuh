@@ -118,6 +118,40 @@ __device__ __forceinline__ void add_rms_norm_row(float* __restrict__ x, bool add
     }
 }
 
+// A float4's sum of squares and a row's running sum, with explicit rounding: the skinny GEMM's norm epilogue and
+// every prologue that norms a row for its consumer (the skinny GEMM's NORM_IN, moe_route_gemm_rows's) must reach
+// the same sums, whatever the compiler would contract in each place.
+__device__ __forceinline__ float sum_sq4(float4 v) {
+    return __fmaf_rn(v.w, v.w, __fmaf_rn(v.z, v.z, __fmaf_rn(v.y, v.y, __fmul_rn(v.x, v.x))));
+}
+
+// The RMS denominators of M rows of x [M, n] (n % 4 == 0) into denom[M], every thread of a block of WARPS warps:
+// thread t sums float4s t, t + 32 WARPS, ... of a row, the warps by shuffles, then the warps' sums in warp order.
+// The norm epilogue gives its first float4 a thread (`first`, already loaded and added); a prologue loads them all.
+template <int M, int WARPS, int MAX_M>
+__device__ __forceinline__ void row_denominators(const float* __restrict__ x, int n, float eps, const float4* first,
+                                                 float (&row_sq)[WARPS][MAX_M], float* denom) {
+    static_assert(M <= MAX_M, "a row's sum a slot");
+    const int n4 = n / 4, i0 = threadIdx.x, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const float4* x4 = reinterpret_cast<const float4*>(x);
+#pragma unroll
+    for (int m = 0; m < M; m++) {
+        float sq = 0.0f;
+        for (int i = i0; i < n4; i += WARPS * 32)
+            sq = __fadd_rn(sq, sum_sq4(i == i0 && first ? first[m] : x4[(i64)m * n4 + i]));
+        sq = warp_sum(sq);
+        if (lane == 0) row_sq[warp][m] = sq;
+    }
+    __syncthreads();
+#pragma unroll
+    for (int m = 0; m < M; m++) {
+        float total = 0.0f;
+#pragma unroll
+        for (int k = 0; k < WARPS; k++) total += row_sq[k][m];
+        denom[m] = sqrtf(total / (float)n + eps);
+    }
+}
+
 __device__ __forceinline__ float neg_inf() { return -__int_as_float(0x7f800000); }
 
 // 2^x in one MUFU instruction (ex2.approx, about 2 ulp), results below float32's normal range flushed to zero: the

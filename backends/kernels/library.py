@@ -17,6 +17,7 @@ from backends.kernels.moe import (
     moe_gemm,
     moe_gemm_rows,
     moe_group,
+    moe_norm_route_gemm_rows,
     moe_route,
     moe_route_gemm_rows,
 )
@@ -111,6 +112,7 @@ LIBRARY = types.SimpleNamespace(embed=embed, add_rms_norm=add_rms_norm, qk_norm_
                                 paged_prefill_attention=paged_prefill_attention, gemm=matmul, moe_route=moe_route,
                                 moe_group=moe_group, moe_gemm=moe_gemm, moe_combine=moe_combine,
                                 moe_gemm_rows=moe_gemm_rows, moe_route_gemm_rows=moe_route_gemm_rows,
+                                moe_norm_route_gemm_rows=moe_norm_route_gemm_rows,
                                 moe_combine_add_rms_norm=moe_combine_add_rms_norm,
                                 feed_tokens=feed_tokens, keep_sampled=keep_sampled,
                                 gemm_add_rms_norm=gemm_add_rms_norm, gemm_silu_mul=gemm_silu_mul,

@@ -243,20 +243,46 @@ __global__ void __launch_bounds__(MOE_WARPS * 32, 4)
     routed_gemm<T, OUT, VEC, SWIGLU, true, NCOL>(x, w, nullptr, ids, nullptr, out, N, K, row_div, cols);
 }
 
+// Token t's normed row RMSNorm(xf[t]) * ln (K floats, K % 4 == 0) narrowed to T into xs, by the block's threads
+// from the first'th on, denom from row_denominators: the expression the skinny GEMM's norm epilogue writes h with.
+template <typename T>
+__device__ __forceinline__ void stage_normed_row(const float* __restrict__ xt, const float* __restrict__ ln, T* xs,
+                                                 int K, float denom, int first) {
+    const float4* x4 = reinterpret_cast<const float4*>(xt);
+    const float4* g4 = reinterpret_cast<const float4*>(ln);
+    for (int i = threadIdx.x - first; i < K / 4; i += blockDim.x - first) {
+        const float4 v = x4[i], g = g4[i];
+        T* o = xs + 4 * i;
+        o[0] = from_f32<T>(v.x / denom * g.x);
+        o[1] = from_f32<T>(v.y / denom * g.y);
+        o[2] = from_f32<T>(v.z / denom * g.z);
+        o[3] = from_f32<T>(v.w / denom * g.w);
+    }
+}
+
 // moe_route, then moe_gemm_rows<SWIGLU> (a step of one token's gate/up GEMM), in one launch: block (r, y) routes
 // token t = r / k in its first warp (route_token: every block of the token picks the same experts) while its other
 // warps stage x's row t, then computes routed row r (choice j = r % k) through expert ids[t, j]. Block (t k, 0)
 // writes the token's ids and weights [T, k] for the down GEMM and the combine after.
-template <typename T, typename OUT, int VEC, int NCOL>
+// NORM_IN (the consumer's norm, VT_MOE_CONSUMER_NORM): the row staged is RMSNorm(xf[t]) * ln, from the residual
+// stream xf [T, K] float32, its denominator summed by all the block's warps first (row_denominators: the order the o
+// projection's norm epilogue sums in, so the staged row is the h that epilogue writes, bit for bit); x is unused.
+template <typename T, typename OUT, int VEC, int NCOL, bool NORM_IN = false>
 __global__ void moe_route_gemm_rows(const float* __restrict__ logits, const T* __restrict__ x,
                                     const T* __restrict__ w, int* __restrict__ ids, float* __restrict__ weights,
-                                    OUT* __restrict__ out, int N, int K, int E, int k, int norm, int cols) {
+                                    OUT* __restrict__ out, int N, int K, int E, int k, int norm, int cols,
+                                    const float* __restrict__ xf, const float* __restrict__ ln, float eps) {
     vt::pdl_entry();
     extern __shared__ __align__(16) unsigned char moe_smem[];
     T* xs = reinterpret_cast<T*>(moe_smem);  // [1, K]
     __shared__ int expert;
     const int r = blockIdx.x, t = r / k, j = r - t * k;
     auto slot = [](int i) { return i; };
+    float denom[1] = {0.0f};
+    if constexpr (NORM_IN) {
+        __shared__ float row_sq[MOE_WARPS][1];
+        row_denominators<1>(xf + (i64)t * K, K, eps, nullptr, row_sq, denom);
+    }
     if (threadIdx.x < 32) {
         int id;
         float p;
@@ -264,6 +290,8 @@ __global__ void moe_route_gemm_rows(const float* __restrict__ logits, const T* _
         if (threadIdx.x == j) expert = id;
         if (j == 0 && blockIdx.y == 0 && threadIdx.x < k)
             ids[(i64)t * k + threadIdx.x] = id, weights[(i64)t * k + threadIdx.x] = p;
+    } else if constexpr (NORM_IN) {
+        stage_normed_row<T>(xf + (i64)t * K, ln, xs, K, denom[0], 32);
     } else {
         stage_rows<T, VEC>(x, xs, r, 1, slot, K, k, 32);
     }

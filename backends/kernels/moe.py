@@ -5,6 +5,9 @@
     moe_gemm      one launch over every expert's routed rows (SwiGLU fused into the gate/up GEMM)
     moe_combine   each token's k expert outputs, weighted, summed in ascending expert order
 
+and the one-token fusions: moe_gemm_rows (no grouping), moe_route_gemm_rows (routing + gate/up), with its input norm
+(moe_norm_route_gemm_rows), moe_combine_add_rms_norm (the combine + the residual add + the next norm).
+
 Every buffer's size follows T and k only (T x k routed rows, at most min(E, T k) experts with rows), so a step
 with MoE layers captures; which experts run is data on the device. Expert weights stay in HF's Linear layout,
 [E, out, in] (the gate's and the up projection's rows stacked), so a lane reads a weight row along K.
@@ -17,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from backends.kernels.build import Instance, function
-from backends.kernels.fused import FusedKernel, ctype
+from backends.kernels.fused import NULL, FusedKernel, ctype
 from backends.kernels.norm import NORM_VECS, add_rms_norm, norm_threads
 from vt.dtypes import narrow_host, widen_host
 
@@ -45,8 +48,8 @@ def _gemm_expr(t: str, out: str, vec: int, swiglu: bool, by_row: bool = False) -
     return f"vt::{kernel}<{t}, {out}, {vec}, {'true' if swiglu else 'false'}, {_cols(swiglu)[1]}>"
 
 
-def _route_gemm_expr(t: str, vec: int) -> str:
-    return f"vt::moe_route_gemm_rows<{t}, {t}, {vec}, {_cols(True)[1]}>"
+def _route_gemm_expr(t: str, vec: int, norm_in: bool = False) -> str:
+    return f"vt::moe_route_gemm_rows<{t}, {t}, {vec}, {_cols(True)[1]}{', true' if norm_in else ''}>"
 
 
 CI_INSTANCES = ([Instance("moe.cu", "vt::moe_route"), Instance("moe.cu", "vt::moe_group"),
@@ -55,8 +58,8 @@ CI_INSTANCES = ([Instance("moe.cu", "vt::moe_route"), Instance("moe.cu", "vt::mo
                 + [Instance("moe.cu", _gemm_expr(t, o, v, s, r)) for t in STORAGE_TYPES
                    for v in (1, 4 if t == "float" else 8) for o, s in ((t, True), ("float", False))
                    for r in (False, True)]
-                + [Instance("moe.cu", _route_gemm_expr(t, v)) for t in STORAGE_TYPES
-                   for v in (1, 4 if t == "float" else 8)])
+                + [Instance("moe.cu", _route_gemm_expr(t, v, n)) for t in STORAGE_TYPES
+                   for v in (1, 4 if t == "float" else 8) for n in (False, True)])
 
 
 def expert_rows(T: int, top_k: int, num_experts: int) -> int:
@@ -197,7 +200,8 @@ def _route_gemm_rows_twin(logits: np.ndarray, x: np.ndarray, w: np.ndarray, ids:
 
 
 def _route_gemm_rows_cuda(cp: Any, logits: Any, x: Any, w: Any, ids: Any, weights: Any, out: Any,
-                          norm_topk_prob: bool) -> None:
+                          norm_topk_prob: bool, norm_in: tuple[Any, Any, float] | None = None) -> None:
+    """norm_in: (xf [T, K] float32, ln [K] float32, eps): the kernel stages RMSNorm(xf) * ln, x (h) unread."""
     (T, E), k = logits.shape, ids.shape[1]
     _check_route("moe_route_gemm_rows", E, k)
     _check_gemm(x, w, out, True)
@@ -208,15 +212,39 @@ def _route_gemm_rows_cuda(cp: Any, logits: Any, x: Any, w: Any, ids: Any, weight
         return
     N, K = out.shape[1], x.shape[1]
     vec = _vec(w.dtype, K)
-    fn, smem = _staged(cp, Instance("moe.cu", _route_gemm_expr(ctype(w.dtype), vec)), x, 1)
+    fn, smem = _staged(cp, Instance("moe.cu", _route_gemm_expr(ctype(w.dtype), vec, norm_in is not None)), x, 1)
     cols = _cols(True)[0]
+    xf, ln, eps = norm_in if norm_in is not None else (NULL, NULL, 0.0)
     fn((T * k, -(-N // cols)), (32 * GEMM_WARPS,),
        (logits, x, w, ids, weights, out, np.int32(N), np.int32(K), np.int32(E), np.int32(k),
-        np.int32(bool(norm_topk_prob)), np.int32(cols)), shared_mem=smem)
+        np.int32(bool(norm_topk_prob)), np.int32(cols), xf, ln, np.float32(eps)), shared_mem=smem)
 
 
 moe_route_gemm_rows = FusedKernel("moe_route_gemm_rows", _route_gemm_rows_twin, _route_gemm_rows_cuda,
                                   writes=(3, 4, 5))
+
+
+# ---- moe_norm_route_gemm_rows: h = RMSNorm(x) * ln, then moe_route_gemm_rows of h ----------------------------
+def _norm_route_gemm_rows_twin(logits: np.ndarray, x: np.ndarray, ln: np.ndarray, h: np.ndarray, w: np.ndarray,
+                               ids: np.ndarray, weights: np.ndarray, out: np.ndarray, norm_topk_prob: bool,
+                               eps: float) -> None:
+    add_rms_norm.twin(x, None, None, ln, h, eps)
+    _route_gemm_rows_twin(logits, h, w, ids, weights, out, norm_topk_prob)
+
+
+def _norm_route_gemm_rows_cuda(cp: Any, logits: Any, x: Any, ln: Any, h: Any, w: Any, ids: Any, weights: Any,
+                               out: Any, norm_topk_prob: bool, eps: float) -> None:
+    """Every block norms the token's row itself (h is left unwritten): the o projection before it only adds into x,
+    with no grid-wide norm tail (the dense layers' consumer norm, VT_CONSUMER_NORM)."""
+    K = x.shape[1]
+    if x.dtype != np.float32 or ln.dtype != np.float32 or ln.shape != (K,) or h.shape != x.shape or K % 4:
+        raise ValueError(f"moe_norm_route_gemm_rows: x {x.shape} {x.dtype} (float32, K % 4 == 0), norm weight "
+                         f"{ln.shape} {ln.dtype}, h {h.shape}")
+    _route_gemm_rows_cuda(cp, logits, h, w, ids, weights, out, norm_topk_prob, norm_in=(x, ln, eps))
+
+
+moe_norm_route_gemm_rows = FusedKernel("moe_norm_route_gemm_rows", _norm_route_gemm_rows_twin,
+                                       _norm_route_gemm_rows_cuda, writes=(3, 5, 6, 7))
 
 
 # ---- moe_combine: out [T, H] = sum over each token's choices (ascending expert) of weight * y ---------------

@@ -74,38 +74,6 @@ __device__ __forceinline__ uint4 load_stream(const void* p) {
     return r;
 }
 
-// A float4's sum of squares and a row's running sum, with explicit rounding: the norm epilogue and a NORM_IN
-// prologue must reach the same sums, whatever the compiler would contract in either place.
-__device__ __forceinline__ float sum_sq4(float4 v) {
-    return __fmaf_rn(v.w, v.w, __fmaf_rn(v.z, v.z, __fmaf_rn(v.y, v.y, __fmul_rn(v.x, v.x))));
-}
-
-// The RMS denominators of M rows of x [M, n] (n % 4 == 0) into denom[M], every thread of the block: thread t sums
-// float4s t, t + 256, ... of a row, the warps by shuffles, then the warps' sums in warp order. The norm epilogue
-// gives its first float4 a thread (`first`, already loaded and added); a NORM_IN prologue loads them all.
-template <int M>
-__device__ __forceinline__ void row_denominators(const float* __restrict__ x, int n, float eps, const float4* first,
-                                                 float (&row_sq)[SKINNY_WARPS][SKINNY_MAX_M], float* denom) {
-    const int n4 = n / 4, i0 = threadIdx.x, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const float4* x4 = reinterpret_cast<const float4*>(x);
-#pragma unroll
-    for (int m = 0; m < M; m++) {
-        float sq = 0.0f;
-        for (int i = i0; i < n4; i += SKINNY_THREADS)
-            sq = __fadd_rn(sq, sum_sq4(i == i0 && first ? first[m] : x4[(i64)m * n4 + i]));
-        sq = warp_sum(sq);
-        if (lane == 0) row_sq[warp][m] = sq;
-    }
-    __syncthreads();
-#pragma unroll
-    for (int m = 0; m < M; m++) {
-        float total = 0.0f;
-#pragma unroll
-        for (int k = 0; k < SKINNY_WARPS; k++) total += row_sq[k][m];
-        denom[m] = sqrtf(total / (float)n + eps);
-    }
-}
-
 // M, TC and U are template arguments: a thread holds M x 8 accumulators and U raw vectors, so one row keeps
 // registers few and blocks many.
 template <typename T, int M, int TC, int U, bool NORM, bool SWIGLU, bool CLUSTER, bool NORM_IN = false,

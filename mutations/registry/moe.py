@@ -154,3 +154,38 @@ ENTRIES += [
         needs_gpu=True,
     ),
 ]
+
+CONSUMER = "tests/backends/test_consumer_norm.py"
+ENTRIES += [
+    Mutation(
+        id="moe-consumer-norm-router-reads-the-stale-h",
+        description="with the MoE consumer norm, the router GEMM reads h (which on CUDA nothing wrote this layer: the "
+                    "o projection only added into x) instead of norming x itself",
+        file="models/decoder.py",
+        old="            b.rms_norm_gemm(*norm_in, h, self.w[f\"{i}.router_t\"], logits, eps=c.rms_norm_eps)\n",
+        new="            b.gemm(h, self.w[f\"{i}.router_t\"], logits)\n",
+        gates=(f"{CONSUMER}::test_the_moe_consumer_norm_moves_each_sparse_layers_norm_into_its_router_and_routed_gemm"
+               "_with_the_same_logits",
+               *(f"{CONSUMER}::test_with_sparse_neighbours_no_layer_reads_a_norm_the_consumers_ops_leave_unwritten"
+                 f"[{p}-{d}-moe-too]" for p in ("always", "alternate") for d in ("dense-0-2", "dense-1-3"))),
+    ),
+    Mutation(
+        id="moe-norm-route-twin-skips-the-norm",
+        description="the normed routed gate/up's twin stages x narrowed, not RMSNorm(x) * w",
+        file=TWIN, old="    add_rms_norm.twin(x, None, None, ln, h, eps)\n    _route_gemm_rows_twin(",
+        new="    h[...] = narrow_host(x, h.dtype)\n    _route_gemm_rows_twin(",
+        gates=(f"{CONSUMER}::test_the_moe_consumer_norm_moves_each_sparse_layers_norm_into_its_router_and_routed_gemm"
+               "_with_the_same_logits",),
+    ),
+    Mutation(
+        id="cuda-moe-norm-route-stages-x-not-its-norm",
+        description="the normed routed gate/up kernel stages the row it was handed (h, unwritten by the consumer "
+                    "norm's producer), not RMSNorm(x) * w",
+        file=CU, old="        stage_normed_row<T>(xf + (i64)t * K, ln, xs, K, denom[0], 32);\n",
+        new="        stage_rows<T, VEC>(x, xs, r, 1, slot, K, k, 32);\n",
+        gates=tuple(f"{CONSUMER}::test_cuda_resid_then_the_normed_routed_gemm_equals_the_norm_epilogue_then_the_"
+                    f"routed_gemm_bit_for_bit[{c}-{d}]" for c in ("30B-A3B-one-token", "small-four-tokens")
+                    for d in ("bfloat16", "float16")),
+        needs_gpu=True,
+    ),
+]

@@ -18,16 +18,18 @@ from vt.dtypes import widen_host
 CONSUMER_OPS = {"gemm_add", "rms_norm_gemm", "rms_norm_gemm_silu_mul"}
 
 
-def decode_step(backend: Any, consumer_norm: bool) -> tuple[np.ndarray, list[str], Any]:
-    """tiny-qwen3's decode step of one row through the graph driver three times (cold, captured, replayed; eager
-    each time in the pool-bypass lane, which captures nothing): its logits, the names of the kernels launched, and
-    its config."""
+def decode_step(backend: Any, consumer_norm: bool, name: str = "tiny-qwen3",
+                moe_consumer_norm: bool = False) -> tuple[np.ndarray, list[str], Any]:
+    """A tiny checkpoint's decode step of one row through the graph driver three times (cold, captured, replayed;
+    eager each time in the pool-bypass lane, which captures nothing): its logits, the names of the kernels launched,
+    and its config. moe_consumer_norm: its MoE layers take the consumer's norm too (VT_MOE_CONSUMER_NORM)."""
     from models.loader import load_checkpoint, resolve_model
     from models.registry import load_model
     from vt.engine.worker.graph_driver import DecodeInputs, GraphDriver
 
-    model = load_model(load_checkpoint(resolve_model("tiny-qwen3")), backend, "bfloat16")
+    model = load_model(load_checkpoint(resolve_model(name)), backend, "bfloat16")
     model.consumer_norm = consumer_norm
+    model.moe_consumer_norm = moe_consumer_norm
     kv = model.make_kv_cache(num_blocks=16, block_size=16)
     inp = DecodeInputs(np.array([11]), np.array([20]), np.array([5 * 16 + 4]), np.array([[3, 5]]))
     driver = GraphDriver(model, kv, max_num_seqs=4)
@@ -52,6 +54,25 @@ def test_the_consumer_norm_moves_each_dense_layers_norms_into_the_gemms_that_rea
     assert counts == {"gemm_add": (2 * L - 1) * F, "rms_norm_gemm": (L - 1) * F, "rms_norm_gemm_silu_mul": L * F,
                       "gemm_add_rms_norm": F, "gemm_silu_mul": 0}, counts
     assert not CONSUMER_OPS & set(plain_names), "non-vacuity: the plain step launches none of them"
+    assert np.array_equal(moved, plain), "the same logits, bit for bit"
+    assert np.abs(plain).max() > 0.1, "non-vacuity: logits far from zero"
+
+
+def test_the_moe_consumer_norm_moves_each_sparse_layers_norm_into_its_router_and_routed_gemm_with_the_same_logits(
+        ) -> None:
+    """CPU, tiny-qwen3-moe at one row: with VT_MOE_CONSUMER_NORM each MoE layer's o projection becomes gemm_add, its
+    router rms_norm_gemm and its routed gate/up moe_norm_route_gemm_rows (each computing RMSNorm(x) * ln2 itself);
+    without it, none of them. The logits are the norm epilogue's path's, bit for bit."""
+    from vt.registry import make_backend
+
+    plain, plain_names, cfg = decode_step(make_backend("cpu"), True, "tiny-qwen3-moe")
+    moved, names, _ = decode_step(make_backend("cpu"), True, "tiny-qwen3-moe", moe_consumer_norm=True)
+    sparse, F = sum(cfg.is_sparse_layer(i) for i in range(cfg.num_hidden_layers)), names.count("embed")
+    assert sparse >= 2 and F >= 1 and plain_names.count("embed") == F, "non-vacuity: forwards of MoE layers"
+    moves = {"moe_norm_route_gemm_rows": sparse, "moe_route_gemm_rows": -sparse, "gemm_add": sparse,
+             "rms_norm_gemm": sparse, "gemm_add_rms_norm": -sparse}
+    assert {n: names.count(n) - plain_names.count(n) for n in moves} == {n: c * F for n, c in moves.items()}
+    assert "moe_norm_route_gemm_rows" not in plain_names, "non-vacuity: the plain step routes the written h"
     assert np.array_equal(moved, plain), "the same logits, bit for bit"
     assert np.abs(plain).max() > 0.1, "non-vacuity: logits far from zero"
 
@@ -95,14 +116,16 @@ def poison(xp: Any, t: Any) -> None:
 poison.writes = (0,)  # type: ignore[attr-defined]
 
 
+@pytest.mark.parametrize("moe", [False, True], ids=["dense-only", "moe-too"])
 @pytest.mark.parametrize("dense_layers", [[0, 2], [1, 3]], ids=lambda d: "dense-" + "-".join(map(str, d)))
 @pytest.mark.parametrize("pattern", ["always", "alternate"])
 def test_with_sparse_neighbours_no_layer_reads_a_norm_the_consumers_ops_leave_unwritten(
-        dense_layers: list[int], pattern: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> None:
+        dense_layers: list[int], pattern: str, moe: bool, monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> None:
     """A Qwen3-MoE checkpoint whose mlp_only_layers are dense, so dense layers meet sparse neighbours (a deferred
     norm before a MoE layer, a MoE layer before a normed-in q/k/v). On CUDA the consumer's ops leave h, C and gate_up
     unwritten; here they are poisoned with NaN after each such op: the logits stay the norm epilogue's, bit for bit,
-    whether fuses_norm says yes to every pair or to every other one."""
+    whether fuses_norm says yes to every pair or to every other one. moe-too: the MoE layers take the consumer's
+    norm as well (VT_MOE_CONSUMER_NORM; its routed gate/up leaves h unwritten)."""
     from models import tiny
     from models.loader import load_checkpoint
     from models.registry import load_model
@@ -112,11 +135,12 @@ def test_with_sparse_neighbours_no_layer_reads_a_norm_the_consumers_ops_leave_un
     monkeypatch.setitem(tiny.SPECS, "tiny-qwen3-mixed", (dict(tiny._MOE, mlp_only_layers=dense_layers), 4321, None))
     path = tiny.ensure("tiny-qwen3-mixed", cache_dir=str(tmp_path))
 
-    def step(consumer_norm: bool) -> tuple[np.ndarray, int]:
+    def step(consumer_norm: bool) -> tuple[np.ndarray, list[str]]:
         backend = make_backend("cpu")
         model = load_model(load_checkpoint(str(path)), backend, "bfloat16")
         model.consumer_norm = consumer_norm
-        asked, poisoned = [0], [0]
+        model.moe_consumer_norm = consumer_norm and moe
+        asked, poisoned = [0], []
 
         def fuses(*args: Any, eps: float) -> bool:
             asked[0] += 1
@@ -129,22 +153,24 @@ def test_with_sparse_neighbours_no_layer_reads_a_norm_the_consumers_ops_leave_un
                 run(*args, **kw)
                 for i in unwritten:
                     backend.launch(poison, args[i])
-                poisoned[0] += 1
+                poisoned.append(op)
             return wrapped
 
         monkeypatch.setattr(backend, "fuses_norm", fuses)
-        for op, unwritten in (("gemm_add", (2,)), ("rms_norm_gemm", (2,)), ("rms_norm_gemm_silu_mul", (2, 4))):
+        for op, unwritten in (("gemm_add", (2,)), ("rms_norm_gemm", (2,)), ("rms_norm_gemm_silu_mul", (2, 4)),
+                              ("moe_norm_route_gemm_rows", (3,))):
             monkeypatch.setattr(backend, op, poisoning(op, unwritten))
         kv = model.make_kv_cache(num_blocks=16, block_size=16)
         driver = GraphDriver(model, kv, max_num_seqs=4)
         inp = DecodeInputs(np.array([11]), np.array([20]), np.array([5 * 16 + 4]), np.array([[3, 5]]))
         for _ in range(3):
             driver.step(inp)
-        return driver.last_logits(), poisoned[0]
+        return driver.last_logits(), poisoned
 
     plain, none = step(False)
     moved, poisoned = step(True)
-    assert none == 0 and poisoned > 0, "non-vacuity: the consumer's ops ran (and were poisoned) with it on only"
+    assert not none and poisoned, "non-vacuity: the consumer's ops ran (and were poisoned) with it on only"
+    assert ("moe_norm_route_gemm_rows" in poisoned) is moe, "non-vacuity: the MoE layers' consumer op ran where asked"
     assert np.isfinite(plain).all() and np.array_equal(moved, plain), "no NaN read: the same logits, bit for bit"
 
 
@@ -214,6 +240,59 @@ def test_cuda_resid_then_norm_in_equals_the_norm_epilogue_then_its_consumer_bit_
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+@pytest.mark.parametrize("T,E,k,H,MI,K", [(1, 64, 8, 2048, 768, 4096), (4, 16, 4, 96, 40, 64)],
+                         ids=["30B-A3B-one-token", "small-four-tokens"])
+def test_cuda_resid_then_the_normed_routed_gemm_equals_the_norm_epilogue_then_the_routed_gemm_bit_for_bit(
+        T: int, E: int, k: int, H: int, MI: int, K: int, dtype: str) -> None:
+    """A MoE layer's o projection [T, K] x [K, H] and its routed gate/up: the norm epilogue writing x and h, then
+    moe_route_gemm_rows reading h, against RESID adding into x, then moe_norm_route_gemm_rows norming x in each
+    block (h left as it was). x, the experts, their weights and the activations equal bit for bit; the activations
+    are the twin's within the routed GEMM's bound."""
+    import cupy
+
+    from backends.kernels import moe
+    from tests.backends.test_moe_kernels import assert_gemm_close, layer_inputs, magnitudes
+
+    a, wp = operands(T, H, K, dtype, seed=T + K)
+    lay = layer_inputs(T, E, k, H, MI, dtype, seed=H)
+    rng = np.random.default_rng(H)
+    x0 = (3 * rng.standard_normal((T, H))).astype(np.float32)  # RMS far from 1: the norm changes the row
+    g = (1 + 0.1 * rng.standard_normal(H)).astype(np.float32)
+    low = np.dtype(a.dtype)
+    partials, counters = cupy.zeros(sg.SCRATCH_FLOATS, np.float32), cupy.zeros(sg.MAX_TILES, np.uint32)
+    A, WP, G, W = cupy.asarray(a), cupy.asarray(wp), cupy.asarray(g), cupy.asarray(lay["w_gu"])
+    logits = cupy.asarray(lay["logits"])
+
+    def routed() -> tuple[Any, Any, Any]:
+        return cupy.zeros((T, k), np.int32), cupy.zeros((T, k), np.float32), cupy.zeros((T * k, MI), low)
+
+    x_old, h = cupy.asarray(x0), cupy.zeros((T, H), low)
+    sg.launch(cupy, low, A, WP, cupy.zeros((T, H), np.float32), partials, counters, T, H, K, norm=(x_old, G, h, 1e-6))
+    old = routed()
+    moe.moe_route_gemm_rows(cupy, logits, h, W, *old, norm_topk_prob=True)
+    x_new, stale = cupy.asarray(x0), cupy.zeros((T, H), low)
+    sg.launch(cupy, low, A, WP, cupy.zeros((T, H), np.float32), partials, counters, T, H, K, resid=x_new)
+    new = routed()
+    moe.moe_norm_route_gemm_rows(cupy, logits, x_new, G, stale, W, *new, norm_topk_prob=True, eps=1e-6)
+    assert np.array_equal(x_new.get(), x_old.get()), "x += C"
+    for name, o, n in zip(("experts", "weights", "activations"), old, new):
+        assert np.array_equal(n.get(), o.get()), f"the two forms' {name}"
+    assert not stale.get().any(), "h is left unwritten"
+    twin = (np.zeros((T, k), np.int32), np.zeros((T, k), np.float32), np.zeros((T * k, MI), low))
+    h_twin = np.zeros((T, H), low)
+    moe.moe_norm_route_gemm_rows(np, lay["logits"], x_new.get(), g, h_twin, lay["w_gu"], *twin, norm_topk_prob=True,
+                                 eps=1e-6)
+    assert np.array_equal(new[0].get(), twin[0]), "the twin's experts"
+    scale = magnitudes(widen_host(h_twin)[np.arange(T * k) // k], lay["w_gu"], twin[0].reshape(-1))
+    assert_gemm_close(new[2].get(), widen_host(twin[2]).astype(np.float64), scale[:, :MI] * scale[:, MI:],
+                      f"normed route + gate/up {dtype}")
+    assert np.abs(x_new.get() - x0).max() > 0.1, "non-vacuity: the add moved the residual"
+    assert np.abs(widen_host(new[2].get())).max() > 0.01, "non-vacuity: activations far from zero"
+    assert np.abs(widen_host(h_twin) - x0).max() > 0.5, "non-vacuity: the norm changed the row"
+
+
+@pytest.mark.gpu
 def test_on_the_gpu_a_decode_step_with_the_consumer_norm_computes_the_same_logits() -> None:
     """CUDA, bf16: the step with the consumer's norm against the norm epilogue's, whichever algorithm each plan
     picked (each GEMM's own; the logits to the GEMMs' summation orders). Every pair is moved: the guard's answer
@@ -227,6 +306,21 @@ def test_on_the_gpu_a_decode_step_with_the_consumer_norm_computes_the_same_logit
     moved, names, _ = decode_step(backend, True)
     kinds = {p.epilogue for p in backend.blas.lt.plans.values()}
     assert {"resid", "norm_in", "norm_in_swiglu"} <= kinds and CONSUMER_OPS <= set(names), "non-vacuity: its plans"
+    assert np.abs(moved - plain).max() <= 0.02 * np.abs(plain).max()
+    assert np.argmax(moved, -1).tolist() == np.argmax(plain, -1).tolist()
+
+
+@pytest.mark.gpu
+def test_on_the_gpu_a_moe_decode_step_with_the_moe_consumer_norm_computes_the_same_logits() -> None:
+    """CUDA, bf16, tiny-qwen3-moe: the step whose MoE layers take the consumer's norm (o adding into x, the router
+    and the routed gate/up norming x) against the norm epilogue's, every pair moved as above."""
+    from backends.cuda import CudaBackend
+
+    backend = CudaBackend()
+    plain, _, _ = decode_step(backend, True, "tiny-qwen3-moe")
+    backend.fuses_norm = lambda *args, **kw: True  # type: ignore[method-assign]
+    moved, names, _ = decode_step(backend, True, "tiny-qwen3-moe", moe_consumer_norm=True)
+    assert "moe_norm_route_gemm_rows" in names and "gemm_add" in names, "non-vacuity: the MoE consumer's ops ran"
     assert np.abs(moved - plain).max() <= 0.02 * np.abs(plain).max()
     assert np.argmax(moved, -1).tolist() == np.argmax(plain, -1).tolist()
 

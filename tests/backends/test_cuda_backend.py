@@ -90,8 +90,8 @@ def test_demand_profile_parity_cpu_and_cuda_identical(model: str, batch: int, dt
             json.dump({"events": ev_gpu, "demand": {str(k): v for k, v in sorted(d_gpu.items())}}, f)
     fused = {"embed", "add_rms_norm", "qk_norm_rope_store", "silu_mul", "paged_decode_attention", "matmul",
              "sample_tokens", "moe_route", "moe_group", "moe_gemm", "moe_combine", "moe_gemm_rows",
-             "moe_route_gemm_rows", "moe_combine_add_rms_norm", "feed_tokens", "keep_sampled",
-             "gemm_add_rms_norm", "gemm_silu_mul"}
+             "moe_route_gemm_rows", "moe_norm_route_gemm_rows", "moe_combine_add_rms_norm", "feed_tokens",
+             "keep_sampled", "gemm_add_rms_norm", "gemm_silu_mul"}
     assert not fused & hidden.keys(), f"a kernel of the library allocated on CUDA (bytes by kernel): {hidden}"
     assert ev_gpu, "non-vacuity: the step drew pool blocks"
     assert ev_cpu == ev_gpu, "cpu vs cuda: " + first_difference(ev_cpu, ev_gpu)
