@@ -118,11 +118,11 @@ class Flags:
     # by default), so a launch of few rows over a short context runs on more blocks, plus the reduce launch
     # (backends/kernels/decode_attention.py partition_size): an A/B knob; on the H200 64 was slower at c=1 (session 28)
     decode_min_partition: int = 256
-    # VT_DECODE_EARLY_KEYS=1: the rope variant reads its first tile of keys and values before its wait, while the qkv
-    # GEMM ahead of it finishes (the keys before the token's own: earlier steps wrote them; VT_READS_BEFORE_WAIT). On
-    # an H100 (session 36) a 0.6B one-row step's replay took 1.0567 / 1.0929 ms against 1.1130 / 1.1122 at 128 keys;
-    # off until its GPU tests have run
-    decode_early_keys: bool = False
+    # VT_DECODE_EARLY_KEYS=0: the rope variant reads its first tile of keys and values after its wait, not before it
+    # while the qkv GEMM ahead of it finishes (the keys before the token's own: earlier steps wrote them;
+    # VT_READS_BEFORE_WAIT). H100, session 37, three rounds: a 0.6B one-row step's replay 1.086 ms with it against
+    # 1.103 without at 128 keys, 1.141 against 1.157 at 255, 1.346 against 1.348 at 8 x 128
+    decode_early_keys: bool = True
     # VT_MOE_CONSUMER_NORM=1 (with VT_CONSUMER_NORM): a MoE layer of a one-token step takes the consumer's norm too:
     # its o projection only adds into x, the router GEMM and the routed gate/up GEMM (moe_norm_route_gemm_rows) each
     # norm the row themselves. Off: on an H100 (session 37) the 30B-A3B-8L one-row replay took 0.8031 ms with it
@@ -182,7 +182,7 @@ class Flags:
             rope_in_attention=_read_bool("VT_ROPE_IN_ATTENTION", True),
             rope_max_rows=int(_read_choice("VT_ROPE_MAX_ROWS", ("8", "16", "32", "64", "128", "1024"))),
             decode_min_partition=int(_read_choice("VT_DECODE_MIN_PARTITION", ("256", "128", "64"))),
-            decode_early_keys=_read_bool("VT_DECODE_EARLY_KEYS", False),
+            decode_early_keys=_read_bool("VT_DECODE_EARLY_KEYS", True),
             moe_consumer_norm=_read_bool("VT_MOE_CONSUMER_NORM", False),
             shared_rows_attention=_read_rows_attention(),
             rows_target_blocks=int(_read_choice("VT_ROWS_TARGET_BLOCKS", ROWS_TARGET_BLOCKS)),

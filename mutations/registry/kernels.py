@@ -1444,9 +1444,9 @@ ENTRIES += [
                  for c in ("one-token-gqa1", "block-edges-gqa2", "partitions-gqa8")
                  for d in ("float32", "bfloat16", "float16")),
                *(f"{ROPE}::test_cuda_rope_variant_reading_keys_before_its_wait_equals_the_two_launches"
-                 f"[full-width-mqa-{d}]" for d in ("bfloat16", "float16")),
-               f"{LAUNCH}::test_on_the_gpu_a_captured_decode_step_chains_its_kernels_programmatically_and_computes"
-               "_the_same[1]"),
+                 f"[full-width-mqa-{d}]" for d in ("bfloat16", "float16"))),
+        # not the captured-step PDL test: it compares the step captured with the step run eagerly, both through
+        # the mutated kernel (it stayed green in the H100 lane, session 37)
         needs_gpu=True,
     ),
     Mutation(
