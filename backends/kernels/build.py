@@ -202,10 +202,17 @@ class Kernel:
         self.raw, self.waits = raw, waits
 
     def __call__(self, grid: tuple, block: tuple, args: tuple, shared_mem: int = 0) -> None:
+        from backends.kernels.launch import launch_programmatic
+
+        # None is refused eagerly too: CuPy's own call takes it as a null pointer, the programmatic launch cannot
+        # pass it, so a binding passing None ran eagerly and broke only once captured (session 37:
+        # moe_route_gemm_rows's optional norm, seen first in the GPU lane's replays). A null pointer is fused.NULL.
+        unset = [i for i, a in enumerate(args) if a is None]
+        if unset:
+            raise TypeError(f"a kernel argument of type NoneType cannot be passed (argument {unset[0]}; a null "
+                            "pointer is np.uint64(0))")
         stream = _capturing_stream() if self.waits and _programmatic() else None
         if stream is not None:
-            from backends.kernels.launch import launch_programmatic
-
             launch_programmatic(self.raw.kernel.ptr, grid, block, args, shared_mem, stream)
         else:
             self.raw(grid, block, args, shared_mem=shared_mem)

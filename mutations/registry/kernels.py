@@ -692,6 +692,15 @@ ENTRIES += [
         gates=(f"{LAUNCH}::test_every_library_kernel_waits_for_the_kernel_ahead_before_touching_memory",),
     ),
     Mutation(
+        id="kernel-launch-takes-none-eagerly",
+        description="a kernel launch lets None through (CuPy's eager call takes it, the programmatic launch of a "
+                    "capture cannot): a binding passing None runs eagerly and breaks only once captured",
+        file="backends/kernels/build.py",
+        old="        unset = [i for i, a in enumerate(args) if a is None]\n",
+        new="        unset: list[int] = []\n",
+        gates=(f"{LAUNCH}::test_a_kernel_refuses_an_argument_the_programmatic_launch_cannot_pass_captured_or_not",),
+    ),
+    Mutation(
         id="cuda-launch-drops-the-serialization-attribute",
         description="the programmatic launch passes no attribute: every captured kernel waits for the whole kernel "
                     "ahead, as a plain launch does",

@@ -175,6 +175,23 @@ def test_a_kernel_launches_programmatically_only_when_it_waits_while_capturing(
         assert raw.plain == [((3,), (128,), (np.int32(7),), 64)]
 
 
+@pytest.mark.parametrize("capturing", [True, False], ids=["capturing", "eager"])
+def test_a_kernel_refuses_an_argument_the_programmatic_launch_cannot_pass_captured_or_not(
+        monkeypatch: pytest.MonkeyPatch, capturing: bool) -> None:
+    """None (CuPy's eager call takes it as a null pointer; the programmatic launch cannot pass it) is refused on both
+    paths before anything launches, so a binding that runs eagerly runs captured."""
+    programmatic: list = []
+    monkeypatch.setattr(build, "_programmatic", lambda: True)
+    monkeypatch.setattr(build, "_capturing_stream", lambda: 0x5EA if capturing else None)
+    monkeypatch.setattr(launch, "launch_programmatic", lambda *a: programmatic.append(a))
+    raw = FakeRaw()
+    with pytest.raises(TypeError, match="NoneType"):
+        Kernel(raw, True)((3,), (128,), (np.int32(7), None), shared_mem=0)
+    assert programmatic == [] and raw.plain == [], "nothing launched"
+    Kernel(raw, True)((3,), (128,), (np.int32(7), np.uint64(0)), shared_mem=0)
+    assert len(programmatic) + len(raw.plain) == 1, "non-vacuity: a null pointer as NULL launches"
+
+
 class DeviceArray:
     class data:
         ptr = 0x7F00_0000_1234
