@@ -575,9 +575,9 @@ ENTRIES += [
         description="the o projection leaves its norm to gate/up whatever its norm plan picked: where cuBLASLt and "
                     "the norm kernel serve it (no tail to take away), the consumer's norm only adds kernels",
         file="models/decoder.py",
-        old='        consumer = (dense and f"{i}.o_b" not in w\n                    and b.fuses_norm(o2, w[f"{i}.o_t"], '
-            'out, x, w[f"{i}.ln2"], h, eps=c.rms_norm_eps))\n',
-        new='        consumer = dense and f"{i}.o_b" not in w\n',
+        old='        consumer = ((dense or sparse) and f"{i}.o_b" not in w\n                    and b.fuses_norm(o2, '
+            'w[f"{i}.o_t"], out, x, w[f"{i}.ln2"], h, eps=c.rms_norm_eps))\n',
+        new='        consumer = (dense or sparse) and f"{i}.o_b" not in w\n',
         gates=(f"{CONSUMER}::test_the_consumer_norm_moves_only_the_norms_its_plan_runs_in_a_gemms_tail",),
     ),
     Mutation(
