@@ -118,8 +118,8 @@ ENTRIES += [
         description="a lookup keys every full block of the prompt before it looks the first one up: a miss hashes its "
                     "whole prompt to find nothing, on every admission",
         file=KV,
-        old="        for key in self.chained_keys(token_ids, 0, (len(token_ids) - 1) // self.block_size, b\"\"):",
-        new="        for key in self.keys_of(token_ids, (len(token_ids) - 1) // self.block_size):",
+        old="            yield from self.chained_keys(token_ids, 0, stop, b\"\")\n",
+        new="            yield from self.keys_of(token_ids, stop)\n",
         gates=(f"{UNIT}::test_a_lookup_hashes_only_up_to_the_first_block_not_cached",),
         expect="a miss hashed",
     ),
@@ -132,5 +132,19 @@ ENTRIES += [
         new="            parent = hashlib.sha256(parent + data[(i + 1) * step : (i + 1) * step]).digest()",
         gates=(f"{UNIT}::test_the_keys_are_each_blocks_tokens_chained_behind_its_parents_key",
                f"{UNIT}::test_a_block_matches_only_behind_the_same_whole_prefix"),
+    ),
+]
+
+# Session 37: a request waiting for blocks is looked up every step
+ENTRIES += [
+    Mutation(
+        id="prefix-lookup-forgets-the-requests-keys",
+        description="a lookup drops the keys a request's memo holds and hashes its prefix again: a request waiting "
+                    "for blocks rehashes its whole cached prefix every step",
+        file=KV,
+        old="        yield from memo[:stop]\n",
+        new="        del memo[:]\n",
+        gates=(f"{UNIT}::test_a_request_waiting_for_blocks_hashes_its_prefix_once_across_steps",),
+        expect="hashed once across six steps",
     ),
 ]

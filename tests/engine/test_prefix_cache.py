@@ -146,3 +146,39 @@ def test_a_lookup_hashes_only_up_to_the_first_block_not_cached(monkeypatch: pyte
     kv.cache_full_blocks("a", a, 8)  # a's first two blocks cached
     calls[0] = 0
     assert len(kv.lookup(a)) == 2 and calls[0] == 3, f"a two-block hit hashed {calls[0]} blocks"
+
+
+def test_a_request_waiting_for_blocks_hashes_its_prefix_once_across_steps(monkeypatch: pytest.MonkeyPatch) -> None:
+    """B shares A's first 63 blocks but cannot be admitted while A holds nearly every block: each step looks B up
+    again, and its keys come from B's own memo after the first (a 1,040-token prompt would otherwise hash its 64
+    blocks every step)."""
+    import hashlib
+
+    from vt.engine.core import kv_manager
+
+    calls = [0]
+    real = hashlib.sha256
+
+    def counting(data: bytes = b"") -> object:
+        calls[0] += 1
+        return real(data)
+
+    monkeypatch.setattr(kv_manager.hashlib, "sha256", counting)
+    cfg = EngineConfig(model="tiny-qwen3", max_model_len=1056, num_blocks=66, block_size=BS, max_num_seqs=4,
+                       max_num_batched_tokens=2048, enable_prefix_caching=True)
+    sched = Scheduler(cfg, KVCacheManager(66, BS, cfg.max_blocks_per_seq, enable_caching=True))
+    params = SamplingParams(max_tokens=100, ignore_eos=True).resolve()
+    prompt = list(range(1000, 2024))  # 64 blocks
+    a = Request("a", prompt, params)
+    b = Request("b", prompt[:1008] + list(range(32)), params)  # A's first 63 blocks, then its own
+    sched.add(a)
+    sched.schedule()  # A's whole prompt prefilled and keyed
+    a.output_ids.append(7)
+    sched.add(b)
+    calls[0] = 0
+    for _ in range(6):
+        out = sched.schedule()
+        assert "b" not in {r.req_id for r in out.new_reqs}, "B is not admitted: A holds the blocks it needs"
+        a.output_ids.append(7)
+    assert len(b.block_keys) == 64, "non-vacuity: B was looked up, its 63 shared blocks hit and the next keyed"
+    assert calls[0] <= 64 + 1, f"B's blocks hashed once across six steps (and one of A's filling): {calls[0]}"

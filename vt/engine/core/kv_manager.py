@@ -161,13 +161,16 @@ class KVCacheManager:
         """The target blocks holding the longest cached prefix of token_ids (lookup_groups' first list)."""
         return self.lookup_groups(token_ids)[TARGET]
 
-    def lookup_groups(self, token_ids: Sequence[int], draft: bool = False) -> list[list[int]]:
+    def lookup_groups(self, token_ids: Sequence[int], draft: bool = False,
+                      memo: list[bytes] | None = None) -> list[list[int]]:
         """Per KV group, the blocks holding the longest cached prefix of token_ids, whole blocks only and never
         the last token (its logits must be computed). draft: the prefix must be cached in the draft group too
-        (a request that speculates); else the draft's list is empty."""
+        (a request that speculates); else the draft's list is empty. memo: the keys of token_ids' first blocks
+        known so far (a request's own list, which this extends as it keys more): a request looked up again (one
+        waiting for blocks, step after step) hashes no block twice."""
         hit: list[list[int]] = [[] for _ in range(self.num_groups)]
         # keyed one block at a time, up to the first block not cached: a miss hashes one block, not its whole prompt
-        for key in self.chained_keys(token_ids, 0, (len(token_ids) - 1) // self.block_size, b""):
+        for key in self._keys_through(token_ids, (len(token_ids) - 1) // self.block_size, memo):
             b = self.cached.get(key)
             d = self.cached.get(self.draft_key(key)) if draft else None
             if b is None or (draft and d is None):
@@ -176,6 +179,16 @@ class KVCacheManager:
             if d is not None:
                 hit[DRAFT].append(d)
         return hit
+
+    def _keys_through(self, token_ids: Sequence[int], stop: int, memo: list[bytes] | None) -> Iterator[bytes]:
+        """The keys of blocks 0..stop-1 of token_ids, one at a time: memo's first, then hashed (and added to memo)."""
+        if memo is None:
+            yield from self.chained_keys(token_ids, 0, stop, b"")
+            return
+        yield from memo[:stop]
+        for key in self.chained_keys(token_ids, len(memo), stop, memo[-1] if memo else b""):
+            memo.append(key)
+            yield key
 
     def attach(self, req_id: str, blocks: list[list[int]]) -> None:
         """req_id's tables start with cached blocks, per group (from `lookup`), referenced again; a free one leaves

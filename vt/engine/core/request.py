@@ -43,6 +43,9 @@ class Request:
     index: int = 0  # which of the request's n samples
     siblings: list[Request] | None = None  # all n samples, this one included (n > 1)
     prompt_logprobs: list[dict[int, float] | None] | None = None  # per prompt token (None for the first)
+    # the prefix cache's keys of its first full blocks, as far as a lookup has keyed them (its tokens only grow, so
+    # they hold for life): a request waiting for blocks is looked up again each step without hashing again
+    block_keys: list[bytes] = field(default_factory=list)
 
     @property
     def num_tokens(self) -> int:

@@ -59,7 +59,8 @@ class Scheduler:
         with a draft model: as far as the draft's group holds it too); None when it may not use the cache."""
         if not self.kv.enable_caching or req.params.prompt_logprobs is not None:
             return None
-        return self.kv.lookup_groups(req.all_ids, draft=self.kv.num_groups > 1 and req.can_speculate)
+        return self.kv.lookup_groups(req.all_ids, draft=self.kv.num_groups > 1 and req.can_speculate,
+                                     memo=req.block_keys)
 
     def _chunk(self, remaining: int, budget: int) -> int:
         """Tokens of a prefill this step: all that remain if they fit, else what the budget leaves, but
