@@ -237,9 +237,11 @@ def _norm_route_gemm_rows_cuda(cp: Any, logits: Any, x: Any, ln: Any, h: Any, w:
     """Every block norms the token's row itself (h is left unwritten): the o projection before it only adds into x,
     with no grid-wide norm tail (the dense layers' consumer norm, VT_CONSUMER_NORM)."""
     K = x.shape[1]
-    if x.dtype != np.float32 or ln.dtype != np.float32 or ln.shape != (K,) or h.shape != x.shape or K % 4:
+    # the kernel reads x's row t and ln as float4s at row stride K
+    if (x.dtype != np.float32 or ln.dtype != np.float32 or ln.shape != (K,) or h.shape != x.shape or K % 4
+            or not (x.flags.c_contiguous and ln.flags.c_contiguous)):
         raise ValueError(f"moe_norm_route_gemm_rows: x {x.shape} {x.dtype} (float32, K % 4 == 0), norm weight "
-                         f"{ln.shape} {ln.dtype}, h {h.shape}")
+                         f"{ln.shape} {ln.dtype}, h {h.shape}, each contiguous")
     _route_gemm_rows_cuda(cp, logits, h, w, ids, weights, out, norm_topk_prob, norm_in=(x, ln, eps))
 
 
