@@ -189,3 +189,13 @@ ENTRIES += [
         needs_gpu=True,
     ),
 ]
+ENTRIES += [
+    Mutation(
+        id="moe-binding-launches-half-the-kernels-warps",
+        description="the binding's block is four warps where moe.cu's kernels stride by eight: the normed row's "
+                    "sums (row_denominators) would skip terms, and each block would own half its columns",
+        file=TWIN, old="MAX_EXPERTS, MAX_TOP_K, GEMM_ROWS, GEMM_WARPS = 512, 32, 8, 8",
+        new="MAX_EXPERTS, MAX_TOP_K, GEMM_ROWS, GEMM_WARPS = 512, 32, 8, 4",
+        gates=(f"{GATES}::test_the_bindings_constants_are_the_kernels",),
+    ),
+]

@@ -116,6 +116,22 @@ def magnitudes(rows: np.ndarray, w: np.ndarray, chosen: np.ndarray) -> np.ndarra
     return out
 
 
+def test_the_bindings_constants_are_the_kernels() -> None:
+    """The host launches and bounds by moe.py's constants, the kernels are built on moe.cu's: a block of GEMM_WARPS
+    warps must be the MOE_WARPS the kernels stride by (row_denominators sums a row at a stride of the block's
+    threads, so another block size would drop or repeat terms with no error), and the bounds the binding checks
+    must be those the kernels hold."""
+    import re
+
+    from backends.kernels.build import source
+
+    cu = source("moe.cu")
+    found = {name: int(v) for name, v in re.findall(r"constexpr int (MOE_\w+) = (\d+);", cu)}
+    want = {"MOE_MAX_EXPERTS": moe.MAX_EXPERTS, "MOE_MAX_TOP_K": moe.MAX_TOP_K, "MOE_ROWS": moe.GEMM_ROWS,
+            "MOE_WARPS": moe.GEMM_WARPS}
+    assert {n: found.get(n) for n in want} == want
+
+
 # ---- the twins against the reference ----------------------------------------------------------------------
 @pytest.mark.parametrize("norm", [True, False])
 @pytest.mark.parametrize("case", CASES)
