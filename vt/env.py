@@ -123,6 +123,11 @@ class Flags:
     # VT_READS_BEFORE_WAIT). H100, session 37, three rounds: a 0.6B one-row step's replay 1.086 ms with it against
     # 1.103 without at 128 keys, 1.141 against 1.157 at 255, 1.346 against 1.348 at 8 x 128
     decode_early_keys: bool = True
+    # VT_DECODE_EARLY_TILES=2 (with early keys): the rope variant requests its first two tiles of keys and values
+    # before its wait, not one: at one row a block walks its partition a tile (64 keys at head dim 128) a DRAM round
+    # trip, so 129-255 keys took four round trips, three after the wait (H200, session 28: 1.043 ms a step at 255
+    # keys against 0.991 at 128). Off (1) until a GPU has run it (session 37: ptxas, no spills)
+    decode_early_tiles: int = 1
     # VT_MOE_CONSUMER_NORM=1 (with VT_CONSUMER_NORM): a MoE layer of a one-token step takes the consumer's norm too:
     # its o projection only adds into x, the router GEMM and the routed gate/up GEMM (moe_norm_route_gemm_rows) each
     # norm the row themselves. Off: on an H100 (session 37) the 30B-A3B-8L one-row replay took 0.8031 ms with it
@@ -183,6 +188,7 @@ class Flags:
             rope_max_rows=int(_read_choice("VT_ROPE_MAX_ROWS", ("8", "16", "32", "64", "128", "1024"))),
             decode_min_partition=int(_read_choice("VT_DECODE_MIN_PARTITION", ("256", "128", "64"))),
             decode_early_keys=_read_bool("VT_DECODE_EARLY_KEYS", True),
+            decode_early_tiles=int(_read_choice("VT_DECODE_EARLY_TILES", ("1", "2"))),
             moe_consumer_norm=_read_bool("VT_MOE_CONSUMER_NORM", False),
             shared_rows_attention=_read_rows_attention(),
             rows_target_blocks=int(_read_choice("VT_ROWS_TARGET_BLOCKS", ROWS_TARGET_BLOCKS)),
@@ -213,6 +219,7 @@ def as_environ(f: Flags) -> dict[str, str]:
     out["VT_CACHE_DIR"] = f.cache_dir
     out["VT_BLAS_THREADS"] = str(f.blas_threads)
     out["VT_SAMPLER"] = f.sampler
+    out["VT_DECODE_EARLY_TILES"] = str(f.decode_early_tiles)
     out["VT_SKINNY_CLUSTER"] = "1" if f.skinny_cluster else "0"
     out["VT_DECODE_MIN_PARTITION"] = str(f.decode_min_partition)
     out["VT_ROPE_MAX_ROWS"] = str(f.rope_max_rows)

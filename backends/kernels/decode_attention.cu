@@ -197,24 +197,34 @@ __device__ __forceinline__ void merge_warps(const float (&acc)[N][DecodeLayout<K
 }
 
 // A warp's walk over its partition, started: the keys and values of its first tile in registers (raw 16-byte
-// vectors), and the cache rows of its second tile.
+// vectors), with `ahead` those of its second tile too (kn, vn), and the cache rows of the tile after those.
 template <typename L>
 struct KeyPipe {
     uint4 k[L::PASSES][L::NV], v[L::PASSES][L::NV];
-    bool valid[L::PASSES];
+    uint4 kn[L::PASSES][L::NV], vn[L::PASSES][L::NV];
+    bool valid[L::PASSES], valid_next[L::PASSES];
     long long row[L::PASSES];
+    bool ahead;
 };
 
-// The warp's first tile [first, first + TILE) requested, its keys at or past `load_end` left unread (invalid), and
-// the second tile's rows looked up up to the partition's end.
+// The warp's first tile [first, first + TILE) requested (with tiles == 2 its second tile as well), their keys at
+// or past `load_end` left unread (invalid), and the next tile's rows looked up up to the partition's end.
 template <typename KV, int HD, int G>
 __device__ __forceinline__ int start_pipe(const DecodePlace<KV, HD, G>& at, const char* k_bytes, long long v_minus_k,
-                                          int load_end, KeyPipe<DecodeLayout<KV, HD>>& pipe) {
+                                          int load_end, KeyPipe<DecodeLayout<KV, HD>>& pipe, int tiles = 1) {
     using L = DecodeLayout<KV, HD>;
     const int first = at.start + (threadIdx.x >> 5) * L::WTILE, kw = (threadIdx.x & 31) / L::TPK;
     rows_of<L>(at.table, first, load_end, kw, at.cg, pipe.row);
     load_tile<KV, L>(k_bytes, v_minus_k, pipe.row, at.inner, pipe.k, pipe.v, pipe.valid);
-    rows_of<L>(at.table, first + L::TILE, at.end, kw, at.cg, pipe.row);
+    pipe.ahead = tiles > 1 && first + L::TILE < at.end;
+    if (pipe.ahead) {
+        rows_of<L>(at.table, first + L::TILE, load_end, kw, at.cg, pipe.row);
+        load_tile<KV, L>(k_bytes, v_minus_k, pipe.row, at.inner, pipe.kn, pipe.vn, pipe.valid_next);
+    } else {
+#pragma unroll
+        for (int ps = 0; ps < L::PASSES; ps++) pipe.valid_next[ps] = false;
+    }
+    rows_of<L>(at.table, first + (pipe.ahead ? 2 : 1) * L::TILE, at.end, kw, at.cg, pipe.row);
     return first;
 }
 
@@ -250,11 +260,14 @@ __device__ __forceinline__ void attend_partition(const DecodePlace<KV, HD, G>& a
     auto& vc = pipe.v;
     auto& valid = pipe.valid;
     auto& row = pipe.row;
-    uint4 kn[L::PASSES][L::NV], vn[L::PASSES][L::NV];
-    bool valid_next[L::PASSES] = {};
+    auto& kn = pipe.kn;
+    auto& vn = pipe.vn;
+    auto& valid_next = pipe.valid_next;
     const int kw = (threadIdx.x & 31) / L::TPK;
     for (int t0 = first; t0 < end; t0 += L::TILE) {
-        if (t0 + L::TILE < end) {
+        if (pipe.ahead) {  // the second tile was requested with the first (start_pipe's tiles == 2)
+            pipe.ahead = false;
+        } else if (t0 + L::TILE < end) {
             load_tile<KV, L>(k_bytes, v_minus_k, row, inner, kn, vn, valid_next);
             rows_of<L>(table, t0 + 2 * L::TILE, end, kw, cg, row);
         }
@@ -346,6 +359,20 @@ paged_decode_attention(const float* __restrict__ q, const KV* __restrict__ k_cac
     attend_partition<KV, OUT, HD, G>(at, qr, pipe, first, k_bytes, v_minus_k, out, part_o, part_ml);
 }
 
+// The token's own key and value at `key` into a pipe's vectors, marked valid: the rope kernel reads them after its
+// write when the tile holding them was requested before its wait.
+template <typename KV, int HD, int G>
+__device__ __forceinline__ void read_own_key(const DecodePlace<KV, HD, G>& at, const char* k_bytes, long long v_minus_k,
+                                             int key, uint4 (&k)[DecodeLayout<KV, HD>::NV],
+                                             uint4 (&v)[DecodeLayout<KV, HD>::NV], bool& valid) {
+    const long long own = cache_row(at.table, key, at.cg);
+    const uint4* kp = reinterpret_cast<const uint4*>(k_bytes + own + at.inner);
+    const uint4* vp = reinterpret_cast<const uint4*>(k_bytes + own + at.inner + v_minus_k);
+#pragma unroll
+    for (int j = 0; j < DecodeLayout<KV, HD>::NV; j++) { k[j] = kp[j]; v[j] = vp[j]; }
+    valid = true;
+}
+
 // paged_decode_attention with the token's q/k norm, rotary and KV write (rotary.cu's qk_norm_rope_store) in its
 // prologue: one launch a layer fewer for a decode step of one token a sequence. Each block computes its G query
 // heads from qkv into shared memory; the blocks of a token's last partition (the one holding its own key) also
@@ -364,10 +391,11 @@ paged_decode_attention_rope(const float* __restrict__ qkv, const float* __restri
                             float* __restrict__ part_ml, int nkv, int block_size, int table_width, int partition,
                             int has_norm, float eps, int early_keys) {
     // Before the wait, what no kernel of the step writes: the step's inputs (positions, rows, tables, slots: the
-    // host's uploads) and, with early_keys (VT_DECODE_EARLY_KEYS), the sequence's keys before its own (written by
-    // earlier steps; the token's own key, which this kernel writes, is left unread: a forked sequence's partial
-    // block is its own copy, the prefix cache shares only full blocks). The first tile's keys and values then
-    // arrive while the kernel ahead (the qkv GEMM) finishes, not after it.
+    // host's uploads) and, with early_keys (VT_DECODE_EARLY_KEYS: the tiles to request, 1 or 2 with
+    // VT_DECODE_EARLY_TILES; 0 none), the sequence's keys before its own (written by earlier steps; the token's own
+    // key, which this kernel writes, is left unread: a forked sequence's partial block is its own copy, the prefix
+    // cache shares only full blocks). The first tiles' keys and values then arrive while the kernel ahead (the qkv
+    // GEMM) finishes, not after it.
     VT_READS_BEFORE_WAIT(block_tables, token_row, positions, slots, k_cache, v_cache);
     using L = DecodeLayout<KV, HD>;
     constexpr int PER = rope_per_lane<HD>();
@@ -379,7 +407,7 @@ paged_decode_attention_rope(const float* __restrict__ qkv, const float* __restri
     KeyPipe<L> pipe;
     int first = 0;
     if (early_keys && !at.idle())
-        first = start_pipe<KV, HD, G>(at, k_bytes, v_minus_k, writes_kv ? at.ctx - 1 : at.end, pipe);
+        first = start_pipe<KV, HD, G>(at, k_bytes, v_minus_k, writes_kv ? at.ctx - 1 : at.end, pipe, early_keys);
     vt::pdl_entry();
     if (at.idle()) return;
     __shared__ float qs[G][HD];
@@ -405,18 +433,16 @@ paged_decode_attention_rope(const float* __restrict__ qkv, const float* __restri
     __syncthreads();  // q in shared memory; the new key and value visible to every thread of the block
     if (!early_keys) {
         first = start_pipe<KV, HD, G>(at, k_bytes, v_minus_k, at.end, pipe);
-    } else if (writes_kv) {  // the token's own key, where it falls in the first tile: read now, after its write
+    } else if (writes_kv) {  // the token's own key, where it falls in a tile read early: read now, after its write
         const int kw = (threadIdx.x & 31) / L::TPK;
 #pragma unroll
         for (int ps = 0; ps < L::PASSES; ps++) {
             const int key = first + ps * L::WKP + kw;
-            if (key != at.ctx - 1) continue;
-            const long long own = cache_row(at.table, key, at.cg);
-            const uint4* kp = reinterpret_cast<const uint4*>(k_bytes + own + at.inner);
-            const uint4* vp = reinterpret_cast<const uint4*>(k_bytes + own + at.inner + v_minus_k);
-#pragma unroll
-            for (int j = 0; j < L::NV; j++) { pipe.k[ps][j] = kp[j]; pipe.v[ps][j] = vp[j]; }
-            pipe.valid[ps] = true;
+            if (key == at.ctx - 1) read_own_key<KV, HD, G>(at, k_bytes, v_minus_k, key, pipe.k[ps], pipe.v[ps],
+                                                           pipe.valid[ps]);
+            else if (pipe.ahead && key + L::TILE == at.ctx - 1)  // in the second tile (early_keys == 2)
+                read_own_key<KV, HD, G>(at, k_bytes, v_minus_k, key + L::TILE, pipe.kn[ps], pipe.vn[ps],
+                                        pipe.valid_next[ps]);
         }
     }
     float qr[G][L::DPT];

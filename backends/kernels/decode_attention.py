@@ -258,7 +258,7 @@ def _rope_cuda(cp: Any, qkv: Any, bias: Any, w: Any, rope: Any, slots: Any, k_ca
                                      block_tables, token_row, positions, out, null if part_o is None else part_o,
                                      null if part_ml is None else part_ml, np.int32(nkv), np.int32(bs), np.int32(W),
                                      np.int32(part), np.int32(bool(has_norm)), np.float32(eps),
-                                     np.int32(flags().decode_early_keys)))
+                                     np.int32(flags().decode_early_tiles if flags().decode_early_keys else 0)))
     _reduce(cp, part_o, part_ml, positions, out, P, part, W * bs)
 
 

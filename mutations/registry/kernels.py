@@ -1439,14 +1439,27 @@ ENTRIES += [
         gates=(f"{ROPE}::test_the_rope_variant_is_on_by_default", f"{ROPE}::test_rows_sharing_a_sequence_take_a_graph_without_the_rope_variant"),
     ),
     Mutation(
+        id="cuda-rope-attention-keeps-its-own-key-in-the-second-early-tile-as-read",
+        description="with two tiles read before the wait (VT_DECODE_EARLY_TILES=2), the token's own key in the second "
+                    "is never read after its write (unattended)",
+        file="backends/kernels/decode_attention.cu",
+        old="            else if (pipe.ahead && key + L::TILE == at.ctx - 1)  // in the second tile (early_keys == 2)\n",
+        new="            else if (false)  // in the second tile (early_keys == 2)\n",
+        # the cases and dtypes where some row's own key falls in its partition's second tile at some head dim
+        # (computed from rope_case's contexts, the partition sizes and each layout's tile: session 37)
+        gates=tuple(f"{ROPE}::test_cuda_rope_variant_reading_two_tiles_before_its_wait_equals_the_two_launches[{c}]"
+                    for c in ("tiles-gqa4-float32", "tiles-gqa4-bfloat16", "tiles-gqa4-float16",
+                              "partitions-gqa8-bfloat16", "partitions-gqa8-float16", "full-width-mqa-float32",
+                              "full-width-mqa-bfloat16", "full-width-mqa-float16")),
+        needs_gpu=True,
+    ),
+    Mutation(
         id="cuda-rope-attention-keeps-its-own-key-as-read-before-the-wait",
         description="the rope kernel attends the first tile it read before its wait as read: its token's own key, "
                     "which it writes after the wait, is never read (unattended, or a stale slot where it was)",
         file="backends/kernels/decode_attention.cu",
-        old="    } else if (writes_kv) {  // the token's own key, where it falls in the first tile: read now, after its "
-            "write\n",
-        new="    } else if (false) {  // the token's own key, where it falls in the first tile: read now, after its "
-            "write\n",
+        old="            if (key == at.ctx - 1) read_own_key<KV, HD, G>(at, k_bytes, v_minus_k, key, pipe.k[ps], pipe.v[ps],\n",
+        new="            if (false) read_own_key<KV, HD, G>(at, k_bytes, v_minus_k, key, pipe.k[ps], pipe.v[ps],\n",
         # contexts whose own key falls in a warp's first tile (full width's only at head dim 16 in a 16-bit cache,
         # whose tile is 128 keys); tiles-gqa4's own keys come in later tiles
         gates=(*(f"{ROPE}::test_cuda_rope_variant_reading_keys_before_its_wait_equals_the_two_launches[{c}-{d}]"

@@ -227,25 +227,31 @@ def test_the_launch_structures_have_the_drivers_layout() -> None:
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("early_keys", ["0", "1"])
+@pytest.mark.parametrize("early_keys", ["0", "1", "2"])
 def test_on_the_gpu_a_captured_decode_step_chains_its_kernels_programmatically_and_computes_the_same(
         monkeypatch: pytest.MonkeyPatch, early_keys: str) -> None:
     """With VT_DECODE_EARLY_KEYS=1 the rope variant (two one-token rows) reads its first keys while the qkv GEMM
     ahead of it still runs, each row's own key (20, 5) in a first tile: the logits equal a plain chain's all the
-    same."""
+    same. "2": VT_DECODE_EARLY_TILES=2, two tiles read before the wait, the own keys (200, 150) in the second (head
+    dim 16: a block's tile is 128 keys)."""
     from backends.cuda import CudaBackend
     from models.loader import load_checkpoint, resolve_model
     from models.registry import load_model
     from vt.engine.worker.graph_driver import DecodeInputs, GraphDriver
 
     model = load_model(load_checkpoint(resolve_model("tiny-qwen3")), CudaBackend(), "bfloat16")
-    kv = model.make_kv_cache(num_blocks=16, block_size=16)
-    tables = np.array([[3, 5], [7, 9]])
-    inp = DecodeInputs(np.array([11, 400]), np.array([20, 5]), np.array([5 * 16 + 4, 7 * 16 + 5]), tables)
+    kv = model.make_kv_cache(num_blocks=32, block_size=16)
+    if early_keys == "2":
+        tables = np.array([list(range(1, 14)), list(range(14, 27))])
+        inp = DecodeInputs(np.array([11, 400]), np.array([200, 150]), np.array([13 * 16 + 8, 23 * 16 + 6]), tables)
+    else:
+        tables = np.array([[3, 5], [7, 9]])
+        inp = DecodeInputs(np.array([11, 400]), np.array([20, 5]), np.array([5 * 16 + 4, 7 * 16 + 5]), tables)
     got = {}
     for pdl in (True, False):
         monkeypatch.setattr(build, "_programmatic", lambda pdl=pdl: pdl)
-        with flag_set("VT_DECODE_EARLY_KEYS", early_keys):
+        with (flag_set("VT_DECODE_EARLY_KEYS", "1" if early_keys == "2" else early_keys),
+              flag_set("VT_DECODE_EARLY_TILES", "2" if early_keys == "2" else "1")):
             driver = GraphDriver(model, kv, max_num_seqs=4)
             for _ in range(3):  # cold, capture, replay
                 driver.step(inp)

@@ -206,6 +206,24 @@ def test_cuda_rope_variant_reading_keys_before_its_wait_equals_the_two_launches(
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])
 @pytest.mark.parametrize("case", ONE_TOKEN_CASES)
+def test_cuda_rope_variant_reading_two_tiles_before_its_wait_equals_the_two_launches(case: str, dtype: str) -> None:
+    """VT_DECODE_EARLY_TILES=2: the first two tiles requested before the wait, the token's own key (NaN in its slot
+    before the write) in either of them read after it. Output and caches equal the two launches' bit for bit."""
+    import cupy
+
+    with flag_set("VT_DECODE_EARLY_KEYS", "1"), flag_set("VT_DECODE_EARLY_TILES", "2"):
+        for hd in HEAD_DIMS:
+            a = rope_case(case, hd, dtype, seed=hd)
+            got, want = fused(cupy, a, True, True), unfused(cupy, a, True, True)
+            for k in ("out", "k_cache", "v_cache"):
+                assert np.array_equal(got[k], want[k], equal_nan=True), f"{k} hd={hd}"
+            live = a["slots"] >= 0
+            assert live.any() and np.isfinite(widen_host(got["out"])[live]).all(), f"hd={hd}: a NaN slot attended"
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])
+@pytest.mark.parametrize("case", ONE_TOKEN_CASES)
 def test_cuda_rope_variant_reading_keys_after_its_wait_equals_the_two_launches(case: str, dtype: str) -> None:
     """VT_DECODE_EARLY_KEYS=0 (on by default since session 37, so the tests above run the early form): the first
     tile requested after the wait, as before session 36; output and caches equal the two launches' bit for bit."""

@@ -113,6 +113,7 @@ def test_a_tensor_parallel_rank_reads_back_every_flag_rank_0_read(monkeypatch: p
                 "rows_target_blocks": 8 if base.rows_target_blocks != 8 else 256,
                 "shared_rows_attention": "rows" if base.shared_rows_attention != "rows" else "off",
                 "prefill_heads_a_block": 3 - base.prefill_heads_a_block,
+                "decode_early_tiles": 3 - base.decode_early_tiles,
                 "prefill_wgmma": "0" if base.prefill_wgmma != "0" else "1"}
     want = Flags(**flipped)
     for name in [k for k in os.environ if k.startswith("VT_")]:
