@@ -1241,8 +1241,8 @@ ENTRIES += [
         description="scripts/kernel-times prints the profiled region's totals whatever --per says: two requests' "
                     "kernels read as one request's",
         file="scripts/kernel-times",
-        old='        print(f"| `{name}` | {len(v) / args.per:g} | {sum(v) / args.per:.1f} | {sum(v) / total:.1%} |")\n',
-        new='        print(f"| `{name}` | {len(v):g} | {sum(v):.1f} | {sum(v) / total:.1%} |")\n',
+        old='        print(f"| `{name}` | {len(v) / args.per:g} | {sum(v) / args.per:.1f} | {sum(v) / total:.1%} |"\n',
+        new='        print(f"| `{name}` | {len(v):g} | {sum(v):.1f} | {sum(v) / total:.1%} |"\n',
         gates=("tests/engine/test_lane_kernel_times.py::test_kernel_times_sums_ncus_durations_by_kernel",),
     ),
     Mutation(
@@ -1253,6 +1253,16 @@ ENTRIES += [
         old="    if unit not in UNITS:  # --page raw puts a row of units under the header\n",
         new="    if unit not in UNITS and unit:\n        unit = \"nsecond\"\n    if False:\n",
         gates=("tests/engine/test_lane_kernel_times.py::test_kernel_times_and_prefix_ttft_refuse_what_they_cannot_read",),
+    ),
+    Mutation(
+        id="kernel-times-rates-the-per-request-reads",
+        description="scripts/kernel-times divides a kernel's DRAM reads by --per before it takes their rate over the "
+                    "undivided time: every rate reads --per times too slow",
+        file="scripts/kernel-times",
+        old='        return f" {mb / args.per:.2f} | {mb / us:.2f} |" if reads else ""\n',
+        new='        return f" {mb / args.per:.2f} | {mb / args.per / us:.2f} |" if reads else ""\n',
+        gates=("tests/engine/test_lane_kernel_times.py::test_kernel_times_adds_each_kernels_dram_reads_and_their_rate"
+               "_where_the_csv_has_them",),
     ),
     Mutation(
         id="kernel-times-sums-nothing-silently",
