@@ -207,16 +207,18 @@ struct KeyPipe {
     bool ahead;
 };
 
-// The warp's first tile [first, first + TILE) requested (with tiles == 2 its second tile as well), their keys at
-// or past `load_end` left unread (invalid), and the next tile's rows looked up up to the partition's end.
-template <typename KV, int HD, int G>
+// The warp's first tile [first, first + TILE) requested (with TILES == 2 its second tile as well), their keys at
+// or past `load_end` left unread (invalid), and the next tile's rows looked up up to the partition's end. TILES is
+// a template argument: a one-tile instance keeps the next tile's registers dead until its loop, as before.
+template <typename KV, int HD, int G, int TILES = 1>
 __device__ __forceinline__ int start_pipe(const DecodePlace<KV, HD, G>& at, const char* k_bytes, long long v_minus_k,
-                                          int load_end, KeyPipe<DecodeLayout<KV, HD>>& pipe, int tiles = 1) {
+                                          int load_end, KeyPipe<DecodeLayout<KV, HD>>& pipe) {
+    static_assert(TILES == 1 || TILES == 2, "one or two tiles requested at once");
     using L = DecodeLayout<KV, HD>;
     const int first = at.start + (threadIdx.x >> 5) * L::WTILE, kw = (threadIdx.x & 31) / L::TPK;
     rows_of<L>(at.table, first, load_end, kw, at.cg, pipe.row);
     load_tile<KV, L>(k_bytes, v_minus_k, pipe.row, at.inner, pipe.k, pipe.v, pipe.valid);
-    pipe.ahead = tiles > 1 && first + L::TILE < at.end;
+    pipe.ahead = TILES > 1 && first + L::TILE < at.end;
     if (pipe.ahead) {
         rows_of<L>(at.table, first + L::TILE, load_end, kw, at.cg, pipe.row);
         load_tile<KV, L>(k_bytes, v_minus_k, pipe.row, at.inner, pipe.kn, pipe.vn, pipe.valid_next);
@@ -381,7 +383,7 @@ __device__ __forceinline__ void read_own_key(const DecodePlace<KV, HD, G>& at, c
 // bytes). The caller guarantees one token a sequence: another token of the sequence would read the slot a
 // different block writes (the twin refuses it). qkv [T, (nh + 2 nkv) HD] float32, bias or null, w [nh + nkv, HD],
 // rope [positions, 2 HD], slots [T] (-1: a padding row, nothing written); the rest as paged_decode_attention.
-template <typename KV, typename OUT, int HD, int G>
+template <typename KV, typename OUT, int HD, int G, int EARLY_TILES = 1>
 __global__ void __launch_bounds__(DECODE_THREADS, DECODE_MIN_BLOCKS<KV, HD, G>)
 paged_decode_attention_rope(const float* __restrict__ qkv, const float* __restrict__ bias,
                             const float* __restrict__ w, const float* __restrict__ rope,
@@ -391,8 +393,8 @@ paged_decode_attention_rope(const float* __restrict__ qkv, const float* __restri
                             float* __restrict__ part_ml, int nkv, int block_size, int table_width, int partition,
                             int has_norm, float eps, int early_keys) {
     // Before the wait, what no kernel of the step writes: the step's inputs (positions, rows, tables, slots: the
-    // host's uploads) and, with early_keys (VT_DECODE_EARLY_KEYS: the tiles to request, 1 or 2 with
-    // VT_DECODE_EARLY_TILES; 0 none), the sequence's keys before its own (written by earlier steps; the token's own
+    // host's uploads) and, with early_keys (VT_DECODE_EARLY_KEYS; EARLY_TILES tiles of them, 2 under
+    // VT_DECODE_EARLY_TILES=2), the sequence's keys before its own (written by earlier steps; the token's own
     // key, which this kernel writes, is left unread: a forked sequence's partial block is its own copy, the prefix
     // cache shares only full blocks). The first tiles' keys and values then arrive while the kernel ahead (the qkv
     // GEMM) finishes, not after it.
@@ -407,7 +409,7 @@ paged_decode_attention_rope(const float* __restrict__ qkv, const float* __restri
     KeyPipe<L> pipe;
     int first = 0;
     if (early_keys && !at.idle())
-        first = start_pipe<KV, HD, G>(at, k_bytes, v_minus_k, writes_kv ? at.ctx - 1 : at.end, pipe, early_keys);
+        first = start_pipe<KV, HD, G, EARLY_TILES>(at, k_bytes, v_minus_k, writes_kv ? at.ctx - 1 : at.end, pipe);
     vt::pdl_entry();
     if (at.idle()) return;
     __shared__ float qs[G][HD];
@@ -440,7 +442,7 @@ paged_decode_attention_rope(const float* __restrict__ qkv, const float* __restri
             const int key = first + ps * L::WKP + kw;
             if (key == at.ctx - 1) read_own_key<KV, HD, G>(at, k_bytes, v_minus_k, key, pipe.k[ps], pipe.v[ps],
                                                            pipe.valid[ps]);
-            else if (pipe.ahead && key + L::TILE == at.ctx - 1)  // in the second tile (early_keys == 2)
+            else if (pipe.ahead && key + L::TILE == at.ctx - 1)  // in the second tile (EARLY_TILES == 2)
                 read_own_key<KV, HD, G>(at, k_bytes, v_minus_k, key + L::TILE, pipe.kn[ps], pipe.vn[ps],
                                         pipe.valid_next[ps]);
         }

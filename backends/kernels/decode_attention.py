@@ -45,6 +45,9 @@ CI_INSTANCES += [Instance("decode_attention.cu", f"vt::paged_decode_attention_ro
 # The rope variant at every layout and GQA ratio the plain kernel has.
 CI_INSTANCES += [Instance(i.file, i.expr.replace("paged_decode_attention<", "paged_decode_attention_rope<"))
                  for i in CI_INSTANCES if "paged_decode_attention<" in i.expr]
+# and with two early tiles (VT_DECODE_EARLY_TILES=2) where a model's decode runs: 16-bit caches
+CI_INSTANCES += [Instance(i.file, i.expr.replace(">", ", 2>", 1)) for i in CI_INSTANCES
+                 if "paged_decode_attention_rope<" in i.expr and "float" not in i.expr]
 
 
 def partition_size(num_tokens: int, num_kv_heads: int, max_context: int) -> int:
@@ -252,13 +255,16 @@ def _rope_cuda(cp: Any, qkv: Any, bias: Any, w: Any, rope: Any, slots: Any, k_ca
     kv, o = ctype(k_cache.dtype), ctype(out.dtype)
     split = head_split(T, nkv, nh // nkv, P)
     g = nh // nkv // split
-    attend = function(cp, Instance("decode_attention.cu", f"vt::paged_decode_attention_rope<{kv}, {o}, {hd}, {g}>"))
+    early = flags().decode_early_keys
+    tiles = ", 2" if early and flags().decode_early_tiles == 2 else ""
+    attend = function(cp, Instance("decode_attention.cu",
+                                   f"vt::paged_decode_attention_rope<{kv}, {o}, {hd}, {g}{tiles}>"))
     null = np.uint64(0)
     attend((nkv * split, T, P), (THREADS,), (qkv, NULL if bias is None else bias, w, rope, slots, k_cache, v_cache,
                                      block_tables, token_row, positions, out, null if part_o is None else part_o,
                                      null if part_ml is None else part_ml, np.int32(nkv), np.int32(bs), np.int32(W),
                                      np.int32(part), np.int32(bool(has_norm)), np.float32(eps),
-                                     np.int32(flags().decode_early_tiles if flags().decode_early_keys else 0)))
+                                     np.int32(early)))
     _reduce(cp, part_o, part_ml, positions, out, P, part, W * bs)
 
 
