@@ -1453,8 +1453,8 @@ ENTRIES += [
         description="with two tiles read before the wait (VT_DECODE_EARLY_TILES=2), the token's own key in the second "
                     "is never read after its write (unattended)",
         file="backends/kernels/decode_attention.cu",
-        old="            else if (pipe.ahead && key + L::TILE == at.ctx - 1)  // in the second tile (early_keys == 2)\n",
-        new="            else if (false)  // in the second tile (early_keys == 2)\n",
+        old="            else if (pipe.ahead && key + L::TILE == at.ctx - 1)  // in the second tile (EARLY_TILES == 2)\n",
+        new="            else if (false)  // in the second tile (EARLY_TILES == 2)\n",
         # the cases and dtypes where some row's own key falls in its partition's second tile at some head dim
         # (computed from rope_case's contexts, the partition sizes and each layout's tile: session 37)
         gates=tuple(f"{ROPE}::test_cuda_rope_variant_reading_two_tiles_before_its_wait_equals_the_two_launches[{c}]"
