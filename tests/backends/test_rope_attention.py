@@ -182,6 +182,21 @@ def test_cuda_rope_variant_equals_the_two_launches_it_replaces_bit_for_bit(case:
     assert runs == 2 * len(HEAD_DIMS), "non-vacuity: every head dim, both configurations"
 
 
+def assert_variant_equals_the_two_launches(case: str, dtype: str, early_keys: str, early_tiles: str = "1") -> None:
+    """The rope variant under VT_DECODE_EARLY_KEYS / VT_DECODE_EARLY_TILES, at every head dim, against the two launches
+    it replaces: output and caches bit for bit (the own slot holds NaN before its write), and no NaN attended."""
+    import cupy
+
+    with flag_set("VT_DECODE_EARLY_KEYS", early_keys), flag_set("VT_DECODE_EARLY_TILES", early_tiles):
+        for hd in HEAD_DIMS:
+            a = rope_case(case, hd, dtype, seed=hd)
+            got, want = fused(cupy, a, True, True), unfused(cupy, a, True, True)
+            for k in ("out", "k_cache", "v_cache"):
+                assert np.array_equal(got[k], want[k], equal_nan=True), f"{k} hd={hd}"
+            live = a["slots"] >= 0
+            assert live.any() and np.isfinite(widen_host(got["out"])[live]).all(), f"hd={hd}: a NaN slot attended"
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])
 @pytest.mark.parametrize("case", ONE_TOKEN_CASES)
@@ -191,16 +206,7 @@ def test_cuda_rope_variant_reading_keys_before_its_wait_equals_the_two_launches(
     warp's first tile (one-token, block edges; partitions' last partition; full width at head dim 16, whose tile is
     128 keys) and in a later tile (tiles; full width at the other head dims). Eager launches: the read before the
     wait overlaps nothing here (test_launch's captured step does that)."""
-    import cupy
-
-    with flag_set("VT_DECODE_EARLY_KEYS", "1"):
-        for hd in HEAD_DIMS:
-            a = rope_case(case, hd, dtype, seed=hd)
-            got, want = fused(cupy, a, True, True), unfused(cupy, a, True, True)
-            for k in ("out", "k_cache", "v_cache"):
-                assert np.array_equal(got[k], want[k], equal_nan=True), f"{k} hd={hd}"
-            live = a["slots"] >= 0
-            assert live.any() and np.isfinite(widen_host(got["out"])[live]).all(), f"hd={hd}: a NaN slot attended"
+    assert_variant_equals_the_two_launches(case, dtype, early_keys="1")
 
 
 @pytest.mark.gpu
@@ -209,16 +215,7 @@ def test_cuda_rope_variant_reading_keys_before_its_wait_equals_the_two_launches(
 def test_cuda_rope_variant_reading_two_tiles_before_its_wait_equals_the_two_launches(case: str, dtype: str) -> None:
     """VT_DECODE_EARLY_TILES=2: the first two tiles requested before the wait, the token's own key (NaN in its slot
     before the write) in either of them read after it. Output and caches equal the two launches' bit for bit."""
-    import cupy
-
-    with flag_set("VT_DECODE_EARLY_KEYS", "1"), flag_set("VT_DECODE_EARLY_TILES", "2"):
-        for hd in HEAD_DIMS:
-            a = rope_case(case, hd, dtype, seed=hd)
-            got, want = fused(cupy, a, True, True), unfused(cupy, a, True, True)
-            for k in ("out", "k_cache", "v_cache"):
-                assert np.array_equal(got[k], want[k], equal_nan=True), f"{k} hd={hd}"
-            live = a["slots"] >= 0
-            assert live.any() and np.isfinite(widen_host(got["out"])[live]).all(), f"hd={hd}: a NaN slot attended"
+    assert_variant_equals_the_two_launches(case, dtype, early_keys="1", early_tiles="2")
 
 
 @pytest.mark.gpu
@@ -227,16 +224,7 @@ def test_cuda_rope_variant_reading_two_tiles_before_its_wait_equals_the_two_laun
 def test_cuda_rope_variant_reading_keys_after_its_wait_equals_the_two_launches(case: str, dtype: str) -> None:
     """VT_DECODE_EARLY_KEYS=0 (on by default since session 37, so the tests above run the early form): the first
     tile requested after the wait, as before session 36; output and caches equal the two launches' bit for bit."""
-    import cupy
-
-    with flag_set("VT_DECODE_EARLY_KEYS", "0"):
-        for hd in HEAD_DIMS:
-            a = rope_case(case, hd, dtype, seed=hd)
-            got, want = fused(cupy, a, True, True), unfused(cupy, a, True, True)
-            for k in ("out", "k_cache", "v_cache"):
-                assert np.array_equal(got[k], want[k], equal_nan=True), f"{k} hd={hd}"
-            live = a["slots"] >= 0
-            assert live.any() and np.isfinite(widen_host(got["out"])[live]).all(), f"hd={hd}: a NaN slot attended"
+    assert_variant_equals_the_two_launches(case, dtype, early_keys="0")
 
 
 @pytest.mark.gpu

@@ -123,9 +123,8 @@ def test_the_keys_are_each_blocks_tokens_chained_behind_its_parents_key() -> Non
     assert len(set(want)) == 5, "non-vacuity: distinct keys"
 
 
-def test_a_lookup_hashes_only_up_to_the_first_block_not_cached(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A miss hashes its first block only, not its whole prompt; a hit of two blocks hashes those and the first one
-    past them. A step admitting a long uncached prompt keys it once, after its prefill, not also to find nothing."""
+def count_hashes(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The prefix cache's SHA-256 calls from now on, counted in the returned list's one item."""
     import hashlib
 
     from vt.engine.core import kv_manager
@@ -138,6 +137,13 @@ def test_a_lookup_hashes_only_up_to_the_first_block_not_cached(monkeypatch: pyte
         return real(data)
 
     monkeypatch.setattr(kv_manager.hashlib, "sha256", counting)
+    return calls
+
+
+def test_a_lookup_hashes_only_up_to_the_first_block_not_cached(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A miss hashes its first block only, not its whole prompt; a hit of two blocks hashes those and the first one
+    past them. A step admitting a long uncached prompt keys it once, after its prefill, not also to find nothing."""
+    calls = count_hashes(monkeypatch)
     kv = KVCacheManager(64, 4, 32, enable_caching=True)
     a = list(range(40))  # 10 full blocks (the last token never served from the cache)
     calls[0] = 0
@@ -152,18 +158,7 @@ def test_a_request_waiting_for_blocks_hashes_its_prefix_once_across_steps(monkey
     """B shares A's first 63 blocks but cannot be admitted while A holds nearly every block: each step looks B up
     again, and its keys come from B's own memo after the first (a 1,040-token prompt would otherwise hash its 64
     blocks every step)."""
-    import hashlib
-
-    from vt.engine.core import kv_manager
-
-    calls = [0]
-    real = hashlib.sha256
-
-    def counting(data: bytes = b"") -> object:
-        calls[0] += 1
-        return real(data)
-
-    monkeypatch.setattr(kv_manager.hashlib, "sha256", counting)
+    calls = count_hashes(monkeypatch)
     cfg = EngineConfig(model="tiny-qwen3", max_model_len=1056, num_blocks=66, block_size=BS, max_num_seqs=4,
                        max_num_batched_tokens=2048, enable_prefix_caching=True)
     sched = Scheduler(cfg, KVCacheManager(66, BS, cfg.max_blocks_per_seq, enable_caching=True))
