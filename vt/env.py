@@ -116,7 +116,9 @@ class Flags:
     rope_max_rows: int = 8
     # VT_DECODE_MIN_PARTITION=128 or 64: the decode attention splits a context into partitions this short (256 keys
     # by default), so a launch of few rows over a short context runs on more blocks, plus the reduce launch
-    # (backends/kernels/decode_attention.py partition_size): an A/B knob; on the H200 64 was slower at c=1 (session 28)
+    # (backends/kernels/decode_attention.py partition_size): an A/B knob; on the H200 64 was slower at c=1 (session 28,
+    # when the graph driver still padded tables to 256 keys at any floor); on the H100 128 took 20 us off c1-anatomy's
+    # ladder TPOT (session 38; README)
     decode_min_partition: int = 256
     # VT_DECODE_EARLY_KEYS=0: the rope variant reads its first tile of keys and values after its wait, not before it
     # while the qkv GEMM ahead of it finishes (the keys before the token's own: earlier steps wrote them;
@@ -126,7 +128,8 @@ class Flags:
     # VT_DECODE_EARLY_TILES=2 (with early keys): the rope variant requests its first two tiles of keys and values
     # before its wait, not one: at one row a block walks its partition a tile (64 keys at head dim 128) a DRAM round
     # trip, so 129-255 keys took four round trips, three after the wait (H200, session 28: 1.043 ms a step at 255
-    # keys against 0.991 at 128). Off (1) until a GPU has run it (session 37: ptxas, no spills)
+    # keys against 0.991 at 128). Off (1): correct on the H100 and no faster there (session 38, replays: 1.134 against
+    # 1.137 ms at 1x255, 1.084 against 1.081 at 1x128)
     decode_early_tiles: int = 1
     # VT_MOE_CONSUMER_NORM=1 (with VT_CONSUMER_NORM): a MoE layer of a one-token step takes the consumer's norm too:
     # its o projection only adds into x, the router GEMM and the routed gate/up GEMM (moe_norm_route_gemm_rows) each

@@ -2104,3 +2104,17 @@ ENTRIES += [
         expect="another reason ptxas gives",
     ),
 ]
+
+# The graph driver's narrowest table width, the decode attention's partition floor's (VT_DECODE_MIN_PARTITION).
+ENTRIES += [
+    Mutation(
+        id="graph-driver-pads-short-tables-to-the-default-floor",
+        description="the narrowest decode graph is 256 keys wide whatever the partition floor: under a 128-key floor "
+                    "a one-row step over 128 keys launches an empty second partition and the reduce",
+        file="vt/engine/worker/graph_driver.py",
+        old="        self.min_width = width_bucket(-(-flags().decode_min_partition // kv.block_size))\n",
+        new="        self.min_width = width_bucket(-(-256 // kv.block_size))\n",
+        gates=("tests/engine/test_decode_widths.py::test_a_one_row_step_within_the_partition_floor_runs_one_partition",),
+        expect="partitions by table blocks",
+    ),
+]

@@ -27,7 +27,6 @@ from typing import Any
 
 import numpy as np
 
-from backends.kernels.decode_attention import MIN_PARTITION
 from models.base import ForwardBatch, KVCache, Model, prefill_inputs, run_prefill
 from models.decoder import LONG_CONTEXT_KEYS, SHORT_PREFILL_TOKENS
 from vt.backend import Graph, Tensor
@@ -233,10 +232,11 @@ class GraphDriver:
         # whole cache); its bucket is the last of width_ladder.
         blocks = -(-max_model_len // kv.block_size) if max_model_len else kv.num_blocks
         self.max_model_len = max_model_len
-        # Tables narrower than MIN_PARTITION keys cost the decode kernel what that width does (one partition at the
-        # default floor, reading only each row's own context; VT_DECODE_MIN_PARTITION may split it): they share its
-        # graphs, half as many to capture.
-        self.min_width = width_bucket(-(-MIN_PARTITION // kv.block_size))
+        # Tables narrower than the decode attention's partition floor (VT_DECODE_MIN_PARTITION) cost its kernel what
+        # that width does (one partition, reading only each row's own context): they share its graphs, fewer to
+        # capture. The flag's floor, not the default's: under 128, a 128-key table padded to 256 keys would launch
+        # an empty second partition and the reduce (H100, session 38: 1x128 replayed 16 us slower so)
+        self.min_width = width_bucket(-(-flags().decode_min_partition // kv.block_size))
         self.max_width = width_bucket(max(1, blocks), self.min_width)
         c, rows = model.cfg, max(max_num_seqs * max_q, self.rows_ladder[-1])
         self.logits = self.backend.empty((rows, c.vocab_size), F32)  # the slots' shared outputs (see Slot)
