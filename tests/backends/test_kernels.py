@@ -109,6 +109,16 @@ def run_decode(xp, c: DecodeCase, op: Any = None) -> np.ndarray:
 
 
 PARTITION = MIN_PARTITION  # what every case below is split by (test_decode_cases_reach_every_path checks it)
+
+
+@pytest.fixture(autouse=True)
+def default_partition_floor() -> Any:
+    """The cases below are laid out around the default floor's partitions: a run with VT_DECODE_MIN_PARTITION set
+    (a lane trying another floor) keeps them; a test that lowers the floor sets it inside this."""
+    with flag_set("VT_DECODE_MIN_PARTITION", str(MIN_PARTITION)):
+        yield
+
+
 LONG = 2 * PARTITION + 3 * BS + 5  # three partitions, the last partial
 DECODE_CASES = {  # name: (contexts, nh, nkv, table width in blocks, tokens per row)
     "one-token-gqa1": ([1], 4, 4, 4, 1),

@@ -7,10 +7,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from backends.kernels.decode_attention import MIN_PARTITION
 from models.base import prefill
 from seams.harness import SeamHarness
 from seams.lanes import GRAPHS_REASON, guarantee
+from vt.env import flags
 
 MODELS = ["tiny-qwen3", "tiny-qwen3-moe"]
 GRAPH_MODELS = [guarantee(m, id=m, reason=GRAPHS_REASON) for m in MODELS]
@@ -30,14 +30,14 @@ def _independent_logits(h: SeamHarness) -> np.ndarray:
 @pytest.mark.parametrize("model", GRAPH_MODELS)
 def test_G4_graph_is_rebuilt_not_reused_after_the_block_table_width_changes(model: str) -> None:
     graphs, eager = SeamHarness(model), SeamHarness(model, graphs=False)
-    # 254-255 tokens: 16 blocks, the driver's narrowest bucket (one attention partition); the 17th block
-    # comes at token 257 and moves the step to the next bucket
+    # 254-255 tokens: 16 blocks, the driver's narrowest bucket at the default partition floor (one attention
+    # partition); the 17th block comes at token 257 and moves the step to the next bucket
     graphs.start(2, prompt_len=253)
     eager.start(2, prompt_len=253)
     widths, want, captures = [], [], []
     for _ in range(8):
         # the narrowest graph that holds the table: one attention partition's blocks at least, never twice as wide
-        want.append(max(graphs.inputs().block_tables.shape[1], -(-MIN_PARTITION // graphs.block_size)))
+        want.append(max(graphs.inputs().block_tables.shape[1], -(-flags().decode_min_partition // graphs.block_size)))
         a, b = graphs.step(), eager.step()
         assert np.array_equal(a, b), "logits after a width change must match eager"
         err = float(np.abs(a - _independent_logits(graphs)).max())
