@@ -2118,3 +2118,27 @@ ENTRIES += [
         expect="partitions by table blocks",
     ),
 ]
+
+# scripts/replay-ab --kernels: each kernel's share of the replay, not its (overlapping) duration.
+MARGINAL = "tests/engine/test_lane_replay_marginal.py"
+ENTRIES += [
+    Mutation(
+        id="replay-marginal-charges-whole-durations",
+        description="replay-ab charges each kernel its whole duration: under PDL a kernel launched early is charged "
+                    "the wait for the one ahead, and the charges exceed the replay",
+        file="scripts/replay-ab",
+        old="        out[name] = out.get(name, 0.0) + max(0.0, end - frontier)\n",
+        new="        out[name] = out.get(name, 0.0) + (end - start)\n",
+        gates=(f"{MARGINAL}::test_marginal_times_charge_each_kernel_what_it_adds_and_sum_to_the_span",
+               f"{MARGINAL}::test_a_kernel_inside_anothers_span_adds_nothing"),
+    ),
+    Mutation(
+        id="replay-marginal-charges-idle-to-the-next-kernel",
+        description="replay-ab charges the GPU's idle stretch before a kernel to that kernel: host stalls read as a "
+                    "slow kernel",
+        file="scripts/replay-ab",
+        old="            out[IDLE] = out.get(IDLE, 0.0) + start - frontier\n            frontier = start\n",
+        new="            pass\n",
+        gates=(f"{MARGINAL}::test_marginal_times_charge_each_kernel_what_it_adds_and_sum_to_the_span",),
+    ),
+]
