@@ -34,13 +34,16 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import glob
+import logging
 import math
 import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
+from backends.gemm_plans import PlanCache, machine_tag, plan_key
 from backends.kernels import skinny_gemm, skinny_mma
 from backends.kernels.activation import PAIR_COLS
 
@@ -57,6 +60,7 @@ L2_BYTES = 50 << 20  # the H200's L2
 TUNED_MAX_ROWS = 2048  # the largest prefill bucket (vt/engine/worker/piecewise.py)
 EPILOGUE_BYTES = 4 << 20  # the tuning scratch's tail: a timed epilogue's outputs (never a timing chain's weight)
 STORAGE = {CUDA_R_16BF: "uint16", CUDA_R_16F: "float16"}
+log = logging.getLogger("vt")
 
 
 def fastest(candidates: Sequence[Any], time_once: Callable[[Any], float], pairs: int = TIMED_PAIRS
@@ -102,6 +106,13 @@ def _load() -> ctypes.CDLL:
 def name(algo: Any) -> str:
     """A candidate as a log names it: a skinny GEMM configuration (CUDA cores or tensor cores), or cuBLASLt."""
     return str(algo) if isinstance(algo, skinny_gemm.Config | skinny_mma.MmaConfig) else "cuBLASLt"
+
+
+def fingerprint(algo: Any) -> str:
+    """A candidate as the plan cache knows it: a configuration's name, or cuBLASLt's algorithm, all 64 bytes."""
+    if isinstance(algo, skinny_gemm.Config | skinny_mma.MmaConfig):
+        return str(algo)
+    return "cuBLASLt:" + "".join(f"{word:016x}" for word in algo.algo)
 
 
 def _view(cupy: Any, ptr: int, shape: tuple[int, ...], dtype: Any) -> Any:
@@ -330,12 +341,21 @@ class Plan:
         import cupy
 
         lt = self.lt
+        key = plan_key(self.dtype, self.m, self.n, self.k, self.epilogue)
+        prints = [fingerprint(c) for c in self.candidates]
+        cached = lt.plan_cache.pick(key, prints) if lt.plan_cache is not None else None
         if epilogue is not None:
             epilogue = epilogue.on_scratch(cupy, lt.scratch() + L2_FLUSH_BYTES - EPILOGUE_BYTES, self.m, self.n)
         caller = cupy.cuda.get_current_stream()
         ready = caller.record()
         tuning = lt.tuning_stream()
         tuning.wait_event(ready)  # the operands are written
+        if cached is not None:  # an earlier process's pick among these very candidates: run once, untimed
+            with tuning:  # eager, as the timing would have: its module loads outside any capture
+                self.run(a_ptr, self._timing_weights(b_ptr)[0], c_ptr, tuning.ptr, self.candidates[cached], epilogue)
+            tuning.synchronize()  # its writes (C, the epilogue's scratch) land before the caller's real call
+            self.algo, self.times_us = self.candidates[cached], lt.plan_cache.times_us(key)  # type: ignore[union-attr]
+            return
         with tuning:
             lt.flush_l2(tuning)
             weights = self._timing_weights(b_ptr)
@@ -356,6 +376,8 @@ class Plan:
             best, times = fastest(chains, time_once)
         self.times_us = [round(t, 2) for t in times]
         self.algo = self.candidates[best]
+        if lt.plan_cache is not None:
+            lt.plan_cache.record(key, prints, best, self.times_us)
 
     def _chain(self, cand: Any, a_ptr: int, weights: list[int], c_ptr: int, stream: Any,
                epilogue: Epilogue | None) -> Any:
@@ -393,8 +415,9 @@ class Plan:
 
 class CublasLt:
     def __init__(self, workspace_ptr: int, workspace_bytes: int, scratch: Any = None,
-                 skinny: tuple[int, int] | None = None) -> None:
+                 skinny: tuple[int, int] | None = None, plan_cache: PlanCache | None = None) -> None:
         self.scratch = scratch  # () -> device pointer of L2_FLUSH_BYTES the tuner may overwrite
+        self.plan_cache = plan_cache  # earlier processes' picks (VT_GEMM_PLAN_CACHE), and where this one's go
         self.skinny = skinny  # the skinny GEMM's (partials, zeroed counters) device pointers; None: not a candidate
         self.lib = _load()
         self.handle = ctypes.c_void_p()
@@ -412,8 +435,32 @@ class CublasLt:
         self._tuning_stream: Any = None
 
     def stop_tuning(self) -> None:
-        """From now on a new shape keeps the heuristic's first pick (start-up is over: backends/cuda.py)."""
+        """From now on a new shape keeps the heuristic's first pick (start-up is over: backends/cuda.py). The picks
+        timed so far go to the plan cache."""
         self.is_tuning = False
+        if self.plan_cache is not None:
+            timed = len(self.plan_cache.new)
+            self.plan_cache.save()
+            log.info("GEMM plans: %d timed (%.1f s), %d taken from %s", timed, self.tuning_s, self.plan_cache.hits,
+                     self.plan_cache.path)
+
+    def open_plan_cache(self, cache_dir: str, pdl: bool, skinny_cluster: bool) -> None:
+        """This machine's plan file under cache_dir/gemm-plans (backends/gemm_plans.py): named by the GPU, the CUDA
+        runtime and driver, cuBLASLt's version, the flags that change how candidates run (programmatic launch, the
+        cluster kernel) and the sources of the tuner and of every kernel a plan's candidates or consumers launch."""
+        import cupy
+
+        rt = cupy.cuda.runtime
+        props = rt.getDeviceProperties(cupy.cuda.Device().id)
+        self.lib.cublasLtGetVersion.restype = ctypes.c_size_t
+        parts = {"gpu": props["name"].decode() if isinstance(props["name"], bytes) else str(props["name"]),
+                 "cc": f"{props['major']}.{props['minor']}", "sms": props["multiProcessorCount"],
+                 "runtime": rt.runtimeGetVersion(), "driver": rt.driverGetVersion(),
+                 "cublaslt": int(self.lib.cublasLtGetVersion()), "pdl": pdl, "skinny_cluster": skinny_cluster}
+        here = Path(__file__).resolve().parent
+        sources = [here / "cublaslt.py", here / "kernels" / "skinny_gemm.py", here / "kernels" / "skinny_mma.py",
+                   *sorted((here / "kernels").glob("*.cu")), *sorted((here / "kernels").glob("*.cuh"))]
+        self.plan_cache = PlanCache(Path(cache_dir) / "gemm-plans" / f"{machine_tag(parts, sources)}.json")
 
     def tuning_stream(self) -> Any:
         """A stream of the tuner's own: a timing graph is captured on it, whatever stream the caller is on (the

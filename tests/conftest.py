@@ -1,9 +1,14 @@
 from __future__ import annotations
 
 import functools
+import os
 from collections.abc import Iterator
 
 import pytest
+
+# Tests are hermetic: no GEMM tuner takes an earlier process's picks from the user's cache (a test of the tuner would
+# test that process's timing, not its own). The plan cache's own tests turn it on in a directory of theirs.
+os.environ.setdefault("VT_GEMM_PLAN_CACHE", "0")
 
 
 @functools.cache

@@ -19,6 +19,7 @@ from mutations.registry import (
     engine,
     engine_core,
     failures,
+    gemm_plans,
     guarantees,
     house,
     kernels,
@@ -73,6 +74,7 @@ AREAS = (
     startup_capture,
     async_scheduling,
     serving,
+    gemm_plans,
 )
 
 ENTRIES: list[Mutation] = [m for area in AREAS for m in area.ENTRIES]
