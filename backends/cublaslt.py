@@ -115,6 +115,20 @@ def fingerprint(algo: Any) -> str:
     return "cuBLASLt:" + "".join(f"{word:016x}" for word in algo.algo)
 
 
+def ranking_sources() -> list[tuple[str, str]]:
+    """What could change which candidate of a GEMM plan is fastest, as (name, text): the kernels a candidate or a
+    consumer runs (the skinny GEMMs, the norm and SwiGLU kernels after cuBLASLt; each .cu with its headers inlined,
+    as NVRTC compiles it), the modules that launch them, and the tuner's own timing (this file). Not the other
+    kernels: a change to the decode attention leaves the GEMMs' picks where they were."""
+    from backends.kernels import activation, build, launch, norm
+
+    here = Path(__file__).resolve()
+    modules = [here, *(Path(str(m.__file__)) for m in (skinny_gemm, skinny_mma, norm, activation, build, launch))]
+    kernels = sorted({i.file for m in (skinny_gemm, skinny_mma, norm, activation) for i in m.CI_INSTANCES})
+    return ([(p.name, p.read_text()) for p in modules] + [(f, build.source(f)) for f in kernels]
+            + [("NVRTC_OPTIONS", " ".join(build.NVRTC_OPTIONS))])
+
+
 def _view(cupy: Any, ptr: int, shape: tuple[int, ...], dtype: Any) -> Any:
     """A CuPy array over device memory vt owns (no allocation: safe inside a capture)."""
     size = cupy.dtype(dtype).itemsize * math.prod(shape)
@@ -286,6 +300,7 @@ class Plan:
             self.candidates += list(skinny_mma.CONFIGS)  # no epilogue of its own: the consumer runs after it
         self.algo = self.candidates[0]
         self.times_us: list[float] = []
+        self.from_cache = False  # the pick and its times are an earlier process's (the plan cache)
 
     @property
     def picked(self) -> str:
@@ -342,19 +357,17 @@ class Plan:
 
         lt = self.lt
         key = plan_key(self.dtype, self.m, self.n, self.k, self.epilogue)
-        prints = [fingerprint(c) for c in self.candidates]
-        cached = lt.plan_cache.pick(key, prints) if lt.plan_cache is not None else None
+        fingerprints = [fingerprint(c) for c in self.candidates]
+        stored = lt.plan_cache.pick(key, fingerprints) if lt.plan_cache is not None else None
         if epilogue is not None:
             epilogue = epilogue.on_scratch(cupy, lt.scratch() + L2_FLUSH_BYTES - EPILOGUE_BYTES, self.m, self.n)
         caller = cupy.cuda.get_current_stream()
         ready = caller.record()
         tuning = lt.tuning_stream()
         tuning.wait_event(ready)  # the operands are written
-        if cached is not None:  # an earlier process's pick among these very candidates: run once, untimed
-            with tuning:  # eager, as the timing would have: its module loads outside any capture
-                self.run(a_ptr, self._timing_weights(b_ptr)[0], c_ptr, tuning.ptr, self.candidates[cached], epilogue)
-            tuning.synchronize()  # its writes (C, the epilogue's scratch) land before the caller's real call
-            self.algo, self.times_us = self.candidates[cached], lt.plan_cache.times_us(key)  # type: ignore[union-attr]
+        if stored is not None:
+            self._take_stored_pick(stored, a_ptr, b_ptr, c_ptr, tuning, epilogue)
+            self.times_us = lt.plan_cache.times_us(key, fingerprints)  # type: ignore[union-attr]
             return
         with tuning:
             lt.flush_l2(tuning)
@@ -377,7 +390,18 @@ class Plan:
         self.times_us = [round(t, 2) for t in times]
         self.algo = self.candidates[best]
         if lt.plan_cache is not None:
-            lt.plan_cache.record(key, prints, best, self.times_us)
+            lt.plan_cache.record(key, fingerprints, best, self.times_us)
+
+    def _take_stored_pick(self, index: int, a_ptr: int, b_ptr: int, c_ptr: int, tuning: Any,
+                          epilogue: Epilogue | None) -> None:
+        """An earlier process's pick among these very candidates (the plan cache), taken untimed. It runs once, eagerly,
+        as the timing would have run it, so its module is loaded before any capture (a capture cannot load one, and
+        `_gemm_epilogue` would fall back to the heuristic's first pick): over the real weight, into C (the caller's
+        call overwrites it) and the epilogue's scratch."""
+        with tuning:
+            self.run(a_ptr, b_ptr, c_ptr, tuning.ptr, self.candidates[index], epilogue)
+        tuning.synchronize()  # its writes land before the caller's real call
+        self.algo, self.from_cache = self.candidates[index], True
 
     def _chain(self, cand: Any, a_ptr: int, weights: list[int], c_ptr: int, stream: Any,
                epilogue: Epilogue | None) -> Any:
@@ -444,23 +468,28 @@ class CublasLt:
             log.info("GEMM plans: %d timed (%.1f s), %d taken from %s", timed, self.tuning_s, self.plan_cache.hits,
                      self.plan_cache.path)
 
-    def open_plan_cache(self, cache_dir: str, pdl: bool, skinny_cluster: bool) -> None:
+    def open_plan_cache(self, cache_dir: str, pdl: bool, skinny_cluster: bool, retime: bool = False) -> None:
         """This machine's plan file under cache_dir/gemm-plans (backends/gemm_plans.py): named by the GPU, the CUDA
-        runtime and driver, cuBLASLt's version, the flags that change how candidates run (programmatic launch, the
-        cluster kernel) and the sources of the tuner and of every kernel a plan's candidates or consumers launch."""
+        runtime, NVRTC, CuPy and cuBLASLt, the flags that change how candidates run (programmatic launch, the
+        cluster kernel) and `ranking_sources`. The cache is optional: what cannot be read here is said, and the
+        tuner times every shape as without it."""
         import cupy
 
-        rt = cupy.cuda.runtime
-        props = rt.getDeviceProperties(cupy.cuda.Device().id)
-        self.lib.cublasLtGetVersion.restype = ctypes.c_size_t
-        parts = {"gpu": props["name"].decode() if isinstance(props["name"], bytes) else str(props["name"]),
-                 "cc": f"{props['major']}.{props['minor']}", "sms": props["multiProcessorCount"],
-                 "runtime": rt.runtimeGetVersion(), "driver": rt.driverGetVersion(),
-                 "cublaslt": int(self.lib.cublasLtGetVersion()), "pdl": pdl, "skinny_cluster": skinny_cluster}
-        here = Path(__file__).resolve().parent
-        sources = [here / "cublaslt.py", here / "kernels" / "skinny_gemm.py", here / "kernels" / "skinny_mma.py",
-                   *sorted((here / "kernels").glob("*.cu")), *sorted((here / "kernels").glob("*.cuh"))]
-        self.plan_cache = PlanCache(Path(cache_dir) / "gemm-plans" / f"{machine_tag(parts, sources)}.json")
+        try:
+            rt = cupy.cuda.runtime
+            props = rt.getDeviceProperties(cupy.cuda.Device().id)
+            self.lib.cublasLtGetVersion.restype = ctypes.c_size_t
+            gpu = props["name"]
+            parts = {"gpu": gpu.decode() if isinstance(gpu, bytes) else str(gpu),
+                     "cc": f"{props['major']}.{props['minor']}", "sms": props["multiProcessorCount"],
+                     "runtime": rt.runtimeGetVersion(), "driver_cuda_api": rt.driverGetVersion(),
+                     "nvrtc": list(cupy.cuda.nvrtc.getVersion()), "cupy": cupy.__version__,
+                     "cublaslt": int(self.lib.cublasLtGetVersion()), "pdl": pdl, "skinny_cluster": skinny_cluster}
+            path = Path(cache_dir) / "gemm-plans" / f"{machine_tag(parts, ranking_sources())}.json"
+        except Exception as e:  # noqa: BLE001 - the picks are a cache: without them the tuner times every shape
+            log.warning("GEMM plan cache off: this machine's file could not be named (%s)", e)
+            return
+        self.plan_cache = PlanCache(path, retime)
 
     def tuning_stream(self) -> Any:
         """A stream of the tuner's own: a timing graph is captured on it, whatever stream the caller is on (the

@@ -145,8 +145,9 @@ class CudaBackend(Backend):
 
         lt = CublasLt(self._lt_workspace.mem, WORKSPACE_BYTES, self._tuning_scratch,
                       self._skinny_scratch()) if flags().gemm_tuned else None
-        if lt is not None and flags().gemm_plan_cache:
-            lt.open_plan_cache(flags().cache_dir, flags().pdl, flags().skinny_cluster)
+        if lt is not None and flags().gemm_plan_cache != "0":
+            lt.open_plan_cache(flags().cache_dir, flags().pdl, flags().skinny_cluster,
+                               retime=flags().gemm_plan_cache == "retime")
         self._scratch: Buffer | None = None
         self.blas = Cublas(self._workspace.mem, WORKSPACE_BYTES, lt)
         xp = types.SimpleNamespace(**{k: getattr(cupy, k) for k in dir(cupy) if not k.startswith("__")})

@@ -7,8 +7,9 @@ from collections.abc import Iterator
 import pytest
 
 # Tests are hermetic: no GEMM tuner takes an earlier process's picks from the user's cache (a test of the tuner would
-# test that process's timing, not its own). The plan cache's own tests turn it on in a directory of theirs.
-os.environ.setdefault("VT_GEMM_PLAN_CACHE", "0")
+# test that process's timing, not its own), whatever the shell exports. The plan cache's own tests turn it on in a
+# directory of theirs.
+os.environ["VT_GEMM_PLAN_CACHE"] = "0"
 
 
 @functools.cache

@@ -92,9 +92,9 @@ class Flags:
     cudagraph: bool  # VT_CUDAGRAPH=0: capture scopes are inert, everything runs eagerly
     sanitize: bool  # VT_SANITIZE=1: CPU sanitizer (poison on free, checked launches)
     gemm_tuned: bool  # VT_GEMM_TUNED=0: cuBLAS's first heuristic pick for every GEMM, no cuBLASLt timing
-    # VT_GEMM_PLAN_CACHE=0: the GEMM tuner neither takes nor keeps picks under VT_CACHE_DIR/gemm-plans (every process
-    # times its shapes; backends/gemm_plans.py)
-    gemm_plan_cache: bool
+    # VT_GEMM_PLAN_CACHE: the GEMM tuner's picks under VT_CACHE_DIR/gemm-plans (backends/gemm_plans.py): 1 takes and
+    # keeps them, 0 neither (every process times its shapes), retime times every shape and overwrites them
+    gemm_plan_cache: str
     cache_dir: str  # VT_CACHE_DIR: built-in tiny checkpoints (checkpoints/) and sm_90a kernels' CUBINs (kernels/)
     blas_threads: int  # VT_BLAS_THREADS: the CPU backend's BLAS threads (auto: cores - 1)
     api_key: str | None = None  # VT_API_KEY: `vt serve`'s API key when --api-key is not given (vLLM's VLLM_API_KEY)
@@ -121,7 +121,7 @@ class Flags:
     # by default), so a launch of few rows over a short context runs on more blocks, plus the reduce launch
     # (backends/kernels/decode_attention.py partition_size): an A/B knob; on the H200 64 was slower at c=1 (session 28,
     # when the graph driver still padded tables to 256 keys at any floor); on the H100 128 took 20 us off c1-anatomy's
-    # ladder TPOT (session 38; README)
+    # ladder TPOT, one process a setting, within the noise between processes (session 38; README)
     decode_min_partition: int = 256
     # VT_DECODE_EARLY_KEYS=0: the rope variant reads its first tile of keys and values after its wait, not before it
     # while the qkv GEMM ahead of it finishes (the keys before the token's own: earlier steps wrote them;
@@ -182,7 +182,7 @@ class Flags:
             cudagraph=_read_bool("VT_CUDAGRAPH", True),
             sanitize=_read_bool("VT_SANITIZE", False),
             gemm_tuned=_read_bool("VT_GEMM_TUNED", True),
-            gemm_plan_cache=_read_bool("VT_GEMM_PLAN_CACHE", True),
+            gemm_plan_cache=_read_choice("VT_GEMM_PLAN_CACHE", ("1", "0", "retime")),
             cache_dir=os.environ.get("VT_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "vt"),
             blas_threads=_read_threads("VT_BLAS_THREADS"),
             api_key=os.environ.get("VT_API_KEY") or None,
@@ -217,11 +217,11 @@ def as_environ(f: Flags) -> dict[str, str]:
     names = {"pool_bypass": "VT_POOL_BYPASS", "pool_exact": "VT_POOL_EXACT", "pool_borrow": "VT_POOL_BORROW",
              "pool_stats": "VT_POOL_STATS", "cudagraph": "VT_CUDAGRAPH", "sanitize": "VT_SANITIZE",
              "gemm_tuned": "VT_GEMM_TUNED", "pdl": "VT_PDL", "consumer_norm": "VT_CONSUMER_NORM",
-             "gemm_plan_cache": "VT_GEMM_PLAN_CACHE",
              "rope_in_attention": "VT_ROPE_IN_ATTENTION", "skinny_mma": "VT_SKINNY_MMA",
              "decode_early_keys": "VT_DECODE_EARLY_KEYS", "moe_consumer_norm": "VT_MOE_CONSUMER_NORM"}
     out = {env: "1" if getattr(f, field) else "0" for field, env in names.items()}
     out["VT_SHARED_ROWS_ATTENTION"] = f.shared_rows_attention
+    out["VT_GEMM_PLAN_CACHE"] = f.gemm_plan_cache
     out["VT_PREFILL_HEADS_A_BLOCK"] = str(f.prefill_heads_a_block)
     out["VT_PREFILL_WGMMA"] = f.prefill_wgmma
     out["VT_CACHE_DIR"] = f.cache_dir

@@ -109,16 +109,6 @@ def run_decode(xp, c: DecodeCase, op: Any = None) -> np.ndarray:
 
 
 PARTITION = MIN_PARTITION  # what every case below is split by (test_decode_cases_reach_every_path checks it)
-
-
-@pytest.fixture(autouse=True)
-def default_partition_floor() -> Any:
-    """The cases below are laid out around the default floor's partitions: a run with VT_DECODE_MIN_PARTITION set
-    (a lane trying another floor) keeps them; a test that lowers the floor sets it inside this."""
-    with flag_set("VT_DECODE_MIN_PARTITION", str(MIN_PARTITION)):
-        yield
-
-
 LONG = 2 * PARTITION + 3 * BS + 5  # three partitions, the last partial
 DECODE_CASES = {  # name: (contexts, nh, nkv, table width in blocks, tokens per row)
     "one-token-gqa1": ([1], 4, 4, 4, 1),
@@ -128,6 +118,14 @@ DECODE_CASES = {  # name: (contexts, nh, nkv, table width in blocks, tokens per 
     "full-width-mqa": ([8 * BS, 8 * BS - 3], 4, 1, 8, 1),
     "verify-q4-gqa2": ([37, 2 * PARTITION + 1], 4, 2, -(-(2 * PARTITION + 1) // BS), 4),
 }
+
+
+@pytest.fixture(autouse=True)
+def default_partition_floor() -> Any:
+    """The cases above are laid out around the default floor's partitions: a run with VT_DECODE_MIN_PARTITION set
+    (a lane trying another floor) keeps them; a test that lowers the floor sets it inside this."""
+    with flag_set("VT_DECODE_MIN_PARTITION", str(MIN_PARTITION)):
+        yield
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])

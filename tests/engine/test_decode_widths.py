@@ -1,7 +1,7 @@
 """The graph driver's narrowest block-table width follows the decode attention's partition floor
 (VT_DECODE_MIN_PARTITION): a one-row step over a context within the floor pads to a graph whose decode launch is
-one partition, no reduce. Under the default floor's width a 128-key floor would split a 128-key step in two, its
-second partition empty (H100, session 38: 16 us a step)."""
+one partition, no reduce. Under the default floor's width a 128-key floor would split a step over 128 keys or
+fewer in two, its second partition empty, plus the reduce launch."""
 
 from __future__ import annotations
 

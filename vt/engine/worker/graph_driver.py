@@ -234,8 +234,8 @@ class GraphDriver:
         self.max_model_len = max_model_len
         # Tables narrower than the decode attention's partition floor (VT_DECODE_MIN_PARTITION) cost its kernel what
         # that width does (one partition, reading only each row's own context): they share its graphs, fewer to
-        # capture. The flag's floor, not the default's: under 128, a 128-key table padded to 256 keys would launch
-        # an empty second partition and the reduce (H100, session 38: 1x128 replayed 16 us slower so)
+        # capture. The flag's floor, not the default's: under 128, a table of 128 keys or fewer padded to 256 would
+        # launch an empty second partition and the reduce (before session 38 it was; the gain is not measured)
         self.min_width = width_bucket(-(-flags().decode_min_partition // kv.block_size))
         self.max_width = width_bucket(max(1, blocks), self.min_width)
         c, rows = model.cfg, max(max_num_seqs * max_q, self.rows_ladder[-1])
