@@ -352,7 +352,9 @@ class Plan:
         step finds its own; `_timing_weights`). Timed one launch at a time after an L2 flush, on the H200 every 0.6B
         decode GEMM cost 8-10 us whatever its size, and the skinny GEMM lost shapes it wins inside a step (docs/).
         An epilogue plan times each candidate with its consumer, writing into the scratch's tail. The candidates'
-        timings are interleaved (`fastest`)."""
+        timings are interleaved (`fastest`). With the plan cache (VT_GEMM_PLAN_CACHE), a shape an earlier process
+        timed among these very candidates takes that pick untimed (`_take_stored_pick`), and a pick timed here is
+        recorded for the next process."""
         import cupy
 
         lt = self.lt
