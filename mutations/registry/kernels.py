@@ -2115,7 +2115,7 @@ ENTRIES += [
         old="        self.min_width = width_bucket(-(-flags().decode_min_partition // kv.block_size))\n",
         new="        self.min_width = width_bucket(-(-256 // kv.block_size))\n",
         gates=("tests/engine/test_decode_widths.py::test_a_one_row_step_within_the_partition_floor_runs_one_partition",),
-        expect="partitions by table blocks",
+        expect="step replayed (keys, partitions)",
     ),
 ]
 
