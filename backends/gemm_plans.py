@@ -26,11 +26,11 @@ import fcntl
 import hashlib
 import json
 import logging
-import os
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+
+from vt.files import replace_whole
 
 log = logging.getLogger("vt")
 
@@ -97,7 +97,8 @@ class PlanCache:
 
     def record(self, key: str, candidates: list[str], best: int, times_us: list[float]) -> None:
         entry = {"candidates": list(candidates), "pick": candidates[best], "times_us": list(times_us)}
-        self.plans[entry_key(key, candidates)] = self.new[entry_key(key, candidates)] = entry
+        at = entry_key(key, candidates)
+        self.plans[at] = self.new[at] = entry
 
     def save(self) -> None:
         """Writes this process's new picks over what the file holds now, under the file's lock (tensor-parallel
@@ -110,7 +111,8 @@ class PlanCache:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             with self._locked():
                 merged = {**self._read(quiet=True), **self.new}  # its state was said when this process read it
-                _replace(self.path, json.dumps({"format": FORMAT, "plans": merged}, indent=0, sort_keys=True))
+                replace_whole(self.path, json.dumps({"format": FORMAT, "plans": merged}, indent=0, sort_keys=True)
+                              .encode())
             self.new = {}
         except OSError as e:
             log.warning("GEMM plan cache %s not written (%s): the next process times its shapes again", self.path, e)
@@ -123,22 +125,6 @@ class PlanCache:
                 yield
             finally:
                 fcntl.flock(lock, fcntl.LOCK_UN)
-
-
-def _replace(path: Path, text: str) -> None:
-    """path's content becomes text, whole or not at all: a temporary file beside it, synced, renamed over it."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as f:
-            os.fchmod(f.fileno(), 0o644)  # as a file the user wrote (mkstemp's is 0600)
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
 
 
 def _well_formed(entry: Any) -> bool:

@@ -23,6 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from vt.files import replace_whole
+
 KERNEL_DIR = Path(__file__).resolve().parent
 NVRTC_OPTIONS = ("--std=c++17",)  # CuPy adds the device's -arch
 NVCC_OPTIONS = ("-arch=sm_90a", "-std=c++17")
@@ -337,18 +339,11 @@ def arch_cubin(text: str, options: tuple[str, ...], expr: str, fresh: bool = Fal
         cubin, lowered = nvrtc.getCUBIN(prog), nvrtc.getLoweredName(prog, expr)
     finally:
         nvrtc.destroyProgram(prog)
-    tmp = None
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=path.parent, delete=False) as f:
-            tmp = f.name
-            f.write(lowered.encode() + b"\n" + cubin)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
+        replace_whole(path, lowered.encode() + b"\n" + cubin)
     except OSError:
-        if tmp is not None:
-            Path(tmp).unlink(missing_ok=True)
+        pass
     return cubin, lowered
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 CORE = {"vt.backend", "vt.ops", "vt.pool", "vt.capture", "vt.env", "vt.errors", "vt.registry", "vt.dtypes",
-        "vt.parallel"}
+        "vt.parallel", "vt.files"}
 TOP = {"vt.cli", "vt.conformance", "vt"}  # the command, its tables, and the package's lazy public names
 HARNESS = ("tests", "seams", "mutations")
 
