@@ -353,7 +353,7 @@ class Plan:
         decode GEMM cost 8-10 us whatever its size, and the skinny GEMM lost shapes it wins inside a step (docs/).
         An epilogue plan times each candidate with its consumer, writing into the scratch's tail. The candidates'
         timings are interleaved (`fastest`). With the plan cache (VT_GEMM_PLAN_CACHE), a shape an earlier process
-        timed among these very candidates takes that pick untimed (`_take_stored_pick`), and a pick timed here is
+        timed among these very candidates takes that pick untimed, and a pick timed here is
         recorded for the next process."""
         import cupy
 
@@ -361,16 +361,18 @@ class Plan:
         key = plan_key(self.dtype, self.m, self.n, self.k, self.epilogue)
         fingerprints = [fingerprint(c) for c in self.candidates]
         stored = lt.plan_cache.pick(key, fingerprints) if lt.plan_cache is not None else None
+        if stored is not None:  # an earlier process's pick among these very candidates, taken untimed
+            # no run of its own: tune is never called inside a capture, and its caller runs the pick eagerly right
+            # after, which loads its module before any capture (the GPU test's second process checks it is loaded)
+            self.algo, self.from_cache = self.candidates[stored], True
+            self.times_us = lt.plan_cache.times_us(key, fingerprints)  # type: ignore[union-attr]
+            return
         if epilogue is not None:
             epilogue = epilogue.on_scratch(cupy, lt.scratch() + L2_FLUSH_BYTES - EPILOGUE_BYTES, self.m, self.n)
         caller = cupy.cuda.get_current_stream()
         ready = caller.record()
         tuning = lt.tuning_stream()
         tuning.wait_event(ready)  # the operands are written
-        if stored is not None:
-            self._take_stored_pick(stored, a_ptr, b_ptr, c_ptr, tuning, epilogue)
-            self.times_us = lt.plan_cache.times_us(key, fingerprints)  # type: ignore[union-attr]
-            return
         with tuning:
             lt.flush_l2(tuning)
             weights = self._timing_weights(b_ptr)
@@ -393,17 +395,6 @@ class Plan:
         self.algo = self.candidates[best]
         if lt.plan_cache is not None:
             lt.plan_cache.record(key, fingerprints, best, self.times_us)
-
-    def _take_stored_pick(self, index: int, a_ptr: int, b_ptr: int, c_ptr: int, tuning: Any,
-                          epilogue: Epilogue | None) -> None:
-        """An earlier process's pick among these very candidates (the plan cache), taken untimed. It runs once, eagerly,
-        as the timing would have run it, so its module is loaded before any capture (a capture cannot load one, and
-        `_gemm_epilogue` would fall back to the heuristic's first pick): over the real weight, into C (the caller's
-        call overwrites it) and the epilogue's scratch."""
-        with tuning:
-            self.run(a_ptr, b_ptr, c_ptr, tuning.ptr, self.candidates[index], epilogue)
-        tuning.synchronize()  # its writes land before the caller's real call
-        self.algo, self.from_cache = self.candidates[index], True
 
     def _chain(self, cand: Any, a_ptr: int, weights: list[int], c_ptr: int, stream: Any,
                epilogue: Epilogue | None) -> Any:
