@@ -1,5 +1,4 @@
-"""The GEMM tuner's picks kept across processes (VT_GEMM_PLAN_CACHE=1; off until its GPU test has run), as CUBINs
-are kept.
+"""The GEMM tuner's picks kept across processes (VT_GEMM_PLAN_CACHE, on by default), as CUBINs are kept.
 
 The tuner (backends/cublaslt.py) times every candidate of a decode shape at start-up and keeps the fastest.
 Candidates within a few percent of each other trade places from process to process, and one such swap put 30 us on

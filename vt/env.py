@@ -93,8 +93,8 @@ class Flags:
     sanitize: bool  # VT_SANITIZE=1: CPU sanitizer (poison on free, checked launches)
     gemm_tuned: bool  # VT_GEMM_TUNED=0: cuBLAS's first heuristic pick for every GEMM, no cuBLASLt timing
     # VT_GEMM_PLAN_CACHE: the GEMM tuner's picks under VT_CACHE_DIR/gemm-plans (backends/gemm_plans.py): 1 takes and
-    # keeps them, retime times every shape and overwrites them, 0 neither (every process times its shapes). 0 by
-    # default until its GPU test has run (written in session 38 without a GPU left to run it)
+    # keeps them (default: its GPU test passed on an H100, session 38), retime times every shape and overwrites them,
+    # 0 neither (every process times its shapes)
     gemm_plan_cache: str
     cache_dir: str  # VT_CACHE_DIR: built-in tiny checkpoints (checkpoints/) and sm_90a kernels' CUBINs (kernels/)
     blas_threads: int  # VT_BLAS_THREADS: the CPU backend's BLAS threads (auto: cores - 1)
@@ -183,7 +183,7 @@ class Flags:
             cudagraph=_read_bool("VT_CUDAGRAPH", True),
             sanitize=_read_bool("VT_SANITIZE", False),
             gemm_tuned=_read_bool("VT_GEMM_TUNED", True),
-            gemm_plan_cache=_read_choice("VT_GEMM_PLAN_CACHE", ("0", "1", "retime")),
+            gemm_plan_cache=_read_choice("VT_GEMM_PLAN_CACHE", ("1", "0", "retime")),
             cache_dir=os.environ.get("VT_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "vt"),
             blas_threads=_read_threads("VT_BLAS_THREADS"),
             api_key=os.environ.get("VT_API_KEY") or None,
