@@ -118,12 +118,13 @@ class Flags:
     # (session 25, before session 33's 256 blocks a launch, at which the variant is not measured);
     # c=128's TPOT was 2.711 ms in session 28 against 2.439 before the variant). 1024: any row count (sessions 25-27)
     rope_max_rows: int = 8
-    # VT_DECODE_MIN_PARTITION=128 or 64: the decode attention splits a context into partitions this short (256 keys
-    # by default), so a launch of few rows over a short context runs on more blocks, plus the reduce launch
-    # (backends/kernels/decode_attention.py partition_size): an A/B knob; on the H200 64 was slower at c=1 (session 28,
-    # when the graph driver still padded tables to 256 keys at any floor); on the H100 128 took 20 us off c1-anatomy's
-    # ladder TPOT, one process a setting, within the noise between processes (session 38; README)
-    decode_min_partition: int = 256
+    # VT_DECODE_MIN_PARTITION=128 (the default), 256 or 64: the decode attention splits a context into partitions no
+    # shorter than this (backends/kernels/decode_attention.py partition_size), so a launch of few rows over a short
+    # context runs on more blocks, plus the reduce launch. On the H200 64 was slower at c=1 (session 28, when the
+    # graph driver still padded tables to 256 keys at any floor). On the H100, the yardstick's c=1 ladder with one
+    # process's GEMM picks (plan cache), two rounds: 1.116 / 1.117 ms TPOT at 128 against 1.129 / 1.129 at 256
+    # (session 39)
+    decode_min_partition: int = 128
     # VT_DECODE_EARLY_KEYS=0: the rope variant reads its first tile of keys and values after its wait, not before it
     # while the qkv GEMM ahead of it finishes (the keys before the token's own: earlier steps wrote them;
     # VT_READS_BEFORE_WAIT). H100, session 37, three rounds: a 0.6B one-row step's replay 1.086 ms with it against
@@ -194,7 +195,7 @@ class Flags:
             consumer_norm=_read_bool("VT_CONSUMER_NORM", True),
             rope_in_attention=_read_bool("VT_ROPE_IN_ATTENTION", True),
             rope_max_rows=int(_read_choice("VT_ROPE_MAX_ROWS", ("8", "16", "32", "64", "128", "1024"))),
-            decode_min_partition=int(_read_choice("VT_DECODE_MIN_PARTITION", ("256", "128", "64"))),
+            decode_min_partition=int(_read_choice("VT_DECODE_MIN_PARTITION", ("128", "256", "64"))),
             decode_early_keys=_read_bool("VT_DECODE_EARLY_KEYS", True),
             decode_early_tiles=int(_read_choice("VT_DECODE_EARLY_TILES", ("1", "2"))),
             moe_consumer_norm=_read_bool("VT_MOE_CONSUMER_NORM", False),

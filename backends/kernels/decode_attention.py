@@ -22,7 +22,9 @@ from vt.dtypes import narrow_host, widen_host
 from vt.env import flags
 from vt.errors import EngineInvariantError
 
-MIN_PARTITION = 256  # keys: a context this short is one partition (no reduce launch), unless the flag lowers it
+# keys: the rope variant's widest table (models/decoder.py attends_with_rope), and the partition floor the tests'
+# cases are laid out by (VT_DECODE_MIN_PARTITION=256; the default floor is 128: vt/env.py)
+MIN_PARTITION = 256
 # A long context is split until the launch has about this many blocks: one wave at two blocks an SM on the H100's
 # and H200's 132 SMs. Session 33 (an H100, attention-bench, min us of decode + reduce): 8 tokens x 8,192 keys 96.6
 # at 256 (4 partitions of 2,048) against 103.9 at 1,024 (16 of 512), 98.9 at 512, 106.5 at 2,048; 32 x 2,048 93.5
@@ -52,8 +54,9 @@ CI_INSTANCES += [Instance(i.file, i.expr.replace(">", ", 2>", 1)) for i in CI_IN
 
 def partition_size(num_tokens: int, num_kv_heads: int, max_context: int) -> int:
     """Keys per partition, from static shapes only (so a graph's launch is fixed): as many splits of the
-    longest context as keep about TARGET_BLOCKS blocks busy, in multiples of 64 keys, never under MIN_PARTITION
-    (or VT_DECODE_MIN_PARTITION's floor). One token at 8k context: 32 partitions of 256; eight tokens: 4 of 2,048."""
+    longest context as keep about TARGET_BLOCKS blocks busy, in multiples of 64 keys, never under the floor
+    (VT_DECODE_MIN_PARTITION: 128 keys by default). One token at 8k context: 32 partitions of 256; eight tokens: 4 of
+    2,048."""
     splits = max(1, TARGET_BLOCKS // max(1, num_tokens * num_kv_heads))
     keys = -(-max_context // splits)
     return max(flags().decode_min_partition, -(-keys // 64) * 64)
