@@ -149,6 +149,7 @@ class CudaBackend(Backend):
             lt.open_plan_cache(flags().cache_dir, flags().pdl, flags().skinny_cluster,
                                retime=flags().gemm_plan_cache == "retime")
         self._scratch: Buffer | None = None
+        self.decode_merge_counters = self._decode_merge_counters()
         self.blas = Cublas(self._workspace.mem, WORKSPACE_BYTES, lt)
         xp = types.SimpleNamespace(**{k: getattr(cupy, k) for k in dir(cupy) if not k.startswith("__")})
         xp.matmul = lambda a, b, out=None: staged_matmul(cupy, self.blas.sgemm, a, b, out)
@@ -194,6 +195,15 @@ class CudaBackend(Backend):
         counters = int(self._skinny.mem) + 4 * SCRATCH_FLOATS
         self.cp.cuda.runtime.memset(counters, 0, 4 * MAX_TILES)
         return int(self._skinny.mem), counters
+
+    def _decode_merge_counters(self) -> int:
+        """The rope attention's counters, zeroed and long-lived: its last block of a token's partitions merges them
+        (backends/kernels/decode_attention.py MERGE_COUNTERS) and leaves its counter at zero again."""
+        from backends.kernels.decode_attention import MERGE_COUNTERS
+
+        self._merge_counters = self.alloc(4 * MERGE_COUNTERS)
+        self.cp.cuda.runtime.memset(int(self._merge_counters.mem), 0, 4 * MERGE_COUNTERS)
+        return int(self._merge_counters.mem)
 
     def _tuning_scratch(self) -> int:
         """A long-lived buffer the GEMM tuner overwrites to flush the L2 cache (allocated at the first tuning,

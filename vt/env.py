@@ -120,10 +120,11 @@ class Flags:
     rope_max_rows: int = 8
     # VT_DECODE_MIN_PARTITION=128 (the default), 256 or 64: the decode attention splits a context into partitions no
     # shorter than this (backends/kernels/decode_attention.py partition_size), so a launch of few rows over a short
-    # context runs on more blocks, plus the reduce launch. On the H200 64 was slower at c=1 (session 28, when the
-    # graph driver still padded tables to 256 keys at any floor). On the H100, the yardstick's c=1 ladder with one
-    # process's GEMM picks (plan cache), two rounds: 1.116 / 1.117 ms TPOT at 128 against 1.129 / 1.129 at 256
-    # (session 39)
+    # context runs on more blocks, then the merge of their partitions (the reduce launch, or the last of those blocks:
+    # VT_DECODE_MERGE_IN_ATTENTION). On the H200 64 was
+    # slower at c=1 (session 28, when the graph driver still padded tables to 256 keys at any floor). On the H100, the
+    # yardstick's c=1 ladder with one process's GEMM picks (plan cache), two rounds: 1.116 / 1.117 ms TPOT at 128
+    # against 1.129 / 1.129 at 256 (session 39, with the reduce launch still after the attention)
     decode_min_partition: int = 128
     # VT_DECODE_EARLY_KEYS=0: the rope variant reads its first tile of keys and values after its wait, not before it
     # while the qkv GEMM ahead of it finishes (the keys before the token's own: earlier steps wrote them;
@@ -136,6 +137,11 @@ class Flags:
     # keys against 0.991 at 128). Off (1): correct on the H100 and no faster there (session 38, replays: 1.134 against
     # 1.137 ms at 1x255, 1.084 against 1.081 at 1x128)
     decode_early_tiles: int = 1
+    # VT_DECODE_MERGE_IN_ATTENTION=1: a decode step's rope attention split into partitions merges them itself, the last
+    # block of each token's partitions (decode_attention.cu merge_in_last_block: counters the CUDA backend keeps at
+    # zero), instead of the reduce kernel, a launch of its own after it. H100, session 39: the reduce cost a 0.6B
+    # one-row step 54.6 us of its 1.097 ms replay (replay-ab --kernels, marginal). Off until its GPU test has run
+    decode_merge_in_attention: bool = False
     # VT_MOE_CONSUMER_NORM=1 (with VT_CONSUMER_NORM): a MoE layer of a one-token step takes the consumer's norm too:
     # its o projection only adds into x, the router GEMM and the routed gate/up GEMM (moe_norm_route_gemm_rows) each
     # norm the row themselves. Off: on an H100 (session 37) the 30B-A3B-8L one-row replay took 0.8031 ms with it
@@ -198,6 +204,7 @@ class Flags:
             decode_min_partition=int(_read_choice("VT_DECODE_MIN_PARTITION", ("128", "256", "64"))),
             decode_early_keys=_read_bool("VT_DECODE_EARLY_KEYS", True),
             decode_early_tiles=int(_read_choice("VT_DECODE_EARLY_TILES", ("1", "2"))),
+            decode_merge_in_attention=_read_bool("VT_DECODE_MERGE_IN_ATTENTION", False),
             moe_consumer_norm=_read_bool("VT_MOE_CONSUMER_NORM", False),
             shared_rows_attention=_read_rows_attention(),
             rows_target_blocks=int(_read_choice("VT_ROWS_TARGET_BLOCKS", ROWS_TARGET_BLOCKS)),
@@ -220,7 +227,8 @@ def as_environ(f: Flags) -> dict[str, str]:
              "pool_stats": "VT_POOL_STATS", "cudagraph": "VT_CUDAGRAPH", "sanitize": "VT_SANITIZE",
              "gemm_tuned": "VT_GEMM_TUNED", "pdl": "VT_PDL", "consumer_norm": "VT_CONSUMER_NORM",
              "rope_in_attention": "VT_ROPE_IN_ATTENTION", "skinny_mma": "VT_SKINNY_MMA",
-             "decode_early_keys": "VT_DECODE_EARLY_KEYS", "moe_consumer_norm": "VT_MOE_CONSUMER_NORM"}
+             "decode_early_keys": "VT_DECODE_EARLY_KEYS", "moe_consumer_norm": "VT_MOE_CONSUMER_NORM",
+             "decode_merge_in_attention": "VT_DECODE_MERGE_IN_ATTENTION"}
     out = {env: "1" if getattr(f, field) else "0" for field, env in names.items()}
     out["VT_SHARED_ROWS_ATTENTION"] = f.shared_rows_attention
     out["VT_GEMM_PLAN_CACHE"] = f.gemm_plan_cache

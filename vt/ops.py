@@ -17,6 +17,9 @@ class Ops:
     """Mixed into Backend; a backend sets `kernels` to the library's op table (backends/kernels/library.py)."""
 
     kernels: Any = None
+    # the decode attention's merge counters (backends/kernels/decode_attention.py MERGE_COUNTERS zeroed uint32): the
+    # CUDA backend's device pointer; None: the reduce kernel merges a split context's partitions
+    decode_merge_counters: Any = None
 
     def launch(self, kernel: Any, *args: Any, stream: Any = None, **kw: Any) -> None:
         raise NotImplementedError("need launch")
@@ -84,8 +87,9 @@ class Ops:
         """qk_norm_rope_store(qkv, ...) then paged_decode_attention of its q, in one launch (the q/k norm, rotary
         and KV write in the attention's prologue; q never leaves the kernel). For one token a sequence only: each
         token that writes the cache has its own block_tables row (the CPU twin refuses anything else)."""
+        merge = {} if self.decode_merge_counters is None else {"merge_counters": self.decode_merge_counters}
         self.launch(self.kernels.paged_decode_attention_rope, qkv, bias, w, rope, slots, k_cache, v_cache,
-                    block_tables, token_row, positions, out, part_o, part_ml, has_norm=has_norm, eps=eps)
+                    block_tables, token_row, positions, out, part_o, part_ml, has_norm=has_norm, eps=eps, **merge)
 
     def paged_prefill_attention(self, q: Any, k_cache: Any, v_cache: Any, block_tables: Any, tiles: Any,
                                 token_row: Any, positions: Any, out: Any) -> None:

@@ -375,6 +375,66 @@ __device__ __forceinline__ void read_own_key(const DecodePlace<KV, HD, G>& at, c
     valid = true;
 }
 
+// The partitions of a block's G query heads merged by the last of their blocks to finish, into out: the reduce
+// kernel's arithmetic (paged_decode_reduce, in its order), without its launch. Every live partition's block counts
+// itself in at its (token, block column) counter once its partials are written; the block that takes the count to
+// np (the token's live partitions) merges, and sets the counter back to zero (a graph replays it, the next layer
+// takes it). Partials written by other blocks are read from L2 (ld.cg), after the fences the count orders.
+constexpr int MERGE_MAX_PARTITIONS = 64;  // decode_attention.py's: more partitions go through the reduce kernel
+
+// The merge of one head's np partitions, shared by merge_in_last_block and the reduce kernel. First (a warp, lanes
+// over partitions) each partition's weight at their common max, into weight[p]; returns the weights' sum in every
+// lane. Partials come through L2 (ld.cg): other blocks wrote them.
+__device__ __forceinline__ float partition_weights(const float* __restrict__ ml, int np, float* weight) {
+    const int lane = threadIdx.x & 31;
+    float M = neg_inf();
+    for (int p = lane; p < np; p += 32) M = fmaxf(M, __ldcg(ml + 2 * p));
+    M = warp_max(M);
+    float wsum = 0.0f;
+    for (int p = lane; p < np; p += 32) {
+        const float share = expf(__ldcg(ml + 2 * p) - M) * __ldcg(ml + 2 * p + 1);  // a part's weight
+        weight[p] = share;
+        wsum += share;
+    }
+    return warp_sum(wsum);
+}
+// Then dim d of its output: the partitions' outputs po [np, HD] weighted, in partition order (all loads independent).
+template <int HD>
+__device__ __forceinline__ float merged_dim(const float* __restrict__ po, const float* weight, int np, int d) {
+    float o = 0.0f;
+#pragma unroll 8
+    for (int p = 0; p < np; p++) o += weight[p] * __ldcg(po + (i64)p * HD + d);
+    return o;
+}
+template <typename OUT, int HD, int G>
+__device__ __forceinline__ void merge_in_last_block(i64 row0, int P, int np, const float* __restrict__ part_o,
+                                                    const float* __restrict__ part_ml, OUT* __restrict__ out,
+                                                    unsigned int* __restrict__ counter) {
+    __shared__ float weight[G][MERGE_MAX_PARTITIONS];
+    __shared__ float total[G];
+    __shared__ bool last;
+    __threadfence();  // this block's partials, before its count
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        last = atomicAdd(counter, 1u) == (unsigned)(np - 1);
+        if (last) *counter = 0u;
+    }
+    __syncthreads();
+    if (!last) return;
+    __threadfence();  // every other block's partials, after their counts
+    const int warp = threadIdx.x >> 5;
+    for (int h = warp; h < G; h += DECODE_WARPS) {
+        const float wsum = partition_weights(part_ml + (row0 + h) * P * 2, np, weight[h]);
+        if ((threadIdx.x & 31) == 0) total[h] = wsum;
+    }
+    __syncthreads();
+    for (int j = threadIdx.x; j < G * HD; j += DECODE_THREADS) {
+        const int h = j / HD, d = j - h * HD;
+        const float o = merged_dim<HD>(part_o + (row0 + h) * (i64)P * HD, weight[h], np, d);
+        out[(row0 + h) * HD + d] = from_f32<OUT>(o / total[h]);
+    }
+}
+
 // paged_decode_attention with the token's q/k norm, rotary and KV write (rotary.cu's qk_norm_rope_store) in its
 // prologue: one launch a layer fewer for a decode step of one token a sequence. Each block computes its G query
 // heads from qkv into shared memory; the blocks of a token's last partition (the one holding its own key) also
@@ -383,6 +443,8 @@ __device__ __forceinline__ void read_own_key(const DecodePlace<KV, HD, G>& at, c
 // bytes). The caller guarantees one token a sequence: another token of the sequence would read the slot a
 // different block writes (the twin refuses it). qkv [T, (nh + 2 nkv) HD] float32, bias or null, w [nh + nkv, HD],
 // rope [positions, 2 HD], slots [T] (-1: a padding row, nothing written); the rest as paged_decode_attention.
+// merge_counters: null, or [T x gridDim.x] counters at zero (zero again when the kernel ends): with P > 1 the last
+// block of a token's partitions merges them into out (merge_in_last_block), and no reduce kernel is launched.
 template <typename KV, typename OUT, int HD, int G, int EARLY_TILES = 1>
 __global__ void __launch_bounds__(DECODE_THREADS, DECODE_MIN_BLOCKS<KV, HD, G>)
 paged_decode_attention_rope(const float* __restrict__ qkv, const float* __restrict__ bias,
@@ -391,7 +453,7 @@ paged_decode_attention_rope(const float* __restrict__ qkv, const float* __restri
                             const i64* __restrict__ block_tables, const i64* __restrict__ token_row,
                             const i64* __restrict__ positions, OUT* __restrict__ out, float* __restrict__ part_o,
                             float* __restrict__ part_ml, int nkv, int block_size, int table_width, int partition,
-                            int has_norm, float eps, int early_keys) {
+                            int has_norm, float eps, int early_keys, unsigned int* __restrict__ merge_counters) {
     // Before the wait, what no kernel of the step writes: the step's inputs (positions, rows, tables, slots: the
     // host's uploads) and, with early_keys (VT_DECODE_EARLY_KEYS; EARLY_TILES tiles of them, 2 under
     // VT_DECODE_EARLY_TILES=2), the sequence's keys before its own (written by earlier steps; the token's own
@@ -454,6 +516,9 @@ paged_decode_attention_rope(const float* __restrict__ qkv, const float* __restri
         for (int i = 0; i < L::DPT; i++) qr[h][i] = qs[h][dg * L::DPT + i] * LOG2E;
     }
     attend_partition<KV, OUT, HD, G>(at, qr, pipe, first, k_bytes, v_minus_k, out, part_o, part_ml);
+    if (at.P > 1 && merge_counters != nullptr)  // else the reduce kernel merges the partitions
+        merge_in_last_block<OUT, HD, G>(at.t * at.nh + at.head0, at.P, min(at.P, (at.ctx + partition - 1) / partition),
+                                        part_o, part_ml, out, merge_counters + at.t * gridDim.x + blockIdx.x);
 }
 
 // paged_decode_attention for a step whose rows share sequences (a short prefill run whole, a row a token: the
@@ -621,29 +686,14 @@ __global__ void paged_decode_reduce(const float* __restrict__ part_o, const floa
     const i64 t = blockIdx.y;
     const int ctx = min((int)positions[t] + 1, max_context);
     const int np = min(P, (ctx + partition - 1) / partition);
-    const float* ml = part_ml + (t * nh + head) * P * 2;
     if (threadIdx.x < 32) {
-        const int lane = threadIdx.x;
-        float M = neg_inf();
-        for (int p = lane; p < np; p += 32) M = fmaxf(M, ml[2 * p]);
-        M = warp_max(M);
-        float wsum = 0.0f;
-        for (int p = lane; p < np; p += 32) {
-            const float share = expf(ml[2 * p] - M) * ml[2 * p + 1];  // a part's weight, at the common max
-            weight[p] = share;
-            wsum += share;
-        }
-        wsum = warp_sum(wsum);
-        if (lane == 0) total = wsum;
+        const float wsum = partition_weights(part_ml + (t * nh + head) * P * 2, np, weight);
+        if (threadIdx.x == 0) total = wsum;
     }
     __syncthreads();
     const float* po = part_o + (t * nh + head) * (i64)P * HD;
-    for (int d = threadIdx.x; d < HD; d += blockDim.x) {
-        float o = 0.0f;
-#pragma unroll 8
-        for (int p = 0; p < np; p++) o += weight[p] * po[(i64)p * HD + d];
-        out[(t * nh + head) * HD + d] = from_f32<OUT>(o / total);
-    }
+    for (int d = threadIdx.x; d < HD; d += blockDim.x)
+        out[(t * nh + head) * HD + d] = from_f32<OUT>(merged_dim<HD>(po, weight, np, d) / total);
 }
 
 }  // namespace vt

@@ -33,6 +33,8 @@ TARGET_BLOCKS = 256
 MAX_PARTITIONS = 256  # decode_attention.cu DECODE_MAX_PARTITIONS: the reduce kernel's weights in shared memory
 TWIN_TILE = 128  # keys per online-softmax tile in the twin (the kernel's: 8 to 16 keys a warp, 64 or 128 a block)
 THREADS = 256  # decode_attention.cu DECODE_THREADS
+MERGE_MAX_PARTITIONS = 64  # decode_attention.cu's: the rope kernel merges at most this many partitions itself
+MERGE_COUNTERS = 1 << 16  # the CUDA backend's zeroed counters for it: a token's blocks a partition, every token
 SPLIT_HEADS_UNTIL = 32  # blocks: a launch smaller than this deals a KV head's query heads out to more blocks
 STORAGE = ("float", "vt::bf16", "vt::f16")
 # Every layout the template takes (each storage type at each head dim), and every GQA ratio at one of them.
@@ -219,7 +221,9 @@ paged_decode_attention = FusedKernel("paged_decode_attention", _twin, _cuda, wri
 def _rope_twin(qkv: np.ndarray, bias: np.ndarray | None, w: np.ndarray, rope: np.ndarray, slots: np.ndarray,
                k_cache: np.ndarray, v_cache: np.ndarray, block_tables: np.ndarray, token_row: np.ndarray,
                positions: np.ndarray, out: np.ndarray, part_o: np.ndarray | None, part_ml: np.ndarray | None,
-               has_norm: bool, eps: float) -> None:
+               has_norm: bool, eps: float, merge_counters: Any = None) -> None:
+    """merge_counters: the CUDA kernel's (where its last block merges the partitions); the twin's merge is the
+    reduce kernel's arithmetic either way."""
     _one_token_a_sequence(block_tables, token_row, positions, slots, k_cache.shape[1])
     T, nh, hd = out.shape
     q = np.empty((T, nh, hd), np.float32)  # the kernel's shared memory: nothing of the pool's
@@ -245,9 +249,18 @@ def _one_token_a_sequence(block_tables: np.ndarray, token_row: np.ndarray, posit
                                    "launch writes (two tokens of one sequence); it serves one token a sequence")
 
 
+def merges_in_attention(num_tokens: int, blocks_a_token: int, partitions: int) -> bool:
+    """Whether a rope launch's last block of each token's partitions merges them (decode_attention.cu
+    merge_in_last_block), not the reduce kernel: under VT_DECODE_MERGE_IN_ATTENTION, for a split context of at most
+    MERGE_MAX_PARTITIONS partitions whose counters (a token's blocks a partition: KV heads x head split) fit
+    MERGE_COUNTERS."""
+    return (flags().decode_merge_in_attention and 1 < partitions <= MERGE_MAX_PARTITIONS
+            and num_tokens * blocks_a_token <= MERGE_COUNTERS)
+
+
 def _rope_cuda(cp: Any, qkv: Any, bias: Any, w: Any, rope: Any, slots: Any, k_cache: Any, v_cache: Any,
                block_tables: Any, token_row: Any, positions: Any, out: Any, part_o: Any, part_ml: Any,
-               has_norm: bool, eps: float) -> None:
+               has_norm: bool, eps: float, merge_counters: Any = None) -> None:
     T, nh, hd = out.shape
     bs, nkv = k_cache.shape[1], k_cache.shape[2]
     if T > MAX_GRID_Y or bs & (bs - 1) or k_cache.shape[0] >= 2**31:
@@ -260,6 +273,8 @@ def _rope_cuda(cp: Any, qkv: Any, bias: Any, w: Any, rope: Any, slots: Any, k_ca
     g = nh // nkv // split
     early = flags().decode_early_keys
     tiles = ", 2" if early and flags().decode_early_tiles == 2 else ""
+    fused_merge = merge_counters is not None and merges_in_attention(T, nkv * split, P)
+    merge = np.uint64(int(merge_counters)) if fused_merge else np.uint64(0)
     attend = function(cp, Instance("decode_attention.cu",
                                    f"vt::paged_decode_attention_rope<{kv}, {o}, {hd}, {g}{tiles}>"))
     null = np.uint64(0)
@@ -267,11 +282,13 @@ def _rope_cuda(cp: Any, qkv: Any, bias: Any, w: Any, rope: Any, slots: Any, k_ca
                                      block_tables, token_row, positions, out, null if part_o is None else part_o,
                                      null if part_ml is None else part_ml, np.int32(nkv), np.int32(bs), np.int32(W),
                                      np.int32(part), np.int32(bool(has_norm)), np.float32(eps),
-                                     np.int32(early)))
-    _reduce(cp, part_o, part_ml, positions, out, P, part, W * bs)
+                                     np.int32(early), merge))
+    if not merge:
+        _reduce(cp, part_o, part_ml, positions, out, P, part, W * bs)
 
 
-# qkv, bias, w, rope, slots, k_cache, v_cache, block_tables, token_row, positions, out, part_o, part_ml
+# qkv, bias, w, rope, slots, k_cache, v_cache, block_tables, token_row, positions, out, part_o, part_ml; on CUDA
+# merge_counters (a device pointer to MERGE_COUNTERS zeroed uint32, the backend's) lets the kernel merge partitions
 paged_decode_attention_rope = FusedKernel("paged_decode_attention_rope", _rope_twin, _rope_cuda,
                                           writes=(5, 6, 10, 11, 12))
 

@@ -151,9 +151,10 @@ ENTRIES: list[Mutation] = [
     ),
     Mutation(
         id="cuda-decode-reduction-sums-unrescaled-parts",
-        description="the reduce kernel weights each partition by its sum alone, at its own max, not the common one",
-        file=CU, old="            const float share = expf(ml[2 * p] - M) * ml[2 * p + 1];  // a part's weight, at the common max\n",
-        new="            const float share = ml[2 * p + 1];\n",
+        description="the partitions' merge (the reduce kernel's, and the rope kernel's last block's) weights each "
+                    "partition by its sum alone, at its own max, not the common one",
+        file=CU, old="        const float share = expf(__ldcg(ml + 2 * p) - M) * __ldcg(ml + 2 * p + 1);  // a part's weight\n",
+        new="        const float share = __ldcg(ml + 2 * p + 1);\n",
         gates=cases(DECODE_CUDA, ("tiles-gqa4", "partitions-gqa8", "verify-q4-gqa2"), ("float32", "bfloat16", "float16")),
         needs_gpu=True,
     ),
@@ -2140,5 +2141,40 @@ ENTRIES += [
         old="            out[IDLE] = out.get(IDLE, 0.0) + start - frontier\n            frontier = start\n",
         new="            pass\n",
         gates=(f"{MARGINAL}::test_marginal_times_charge_each_kernel_what_it_adds_and_sum_to_the_span",),
+    ),
+]
+
+# The rope kernel's last block of a token's partitions merges them (VT_DECODE_MERGE_IN_ATTENTION): no reduce launch.
+MERGE_GPU = f"{ROPE}::test_cuda_rope_variant_merging_its_partitions_in_its_last_block_equals_the_two_launches"
+MERGE_GPU_CASES = tuple(f"{MERGE_GPU}[{d}]" for d in ("float32", "bfloat16", "float16"))
+ENTRIES += [
+    Mutation(
+        id="cuda-decode-merge-takes-the-count-one-partition-early",
+        description="the block that counts the token's second-to-last live partition merges, before the last "
+                    "partition's partials are written (a context of one partition is never merged)",
+        file=CU,
+        old="        last = atomicAdd(counter, 1u) == (unsigned)(np - 1);\n",
+        new="        last = atomicAdd(counter, 1u) == (unsigned)(np - 2);\n",
+        gates=MERGE_GPU_CASES,
+        needs_gpu=True,
+    ),
+    Mutation(
+        id="cuda-decode-merge-leaves-its-counter-counted",
+        description="the merging block leaves its counter at the partitions' count: the next layer's launch (or the "
+                    "graph's next replay) never finds its last block",
+        file=CU,
+        old="        if (last) *counter = 0u;\n",
+        new="",
+        gates=MERGE_GPU_CASES,
+        needs_gpu=True,
+    ),
+    Mutation(
+        id="decode-merge-past-its-shared-weights",
+        description="the rope kernel is handed a merge of more partitions than its shared weights hold (a write past "
+                    "merge_in_last_block's array)",
+        file=TWIN,
+        old="    return (flags().decode_merge_in_attention and 1 < partitions <= MERGE_MAX_PARTITIONS\n",
+        new="    return (flags().decode_merge_in_attention and 1 < partitions\n",
+        gates=(f"{KERNELS}::test_the_rope_kernel_merges_only_partitions_its_shared_weights_and_the_counters_hold",),
     ),
 ]

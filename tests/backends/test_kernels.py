@@ -222,6 +222,32 @@ def test_a_launch_never_splits_a_context_more_often_than_the_reduce_kernel_holds
     assert max(counts) == decode_attention.MAX_PARTITIONS, "non-vacuity: some shape splits as often as it may"
 
 
+def test_the_rope_kernel_merges_only_partitions_its_shared_weights_and_the_counters_hold() -> None:
+    """merge_in_last_block keeps one weight a partition (MERGE_MAX_PARTITIONS, the kernel's own constant) and one
+    counter a token's block column (MERGE_COUNTERS): a launch past either, one partition (nothing to merge), or
+    VT_DECODE_MERGE_IN_ATTENTION=0 leaves the merge to the reduce kernel. Guard: one-token steps up to 8k keys merge
+    in the kernel, at every floor."""
+    with flag_set("VT_DECODE_MERGE_IN_ATTENTION", "1"):
+        _merges_within_bounds()
+    with flag_set("VT_DECODE_MERGE_IN_ATTENTION", "0"):
+        assert not decode_attention.merges_in_attention(1, 8, 2)
+
+
+def _merges_within_bounds() -> None:
+    da = decode_attention
+    cu = (Path(da.__file__).parent / "decode_attention.cu").read_text()
+    assert f"constexpr int MERGE_MAX_PARTITIONS = {da.MERGE_MAX_PARTITIONS};" in cu, "the kernel's bound is the host's"
+    assert not da.merges_in_attention(1, 8, 1), "one partition: nothing to merge"
+    assert not da.merges_in_attention(1, 8, da.MERGE_MAX_PARTITIONS + 1)
+    assert not da.merges_in_attention(da.MERGE_COUNTERS // 8 + 1, 8, 2), "a counter a token's block column"
+    assert da.merges_in_attention(da.MERGE_COUNTERS // 8, 8, da.MERGE_MAX_PARTITIONS), "non-vacuity: at both bounds"
+    for floor in ("256", "128", "64"):
+        with flag_set("VT_DECODE_MIN_PARTITION", floor):
+            for keys in (512, 2048, 8192):
+                P = da.num_partitions(1, 8, keys // BS, BS)
+                assert da.merges_in_attention(1, 8 * da.head_split(1, 8, 2, P), P), (floor, keys, P)
+
+
 @pytest.mark.parametrize("floor", ["256", "128", "64"])
 def test_no_decode_or_rows_launch_splits_past_the_reduce_kernels_partitions(floor: str) -> None:
     """The rows kernel's partials go through the same reduce: at every VT_ROWS_TARGET_BLOCKS choice (and the decode

@@ -62,10 +62,11 @@ NAMES = ("qkv", "bias", "w", "rope", "slots", "k_cache", "v_cache", "block_table
          "part_o", "part_ml")
 
 
-def fused(xp: Any, a: dict[str, Any], has_norm: bool, bias: bool = True) -> dict[str, Any]:
+def fused(xp: Any, a: dict[str, Any], has_norm: bool, bias: bool = True, merge_counters: Any = None) -> dict[str, Any]:
     """The rope variant on copies of a's arrays (CuPy's or NumPy's): what it wrote, on the host. On CUDA each cache
     is a view one block into a buffer whose first block is zeros (a guard: a write at slot -1, a padding row's,
-    lands in it); "guards" is whether both guards are still zeros."""
+    lands in it); "guards" is whether both guards are still zeros. merge_counters (CUDA): zeroed counters, so the
+    kernel's last blocks merge a split context's partitions."""
     d = {k: None if v is None else (xp.asarray(v) if xp is not np else v.copy()) for k, v in a.items()}
     if not bias:
         d["bias"] = None
@@ -74,7 +75,8 @@ def fused(xp: Any, a: dict[str, Any], has_norm: bool, bias: bool = True) -> dict
         for k in ("k_cache", "v_cache"):
             whole[k] = xp.concatenate([xp.zeros_like(d[k][:1]), d[k]])
             d[k] = whole[k][1:]
-    decode_attention.paged_decode_attention_rope(xp, *(d[k] for k in NAMES), has_norm=has_norm, eps=1e-6)
+    merge = {} if merge_counters is None else {"merge_counters": merge_counters.data.ptr}
+    decode_attention.paged_decode_attention_rope(xp, *(d[k] for k in NAMES), has_norm=has_norm, eps=1e-6, **merge)
     out = {k: d[k] if xp is np else d[k].get() for k in ("out", "k_cache", "v_cache")}
     out["guards"] = all(not bool(w[0].any()) for w in whole.values())
     return out
@@ -242,6 +244,40 @@ def test_cuda_rope_variant_at_the_lowest_partition_floor_equals_the_two_launches
             for k in ("out", "k_cache", "v_cache"):
                 assert np.array_equal(got[k], want[k], equal_nan=True), f"{k} hd={hd}"
             assert got["guards"], f"hd={hd}: a padding row (slot -1) wrote before the caches"
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])
+def test_cuda_rope_variant_merging_its_partitions_in_its_last_block_equals_the_two_launches(dtype: str) -> None:
+    """VT_DECODE_MERGE_IN_ATTENTION=1: given the counters, the last block of each token's partitions merges them
+    and no reduce kernel runs. Output and caches equal the two launches' (attention + reduce) bit for bit at every
+    head dim: GQA 8 over three partitions, the 64-key floor's four (a context of one partition among them: its block
+    merges alone), and an MQA head's 8 query heads dealt to 4 blocks over two partitions (the counters a token's
+    block columns); every counter is back at zero after each launch (the next layer and the graph's next replay take
+    them)."""
+    import cupy
+
+    floor = str(decode_attention.MIN_PARTITION)
+    cases = [("partitions-gqa8", None, floor), ("floor-64", ([1, 64, 65, 255], 4, 2, SHORT_TABLE, 1), "64"),
+             ("head-split", ([300, 511], 8, 1, 2 * SHORT_TABLE, 1), floor)]
+    counters = cupy.zeros(decode_attention.MERGE_COUNTERS, cupy.uint32)
+    merged, splits = 0, set()
+    for name, spec, floor in cases:
+        with flag_set("VT_DECODE_MIN_PARTITION", floor), flag_set("VT_DECODE_MERGE_IN_ATTENTION", "1"):
+            for hd in HEAD_DIMS:
+                a = rope_case(name if spec is None else "", hd, dtype, seed=hd, spec=spec)
+                T, nh, _ = a["out"].shape
+                nkv, P = a["k_cache"].shape[2], 1 if a["part_ml"] is None else a["part_ml"].shape[2]
+                split = decode_attention.head_split(T, nkv, nh // nkv, P)
+                splits.add(split)
+                assert decode_attention.merges_in_attention(T, nkv * split, P), f"non-vacuity: {name} merges in it"
+                got, want = fused(cupy, a, True, merge_counters=counters), unfused(cupy, a, True)
+                for k in ("out", "k_cache", "v_cache"):
+                    assert np.array_equal(got[k], want[k], equal_nan=True), f"{name} {k} hd={hd}"
+                assert got["guards"], f"{name} hd={hd}: a padding row (slot -1) wrote before the caches"
+                assert not counters.any().item(), f"{name} hd={hd}: a counter left above zero"
+                merged += 1
+    assert merged == len(cases) * len(HEAD_DIMS) and max(splits) > 1, (merged, splits)
 
 
 def test_rope_cases_reach_a_head_split_and_a_partitioned_context() -> None:
