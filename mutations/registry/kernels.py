@@ -2147,6 +2147,7 @@ ENTRIES += [
 # The rope kernel's last block of a token's partitions merges them (VT_DECODE_MERGE_IN_ATTENTION): no reduce launch.
 MERGE_GPU = f"{ROPE}::test_cuda_rope_variant_merging_its_partitions_in_its_last_block_equals_the_two_launches"
 MERGE_GPU_CASES = tuple(f"{MERGE_GPU}[{d}]" for d in ("float32", "bfloat16", "float16"))
+MERGE_REPLAY = f"{ROPE}::test_cuda_a_replayed_decode_step_merging_in_the_attention_computes_the_reduce_kernels_logits"
 ENTRIES += [
     Mutation(
         id="cuda-decode-merge-takes-the-count-one-partition-early",
@@ -2165,7 +2166,7 @@ ENTRIES += [
         file=CU,
         old="        if (last) *counter = 0u;\n",
         new="",
-        gates=MERGE_GPU_CASES,
+        gates=(*MERGE_GPU_CASES, MERGE_REPLAY),
         needs_gpu=True,
     ),
     Mutation(

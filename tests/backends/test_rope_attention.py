@@ -451,3 +451,37 @@ def test_a_short_prefill_run_whole_tells_the_driver_its_rows_share_sequences(mon
     llm.generate([prefix + [int(t) for t in rng.integers(3, llm.engine.vocab_size, 16)]], greedy)
     assert llm.engine.runner.num_whole_prefills >= 1 and any(s for s, _ in seen), "non-vacuity: a tail ran whole"
     assert all(told for shares, told in seen if shares), seen
+
+
+@pytest.mark.gpu
+def test_cuda_a_replayed_decode_step_merging_in_the_attention_computes_the_reduce_kernels_logits() -> None:
+    """VT_DECODE_MERGE_IN_ATTENTION=1 through the graph driver: tiny-qwen3's captured one-token step over 200 and 150
+    keys (a 256-key graph, two partitions at the 128-key floor), replayed twice, gives the logits of the same step
+    with the reduce launch, bit for bit; the second replay finds every counter back at zero (a counter left counted
+    would let no block merge, and the logits would differ)."""
+    from backends import cugraph
+    from backends.cuda import CudaBackend
+    from models.loader import load_checkpoint, resolve_model
+    from models.registry import load_model
+    from vt.engine.worker.graph_driver import DecodeInputs, GraphDriver
+
+    model = load_model(load_checkpoint(resolve_model("tiny-qwen3")), CudaBackend(), "bfloat16")
+    tables = np.array([list(range(1, 14)), list(range(14, 27))])
+    inp = DecodeInputs(np.array([11, 400]), np.array([200, 150]), np.array([13 * 16 + 8, 23 * 16 + 6]), tables)
+    kv = model.make_kv_cache(num_blocks=32, block_size=16)
+    got = {}
+    for merge in ("1", "0"):
+        with flag_set("VT_DECODE_MIN_PARTITION", "128"), flag_set("VT_DECODE_MERGE_IN_ATTENTION", merge):
+            driver = GraphDriver(model, kv, max_num_seqs=4)
+            logits = []
+            for _ in range(4):  # cold, capture, replay, replay
+                driver.step(inp)
+                logits.append(driver.last_logits())
+            kernels = driver.last_slot.graph.node_kinds.get(cugraph.KERNEL, 0)
+            assert decode_attention.num_partitions(2, kv.k[0].shape[2], 16, 16) == 2, "non-vacuity: two partitions"
+        assert driver.num_replays >= 2, "non-vacuity: the step replayed its graph twice"
+        got[merge] = logits, kernels
+    for i, (a, b) in enumerate(zip(got["1"][0], got["0"][0])):
+        assert np.array_equal(a, b), f"step {i}: merging in the attention changed the logits"
+    layers = model.cfg.num_hidden_layers
+    assert got["1"][1] == got["0"][1] - layers, f"a reduce launch fewer a layer: {got['1'][1]} against {got['0'][1]}"
