@@ -194,6 +194,7 @@ class CudaBackend(Backend):
         self._skinny = self.alloc(4 * (SCRATCH_FLOATS + MAX_TILES))
         counters = int(self._skinny.mem) + 4 * SCRATCH_FLOATS
         self.cp.cuda.runtime.memset(counters, 0, 4 * MAX_TILES)
+        self.cp.cuda.runtime.deviceSynchronize()  # the memset is the legacy stream's; the compute streams are others
         return int(self._skinny.mem), counters
 
     def _decode_merge_counters(self) -> int:
@@ -203,6 +204,7 @@ class CudaBackend(Backend):
 
         self._merge_counters = self.alloc(4 * MERGE_COUNTERS)
         self.cp.cuda.runtime.memset(int(self._merge_counters.mem), 0, 4 * MERGE_COUNTERS)
+        self.cp.cuda.runtime.deviceSynchronize()  # the memset is the legacy stream's; the compute streams are others
         return int(self._merge_counters.mem)
 
     def _tuning_scratch(self) -> int:

@@ -378,8 +378,8 @@ __device__ __forceinline__ void read_own_key(const DecodePlace<KV, HD, G>& at, c
 // The partitions of a block's G query heads merged by the last of their blocks to finish, into out: the reduce
 // kernel's arithmetic (paged_decode_reduce, in its order), without its launch. Every live partition's block counts
 // itself in at its (token, block column) counter once its partials are written; the block that takes the count to
-// np (the token's live partitions) merges, and sets the counter back to zero (a graph replays it, the next layer
-// takes it). Partials written by other blocks are read from L2 (ld.cg), after the fences the count orders.
+// np (the token's live partitions) merges; that arrival also sets the counter back to zero, in the same atomic (a
+// graph replays it, the next layer takes it). Partials written by other blocks are read from L2 (ld.cg), after the fences the count orders.
 constexpr int MERGE_MAX_PARTITIONS = 64;  // decode_attention.py's: more partitions go through the reduce kernel
 
 // The merge of one head's np partitions, shared by merge_in_last_block and the reduce kernel. First (a warp, lanes
@@ -416,8 +416,8 @@ __device__ __forceinline__ void merge_in_last_block(i64 row0, int P, int np, con
     __threadfence();  // this block's partials, before its count
     __syncthreads();
     if (threadIdx.x == 0) {
-        last = atomicAdd(counter, 1u) == (unsigned)(np - 1);
-        if (last) *counter = 0u;
+        const unsigned arrived = atomicInc(counter, (unsigned)(np - 1));  // the last arrival sets it back to 0
+        last = arrived == (unsigned)(np - 1);
     }
     __syncthreads();
     if (!last) return;
@@ -443,9 +443,10 @@ __device__ __forceinline__ void merge_in_last_block(i64 row0, int P, int np, con
 // bytes). The caller guarantees one token a sequence: another token of the sequence would read the slot a
 // different block writes (the twin refuses it). qkv [T, (nh + 2 nkv) HD] float32, bias or null, w [nh + nkv, HD],
 // rope [positions, 2 HD], slots [T] (-1: a padding row, nothing written); the rest as paged_decode_attention.
-// merge_counters: null, or [T x gridDim.x] counters at zero (zero again when the kernel ends): with P > 1 the last
-// block of a token's partitions merges them into out (merge_in_last_block), and no reduce kernel is launched.
-template <typename KV, typename OUT, int HD, int G, int EARLY_TILES = 1>
+// MERGE: merge_counters is [T x gridDim.x] counters at zero (zero again when the kernel ends), and with P > 1 the
+// last block of a token's partitions merges them into out (merge_in_last_block): no reduce kernel is launched.
+// Without it merge_counters is unread (null), and the instance keeps the registers it had without the merge.
+template <typename KV, typename OUT, int HD, int G, int EARLY_TILES = 1, bool MERGE = false>
 __global__ void __launch_bounds__(DECODE_THREADS, DECODE_MIN_BLOCKS<KV, HD, G>)
 paged_decode_attention_rope(const float* __restrict__ qkv, const float* __restrict__ bias,
                             const float* __restrict__ w, const float* __restrict__ rope,
@@ -516,9 +517,12 @@ paged_decode_attention_rope(const float* __restrict__ qkv, const float* __restri
         for (int i = 0; i < L::DPT; i++) qr[h][i] = qs[h][dg * L::DPT + i] * LOG2E;
     }
     attend_partition<KV, OUT, HD, G>(at, qr, pipe, first, k_bytes, v_minus_k, out, part_o, part_ml);
-    if (at.P > 1 && merge_counters != nullptr)  // else the reduce kernel merges the partitions
-        merge_in_last_block<OUT, HD, G>(at.t * at.nh + at.head0, at.P, min(at.P, (at.ctx + partition - 1) / partition),
-                                        part_o, part_ml, out, merge_counters + at.t * gridDim.x + blockIdx.x);
+    if constexpr (MERGE) {  // else the reduce kernel merges the partitions (an instance apart: its registers)
+        if (at.P > 1)
+            merge_in_last_block<OUT, HD, G>(at.t * at.nh + at.head0, at.P,
+                                            min(at.P, (at.ctx + partition - 1) / partition), part_o, part_ml, out,
+                                            merge_counters + at.t * gridDim.x + blockIdx.x);
+    }
 }
 
 // paged_decode_attention for a step whose rows share sequences (a short prefill run whole, a row a token: the

@@ -49,9 +49,12 @@ CI_INSTANCES += [Instance("decode_attention.cu", f"vt::paged_decode_attention_ro
 # The rope variant at every layout and GQA ratio the plain kernel has.
 CI_INSTANCES += [Instance(i.file, i.expr.replace("paged_decode_attention<", "paged_decode_attention_rope<"))
                  for i in CI_INSTANCES if "paged_decode_attention<" in i.expr]
-# and with two early tiles (VT_DECODE_EARLY_TILES=2) where a model's decode runs: 16-bit caches
-CI_INSTANCES += [Instance(i.file, i.expr.replace(">", ", 2>", 1)) for i in CI_INSTANCES
-                 if "paged_decode_attention_rope<" in i.expr and "float" not in i.expr]
+# and with two early tiles (VT_DECODE_EARLY_TILES=2) where a model's decode runs: 16-bit caches; and with the merge
+# in the kernel (VT_DECODE_MERGE_IN_ATTENTION) at one early tile, every layout
+ROPE_ONE_TILE = [i for i in CI_INSTANCES if "paged_decode_attention_rope<" in i.expr]
+CI_INSTANCES += [Instance(i.file, i.expr.replace(">", ", 2>", 1)) for i in ROPE_ONE_TILE if "float" not in i.expr]
+CI_INSTANCES += [Instance(i.file, i.expr.replace(">", ", 1, true>", 1)) for i in ROPE_ONE_TILE]
+CI_INSTANCES += [Instance(i.file, i.expr.replace(">", ", 2, true>", 1)) for i in ROPE_ONE_TILE if "float" not in i.expr]
 
 
 def partition_size(num_tokens: int, num_kv_heads: int, max_context: int) -> int:
@@ -272,11 +275,12 @@ def _rope_cuda(cp: Any, qkv: Any, bias: Any, w: Any, rope: Any, slots: Any, k_ca
     split = head_split(T, nkv, nh // nkv, P)
     g = nh // nkv // split
     early = flags().decode_early_keys
-    tiles = ", 2" if early and flags().decode_early_tiles == 2 else ""
     fused_merge = merge_counters is not None and merges_in_attention(T, nkv * split, P)
     merge = np.uint64(int(merge_counters)) if fused_merge else np.uint64(0)
+    tiles = 2 if early and flags().decode_early_tiles == 2 else 1
+    extra = f", {tiles}, true" if fused_merge else ", 2" if tiles == 2 else ""
     attend = function(cp, Instance("decode_attention.cu",
-                                   f"vt::paged_decode_attention_rope<{kv}, {o}, {hd}, {g}{tiles}>"))
+                                   f"vt::paged_decode_attention_rope<{kv}, {o}, {hd}, {g}{extra}>"))
     null = np.uint64(0)
     attend((nkv * split, T, P), (THREADS,), (qkv, NULL if bias is None else bias, w, rope, slots, k_cache, v_cache,
                                      block_tables, token_row, positions, out, null if part_o is None else part_o,

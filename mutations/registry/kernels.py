@@ -2154,9 +2154,9 @@ ENTRIES += [
         description="the block that counts the token's second-to-last live partition merges, before the last "
                     "partition's partials are written (a context of one partition is never merged)",
         file=CU,
-        old="        last = atomicAdd(counter, 1u) == (unsigned)(np - 1);\n",
-        new="        last = atomicAdd(counter, 1u) == (unsigned)(np - 2);\n",
-        gates=MERGE_GPU_CASES,
+        old="        last = arrived == (unsigned)(np - 1);\n",
+        new="        last = arrived == (unsigned)(np - 2);\n",
+        gates=(*MERGE_GPU_CASES, MERGE_REPLAY),
         needs_gpu=True,
     ),
     Mutation(
@@ -2164,8 +2164,8 @@ ENTRIES += [
         description="the merging block leaves its counter at the partitions' count: the next layer's launch (or the "
                     "graph's next replay) never finds its last block",
         file=CU,
-        old="        if (last) *counter = 0u;\n",
-        new="",
+        old="        const unsigned arrived = atomicInc(counter, (unsigned)(np - 1));  // the last arrival sets it back to 0\n",
+        new="        const unsigned arrived = atomicAdd(counter, 1u);\n",
         gates=(*MERGE_GPU_CASES, MERGE_REPLAY),
         needs_gpu=True,
     ),

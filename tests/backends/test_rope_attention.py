@@ -465,10 +465,14 @@ def test_cuda_a_replayed_decode_step_merging_in_the_attention_computes_the_reduc
     from models.registry import load_model
     from vt.engine.worker.graph_driver import DecodeInputs, GraphDriver
 
-    model = load_model(load_checkpoint(resolve_model("tiny-qwen3")), CudaBackend(), "bfloat16")
+    backend = CudaBackend()
+    model = load_model(load_checkpoint(resolve_model("tiny-qwen3")), backend, "bfloat16")
     tables = np.array([list(range(1, 14)), list(range(14, 27))])
     inp = DecodeInputs(np.array([11, 400]), np.array([200, 150]), np.array([13 * 16 + 8, 23 * 16 + 6]), tables)
     kv = model.make_kv_cache(num_blocks=32, block_size=16)
+    rng = np.random.default_rng(0)
+    for cache in (*kv.k, *kv.v):  # older keys of every layer its own: each partition's partials differ by layer
+        backend.copy_h2d(cache, narrow_host(rng.standard_normal(cache.shape).astype(np.float32), cache.dtype))
     got = {}
     for merge in ("1", "0"):
         with flag_set("VT_DECODE_MIN_PARTITION", "128"), flag_set("VT_DECODE_MERGE_IN_ATTENTION", merge):
@@ -485,3 +489,8 @@ def test_cuda_a_replayed_decode_step_merging_in_the_attention_computes_the_reduc
         assert np.array_equal(a, b), f"step {i}: merging in the attention changed the logits"
     layers = model.cfg.num_hidden_layers
     assert got["1"][1] == got["0"][1] - layers, f"a reduce launch fewer a layer: {got['1'][1]} against {got['0'][1]}"
+    rt = backend.cp.cuda.runtime
+    counters = np.ones(decode_attention.MERGE_COUNTERS, np.uint32)
+    rt.deviceSynchronize()
+    rt.memcpy(counters.ctypes.data, backend.decode_merge_counters, counters.nbytes, rt.memcpyDeviceToHost)
+    assert not counters.any(), "every counter back at zero after the replays"
