@@ -141,6 +141,7 @@ class CudaBackend(Backend):
         self._graveyard: list[Any] = []
         self._workspace = self.alloc(WORKSPACE_BYTES)  # long-lived, set on the cuBLAS handle up front
         self._lt_workspace = self.alloc(WORKSPACE_BYTES)  # cuBLASLt's, passed to every call
+        self._scratches: list[Buffer] = []  # kernels' long-lived scratch (_zeroed_scratch)
         from vt.env import flags
 
         lt = CublasLt(self._lt_workspace.mem, WORKSPACE_BYTES, self._tuning_scratch,
@@ -191,21 +192,24 @@ class CudaBackend(Backend):
         """The skinny GEMM's partials and its zeroed tile counters, long-lived (backends/kernels/skinny_gemm.py)."""
         from backends.kernels.skinny_gemm import MAX_TILES, SCRATCH_FLOATS
 
-        self._skinny = self.alloc(4 * (SCRATCH_FLOATS + MAX_TILES))
-        counters = int(self._skinny.mem) + 4 * SCRATCH_FLOATS
-        self.cp.cuda.runtime.memset(counters, 0, 4 * MAX_TILES)
-        self.cp.cuda.runtime.deviceSynchronize()  # the memset is the legacy stream's; the compute streams are others
-        return int(self._skinny.mem), counters
+        base = self._zeroed_scratch(4 * (SCRATCH_FLOATS + MAX_TILES), zero_from=4 * SCRATCH_FLOATS)
+        return base, base + 4 * SCRATCH_FLOATS
 
     def _decode_merge_counters(self) -> int:
         """The rope attention's counters, zeroed and long-lived: its last block of a token's partitions merges them
         (backends/kernels/decode_attention.py MERGE_COUNTERS) and leaves its counter at zero again."""
         from backends.kernels.decode_attention import MERGE_COUNTERS
 
-        self._merge_counters = self.alloc(4 * MERGE_COUNTERS)
-        self.cp.cuda.runtime.memset(int(self._merge_counters.mem), 0, 4 * MERGE_COUNTERS)
+        return self._zeroed_scratch(4 * MERGE_COUNTERS)
+
+    def _zeroed_scratch(self, nbytes: int, zero_from: int = 0) -> int:
+        """A long-lived buffer (held for the backend's life) whose bytes from zero_from on are zero before any kernel
+        runs: the kernels' counters, which each launch leaves at zero again. Its device pointer."""
+        buf = self.alloc(nbytes)
+        self._scratches.append(buf)
+        self.cp.cuda.runtime.memset(int(buf.mem) + zero_from, 0, nbytes - zero_from)
         self.cp.cuda.runtime.deviceSynchronize()  # the memset is the legacy stream's; the compute streams are others
-        return int(self._merge_counters.mem)
+        return int(buf.mem)
 
     def _tuning_scratch(self) -> int:
         """A long-lived buffer the GEMM tuner overwrites to flush the L2 cache (allocated at the first tuning,
