@@ -137,11 +137,16 @@ class Flags:
     # keys against 0.991 at 128). Off (1): correct on the H100 and no faster there (session 38, replays: 1.134 against
     # 1.137 ms at 1x255, 1.084 against 1.081 at 1x128)
     decode_early_tiles: int = 1
-    # VT_DECODE_MERGE_IN_ATTENTION=1: a decode step's rope attention split into partitions merges them itself, the last
-    # block of each token's partitions (decode_attention.cu merge_in_last_block: counters the CUDA backend keeps at
-    # zero), instead of the reduce kernel, a launch of its own after it. H100, session 39: the reduce cost a 0.6B
-    # one-row step 54.6 us of its 1.097 ms replay (replay-ab --kernels, marginal). Off until its GPU test has run
-    decode_merge_in_attention: bool = False
+    # VT_DECODE_MERGE_IN_ATTENTION: a decode step's rope attention split into partitions merges them itself, instead
+    # of the reduce kernel, a launch of its own after it (H100, session 39: the reduce cost a 0.6B one-row step
+    # 54.6 us of its 1.097 ms replay, replay-ab --kernels, marginal). 1: the last block of each token's partitions
+    # (decode_attention.cu merge_in_last_block, counters the CUDA backend keeps at zero); correct on the H100 and
+    # slower there (session 40: 1.155 ms a one-row step against 1.110, the kernel 12.3 us against 8.8 under ncu: its
+    # fence, count and L2 reads in series). cluster: the token's two partitions as one thread-block cluster whose
+    # rank 0 merges through distributed shared memory (merge_in_cluster); correct on the H100 and no faster there
+    # (session 40, two rounds: 1.145 / 1.140 ms at 1x128, 1.151 / 1.152 at 1x200, 1.328 / 1.343 at 8x200 replayed;
+    # c=1 ladder TPOT 1.157 / 1.156). The reduce launch it replaces overlaps the attention under PDL. Off (0)
+    decode_merge_in_attention: str = "0"
     # VT_MOE_CONSUMER_NORM=1 (with VT_CONSUMER_NORM): a MoE layer of a one-token step takes the consumer's norm too:
     # its o projection only adds into x, the router GEMM and the routed gate/up GEMM (moe_norm_route_gemm_rows) each
     # norm the row themselves. Off: on an H100 (session 37) the 30B-A3B-8L one-row replay took 0.8031 ms with it
@@ -204,7 +209,7 @@ class Flags:
             decode_min_partition=int(_read_choice("VT_DECODE_MIN_PARTITION", ("128", "256", "64"))),
             decode_early_keys=_read_bool("VT_DECODE_EARLY_KEYS", True),
             decode_early_tiles=int(_read_choice("VT_DECODE_EARLY_TILES", ("1", "2"))),
-            decode_merge_in_attention=_read_bool("VT_DECODE_MERGE_IN_ATTENTION", False),
+            decode_merge_in_attention=_read_choice("VT_DECODE_MERGE_IN_ATTENTION", ("0", "1", "cluster")),
             moe_consumer_norm=_read_bool("VT_MOE_CONSUMER_NORM", False),
             shared_rows_attention=_read_rows_attention(),
             rows_target_blocks=int(_read_choice("VT_ROWS_TARGET_BLOCKS", ROWS_TARGET_BLOCKS)),
@@ -227,8 +232,7 @@ def as_environ(f: Flags) -> dict[str, str]:
              "pool_stats": "VT_POOL_STATS", "cudagraph": "VT_CUDAGRAPH", "sanitize": "VT_SANITIZE",
              "gemm_tuned": "VT_GEMM_TUNED", "pdl": "VT_PDL", "consumer_norm": "VT_CONSUMER_NORM",
              "rope_in_attention": "VT_ROPE_IN_ATTENTION", "skinny_mma": "VT_SKINNY_MMA",
-             "decode_early_keys": "VT_DECODE_EARLY_KEYS", "moe_consumer_norm": "VT_MOE_CONSUMER_NORM",
-             "decode_merge_in_attention": "VT_DECODE_MERGE_IN_ATTENTION"}
+             "decode_early_keys": "VT_DECODE_EARLY_KEYS", "moe_consumer_norm": "VT_MOE_CONSUMER_NORM"}
     out = {env: "1" if getattr(f, field) else "0" for field, env in names.items()}
     out["VT_SHARED_ROWS_ATTENTION"] = f.shared_rows_attention
     out["VT_GEMM_PLAN_CACHE"] = f.gemm_plan_cache
@@ -238,6 +242,7 @@ def as_environ(f: Flags) -> dict[str, str]:
     out["VT_BLAS_THREADS"] = str(f.blas_threads)
     out["VT_SAMPLER"] = f.sampler
     out["VT_DECODE_EARLY_TILES"] = str(f.decode_early_tiles)
+    out["VT_DECODE_MERGE_IN_ATTENTION"] = f.decode_merge_in_attention
     out["VT_SKINNY_CLUSTER"] = "1" if f.skinny_cluster else "0"
     out["VT_DECODE_MIN_PARTITION"] = str(f.decode_min_partition)
     out["VT_ROPE_MAX_ROWS"] = str(f.rope_max_rows)

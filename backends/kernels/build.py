@@ -203,8 +203,11 @@ class Kernel:
     def __init__(self, raw: Any, waits: bool) -> None:
         self.raw, self.waits = raw, waits
 
-    def __call__(self, grid: tuple, block: tuple, args: tuple, shared_mem: int = 0) -> None:
-        from backends.kernels.launch import launch_programmatic
+    def __call__(self, grid: tuple, block: tuple, args: tuple, shared_mem: int = 0,
+                 cluster: tuple[int, int, int] | None = None) -> None:
+        """cluster: launch the grid as thread-block clusters of these blocks (sm_90; a kernel that reads its
+        cluster's shared memory must always be launched so)."""
+        from backends.kernels.launch import launch_ex
 
         # None is refused eagerly too: CuPy's own call takes it as a null pointer, the programmatic launch cannot
         # pass it, so a binding passing None ran eagerly and broke only once captured (session 37:
@@ -214,10 +217,11 @@ class Kernel:
             raise TypeError(f"a kernel argument of type NoneType cannot be passed (argument {unset[0]}; a null "
                             "pointer is np.uint64(0))")
         stream = _capturing_stream() if self.waits and _programmatic() else None
-        if stream is not None:
-            launch_programmatic(self.raw.kernel.ptr, grid, block, args, shared_mem, stream)
-        else:
+        if stream is None and cluster is None:
             self.raw(grid, block, args, shared_mem=shared_mem)
+            return
+        launch_ex(self.raw.kernel.ptr, grid, block, args, shared_mem, _current_stream() if stream is None else stream,
+                  programmatic=stream is not None, cluster=cluster)
 
     @property
     def max_dynamic_shared_size_bytes(self) -> int:
@@ -240,6 +244,12 @@ def _device_waits() -> bool:
     import cupy
 
     return int(cupy.cuda.Device().compute_capability) >= 90
+
+
+def _current_stream() -> int:
+    import cupy
+
+    return int(cupy.cuda.get_current_stream().ptr)
 
 
 def _capturing_stream() -> int | None:

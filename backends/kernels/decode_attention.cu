@@ -146,7 +146,7 @@ template <typename KV, typename OUT, int HD, int N, typename At>
 __device__ __forceinline__ void merge_warps(const float (&acc)[N][DecodeLayout<KV, HD>::DPT], const float (&m)[N],
                                             const float (&l)[N], unsigned live, At at, int p, int P,
                                             OUT* __restrict__ out, float* __restrict__ part_o,
-                                            float* __restrict__ part_ml) {
+                                            float* __restrict__ part_ml, float* sink = nullptr) {
     using L = DecodeLayout<KV, HD>;
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, dg = lane % L::TPK;
     constexpr int HC_MAX = 4096 / (DECODE_WARPS * HD) > 0 ? 4096 / (DECODE_WARPS * HD) : 1;
@@ -184,6 +184,11 @@ __device__ __forceinline__ void merge_warps(const float (&acc)[N][DecodeLayout<K
                 lsum += f * wl[w][h];
             }
             o /= lsum;
+            if (sink != nullptr) {  // a cluster's partition: its partials stay in this block's shared memory
+                sink[h * HD + d] = o;
+                if (d == 0) { sink[N * HD + 2 * h] = M * LN2; sink[N * HD + 2 * h + 1] = lsum; }
+                continue;
+            }
             const i64 row = at(h);
             if (P == 1) out[row * HD + d] = from_f32<OUT>(o);
             else part_o[(row * P + p) * HD + d] = o;
@@ -238,7 +243,8 @@ __device__ __forceinline__ void attend_partition(const DecodePlace<KV, HD, G>& a
                                                  const float (&qr)[G][DecodeLayout<KV, HD>::DPT],
                                                  KeyPipe<DecodeLayout<KV, HD>>& pipe, int first,
                                                  const char* k_bytes, long long v_minus_k, OUT* __restrict__ out,
-                                                 float* __restrict__ part_o, float* __restrict__ part_ml) {
+                                                 float* __restrict__ part_o, float* __restrict__ part_ml,
+                                                 float* sink = nullptr) {
     using L = DecodeLayout<KV, HD>;
     const int end = at.end, head0 = at.head0, nh = at.nh, p = at.p, P = at.P;
     const i64 t = at.t;
@@ -328,7 +334,7 @@ __device__ __forceinline__ void attend_partition(const DecodePlace<KV, HD, G>& a
     }
 
     merge_warps<KV, OUT, HD, G>(acc, m, l, ~0u, [&](int h) { return t * nh + head0 + h; }, p, P, out, part_o,
-                                part_ml);
+                                part_ml, sink);
 }
 
 // q [T, nh, HD] float32, pre-scaled; caches [blocks, block_size, nkv, HD]; block_tables [R, W]; token_row
@@ -382,29 +388,39 @@ __device__ __forceinline__ void read_own_key(const DecodePlace<KV, HD, G>& at, c
 // graph replays it, the next layer takes it). Partials written by other blocks are read from L2 (ld.cg), after the fences the count orders.
 constexpr int MERGE_MAX_PARTITIONS = 64;  // decode_attention.py's: more partitions go through the reduce kernel
 
-// The merge of one head's np partitions, shared by merge_in_last_block and the reduce kernel. First (a warp, lanes
-// over partitions) each partition's weight at their common max, into weight[p]; returns the weights' sum in every
-// lane. Partials come through L2 (ld.cg): other blocks wrote them.
-__device__ __forceinline__ float partition_weights(const float* __restrict__ ml, int np, float* weight) {
+// The merge of one head's np partitions, shared by merge_in_last_block, merge_in_cluster and the reduce kernel.
+// First (a warp, lanes over partitions) each partition's weight at their common max, into weight[p]; returns the
+// weights' sum in every lane. ml(2 p) and ml(2 p + 1): partition p's max (natural units) and sum, through L2 (ld.cg:
+// other blocks wrote them) or another block's shared memory (a cluster); the same arithmetic whichever.
+template <typename Ml>
+__device__ __forceinline__ float partition_weights(Ml ml, int np, float* weight) {
     const int lane = threadIdx.x & 31;
     float M = neg_inf();
-    for (int p = lane; p < np; p += 32) M = fmaxf(M, __ldcg(ml + 2 * p));
+    for (int p = lane; p < np; p += 32) M = fmaxf(M, ml(2 * p));
     M = warp_max(M);
     float wsum = 0.0f;
     for (int p = lane; p < np; p += 32) {
-        const float share = expf(__ldcg(ml + 2 * p) - M) * __ldcg(ml + 2 * p + 1);  // a part's weight
+        const float share = expf(ml(2 * p) - M) * ml(2 * p + 1);  // a part's weight
         weight[p] = share;
         wsum += share;
     }
     return warp_sum(wsum);
 }
-// Then dim d of its output: the partitions' outputs po [np, HD] weighted, in partition order (all loads independent).
-template <int HD>
-__device__ __forceinline__ float merged_dim(const float* __restrict__ po, const float* weight, int np, int d) {
+// Then dim d of its output: the partitions' outputs po(p, d) weighted, in partition order (all loads independent).
+template <typename Po>
+__device__ __forceinline__ float merged_dim(Po po, const float* weight, int np, int d) {
     float o = 0.0f;
 #pragma unroll 8
-    for (int p = 0; p < np; p++) o += weight[p] * __ldcg(po + (i64)p * HD + d);
+    for (int p = 0; p < np; p++) o += weight[p] * po(p, d);
     return o;
+}
+// A head's partials in global memory ([P, 2] and [P, HD] floats), read through L2.
+__device__ __forceinline__ auto l2_ml(const float* __restrict__ ml) {
+    return [=](int i) { return __ldcg(ml + i); };
+}
+template <int HD>
+__device__ __forceinline__ auto l2_po(const float* __restrict__ po) {
+    return [=](int p, int d) { return __ldcg(po + (i64)p * HD + d); };
 }
 template <typename OUT, int HD, int G>
 __device__ __forceinline__ void merge_in_last_block(i64 row0, int P, int np, const float* __restrict__ part_o,
@@ -424,15 +440,45 @@ __device__ __forceinline__ void merge_in_last_block(i64 row0, int P, int np, con
     __threadfence();  // every other block's partials, after their counts
     const int warp = threadIdx.x >> 5;
     for (int h = warp; h < G; h += DECODE_WARPS) {
-        const float wsum = partition_weights(part_ml + (row0 + h) * P * 2, np, weight[h]);
+        const float wsum = partition_weights(l2_ml(part_ml + (row0 + h) * P * 2), np, weight[h]);
         if ((threadIdx.x & 31) == 0) total[h] = wsum;
     }
     __syncthreads();
     for (int j = threadIdx.x; j < G * HD; j += DECODE_THREADS) {
         const int h = j / HD, d = j - h * HD;
-        const float o = merged_dim<HD>(part_o + (row0 + h) * (i64)P * HD, weight[h], np, d);
+        const float o = merged_dim(l2_po<HD>(part_o + (row0 + h) * (i64)P * HD), weight[h], np, d);
         out[(row0 + h) * HD + d] = from_f32<OUT>(o / total[h]);
     }
+}
+
+// The partitions of a block's G query heads merged inside their thread-block cluster (sm_90; the cluster is a
+// token's P = DECODE_CLUSTER partitions of one block column, rank p), into out: each live partition's partials
+// (merge_warps' sink: o [G, HD], then (max, sum) [G, 2]) stay in its block's shared memory, and rank 0 merges them
+// through distributed shared memory with the reduce kernel's arithmetic, in its order. No partials through L2, no
+// fence, no counter. Every block of the cluster, an idle one too, passes both barriers: the second keeps each
+// block's shared memory alive until rank 0 has read it.
+constexpr int DECODE_CLUSTER = 2;  // decode_attention.py's: partitions a cluster (a 256-key table at the 128 floor)
+template <typename OUT, int HD, int G>
+__device__ __forceinline__ void merge_in_cluster(i64 row0, int np, const float* sink, OUT* __restrict__ out) {
+    __shared__ float weight[G][DECODE_CLUSTER];
+    __shared__ float total[G];
+    cluster_sync();  // every partition's partials written (release), and readable here (acquire)
+    if (cluster_rank() == 0) {
+        const int warp = threadIdx.x >> 5;
+        for (int h = warp; h < G; h += DECODE_WARPS) {
+            const float wsum = partition_weights([=](int i) { return cluster_load(sink + G * HD + 2 * h + i % 2, i / 2); },
+                                                 np, weight[h]);
+            if ((threadIdx.x & 31) == 0) total[h] = wsum;
+        }
+        __syncthreads();
+        for (int j = threadIdx.x; j < G * HD; j += DECODE_THREADS) {
+            const int h = j / HD, d = j - h * HD;
+            const float o = merged_dim([=](int p, int dd) { return cluster_load(sink + h * HD + dd, p); }, weight[h],
+                                       np, d);
+            out[(row0 + h) * HD + d] = from_f32<OUT>(o / total[h]);
+        }
+    }
+    cluster_sync();  // rank 0 has read every block's partials
 }
 
 // paged_decode_attention with the token's q/k norm, rotary and KV write (rotary.cu's qk_norm_rope_store) in its
@@ -443,10 +489,14 @@ __device__ __forceinline__ void merge_in_last_block(i64 row0, int P, int np, con
 // bytes). The caller guarantees one token a sequence: another token of the sequence would read the slot a
 // different block writes (the twin refuses it). qkv [T, (nh + 2 nkv) HD] float32, bias or null, w [nh + nkv, HD],
 // rope [positions, 2 HD], slots [T] (-1: a padding row, nothing written); the rest as paged_decode_attention.
-// MERGE: merge_counters is [T x gridDim.x] counters at zero (zero again when the kernel ends), and with P > 1 the
-// last block of a token's partitions merges them into out (merge_in_last_block): no reduce kernel is launched.
-// Without it merge_counters is unread (null), and the instance keeps the registers it had without the merge.
-template <typename KV, typename OUT, int HD, int G, int EARLY_TILES = 1, bool MERGE = false>
+// MERGE (how a split context's partitions are merged): 0, by the reduce kernel launched after this one
+// (merge_counters unread, null; the instance keeps the registers it had before the others); MERGE_LAST,
+// merge_counters is [T x gridDim.x] counters at zero (zero again when the kernel ends), and with P > 1 the last block
+// of a token's partitions merges them into out (merge_in_last_block); MERGE_CLUSTER, launched as clusters of
+// (1, 1, DECODE_CLUSTER) blocks with P == DECODE_CLUSTER, rank 0 of each merges its cluster's partitions
+// (merge_in_cluster). With either no reduce kernel is launched.
+constexpr int MERGE_LAST = 1, MERGE_CLUSTER = 2;
+template <typename KV, typename OUT, int HD, int G, int EARLY_TILES = 1, int MERGE = 0>
 __global__ void __launch_bounds__(DECODE_THREADS, DECODE_MIN_BLOCKS<KV, HD, G>)
 paged_decode_attention_rope(const float* __restrict__ qkv, const float* __restrict__ bias,
                             const float* __restrict__ w, const float* __restrict__ rope,
@@ -474,8 +524,13 @@ paged_decode_attention_rope(const float* __restrict__ qkv, const float* __restri
     if (early_keys && !at.idle())
         first = start_pipe<KV, HD, G, EARLY_TILES>(at, k_bytes, v_minus_k, writes_kv ? at.ctx - 1 : at.end, pipe);
     vt::pdl_entry();
-    if (at.idle()) return;
+    if (at.idle()) {
+        if constexpr (MERGE == MERGE_CLUSTER) { cluster_sync(); cluster_sync(); }  // merge_in_cluster's barriers
+        return;
+    }
     __shared__ float qs[G][HD];
+    // MERGE_CLUSTER: this partition's partials for rank 0 (merge_warps' sink: o [G, HD], then (max, sum) [G, 2])
+    __shared__ float sink[MERGE == MERGE_CLUSTER ? G * HD + 2 * G : 1];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, dg = lane % L::TPK;
     const int heads = at.nh + 2 * nkv;
     const float* cos_sin = rope + positions[at.t] * (2 * HD);
@@ -516,12 +571,17 @@ paged_decode_attention_rope(const float* __restrict__ qkv, const float* __restri
 #pragma unroll
         for (int i = 0; i < L::DPT; i++) qr[h][i] = qs[h][dg * L::DPT + i] * LOG2E;
     }
-    attend_partition<KV, OUT, HD, G>(at, qr, pipe, first, k_bytes, v_minus_k, out, part_o, part_ml);
-    if constexpr (MERGE) {  // else the reduce kernel merges the partitions (an instance apart: its registers)
+    attend_partition<KV, OUT, HD, G>(at, qr, pipe, first, k_bytes, v_minus_k, out, part_o, part_ml,
+                                     MERGE == MERGE_CLUSTER ? sink : nullptr);
+    // else the reduce kernel merges the partitions (an instance apart: its registers)
+    if constexpr (MERGE == MERGE_LAST) {
         if (at.P > 1)
             merge_in_last_block<OUT, HD, G>(at.t * at.nh + at.head0, at.P,
                                             min(at.P, (at.ctx + partition - 1) / partition), part_o, part_ml, out,
                                             merge_counters + at.t * gridDim.x + blockIdx.x);
+    } else if constexpr (MERGE == MERGE_CLUSTER) {
+        merge_in_cluster<OUT, HD, G>(at.t * at.nh + at.head0, min(at.P, (at.ctx + partition - 1) / partition), sink,
+                                     out);
     }
 }
 
@@ -691,13 +751,13 @@ __global__ void paged_decode_reduce(const float* __restrict__ part_o, const floa
     const int ctx = min((int)positions[t] + 1, max_context);
     const int np = min(P, (ctx + partition - 1) / partition);
     if (threadIdx.x < 32) {
-        const float wsum = partition_weights(part_ml + (t * nh + head) * P * 2, np, weight);
+        const float wsum = partition_weights(l2_ml(part_ml + (t * nh + head) * P * 2), np, weight);
         if (threadIdx.x == 0) total = wsum;
     }
     __syncthreads();
     const float* po = part_o + (t * nh + head) * (i64)P * HD;
     for (int d = threadIdx.x; d < HD; d += blockDim.x)
-        out[(t * nh + head) * HD + d] = from_f32<OUT>(merged_dim<HD>(po, weight, np, d) / total);
+        out[(t * nh + head) * HD + d] = from_f32<OUT>(merged_dim(l2_po<HD>(po), weight, np, d) / total);
 }
 
 }  // namespace vt

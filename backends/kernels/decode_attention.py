@@ -35,6 +35,7 @@ TWIN_TILE = 128  # keys per online-softmax tile in the twin (the kernel's: 8 to 
 THREADS = 256  # decode_attention.cu DECODE_THREADS
 MERGE_MAX_PARTITIONS = 64  # decode_attention.cu's: the rope kernel merges at most this many partitions itself
 MERGE_COUNTERS = 1 << 16  # the CUDA backend's zeroed counters for it: a token's blocks a partition, every token
+DECODE_CLUSTER = 2  # decode_attention.cu's: the partitions a cluster merges (VT_DECODE_MERGE_IN_ATTENTION=cluster)
 SPLIT_HEADS_UNTIL = 32  # blocks: a launch smaller than this deals a KV head's query heads out to more blocks
 STORAGE = ("float", "vt::bf16", "vt::f16")
 # Every layout the template takes (each storage type at each head dim), and every GQA ratio at one of them.
@@ -49,12 +50,13 @@ CI_INSTANCES += [Instance("decode_attention.cu", f"vt::paged_decode_attention_ro
 # The rope variant at every layout and GQA ratio the plain kernel has.
 CI_INSTANCES += [Instance(i.file, i.expr.replace("paged_decode_attention<", "paged_decode_attention_rope<"))
                  for i in CI_INSTANCES if "paged_decode_attention<" in i.expr]
-# and with two early tiles (VT_DECODE_EARLY_TILES=2) where a model's decode runs: 16-bit caches; and with the merge
-# in the kernel (VT_DECODE_MERGE_IN_ATTENTION) at one early tile, every layout
+# and with two early tiles (VT_DECODE_EARLY_TILES=2) where a model's decode runs: 16-bit caches; and with either merge
+# in the kernel (VT_DECODE_MERGE_IN_ATTENTION: 1, its last block; 2, its cluster) at one early tile, every layout
 ROPE_ONE_TILE = [i for i in CI_INSTANCES if "paged_decode_attention_rope<" in i.expr]
 CI_INSTANCES += [Instance(i.file, i.expr.replace(">", ", 2>", 1)) for i in ROPE_ONE_TILE if "float" not in i.expr]
-CI_INSTANCES += [Instance(i.file, i.expr.replace(">", ", 1, true>", 1)) for i in ROPE_ONE_TILE]
-CI_INSTANCES += [Instance(i.file, i.expr.replace(">", ", 2, true>", 1)) for i in ROPE_ONE_TILE if "float" not in i.expr]
+CI_INSTANCES += [Instance(i.file, i.expr.replace(">", f", 1, {mode}>", 1)) for i in ROPE_ONE_TILE for mode in (1, 2)]
+CI_INSTANCES += [Instance(i.file, i.expr.replace(">", f", 2, {mode}>", 1)) for i in ROPE_ONE_TILE
+                 if "float" not in i.expr for mode in (1, 2)]
 
 
 def partition_size(num_tokens: int, num_kv_heads: int, max_context: int) -> int:
@@ -257,8 +259,22 @@ def merges_in_attention(num_tokens: int, blocks_a_token: int, partitions: int) -
     merge_in_last_block), not the reduce kernel: under VT_DECODE_MERGE_IN_ATTENTION, for a split context of at most
     MERGE_MAX_PARTITIONS partitions whose counters (a token's blocks a partition: KV heads x head split) fit
     MERGE_COUNTERS."""
-    return (flags().decode_merge_in_attention and 1 < partitions <= MERGE_MAX_PARTITIONS
+    return (flags().decode_merge_in_attention == "1" and 1 < partitions <= MERGE_MAX_PARTITIONS
             and num_tokens * blocks_a_token <= MERGE_COUNTERS)
+
+
+def merges_in_cluster(partitions: int) -> bool:
+    """Whether a rope launch is a grid of thread-block clusters, each a token's partitions of one block column, whose
+    rank 0 merges them through distributed shared memory (decode_attention.cu merge_in_cluster), not the reduce
+    kernel: under VT_DECODE_MERGE_IN_ATTENTION=cluster, for exactly DECODE_CLUSTER partitions (a cluster holds them
+    all; one partition has nothing to merge). On CUDA also sm_90 or later (clusters)."""
+    return flags().decode_merge_in_attention == "cluster" and partitions == DECODE_CLUSTER
+
+
+def _has_clusters() -> bool:
+    import cupy
+
+    return int(cupy.cuda.Device().compute_capability) >= 90
 
 
 def _rope_cuda(cp: Any, qkv: Any, bias: Any, w: Any, rope: Any, slots: Any, k_cache: Any, v_cache: Any,
@@ -275,10 +291,12 @@ def _rope_cuda(cp: Any, qkv: Any, bias: Any, w: Any, rope: Any, slots: Any, k_ca
     split = head_split(T, nkv, nh // nkv, P)
     g = nh // nkv // split
     early = flags().decode_early_keys
-    fused_merge = merge_counters is not None and merges_in_attention(T, nkv * split, P)
+    cluster = merges_in_cluster(P) and _has_clusters()
+    fused_merge = not cluster and merge_counters is not None and merges_in_attention(T, nkv * split, P)
     merge = np.uint64(int(merge_counters)) if fused_merge else np.uint64(0)
     tiles = 2 if early and flags().decode_early_tiles == 2 else 1
-    extra = f", {tiles}, true" if fused_merge else ", 2" if tiles == 2 else ""
+    mode = 2 if cluster else 1 if fused_merge else 0  # decode_attention.cu's MERGE_CLUSTER, MERGE_LAST
+    extra = f", {tiles}, {mode}" if mode else ", 2" if tiles == 2 else ""
     attend = function(cp, Instance("decode_attention.cu",
                                    f"vt::paged_decode_attention_rope<{kv}, {o}, {hd}, {g}{extra}>"))
     null = np.uint64(0)
@@ -286,8 +304,8 @@ def _rope_cuda(cp: Any, qkv: Any, bias: Any, w: Any, rope: Any, slots: Any, k_ca
                                      block_tables, token_row, positions, out, null if part_o is None else part_o,
                                      null if part_ml is None else part_ml, np.int32(nkv), np.int32(bs), np.int32(W),
                                      np.int32(part), np.int32(bool(has_norm)), np.float32(eps),
-                                     np.int32(early), merge))
-    if not merge:
+                                     np.int32(early), merge), cluster=(1, 1, P) if cluster else None)
+    if not mode:
         _reduce(cp, part_o, part_ml, positions, out, P, part, W * bs)
 
 

@@ -6,6 +6,9 @@ the kernel before it still runs, and each waits in its first statement (`vt::pdl
 kernel has completed. A decode step of hundreds of small kernels then pays less of each launch's latency
 (docs/ has the H200's figures). Only kernels whose source opens with that wait are launched this way
 (backends/kernels/build.py decides).
+
+The same call launches a grid as thread-block clusters (sm_90), which CuPy's launch does not offer either: a kernel
+that reads its cluster's shared memory (the decode attention's cluster merge) is always launched so, eager or captured.
 """
 
 from __future__ import annotations
@@ -16,7 +19,8 @@ from typing import Any
 
 import numpy as np
 
-PROGRAMMATIC_STREAM_SERIALIZATION = 6  # CUlaunchAttributeID
+CLUSTER_DIMENSION = 4  # CUlaunchAttributeID: the value's first 12 bytes, the cluster's blocks in x, y, z
+PROGRAMMATIC_STREAM_SERIALIZATION = 6
 
 
 class LaunchAttribute(ctypes.Structure):  # CUlaunchAttribute: a 4-byte id, padding, a 64-byte value union
@@ -35,10 +39,10 @@ def _driver() -> ctypes.CDLL:
     return lib
 
 
-@cache
-def _serialization() -> LaunchAttribute:
-    attr = LaunchAttribute(id=PROGRAMMATIC_STREAM_SERIALIZATION)
-    ctypes.memmove(ctypes.addressof(attr) + LaunchAttribute.value.offset, ctypes.byref(ctypes.c_int(1)), 4)
+def _attribute(attr_id: int, *values: int) -> LaunchAttribute:
+    attr = LaunchAttribute(id=attr_id)
+    packed = (ctypes.c_uint * len(values))(*values)
+    ctypes.memmove(ctypes.addressof(attr) + LaunchAttribute.value.offset, packed, ctypes.sizeof(packed))
     return attr
 
 
@@ -65,14 +69,17 @@ def dims(d: tuple[int, ...]) -> tuple[int, int, int]:
     return (max(1, int(full[0])), max(1, int(full[1])), max(1, int(full[2])))
 
 
-def launch_programmatic(function_ptr: int, grid: tuple[int, ...], block: tuple[int, ...], args: tuple,
-                        shared_mem: int, stream_ptr: int) -> None:
-    """Launches a CUfunction on a stream with programmatic stream serialization allowed."""
+def launch_ex(function_ptr: int, grid: tuple[int, ...], block: tuple[int, ...], args: tuple, shared_mem: int,
+              stream_ptr: int, *, programmatic: bool, cluster: tuple[int, int, int] | None = None) -> None:
+    """Launches a CUfunction on a stream: with programmatic stream serialization allowed (`programmatic`), and as
+    thread-block clusters of `cluster` blocks (sm_90; the grid a multiple of it in each dimension), either or both."""
     values = [argument(a) for a in args]
     params = (ctypes.c_void_p * max(1, len(values)))(*[ctypes.addressof(v) for v in values])
-    attr = _serialization()
+    wanted = ([_attribute(PROGRAMMATIC_STREAM_SERIALIZATION, 1)] if programmatic else []) + \
+        ([_attribute(CLUSTER_DIMENSION, *dims(cluster))] if cluster is not None else [])
+    attrs = (LaunchAttribute * max(1, len(wanted)))(*wanted)
     config = LaunchConfig(grid=(ctypes.c_uint * 3)(*dims(grid)), block=(ctypes.c_uint * 3)(*dims(block)),
-                          shared_mem=shared_mem, stream=stream_ptr, attrs=ctypes.pointer(attr), num_attrs=1)
+                          shared_mem=shared_mem, stream=stream_ptr, attrs=attrs, num_attrs=len(wanted))
     rc = _driver().cuLaunchKernelEx(ctypes.byref(config), function_ptr, params, None)
     if rc != 0:
         raise LaunchError(rc)

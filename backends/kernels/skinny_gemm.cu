@@ -46,26 +46,6 @@ constexpr int SKINNY_WARPS = SKINNY_THREADS / 32;
 constexpr int SKINNY_CLUSTER = 8;  // K slices a cluster: the portable maximum (skinny_gemm.py's CLUSTER)
 constexpr int SKINNY_STAGE = 8192;  // NORM_IN: the normed A a block stages, M x its K slice (skinny_gemm.py's STAGE)
 
-// The thread-block cluster's barrier (all threads of all its blocks; release then acquire: shared-memory writes
-// before it are visible to the cluster after it), this block's rank in it, and a float of another block's shared
-// memory at the address `local` has in this block's.
-__device__ __forceinline__ void cluster_sync() {
-    asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory");
-}
-__device__ __forceinline__ unsigned cluster_rank() {
-    unsigned r;
-    asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
-    return r;
-}
-__device__ __forceinline__ float cluster_load(const float* local, unsigned rank) {
-    const unsigned addr = (unsigned)__cvta_generic_to_shared(local);
-    unsigned remote;
-    float v;
-    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(addr), "r"(rank));
-    asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(remote) : "memory");
-    return v;
-}
-
 // 16 bytes of B, streamed: read once, so kept out of L1.
 __device__ __forceinline__ uint4 load_stream(const void* p) {
     uint4 r;

@@ -233,6 +233,24 @@ def test_the_rope_kernel_merges_only_partitions_its_shared_weights_and_the_count
         assert not decode_attention.merges_in_attention(1, 8, 2)
 
 
+def test_only_a_launch_of_exactly_a_clusters_partitions_merges_in_a_cluster() -> None:
+    """merge_in_cluster's cluster is DECODE_CLUSTER blocks (the kernel's own constant), a token's partitions of one
+    block column, and its rank 0 merges them all: a launch of more partitions would merge each cluster's own alone,
+    one partition has nothing to merge. VT_DECODE_MERGE_IN_ATTENTION other than cluster never clusters. Guard: a
+    one-row step over the rope variant's widest table (256 keys) at the 128-key floor is such a launch."""
+    da = decode_attention
+    cu = (Path(da.__file__).parent / "decode_attention.cu").read_text()
+    assert f"constexpr int DECODE_CLUSTER = {da.DECODE_CLUSTER};" in cu, "the kernel's cluster is the host's"
+    with flag_set("VT_DECODE_MERGE_IN_ATTENTION", "cluster"):
+        assert [P for P in range(1, 4 * da.DECODE_CLUSTER + 1) if da.merges_in_cluster(P)] == [da.DECODE_CLUSTER]
+        with flag_set("VT_DECODE_MIN_PARTITION", "128"):
+            P = da.num_partitions(1, 8, SHORT_TABLE, BS)
+            assert da.merges_in_cluster(P), f"non-vacuity: one row over a 256-key table splits in {P}"
+    for other in ("0", "1"):
+        with flag_set("VT_DECODE_MERGE_IN_ATTENTION", other):
+            assert not da.merges_in_cluster(da.DECODE_CLUSTER), other
+
+
 def _merges_within_bounds() -> None:
     da = decode_attention
     cu = (Path(da.__file__).parent / "decode_attention.cu").read_text()

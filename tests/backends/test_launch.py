@@ -164,15 +164,35 @@ def test_a_kernel_launches_programmatically_only_when_it_waits_while_capturing(
     programmatic: list = []
     monkeypatch.setattr(build, "_programmatic", lambda: enabled)
     monkeypatch.setattr(build, "_capturing_stream", lambda: 0x5EA if capturing else None)
-    monkeypatch.setattr(launch, "launch_programmatic", lambda *a: programmatic.append(a))
+    monkeypatch.setattr(launch, "launch_ex", lambda *a, **kw: programmatic.append(a + (kw,)))
     raw = FakeRaw()
     Kernel(raw, waits)((3,), (128,), (np.int32(7),), shared_mem=64)
     expect = waits and capturing and enabled
     assert (len(programmatic), len(raw.plain)) == ((1, 0) if expect else (0, 1))
     if expect:
-        assert programmatic[0] == (0xF00, (3,), (128,), (np.int32(7),), 64, 0x5EA)
+        assert programmatic[0] == (0xF00, (3,), (128,), (np.int32(7),), 64, 0x5EA,
+                                   {"programmatic": True, "cluster": None})
     else:
         assert raw.plain == [((3,), (128,), (np.int32(7),), 64)]
+
+
+@pytest.mark.parametrize("capturing", [True, False], ids=["capturing", "eager"])
+def test_a_cluster_launch_passes_its_cluster_on_every_path(monkeypatch: pytest.MonkeyPatch, capturing: bool) -> None:
+    """A kernel that reads its cluster's shared memory (the decode attention's cluster merge) is launched as clusters
+    eagerly too, where CuPy's own call (which has no cluster) would run each block as a cluster of one and merge
+    nothing: the driver's call with the cluster, on the capture's stream or the current one."""
+    calls: list = []
+    monkeypatch.setattr(build, "_programmatic", lambda: True)
+    monkeypatch.setattr(build, "_capturing_stream", lambda: 0x5EA if capturing else None)
+    monkeypatch.setattr(build, "_current_stream", lambda: 0xC0)
+    monkeypatch.setattr(launch, "launch_ex", lambda *a, **kw: calls.append(a + (kw,)))
+    raw = FakeRaw()
+    Kernel(raw, True)((16, 1, 2), (256,), (np.int32(7),), cluster=(1, 1, 2))
+    assert raw.plain == [], "never CuPy's call, which launches no cluster"
+    assert calls == [(0xF00, (16, 1, 2), (256,), (np.int32(7),), 0, 0x5EA if capturing else 0xC0,
+                      {"programmatic": capturing, "cluster": (1, 1, 2)})]
+    Kernel(raw, True)((16, 1, 2), (256,), (np.int32(7),))
+    assert len(calls) == 1 + capturing and len(raw.plain) == 1 - capturing, "non-vacuity: without one, as before"
 
 
 @pytest.mark.parametrize("capturing", [True, False], ids=["capturing", "eager"])
@@ -183,7 +203,7 @@ def test_a_kernel_refuses_an_argument_the_programmatic_launch_cannot_pass_captur
     programmatic: list = []
     monkeypatch.setattr(build, "_programmatic", lambda: True)
     monkeypatch.setattr(build, "_capturing_stream", lambda: 0x5EA if capturing else None)
-    monkeypatch.setattr(launch, "launch_programmatic", lambda *a: programmatic.append(a))
+    monkeypatch.setattr(launch, "launch_ex", lambda *a, **kw: programmatic.append(a + (kw,)))
     raw = FakeRaw()
     with pytest.raises(TypeError, match="NoneType"):
         Kernel(raw, True)((3,), (128,), (np.int32(7), None), shared_mem=0)
@@ -221,9 +241,13 @@ def test_the_launch_structures_have_the_drivers_layout() -> None:
     # 4-byte dimensions, the stream (at 32) and attribute pointers, then the attribute count
     assert ctypes.sizeof(launch.LaunchAttribute) == 72 and launch.LaunchAttribute.value.offset == 8
     assert launch.LaunchConfig.stream.offset == 32 and launch.LaunchConfig.num_attrs.offset == 48
-    attr = launch._serialization()
+    attr = launch._attribute(launch.PROGRAMMATIC_STREAM_SERIALIZATION, 1)
     value = ctypes.string_at(ctypes.addressof(attr) + launch.LaunchAttribute.value.offset, 4)
     assert attr.id == 6 and value == np.int32(1).tobytes()
+    # CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION (4): the value's first 12 bytes, three unsigned ints x, y, z
+    attr = launch._attribute(launch.CLUSTER_DIMENSION, 1, 1, 2)
+    value = ctypes.string_at(ctypes.addressof(attr) + launch.LaunchAttribute.value.offset, 16)
+    assert attr.id == 4 and value == np.array([1, 1, 2, 0], np.uint32).tobytes()
 
 
 @pytest.mark.gpu

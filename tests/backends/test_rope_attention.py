@@ -280,6 +280,53 @@ def test_cuda_rope_variant_merging_its_partitions_in_its_last_block_equals_the_t
     assert merged == len(cases) * len(HEAD_DIMS) and max(splits) > 1, (merged, splits)
 
 
+# (contexts, query heads, KV heads, table blocks, tokens a sequence): two partitions at the 128-key floor
+CLUSTER_CASES = [("gqa2", ([1, 100, 128, 129, 200, 256], 8, 4, SHORT_TABLE, 1)),
+                 ("mqa-split", ([129, 255], 8, 1, SHORT_TABLE, 1))]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])
+def test_cuda_rope_variant_merging_its_partitions_in_a_cluster_equals_the_two_launches(dtype: str) -> None:
+    """VT_DECODE_MERGE_IN_ATTENTION=cluster: a launch of two partitions (a 256-key table at the 128-key floor) runs as
+    clusters of a token's two blocks of one block column, rank 0 merging through distributed shared memory, and no
+    reduce kernel runs. Output and caches equal the two launches' (attention + reduce) bit for bit at every head dim:
+    GQA 2 with contexts on both sides of the partition boundary (at most 128 keys: the second block idle, passing
+    the cluster's barriers alone), and an MQA head's 8 query heads dealt to several blocks."""
+    import cupy
+
+    merged, splits = 0, set()
+    with flag_set("VT_DECODE_MIN_PARTITION", "128"), flag_set("VT_DECODE_MERGE_IN_ATTENTION", "cluster"):
+        for name, spec in CLUSTER_CASES:
+            for hd in HEAD_DIMS:
+                a = rope_case("", hd, dtype, seed=hd, spec=spec)
+                T, nh, _ = a["out"].shape
+                nkv, P = a["k_cache"].shape[2], 1 if a["part_ml"] is None else a["part_ml"].shape[2]
+                splits.add(decode_attention.head_split(T, nkv, nh // nkv, P))
+                assert decode_attention.merges_in_cluster(P), f"non-vacuity: {name} merges in a cluster ({P})"
+                got, want = fused(cupy, a, True), unfused(cupy, a, True)
+                for k in ("out", "k_cache", "v_cache"):
+                    assert np.array_equal(got[k], want[k], equal_nan=True), f"{name} {k} hd={hd}"
+                assert got["guards"], f"{name} hd={hd}: a padding row (slot -1) wrote before the caches"
+                merged += 1
+    assert merged == len(CLUSTER_CASES) * len(HEAD_DIMS) and max(splits) > 1, (merged, splits)
+
+
+def test_the_cluster_cases_split_in_two_with_an_idle_partition_and_a_head_split() -> None:
+    """Non-vacuity of the cluster merge's GPU cases, on the CPU: each launch has the cluster's two partitions, some
+    token's context ends in the first (its second block idle), and one launch deals a KV head's query heads out."""
+    idle, splits = False, set()
+    with flag_set("VT_DECODE_MIN_PARTITION", "128"):
+        for _, spec in CLUSTER_CASES:
+            a = rope_case("", 64, "bfloat16", spec=spec)
+            T, nh, _ = a["out"].shape
+            nkv, P = a["k_cache"].shape[2], 1 if a["part_ml"] is None else a["part_ml"].shape[2]
+            assert P == decode_attention.DECODE_CLUSTER, spec
+            idle |= bool((a["positions"][:-1] < 128).any())
+            splits.add(decode_attention.head_split(T, nkv, nh // nkv, P))
+    assert idle and max(splits) > 1, (idle, splits)
+
+
 def test_rope_cases_reach_a_head_split_and_a_partitioned_context() -> None:
     """Non-vacuity of the GPU cases: one launch deals a KV head's query heads to two blocks, one splits contexts
     across partitions (with a new key on each side of a partition boundary)."""
@@ -454,11 +501,13 @@ def test_a_short_prefill_run_whole_tells_the_driver_its_rows_share_sequences(mon
 
 
 @pytest.mark.gpu
-def test_cuda_a_replayed_decode_step_merging_in_the_attention_computes_the_reduce_kernels_logits() -> None:
-    """VT_DECODE_MERGE_IN_ATTENTION=1 through the graph driver: tiny-qwen3's captured one-token step over 200 and 150
-    keys (a 256-key graph, two partitions at the 128-key floor), replayed twice, gives the logits of the same step
-    with the reduce launch, bit for bit; the second replay finds every counter back at zero (a counter left counted
-    would let no block merge, and the logits would differ)."""
+@pytest.mark.parametrize("merge", ["1", "cluster"])
+def test_cuda_a_replayed_decode_step_merging_in_the_attention_computes_the_reduce_kernels_logits(merge: str) -> None:
+    """VT_DECODE_MERGE_IN_ATTENTION=1 or cluster through the graph driver: tiny-qwen3's captured one-token step over
+    200 and 150 keys (a 256-key graph, two partitions at the 128-key floor), replayed twice, gives the logits of the
+    same step with the reduce launch, bit for bit, with one kernel node fewer a layer (a captured cluster launch keeps
+    its cluster). With 1, the second replay finds every counter back at zero (a counter left counted would let no
+    block merge, and the logits would differ)."""
     from backends import cugraph
     from backends.cuda import CudaBackend
     from models.loader import load_checkpoint, resolve_model
@@ -474,8 +523,8 @@ def test_cuda_a_replayed_decode_step_merging_in_the_attention_computes_the_reduc
     for cache in (*kv.k, *kv.v):  # older keys of every layer its own: each partition's partials differ by layer
         backend.copy_h2d(cache, narrow_host(rng.standard_normal(cache.shape).astype(np.float32), cache.dtype))
     got = {}
-    for merge in ("1", "0"):
-        with flag_set("VT_DECODE_MIN_PARTITION", "128"), flag_set("VT_DECODE_MERGE_IN_ATTENTION", merge):
+    for setting in (merge, "0"):
+        with flag_set("VT_DECODE_MIN_PARTITION", "128"), flag_set("VT_DECODE_MERGE_IN_ATTENTION", setting):
             driver = GraphDriver(model, kv, max_num_seqs=4)
             logits = []
             for _ in range(4):  # cold, capture, replay, replay
@@ -484,11 +533,13 @@ def test_cuda_a_replayed_decode_step_merging_in_the_attention_computes_the_reduc
             kernels = driver.last_slot.graph.node_kinds.get(cugraph.KERNEL, 0)
             assert decode_attention.num_partitions(2, kv.k[0].shape[2], 16, 16) == 2, "non-vacuity: two partitions"
         assert driver.num_replays >= 2, "non-vacuity: the step replayed its graph twice"
-        got[merge] = logits, kernels
-    for i, (a, b) in enumerate(zip(got["1"][0], got["0"][0])):
+        got[setting] = logits, kernels
+    for i, (a, b) in enumerate(zip(got[merge][0], got["0"][0])):
         assert np.array_equal(a, b), f"step {i}: merging in the attention changed the logits"
     layers = model.cfg.num_hidden_layers
-    assert got["1"][1] == got["0"][1] - layers, f"a reduce launch fewer a layer: {got['1'][1]} against {got['0'][1]}"
+    assert got[merge][1] == got["0"][1] - layers, f"a reduce launch fewer a layer: {got[merge][1]}, {got['0'][1]}"
+    if merge != "1":
+        return
     rt = backend.cp.cuda.runtime
     counters = np.ones(decode_attention.MERGE_COUNTERS, np.uint32)
     rt.deviceSynchronize()
