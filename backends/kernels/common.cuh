@@ -220,7 +220,7 @@ __device__ __forceinline__ void pdl_prefetch_l2(const T* base, int ld, int nrows
 
 // Thread-block clusters (sm_90; a kernel launched as clusters): the cluster's barrier (all threads of all its
 // blocks; release then acquire: shared-memory writes before it are visible to the cluster after it), this block's
-// rank in it, and a float of another block's shared memory at the address `local` has in this block's.
+// rank in it, its blocks, and a float of another block's shared memory at the address `local` has in this block's.
 __device__ __forceinline__ void cluster_sync() {
     asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory");
 }
@@ -228,6 +228,11 @@ __device__ __forceinline__ unsigned cluster_rank() {
     unsigned r;
     asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
     return r;
+}
+__device__ __forceinline__ unsigned cluster_blocks() {
+    unsigned n;
+    asm volatile("mov.u32 %0, %%cluster_nctarank;" : "=r"(n));
+    return n;
 }
 __device__ __forceinline__ float cluster_load(const float* local, unsigned rank) {
     const unsigned addr = (unsigned)__cvta_generic_to_shared(local);

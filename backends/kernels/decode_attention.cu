@@ -524,6 +524,9 @@ paged_decode_attention_rope(const float* __restrict__ qkv, const float* __restri
     if (early_keys && !at.idle())
         first = start_pipe<KV, HD, G, EARLY_TILES>(at, k_bytes, v_minus_k, writes_kv ? at.ctx - 1 : at.end, pipe);
     vt::pdl_entry();
+    if constexpr (MERGE == MERGE_CLUSTER) {  // launched otherwise, rank 0 would read past its cluster or its weights
+        if (cluster_blocks() != DECODE_CLUSTER || gridDim.z != DECODE_CLUSTER) __trap();
+    }
     if (at.idle()) {
         if constexpr (MERGE == MERGE_CLUSTER) { cluster_sync(); cluster_sync(); }  // merge_in_cluster's barriers
         return;

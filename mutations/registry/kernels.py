@@ -2186,6 +2186,16 @@ ENTRIES += [
         needs_gpu=True,
     ),
     Mutation(
+        id="cuda-decode-cluster-launch-still-reduces",
+        description="a launch that merges in its clusters is followed by the reduce launch all the same: the same "
+                    "output, a launch a layer more",
+        file=TWIN,
+        old="    if not mode:\n",
+        new="    if not fused_merge:\n",
+        gates=(*CLUSTER_GPU_CASES, f"{MERGE_REPLAY}[cluster]"),
+        needs_gpu=True,
+    ),
+    Mutation(
         id="decode-clusters-any-split-context",
         description="a launch of more partitions than a cluster holds runs as clusters too: each cluster's rank 0 "
                     "merges its own two partitions alone",
