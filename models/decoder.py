@@ -120,6 +120,25 @@ class DecoderForCausalLM:
         self.rope_in_attention = flags().rope_in_attention
         self.rope_max_rows = flags().rope_max_rows
         self.rows_kernel = self._rows_kernel(flags().shared_rows_attention)
+        self.decode_mma_from = self._decode_mma_from(flags().decode_mma_from)
+
+    def _decode_mma_from(self, keys: int) -> int:
+        """The table width (keys) from which a step's decode rows attend on tensor cores (VT_DECODE_MMA_FROM), 0 for
+        never: the mma rows kernel's limits (a 16-bit cache, at most ROWS_MMA query heads a KV head) hold here too,
+        and a model past them is said in one line."""
+        group = self.cfg.num_attention_heads // self.cfg.num_key_value_heads
+        if not keys or (self.kv_dtype != np.float32 and group <= ROWS_MMA):
+            return keys
+        logging.getLogger("vt").warning(
+            "VT_DECODE_MMA_FROM=%d does not apply (%d query heads a KV head, %s cache); decode rows attend with the "
+            "plain decode kernel", keys, group, self.dtype)
+        return 0
+
+    def _long_decode(self, block_tables: Tensor, kv: KVCache) -> str | None:
+        """"mma" where decode rows over tables this wide attend with the tensor-core rows kernel (each token a run
+        of its own: its G query heads of a block's rows), else None (the plain decode kernel)."""
+        wide = self.decode_mma_from and block_tables.shape[1] * kv.block_size >= self.decode_mma_from
+        return "mma" if wide else None
 
     def _rows_kernel(self, asked: str) -> str | None:
         """The kernel a step of rows sharing sequences attends with (VT_SHARED_ROWS_ATTENTION), None for the plain
@@ -344,13 +363,15 @@ class DecoderForCausalLM:
         q, o = carry.get("q", ()), carry.get("o", ())
         if not fb.is_prefill:
             self._decode_attention(i, q, o, fb.positions, fb.token_row, fb.block_tables, kv, carry,
-                                   rows=self.rows_kernel if fb.rows_share_sequences else None)
+                                   rows=self.rows_kernel if fb.rows_share_sequences
+                                   else self._long_decode(fb.block_tables, kv))
             return
         D = fb.num_decode  # a mixed step: its first D tokens are decoding requests' new tokens
         T, nh, hd = q.shape
         if D:
             self._decode_attention(i, q.view((D, nh, hd)), o.view((D, nh, hd)), fb.positions.view((D,)),
-                                   fb.token_row.view((D,)), fb.block_tables, kv, None)
+                                   fb.token_row.view((D,)), fb.block_tables, kv, None,
+                                   rows=self._long_decode(fb.block_tables, kv))
         if prefill_by_decode_kernel(fb):  # the chunks' tokens (and the bucket's padding) as decode queries
             n, row = T - D, D * nh * hd
             # a chunk's tokens share its table row: the rows kernel's runs, as a short prefill run whole

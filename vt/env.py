@@ -147,6 +147,11 @@ class Flags:
     # (session 40, two rounds: 1.145 / 1.140 ms at 1x128, 1.151 / 1.152 at 1x200, 1.328 / 1.343 at 8x200 replayed;
     # c=1 ladder TPOT 1.157 / 1.156). The reduce launch it replaces overlaps the attention under PDL. Off (0)
     decode_merge_in_attention: str = "0"
+    # VT_DECODE_MMA_FROM=1024..8192: a step's decode rows over tables of at least this many keys attend with the
+    # tensor-core rows kernel (rows_attention.cu, each token a run of its own; P rounded to the cache dtype), not the
+    # CUDA-core decode kernel, whose loop (bf16 unpacking, shuffle sums) a rough count puts issue-bound at long
+    # context: issue 25's 8 x 8k step replays in 4.4 ms on the H100 against a 2.5 ms KV read. 0 (off): not measured
+    decode_mma_from: int = 0
     # VT_MOE_CONSUMER_NORM=1 (with VT_CONSUMER_NORM): a MoE layer of a one-token step takes the consumer's norm too:
     # its o projection only adds into x, the router GEMM and the routed gate/up GEMM (moe_norm_route_gemm_rows) each
     # norm the row themselves. Off: on an H100 (session 37) the 30B-A3B-8L one-row replay took 0.8031 ms with it
@@ -210,6 +215,7 @@ class Flags:
             decode_early_keys=_read_bool("VT_DECODE_EARLY_KEYS", True),
             decode_early_tiles=int(_read_choice("VT_DECODE_EARLY_TILES", ("1", "2"))),
             decode_merge_in_attention=_read_choice("VT_DECODE_MERGE_IN_ATTENTION", ("0", "1", "cluster")),
+            decode_mma_from=int(_read_choice("VT_DECODE_MMA_FROM", ("0", "1024", "2048", "4096", "8192"))),
             moe_consumer_norm=_read_bool("VT_MOE_CONSUMER_NORM", False),
             shared_rows_attention=_read_rows_attention(),
             rows_target_blocks=int(_read_choice("VT_ROWS_TARGET_BLOCKS", ROWS_TARGET_BLOCKS)),
@@ -243,6 +249,7 @@ def as_environ(f: Flags) -> dict[str, str]:
     out["VT_SAMPLER"] = f.sampler
     out["VT_DECODE_EARLY_TILES"] = str(f.decode_early_tiles)
     out["VT_DECODE_MERGE_IN_ATTENTION"] = f.decode_merge_in_attention
+    out["VT_DECODE_MMA_FROM"] = str(f.decode_mma_from)
     out["VT_SKINNY_CLUSTER"] = "1" if f.skinny_cluster else "0"
     out["VT_DECODE_MIN_PARTITION"] = str(f.decode_min_partition)
     out["VT_ROPE_MAX_ROWS"] = str(f.rope_max_rows)

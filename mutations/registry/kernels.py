@@ -1602,8 +1602,8 @@ ENTRIES += [
         description="VT_SHARED_ROWS_ATTENTION gives short steps graphs apart, but their attention stays the plain "
                     "kernel's: the graphs cost start-up time and buy nothing",
         file="models/decoder.py",
-        old="                                   rows=self.rows_kernel if fb.rows_share_sequences else None)\n",
-        new="                                   rows=None)\n",
+        old="                                   rows=self.rows_kernel if fb.rows_share_sequences\n",
+        new="                                   rows=None if fb.rows_share_sequences\n",
         gates=(f"{SHARED_ROWS}::test_a_step_of_rows_sharing_sequences_attends_with_the_rows_kernel_in_a_graph_apart",
                f"{SHARED_ROWS}::test_a_prefix_hits_tail_runs_whole_through_the_rows_kernel_and_generates_the_same_tokens",),
     ),
@@ -1735,6 +1735,27 @@ ROWS_FLAG = f"{RA}::test_the_flag_picks_the_kernel_and_the_decoder_keeps_it_to_a
 ROWS_GQA = f"{RA}::test_the_decoder_keeps_the_mma_kernel_to_at_most_64_query_heads_a_kv_head"
 ROWS_E2E = f"{RA}::test_a_prefix_hits_tail_runs_on_tensor_cores_and_generates_the_plain_kernels_tokens"
 ROWS_CHUNK = f"{RA}::test_a_late_chunk_in_a_mixed_step_attends_on_tensor_cores_and_keeps_the_tokens"
+LONG_DECODE = f"{RA}::test_decode_rows_over_a_table_the_flag_calls_long_attend_on_tensor_cores"
+LONG_DECODE_CACHE = f"{RA}::test_the_decoder_keeps_long_decode_on_tensor_cores_to_a_16_bit_cache"
+ENTRIES += [
+    Mutation(
+        id="decode-mma-from-ignores-the-width",
+        description="VT_DECODE_MMA_FROM sends every decode step to the tensor-core rows kernel, whatever its table's "
+                    "width: short contexts lose the decode kernel the flag keeps them",
+        file="models/decoder.py",
+        old="        wide = self.decode_mma_from and block_tables.shape[1] * kv.block_size >= self.decode_mma_from\n",
+        new="        wide = self.decode_mma_from\n",
+        gates=(LONG_DECODE,),
+    ),
+    Mutation(
+        id="decode-mma-from-over-a-float32-cache",
+        description="VT_DECODE_MMA_FROM is taken over a float32 cache, which no tensor core takes",
+        file="models/decoder.py",
+        old="        if not keys or (self.kv_dtype != np.float32 and group <= ROWS_MMA):\n",
+        new="        if not keys or group <= ROWS_MMA:\n",
+        gates=(LONG_DECODE_CACHE,),
+    ),
+]
 ENTRIES += [
     Mutation(
         id="rows-mma-flag-ignored",

@@ -417,3 +417,78 @@ def test_partials_short_of_the_table_are_refused() -> None:
     run(c.num_partitions)  # non-vacuity: the rule's own count runs
     with pytest.raises(EngineInvariantError, match="short of the table"):
         run(c.num_partitions - 1)
+
+
+def long_decode_launches(mma_from: str, dtype: str = "bfloat16", backend_name: str = "cpu") -> tuple[
+        np.ndarray, list[str], int]:
+    """tiny-qwen3's decode step of two sequences over 1,024-key tables (64 blocks of 16, one of them past the
+    rope variant's widest table) through the graph driver under VT_DECODE_MMA_FROM=mma_from, cold, captured and
+    replayed: its logits, the kernels launched and the layers."""
+    from models.loader import load_checkpoint, resolve_model
+    from models.registry import load_model
+    from vt.engine.worker.graph_driver import DecodeInputs, GraphDriver
+    from vt.registry import make_backend
+
+    backend = make_backend(backend_name)
+    with flag_set("VT_DECODE_MMA_FROM", mma_from):
+        model = load_model(load_checkpoint(resolve_model("tiny-qwen3")), backend, dtype)
+    kv = model.make_kv_cache(num_blocks=130, block_size=16)
+    rng = np.random.default_rng(0)
+    for cache in (*kv.k, *kv.v):  # older keys: what the tensor-core kernel's rounding of P acts on
+        backend.copy_h2d(cache, narrow_host(rng.standard_normal(cache.shape).astype(np.float32), cache.dtype))
+    tables = np.stack([np.arange(1, 65), np.arange(65, 129)])
+    positions = np.array([700, 1000])
+    slots = np.array([tables[r, p // 16] * 16 + p % 16 for r, p in enumerate(positions)])
+    driver = GraphDriver(model, kv, max_num_seqs=4)
+    with launched_names(backend) as names:
+        for _ in range(3):
+            driver.step(DecodeInputs(np.array([11, 400]), positions, slots, tables))
+    return driver.last_logits(), names, model.cfg.num_hidden_layers
+
+
+def test_decode_rows_over_a_table_the_flag_calls_long_attend_on_tensor_cores() -> None:
+    """VT_DECODE_MMA_FROM=1024: a decode step over 1,024-key tables attends with the tensor-core rows kernel in every
+    layer (each token a run of its own) and never the decode kernel, its logits the plain kernel's within bf16
+    rounding (the kernel rounds q and P to the cache dtype). Guards: at 2048 (tables narrower than the flag) and
+    off, the plain kernel."""
+    logits, names, layers = long_decode_launches("1024")
+    assert names.count("paged_rows_attention") == layers * names.count("embed") > 0, names
+    assert "paged_decode_attention" not in names
+    plain, plain_names, _ = long_decode_launches("0")
+    assert "paged_rows_attention" not in plain_names and "paged_decode_attention" in plain_names
+    scale = np.abs(plain).max()
+    assert np.abs(logits - plain).max() <= 2**-5 * scale, "the plain kernel's logits, within bf16 rounding"
+    assert not np.array_equal(logits, plain), "non-vacuity: the rows kernel's rounding shows, so it ran"
+    _, narrow_names, _ = long_decode_launches("2048")
+    assert "paged_rows_attention" not in narrow_names, "tables narrower than the flag keep the plain kernel"
+
+
+def test_the_decoder_keeps_long_decode_on_tensor_cores_to_a_16_bit_cache(caplog: pytest.LogCaptureFixture) -> None:
+    """VT_DECODE_MMA_FROM over a float32 cache (no float32 mma): the plain kernel, said in one line; bf16 takes it
+    silently; a value outside the choices is refused by name."""
+    from models.loader import load_checkpoint, resolve_model
+    from models.registry import load_model
+    from vt.env import Flags
+    from vt.errors import ConfigError
+    from vt.registry import make_backend
+
+    ckpt = load_checkpoint(resolve_model("tiny-qwen3"))
+    caplog.set_level(logging.WARNING, logger="vt")
+    with flag_set("VT_DECODE_MMA_FROM", "4096"):
+        assert load_model(ckpt, make_backend("cpu"), "bfloat16").decode_mma_from == 4096
+        assert "does not apply" not in caplog.text
+        assert load_model(ckpt, make_backend("cpu"), "float32").decode_mma_from == 0
+    assert "VT_DECODE_MMA_FROM=4096 does not apply" in caplog.text, "a declined flag is said, not silent"
+    with flag_set("VT_DECODE_MMA_FROM", "3000"), pytest.raises(ConfigError, match="VT_DECODE_MMA_FROM"):
+        Flags.from_environ()
+
+
+@pytest.mark.gpu
+def test_cuda_long_decode_on_tensor_cores_gives_the_plain_kernels_logits() -> None:
+    """On the GPU, VT_DECODE_MMA_FROM=1024's step over 1,024-key tables, captured and replayed, gives the plain
+    decode kernel's logits within bf16 rounding, and not bit for bit (the rows kernel ran: its P is rounded)."""
+    logits, _, _ = long_decode_launches("1024", backend_name="cuda")
+    plain, _, _ = long_decode_launches("0", backend_name="cuda")
+    scale = np.abs(plain).max()
+    assert np.abs(logits - plain).max() <= 2**-5 * scale, "the plain kernel's logits, within bf16 rounding"
+    assert not np.array_equal(logits, plain), "non-vacuity: the rows kernel's rounding shows, so it ran"

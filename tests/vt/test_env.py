@@ -115,6 +115,7 @@ def test_a_tensor_parallel_rank_reads_back_every_flag_rank_0_read(monkeypatch: p
                 "prefill_heads_a_block": 3 - base.prefill_heads_a_block,
                 "decode_early_tiles": 3 - base.decode_early_tiles,
                 "decode_merge_in_attention": "cluster" if base.decode_merge_in_attention != "cluster" else "0",
+                "decode_mma_from": 2048 if base.decode_mma_from != 2048 else 0,
                 "prefill_wgmma": "0" if base.prefill_wgmma != "0" else "1",
                 "gemm_plan_cache": "retime" if base.gemm_plan_cache != "retime" else "1"}
     want = Flags(**flipped)
