@@ -11,6 +11,7 @@ is never read unless the key is inside it.
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import numpy as np
@@ -271,7 +272,9 @@ def merges_in_cluster(partitions: int) -> bool:
     return flags().decode_merge_in_attention == "cluster" and partitions == DECODE_CLUSTER
 
 
+@functools.cache
 def _has_clusters() -> bool:
+    """Whether this process's GPU launches thread-block clusters (compute capability 9.0 on), asked once."""
     import cupy
 
     return int(cupy.cuda.Device().compute_capability) >= 90

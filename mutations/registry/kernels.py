@@ -702,6 +702,15 @@ ENTRIES += [
         gates=(f"{LAUNCH}::test_a_kernel_refuses_an_argument_the_programmatic_launch_cannot_pass_captured_or_not",),
     ),
     Mutation(
+        id="cluster-launch-eagerly-through-cupys-call",
+        description="an eager launch asked for clusters goes through CuPy's call, which launches none: each block a "
+                    "cluster of one, whose rank 0 merges its own partition alone",
+        file="backends/kernels/build.py",
+        old="        if stream is None and cluster is None:\n",
+        new="        if stream is None:\n",
+        gates=(f"{LAUNCH}::test_a_cluster_launch_passes_its_cluster_on_every_path",),
+    ),
+    Mutation(
         id="cuda-launch-drops-the-serialization-attribute",
         description="the programmatic launch passes no attribute: every captured kernel waits for the whole kernel "
                     "ahead, as a plain launch does",
