@@ -149,8 +149,9 @@ class Flags:
     decode_merge_in_attention: str = "0"
     # VT_DECODE_MMA_FROM=1024..8192: a step's decode rows over tables of at least this many keys attend with the
     # tensor-core rows kernel (rows_attention.cu, each token a run of its own; P rounded to the cache dtype), not the
-    # CUDA-core decode kernel, whose loop (bf16 unpacking, shuffle sums) a rough count puts issue-bound at long
-    # context: issue 25's 8 x 8k step replays in 4.4 ms on the H100 against a 2.5 ms KV read. 0 (off): not measured
+    # CUDA-core decode kernel. Off (0): on an H100 (session 41) the decode kernel already reads the cache at 2.83 TB/s
+    # at 8 x 8k keys and wins alone (94.8 against 127.3 us a layer) and in replays at 1 x 8k (1.575 against 1.760 ms)
+    # and 8 x 2k (2.146 against 2.538); a block's 64-row tile holds one token's query heads
     decode_mma_from: int = 0
     # VT_MOE_CONSUMER_NORM=1 (with VT_CONSUMER_NORM): a MoE layer of a one-token step takes the consumer's norm too:
     # its o projection only adds into x, the router GEMM and the routed gate/up GEMM (moe_norm_route_gemm_rows) each
