@@ -18,7 +18,8 @@ A GEMM whose consumer the skinny GEMM can run in its last block (an epilogue: th
 or down projection, SiLU x up after the gate/up projection) has a plan of its own, which times each candidate with
 its consumer: a cuBLASLt algorithm followed by the consumer's own kernel, against the skinny GEMM's fused variant.
 Timed alone, a GEMM picks the faster GEMM, not the faster pair (H200, 0.6B, one row: the o projection and its norm
-took 7.3 us as the skinny GEMM's epilogue, 9.7 us as cuBLASLt's algorithm and the norm kernel).
+took 7.3 us as the skinny GEMM's epilogue, 9.7 us as cuBLASLt's algorithm and the norm kernel). Under VT_SKINNY_MMA
+the tensor-core GEMM (2..16 rows) is a candidate of those plans too, with the norm and SwiGLU in its launch.
 
 Only shapes of at most TUNED_MAX_ROWS rows, seen before `stop_tuning` (the engine's start-up), are timed: those are
 the captured steps' (decode keys and the prefill buckets). A shape first seen later keeps the heuristic's first pick:
@@ -258,8 +259,16 @@ def _loaded(storage: str, m: int, algo: Any, kind: str) -> bool:
     if isinstance(algo, skinny_mma.MmaConfig):
         from backends.kernels.build import is_loaded
 
-        return is_loaded(skinny_mma.instance(storage, algo))
+        return is_loaded(skinny_mma.instance(storage, algo, kind if skinny_mma.fuses(kind) else ""))
     return True
+
+
+def _fusable(storage: str, m: int, n: int, k: int, kind: str) -> bool:
+    """Whether a kernel of the library can run this consumer in the GEMM's own launch at this shape, so the shape has
+    a plan of its own for the pair: the skinny GEMM (at most 8 rows), or the tensor-core one (2..16 rows, under
+    VT_SKINNY_MMA) for the norm and SwiGLU."""
+    return skinny_gemm.fits(m, n, storage, kind) or (skinny_mma.fuses(kind)
+                                                     and skinny_mma.taken(m, n, k, storage, kind))
 
 
 def _aligned(nbytes: int) -> int:
@@ -296,8 +305,8 @@ class Plan:
         if lt.skinny is not None and self.storage is not None and skinny_gemm.fits(m, n, self.storage, epilogue):
             # timed last: the heuristic's first pick stays candidates[0]
             self.candidates += [c for c in skinny_gemm.configs() if skinny_gemm.serves(m, n, k, c, epilogue)]
-        if lt.skinny is not None and self.storage is not None and skinny_mma.taken(m, n, k, self.storage):
-            self.candidates += list(skinny_mma.CONFIGS)  # no epilogue of its own: the consumer runs after it
+        if lt.skinny is not None and self.storage is not None and skinny_mma.taken(m, n, k, self.storage, epilogue):
+            self.candidates += list(skinny_mma.CONFIGS)  # the norm and SwiGLU in its launch, other consumers after it
         self.algo = self.candidates[0]
         self.times_us: list[float] = []
         self.from_cache = False  # the pick and its times are an earlier process's (the plan cache)
@@ -319,6 +328,14 @@ class Plan:
             partials, counters = lt.skinny
             skinny_gemm.launch(cupy, self.storage, a_ptr, b_ptr, c_ptr, partials, counters, self.m, self.n, self.k,
                                algo, **(epilogue.fused() if epilogue else {}))
+            return
+        if isinstance(algo, skinny_mma.MmaConfig) and (epilogue is None or skinny_mma.fuses(epilogue.kind)):
+            import cupy
+
+            assert lt.skinny is not None and self.storage is not None  # an MmaConfig is a candidate only then
+            partials, counters = lt.skinny
+            skinny_mma.launch(cupy, self.storage, a_ptr, b_ptr, c_ptr, partials, counters, self.m, self.n, self.k,
+                              algo, **(epilogue.fused() if epilogue else {}))
             return
         if epilogue is not None:
             import cupy
@@ -546,7 +563,7 @@ class CublasLt:
         import cupy
 
         storage = STORAGE.get(dtype)
-        if (self.skinny is None or storage is None or not skinny_gemm.fits(m, n, storage, epilogue.kind)
+        if (self.skinny is None or storage is None or not _fusable(storage, m, n, k, epilogue.kind)
                 or epilogue.scratch_bytes(m, n) > EPILOGUE_BYTES):
             return False
         stream = cupy.cuda.get_current_stream()

@@ -12,6 +12,13 @@
 // warps' 16 x COLS tiles in warp order, and, where the grid splits K into S slices, the last block of a column tile
 // to finish (a counter per tile, back to zero when the kernel ends: a graph replays it) adds the S partial tiles in
 // slice order, as the skinny GEMM does, so the sum's order never depends on timing.
+//
+// Epilogues (EPI), as the skinny GEMM's, so a 2..16-row step's o, down and gate/up GEMMs launch once, not twice: with
+// MMA_NORM the grid's last column tile to be final runs the residual add + RMSNorm over the M rows (x += C; h =
+// narrow(x / sqrt(mean(x^2) + eps) * w): norm.cu's add_rms_norm); with MMA_SWIGLU the columns are gate/up pairs
+// interleaved PAIR_COLS at a time and a tile's final sums become SiLU(gate) x up in h [M, N / 2] (C is not written).
+// At 8 and 16 rows every GEMM ran on cuBLASLt with its consumer a launch of its own (H100, session 41: 9.96 us for
+// the 0.6B o projection and its norm, where one row's fused GEMM took 7.66).
 #include "tensor_core.cuh"
 
 namespace vt {
@@ -19,6 +26,47 @@ namespace vt {
 constexpr int MMA_GEMM_THREADS = 128;
 constexpr int MMA_GEMM_WARPS = MMA_GEMM_THREADS / 32;
 constexpr int MMA_GEMM_ROWS = 16;  // the mma's M: at most this many rows of A
+constexpr int MMA_PLAIN = 0, MMA_NORM = 1, MMA_SWIGLU = 2;  // EPI (skinny_mma.py's EPILOGUES)
+
+// MMA_NORM's tail, in the grid's last block to finish its column tile: x [M, N] += C, then h = RMSNorm(x) * w, N % 4
+// == 0. Rows are independent until their sums (a warp's partial sums into row_sq, one barrier for all rows), so
+// the rows' loads are not serialized behind each other's reductions.
+template <typename T>
+__device__ __forceinline__ void mma_norm_tail(float* __restrict__ x, const float* __restrict__ c,
+                                              const float* __restrict__ w, T* __restrict__ h, int M, int N, float eps) {
+    __shared__ float row_sq[MMA_GEMM_ROWS][MMA_GEMM_WARPS];
+    const int n4 = N / 4, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    float4* x4 = reinterpret_cast<float4*>(x);
+    const float4* c4 = reinterpret_cast<const float4*>(c);
+    const float4* w4 = reinterpret_cast<const float4*>(w);
+#pragma unroll 4
+    for (int m = 0; m < M; m++) {
+        float sq = 0.0f;
+        for (int i = threadIdx.x; i < n4; i += MMA_GEMM_THREADS) {
+            const float4 a = x4[(i64)m * n4 + i], d = __ldcg(&c4[(i64)m * n4 + i]);  // L2: other SMs wrote C
+            const float4 v = make_float4(a.x + d.x, a.y + d.y, a.z + d.z, a.w + d.w);
+            x4[(i64)m * n4 + i] = v;
+            sq = __fadd_rn(sq, sum_sq4(v));
+        }
+        sq = warp_sum(sq);
+        if (lane == 0) row_sq[m][warp] = sq;
+    }
+    __syncthreads();
+    for (int m = 0; m < M; m++) {
+        float total = 0.0f;
+#pragma unroll
+        for (int k = 0; k < MMA_GEMM_WARPS; k++) total += row_sq[m][k];
+        const float denom = sqrtf(total / (float)N + eps);
+        for (int i = threadIdx.x; i < n4; i += MMA_GEMM_THREADS) {  // x: this thread's own writes above
+            const float4 v = x4[(i64)m * n4 + i], g = w4[i];
+            T* o = h + (i64)m * N + 4 * i;
+            o[0] = from_f32<T>(v.x / denom * g.x);
+            o[1] = from_f32<T>(v.y / denom * g.y);
+            o[2] = from_f32<T>(v.z / denom * g.z);
+            o[3] = from_f32<T>(v.w / denom * g.w);
+        }
+    }
+}
 
 // The shared memory a configuration takes: the warps' rings, then (reusing them) the warps' sums.
 template <int NT, int STAGES>
@@ -30,11 +78,14 @@ constexpr int skinny_mma_smem() {
 
 // a, b, c, partials (S x M x N float32), counters (one a column tile, zeros); grid (ceil(N / COLS), S), slices of
 // `slice` rows of K (a multiple of 16), MMA_GEMM_THREADS threads, skinny_mma_smem<NT, STAGES>() bytes of dynamic
-// shared memory. M <= 16, N % 8 == 0, K % 8 == 0 (the binding checks).
-template <typename T, int NT, int STAGES>
+// shared memory. M <= 16, N % 8 == 0, K % 8 == 0 (the binding checks). MMA_NORM: x [M, N] float32, w [N] float32, h
+// [M, N], `done` a zeroed counter no column tile uses; MMA_SWIGLU: h [M, N / 2], N % 16 == 0; else unused.
+template <typename T, int NT, int STAGES, int EPI = MMA_PLAIN>
 __global__ void __launch_bounds__(MMA_GEMM_THREADS)
 skinny_mma(const T* __restrict__ a, const T* __restrict__ b, float* __restrict__ c, float* __restrict__ partials,
-           unsigned int* __restrict__ counters, int M, int N, int K, int slice) {
+           unsigned int* __restrict__ counters, int M, int N, int K, int slice, float* __restrict__ x,
+           const float* __restrict__ w, T* __restrict__ h, unsigned int* __restrict__ done, float eps) {
+    static_assert(EPI != MMA_SWIGLU || NT * 8 % (2 * PAIR_COLS) == 0, "a column tile holds whole gate/up pairs");
     vt::pdl_prefetch_l2(b, N, K, blockIdx.y * slice, slice, blockIdx.x * NT * 8, NT * 8);  // this block's B
     vt::pdl_wait();
     constexpr int COLS = NT * 8;
@@ -112,6 +163,20 @@ skinny_mma(const T* __restrict__ a, const T* __restrict__ b, float* __restrict__
     }
     __syncthreads();
     const int S = gridDim.y;
+    if (EPI == MMA_SWIGLU && S == 1) {  // the tile's sums are final: output o of the tile is its gate, up pair's
+        for (int i = threadIdx.x; i < M * COLS / 2; i += MMA_GEMM_THREADS) {
+            const int m = i / (COLS / 2), o = i - m * (COLS / 2), col = gate_column(o, PAIR_COLS);
+            if (n0 + col >= N) continue;
+            float gate = 0.0f, up = 0.0f;
+#pragma unroll
+            for (int wp = 0; wp < MMA_GEMM_WARPS; wp++) {
+                gate += sums[(wp * MMA_GEMM_ROWS + m) * SUM_STRIDE + col];
+                up += sums[(wp * MMA_GEMM_ROWS + m) * SUM_STRIDE + col + PAIR_COLS];
+            }
+            h[(i64)m * (N / 2) + n0 / 2 + o] = from_f32<T>(silu_times(gate, up));
+        }
+        return;
+    }
     for (int i = threadIdx.x; i < M * COLS; i += MMA_GEMM_THREADS) {
         const int m = i / COLS, col = i - m * COLS, nn = n0 + col;
         if (nn >= N) continue;
@@ -121,40 +186,67 @@ skinny_mma(const T* __restrict__ a, const T* __restrict__ b, float* __restrict__
         if (S == 1) c[(i64)m * N + nn] = v;
         else partials[((i64)blockIdx.y * M + m) * N + nn] = v;
     }
-    if (S == 1) return;
     __shared__ bool last;
-    __threadfence();  // this slice's partials are visible before the counter says so
-    __syncthreads();
-    if (threadIdx.x == 0) last = atomicAdd(&counters[blockIdx.x], 1u) == (unsigned)(S - 1);
-    __syncthreads();
-    if (!last) return;
-    __threadfence();
-    // The S partial tiles, four columns a thread (N % 8 == 0: a float4 never crosses N; the scratch is 16-byte
-    // aligned), four slices' loads in flight before any is added, the sums in slice order.
-    for (int i = threadIdx.x; i < M * COLS / 4; i += MMA_GEMM_THREADS) {
-        const int m = i / (COLS / 4), nn = n0 + 4 * (i - m * (COLS / 4));
-        if (nn >= N) continue;
-        const float4* part = reinterpret_cast<const float4*>(partials + (i64)m * N + nn);
-        const i64 slice_stride = (i64)M * N / 4;  // float4s from one slice's tile to the next
-        float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-        int s = 0;
-        for (; s + 4 <= S; s += 4) {
-            float4 r[4];
+    if (S > 1) {
+        __threadfence();  // this slice's partials are visible before the counter says so
+        __syncthreads();
+        if (threadIdx.x == 0) last = atomicAdd(&counters[blockIdx.x], 1u) == (unsigned)(S - 1);
+        __syncthreads();
+        if (!last) return;
+        __threadfence();
+        const i64 slice_stride = (i64)M * N;  // from one slice's partial tile to the next
+        if constexpr (EPI == MMA_SWIGLU) {
+            for (int i = threadIdx.x; i < M * COLS / 2; i += MMA_GEMM_THREADS) {
+                const int m = i / (COLS / 2), o = i - m * (COLS / 2), nn = n0 + gate_column(o, PAIR_COLS);
+                if (nn >= N) continue;
+                const float* part = partials + (i64)m * N + nn;
+                float gate = 0.0f, up = 0.0f;
+                for (int s = 0; s < S; s++) {  // slice order; L2: other SMs wrote them
+                    gate += __ldcg(part + s * slice_stride);
+                    up += __ldcg(part + s * slice_stride + PAIR_COLS);
+                }
+                h[(i64)m * (N / 2) + n0 / 2 + o] = from_f32<T>(silu_times(gate, up));
+            }
+        } else {
+            // The S partial tiles, four columns a thread (N % 8 == 0: a float4 never crosses N; the scratch is 16-byte
+            // aligned), four slices' loads in flight before any is added, the sums in slice order.
+            for (int i = threadIdx.x; i < M * COLS / 4; i += MMA_GEMM_THREADS) {
+                const int m = i / (COLS / 4), nn = n0 + 4 * (i - m * (COLS / 4));
+                if (nn >= N) continue;
+                const float4* part = reinterpret_cast<const float4*>(partials + (i64)m * N + nn);
+                const i64 stride4 = slice_stride / 4;  // float4s from one slice's tile to the next
+                float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+                int s = 0;
+                for (; s + 4 <= S; s += 4) {
+                    float4 r[4];
 #pragma unroll
-            for (int u = 0; u < 4; u++) r[u] = __ldcg(part + (s + u) * slice_stride);  // L2: other SMs wrote them
+                    for (int u = 0; u < 4; u++) r[u] = __ldcg(part + (s + u) * stride4);  // L2: other SMs wrote them
 #pragma unroll
-            for (int u = 0; u < 4; u++) {
-                v.x += r[u].x; v.y += r[u].y; v.z += r[u].z; v.w += r[u].w;
+                    for (int u = 0; u < 4; u++) {
+                        v.x += r[u].x; v.y += r[u].y; v.z += r[u].z; v.w += r[u].w;
+                    }
+                }
+                for (; s < S; s++) {
+                    const float4 r = __ldcg(part + s * stride4);
+                    v.x += r.x; v.y += r.y; v.z += r.z; v.w += r.w;
+                }
+                float* out = c + (i64)m * N + nn;
+                out[0] = v.x; out[1] = v.y; out[2] = v.z; out[3] = v.w;
             }
         }
-        for (; s < S; s++) {
-            const float4 r = __ldcg(part + s * slice_stride);
-            v.x += r.x; v.y += r.y; v.z += r.z; v.w += r.w;
-        }
-        float* out = c + (i64)m * N + nn;
-        out[0] = v.x; out[1] = v.y; out[2] = v.z; out[3] = v.w;
+        if (threadIdx.x == 0) counters[blockIdx.x] = 0;
     }
-    if (threadIdx.x == 0) counters[blockIdx.x] = 0;
+    if constexpr (EPI == MMA_NORM) {
+        // this block's tile of C is final; the grid's last tile to be so runs the norm over every column
+        __threadfence();
+        __syncthreads();
+        if (threadIdx.x == 0) last = atomicAdd(done, 1u) == gridDim.x - 1;
+        __syncthreads();
+        if (!last) return;
+        __threadfence();
+        mma_norm_tail<T>(x, c, w, h, M, N, eps);
+        if (threadIdx.x == 0) *done = 0;
+    }
 }
 
 }  // namespace vt

@@ -1964,8 +1964,8 @@ ENTRIES += [
         description="every 2..16-row plan times the tensor-core GEMM without VT_SKINNY_MMA: a kernel the H200 has not "
                     "checked is picked on its time alone",
         file="backends/kernels/skinny_mma.py",
-        old="    return flags().skinny_mma and fits(m, n, k, dtype)\n",
-        new="    return fits(m, n, k, dtype)\n",
+        old="    return flags().skinny_mma and fits(m, n, k, dtype, epilogue if fuses(epilogue) else \"\")\n",
+        new="    return fits(m, n, k, dtype, epilogue if fuses(epilogue) else \"\")\n",
         gates=("tests/backends/test_skinny_mma_timing.py::test_the_kernel_is_timed_only_when_asked",),
     ),
     Mutation(
@@ -1973,10 +1973,65 @@ ENTRIES += [
         description="a plan of 2..16 rows times cuBLASLt and the CUDA-core kernel only: a 16-row step never runs the "
                     "tensor-core GEMM",
         file="backends/cublaslt.py",
-        old="            self.candidates += list(skinny_mma.CONFIGS)  # no epilogue of its own: the consumer runs after it\n",
+        old="            self.candidates += list(skinny_mma.CONFIGS)  # the norm and SwiGLU in its launch, other consumers after it\n",
         new="            pass\n",
         gates=(f"{MMA}::test_a_16_row_plan_times_the_tensor_core_gemm_and_every_candidate_is_right", *MMA_STEP),
         needs_gpu=True,
+    ),
+]
+
+
+# The tensor-core GEMM's epilogues (session 41): the norm and SwiGLU in its own launch at 2..16 rows
+MMA_NORM_CUDA = f"{MMA}::test_cuda_skinny_mma_with_the_norm_epilogue_equals_its_twin_on_one_scratch"
+MMA_SWIGLU_CUDA = f"{MMA}::test_cuda_skinny_mma_with_the_swiglu_epilogue_equals_its_twin_on_one_scratch"
+MMA_NORM_SHAPES = [(16, 1024, 2048), (8, 1024, 3072), (3, 2048, 1024), (2, 512, 96), (16, 4096, 4096)]
+MMA_SWIGLU_SHAPES = [(16, 6144, 1024), (8, 6144, 1024), (9, 1040, 96), (2, 256, 2048), (16, 24576, 4096)]
+
+
+def mma_epilogue_ids(shapes: list[tuple[int, int, int]], keep: Any = lambda m, n, k, step, s: True) -> list[str]:
+    """test_skinny_mma.py's epilogue test ids (m-n-k-config) of the cases `keep(m, n, k, step, slices)` names."""
+    return [f"{m}-{n}-{k}-nt{c.nt}s{c.stages}x{c.per_sm}" for m, n, k in shapes for c in skinny_mma.CONFIGS
+            if keep(m, n, k, *skinny_mma.split(m, n, k, c))]
+
+
+ENTRIES += [
+    Mutation(
+        id="cuda-skinny-mma-norm-leaves-its-counter-counted",
+        description="the tensor-core GEMM's norm never resets its grid-wide counter: the next launch (a graph's "
+                    "replay) finds no last block, and x and h keep the last step's values",
+        file="backends/kernels/skinny_mma.cu",
+        old="        if (threadIdx.x == 0) *done = 0;\n",
+        new="",
+        gates=tuple(f"{MMA_NORM_CUDA}[{i}]" for i in mma_epilogue_ids(MMA_NORM_SHAPES)),
+        needs_gpu=True,
+    ),
+    Mutation(
+        id="cuda-skinny-mma-swiglu-swaps-gate-and-up",
+        description="the tensor-core GEMM's unsplit SwiGLU reads a pair's up columns as its gate and its gate as up: "
+                    "SiLU(up) x gate",
+        file="backends/kernels/skinny_mma.cu",
+        old="            h[(i64)m * (N / 2) + n0 / 2 + o] = from_f32<T>(silu_times(gate, up));\n        }\n        return;\n",
+        new="            h[(i64)m * (N / 2) + n0 / 2 + o] = from_f32<T>(silu_times(up, gate));\n        }\n        return;\n",
+        gates=tuple(f"{MMA_SWIGLU_CUDA}[{i}]" for i in mma_epilogue_ids(MMA_SWIGLU_SHAPES, lambda m, n, k, st, s: s == 1)),
+        needs_gpu=True,
+    ),
+    Mutation(
+        id="gemm-plans-fuse-nothing-past-eight-rows",
+        description="a GEMM of 9..16 rows gets no plan for itself and its norm or SwiGLU: the tensor-core kernel's "
+                    "fused launch is never timed there, and its consumer always runs as a launch of its own",
+        file="backends/cublaslt.py",
+        old="    return skinny_gemm.fits(m, n, storage, kind) or (skinny_mma.fuses(kind)\n",
+        new="    return skinny_gemm.fits(m, n, storage, kind) or (False\n",
+        gates=(f"{MMA}::test_a_16_row_norm_or_swiglu_plan_is_fusable_only_under_the_flag",),
+    ),
+    Mutation(
+        id="skinny-mma-swiglu-serves-half-a-pair",
+        description="the tensor-core GEMM takes SwiGLU at any N of whole 16-byte groups: a last tile ending in half a "
+                    "gate/up pair reads past N for its up columns",
+        file="backends/kernels/skinny_mma.py",
+        old="    pairs = epilogue == \"swiglu\"\n",
+        new="    pairs = False\n",
+        gates=(f"{MMA}::test_the_epilogues_serve_whole_gate_up_pairs_and_one_consumer_a_launch",),
     ),
 ]
 

@@ -1,8 +1,9 @@
 """The tensor-core skinny GEMM (backends/kernels/skinny_mma.py) in each configuration: its K split covers K exactly in
 whole k16 steps, within the skinny GEMM's scratch; its twin against a float64 product; (GPU lane) the kernel against
 its twin, twice in a row on one scratch (the tile counters back at zero), and as a candidate a 16-row cuBLASLt plan
-times beside cuBLASLt's algorithms. Whether a plan times it at all (VT_SKINNY_MMA):
-test_skinny_mma_timing.py."""
+times beside cuBLASLt's algorithms. Its epilogues (the residual add + RMSNorm, SwiGLU): their twins against float64,
+the shapes they serve, the plans that take them; (GPU lane) each against its twin, twice on one scratch. Whether a
+plan times it at all (VT_SKINNY_MMA): test_skinny_mma_timing.py."""
 
 from __future__ import annotations
 
@@ -13,9 +14,15 @@ import pytest
 
 from backends.kernels import skinny_gemm as sg
 from backends.kernels import skinny_mma as sm
-from tests.backends.test_skinny_gemm import assert_twin_is_the_product, magnitude, operands
+from tests.backends.test_skinny_gemm import (
+    assert_norm_outputs,
+    assert_twin_is_the_product,
+    magnitude,
+    operands,
+    swiglu_reference,
+)
 from tests.helpers import flag_set
-from vt.dtypes import widen_host
+from vt.dtypes import narrow_host, widen_host
 
 # (m, n, k): the 0.6B shape's qkv / o / gate-up / down projections at a prefix hit's 16 rows, a decode step of 9 rows
 # over the 8B shape's o projection, a K that no slice length divides (a short last slice), a tiny N split deep, a
@@ -135,8 +142,8 @@ def run_mma(xp: Any, a: np.ndarray, b: np.ndarray, config: sm.MmaConfig) -> np.n
 def test_on_the_gpu_a_step_on_tensor_core_plans_computes_the_cublaslt_steps_logits(rows: int) -> None:
     """tiny-qwen3 (bf16), a decode step of `rows` rows through the graph driver, cold, captured and replayed, with
     every plan that times the tensor-core GEMM set to it, against the same step with those plans on cuBLASLt's first
-    pick: the same logits to the GEMMs' summation order. At 8 rows the o, down and gate/up plans have consumers (the
-    norm, SwiGLU), which run after the kernel as after cuBLASLt; at 16 every plan is plain."""
+    pick: the same logits to the GEMMs' summation order. At 8 and 16 rows the o, down and gate/up plans have consumers
+    (the norm, SwiGLU), which the kernel runs in its own launch, and cuBLASLt's pick as a launch after it."""
     from backends.cuda import CudaBackend
     from models.loader import load_checkpoint, resolve_model
     from models.registry import load_model
@@ -163,7 +170,123 @@ def test_on_the_gpu_a_step_on_tensor_core_plans_computes_the_cublaslt_steps_logi
             driver.step(inp)  # replayed
             assert plans and driver.num_replays > 0, "non-vacuity: tensor-core plans, a replay"
             got[mode] = driver.last_logits()
-    assert rows == 16 or kinds >= {"", "norm", "swiglu"}, f"plans with consumers among them: {kinds}"
+    assert kinds >= {"", "norm", "swiglu"}, f"plans with consumers among them: {kinds}"
     mma, plain = got["mma"], got["cublaslt"]
     assert np.abs(mma - plain).max() <= 0.02 * np.abs(plain).max()
     assert np.argmax(mma, -1).tolist() == np.argmax(plain, -1).tolist()
+
+
+# (m, 2 I, K) of the SwiGLU epilogue: 0.6B's gate/up at a hit's 16 rows and at 8, a partial last column tile of whole
+# pairs, a K split deep; the 8B's on the GPU lane only (its twin is 6 s of CI's CPU)
+MMA_SWIGLU_SHAPES = [(16, 6144, 1024), (8, 6144, 1024), (9, 1040, 96), (2, 256, 2048)]
+# (m, n, K) of the norm epilogue: 0.6B's o and down at 16 and 8 rows, the 30B-A3B's o, a short K, the 8B's o
+MMA_NORM_SHAPES = [(16, 1024, 2048), (8, 1024, 3072), (3, 2048, 1024), (2, 512, 96), (16, 4096, 4096)]
+
+
+def mma_norm_case(m: int, n: int, k: int, config: sm.MmaConfig) -> tuple:
+    """The norm epilogue's operands a, b, the residual x0 and the norm's weight w, and its twin's C, x and h."""
+    a, b = operands(m, n, k, "bfloat16", seed=m + k)
+    rng = np.random.default_rng(n)
+    x0 = rng.standard_normal((m, n), dtype=np.float32)
+    w = (1 + 0.1 * rng.standard_normal(n)).astype(np.float32)
+    want_c, want_x, want_h = np.zeros((m, n), np.float32), x0.copy(), np.zeros((m, n), np.uint16)
+    sm.skinny_mma_norm(np, a, b, want_c, None, None, want_x, w, want_h, eps=1e-6, config=config)
+    return a, b, x0, w, (want_c, want_x, widen_host(want_h))
+
+
+@pytest.mark.parametrize("m,n,k", MMA_NORM_SHAPES[:2])
+def test_the_norm_twin_adds_the_product_into_x_and_norms_it(m: int, n: int, k: int) -> None:
+    """The twin the kernel's norm epilogue is held to, against float64: C = A @ B, x += C, h = x / rms(x) * w."""
+    a, b, x0, w, got = mma_norm_case(m, n, k, sm.CONFIGS[0])
+    c = widen_host(a).astype(np.float64) @ widen_host(b).astype(np.float64)
+    x = x0 + c
+    h = x / np.sqrt((x * x).mean(axis=1, keepdims=True) + 1e-6) * w
+    assert_norm_outputs(got[0], got[1], narrow_host(got[2].astype(np.float32), np.dtype(np.uint16)), (c, x, h), a,
+                        b, 0)
+    assert np.abs(x - x0).max() > 0.1, "non-vacuity: the add moved the residual"
+
+
+@pytest.mark.parametrize("m,n,k", MMA_SWIGLU_SHAPES[1:])
+def test_the_swiglu_twin_activates_each_interleaved_pair(m: int, n: int, k: int) -> None:
+    a, b = operands(m, n, k, "bfloat16", seed=n)
+    act = np.zeros((m, n // 2), np.uint16)
+    sm.skinny_mma_swiglu(np, a, b, np.zeros((m, n), np.float32), act, None, None)
+    want = swiglu_reference(a, b)
+    assert np.all(np.abs(widen_host(act) - want) <= 2 ** -7 * np.abs(want) + 1e-5), "to a bf16 ulp"
+    assert np.abs(want).max() > 0.05, "non-vacuity: outputs far from zero"
+
+
+def test_the_epilogues_serve_whole_gate_up_pairs_and_one_consumer_a_launch() -> None:
+    """SwiGLU needs N in whole gate/up pairs of PAIR_COLS (a column tile never splits one); the norm any N the plain
+    kernel serves; the consumer's norm (one row's) is not the kernel's to run; one epilogue a launch."""
+    from backends.kernels.activation import PAIR_COLS
+
+    assert sm.fits(16, 6144, 1024, np.uint16, "swiglu") and sm.fits(16, 1032, 1024, np.uint16, "norm")
+    assert not sm.fits(16, 1032, 1024, np.uint16, "swiglu"), "1,032 columns end in half a gate/up pair"
+    assert sm.fits(16, 1032, 1024, np.uint16), "non-vacuity: the plain kernel serves that N"
+    assert all(c.cols % (2 * PAIR_COLS) == 0 for c in sm.CONFIGS), "every configuration's tile holds whole pairs"
+    assert [e for e in ("", "norm", "swiglu", "resid", "norm_in", "norm_in_swiglu") if sm.fuses(e)] == \
+        ["", "norm", "swiglu"]
+    with pytest.raises(ValueError, match="one epilogue"):
+        sm.launch(np, np.uint16, 0, 0, 0, 0, 0, 16, 1024, 1024, norm=(0, 0, 0, 1e-6), act=0)
+
+
+def test_a_16_row_norm_or_swiglu_plan_is_fusable_only_under_the_flag() -> None:
+    """Past the CUDA-core kernel's 8 rows, a GEMM and its norm or SwiGLU get a plan of their own (which may pick the
+    tensor-core kernel's fused launch) only when that kernel is timed; the consumer's norm kinds never."""
+    from backends.cublaslt import _fusable
+
+    for kind in ("norm", "swiglu"):
+        assert not _fusable("uint16", 16, 6144, 1024, kind), f"{kind}: no kernel fuses 16 rows without the flag"
+        with flag_set("VT_SKINNY_MMA", "1"):
+            assert _fusable("uint16", 16, 6144, 1024, kind), f"{kind}: the tensor-core kernel fuses 16 rows"
+    with flag_set("VT_SKINNY_MMA", "1"):
+        assert not _fusable("uint16", 16, 6144, 1024, "resid") and not _fusable("uint16", 17, 6144, 1024, "norm")
+    assert _fusable("uint16", 8, 6144, 1024, "norm"), "non-vacuity: the CUDA-core kernel fuses 8 rows as before"
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("config", sm.CONFIGS, ids=CONFIG_IDS)
+@pytest.mark.parametrize("m,n,k", MMA_NORM_SHAPES)
+def test_cuda_skinny_mma_with_the_norm_epilogue_equals_its_twin_on_one_scratch(m: int, n: int, k: int,
+                                                                              config: sm.MmaConfig) -> None:
+    """C, x += C and the next norm h from one launch, against the twin, six times on one scratch: the tile counters
+    and the norm's own back at zero after each (else the next launch finds no last block and leaves x unmoved)."""
+    import cupy
+
+    a, b, x0, w, want = mma_norm_case(m, n, k, config)
+    partials = cupy.zeros(sg.SCRATCH_FLOATS, np.float32)
+    counters = cupy.zeros(sg.MAX_TILES, np.uint32)
+    for run in range(6):
+        c, x, h = cupy.full((m, n), np.nan, np.float32), cupy.asarray(x0), cupy.zeros((m, n), np.uint16)
+        sm.skinny_mma_norm(cupy, cupy.asarray(a), cupy.asarray(b), c, partials, counters, x, cupy.asarray(w), h,
+                           eps=1e-6, config=config)
+        assert_norm_outputs(c.get(), x.get(), h.get(), want, a, b, run)
+        assert int(counters.sum()) == 0, f"run {run}: every counter, the norm's too, back at zero"
+    assert np.abs(want[1] - x0).max() > 0.1, "non-vacuity: the add moved the residual"
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("config", sm.CONFIGS, ids=CONFIG_IDS)
+@pytest.mark.parametrize("m,n,k", [*MMA_SWIGLU_SHAPES, (16, 24576, 4096)])
+def test_cuda_skinny_mma_with_the_swiglu_epilogue_equals_its_twin_on_one_scratch(m: int, n: int, k: int,
+                                                                                config: sm.MmaConfig) -> None:
+    """act = SiLU(gate) x up from one launch, against the twin, twice on one scratch (the tile counters back at
+    zero); C is the unfused path's scratch and stays unwritten."""
+    import cupy
+
+    a, b = operands(m, n, k, "bfloat16", seed=m + n)
+    want = np.zeros((m, n // 2), np.uint16)
+    sm.skinny_mma_swiglu(np, a, b, np.zeros((m, n), np.float32), want, None, None, config=config)
+    partials = cupy.zeros(sg.SCRATCH_FLOATS, np.float32)
+    counters = cupy.zeros(sg.MAX_TILES, np.uint32)
+    exp = widen_host(want)
+    for run in range(2):
+        c, act = cupy.full((m, n), np.nan, np.float32), cupy.zeros((m, n // 2), np.uint16)
+        sm.skinny_mma_swiglu(cupy, cupy.asarray(a), cupy.asarray(b), c, act, partials, counters, config=config)
+        got = widen_host(act.get())
+        past = np.abs(got - exp) > 2 ** -7 * np.abs(exp) + 1e-5
+        assert not past.any(), f"run {run}: {int(past.sum())} of {past.size} outputs past a bf16 ulp"
+        assert int(counters.sum()) == 0, f"run {run}: the tile counters are back at zero"
+        assert bool(cupy.isnan(c).all()), f"run {run}: C left unwritten"
+    assert np.abs(exp).max() > 0.05, "non-vacuity: outputs far from zero"
