@@ -186,8 +186,9 @@ class Flags:
     # 384.0 / 1,148.8 at 1,024 / 4,096 / 7,936 tokens, and the yardstick's 8k c=8 TPOT from 6.46 to 5.70 ms in one call
     prefill_wgmma: str = "auto"
     # VT_SKINNY_MMA=1: the GEMM tuner also times the tensor-core skinny GEMM (backends/kernels/skinny_mma.py) on every
-    # plan of 2..16 rows, beside cuBLASLt and the CUDA-core skinny GEMM. Correct on the H200 and no faster a prefix
-    # hit's 16-row step there (session 30: 2.48 against 2.43 ms), so off
+    # plan of 2..16 rows, beside cuBLASLt and the CUDA-core skinny GEMM, with a plan's norm or SwiGLU in its own launch
+    # (session 41). Correct on the H200 and no faster a prefix hit's 16-row step there before those consumers were
+    # fused (session 30: 2.48 against 2.43 ms); the fused consumers have not run on a GPU, so off
     skinny_mma: bool = False
 
     @classmethod
