@@ -523,8 +523,9 @@ class CublasLt:
     def gemm_add_rms_norm(self, dtype: int, a: Any, b: Any, c: Any, m: int, n: int, k: int, x: Any, w: Any, h: Any,
                           eps: float) -> bool:
         """C = A @ B, then x += C and h = RMSNorm(x) * w, as this shape's norm plan picked: one launch (the skinny
-        GEMM's epilogue, backends/kernels/skinny_gemm.py) or cuBLASLt and add_rms_norm. False, nothing launched,
-        where no skinny GEMM serves the shape (the caller runs the two)."""
+        GEMM's epilogue, backends/kernels/skinny_gemm.py, or the tensor-core one's) or cuBLASLt and add_rms_norm.
+        False, nothing launched, where no kernel of the library fuses the pair at this shape (the caller runs the
+        two)."""
         return self._gemm_epilogue(dtype, a, b, c, m, n, k, Norm(x, w, h, eps))
 
     def gemm_silu_mul(self, dtype: int, a: Any, b: Any, c: Any, m: int, n: int, k: int, act: Any) -> bool:

@@ -1984,8 +1984,10 @@ ENTRIES += [
 # The tensor-core GEMM's epilogues (session 41): the norm and SwiGLU in its own launch at 2..16 rows
 MMA_NORM_CUDA = f"{MMA}::test_cuda_skinny_mma_with_the_norm_epilogue_equals_its_twin_on_one_scratch"
 MMA_SWIGLU_CUDA = f"{MMA}::test_cuda_skinny_mma_with_the_swiglu_epilogue_equals_its_twin_on_one_scratch"
-MMA_NORM_SHAPES = [(16, 1024, 2048), (8, 1024, 3072), (3, 2048, 1024), (2, 512, 96), (16, 4096, 4096)]
-MMA_SWIGLU_SHAPES = [(16, 6144, 1024), (8, 6144, 1024), (9, 1040, 96), (2, 256, 2048), (16, 24576, 4096)]
+MMA_NORM_SHAPES = [(16, 1024, 2048), (8, 1024, 3072), (3, 2048, 1024), (2, 512, 96), (16, 4096, 4096),
+                   (16, 1032, 1024)]  # test_skinny_mma.py's
+MMA_SWIGLU_SHAPES = [(16, 6144, 1024), (8, 6144, 1024), (9, 1040, 96), (2, 256, 2048),
+                     (16, 24576, 4096)]  # test_skinny_mma.py's, the 8B's last
 
 
 def mma_epilogue_ids(shapes: list[tuple[int, int, int]], keep: Any = lambda m, n, k, step, s: True) -> list[str]:
@@ -2013,6 +2015,16 @@ ENTRIES += [
         old="            h[(i64)m * (N / 2) + n0 / 2 + o] = from_f32<T>(silu_times(gate, up));\n        }\n        return;\n",
         new="            h[(i64)m * (N / 2) + n0 / 2 + o] = from_f32<T>(silu_times(up, gate));\n        }\n        return;\n",
         gates=tuple(f"{MMA_SWIGLU_CUDA}[{i}]" for i in mma_epilogue_ids(MMA_SWIGLU_SHAPES, lambda m, n, k, st, s: s == 1)),
+        needs_gpu=True,
+    ),
+    Mutation(
+        id="cuda-skinny-mma-split-swiglu-drops-the-last-slice",
+        description="the tensor-core GEMM's split SwiGLU adds the first S - 1 slices' partial tiles: the last slice's "
+                    "rows of K never reach the activation",
+        file="backends/kernels/skinny_mma.cu",
+        old="                for (int s = 0; s < S; s++) {  // slice order; L2: other SMs wrote them\n",
+        new="                for (int s = 0; s < S - 1; s++) {  // slice order; L2: other SMs wrote them\n",
+        gates=tuple(f"{MMA_SWIGLU_CUDA}[{i}]" for i in mma_epilogue_ids(MMA_SWIGLU_SHAPES, lambda m, n, k, st, s: s > 1)),
         needs_gpu=True,
     ),
     Mutation(
