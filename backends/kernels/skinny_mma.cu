@@ -85,11 +85,11 @@ __global__ void __launch_bounds__(MMA_GEMM_THREADS)
 skinny_mma(const T* __restrict__ a, const T* __restrict__ b, float* __restrict__ c, float* __restrict__ partials,
            unsigned int* __restrict__ counters, int M, int N, int K, int slice, float* __restrict__ x,
            const float* __restrict__ w, T* __restrict__ h, unsigned int* __restrict__ done, float eps) {
-    static_assert(EPI != MMA_SWIGLU || NT * 8 % (2 * PAIR_COLS) == 0, "a column tile holds whole gate/up pairs");
     vt::pdl_prefetch_l2(b, N, K, blockIdx.y * slice, slice, blockIdx.x * NT * 8, NT * 8);  // this block's B
     vt::pdl_wait();
     constexpr int COLS = NT * 8;
     static_assert(NT % 2 == 0 && STAGES >= 2, "n8 tiles in pairs (one ldmatrix.x4 each); a step in flight");
+    static_assert(EPI != MMA_SWIGLU || NT * 8 % (2 * PAIR_COLS) == 0, "a column tile holds whole gate/up pairs");
     constexpr int STRIDE = COLS + 8;   // a stage's k-row, padded 16 bytes: an ldmatrix's eight rows hit distinct banks
     constexpr int STAGE = 16 * STRIDE;  // one k16 step's tile of B, in elements
     constexpr int COPIES = 16 * COLS / 8 / 32;  // 16-byte copies a lane a step
