@@ -161,17 +161,23 @@ def test_cuda_skinny_gemm_with_the_swiglu_epilogue_equals_its_twin_on_one_scratc
                                                                                  config: sg.Config) -> None:
     """act = SiLU(gate) x up from one launch, against the GEMM's twin and silu_mul's over the interleaved pairs, twice
     on one scratch (the tile counters back at zero); C is the unfused path's scratch and stays unwritten."""
+    assert_swiglu_kernel_equals_its_twin(sg.skinny_gemm_swiglu, m, n, k, config)
+
+
+def assert_swiglu_kernel_equals_its_twin(kernel: Callable[..., None], m: int, n: int, k: int, config: Any) -> None:
+    """A SwiGLU epilogue's kernel (the CUDA-core or tensor-core skinny GEMM's) against its twin, twice on one scratch:
+    act to a bf16 ulp, the tile counters back at zero, C left unwritten."""
     import cupy
 
     a, b = operands(m, n, k, "bfloat16", seed=m + n)
     want = np.zeros((m, n // 2), np.uint16)
-    sg.skinny_gemm_swiglu(np, a, b, np.zeros((m, n), np.float32), want, None, None, config=config)
+    kernel(np, a, b, np.zeros((m, n), np.float32), want, None, None, config=config)
     partials = cupy.zeros(sg.SCRATCH_FLOATS, np.float32)
     counters = cupy.zeros(sg.MAX_TILES, np.uint32)
     exp = widen_host(want)
     for run in range(2):
         c, act = cupy.full((m, n), np.nan, np.float32), cupy.zeros((m, n // 2), np.uint16)
-        sg.skinny_gemm_swiglu(cupy, cupy.asarray(a), cupy.asarray(b), c, act, partials, counters, config=config)
+        kernel(cupy, cupy.asarray(a), cupy.asarray(b), c, act, partials, counters, config=config)
         got = widen_host(act.get())
         past = np.abs(got - exp) > 2 ** -7 * np.abs(exp) + 1e-5
         assert not past.any(), f"run {run}: {int(past.sum())} of {past.size} outputs past a bf16 ulp"
@@ -186,14 +192,15 @@ NORM_SHAPES = [(1, 1024, 2048), (1, 1024, 3072), (8, 1024, 3072), (3, 2048, 1024
 NORM_RUNS = 6
 
 
-def norm_case(m: int, n: int, k: int, config: sg.Config) -> tuple:
-    """The norm epilogue's operands a, b, the residual x0 and the norm's weight w, and its twin's C, x and h."""
+def norm_case(m: int, n: int, k: int, config: Any, kernel: Callable[..., None] = sg.skinny_gemm_norm) -> tuple:
+    """A norm epilogue's operands a, b, the residual x0 and the norm's weight w, and its twin's C, x and h (the
+    CUDA-core skinny GEMM's by default, or `kernel`'s)."""
     a, b = operands(m, n, k, "bfloat16", seed=m + k)
     rng = np.random.default_rng(n)
     x0 = rng.standard_normal((m, n), dtype=np.float32)
     w = (1 + 0.1 * rng.standard_normal(n)).astype(np.float32)
     want_c, want_x, want_h = np.zeros((m, n), np.float32), x0.copy(), np.zeros((m, n), np.uint16)
-    sg.skinny_gemm_norm(np, a, b, want_c, None, None, want_x, w, want_h, eps=1e-6, config=config)
+    kernel(np, a, b, want_c, None, None, want_x, w, want_h, eps=1e-6, config=config)
     return a, b, x0, w, (want_c, want_x, widen_host(want_h))
 
 
@@ -226,15 +233,22 @@ def test_cuda_skinny_gemm_with_the_norm_epilogue_equals_its_twin_on_one_scratch(
     """C, the residual stream x += C and the next norm h from one launch, against the GEMM's twin and add_rms_norm's;
     RUNS times on one scratch: the tile counters and the norm's own are back at zero after each, and a norm that ran
     before every tile of C was written (a race, so not every run shows it) read a NaN."""
+    assert_norm_kernel_equals_its_twin(sg.skinny_gemm_norm, m, n, k, config, NORM_RUNS)
+
+
+def assert_norm_kernel_equals_its_twin(kernel: Callable[..., None], m: int, n: int, k: int, config: Any,
+                                       runs: int) -> None:
+    """A norm epilogue's kernel (the CUDA-core or tensor-core skinny GEMM's) against its twin, `runs` times on one
+    scratch: C, x += C and h each run, every counter (the norm's too) back at zero after each."""
     import cupy
 
-    a, b, x0, w, want = norm_case(m, n, k, config)
+    a, b, x0, w, want = norm_case(m, n, k, config, kernel)
     partials = cupy.zeros(sg.SCRATCH_FLOATS, np.float32)
     counters = cupy.zeros(sg.MAX_TILES, np.uint32)
-    for run in range(NORM_RUNS):
+    for run in range(runs):
         c, x, h = cupy.full((m, n), np.nan, np.float32), cupy.asarray(x0), cupy.zeros((m, n), np.uint16)
-        sg.skinny_gemm_norm(cupy, cupy.asarray(a), cupy.asarray(b), c, partials, counters, x, cupy.asarray(w), h,
-                            eps=1e-6, config=config)
+        kernel(cupy, cupy.asarray(a), cupy.asarray(b), c, partials, counters, x, cupy.asarray(w), h, eps=1e-6,
+               config=config)
         assert_norm_outputs(c.get(), x.get(), h.get(), want, a, b, run)
         assert int(counters.sum()) == 0, f"run {run}: every counter, the norm's too, back at zero"
     assert np.abs(want[1] - x0).max() > 0.1, "non-vacuity: the add moved the residual"

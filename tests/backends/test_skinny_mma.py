@@ -15,9 +15,12 @@ import pytest
 from backends.kernels import skinny_gemm as sg
 from backends.kernels import skinny_mma as sm
 from tests.backends.test_skinny_gemm import (
+    assert_norm_kernel_equals_its_twin,
     assert_norm_outputs,
+    assert_swiglu_kernel_equals_its_twin,
     assert_twin_is_the_product,
     magnitude,
+    norm_case,
     operands,
     swiglu_reference,
 )
@@ -184,21 +187,10 @@ MMA_SWIGLU_SHAPES = [(16, 6144, 1024), (8, 6144, 1024), (9, 1040, 96), (2, 256, 
 MMA_NORM_SHAPES = [(16, 1024, 2048), (8, 1024, 3072), (3, 2048, 1024), (2, 512, 96), (16, 4096, 4096), (16, 1032, 1024)]
 
 
-def mma_norm_case(m: int, n: int, k: int, config: sm.MmaConfig) -> tuple:
-    """The norm epilogue's operands a, b, the residual x0 and the norm's weight w, and its twin's C, x and h."""
-    a, b = operands(m, n, k, "bfloat16", seed=m + k)
-    rng = np.random.default_rng(n)
-    x0 = rng.standard_normal((m, n), dtype=np.float32)
-    w = (1 + 0.1 * rng.standard_normal(n)).astype(np.float32)
-    want_c, want_x, want_h = np.zeros((m, n), np.float32), x0.copy(), np.zeros((m, n), np.uint16)
-    sm.skinny_mma_norm(np, a, b, want_c, None, None, want_x, w, want_h, eps=1e-6, config=config)
-    return a, b, x0, w, (want_c, want_x, widen_host(want_h))
-
-
 @pytest.mark.parametrize("m,n,k", MMA_NORM_SHAPES[:2])
 def test_the_norm_twin_adds_the_product_into_x_and_norms_it(m: int, n: int, k: int) -> None:
     """The twin the kernel's norm epilogue is held to, against float64: C = A @ B, x += C, h = x / rms(x) * w."""
-    a, b, x0, w, got = mma_norm_case(m, n, k, sm.CONFIGS[0])
+    a, b, x0, w, got = norm_case(m, n, k, sm.CONFIGS[0], sm.skinny_mma_norm)
     c = widen_host(a).astype(np.float64) @ widen_host(b).astype(np.float64)
     x = x0 + c
     h = x / np.sqrt((x * x).mean(axis=1, keepdims=True) + 1e-6) * w
@@ -253,18 +245,7 @@ def test_cuda_skinny_mma_with_the_norm_epilogue_equals_its_twin_on_one_scratch(m
                                                                               config: sm.MmaConfig) -> None:
     """C, x += C and the next norm h from one launch, against the twin, six times on one scratch: the tile counters
     and the norm's own back at zero after each (else the next launch finds no last block and leaves x unmoved)."""
-    import cupy
-
-    a, b, x0, w, want = mma_norm_case(m, n, k, config)
-    partials = cupy.zeros(sg.SCRATCH_FLOATS, np.float32)
-    counters = cupy.zeros(sg.MAX_TILES, np.uint32)
-    for run in range(6):
-        c, x, h = cupy.full((m, n), np.nan, np.float32), cupy.asarray(x0), cupy.zeros((m, n), np.uint16)
-        sm.skinny_mma_norm(cupy, cupy.asarray(a), cupy.asarray(b), c, partials, counters, x, cupy.asarray(w), h,
-                           eps=1e-6, config=config)
-        assert_norm_outputs(c.get(), x.get(), h.get(), want, a, b, run)
-        assert int(counters.sum()) == 0, f"run {run}: every counter, the norm's too, back at zero"
-    assert np.abs(want[1] - x0).max() > 0.1, "non-vacuity: the add moved the residual"
+    assert_norm_kernel_equals_its_twin(sm.skinny_mma_norm, m, n, k, config, 6)
 
 
 @pytest.mark.gpu
@@ -274,20 +255,4 @@ def test_cuda_skinny_mma_with_the_swiglu_epilogue_equals_its_twin_on_one_scratch
                                                                                 config: sm.MmaConfig) -> None:
     """act = SiLU(gate) x up from one launch, against the twin, twice on one scratch (the tile counters back at
     zero); C is the unfused path's scratch and stays unwritten."""
-    import cupy
-
-    a, b = operands(m, n, k, "bfloat16", seed=m + n)
-    want = np.zeros((m, n // 2), np.uint16)
-    sm.skinny_mma_swiglu(np, a, b, np.zeros((m, n), np.float32), want, None, None, config=config)
-    partials = cupy.zeros(sg.SCRATCH_FLOATS, np.float32)
-    counters = cupy.zeros(sg.MAX_TILES, np.uint32)
-    exp = widen_host(want)
-    for run in range(2):
-        c, act = cupy.full((m, n), np.nan, np.float32), cupy.zeros((m, n // 2), np.uint16)
-        sm.skinny_mma_swiglu(cupy, cupy.asarray(a), cupy.asarray(b), c, act, partials, counters, config=config)
-        got = widen_host(act.get())
-        past = np.abs(got - exp) > 2 ** -7 * np.abs(exp) + 1e-5
-        assert not past.any(), f"run {run}: {int(past.sum())} of {past.size} outputs past a bf16 ulp"
-        assert int(counters.sum()) == 0, f"run {run}: the tile counters are back at zero"
-        assert bool(cupy.isnan(c).all()), f"run {run}: C left unwritten"
-    assert np.abs(exp).max() > 0.05, "non-vacuity: outputs far from zero"
+    assert_swiglu_kernel_equals_its_twin(sm.skinny_mma_swiglu, m, n, k, config)
