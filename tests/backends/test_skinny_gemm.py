@@ -216,7 +216,12 @@ def assert_norm_outputs(c: np.ndarray, x: np.ndarray, h: np.ndarray, want: tuple
 @pytest.mark.parametrize("m,n,k", NORM_SHAPES)
 def test_the_norm_twin_adds_the_product_into_x_and_norms_it(m: int, n: int, k: int) -> None:
     """The twin the norm epilogue is held to, against float64: C = A @ B, x += C, h = x / rms(x) * w in bf16."""
-    a, b, x0, w, got = norm_case(m, n, k, sg.DEFAULT)
+    assert_norm_twin_is_the_float64_norm(sg.skinny_gemm_norm, sg.DEFAULT, m, n, k)
+
+
+def assert_norm_twin_is_the_float64_norm(kernel: Callable[..., None], config: Any, m: int, n: int, k: int) -> None:
+    """A norm epilogue's twin (the CUDA-core or tensor-core skinny GEMM's) against float64."""
+    a, b, x0, w, got = norm_case(m, n, k, config, kernel)
     c = widen_host(a).astype(np.float64) @ widen_host(b).astype(np.float64)
     x = x0 + c
     h = x / np.sqrt((x * x).mean(axis=1, keepdims=True) + 1e-6) * w
