@@ -174,6 +174,12 @@ class Flags:
     # were slower still: kernel + reduce 20.8 / 24.2 / 28.5 / 36.5 us at 256 / 32 / 16 / 8, the hit 2.57 / 3.09 ms
     # at 256 / 8
     rows_target_blocks: int = 256
+    # VT_ROWS_MIN_PARTITION=64: the rows kernel's partitions may be one key tile (128 by default: two, so a block's
+    # next tile is in flight while one is computed). A hit's 16 rows over 1,024 keys then split into 16 partitions,
+    # 128 working blocks of one tile, where the default gives 64 blocks of two. An A/B knob for the hit's latency-bound
+    # attention (session 31, H100: 20.8 / 24.2 / 28.5 / 36.5 us at 8 / 4 / 2 / 1 partitions: more was faster down
+    # to the floor); not measured
+    rows_min_partition: int = 128
     # VT_PREFILL_HEADS_A_BLOCK=2: the tensor-core prefill kernel serves two query heads of one KV head a block (eight
     # warps, each K and V tile copied once for both: half the L2 reads a tile's work), where the model has an even
     # number of query heads a KV head and a head dim of 32 or more. Correct on the H200 and slower at 4,096 and
@@ -221,6 +227,7 @@ class Flags:
             moe_consumer_norm=_read_bool("VT_MOE_CONSUMER_NORM", False),
             shared_rows_attention=_read_rows_attention(),
             rows_target_blocks=int(_read_choice("VT_ROWS_TARGET_BLOCKS", ROWS_TARGET_BLOCKS)),
+            rows_min_partition=int(_read_choice("VT_ROWS_MIN_PARTITION", ("128", "64"))),
             prefill_heads_a_block=int(_read_choice("VT_PREFILL_HEADS_A_BLOCK", ("1", "2"))),
             prefill_wgmma=_read_choice("VT_PREFILL_WGMMA", ("auto", "1", "0")),
             skinny_mma=_read_bool("VT_SKINNY_MMA", False),
@@ -256,6 +263,7 @@ def as_environ(f: Flags) -> dict[str, str]:
     out["VT_DECODE_MIN_PARTITION"] = str(f.decode_min_partition)
     out["VT_ROPE_MAX_ROWS"] = str(f.rope_max_rows)
     out["VT_ROWS_TARGET_BLOCKS"] = str(f.rows_target_blocks)
+    out["VT_ROWS_MIN_PARTITION"] = str(f.rows_min_partition)
     return out
 
 

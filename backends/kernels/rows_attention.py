@@ -28,7 +28,7 @@ from vt.errors import EngineInvariantError
 ROWS = 64  # rows_attention.cu ROWS_MMA_ROWS: query rows a block serves
 KEY_TILE = 64  # ROWS_MMA_BN
 THREADS = 128  # ROWS_MMA_THREADS
-MIN_PARTITION = 128  # keys: two tiles, so a block's next tile is in flight while one is computed
+MIN_PARTITION = 128  # keys by default: two tiles, so a block's next tile is in flight while one is computed
 CI_INSTANCES = [Instance("rows_attention.cu", f"vt::paged_rows_attention<{kv}, {kv}, {hd}>")
                 for kv in ("vt::bf16", "vt::f16") for hd in HEAD_DIMS]
 
@@ -41,12 +41,12 @@ def tokens_a_block(group: int) -> int:
 def partition_size(num_tokens: int, num_kv_heads: int, group: int, max_context: int) -> int:
     """Keys per partition, from static shapes only (a graph's launch is fixed): as many splits of the longest context
     as keep about VT_ROWS_TARGET_BLOCKS blocks busy (256 by default: 132 SMs on the H200, two blocks each), in
-    multiples of KEY_TILE keys, never under MIN_PARTITION."""
+    multiples of KEY_TILE keys, never under VT_ROWS_MIN_PARTITION (MIN_PARTITION by default, or one tile)."""
     from vt.env import flags
 
     blocks = -(-num_tokens // tokens_a_block(group)) * num_kv_heads
     keys = -(-max_context // max(1, flags().rows_target_blocks // blocks))
-    return max(MIN_PARTITION, -(-keys // KEY_TILE) * KEY_TILE)
+    return max(flags().rows_min_partition, -(-keys // KEY_TILE) * KEY_TILE)
 
 
 def num_partitions(num_tokens: int, num_kv_heads: int, group: int, table_width: int, block_size: int) -> int:

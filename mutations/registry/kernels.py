@@ -1815,6 +1815,15 @@ ENTRIES += [
         gates=(f"{RA}::test_the_target_blocks_flag_sets_a_hits_partitions_and_the_twin_stays_attention",),
     ),
     Mutation(
+        id="rows-min-partition-flag-ignored",
+        description="VT_ROWS_MIN_PARTITION is read but the rows kernel's partitions keep two key tiles: the lane's "
+                    "A/B of one-tile partitions times the default twice",
+        file="backends/kernels/rows_attention.py",
+        old="    return max(flags().rows_min_partition, -(-keys // KEY_TILE) * KEY_TILE)\n",
+        new="    return max(MIN_PARTITION, -(-keys // KEY_TILE) * KEY_TILE)\n",
+        gates=(f"{RA}::test_a_one_tile_floor_splits_a_hit_into_one_tile_partitions_and_the_twin_stays_attention",),
+    ),
+    Mutation(
         id="rows-mma-taken-over-a-float32-cache",
         description="the decoder takes the tensor-core rows kernel over a float32 cache, which no mma takes: the "
                     "binding refuses it at the first short step",

@@ -281,11 +281,12 @@ def test_no_decode_or_rows_launch_splits_past_the_reduce_kernels_partitions(floo
         plain = max(decode_attention.num_partitions(T, nkv, keys // bs, bs) for T, nkv, keys, bs in shapes)
     assert plain <= decode_attention.MAX_PARTITIONS and plain == decode_attention.TARGET_BLOCKS, plain
     for target in ROWS_TARGET_BLOCKS:
-        with flag_set("VT_ROWS_TARGET_BLOCKS", target):
-            rows = max(rows_attention.num_partitions(T, nkv, g, keys // bs, bs) for T, nkv, keys, bs in shapes
-                       for g in (1, 2, 8))
-        assert rows <= decode_attention.MAX_PARTITIONS, f"VT_ROWS_TARGET_BLOCKS={target}: {rows} partitions"
-        assert rows == int(target), f"non-vacuity: VT_ROWS_TARGET_BLOCKS={target} reaches {rows}"
+        for least in ("128", "64"):  # VT_ROWS_MIN_PARTITION
+            with flag_set("VT_ROWS_TARGET_BLOCKS", target), flag_set("VT_ROWS_MIN_PARTITION", least):
+                rows = max(rows_attention.num_partitions(T, nkv, g, keys // bs, bs) for T, nkv, keys, bs in shapes
+                           for g in (1, 2, 8))
+            assert rows <= decode_attention.MAX_PARTITIONS, f"VT_ROWS_TARGET_BLOCKS={target}: {rows} partitions"
+            assert rows == int(target), f"non-vacuity: VT_ROWS_TARGET_BLOCKS={target} reaches {rows}"
 
 
 # ---- q/k norm + rotary + KV write --------------------------------------------------------------------------------

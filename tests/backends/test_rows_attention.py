@@ -172,6 +172,37 @@ def test_the_target_blocks_flag_sets_a_hits_partitions_and_the_twin_stays_attent
     assert err.max() <= 2**-6, f"max error {err.max():.2e} at {c.num_partitions} partitions"
 
 
+def test_a_one_tile_floor_splits_a_hit_into_one_tile_partitions_and_the_twin_stays_attention() -> None:
+    """VT_ROWS_MIN_PARTITION=64: the hit's 16 rows over 1,024 keys (8 KV heads, G = 2) split into 16 partitions of
+    one key tile (twice the default's blocks, each half the keys); the twin stays float64 attention."""
+    with flag_set("VT_ROWS_MIN_PARTITION", "64"):
+        c, bs = rows_case("prefix-hit-16x1024", 32, "bfloat16")
+        keys = c.tables.shape[1] * bs
+        part = rows_attention.partition_size(len(c.q), 8, 2, keys)
+        got = widen_host(run_rows_mma(np, c)).astype(np.float64)[:16]
+    assert (c.num_partitions, part) == (keys // rows_attention.KEY_TILE, rows_attention.KEY_TILE), (c.num_partitions,
+                                                                                                   part)
+    default, _ = rows_case("prefix-hit-16x1024", 32, "bfloat16")
+    assert default.num_partitions == c.num_partitions // 2, "non-vacuity: the default floor gives half as many"
+    err = np.abs(got - reference(c, bs)[:16]) / (1 + np.abs(reference(c, bs)[:16]))
+    assert err.max() <= 2**-6, f"max error {err.max():.2e} at {c.num_partitions} partitions"
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", LOW)
+def test_cuda_rows_attention_in_one_tile_partitions_equals_its_twin(dtype: str) -> None:
+    """The hit's 16 rows over 1,024 keys under VT_ROWS_MIN_PARTITION=64: every block one key tile, none pipelined."""
+    import cupy
+
+    with flag_set("VT_ROWS_MIN_PARTITION", "64"):
+        for hd in (64, 128):
+            c, _ = rows_case("prefix-hit-16x1024", hd, dtype, seed=hd)
+            got, want = run_rows_mma(cupy, c), run_rows_mma(np, c)
+            assert c.num_partitions == 16, c.num_partitions
+            assert_within_bound(got[:16], want[:16], f"rows attention one-tile partitions hd={hd} {dtype}",
+                                rounded_p=True)
+
+
 # A hit over 8,192 keys: partitions of 4 key tiles at the default target (the GPU cases above have at most 2)
 LONG_HIT = ([(8192, 16)], 16, 8, 512, 16)
 
