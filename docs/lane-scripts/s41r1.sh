@@ -2,13 +2,7 @@
 # Session 41, run 1 (priority order): issue 25's 8k row (tensor-core decode), then the cluster leftovers.
 # As run it also tarred .vt-cache in the background and ended with a bare `wait`, which waited on the log's tee
 # until the call's limit (600 s for 160 s of work): both removed here.
-set -u
-mkdir -p "$OUT"
-exec > >(tee -a "$OUT/lane.log") 2>&1
-export PYTHONPATH=.:.device/site PATH=$PWD/.device/bin:$PATH PYTHONUNBUFFERED=1
-export VT_CACHE_DIR=$PWD/.vt-cache
-step() { echo "=== $(date +%T) $*"; }
-nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv
+. "$(dirname "$0")/lane-env.sh"
 if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
   step "0 H200: realsize decode,longctx at today's defaults"
   mkdir -p "$OUT/rs"

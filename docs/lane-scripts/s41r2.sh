@@ -1,12 +1,6 @@
 #!/usr/bin/env bash
 # Session 41, run 2 (warm): the cluster merge's leftovers, then an H200-only yardstick if the card is one.
-set -u
-mkdir -p "$OUT"
-exec > >(tee -a "$OUT/lane.log") 2>&1
-export PYTHONPATH=.:.device/site PATH=$PWD/.device/bin:$PATH PYTHONUNBUFFERED=1
-export VT_CACHE_DIR=$PWD/.vt-cache
-step() { echo "=== $(date +%T) $*"; }
-nvidia-smi --query-gpu=name --format=csv,noheader
+. "$(dirname "$0")/lane-env.sh"
 step "4 rope GPU tests: cluster, replayed decode step"
 timeout 200 python3 -m pytest -q -p no:cacheprovider -m gpu tests/backends/test_rope_attention.py \
   -k "cluster or replayed_decode_step" 2>&1 | tail -8

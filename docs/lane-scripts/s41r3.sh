@@ -1,13 +1,8 @@
 #!/usr/bin/env bash
 # Session 41, run 3: the yardstick's decode rows, the temperature bench and the prefix hit's anatomy (issues 25, 29,
 # 30), at today's defaults. No background jobs: a bare `wait` would wait on the log's tee.
-set -u
+. "$(dirname "$0")/lane-env.sh"
 mkdir -p "$OUT/rs"
-exec > >(tee -a "$OUT/lane.log") 2>&1
-export PYTHONPATH=.:.device/site PATH=$PWD/.device/bin:$PATH PYTHONUNBUFFERED=1
-export VT_CACHE_DIR=$PWD/.vt-cache
-step() { echo "=== $(date +%T) $*"; }
-nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv,noheader
 step "1 realsize decode"
 timeout 200 python3 .device/realsize.py . "$OUT/rs" decode 2>&1 | grep -v '^\[' | grep -E "^== |tpot|floor" | tail -8
 python3 -c "import json; [print(r) for r in json.load(open('$OUT/rs/realsize.json'))['rows']]"

@@ -1,13 +1,7 @@
 #!/usr/bin/env bash
 # Session 41, run 4: the tensor-core GEMM's fused norm and SwiGLU (d8acbe0): its GPU tests, then its A/B on the 8- and
 # 16-row replays, then its mutants. No background jobs (a bare `wait` waits on the log's tee).
-set -u
-mkdir -p "$OUT"
-exec > >(tee -a "$OUT/lane.log") 2>&1
-export PYTHONPATH=.:.device/site PATH=$PWD/.device/bin:$PATH PYTHONUNBUFFERED=1
-export VT_CACHE_DIR=$PWD/.vt-cache
-step() { echo "=== $(date +%T) $*"; }
-nvidia-smi --query-gpu=name --format=csv,noheader
+. "$(dirname "$0")/lane-env.sh"
 T=tests/backends/test_skinny_mma.py
 step "1 epilogue kernels, one configuration; the tiny step at 8 and 16 rows"
 timeout 150 python3 -m pytest -q -p no:cacheprovider -m gpu $T -k "(epilogue and nt8s4x2) or step_on_tensor_core" 2>&1 | tail -6

@@ -1,13 +1,7 @@
 #!/usr/bin/env bash
 # Session 41, run 5 (warm after r4): VT_ROWS_MIN_PARTITION's A/B (580f89e), then the fused consumers' remaining
 # GPU tests and mutants. No background jobs (a bare `wait` waits on the log's tee).
-set -u
-mkdir -p "$OUT"
-exec > >(tee -a "$OUT/lane.log") 2>&1
-export PYTHONPATH=.:.device/site PATH=$PWD/.device/bin:$PATH PYTHONUNBUFFERED=1
-export VT_CACHE_DIR=$PWD/.vt-cache
-step() { echo "=== $(date +%T) $*"; }
-nvidia-smi --query-gpu=name --format=csv,noheader
+. "$(dirname "$0")/lane-env.sh"
 T=tests/backends/test_skinny_mma.py
 step "2c VT_ROWS_MIN_PARTITION 128 vs 64: the one-tile GPU test, the hit's attention alone, the hit"
 timeout 90 python3 -m pytest -q -p no:cacheprovider -m gpu tests/backends/test_rows_attention.py -k one_tile 2>&1 | tail -3
