@@ -178,7 +178,8 @@ class Flags:
     # next tile is in flight while one is computed). A hit's 16 rows over 1,024 keys then split into 16 partitions,
     # 128 working blocks of one tile, where the default gives 64 blocks of two. An A/B knob for the hit's latency-bound
     # attention (session 31, H100: 20.8 / 24.2 / 28.5 / 36.5 us at 8 / 4 / 2 / 1 partitions: more was faster down
-    # to the floor); not measured
+    # to the floor). Slower at 64 (H100, session 42: the hit's attention 21.9 against 21.05 us, two rounds each; the
+    # hit's TTFT 2.13 against 2.16 ms, one process each), so 128 stays
     rows_min_partition: int = 128
     # VT_PREFILL_HEADS_A_BLOCK=2: the tensor-core prefill kernel serves two query heads of one KV head a block (eight
     # warps, each K and V tile copied once for both: half the L2 reads a tile's work), where the model has an even
@@ -194,7 +195,9 @@ class Flags:
     # VT_SKINNY_MMA=1: the GEMM tuner also times the tensor-core skinny GEMM (backends/kernels/skinny_mma.py) on every
     # plan of 2..16 rows, beside cuBLASLt and the CUDA-core skinny GEMM, with a plan's norm or SwiGLU in its own launch
     # (session 41). Correct on the H200 and no faster a prefix hit's 16-row step there before those consumers were
-    # fused (session 30: 2.48 against 2.43 ms); the fused consumers have not run on a GPU, so off
+    # fused (session 30: 2.48 against 2.43 ms). With them fused (H100, session 42) the tuner still picked cuBLASLt,
+    # and a consumer launch after it, for every 8- and 16-row plan of the 0.6B step: replays 1.360 / 1.493 ms at 8 /
+    # 16 rows against 1.369 / 1.493 without, the prefix hit 2.16 ms both. So off
     skinny_mma: bool = False
 
     @classmethod

@@ -11,6 +11,7 @@ for v in 128 64; do VT_ROWS_MIN_PARTITION=$v VT_GEMM_PLAN_CACHE=1 timeout 90 pyt
 step "3 every epilogue kernel case"
 timeout 120 python3 -m pytest -q -p no:cacheprovider -m gpu $T -k "epilogue or 16_row_plan" 2>&1 | tail -4
 step "4 mutants"
-timeout 150 python3 -m mutations run --lane gpu --no-cache --jobs 2 --report-dir "$OUT/mr" --only \
-  cuda-skinny-mma-norm-leaves-its-counter-counted cuda-skinny-mma-swiglu-swaps-gate-and-up 2>&1 | tail -4
+timeout 200 python3 -m mutations run --lane gpu --no-cache --jobs 2 --report-dir "$OUT/mr" --only \
+  cuda-skinny-mma-norm-leaves-its-counter-counted cuda-skinny-mma-swiglu-swaps-gate-and-up \
+  cuda-skinny-mma-split-swiglu-drops-the-last-slice 2>&1 | tail -4
 step done
