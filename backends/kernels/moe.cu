@@ -183,6 +183,18 @@ __device__ __forceinline__ void expert_columns(const T* __restrict__ xs, const T
     }
 }
 
+// VT_MOE_PREFETCH_BYTES: the first `bytes` of each weight row [c0, c1) of an expert's we (and, SWIGLU, of its up
+// rows [N + c0, N + c1)) asked of L2, a row a thread from thread 0 on, before the block reads them through
+// registers: a lane's registers bound the loads it has in flight, a bulk prefetch puts the block's slab in flight
+// at once. A hint: it never changes what the kernel reads. 0: nothing.
+template <typename T, bool SWIGLU>
+__device__ __forceinline__ void prefetch_columns(const T* we, int N, int K, int c0, int c1, int bytes) {
+    if (bytes <= 0) return;
+    const int cols = min(K, bytes / (int)sizeof(T));
+    pdl_prefetch_l2(we, K, N, c0, c1 - c0, 0, cols);
+    if constexpr (SWIGLU) pdl_prefetch_l2(we + (i64)N * K, K, N, c0, c1 - c0, 0, cols);
+}
+
 // The grouped GEMM over routed rows. Block (b, y) takes expert experts[b] (none: it returns) and output columns
 // [y cols, (y + 1) cols); it walks the expert's routed rows MOE_ROWS at a time, each row read from x at
 // slot / row_div (a token's hidden state for the gate/up GEMM, the routed row itself for the down one) into
@@ -195,7 +207,7 @@ template <typename T, typename OUT, int VEC, bool SWIGLU, bool BY_ROW, int NCOL>
 __device__ __forceinline__ void routed_gemm(const T* __restrict__ x, const T* __restrict__ w,
                                             const int* __restrict__ offsets, const int* __restrict__ experts,
                                             const int* __restrict__ slots, OUT* __restrict__ out, int N, int K,
-                                            int row_div, int cols) {
+                                            int row_div, int cols, int prefetch) {
     constexpr int ROWS = BY_ROW ? 1 : MOE_ROWS;  // BY_ROW: experts is ids, offsets and slots are unused
     extern __shared__ __align__(16) unsigned char moe_smem[];
     T* xs = reinterpret_cast<T*>(moe_smem);  // [ROWS, K]
@@ -205,6 +217,7 @@ __device__ __forceinline__ void routed_gemm(const T* __restrict__ x, const T* __
     auto slot = [&](int i) { return BY_ROW ? i : slots[i]; };
     const int c0 = blockIdx.y * cols, c1 = min(N, c0 + cols);
     const T* we = w + (i64)e * (SWIGLU ? 2 * N : N) * K;
+    prefetch_columns<T, SWIGLU>(we, N, K, c0, c1, prefetch);
     for (int r0 = begin; r0 < end; r0 += ROWS) {
         const int rows = min(ROWS, end - r0);
         __syncthreads();  // the last chunk's readers are done with xs
@@ -217,17 +230,17 @@ __device__ __forceinline__ void routed_gemm(const T* __restrict__ x, const T* __
 template <typename T, typename OUT, int VEC, bool SWIGLU, int NCOL>
 __global__ void moe_gemm(const T* __restrict__ x, const T* __restrict__ w, const int* __restrict__ offsets,
                          const int* __restrict__ experts, const int* __restrict__ slots, OUT* __restrict__ out,
-                         int N, int K, int row_div, int cols) {
+                         int N, int K, int row_div, int cols, int prefetch) {
     vt::pdl_entry();
-    routed_gemm<T, OUT, VEC, SWIGLU, false, NCOL>(x, w, offsets, experts, slots, out, N, K, row_div, cols);
+    routed_gemm<T, OUT, VEC, SWIGLU, false, NCOL>(x, w, offsets, experts, slots, out, N, K, row_div, cols, prefetch);
 }
 
 // The by-row form (experts is ids).
 template <typename T, typename OUT, int VEC, bool SWIGLU, int NCOL>
 __global__ void moe_gemm_rows(const T* __restrict__ x, const T* __restrict__ w, const int* __restrict__ ids,
-                              OUT* __restrict__ out, int N, int K, int row_div, int cols) {
+                              OUT* __restrict__ out, int N, int K, int row_div, int cols, int prefetch) {
     vt::pdl_entry();
-    routed_gemm<T, OUT, VEC, SWIGLU, true, NCOL>(x, w, nullptr, ids, nullptr, out, N, K, row_div, cols);
+    routed_gemm<T, OUT, VEC, SWIGLU, true, NCOL>(x, w, nullptr, ids, nullptr, out, N, K, row_div, cols, prefetch);
 }
 
 // The by-row form for bf16 weights, at most 64 registers a thread: four blocks fit an SM, so a one-token down GEMM's
@@ -238,9 +251,9 @@ __global__ void moe_gemm_rows(const T* __restrict__ x, const T* __restrict__ w, 
 template <typename T, typename OUT, int VEC, bool SWIGLU, int NCOL>
 __global__ void __launch_bounds__(MOE_WARPS * 32, 4)
     moe_gemm_rows_bounded(const T* __restrict__ x, const T* __restrict__ w, const int* __restrict__ ids,
-                          OUT* __restrict__ out, int N, int K, int row_div, int cols) {
+                          OUT* __restrict__ out, int N, int K, int row_div, int cols, int prefetch) {
     vt::pdl_entry();
-    routed_gemm<T, OUT, VEC, SWIGLU, true, NCOL>(x, w, nullptr, ids, nullptr, out, N, K, row_div, cols);
+    routed_gemm<T, OUT, VEC, SWIGLU, true, NCOL>(x, w, nullptr, ids, nullptr, out, N, K, row_div, cols, prefetch);
 }
 
 // Token t's normed row RMSNorm(xf[t]) * ln (K floats, K % 4 == 0) narrowed to T into xs, by the block's threads
@@ -271,7 +284,8 @@ template <typename T, typename OUT, int VEC, int NCOL, bool NORM_IN = false>
 __global__ void moe_route_gemm_rows(const float* __restrict__ logits, const T* __restrict__ x,
                                     const T* __restrict__ w, int* __restrict__ ids, float* __restrict__ weights,
                                     OUT* __restrict__ out, int N, int K, int E, int k, int norm, int cols,
-                                    const float* __restrict__ xf, const float* __restrict__ ln, float eps) {
+                                    const float* __restrict__ xf, const float* __restrict__ ln, float eps,
+                                    int prefetch) {
     vt::pdl_entry();
     extern __shared__ __align__(16) unsigned char moe_smem[];
     T* xs = reinterpret_cast<T*>(moe_smem);  // [1, K]
@@ -288,6 +302,9 @@ __global__ void moe_route_gemm_rows(const float* __restrict__ logits, const T* _
         float p;
         route_token(logits + (i64)t * E, E, k, norm, &id, &p);
         if (threadIdx.x == j) expert = id;
+        const int c0 = blockIdx.y * cols;  // this warp prefetches choice j's rows while the others stage x
+        prefetch_columns<T, true>(w + (i64)__shfl_sync(0xffffffffu, id, j) * 2 * N * K, N, K, c0, min(N, c0 + cols),
+                                  prefetch);
         if (j == 0 && blockIdx.y == 0 && threadIdx.x < k)
             ids[(i64)t * k + threadIdx.x] = id, weights[(i64)t * k + threadIdx.x] = p;
     } else if constexpr (NORM_IN) {

@@ -23,6 +23,7 @@ from backends.kernels.build import Instance, function
 from backends.kernels.fused import NULL, FusedKernel, ctype
 from backends.kernels.norm import NORM_VECS, add_rms_norm, norm_threads
 from vt.dtypes import narrow_host, widen_host
+from vt.env import flags
 
 MAX_EXPERTS, MAX_TOP_K, GEMM_ROWS, GEMM_WARPS = 512, 32, 8, 8  # moe.cu's MOE_* constants
 STORAGE_TYPES = ("float", "vt::bf16", "vt::f16")
@@ -167,7 +168,7 @@ def _launch_gemm(cp: Any, x: Any, w: Any, offsets: Any, experts: Any, slots: Any
     fn, smem = _staged(cp, Instance("moe.cu", _gemm_expr(ctype(w.dtype), ctype(out.dtype) if swiglu else "float",
                                                          vec, swiglu, by_row)), x, 1 if by_row else GEMM_ROWS)
     cols = _cols(swiglu)[0]
-    tail = (np.int32(N), np.int32(K), np.int32(row_div), np.int32(cols))
+    tail = (np.int32(N), np.int32(K), np.int32(row_div), np.int32(cols), np.int32(flags().moe_prefetch_bytes))
     fn((experts.size, -(-N // cols)), (32 * GEMM_WARPS,),
        (x, w, experts, out, *tail) if by_row else (x, w, offsets, experts, slots, out, *tail), shared_mem=smem)
 
@@ -217,7 +218,8 @@ def _route_gemm_rows_cuda(cp: Any, logits: Any, x: Any, w: Any, ids: Any, weight
     xf, ln, eps = norm_in if norm_in is not None else (NULL, NULL, 0.0)
     fn((T * k, -(-N // cols)), (32 * GEMM_WARPS,),
        (logits, x, w, ids, weights, out, np.int32(N), np.int32(K), np.int32(E), np.int32(k),
-        np.int32(bool(norm_topk_prob)), np.int32(cols), xf, ln, np.float32(eps)), shared_mem=smem)
+        np.int32(bool(norm_topk_prob)), np.int32(cols), xf, ln, np.float32(eps),
+        np.int32(flags().moe_prefetch_bytes)), shared_mem=smem)
 
 
 moe_route_gemm_rows = FusedKernel("moe_route_gemm_rows", _route_gemm_rows_twin, _route_gemm_rows_cuda,

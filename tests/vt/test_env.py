@@ -112,6 +112,7 @@ def test_a_tensor_parallel_rank_reads_back_every_flag_rank_0_read(monkeypatch: p
                 "rope_max_rows": 1024 if base.rope_max_rows != 1024 else 8,
                 "rows_target_blocks": 8 if base.rows_target_blocks != 8 else 256,
                 "rows_min_partition": 64 if base.rows_min_partition != 64 else 128,
+                "moe_prefetch_bytes": 2048 if base.moe_prefetch_bytes != 2048 else 0,
                 "shared_rows_attention": "rows" if base.shared_rows_attention != "rows" else "off",
                 "prefill_heads_a_block": 3 - base.prefill_heads_a_block,
                 "decode_early_tiles": 3 - base.decode_early_tiles,
@@ -152,7 +153,8 @@ def test_a_retired_flag_set_to_what_it_no_longer_offers_is_refused_by_name(value
 
 # (VT_DECODE_MIN_PARTITION and VT_ROPE_MAX_ROWS have their own tests above, over numeric edges)
 @pytest.mark.parametrize("name", ["VT_SAMPLER", "VT_SHARED_ROWS_ATTENTION", "VT_ROWS_TARGET_BLOCKS",
-                                  "VT_ROWS_MIN_PARTITION", "VT_PREFILL_HEADS_A_BLOCK", "VT_PREFILL_WGMMA"])
+                                  "VT_ROWS_MIN_PARTITION", "VT_PREFILL_HEADS_A_BLOCK", "VT_PREFILL_WGMMA",
+                                  "VT_MOE_PREFETCH_BYTES"])
 def test_a_choice_flag_refuses_a_value_it_does_not_offer_in_one_typed_line(name: str,
                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
     """A flag with a few values (a typo in VT_PREFILL_WGMMA=atuo would otherwise pick a kernel silently) refuses any
