@@ -18,9 +18,13 @@ def layer_gates(dtypes: tuple[str, ...] = ("float32", "bfloat16")) -> tuple[str,
 GPU_CASES = (*CASES, "real-size-decode", "real-size-prefill", "router-of-128")
 
 
+# the GPU twins run with and without VT_MOE_PREFETCH_BYTES (tests/backends/test_moe_kernels.py's moe_prefetch)
+PREFETCH_IDS = ("no-prefetch", "prefetch-4096")
+
+
 def cuda_gates() -> tuple[str, ...]:
-    return tuple(f"{GATES}::test_cuda_moe_kernels_equal_their_twins[{c}-{d}]"
-                 for c in GPU_CASES for d in ("float32", "bfloat16", "float16"))
+    return tuple(f"{GATES}::test_cuda_moe_kernels_equal_their_twins[{p}-{c}-{d}]"
+                 for p in PREFETCH_IDS for c in GPU_CASES for d in ("float32", "bfloat16", "float16"))
 
 
 def combine_norm_twin_gates() -> tuple[str, ...]:
@@ -39,8 +43,8 @@ def route_rows_twin_gates(norms: tuple[bool, ...] = (True, False)) -> tuple[str,
 
 
 def route_rows_cuda_gates() -> tuple[str, ...]:
-    return tuple(f"{GATES}::test_cuda_route_gemm_rows_equals_route_then_rows_and_twin[{c}-{d}]"
-                 for c in GPU_CASES for d in ("float32", "bfloat16", "float16"))
+    return tuple(f"{GATES}::test_cuda_route_gemm_rows_equals_route_then_rows_and_twin[{p}-{c}-{d}]"
+                 for p in PREFETCH_IDS for c in GPU_CASES for d in ("float32", "bfloat16", "float16"))
 
 
 ENTRIES: list[Mutation] = [
@@ -144,13 +148,7 @@ ENTRIES += [
         file="backends/kernels/moe.py",
         old="                                               np.int32(bool(norm_topk_prob))))",
         new="                                               np.int32(1)))",
-        gates=tuple(f"tests/backends/test_moe_kernels.py::test_cuda_moe_kernels_equal_their_twins[{c}-{d}]"
-                    for c in ("one-token", "decode-batch", "prefill-chunk", "unaligned-widths", "real-size-decode",
-                              "real-size-prefill", "router-of-128") for d in ("float32", "bfloat16", "float16"))
-        + tuple(f"tests/backends/test_moe_kernels.py::test_cuda_route_gemm_rows_equals_route_then_rows_and_twin"
-                f"[{c}-{d}]" for c in ("one-token", "decode-batch", "prefill-chunk", "unaligned-widths",
-                                       "real-size-decode", "real-size-prefill", "router-of-128")
-                for d in ("float32", "bfloat16", "float16")),
+        gates=cuda_gates() + route_rows_cuda_gates(),
         needs_gpu=True,
     ),
 ]
@@ -198,4 +196,18 @@ ENTRIES += [
         new="MAX_EXPERTS, MAX_TOP_K, GEMM_ROWS, GEMM_WARPS = 512, 32, 8, 4",
         gates=(f"{GATES}::test_the_bindings_constants_are_the_kernels",),
     ),
+]
+ENTRIES += [
+    Mutation(
+        id=f"moe-prefetch-flag-ignored-by-the-{which}",
+        description=f"VT_MOE_PREFETCH_BYTES is read but the {which} launch without it: the lane's A/B of the L2 "
+                    "prefetch would time the default twice",
+        file=TWIN, old=old, new=old.replace("flags().moe_prefetch_bytes", "0"),
+        gates=tuple(f"{GATES}::test_the_prefetch_flag_reaches_every_routed_gemm_launch[{v}]" for v in ("1024", "4096")),
+    )
+    for which, old in (
+        ("routed-gemms", "    tail = (np.int32(N), np.int32(K), np.int32(row_div), np.int32(cols), "
+                         "np.int32(flags().moe_prefetch_bytes))\n"),
+        ("routing-gemm", "        np.int32(flags().moe_prefetch_bytes)), shared_mem=smem)\n"),
+    )
 ]

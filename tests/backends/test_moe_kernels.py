@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from backends.kernels import moe
+from tests.helpers import flag_set
 from vt.dtypes import narrow_host, widen_host
 
 STORAGE = {"float32": np.dtype(np.float32), "bfloat16": np.dtype(np.uint16), "float16": np.dtype(np.float16)}
@@ -247,11 +248,46 @@ def test_combine_add_rms_norm_twin_adds_the_block_into_x_and_norms_it(out_dtype:
     assert np.abs(block).min(axis=-1).max() > 0 and np.abs(h).max() > 0, "non-vacuous: a block added, h written"
 
 
+class LaunchRecorder:
+    """Stands in for a compiled kernel: keeps each launch's arguments."""
+
+    def __init__(self) -> None:
+        self.launches: list[tuple] = []
+
+    def __call__(self, grid: tuple, block: tuple, args: tuple, shared_mem: int = 0) -> None:
+        self.launches.append(args)
+
+
+@pytest.mark.parametrize("value", ["0", "1024", "4096"])
+def test_the_prefetch_flag_reaches_every_routed_gemm_launch(value: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """VT_MOE_PREFETCH_BYTES is the last argument of the by-row, grouped and routing gate/up GEMMs' launches (the
+    kernels prefetch that many bytes of each weight row; the GPU lane's twins run under it): read, not ignored."""
+    recorder = LaunchRecorder()
+    monkeypatch.setattr(moe, "function", lambda cp, instance: recorder)
+    a = layer_inputs(1, 8, 2, 64, 32, "bfloat16")
+    ids = np.array([[1, 5]], np.int32)
+    with flag_set("VT_MOE_PREFETCH_BYTES", value):
+        moe._gemm_rows_cuda(None, a["x"], a["w_gu"], ids, np.zeros((2, 32), a["x"].dtype), 2, True)
+        moe._gemm_cuda(None, a["x"], a["w_gu"], np.zeros(9, np.int32), np.array([1, 5], np.int32),
+                       np.zeros(2, np.int32), np.zeros((2, 32), a["x"].dtype), 2, True)
+        moe._route_gemm_rows_cuda(None, a["logits"], a["x"], a["w_gu"], ids, np.zeros((1, 2), np.float32),
+                                  np.zeros((2, 32), a["x"].dtype), True)
+    assert len(recorder.launches) == 3, "non-vacuity: each launcher launched once"
+    assert [int(args[-1]) for args in recorder.launches] == [int(value)] * 3
+
+
+@pytest.fixture(params=["0", "4096"], ids=["no-prefetch", "prefetch-4096"])
+def moe_prefetch(request: pytest.FixtureRequest):
+    """The routed GEMMs with and without VT_MOE_PREFETCH_BYTES's L2 prefetch: a hint, so the same values."""
+    with flag_set("VT_MOE_PREFETCH_BYTES", request.param):
+        yield request.param
+
+
 # ---- the CUDA kernels against their twins (GPU lane) --------------------------------------------------------
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])
 @pytest.mark.parametrize("case", [*CASES, *GPU_CASES])
-def test_cuda_moe_kernels_equal_their_twins(case: str, dtype: str) -> None:
+def test_cuda_moe_kernels_equal_their_twins(case: str, dtype: str, moe_prefetch: str) -> None:
     """Each kernel on its twin's inputs (so a rounding flip upstream is not charged downstream)."""
     import cupy
 
@@ -336,7 +372,7 @@ def test_cuda_combine_add_rms_norm_equals_its_two_launches_and_twin(case: str, o
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])
 @pytest.mark.parametrize("case", [*CASES, *GPU_CASES])
-def test_cuda_route_gemm_rows_equals_route_then_rows_and_twin(case: str, dtype: str) -> None:
+def test_cuda_route_gemm_rows_equals_route_then_rows_and_twin(case: str, dtype: str, moe_prefetch: str) -> None:
     """The fused routing + gate/up GEMM against moe_route then moe_gemm_rows on the GPU (bit for bit: the same
     choices and the same sums in the same order) and against its twin."""
     import cupy
