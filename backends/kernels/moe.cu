@@ -183,13 +183,15 @@ __device__ __forceinline__ void expert_columns(const T* __restrict__ xs, const T
     }
 }
 
-// VT_MOE_PREFETCH_BYTES: the first `bytes` of each weight row [c0, c1) of an expert's we (and, SWIGLU, of its up
-// rows [N + c0, N + c1)) asked of L2, a row a thread from thread 0 on, before the block reads them through
-// registers: a lane's registers bound the loads it has in flight, a bulk prefetch puts the block's slab in flight
-// at once. A hint: it never changes what the kernel reads. 0: nothing.
-template <typename T, bool SWIGLU>
+// VT_MOE_PREFETCH_BYTES (the kernels' PREFETCH instances): the first `bytes` of each weight row [c0, c1) of an
+// expert's we (and, SWIGLU, of its up rows [N + c0, N + c1)) asked of L2, a row a thread from thread 0 on, before
+// the block reads them through registers: a lane's registers bound the loads it has in flight, a bulk prefetch puts
+// the block's slab in flight at once. A hint: it never changes what the kernel reads. A template argument, so the
+// default instances are the code they were (the one-token gate/up kernel: 64 registers, where the call alone takes
+// it to 74 and an SM from four blocks to three).
+template <typename T, bool SWIGLU, bool PREFETCH>
 __device__ __forceinline__ void prefetch_columns(const T* we, int N, int K, int c0, int c1, int bytes) {
-    if (bytes <= 0) return;
+    if (!PREFETCH || bytes <= 0) return;
     const int cols = min(K, bytes / (int)sizeof(T));
     pdl_prefetch_l2(we, K, N, c0, c1 - c0, 0, cols);
     if constexpr (SWIGLU) pdl_prefetch_l2(we + (i64)N * K, K, N, c0, c1 - c0, 0, cols);
@@ -203,7 +205,7 @@ __device__ __forceinline__ void prefetch_columns(const T* we, int N, int K, int 
 // ids[r], with no grouping: the weights' first loads wait on one read of ids (the grouped form reads experts,
 // offsets and slots one after another, after a moe_group launch), and x's row address is known at once.
 // VEC: elements a lane loads at once (16 bytes, or 1 when K is not a multiple of 16 bytes).
-template <typename T, typename OUT, int VEC, bool SWIGLU, bool BY_ROW, int NCOL>
+template <typename T, typename OUT, int VEC, bool SWIGLU, bool BY_ROW, int NCOL, bool PREFETCH>
 __device__ __forceinline__ void routed_gemm(const T* __restrict__ x, const T* __restrict__ w,
                                             const int* __restrict__ offsets, const int* __restrict__ experts,
                                             const int* __restrict__ slots, OUT* __restrict__ out, int N, int K,
@@ -217,7 +219,7 @@ __device__ __forceinline__ void routed_gemm(const T* __restrict__ x, const T* __
     auto slot = [&](int i) { return BY_ROW ? i : slots[i]; };
     const int c0 = blockIdx.y * cols, c1 = min(N, c0 + cols);
     const T* we = w + (i64)e * (SWIGLU ? 2 * N : N) * K;
-    prefetch_columns<T, SWIGLU>(we, N, K, c0, c1, prefetch);
+    prefetch_columns<T, SWIGLU, PREFETCH>(we, N, K, c0, c1, prefetch);
     for (int r0 = begin; r0 < end; r0 += ROWS) {
         const int rows = min(ROWS, end - r0);
         __syncthreads();  // the last chunk's readers are done with xs
@@ -227,20 +229,22 @@ __device__ __forceinline__ void routed_gemm(const T* __restrict__ x, const T* __
     }
 }
 
-template <typename T, typename OUT, int VEC, bool SWIGLU, int NCOL>
+template <typename T, typename OUT, int VEC, bool SWIGLU, int NCOL, bool PREFETCH = false>
 __global__ void moe_gemm(const T* __restrict__ x, const T* __restrict__ w, const int* __restrict__ offsets,
                          const int* __restrict__ experts, const int* __restrict__ slots, OUT* __restrict__ out,
                          int N, int K, int row_div, int cols, int prefetch) {
     vt::pdl_entry();
-    routed_gemm<T, OUT, VEC, SWIGLU, false, NCOL>(x, w, offsets, experts, slots, out, N, K, row_div, cols, prefetch);
+    routed_gemm<T, OUT, VEC, SWIGLU, false, NCOL, PREFETCH>(x, w, offsets, experts, slots, out, N, K, row_div, cols,
+                                                             prefetch);
 }
 
 // The by-row form (experts is ids).
-template <typename T, typename OUT, int VEC, bool SWIGLU, int NCOL>
+template <typename T, typename OUT, int VEC, bool SWIGLU, int NCOL, bool PREFETCH = false>
 __global__ void moe_gemm_rows(const T* __restrict__ x, const T* __restrict__ w, const int* __restrict__ ids,
                               OUT* __restrict__ out, int N, int K, int row_div, int cols, int prefetch) {
     vt::pdl_entry();
-    routed_gemm<T, OUT, VEC, SWIGLU, true, NCOL>(x, w, nullptr, ids, nullptr, out, N, K, row_div, cols, prefetch);
+    routed_gemm<T, OUT, VEC, SWIGLU, true, NCOL, PREFETCH>(x, w, nullptr, ids, nullptr, out, N, K, row_div, cols,
+                                                           prefetch);
 }
 
 // The by-row form for bf16 weights, at most 64 registers a thread: four blocks fit an SM, so a one-token down GEMM's
@@ -248,12 +252,13 @@ __global__ void moe_gemm_rows(const T* __restrict__ x, const T* __restrict__ w, 
 // tail wave (H200: 0.678 -> 0.667 ms a 30B-A3B-8L decode step; no spills). Only bf16: ptxas spills fp16's
 // conversions under the bound, and under any bound gives a kernel more registers than it takes without one (the
 // grouped kernel 160 for 102, fp16 by row 108 for 64), so the others keep the unbounded kernels.
-template <typename T, typename OUT, int VEC, bool SWIGLU, int NCOL>
+template <typename T, typename OUT, int VEC, bool SWIGLU, int NCOL, bool PREFETCH = false>
 __global__ void __launch_bounds__(MOE_WARPS * 32, 4)
     moe_gemm_rows_bounded(const T* __restrict__ x, const T* __restrict__ w, const int* __restrict__ ids,
                           OUT* __restrict__ out, int N, int K, int row_div, int cols, int prefetch) {
     vt::pdl_entry();
-    routed_gemm<T, OUT, VEC, SWIGLU, true, NCOL>(x, w, nullptr, ids, nullptr, out, N, K, row_div, cols, prefetch);
+    routed_gemm<T, OUT, VEC, SWIGLU, true, NCOL, PREFETCH>(x, w, nullptr, ids, nullptr, out, N, K, row_div, cols,
+                                                           prefetch);
 }
 
 // Token t's normed row RMSNorm(xf[t]) * ln (K floats, K % 4 == 0) narrowed to T into xs, by the block's threads
@@ -280,7 +285,7 @@ __device__ __forceinline__ void stage_normed_row(const float* __restrict__ xt, c
 // NORM_IN (the consumer's norm, VT_MOE_CONSUMER_NORM): the row staged is RMSNorm(xf[t]) * ln, from the residual
 // stream xf [T, K] float32, its denominator summed by all the block's warps first (row_denominators: the order the o
 // projection's norm epilogue sums in, so the staged row is the h that epilogue writes, bit for bit); x is unused.
-template <typename T, typename OUT, int VEC, int NCOL, bool NORM_IN = false>
+template <typename T, typename OUT, int VEC, int NCOL, bool NORM_IN = false, bool PREFETCH = false>
 __global__ void moe_route_gemm_rows(const float* __restrict__ logits, const T* __restrict__ x,
                                     const T* __restrict__ w, int* __restrict__ ids, float* __restrict__ weights,
                                     OUT* __restrict__ out, int N, int K, int E, int k, int norm, int cols,
@@ -302,9 +307,11 @@ __global__ void moe_route_gemm_rows(const float* __restrict__ logits, const T* _
         float p;
         route_token(logits + (i64)t * E, E, k, norm, &id, &p);
         if (threadIdx.x == j) expert = id;
-        const int c0 = blockIdx.y * cols;  // this warp prefetches choice j's rows while the others stage x
-        prefetch_columns<T, true>(w + (i64)__shfl_sync(0xffffffffu, id, j) * 2 * N * K, N, K, c0, min(N, c0 + cols),
-                                  prefetch);
+        if constexpr (PREFETCH) {  // this warp prefetches choice j's rows while the others stage x
+            const int c0 = blockIdx.y * cols;
+            prefetch_columns<T, true, true>(w + (i64)__shfl_sync(0xffffffffu, id, j) * 2 * N * K, N, K, c0,
+                                            min(N, c0 + cols), prefetch);
+        }
         if (j == 0 && blockIdx.y == 0 && threadIdx.x < k)
             ids[(i64)t * k + threadIdx.x] = id, weights[(i64)t * k + threadIdx.x] = p;
     } else if constexpr (NORM_IN) {

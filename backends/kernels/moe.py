@@ -44,13 +44,17 @@ def _cols(swiglu: bool) -> tuple[int, int]:
     return GEMM_WARPS * per_warp, per_warp
 
 
-def _gemm_expr(t: str, out: str, vec: int, swiglu: bool, by_row: bool = False) -> str:
+def _gemm_expr(t: str, out: str, vec: int, swiglu: bool, by_row: bool = False, prefetch: bool = False) -> str:
+    """prefetch: the instance that asks L2 for its weight rows (VT_MOE_PREFETCH_BYTES); the default compiles none of
+    it."""
     kernel = ("moe_gemm_rows_bounded" if t == "vt::bf16" else "moe_gemm_rows") if by_row else "moe_gemm"
-    return f"vt::{kernel}<{t}, {out}, {vec}, {'true' if swiglu else 'false'}, {_cols(swiglu)[1]}>"
+    return (f"vt::{kernel}<{t}, {out}, {vec}, {'true' if swiglu else 'false'}, {_cols(swiglu)[1]}"
+            f"{', true' if prefetch else ''}>")
 
 
-def _route_gemm_expr(t: str, vec: int, norm_in: bool = False) -> str:
-    return f"vt::moe_route_gemm_rows<{t}, {t}, {vec}, {_cols(True)[1]}{', true' if norm_in else ''}>"
+def _route_gemm_expr(t: str, vec: int, norm_in: bool = False, prefetch: bool = False) -> str:
+    tail = ", true" if norm_in and not prefetch else f", {'true' if norm_in else 'false'}, true" if prefetch else ""
+    return f"vt::moe_route_gemm_rows<{t}, {t}, {vec}, {_cols(True)[1]}{tail}>"
 
 
 CI_INSTANCES = ([Instance("moe.cu", "vt::moe_route"), Instance("moe.cu", "vt::moe_group"),
@@ -60,7 +64,13 @@ CI_INSTANCES = ([Instance("moe.cu", "vt::moe_route"), Instance("moe.cu", "vt::mo
                    for v in (1, 4 if t == "float" else 8) for o, s in ((t, True), ("float", False))
                    for r in (False, True)]
                 + [Instance("moe.cu", _route_gemm_expr(t, v, n)) for t in STORAGE_TYPES
-                   for v in (1, 4 if t == "float" else 8) for n in (False, True)])
+                   for v in (1, 4 if t == "float" else 8) for n in (False, True)]
+                # the prefetching instances (VT_MOE_PREFETCH_BYTES), at each type's 16-byte loads: the same code
+                # beside one call, which a 16-byte-aligned K (every real checkpoint's) takes
+                + [Instance("moe.cu", _gemm_expr(t, o, 4 if t == "float" else 8, s, r, prefetch=True))
+                   for t in STORAGE_TYPES for o, s in ((t, True), ("float", False)) for r in (False, True)]
+                + [Instance("moe.cu", _route_gemm_expr(t, 4 if t == "float" else 8, n, prefetch=True))
+                   for t in STORAGE_TYPES for n in (False, True)])
 
 
 def expert_rows(T: int, top_k: int, num_experts: int) -> int:
@@ -165,10 +175,12 @@ def _launch_gemm(cp: Any, x: Any, w: Any, offsets: Any, experts: Any, slots: Any
         return
     N, K = out.shape[1], x.shape[1]
     vec = _vec(w.dtype, K)
+    prefetch = flags().moe_prefetch_bytes
     fn, smem = _staged(cp, Instance("moe.cu", _gemm_expr(ctype(w.dtype), ctype(out.dtype) if swiglu else "float",
-                                                         vec, swiglu, by_row)), x, 1 if by_row else GEMM_ROWS)
+                                                         vec, swiglu, by_row, prefetch > 0)), x,
+                       1 if by_row else GEMM_ROWS)
     cols = _cols(swiglu)[0]
-    tail = (np.int32(N), np.int32(K), np.int32(row_div), np.int32(cols), np.int32(flags().moe_prefetch_bytes))
+    tail = (np.int32(N), np.int32(K), np.int32(row_div), np.int32(cols), np.int32(prefetch))
     fn((experts.size, -(-N // cols)), (32 * GEMM_WARPS,),
        (x, w, experts, out, *tail) if by_row else (x, w, offsets, experts, slots, out, *tail), shared_mem=smem)
 
@@ -213,13 +225,15 @@ def _route_gemm_rows_cuda(cp: Any, logits: Any, x: Any, w: Any, ids: Any, weight
         return
     N, K = out.shape[1], x.shape[1]
     vec = _vec(w.dtype, K)
-    fn, smem = _staged(cp, Instance("moe.cu", _route_gemm_expr(ctype(w.dtype), vec, norm_in is not None)), x, 1)
+    prefetch = flags().moe_prefetch_bytes
+    fn, smem = _staged(cp, Instance("moe.cu", _route_gemm_expr(ctype(w.dtype), vec, norm_in is not None,
+                                                               prefetch > 0)), x, 1)
     cols = _cols(True)[0]
     xf, ln, eps = norm_in if norm_in is not None else (NULL, NULL, 0.0)
     fn((T * k, -(-N // cols)), (32 * GEMM_WARPS,),
        (logits, x, w, ids, weights, out, np.int32(N), np.int32(K), np.int32(E), np.int32(k),
         np.int32(bool(norm_topk_prob)), np.int32(cols), xf, ln, np.float32(eps),
-        np.int32(flags().moe_prefetch_bytes)), shared_mem=smem)
+        np.int32(prefetch)), shared_mem=smem)
 
 
 moe_route_gemm_rows = FusedKernel("moe_route_gemm_rows", _route_gemm_rows_twin, _route_gemm_rows_cuda,

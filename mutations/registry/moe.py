@@ -206,8 +206,9 @@ ENTRIES += [
         gates=tuple(f"{GATES}::test_the_prefetch_flag_reaches_every_routed_gemm_launch[{v}]" for v in ("1024", "4096")),
     )
     for which, old in (
-        ("routed-gemms", "    tail = (np.int32(N), np.int32(K), np.int32(row_div), np.int32(cols), "
-                         "np.int32(flags().moe_prefetch_bytes))\n"),
-        ("routing-gemm", "        np.int32(flags().moe_prefetch_bytes)), shared_mem=smem)\n"),
+        ("routed-gemms", "    prefetch = flags().moe_prefetch_bytes\n    fn, smem = _staged(cp, Instance(\"moe.cu\", "
+                         "_gemm_expr("),
+        ("routing-gemm", "    prefetch = flags().moe_prefetch_bytes\n    fn, smem = _staged(cp, Instance(\"moe.cu\", "
+                         "_route_gemm_expr("),
     )
 ]

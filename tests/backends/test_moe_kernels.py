@@ -8,6 +8,8 @@ Bounds: ids and the grouping exactly; float32 GEMM outputs within 1e-5 of the su
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
 
@@ -249,10 +251,15 @@ def test_combine_add_rms_norm_twin_adds_the_block_into_x_and_norms_it(out_dtype:
 
 
 class LaunchRecorder:
-    """Stands in for a compiled kernel: keeps each launch's arguments."""
+    """Stands in for build.function: keeps each kernel's instance and each launch's arguments."""
 
     def __init__(self) -> None:
+        self.instances: list[str] = []
         self.launches: list[tuple] = []
+
+    def function(self, cp: Any, instance: Any) -> LaunchRecorder:
+        self.instances.append(instance.expr)
+        return self
 
     def __call__(self, grid: tuple, block: tuple, args: tuple, shared_mem: int = 0) -> None:
         self.launches.append(args)
@@ -260,10 +267,11 @@ class LaunchRecorder:
 
 @pytest.mark.parametrize("value", ["0", "1024", "4096"])
 def test_the_prefetch_flag_reaches_every_routed_gemm_launch(value: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    """VT_MOE_PREFETCH_BYTES is the last argument of the by-row, grouped and routing gate/up GEMMs' launches (the
-    kernels prefetch that many bytes of each weight row; the GPU lane's twins run under it): read, not ignored."""
+    """VT_MOE_PREFETCH_BYTES picks the by-row, grouped and routing gate/up GEMMs' prefetching instances (PREFETCH,
+    their last template argument) and is their launches' last argument (the bytes of each weight row asked of L2;
+    the GPU lane's twins run under it): read, not ignored; unset, the instances are the default ones."""
     recorder = LaunchRecorder()
-    monkeypatch.setattr(moe, "function", lambda cp, instance: recorder)
+    monkeypatch.setattr(moe, "function", recorder.function)
     a = layer_inputs(1, 8, 2, 64, 32, "bfloat16")
     ids = np.array([[1, 5]], np.int32)
     with flag_set("VT_MOE_PREFETCH_BYTES", value):
@@ -274,6 +282,8 @@ def test_the_prefetch_flag_reaches_every_routed_gemm_launch(value: str, monkeypa
                                   np.zeros((2, 32), a["x"].dtype), True)
     assert len(recorder.launches) == 3, "non-vacuity: each launcher launched once"
     assert [int(args[-1]) for args in recorder.launches] == [int(value)] * 3
+    prefetching = [expr.endswith(", true>") and "moe_" in expr for expr in recorder.instances]
+    assert prefetching == [value != "0"] * 3, recorder.instances
 
 
 @pytest.fixture(params=["0", "4096"], ids=["no-prefetch", "prefetch-4096"])
