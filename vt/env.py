@@ -203,7 +203,8 @@ class Flags:
     # known, asks L2 (sm_90's bulk prefetch, a hint) for that many leading bytes of each weight row it will read. Why:
     # the 30B-A3B-8L one-token gate/up kernel read its experts at 2.1 TB/s under ncu (H200, session 42: 23.4 us a
     # layer, the step's largest kernel), its loads bounded by a lane's registers; a prefetch puts the block's whole
-    # slab in flight. 0 (off) until an A/B says otherwise
+    # slab in flight. The prefetching kernels are instances of their own, so 0 (off) runs the kernels as they were;
+    # off until an A/B says otherwise (not yet run on a GPU)
     moe_prefetch_bytes: int = 0
 
     @classmethod
