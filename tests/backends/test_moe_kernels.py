@@ -269,7 +269,8 @@ class LaunchRecorder:
 def test_the_prefetch_flag_reaches_every_routed_gemm_launch(value: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """VT_MOE_PREFETCH_BYTES picks the by-row, grouped and routing gate/up GEMMs' prefetching instances (PREFETCH,
     their last template argument) and is their launches' last argument (the bytes of each weight row asked of L2;
-    the GPU lane's twins run under it): read, not ignored; unset, the instances are the default ones."""
+    the GPU lane's twins run under it): read, not ignored; at 0 the instances are the default ones. The normed
+    routing GEMM (the MoE consumer norm) takes its NORM_IN and PREFETCH arguments together."""
     recorder = LaunchRecorder()
     monkeypatch.setattr(moe, "function", recorder.function)
     a = layer_inputs(1, 8, 2, 64, 32, "bfloat16")
@@ -280,10 +281,16 @@ def test_the_prefetch_flag_reaches_every_routed_gemm_launch(value: str, monkeypa
                        np.zeros(2, np.int32), np.zeros((2, 32), a["x"].dtype), 2, True)
         moe._route_gemm_rows_cuda(None, a["logits"], a["x"], a["w_gu"], ids, np.zeros((1, 2), np.float32),
                                   np.zeros((2, 32), a["x"].dtype), True)
-    assert len(recorder.launches) == 3, "non-vacuity: each launcher launched once"
-    assert [int(args[-1]) for args in recorder.launches] == [int(value)] * 3
-    prefetching = [expr.endswith(", true>") and "moe_" in expr for expr in recorder.instances]
-    assert prefetching == [value != "0"] * 3, recorder.instances
+        moe._norm_route_gemm_rows_cuda(None, a["logits"], np.ones((1, 64), np.float32), np.ones(64, np.float32),
+                                       np.zeros((1, 64), a["x"].dtype), a["w_gu"], ids, np.zeros((1, 2), np.float32),
+                                       np.zeros((2, 32), a["x"].dtype), True, 1e-6)
+    assert len(recorder.launches) == 4, "non-vacuity: each launcher launched once"
+    assert [int(args[-1]) for args in recorder.launches] == [int(value)] * 4
+    on = value != "0"
+    gemms, route, normed = recorder.instances[:2], recorder.instances[2], recorder.instances[3]
+    assert all(e.endswith(", 2, true>" if on else ", 2>") for e in gemms), gemms
+    assert route.endswith(", false, true>" if on else ", 2>"), route
+    assert normed.endswith(", true, true>" if on else ", 2, true>"), normed
 
 
 @pytest.fixture(params=["0", "4096"], ids=["no-prefetch", "prefetch-4096"])
