@@ -8,12 +8,11 @@ Bounds: ids and the grouping exactly; float32 GEMM outputs within 1e-5 of the su
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 import pytest
 
 from backends.kernels import moe
+from tests.backends.launches import LaunchRecorder
 from tests.helpers import flag_set
 from vt.dtypes import narrow_host, widen_host
 
@@ -248,21 +247,6 @@ def test_combine_add_rms_norm_twin_adds_the_block_into_x_and_norms_it(out_dtype:
     ulp = 2.0 ** (np.floor(np.log2(np.abs(want))) - 7) if out_dtype == "bfloat16" else 0.0
     assert (np.abs(widen_host(h) - want) <= 1e-5 * np.abs(want) + ulp + 1e-7).all(), "h = RMSNorm(x) * w"
     assert np.abs(block).min(axis=-1).max() > 0 and np.abs(h).max() > 0, "non-vacuous: a block added, h written"
-
-
-class LaunchRecorder:
-    """Stands in for build.function: keeps each kernel's instance and each launch's arguments."""
-
-    def __init__(self) -> None:
-        self.instances: list[str] = []
-        self.launches: list[tuple] = []
-
-    def function(self, cp: Any, instance: Any) -> LaunchRecorder:
-        self.instances.append(instance.expr)
-        return self
-
-    def __call__(self, grid: tuple, block: tuple, args: tuple, shared_mem: int = 0) -> None:
-        self.launches.append(args)
 
 
 @pytest.mark.parametrize("value", ["0", "1024", "4096"])
