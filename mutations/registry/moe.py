@@ -18,7 +18,7 @@ def layer_gates(dtypes: tuple[str, ...] = ("float32", "bfloat16")) -> tuple[str,
 GPU_CASES = (*CASES, "real-size-decode", "real-size-prefill", "router-of-128")
 
 
-# the GPU twins run with and without VT_MOE_PREFETCH_BYTES (tests/backends/test_moe_kernels.py's moe_prefetch)
+# the GPU twins run with and without VT_MOE_PREFETCH_BYTES (tests/backends/conftest.py's moe_prefetch)
 PREFETCH_IDS = ("no-prefetch", "prefetch-4096")
 
 
@@ -182,8 +182,8 @@ ENTRIES += [
         file=CU, old="        stage_normed_row<T>(xf + (i64)t * K, ln, xs, K, denom[0], 32);\n",
         new="        stage_rows<T, VEC>(x, xs, r, 1, slot, K, k, 32);\n",
         gates=tuple(f"{CONSUMER}::test_cuda_resid_then_the_normed_routed_gemm_equals_the_norm_epilogue_then_the_"
-                    f"routed_gemm_bit_for_bit[{c}-{d}]" for c in ("30B-A3B-one-token", "small-four-tokens")
-                    for d in ("bfloat16", "float16")),
+                    f"routed_gemm_bit_for_bit[{p}-{c}-{d}]" for p in PREFETCH_IDS
+                    for c in ("30B-A3B-one-token", "small-four-tokens") for d in ("bfloat16", "float16")),
         needs_gpu=True,
     ),
 ]

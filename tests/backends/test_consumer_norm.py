@@ -244,11 +244,12 @@ def test_cuda_resid_then_norm_in_equals_the_norm_epilogue_then_its_consumer_bit_
 @pytest.mark.parametrize("T,E,k,H,MI,K", [(1, 64, 8, 2048, 768, 4096), (4, 16, 4, 96, 40, 64)],
                          ids=["30B-A3B-one-token", "small-four-tokens"])
 def test_cuda_resid_then_the_normed_routed_gemm_equals_the_norm_epilogue_then_the_routed_gemm_bit_for_bit(
-        T: int, E: int, k: int, H: int, MI: int, K: int, dtype: str) -> None:
+        T: int, E: int, k: int, H: int, MI: int, K: int, dtype: str, moe_prefetch: str) -> None:
     """A MoE layer's o projection [T, K] x [K, H] and its routed gate/up: the norm epilogue writing x and h, then
     moe_route_gemm_rows reading h, against RESID adding into x, then moe_norm_route_gemm_rows norming x in each
     block (h left as it was). x, the experts, their weights and the activations equal bit for bit; the activations
-    are the twin's within the routed GEMM's bound."""
+    are the twin's within the routed GEMM's bound. With and without VT_MOE_PREFETCH_BYTES (both routing GEMMs take
+    it, so each side runs its prefetching instance under it)."""
     import cupy
 
     from backends.kernels import moe

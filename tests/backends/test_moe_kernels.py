@@ -277,13 +277,6 @@ def test_the_prefetch_flag_reaches_every_routed_gemm_launch(value: str, monkeypa
     assert normed.endswith(", true, true>" if on else ", 2, true>"), normed
 
 
-@pytest.fixture(params=["0", "4096"], ids=["no-prefetch", "prefetch-4096"])
-def moe_prefetch(request: pytest.FixtureRequest):
-    """The routed GEMMs with and without VT_MOE_PREFETCH_BYTES's L2 prefetch: a hint, so the same values."""
-    with flag_set("VT_MOE_PREFETCH_BYTES", request.param):
-        yield request.param
-
-
 # ---- the CUDA kernels against their twins (GPU lane) --------------------------------------------------------
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])
