@@ -206,6 +206,12 @@ class Flags:
     # slab in flight. The prefetching kernels are instances of their own, so 0 (off) runs the kernels as they were;
     # off until an A/B says otherwise (not yet run on a GPU)
     moe_prefetch_bytes: int = 0
+    # VT_MOE_PREFETCH_DOWN=1: a one-token step's routing gate/up GEMM (moe_route_gemm_rows), once each block knows its
+    # expert, asks L2 for its share of that expert's down projection and streams its own weights evict-first, so the
+    # down GEMM after it reads from L2 and their DRAM reads overlap the gate/up kernel's. Why: under ncu (H200, session
+    # 42) the two expert GEMMs read at 2.1-2.2 TB/s, 34.6 us of a ~92 us layer. An instance of its own; off until an
+    # A/B says otherwise (not yet run on a GPU)
+    moe_prefetch_down: bool = False
 
     @classmethod
     def from_environ(cls) -> Flags:
@@ -242,6 +248,7 @@ class Flags:
             prefill_wgmma=_read_choice("VT_PREFILL_WGMMA", ("auto", "1", "0")),
             skinny_mma=_read_bool("VT_SKINNY_MMA", False),
             moe_prefetch_bytes=int(_read_choice("VT_MOE_PREFETCH_BYTES", ("0", "1024", "2048", "4096"))),
+            moe_prefetch_down=_read_bool("VT_MOE_PREFETCH_DOWN", False),
         )
 
 
@@ -258,7 +265,8 @@ def as_environ(f: Flags) -> dict[str, str]:
              "pool_stats": "VT_POOL_STATS", "cudagraph": "VT_CUDAGRAPH", "sanitize": "VT_SANITIZE",
              "gemm_tuned": "VT_GEMM_TUNED", "pdl": "VT_PDL", "consumer_norm": "VT_CONSUMER_NORM",
              "rope_in_attention": "VT_ROPE_IN_ATTENTION", "skinny_mma": "VT_SKINNY_MMA",
-             "decode_early_keys": "VT_DECODE_EARLY_KEYS", "moe_consumer_norm": "VT_MOE_CONSUMER_NORM"}
+             "decode_early_keys": "VT_DECODE_EARLY_KEYS", "moe_consumer_norm": "VT_MOE_CONSUMER_NORM",
+             "moe_prefetch_down": "VT_MOE_PREFETCH_DOWN"}
     out = {env: "1" if getattr(f, field) else "0" for field, env in names.items()}
     out["VT_SHARED_ROWS_ATTENTION"] = f.shared_rows_attention
     out["VT_GEMM_PLAN_CACHE"] = f.gemm_plan_cache

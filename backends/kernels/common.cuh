@@ -47,6 +47,31 @@ template <typename T, int N> __device__ __forceinline__ void load_f32(const T* p
     }
 }
 
+// An L2 policy that marks every line a load brings in evict-first (sm_80's createpolicy): for a weight stream read
+// once, so that it displaces its own lines before others that a later kernel will read (a prefetched slab).
+__device__ __forceinline__ unsigned long long l2_evict_first_policy() {
+    unsigned long long policy;
+    asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
+    return policy;
+}
+
+// N consecutive elements of T widened to float, as load_f32, each 16-byte load under an L2 cache policy and kept
+// out of L1 (read once).
+template <typename T, int N>
+__device__ __forceinline__ void load_f32_hinted(const T* p, float* out, unsigned long long policy) {
+    static_assert((N * sizeof(T)) % 16 == 0, "whole 16-byte vectors only");
+    constexpr int PER = 16 / sizeof(T);
+#pragma unroll
+    for (int v = 0; v < N / PER; v++) {
+        uint4 raw;
+        asm("ld.global.nc.L1::no_allocate.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;"
+            : "=r"(raw.x), "=r"(raw.y), "=r"(raw.z), "=r"(raw.w) : "l"(p + v * PER), "l"(policy));
+        const T* e = reinterpret_cast<const T*>(&raw);
+#pragma unroll
+        for (int j = 0; j < PER; j++) out[v * PER + j] = to_f32(e[j]);
+    }
+}
+
 // SwiGLU's activation, one place for every kernel that applies it: SiLU(gate) x up.
 __device__ __forceinline__ float silu_times(float gate, float up) { return gate / (1.0f + expf(-gate)) * up; }
 
@@ -196,6 +221,15 @@ __device__ __forceinline__ void pdl_trigger() {
 #endif
 }
 
+// One bulk prefetch of [p, p + bytes) into L2 (sm_90; a hint), skipped where p or bytes is not a 16-byte multiple
+// (the instruction requires both).
+__device__ __forceinline__ void prefetch_l2_bulk(const void* p, unsigned bytes) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    if (((unsigned long long)p | bytes) & 15ull) return;
+    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(bytes));
+#endif
+}
+
 // The one thing a kernel may do before its wait: ask L2 for a tile of its weights (sm_90's bulk prefetch, a hint: no
 // value reaches the kernel, so the kernel ahead's writes cannot be read early through it), so that a decode GEMM's
 // weights come from L2 instead of HBM once the kernel ahead has completed. Rows [row0, min(row0 + rows, nrows)) x
@@ -206,16 +240,11 @@ __device__ __forceinline__ void pdl_trigger() {
 template <typename T>
 __device__ __forceinline__ void pdl_prefetch_l2(const T* base, int ld, int nrows, int row0, int rows, int col0,
                                                 int cols) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     const int r1 = min(nrows, row0 + rows), c1 = min(ld, col0 + cols);
     if (c1 <= col0) return;
     const unsigned bytes = (unsigned)(c1 - col0) * (unsigned)sizeof(T);
-    for (int r = row0 + (int)threadIdx.x; r < r1; r += (int)blockDim.x) {
-        const T* p = base + (long long)r * ld + col0;
-        if (((unsigned long long)p | bytes) & 15ull) continue;
-        asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(bytes));
-    }
-#endif
+    for (int r = row0 + (int)threadIdx.x; r < r1; r += (int)blockDim.x)
+        prefetch_l2_bulk(base + (long long)r * ld + col0, bytes);
 }
 
 // Thread-block clusters (sm_90; a kernel launched as clusters): the cluster's barrier (all threads of all its

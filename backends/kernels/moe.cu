@@ -121,16 +121,28 @@ __device__ __forceinline__ void stage_rows(const T* __restrict__ x, T* xs, int r
     }
 }
 
+// A weight vector's VEC elements widened to float; EVICT_FIRST (16-byte loads): under the evict-first L2 policy.
+template <typename T, int VEC, bool EVICT_FIRST>
+__device__ __forceinline__ void load_weight_vec(const T* p, float* out, unsigned long long policy) {
+    if constexpr (EVICT_FIRST && VEC * sizeof(T) == 16)
+        load_f32_hinted<T, VEC>(p, out, policy);
+    else
+        load_vec<T, VEC>(p, out);
+}
+
 // Output columns [c0, c1) of the staged rows xs [rows, K] through expert weights we: each warp owns NCOL adjacent
 // columns at a time and issues all their loads for a stretch of K before it sums any, so a warp waits one DRAM
 // latency per stretch, not one per column (a column's sum keeps its k order: the same bits whatever NCOL). A lane
 // reads VEC weights of a column at a time along K (w is [rows, K], K contiguous: HF's Linear layout) and the warp
 // sums the lanes. SWIGLU: we's rows [0, N) are the gate, [N, 2 N) the up projection; out [slot, N] =
-// narrow(silu(gate) * up). Otherwise out [slot, N] float32 = x_row @ we^T.
-template <typename T, typename OUT, int VEC, bool SWIGLU, int ROWS, int NCOL, typename Slot>
+// narrow(silu(gate) * up). Otherwise out [slot, N] float32 = x_row @ we^T. EVICT_FIRST: the weights stream through
+// L2 evict-first, so they displace one another before a slab another kernel will read (VT_MOE_PREFETCH_DOWN's).
+template <typename T, typename OUT, int VEC, bool SWIGLU, int ROWS, int NCOL, bool EVICT_FIRST = false, typename Slot>
 __device__ __forceinline__ void expert_columns(const T* __restrict__ xs, const T* __restrict__ we, OUT* __restrict__ out,
                                                int r0, int rows, Slot slot, int N, int K, int c0, int c1) {
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    unsigned long long policy = 0;
+    if constexpr (EVICT_FIRST) policy = l2_evict_first_policy();
     for (int n0 = c0 + warp * NCOL; n0 < c1; n0 += MOE_WARPS * NCOL) {
         float acc[NCOL][ROWS], up[NCOL][ROWS];
         const T* wg[NCOL];
@@ -145,8 +157,8 @@ __device__ __forceinline__ void expert_columns(const T* __restrict__ xs, const T
             float a[NCOL][VEC], b[NCOL][VEC];
 #pragma unroll
             for (int c = 0; c < NCOL; c++) {
-                load_vec<T, VEC>(wg[c] + k, a[c]);
-                if constexpr (SWIGLU) load_vec<T, VEC>(wg[c] + (i64)N * K + k, b[c]);
+                load_weight_vec<T, VEC, EVICT_FIRST>(wg[c] + k, a[c], policy);
+                if constexpr (SWIGLU) load_weight_vec<T, VEC, EVICT_FIRST>(wg[c] + (i64)N * K + k, b[c], policy);
             }
 #pragma unroll
             for (int r = 0; r < ROWS; r++) {
@@ -285,12 +297,18 @@ __device__ __forceinline__ void stage_normed_row(const float* __restrict__ xt, c
 // NORM_IN (the consumer's norm, VT_MOE_CONSUMER_NORM): the row staged is RMSNorm(xf[t]) * ln, from the residual
 // stream xf [T, K] float32, its denominator summed by all the block's warps first (row_denominators: the order the o
 // projection's norm epilogue sums in, so the staged row is the h that epilogue writes, bit for bit); x is unused.
-template <typename T, typename OUT, int VEC, int NCOL, bool NORM_IN = false, bool PREFETCH = false>
+// PREFETCH_DOWN (VT_MOE_PREFETCH_DOWN): once its expert is known, block (r, y) asks L2 for its share of that expert's
+// down projection w_down [E, K, N] (rows [y s, (y + 1) s) of K, s = K / gridDim.y rounded up, whole rows), and
+// streams its own gate/up weights evict-first: the down GEMM after it then reads its weights from L2, and their DRAM
+// reads overlap this kernel's, whose routing and reductions leave the memory idle part of its time. A hint: no value
+// changes. w_down is unread (may be null) otherwise.
+template <typename T, typename OUT, int VEC, int NCOL, bool NORM_IN = false, bool PREFETCH = false,
+          bool PREFETCH_DOWN = false>
 __global__ void moe_route_gemm_rows(const float* __restrict__ logits, const T* __restrict__ x,
                                     const T* __restrict__ w, int* __restrict__ ids, float* __restrict__ weights,
                                     OUT* __restrict__ out, int N, int K, int E, int k, int norm, int cols,
                                     const float* __restrict__ xf, const float* __restrict__ ln, float eps,
-                                    int prefetch) {
+                                    int prefetch, const T* __restrict__ w_down) {
     vt::pdl_entry();
     extern __shared__ __align__(16) unsigned char moe_smem[];
     T* xs = reinterpret_cast<T*>(moe_smem);  // [1, K]
@@ -312,6 +330,12 @@ __global__ void moe_route_gemm_rows(const float* __restrict__ logits, const T* _
             prefetch_columns<T, true, true>(w + (i64)__shfl_sync(0xffffffffu, id, j) * 2 * N * K, N, K, c0,
                                             min(N, c0 + cols), prefetch);
         }
+        if constexpr (PREFETCH_DOWN) {  // and its share of choice j's down rows (whole, contiguous) for the next kernel
+            const int share = (K + (int)gridDim.y - 1) / (int)gridDim.y, row0 = (int)blockIdx.y * share;
+            const T* wd = w_down + (i64)__shfl_sync(0xffffffffu, id, j) * K * N;
+            for (int row = row0 + (int)threadIdx.x; row < min(K, row0 + share); row += 32)
+                prefetch_l2_bulk(wd + (i64)row * N, (unsigned)N * sizeof(T));
+        }
         if (j == 0 && blockIdx.y == 0 && threadIdx.x < k)
             ids[(i64)t * k + threadIdx.x] = id, weights[(i64)t * k + threadIdx.x] = p;
     } else if constexpr (NORM_IN) {
@@ -321,7 +345,8 @@ __global__ void moe_route_gemm_rows(const float* __restrict__ logits, const T* _
     }
     __syncthreads();
     const int c0 = blockIdx.y * cols, c1 = min(N, c0 + cols);
-    expert_columns<T, OUT, VEC, true, 1, NCOL>(xs, w + (i64)expert * 2 * N * K, out, r, 1, slot, N, K, c0, c1);
+    expert_columns<T, OUT, VEC, true, 1, NCOL, PREFETCH_DOWN>(xs, w + (i64)expert * 2 * N * K, out, r, 1, slot, N, K,
+                                                             c0, c1);
 }
 
 // Token t's k choices in ascending expert order (the order transformers adds them in), into order[0..k) and

@@ -19,7 +19,7 @@ GPU_CASES = (*CASES, "real-size-decode", "real-size-prefill", "router-of-128")
 
 
 # the GPU twins run with and without VT_MOE_PREFETCH_BYTES (tests/backends/conftest.py's moe_prefetch)
-PREFETCH_IDS = ("no-prefetch", "prefetch-4096")
+PREFETCH_IDS = ("no-prefetch", "prefetch-4096", "prefetch-down")
 
 
 def cuda_gates() -> tuple[str, ...]:
@@ -211,4 +211,41 @@ ENTRIES += [
         ("routing-gemm", "    prefetch = flags().moe_prefetch_bytes\n    fn, smem = _staged(cp, Instance(\"moe.cu\", "
                          "_route_gemm_expr("),
     )
+]
+ENTRIES += [
+    Mutation(
+        id="moe-prefetch-down-flag-ignored",
+        description="VT_MOE_PREFETCH_DOWN is read but the routing GEMMs launch their default instances without the "
+                    "down weights: the lane's A/B would time the default twice",
+        file=TWIN, old="    prefetch_down = flags().moe_prefetch_down and down is not None\n",
+        new="    prefetch_down = False and down is not None\n",
+        gates=(f"{GATES}::test_the_down_prefetch_flag_hands_the_routing_gemms_the_down_weights[1]",),
+    ),
+    Mutation(
+        id="moe-decoder-withholds-the-down-weights-from-the-routing-gemm",
+        description="the decoder's one-token MoE step hands its routing gate/up GEMM no down weights: "
+                    "VT_MOE_PREFETCH_DOWN would prefetch nothing",
+        file="models/decoder.py",
+        old="                b.moe_route_gemm_rows(logits, h, gu, ids, weights, act, norm_topk_prob=c.norm_topk_prob, "
+            "down=down)\n",
+        new="                b.moe_route_gemm_rows(logits, h, gu, ids, weights, act, norm_topk_prob=c.norm_topk_prob)\n",
+        gates=(f"{CONSUMER}::test_each_sparse_layers_routing_gemm_is_handed_its_own_down_weights[plain-routing]",),
+    ),
+    Mutation(
+        id="moe-decoder-hands-the-normed-routing-gemm-its-gate-up-weights-as-down",
+        description="the normed routing GEMM is handed the gate/up weights where the down weights belong: its "
+                    "prefetch would ask L2 for the wrong slab",
+        file="models/decoder.py", old="norm_topk_prob=c.norm_topk_prob, eps=c.rms_norm_eps, down=down)\n",
+        new="norm_topk_prob=c.norm_topk_prob, eps=c.rms_norm_eps, down=gu)\n",
+        gates=(f"{CONSUMER}::test_each_sparse_layers_routing_gemm_is_handed_its_own_down_weights[normed-routing]",),
+    ),
+    Mutation(
+        id="cuda-moe-evict-first-load-reads-the-next-vector",
+        description="the evict-first weight load (VT_MOE_PREFETCH_DOWN's routing GEMM) reads the 16 bytes after "
+                    "the ones asked for: the GPU twins under the prefetch-down fixture must see it",
+        file="backends/kernels/common.cuh", old='"l"(p + v * PER), "l"(policy)',
+        new='"l"(p + (v + 1) * PER), "l"(policy)',
+        gates=tuple(g for g in route_rows_cuda_gates() if "prefetch-down" in g),
+        needs_gpu=True,
+    ),
 ]
