@@ -1,20 +1,16 @@
 #!/usr/bin/env bash
 # Session 43, run 1: the MoE kernels changed since their last GPU run (PREFETCH, then PREFETCH_DOWN and the
-# evict-first loads): their GPU tests under every prefetch (the moe_prefetch fixture), then two A/Bs on the 30B-A3B-8L
-# replays (VT_MOE_PREFETCH_DOWN, VT_MOE_PREFETCH_BYTES), then where the step's time goes under the down prefetch.
+# evict-first loads): their GPU tests under every prefetch (the moe_prefetch fixture), then the A/B of VT_MOE_PREFETCH_DOWN on the
+# 30B-A3B-8L replays, then where the step's time goes under the down prefetch.
 . "$(dirname "$0")/lane-env.sh"
 step "1 MoE + consumer-norm GPU tests, every prefetch"
-timeout 150 python3 -m pytest -q -p no:cacheprovider -m gpu tests/backends/test_moe_kernels.py tests/backends/test_consumer_norm.py 2>&1 | tail -4
+timeout 180 python3 -m pytest -q -p no:cacheprovider -m gpu tests/backends/test_moe_kernels.py tests/backends/test_consumer_norm.py 2>&1 | tail -4
 step "2 VT_MOE_PREFETCH_DOWN A/B, 30B-A3B-8L replays"
-VT_GEMM_PLAN_CACHE=1 timeout 170 python3 scripts/env-ab --set VT_MOE_PREFETCH_DOWN=0,1 --rounds 2 \
+VT_GEMM_PLAN_CACHE=1 timeout 150 python3 scripts/env-ab --set VT_MOE_PREFETCH_DOWN=0,1 --rounds 2 \
   --figures ms.1x128,ms.8x128 --out "$OUT/ab-down" -- \
   python3 scripts/replay-ab --shape 30B-A3B-8L --shapes 1x128,8x128 --reps 100 2>&1 | tail -5
-step "3 VT_MOE_PREFETCH_BYTES A/B, 30B-A3B-8L replays"
-VT_GEMM_PLAN_CACHE=1 timeout 150 python3 scripts/env-ab --set VT_MOE_PREFETCH_BYTES=0,4096 --rounds 2 \
-  --figures ms.1x128 --out "$OUT/ab-bytes" -- \
-  python3 scripts/replay-ab --shape 30B-A3B-8L --shapes 1x128 --reps 100 2>&1 | tail -5
 for p in 0 1; do
-  step "4 kernels at one row, VT_MOE_PREFETCH_DOWN=$p"
+  step "3 kernels at one row, VT_MOE_PREFETCH_DOWN=$p"
   VT_GEMM_PLAN_CACHE=1 VT_MOE_PREFETCH_DOWN=$p timeout 60 python3 scripts/replay-ab --shape 30B-A3B-8L \
     --shapes 1x128 --reps 50 --kernels 2>&1 | tail -1 > "$OUT/k-$p.json"
   python3 -c "
