@@ -204,13 +204,14 @@ class Flags:
     # the 30B-A3B-8L one-token gate/up kernel read its experts at 2.1 TB/s under ncu (H200, session 42: 23.4 us a
     # layer, the step's largest kernel), its loads bounded by a lane's registers; a prefetch puts the block's whole
     # slab in flight. The prefetching kernels are instances of their own, so 0 (off) runs the kernels as they were;
-    # off until an A/B says otherwise (not yet run on a GPU)
+    # off until an A/B says otherwise (not yet timed; the routing GEMMs' instances pass their GPU twins, H100)
     moe_prefetch_bytes: int = 0
     # VT_MOE_PREFETCH_DOWN=1: a one-token step's routing gate/up GEMM (moe_route_gemm_rows), once each block knows its
     # expert, asks L2 for its share of that expert's down projection and streams its own weights evict-first, so the
     # down GEMM after it reads from L2 and their DRAM reads overlap the gate/up kernel's. Why: under ncu (H200, session
-    # 42) the two expert GEMMs read at 2.1-2.2 TB/s, 34.6 us of a ~92 us layer. An instance of its own; off until an
-    # A/B says otherwise (not yet run on a GPU)
+    # 42) the two expert GEMMs read at 2.1-2.2 TB/s, 34.6 us of a ~92 us layer. An instance of its own. Off: on an
+    # H100 (session 43) the 30B-A3B-8L one-row replay took 0.8248 ms with it against 0.8195 without (two processes
+    # each, the same GEMM picks), no gain; the H200 has not run it
     moe_prefetch_down: bool = False
 
     @classmethod
