@@ -301,7 +301,7 @@ __device__ __forceinline__ void stage_normed_row(const float* __restrict__ xt, c
 // down projection w_down [E, K, N] (rows [y s, (y + 1) s) of K, s = K / gridDim.y rounded up, whole rows), and
 // streams its own gate/up weights evict-first: the down GEMM after it then reads its weights from L2, and their DRAM
 // reads overlap this kernel's, whose routing and reductions leave the memory idle part of its time. A hint: no value
-// changes. w_down is unread (may be null) otherwise.
+// changes. w_down is unread (may be null) otherwise. No faster on an H100 (session 43), so off (vt/env.py).
 template <typename T, typename OUT, int VEC, int NCOL, bool NORM_IN = false, bool PREFETCH = false,
           bool PREFETCH_DOWN = false>
 __global__ void moe_route_gemm_rows(const float* __restrict__ logits, const T* __restrict__ x,
