@@ -222,6 +222,15 @@ ENTRIES += [
         gates=(f"{GATES}::test_the_down_prefetch_flag_hands_the_routing_gemms_the_down_weights[1]",),
     ),
     Mutation(
+        id="moe-route-gemm-takes-a-misshapen-down",
+        description="the routing GEMM launches with down weights that are not [E, K, N] of its experts: under "
+                    "VT_MOE_PREFETCH_DOWN its blocks would prefetch rows past or beside the down projection",
+        file=TWIN, old="    if down is not None and (down.shape != (w.shape[0], K, N) or down.dtype != w.dtype):\n",
+        new="    if False and (down.shape != (w.shape[0], K, N) or down.dtype != w.dtype):\n",
+        gates=tuple(f"{GATES}::test_the_down_prefetch_flag_hands_the_routing_gemms_the_down_weights[{v}]"
+                    for v in ("0", "1")),
+    ),
+    Mutation(
         id="moe-decoder-withholds-the-down-weights-from-the-routing-gemm",
         description="the decoder's one-token MoE step hands its routing gate/up GEMM no down weights: "
                     "VT_MOE_PREFETCH_DOWN would prefetch nothing",
