@@ -135,7 +135,8 @@ def prefill_inputs(seqs: Sequence[tuple], kv: KVCache, all_rows: Sequence[int] =
     """A prefill step's host inputs: token ids, positions and KV slots (one per token), the attention's
     per-sequence metadata (first row, length, first position, block table) and the logit rows (each
     sequence's last, or all of its rows for the sequences named in all_rows). A sequence is (tokens,
-    block ids) or, for a chunk over KV already in the cache, (tokens, block ids, first position).
+    block ids) or, for a chunk over KV already in the cache, (tokens, block ids, first position), and a fourth
+    item where the cache holds its first tokens' KV too: the position before which its tokens write none (slot -1).
     Array work per sequence, none per token: a serving step stages thousands of tokens."""
     bs = kv.block_size
     ids, pos, slots = [], [], []
@@ -148,7 +149,8 @@ def prefill_inputs(seqs: Sequence[tuple], kv: KVCache, all_rows: Sequence[int] =
         meta.append((row, len(toks), pos0, blocks.tolist()))
         ids.append(np.asarray(toks, I64))
         pos.append(p)
-        slots.append(blocks[p // bs] * bs + p % bs)
+        held = seq[3] if len(seq) > 3 else 0
+        slots.append(np.where(p < held, -1, blocks[p // bs] * bs + p % bs))
         row += len(toks)
     ends = np.cumsum([m[1] for m in meta])
     last = np.concatenate([np.arange(e - m[1], e) if i in all_rows else [e - 1]

@@ -148,3 +148,50 @@ ENTRIES += [
         expect="hashed once across six steps",
     ),
 ]
+
+# Session 44: a prompt of whole blocks, cached through its last token, computes that token alone
+OUTPUTS = "tests/engine/test_prefix_cache_outputs.py"
+FULL_HIT = f"{OUTPUTS}::test_a_prompt_cached_through_its_last_token_computes_that_token_alone_and_writes_no_kv"
+
+ENTRIES += [
+    Mutation(
+        id="prefix-hit-stops-a-block-short",
+        description="a lookup never serves the block holding the last token (vLLM's rule): a prompt of whole blocks, "
+                    "all cached, computes its last block again instead of its last token",
+        file=KV,
+        old="        for key in self._keys_through(token_ids, len(token_ids) // self.block_size, memo):",
+        new="        for key in self._keys_through(token_ids, (len(token_ids) - 1) // self.block_size, memo):",
+        gates=(f"{FULL_HIT}[piecewise-prefill]", f"{FULL_HIT}[whole-decode-step]"),
+        expect="not its last one alone",
+    ),
+    Mutation(
+        id="prefix-full-hit-prefill-writes-the-shared-block",
+        description="a chunk through the prefill graphs writes the KV of tokens the cache holds already: a full hit's "
+                    "last token is written into the block the cache shares",
+        file="models/base.py",
+        old="        slots.append(np.where(p < held, -1, blocks[p // bs] * bs + p % bs))",
+        new="        slots.append(blocks[p // bs] * bs + p % bs)",
+        gates=(f"{FULL_HIT}[piecewise-prefill]",),
+        expect="wrote its last token's KV into the shared block",
+    ),
+    Mutation(
+        id="prefix-full-hit-whole-step-writes-the-shared-block",
+        description="a step run whole as a decode step writes the KV of tokens the cache holds already: a full hit's "
+                    "last token over a long context is written into the block the cache shares",
+        file="vt/engine/worker/runner.py",
+        old="        slots = np.where(positions < held[owner], -1, self._kv_slots(token_rows, positions, tables))",
+        new="        slots = self._kv_slots(token_rows, positions, tables)",
+        gates=(f"{FULL_HIT}[whole-decode-step]",),
+        expect="wrote its last token's KV into the shared block",
+    ),
+    Mutation(
+        id="draft-prefills-nothing-on-a-full-hit",
+        description="a request whose prompt both groups hold through its last token still gets a draft prefill "
+                    "launch, of no tokens",
+        file="vt/engine/spec_decode/proposers.py",
+        old="        prefills = [r for r in fresh if r.num_cached < len(r.token_ids)]",
+        new="        prefills = fresh",
+        gates=(f"{DRAFT}::test_a_prompt_cached_through_its_last_token_leaves_the_draft_nothing_to_prefill",),
+        expect="not none",
+    ),
+]

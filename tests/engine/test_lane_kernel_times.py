@@ -78,7 +78,9 @@ def test_kernel_times_and_prefix_ttft_refuse_what_they_cannot_read(tmp_path: Pat
                         (["prefix-ttft", "--model", "tiny-qwen3", "--backend", "cpu", "--anatomy", "--host-profile",
                           "3"], "take it apart from --anatomy"),
                         (["prefix-ttft", "--model", "tiny-qwen3", "--backend", "cpu", "--host-profile", "-1"],
-                         "--host-profile >= 0")):
+                         "--host-profile >= 0"),
+                        (["prefix-ttft", "--model", "tiny-qwen3", "--backend", "cpu", "--hit-tail", "1024"],
+                         "--hit-tail must be from 0 to below --prompt-len (1024), not 1024")):
         r = subprocess.run([sys.executable, str(ROOT / "scripts" / args[0]), *args[1:]], capture_output=True,
                            text=True, timeout=60, cwd=ROOT)
         lines = [x for x in r.stderr.splitlines() if x.strip() and not x.startswith(("usage:", " "))]

@@ -22,3 +22,15 @@ def test_prefix_ttft_splits_the_hits_ttft_at_its_graphs_launch(tmp_path: Path) -
     off = _prefix_ttft(tmp_path, "--anatomy", graphs="0")  # no graph to replay: refused before the engine is built
     lines = [x for x in off.stderr.splitlines() if x.strip() and not x.startswith(("usage:", " "))]
     assert (off.returncode, len(lines)) == (2, 1) and "needs graphs captured" in lines[0], off.stderr[-2000:]
+
+
+def test_prefix_ttft_sends_the_prompt_again_whole_with_no_hit_tail(tmp_path: Path) -> None:
+    """--hit-tail 0: each hit is its miss's prompt again, cached through its last token, so it computes that token
+    alone (one prefill token a hit, where the default's hits compute a block each) and its first step's graph is
+    one row."""
+    _, row = _prefix_ttft_row(tmp_path, "--anatomy", "--hit-tail", "0")
+    n, rounds = row["prompt_len"], row["rounds"]
+    assert row["hit_tail"] == 0 and row["hit_graph_rows"] == 1, row
+    assert row["prefill_tokens"] == (rounds + 1) * n + rounds, (
+        f"{row['prefill_tokens']} prefill tokens: the warm-up and {rounds} misses of {n}, then a token a hit")
+    assert row["cache_hits"] == rounds * (n - 1), row

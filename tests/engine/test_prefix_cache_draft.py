@@ -57,3 +57,15 @@ def test_a_speculating_request_is_served_only_as_far_as_the_drafts_group_is_cach
     assert (target, draft) == ([], []), "a prefix without the draft's KV serves a speculating request nothing"
     target, draft = kv.lookup_groups([50, 51, 52, 53, 54, 55, 56, 57, 1], draft=False)
     assert target == kv.block_ids("b", TARGET)[:2] and draft == [], "non-vacuity: the target's is cached"
+
+
+def test_a_prompt_cached_through_its_last_token_leaves_the_draft_nothing_to_prefill() -> None:
+    """A prompt of whole blocks, run twice: the second finds both groups' KV cached through its last token, so the
+    target computes that token alone and the draft prefills nothing, and both propose and accept as uncached."""
+    system = [int(t) for t in np.random.default_rng(1).integers(3, 500, 160)]  # ten whole blocks
+    cached, plain = run(True, [system, system]), run(False, [system, system])
+    assert plain[3] == [160, 160], "non-vacuity: uncached, the draft prefills each prompt whole"
+    assert cached[3] == [160], f"the second prompt's draft prefilled {cached[3][1:]} tokens, not none"
+    assert cached[0] == plain[0], "the tokens"
+    assert cached[2] > 0 and cached[1] == plain[1] and cached[2] == plain[2], (
+        "the draft proposes (and has accepted) exactly what it does without the cache")

@@ -1,10 +1,10 @@
 """The scheduler with prefix caching against a plain reference, driven by hypothesis: prompts made of a few
-shared blocks (so prefixes repeat, and equal blocks sit behind different prefixes), steps with the runner stood
-in for, requests finishing, a pool small enough to evict. The reference records, for every block whose KV a
-step computes, the tokens it was computed behind. Guarantees: every block is free or referenced, never both,
-and its count of references is the tables naming it; a key names one block, which carries it; a request is
-served a cached block only if that block's KV was computed behind exactly the request's own prefix (so an
-evicted block, or one keyed without its parent, is never served)."""
+shared blocks (so prefixes repeat, and equal blocks sit behind different prefixes; some of whole blocks, so cached
+through their last token), steps with the runner stood in for, requests finishing, a pool small enough to evict.
+The reference records, for every block whose KV a step computes, the tokens it was computed behind. Guarantees:
+every block is free or referenced, never both, and its count of references is the tables naming it; a key names
+one block, which carries it; a request is served a cached block only if that block's KV was computed behind
+exactly the request's own prefix (so an evicted block, or one keyed without its parent, is never served)."""
 
 from __future__ import annotations
 
@@ -36,7 +36,7 @@ class PrefixCacheMachine(RuleBasedStateMachine):
         self.computed_behind: dict[int, tuple[int, ...]] = {}  # block -> the tokens up to its end, as computed
         self.hits = 0
 
-    @rule(pieces=st.lists(st.integers(0, len(PIECES) - 1), min_size=1, max_size=5), tail=st.integers(1, 3))
+    @rule(pieces=st.lists(st.integers(0, len(PIECES) - 1), min_size=1, max_size=5), tail=st.integers(0, 3))
     def arrive(self, pieces: list[int], tail: int) -> None:
         prompt = [t for i in pieces for t in PIECES[i]] + [9] * tail
         self.sched.add(Request(f"r{self.next_id}", prompt, self.params))

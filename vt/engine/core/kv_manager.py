@@ -163,14 +163,14 @@ class KVCacheManager:
 
     def lookup_groups(self, token_ids: Sequence[int], draft: bool = False,
                       memo: list[bytes] | None = None) -> list[list[int]]:
-        """Per KV group, the blocks holding the longest cached prefix of token_ids, whole blocks only and never
-        the last token (its logits must be computed). draft: the prefix must be cached in the draft group too
-        (a request that speculates); else the draft's list is empty. memo: the keys of token_ids' first blocks
-        known so far (a request's own list, which this extends as it keys more): a request looked up again (one
-        waiting for blocks, step after step) hashes no block twice."""
+        """Per KV group, the blocks holding the longest cached prefix of token_ids, whole blocks only, up to the
+        last token's (whose logits are still computed, over the KV the cache holds: `Scheduler._admit`). draft: the
+        prefix must be cached in the draft group too (a request that speculates); else the draft's list is empty.
+        memo: the keys of token_ids' first blocks known so far (a request's own list, which this extends as it keys
+        more): a request looked up again (one waiting for blocks, step after step) hashes no block twice."""
         hit: list[list[int]] = [[] for _ in range(self.num_groups)]
         # keyed one block at a time, up to the first block not cached: a miss hashes one block, not its whole prompt
-        for key in self._keys_through(token_ids, (len(token_ids) - 1) // self.block_size, memo):
+        for key in self._keys_through(token_ids, len(token_ids) // self.block_size, memo):
             b = self.cached.get(key)
             d = self.cached.get(self.draft_key(key)) if draft else None
             if b is None or (draft and d is None):

@@ -22,6 +22,12 @@ class NewRequestData:
     fork_of: str | None = None  # a sibling prefilled in this step: share its prompt blocks and logits row
     num_cached: int = 0  # leading tokens whose KV a cached prefix holds (block_ids starts with its blocks)
 
+    @property
+    def first_computed(self) -> int:
+        """The first token this request's prefill computes: past its cached prefix, but never past its last token
+        (whose logits it samples from; a prefix cached through that token holds its KV, which stays as it is)."""
+        return 0 if self.fork_of else min(self.num_cached, len(self.token_ids) - 1)
+
 
 @dataclass(slots=True)
 class CachedRequestData:

@@ -83,9 +83,9 @@ class Scheduler:
         if req.siblings is None or req.output_ids:
             return None
         ids = {s.id for s in req.siblings}
+        sched = out.num_scheduled_tokens
         return next((r.req_id for r in out.new_reqs if r.req_id in ids and r.fork_of is None  # its whole prompt
-                     and len(r.token_ids) == r.num_prompt_tokens == r.num_cached + out.num_scheduled_tokens[r.req_id]),
-                    None)
+                     and len(r.token_ids) == r.num_prompt_tokens == r.first_computed + sched[r.req_id]), None)
 
     def _admit(self, out: SchedulerOutput, budget: int) -> None:
         while self.waiting and len(self.running) < self.cfg.max_num_seqs:
@@ -100,7 +100,10 @@ class Scheduler:
             else:
                 shared = cached
                 self.kv.attach(req.id, cached)
-            start = len(cached[TARGET]) * self.kv.block_size  # tokens the cache serves
+            held = len(cached[TARGET]) * self.kv.block_size  # tokens whose KV the cache holds
+            # a prompt of whole blocks, all cached, still computes its last token's logits: that one token, over
+            # the held KV (its own included, which the step leaves as it is), not its last block again
+            start = min(held, n - 1)
             # keep a block per running request and group free, so admitting does not force a preemption
             reserve = len(self.running) * self.kv.num_groups
             chunk = n if leader else self._chunk(n - start, budget)  # a fork computes nothing: it shares the leader's
@@ -114,7 +117,7 @@ class Scheduler:
             self.running.append(req)
             self._num_sent[req.id] = n
             out.new_reqs.append(NewRequestData(req.id, req.all_ids, len(req.prompt_ids), blocks, req.params, req.seed,
-                                               req.can_speculate, leader, start))
+                                               req.can_speculate, leader, held))
             out.num_scheduled_tokens[req.id] = 0 if leader else chunk  # a fork computes nothing this step
             out.prefill_chunks[req.id] = start
             budget -= 0 if leader else chunk

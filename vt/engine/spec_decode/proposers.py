@@ -171,11 +171,13 @@ class DraftModelProposer(ProposerStats):
     def add(self, batch: InputBatch, reqs: list[NewRequestData]) -> None:
         fresh = [r for r in reqs if r.can_speculate]
         self.disabled.update(r.req_id for r in reqs if not r.can_speculate)
-        if fresh:  # the draft prefills what the target prefilled, into its own group's blocks (through its
+        # a prefix cached through its last token leaves the draft nothing to prefill: both groups hold its KV
+        prefills = [r for r in fresh if r.num_cached < len(r.token_ids)]
+        if prefills:  # the draft prefills what the target prefilled, into its own group's blocks (through its
             # driver's piecewise graphs), behind the prefix both groups' cached blocks hold; it keeps the KV and
             # never reads the logits back
             self.driver.pool.release(self.driver.prefill([(r.token_ids[r.num_cached:], batch.blocks(r.req_id, DRAFT),
-                                                           r.num_cached) for r in fresh]))
+                                                           r.num_cached) for r in prefills]))
         for r in fresh:
             self.contexts[self._key(batch, r.req_id)] = DraftContext(r.req_id, length=len(r.token_ids))
 

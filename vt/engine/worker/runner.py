@@ -49,12 +49,15 @@ NON_FINITE = "non-finite logits (the model's, or a repetition penalty pushed one
 
 @dataclass(slots=True)
 class Chunk:
-    """A prefill this step: tokens [start, start + length) of a request (a fork computes nothing)."""
+    """A prefill this step: tokens [start, start + length) of a request (a fork computes nothing). Those before
+    kv_held already have their KV in the cache (a cached prefix that holds the last token too): they are computed
+    for their logits and write no KV, so a block the cache shares is never written."""
 
     req_id: str
     start: int
     length: int
     fork_of: str | None
+    kv_held: int = 0
 
     @property
     def end(self) -> int:
@@ -165,8 +168,8 @@ class ModelRunner:
         with self.backend.use_stream(self.stream):
             # a new request starts behind its cached prefix; a fork computes nothing
             sched = so.num_scheduled_tokens
-            chunks = [Chunk(r.req_id, r.num_cached, len(r.token_ids) if r.fork_of else sched[r.req_id], r.fork_of)
-                      for r in so.new_reqs]
+            chunks = [Chunk(r.req_id, r.first_computed, len(r.token_ids) if r.fork_of else sched[r.req_id], r.fork_of,
+                            r.num_cached) for r in so.new_reqs]
             new_ids = {r.req_id for r in so.new_reqs}
             chunks += [Chunk(rid, start, so.num_scheduled_tokens[rid], None) for rid, start in so.prefill_chunks.items()
                        if rid not in new_ids]
@@ -288,7 +291,8 @@ class ModelRunner:
         decoding = b.rows_of([c.req_id for c in chunks[:num_decode]])
         feed = np.where(b.ahead[decoding] > 0, b.feed_slot[decoding], -1)
         self.num_fed_mixed += bool((feed >= 0).any())
-        seqs = [(b.tokens(rid)[c.start : c.end].tolist() or [0], b.blocks(rid), c.start) for rid, c in computed.items()]
+        seqs = [(b.tokens(rid)[c.start : c.end].tolist() or [0], b.blocks(rid), c.start, c.kv_held)
+                for rid, c in computed.items()]
         logits = self.decoder.prefill(seqs, [i for i, rid in enumerate(computed) if rid in scored], num_decode, feed)
         first = dict(zip(computed, np.cumsum([0] + [c.length if rid in scored else 1 for rid, c in computed.items()])))
         rows = [int(first[c.fork_of or c.req_id]) + (c.length - 1 if (c.fork_of or c.req_id) in scored else 0)
@@ -345,7 +349,8 @@ class ModelRunner:
         positions = starts[owner] + np.arange(len(owner)) - firsts[owner]
         tables = b.tables_of(rows, TARGET)[owner]
         token_rows = rows[owner]
-        slots = self._kv_slots(token_rows, positions, tables)
+        held = np.fromiter((c.kv_held for c in chunks), I64, len(chunks))
+        slots = np.where(positions < held[owner], -1, self._kv_slots(token_rows, positions, tables))
         # a decode row's token the host does not hold yet (async scheduling) is read on the device from its slot
         feed = np.full(len(owner), -1, I64)
         decoding = rows[:num_decode]
