@@ -9,3 +9,11 @@ export PYTHONPATH=.:.device/site PATH=$PWD/.device/bin:$PATH PYTHONUNBUFFERED=1
 export VT_CACHE_DIR=$PWD/.vt-cache
 step() { echo "=== $(date +%T) $*"; }
 nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv,noheader
+# Issue 30's prefix hit on the 0.6B shape, anatomy on, at each hit tail given (16: a block; 0: the prompt sent whole).
+prefix_ttft_tails() {
+  for t in "$@"; do
+    step "prefix-ttft anatomy, hit tail $t"
+    VT_GEMM_PLAN_CACHE=1 timeout 100 python3 scripts/prefix-ttft --shape 0.6B --rounds 8 --anatomy --hit-tail "$t" \
+      --out "$OUT/ttft-$t" 2>&1 | grep -v '^\[' | tail -4
+  done
+}

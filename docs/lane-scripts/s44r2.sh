@@ -2,11 +2,7 @@
 # Session 44, run 2: issue 30's prefix hit at the default tail (a block) and sent again whole (--hit-tail 0: one
 # token computed since this session), the GPU mutant of session 43's evict-first loads, then the yardstick's decode rows.
 . "$(dirname "$0")/lane-env.sh"
-for t in 16 0; do
-  step "1 prefix-ttft anatomy, hit tail $t"
-  VT_GEMM_PLAN_CACHE=1 timeout 100 python3 scripts/prefix-ttft --shape 0.6B --rounds 8 --anatomy --hit-tail $t \
-    --out "$OUT/ttft-$t" 2>&1 | grep -v '^\[' | tail -4
-done
+prefix_ttft_tails 16 0
 step "2 GPU mutant: evict-first loads"
 timeout 150 python3 -m mutations run --lane gpu --no-cache --only cuda-moe-evict-first-load-reads-the-next-vector \
   --report-dir "$OUT/mut" 2>&1 | tail -6
