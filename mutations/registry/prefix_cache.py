@@ -161,7 +161,7 @@ ENTRIES += [
         file=KV,
         old="        for key in self._keys_through(token_ids, len(token_ids) // self.block_size, memo):",
         new="        for key in self._keys_through(token_ids, (len(token_ids) - 1) // self.block_size, memo):",
-        gates=(f"{FULL_HIT}[piecewise-prefill]", f"{FULL_HIT}[whole-decode-step]"),
+        gates=(f"{FULL_HIT}[piecewise-prefill-cpu]", f"{FULL_HIT}[whole-decode-step-cpu]"),
         expect="not its last one alone",
     ),
     Mutation(
@@ -171,7 +171,7 @@ ENTRIES += [
         file="models/base.py",
         old="        slots.append(np.where(p < held, -1, blocks[p // bs] * bs + p % bs))",
         new="        slots.append(blocks[p // bs] * bs + p % bs)",
-        gates=(f"{FULL_HIT}[piecewise-prefill]",),
+        gates=(f"{FULL_HIT}[piecewise-prefill-cpu]",),
         expect="wrote its last token's KV into the shared block",
     ),
     Mutation(
@@ -181,7 +181,7 @@ ENTRIES += [
         file="vt/engine/worker/runner.py",
         old="        slots = np.where(positions < held[owner], -1, self._kv_slots(token_rows, positions, tables))",
         new="        slots = self._kv_slots(token_rows, positions, tables)",
-        gates=(f"{FULL_HIT}[whole-decode-step]",),
+        gates=(f"{FULL_HIT}[whole-decode-step-cpu]",),
         expect="wrote its last token's KV into the shared block",
     ),
     Mutation(

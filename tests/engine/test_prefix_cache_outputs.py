@@ -35,15 +35,16 @@ def test_outputs_are_the_same_with_and_without_prefix_caching() -> None:
 
 
 
+@pytest.mark.parametrize("backend", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
 @pytest.mark.parametrize("blocks", [3, 20], ids=["piecewise-prefill", "whole-decode-step"])
 def test_a_prompt_cached_through_its_last_token_computes_that_token_alone_and_writes_no_kv(
-        blocks: int, monkeypatch: pytest.MonkeyPatch) -> None:
+        blocks: int, backend: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """A prompt of whole blocks, run twice: the second is served every block and computes one token for its
     logits (vLLM recomputes the last block: 16). That token's KV is in the cache already, and the block holding
     it is shared: a marker put in its slot (every layer's K and V) survives the hit's step, so the step wrote
     nothing there. Both of the runner's prefill routes: 3 blocks go through the prefill graphs, 20 (a token over
-    a long context) run whole as a decode step."""
-    llm = LLM("tiny-qwen3", backend="cpu", max_model_len=512, num_blocks=64, max_num_seqs=4)
+    a long context) run whole as a decode step; on CUDA, the kernels' slot -1."""
+    llm = LLM("tiny-qwen3", backend=backend, max_model_len=512, num_blocks=64, max_num_seqs=4)
     engine, runner = llm.engine, llm.engine.runner
     prompt = [int(t) for t in np.random.default_rng(blocks).integers(3, engine.vocab_size, 16 * blocks)]
     llm.generate([prompt], GREEDY)
