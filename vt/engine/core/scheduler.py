@@ -8,12 +8,14 @@ each chunk starts). A step that preempted admits nothing. The scheduler moves `n
 it schedules; the engine's update step takes back the rejected speculative positions.
 
 With prefix caching (kv_manager.py), a new request starts from its longest cached prefix: those blocks are
-shared and its first chunk starts behind them. A request admitted in this step keys its full blocks at once,
+shared and its first chunk starts behind them (a prompt cached through its last token computes that token alone,
+for its logits; the prefix-cache hits count it as computed). A request admitted in this step keys its full blocks at once,
 so a later admission of the same step shares them: one forward writes every token's KV of a layer before that
 layer's attention reads any, and the runner computes new requests in admission order. Every other running
 request's full blocks are keyed at the end of the schedule (a decode may still be preempted before then).
-A request that asks for prompt logprobs computes its whole prompt (every position is scored), and so does
-one whose draft model keeps its own KV group (the draft prefills whole prompts).
+A request that asks for prompt logprobs computes its whole prompt (every position is scored). One that
+speculates with a draft model is served a prefix as far as the draft's KV group holds it too, and its prompt
+is never split into chunks (the draft prefills the rest of it in one step).
 """
 
 from __future__ import annotations
