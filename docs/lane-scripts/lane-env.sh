@@ -13,7 +13,7 @@ nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv,noheader
 prefix_ttft_tails() {
   for t in "$@"; do
     step "prefix-ttft anatomy, hit tail $t"
-    VT_GEMM_PLAN_CACHE=1 timeout 100 python3 scripts/prefix-ttft --shape 0.6B --rounds 8 --anatomy --hit-tail "$t" \
+    VT_GEMM_PLAN_CACHE=1 timeout 90 python3 scripts/prefix-ttft --shape 0.6B --rounds 6 --anatomy --hit-tail "$t" \
       --out "$OUT/ttft-$t" 2>&1 | grep -v '^\[' | tail -4
   done
 }
