@@ -9,9 +9,9 @@ it schedules; the engine's update step takes back the rejected speculative posit
 
 With prefix caching (kv_manager.py), a new request starts from its longest cached prefix: those blocks are
 shared and its first chunk starts behind them (a prompt cached through its last token computes that token alone,
-for its logits; the prefix-cache hits count it as computed). A request admitted in this step keys its full blocks at once,
-so a later admission of the same step shares them: one forward writes every token's KV of a layer before that
-layer's attention reads any, and the runner computes new requests in admission order. Every other running
+for its logits; the prefix-cache hits count it as computed). A request admitted in this step keys its full blocks
+at once, so a later admission of the same step shares them: one forward writes every token's KV of a layer before
+that layer's attention reads any, and the runner computes new requests in admission order. Every other running
 request's full blocks are keyed at the end of the schedule (a decode may still be preempted before then).
 A request that asks for prompt logprobs computes its whole prompt (every position is scored). One that
 speculates with a draft model is served a prefix as far as the draft's KV group holds it too, and its prompt
