@@ -129,7 +129,9 @@ def _serve(args: argparse.Namespace) -> int:
 
     key = args.api_key if args.api_key is not None else flags().api_key
     server, app = _loaded(lambda: make_server(args.model, args.served_model_name, api_key=key,
-                                              engine_process=flags().engine_process, **_engine_kwargs(args)),
+                                              engine_process=flags().engine_process,
+                                              prompt_tokens_details=args.enable_prompt_tokens_details,
+                                              **_engine_kwargs(args)),
                           args.model)
     host = f"[{args.host}]" if ":" in args.host else args.host
     print(f"vt: serving {args.served_model_name or args.model} on http://{host}:{sock.getsockname()[1]} "
@@ -354,6 +356,9 @@ def build_parser() -> argparse.ArgumentParser:
     srv.add_argument("--served-model-name", help="the model name clients use; unset: MODEL as given")
     srv.add_argument("--api-key", help="clients of the /v1 routes must send 'Authorization: Bearer KEY' (unset: "
                                        "$VT_API_KEY, else no key)")
+    srv.add_argument("--enable-prompt-tokens-details", action="store_true",
+                     help="usage carries prompt_tokens_details.cached_tokens: the prompt tokens the prefix cache "
+                          "served (vLLM's flag)")
     srv.set_defaults(fn=_serve)
     bench = sub.add_parser("bench", help="benchmarks", formatter_class=fmt)
     bsub = bench.add_subparsers(dest="bench_cmd", required=True, help="what to benchmark")

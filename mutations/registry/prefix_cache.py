@@ -195,3 +195,56 @@ ENTRIES += [
         expect="not none",
     ),
 ]
+
+# Session 44: OpenAI's usage.prompt_tokens_details.cached_tokens and vLLM's RequestOutput.num_cached_tokens
+DETAILS = "tests/server/test_prompt_tokens_details.py::test_usage_counts_the_prompt_tokens_the_prefix_cache_served"
+OFFLINE_CACHED = f"{OUTPUTS}::test_each_output_says_how_many_prompt_tokens_the_cache_served"
+
+ENTRIES += [
+    Mutation(
+        id="cached-tokens-count-the-held-kv",
+        description="a request's cached tokens count every token whose KV the cache holds: a prompt sent again "
+                    "reports its last token too, which it computed",
+        file="vt/engine/core/scheduler.py",
+        old="                req.num_cached_tokens = 0 if leader else start\n",
+        new="                req.num_cached_tokens = 0 if leader else held\n",
+        gates=(OFFLINE_CACHED, f"{DETAILS}[in-process]"),
+    ),
+    Mutation(
+        id="usage-cached-tokens-always-zero",
+        description="usage's prompt_tokens_details says 0 cached tokens whatever the cache served",
+        file="vt/server/app.py",
+        old='            usage["prompt_tokens_details"] = {"cached_tokens": sum(out.num_cached_tokens or 0 for out in outs)}\n',
+        new='            usage["prompt_tokens_details"] = {"cached_tokens": 0}\n',
+        gates=(f"{DETAILS}[in-process]", f"{DETAILS}[vt-serve]"),
+        expect="sent again, the prompt is served all but its last token",
+    ),
+    Mutation(
+        id="engine-process-drops-the-cached-tokens",
+        description="the engine core process sends a one-sample request's output without its cached tokens: vt "
+                    "serve's usage says 0",
+        file="vt/engine/core/proc.py",
+        old="                [delta], cached_of(r))",
+        new="                [delta], None)",
+        gates=(f"{DETAILS}[vt-serve]",),
+        expect="sent again, the prompt is served all but its last token",
+    ),
+    Mutation(
+        id="serve-ignores-enable-prompt-tokens-details",
+        description="vt serve takes --enable-prompt-tokens-details and never hands it to the server",
+        file="vt/cli.py",
+        old="                                              prompt_tokens_details=args.enable_prompt_tokens_details,\n",
+        new="",
+        gates=(f"{DETAILS}[vt-serve]",),
+        expect="asked for, usage carries prompt_tokens_details",
+    ),
+    Mutation(
+        id="usage-details-without-the-flag",
+        description="usage carries prompt_tokens_details whether or not the server was asked for it",
+        file="vt/server/app.py",
+        old="        if self.server.prompt_tokens_details:  # OpenAI's field",
+        new="        if True:  # OpenAI's field",
+        gates=("tests/server/test_prompt_tokens_details.py::test_without_the_flag_usage_carries_no_prompt_tokens_"
+               "details",),
+    ),
+]

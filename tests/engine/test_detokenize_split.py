@@ -40,8 +40,10 @@ def test_the_front_makes_the_text_the_core_did_not_send() -> None:
     ids = TOK.encode("the engine schedules é€ steps").ids
     out = _Output(None, [5, 6], tokenizer=TOK)
     cut = len(ids) // 2  # two steps' deltas, as the core sends them for a request asked for no text
-    first = out.apply(["r", False, None, 0.0, None, None, 0, None, [(0, ids[:cut], 0, "", None, None, None, None)]])
-    last = out.apply(["r", True, None, 0.0, None, None, 0, None, [(0, ids[cut:], 0, "", None, None, "length", None)]])
+    first = out.apply(["r", False, None, 0.0, None, None, 0, None, [(0, ids[:cut], 0, "", None, None, None, None)],
+                       0])
+    last = out.apply(["r", True, None, 0.0, None, None, 0, None, [(0, ids[cut:], 0, "", None, None, "length", None)],
+                      0])
     whole = TOK.decode(ids, skip_special_tokens=True)
     assert whole.startswith(first.outputs[0].text) and first.outputs[0].text, "a partial text, a prefix of it"
     assert last.outputs[0].text == whole and last.outputs[0].token_ids == ids, "the whole text from the ids alone"
@@ -86,7 +88,7 @@ def test_a_front_that_fails_on_the_engines_output_says_so_instead_of_a_silent_re
     client.outputs = {"ok": _Output(None, [5], tokenizer=TOK), "bad": Broken(None, [5])}
     reader = threading.Thread(target=client._read, daemon=True)
     reader.start()
-    item = ["ok", False, None, 0.0, None, None, 0, None, [(0, [7], 0, "", None, None, None, None)]]
+    item = ["ok", False, None, 0.0, None, None, 0, None, [(0, [7], 0, "", None, None, None, None)], 0]
     _send(core, ("out", 1, {}, [item], []))
     _send(core, ("out", 2, {}, [["bad", *item[1:]]], []))
     reader.join(5)

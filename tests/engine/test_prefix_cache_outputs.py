@@ -67,3 +67,11 @@ def test_a_prompt_cached_through_its_last_token_computes_that_token_alone_and_wr
     assert bool(whole) == (blocks == 20), "non-vacuous: the route the parameter names"
     written = [i for i, cache in enumerate(caches) if not np.all(runner.backend.copy_d2h(cache)[last, slot] == 7.0)]
     assert not written, f"the hit's step wrote its last token's KV into the shared block (caches {written})"
+
+
+def test_each_output_says_how_many_prompt_tokens_the_cache_served() -> None:
+    """RequestOutput.num_cached_tokens, vLLM's: none at first, all but the last token of a prompt sent again, the
+    whole blocks of a longer one behind it."""
+    llm = LLM("tiny-qwen3", backend="cpu", max_model_len=256, num_blocks=64, max_num_seqs=4)
+    outs = [llm.generate([p], GREEDY)[0] for p in (SYSTEM, SYSTEM, SYSTEM + [5, 6, 7])]
+    assert [o.num_cached_tokens for o in outs] == [0, len(SYSTEM) - 1, len(SYSTEM)]

@@ -41,9 +41,10 @@ LOG = logging.getLogger("vt.server")
 
 class Server:
     def __init__(self, llm: AsyncLLM, model_name: str, max_body_bytes: int = MAX_BODY_BYTES,
-                 api_key: str | None = None) -> None:
+                 api_key: str | None = None, prompt_tokens_details: bool = False) -> None:
         self.llm, self.model_name, self.max_body_bytes = llm, model_name, max_body_bytes
         self.api_key = api_key
+        self.prompt_tokens_details = prompt_tokens_details  # vLLM's --enable-prompt-tokens-details
         self.metrics = Metrics(llm, model_name)
         llm.on_finished = self.metrics.observe
         self.created = int(time.time())
@@ -476,10 +477,14 @@ class Answer:
                                   [: self.parsed.logprobs]} for lp in lps],
                 "text_offset": [base + o for o in offsets]}
 
-    def _usage(self, outs: list[RequestOutput]) -> dict[str, int]:
+    def _usage(self, outs: list[RequestOutput]) -> dict[str, Any]:
         prompt = sum(len(ids) for ids in self.token_ids)
         completion = 0 if self.parsed.prompt_only else sum(len(c.token_ids) for out in outs for c in out.outputs)
-        return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+        usage: dict[str, Any] = {"prompt_tokens": prompt, "completion_tokens": completion,
+                                 "total_tokens": prompt + completion}
+        if self.server.prompt_tokens_details:  # OpenAI's field: the prompt tokens the prefix cache served
+            usage["prompt_tokens_details"] = {"cached_tokens": sum(out.num_cached_tokens or 0 for out in outs)}
+        return usage
 
     def _chunk(self, choices: list, usage: dict | None = None) -> dict[str, Any]:
         body: dict[str, Any] = {"id": self.rid, "object": "chat.completion.chunk" if self.chat else "text_completion",

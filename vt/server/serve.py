@@ -28,13 +28,15 @@ GRACEFUL_SHUTDOWN_S = 30
 
 
 def make_server(model: str, served_name: str | None = None, max_body_bytes: int | None = None,
-                api_key: str | None = None, engine_process: bool = False, **engine_kwargs: Any) -> tuple[Server, Any]:
-    """The app on an AsyncLLM; engine_process: the engine core in a process of its own (`vt serve`'s default)."""
+                api_key: str | None = None, engine_process: bool = False, prompt_tokens_details: bool = False,
+                **engine_kwargs: Any) -> tuple[Server, Any]:
+    """The app on an AsyncLLM; engine_process: the engine core in a process of its own (`vt serve`'s default);
+    prompt_tokens_details: usage carries OpenAI's prompt_tokens_details.cached_tokens."""
     if api_key is not None and not api_key.strip():
         raise ConfigError("--api-key: an empty key protects nothing; give a key or leave it out")
     llm = AsyncLLM(EngineConfig(model=model, **engine_kwargs), engine_process=engine_process)
     server = Server(llm, served_name or model, **({"max_body_bytes": max_body_bytes} if max_body_bytes else {}),
-                    api_key=api_key)
+                    api_key=api_key, prompt_tokens_details=prompt_tokens_details)
     return server, build_app(server)
 
 

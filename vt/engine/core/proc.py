@@ -36,7 +36,7 @@ from typing import Any
 import msgspec
 
 from vt.engine.config import EngineConfig
-from vt.engine.core.request import CompletionOutput, Finished, RequestMetrics, RequestOutput
+from vt.engine.core.request import CompletionOutput, Finished, RequestMetrics, RequestOutput, cached_of
 from vt.engine.front.detokenizer import IncrementalDetokenizer
 from vt.engine.sample.params import SamplingParams
 from vt.errors import EngineDeadError, VtError, WorkerDied
@@ -211,7 +211,7 @@ class _Core:
             self._forget(head, samples)
         return (head.id, done, errors[0] if errors else None, head.arrival, min(times) if times else None,
                 None if None in ends else max(e for e in ends if e is not None),
-                sum(s.num_preemptions for s in samples), scores, deltas)
+                sum(s.num_preemptions for s in samples), scores, deltas, cached_of(head))
 
     def _item_of_one(self, r: Any) -> tuple:
         delta = self._delta(r)
@@ -220,7 +220,7 @@ class _Core:
         if done:
             self._forget(r, [r])
         return (r.id, done, r.error or None, r.arrival, r.first_token_time, r.finish_time, r.num_preemptions, scores,
-                [delta])
+                [delta], cached_of(r))
 
     def _prompt_scores(self, head: Any) -> list | None:
         """The prompt's logprobs, sent once (with the request's first output that holds them)."""
@@ -288,7 +288,7 @@ class _Output:
 
 
     def apply(self, item: list) -> RequestOutput:
-        rid, done, error, arrival, first, end, preemptions, scores, deltas = item
+        rid, done, error, arrival, first, end, preemptions, scores, deltas, cached = item
         if scores is not None:
             self.prompt_logprobs = scores
         for index, ids, keep, add, lps, cum, reason, stop in deltas:
@@ -308,7 +308,7 @@ class _Output:
                                  None if s.logprobs is None else list(s.logprobs), s.finish_reason, s.stop_reason)
                 for i, s in sorted(self.samples.items())]
         return RequestOutput(rid, self.prompt, self.prompt_ids, outs, done,
-                             RequestMetrics(arrival, first, end, preemptions), error, self.prompt_logprobs)
+                             RequestMetrics(arrival, first, end, preemptions), error, self.prompt_logprobs, cached)
 
 
 class EngineCoreClient:

@@ -46,6 +46,9 @@ class Request:
     # the prefix cache's keys of its first full blocks, as far as a lookup has keyed them (its tokens only grow, so
     # they hold for life): a request waiting for blocks is looked up again each step without hashing again
     block_keys: list[bytes] = field(default_factory=list)
+    # prompt tokens the prefix cache served at its first admission, which it did not compute (vLLM's
+    # num_cached_tokens: a prompt cached through its last token counts all but that token); -1 until admitted
+    num_cached_tokens: int = -1
 
     @property
     def num_tokens(self) -> int:
@@ -120,9 +123,10 @@ class RequestMetrics:
 
 @dataclass(frozen=True, slots=True)
 class RequestOutput:
-    """vLLM's RequestOutput: request_id, prompt, prompt_token_ids, outputs, finished, metrics; plus `error`
-    (why a request failed, if it did). For the usual single completion, token_ids / text / finish_reason and
-    the metrics' figures read through to outputs[0] and metrics."""
+    """vLLM's RequestOutput: request_id, prompt, prompt_token_ids, outputs, finished, metrics, num_cached_tokens
+    (prompt tokens the prefix cache served; None until admitted); plus `error` (why a request failed, if it did).
+    For the usual single completion, token_ids / text / finish_reason and the metrics' figures read through to
+    outputs[0] and metrics."""
 
     request_id: str
     prompt: str | None
@@ -157,6 +161,7 @@ class RequestOutput:
         return self.metrics.num_preemptions
 
     prompt_logprobs: list[dict[int, float] | None] | None = None
+    num_cached_tokens: int | None = None
 
     def with_logprob_objects(self, logprobs_n: int, prompt_n: int, decode: Any) -> RequestOutput:
         """The same output with every {token id: float} as {token id: Logprob} (the offline API's, as vLLM's)."""
@@ -184,7 +189,12 @@ class RequestOutput:
                                  sum(s.num_preemptions for s in samples))
         errors = [s.error for s in samples if s.error]
         return cls(first.id, first.prompt, list(first.prompt_ids), outs, all(s.is_finished for s in samples),
-                   metrics, errors[0] if errors else None, first.prompt_logprobs)
+                   metrics, errors[0] if errors else None, first.prompt_logprobs, cached_of(first))
+
+
+def cached_of(r: Request) -> int | None:
+    """RequestOutput.num_cached_tokens of a request: None until its first admission."""
+    return None if r.num_cached_tokens < 0 else r.num_cached_tokens
 
 
 @dataclass(frozen=True, slots=True)

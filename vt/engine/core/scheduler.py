@@ -127,6 +127,8 @@ class Scheduler:
             # a request that speculates has its whole prompt prefilled by the draft in this step as well
             self.kv.cache_full_blocks(req.id, req.all_ids, req.num_computed,
                                       draft_computed=req.num_computed if req.can_speculate and not leader else 0)
+            if req.num_cached_tokens < 0:  # vLLM's: what the cache served its first admission (a fork: none)
+                req.num_cached_tokens = 0 if leader else start
             if looked_up is not None:  # vLLM's prefix-cache counters, in tokens, once per admission
                 self.kv.queries += n
                 self.kv.hits += start
