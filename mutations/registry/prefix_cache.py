@@ -248,3 +248,35 @@ ENTRIES += [
                "details",),
     ),
 ]
+
+# Session 44: LLM.reset_prefix_cache
+RESET = "tests/engine/test_prefix_cache_reset.py"
+RESET_AGAIN = f"{RESET}::test_after_a_reset_a_prompt_sent_again_is_computed_again"
+
+ENTRIES += [
+    Mutation(
+        id="prefix-reset-keeps-the-keys",
+        description="a prefix-cache reset says it is done and keeps every key: a prompt sent again is served the KV "
+                    "computed before it",
+        file=KV, old="        self.cached.clear()\n        self.block_key = [None] * self.num_blocks\n", new="",
+        gates=(f"{RESET_AGAIN}[in-process]", f"{RESET_AGAIN}[engine-process]"),
+        expect="after the reset the cache served",
+    ),
+    Mutation(
+        id="prefix-reset-while-blocks-are-held",
+        description="a prefix-cache reset goes ahead while requests hold KV blocks",
+        file=KV, old="        if self.tables:\n            return False\n        self.cached.clear()",
+        new="        if False:\n            return False\n        self.cached.clear()",
+        gates=(f"{RESET}::test_a_reset_while_a_request_holds_blocks_is_refused_and_the_cache_kept",),
+        expect="a reset while a request holds blocks is refused",
+    ),
+    Mutation(
+        id="engine-core-answers-a-reset-without-resetting",
+        description="the engine core process answers a prefix-cache reset as done without doing it",
+        file="vt/engine/core/proc.py",
+        old='            _send(self.conn, ("reset", self.engine.reset_prefix_cache()))',
+        new='            _send(self.conn, ("reset", True))',
+        gates=(f"{RESET_AGAIN}[engine-process]",),
+        expect="after the reset the cache served",
+    ),
+]

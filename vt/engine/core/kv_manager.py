@@ -240,6 +240,17 @@ class KVCacheManager:
             self.cached[key] = b
             self.block_key[b] = key
 
+    def reset_prefix_cache(self) -> bool:
+        """Forgets every cached prefix (vLLM's reset_prefix_cache: after the weights change, or between benchmark
+        runs), so no later request is served KV computed before it. Only while no request holds a block (a running
+        request's keys are what later admissions of its own step are served): False, with nothing changed,
+        otherwise."""
+        if self.tables:
+            return False
+        self.cached.clear()
+        self.block_key = [None] * self.num_blocks
+        return True
+
     def fork(self, src_id: str, dst_id: str, num_blocks: int) -> list[int]:
         """dst's target table starts with src's first num_blocks blocks, shared (read-only from now: full
         blocks of a prompt both hold); returns them. dst must hold no blocks yet."""

@@ -2,10 +2,10 @@
 streams, the HTTP work) and the engine's loop no longer share one interpreter's GIL, so neither waits for the
 other's Python. The front talks to the core over a pipe in msgpack (msgspec), one message a step.
 
-front -> core   ("add", rid, prompt ids, params)   ("abort", rid)   ("stop", reason)
+front -> core   ("add", rid, prompt ids, params)   ("abort", rid)   ("stop", reason)   ("reset_prefix_cache",)
 core -> front   ("ready", settled config)   ("failed", error class, text)   ("added", rid, error class, text)
                 ("out", steps, stats, items, finished)   ("aborted", rid, applied, steps, blocks in use)
-                ("dead", why)   ("stopped",)
+                ("reset", done)   ("dead", why)   ("stopped",)
 
 A step's items carry what changed per request: each sample's new token ids and logprobs, and its text as the
 length it keeps of what was sent plus what it adds (text is cumulative but not append-only: a stop string is
@@ -26,6 +26,7 @@ import gc
 import logging
 import multiprocessing
 import os
+import queue
 import signal
 import sys
 import threading
@@ -162,6 +163,8 @@ class _Core:
             finished = [self._finished(r) for r in aborted]
             _send(self.conn, ("out", self.num_steps, self.stats(), [], finished))
             _send(self.conn, ("aborted", msg[1], bool(aborted), self.num_steps, self.engine.kv_manager.num_used))
+        elif kind == "reset_prefix_cache":
+            _send(self.conn, ("reset", self.engine.reset_prefix_cache()))
         elif kind == "stop":
             finished = [self._finished(a) for r in list(self.engine.requests.values()) for a in self.engine.abort(r.id)]
             _send(self.conn, ("out", self.num_steps, self.stats(), [], finished))
@@ -325,6 +328,7 @@ class EngineCoreClient:
         self.proc.start()
         child.close()
         self._send_lock = threading.Lock()
+        self._resets: queue.Queue[bool | None] = queue.Queue()  # the core's answers to resets; None: it died
         self.outputs: dict[str, _Output] = {}
         self.stats: dict[str, int] = {}
         try:
@@ -353,6 +357,17 @@ class EngineCoreClient:
         if send:
             self.send(msg)
         return msg
+
+    def reset_prefix_cache(self, timeout_s: float = 60.0) -> bool:
+        """The core's LLMEngine.reset_prefix_cache, its answer awaited."""
+        self.send(("reset_prefix_cache",))
+        try:
+            done = self._resets.get(timeout=timeout_s)
+        except queue.Empty:
+            raise EngineDeadError(f"the engine core did not answer a prefix-cache reset in {timeout_s:.0f} s") from None
+        if done is None:
+            raise EngineDeadError("the engine core died before it answered a prefix-cache reset")
+        return done
 
     def add_all(self, msgs: list[tuple]) -> None:
         """Requests the core adds before its next step, all of them: an offline batch's steps are the same as
@@ -397,13 +412,17 @@ class EngineCoreClient:
                     _, rid, applied, steps, used = msg
                     self.outputs.pop(rid, None)
                     o.abort_applied(rid, applied, steps, used)
+                elif kind == "reset":
+                    self._resets.put(bool(msg[1]))
                 elif kind == "dead":
+                    self._resets.put(None)
                     o.die(EngineDeadError(msg[1]))
                     return
                 elif kind == "stopped":
                     o.stopped()
                     return
         except (EOFError, OSError):
+            self._resets.put(None)
             self.proc.join(5)
             o.die(EngineDeadError(f"the engine stopped: its process exited with code {self.proc.exitcode}"))
         except Exception as e:  # noqa: BLE001 - this front's own failure: said, never a reader that dies quietly

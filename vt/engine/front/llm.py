@@ -118,6 +118,11 @@ class LLM:
         return [o.with_logprob_objects((sp or SamplingParams()).logprobs or 0, (sp or SamplingParams()).prompt_logprobs
                                        or 0, decode) for o, sp in zip(outs, plist)]
 
+    def reset_prefix_cache(self) -> bool:
+        """vLLM's: forgets every cached prefix (after new weights, or between benchmark runs), so later requests
+        compute their prompts again; False, with the cache as it was, while requests hold KV blocks."""
+        return bool(self.engine.reset_prefix_cache())
+
     def chat(self, messages: Any, sampling_params: SamplingParams | Sequence[SamplingParams] | None = None,
              use_tqdm: bool = False, add_generation_prompt: bool = True,
              chat_template: str | None = None) -> list[RequestOutput]:

@@ -304,6 +304,14 @@ class LLMEngine:
                 self.scheduler.add(req)
         return samples[0]
 
+    def reset_prefix_cache(self) -> bool:
+        """KVCacheManager.reset_prefix_cache: True once every cached prefix is forgotten; False while requests run."""
+        ok = self.kv_manager.reset_prefix_cache()
+        if not ok:
+            logging.getLogger("vt").warning("the prefix cache was not reset: %d requests hold KV blocks",
+                                            len(self.kv_manager.tables))
+        return ok
+
     def abort(self, request_id: str) -> list[Request]:
         """Finishes every sample of the request with reason "abort": its blocks (all groups) are free
         now; the runner drops it next step. Returns the requests aborted (none if already finished)."""

@@ -88,6 +88,11 @@ class ProcessEngine:
         if not self.core.proc.is_alive() and not self.core.reader.is_alive():
             raise EngineDeadError(f"the engine stopped: its process exited with code {self.core.proc.exitcode}")
 
+    def reset_prefix_cache(self) -> bool:
+        with self._cond:
+            self._check_alive()
+        return self.core.reset_prefix_cache()
+
     def close(self) -> None:
         """Stops the core process (a second call, or after it died, does nothing)."""
         if self.dead is None and self.core.proc.is_alive():
