@@ -100,6 +100,7 @@ ENTRIES += [
         file="vt/engine/core/proc.py",
         old="        except Exception as e:  # noqa: BLE001 - this front's own failure: said, never a reader that dies quietly\n"
             "            traceback.print_exc()\n"
+            "            self._resets.put(None)\n"
             "            o.die(EngineDeadError(f\"the front failed on the engine's output: {type(e).__name__}: {e}\"))",
         new="        except Exception:  # noqa: BLE001\n            return",
         gates=(f"{SPLIT}::test_a_front_that_fails_on_the_engines_output_says_so_instead_of_a_silent_reader",),

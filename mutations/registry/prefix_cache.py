@@ -274,9 +274,27 @@ ENTRIES += [
         id="engine-core-answers-a-reset-without-resetting",
         description="the engine core process answers a prefix-cache reset as done without doing it",
         file="vt/engine/core/proc.py",
-        old='            _send(self.conn, ("reset", self.engine.reset_prefix_cache()))',
-        new='            _send(self.conn, ("reset", True))',
+        old='            _send(self.conn, ("reset", msg[1], self.engine.reset_prefix_cache()))',
+        new='            _send(self.conn, ("reset", msg[1], True))',
         gates=(f"{RESET_AGAIN}[engine-process]",),
         expect="after the reset the cache served",
+    ),
+    Mutation(
+        id="reset-waits-on-a-dead-core",
+        description="the front's reader, on the core's end of file, fails the requests in flight but not a "
+                    "prefix-cache reset waiting on the core's answer: it waits for good",
+        file="vt/engine/core/proc.py",
+        old="        except (EOFError, OSError):\n            self._resets.put(None)\n",
+        new="        except (EOFError, OSError):\n",
+        gates=(f"{RESET}::test_a_reset_waiting_on_a_core_that_dies_ends_in_engine_dead_error",),
+        expect="the reset waited on a dead core",
+    ),
+    Mutation(
+        id="engine-core-client-takes-any-reset-answer",
+        description="the front takes the first reset answer in its queue as its own: one left by a call that stopped "
+                    "waiting is read as the next call's",
+        file="vt/engine/core/proc.py", old="                if answer[0] == n:\n", new="                if True:\n",
+        gates=(f"{RESET}::test_a_reset_through_the_core_takes_only_its_own_answer",),
+        expect="an answer left by an earlier call",
     ),
 ]

@@ -65,6 +65,7 @@ def test_a_front_that_fails_on_the_engines_output_says_so_instead_of_a_silent_re
     request in flight through the owner, as a dead core does: never a reader thread that ends quietly while
     streams wait for it."""
     import multiprocessing
+    import queue
     import threading
 
     from vt.engine.core.proc import _send
@@ -84,7 +85,7 @@ def test_a_front_that_fails_on_the_engines_output_says_so_instead_of_a_silent_re
 
     mine, core = multiprocessing.Pipe(duplex=True)
     client = EngineCoreClient.__new__(EngineCoreClient)
-    client.owner, client.conn, client.stats = Owner(), mine, {}
+    client.owner, client.conn, client.stats, client._resets = Owner(), mine, {}, queue.Queue()
     client.outputs = {"ok": _Output(None, [5], tokenizer=TOK), "bad": Broken(None, [5])}
     reader = threading.Thread(target=client._read, daemon=True)
     reader.start()
@@ -94,4 +95,5 @@ def test_a_front_that_fails_on_the_engines_output_says_so_instead_of_a_silent_re
     reader.join(5)
     assert client.owner.delivered == 1, "non-vacuity: the reader delivered the output it could apply"
     assert not reader.is_alive() and client.owner.died is not None, "the reader ended and said why"
+    assert client._resets.get_nowait() is None, "a prefix-cache reset waiting on the core is woken too"
     assert "cannot apply" in str(client.owner.died), client.owner.died

@@ -38,3 +38,51 @@ def test_a_reset_while_a_request_holds_blocks_is_refused_and_the_cache_kept() ->
         engine.step()
     served = llm.generate([PROMPT], GREEDY)[0].num_cached_tokens
     assert served == len(PROMPT) - 1, f"the refused reset kept the cache: it served {served} prompt tokens"
+
+
+def test_a_reset_through_the_core_takes_only_its_own_answer() -> None:
+    """Each reset through the engine core is numbered and takes only its own answer: an answer an earlier call left
+    (a caller that stopped waiting) is never read as a later call's. Here a stale refusal sits in the queue."""
+    llm = LLM("tiny-qwen3", backend="cpu", max_model_len=256, num_blocks=64, engine_process=True)
+    try:
+        llm.generate([PROMPT], GREEDY)
+        llm.engine.core._resets.put((0, False))  # call 0's refusal, never taken
+        assert llm.reset_prefix_cache() is True, "an answer left by an earlier call was read as this one's"
+        assert llm.generate([PROMPT], GREEDY)[0].num_cached_tokens == 0, "non-vacuity: the reset was done"
+    finally:
+        llm.engine.close()
+
+
+def test_a_reset_waiting_on_a_core_that_dies_ends_in_engine_dead_error() -> None:
+    """A core killed while the front waits on its answer (stopped first, so the reset is sent and waits; then
+    killed): the reset raises EngineDeadError within seconds, never a wait on an answer that cannot come. Then a
+    reset on the dead core fails the same way at once."""
+    import os
+    import signal
+    import threading
+
+    from vt.errors import EngineDeadError
+
+    llm = LLM("tiny-qwen3", backend="cpu", max_model_len=256, num_blocks=64, engine_process=True)
+    core = llm.engine.core
+    try:
+        os.kill(core.proc.pid, signal.SIGSTOP)
+        raised: list[BaseException] = []
+
+        def reset() -> None:
+            try:
+                core.reset_prefix_cache()
+            except BaseException as e:  # noqa: BLE001 - what the call ended in, checked below
+                raised.append(e)
+
+        waiter = threading.Thread(target=reset, daemon=True)
+        waiter.start()
+        waiter.join(0.5)
+        assert waiter.is_alive(), "non-vacuity: the reset waits on the stopped core"
+        os.kill(core.proc.pid, signal.SIGKILL)
+        waiter.join(10)  # the reader sees the end of file within about a second
+        assert not waiter.is_alive(), "the reset waited on a dead core"
+        reset()
+        assert [type(e) for e in raised] == [EngineDeadError, EngineDeadError], raised
+    finally:
+        llm.engine.close()

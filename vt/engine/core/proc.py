@@ -2,10 +2,10 @@
 streams, the HTTP work) and the engine's loop no longer share one interpreter's GIL, so neither waits for the
 other's Python. The front talks to the core over a pipe in msgpack (msgspec), one message a step.
 
-front -> core   ("add", rid, prompt ids, params)   ("abort", rid)   ("stop", reason)   ("reset_prefix_cache",)
+front -> core   ("add", rid, prompt ids, params)   ("abort", rid)   ("stop", reason)   ("reset_prefix_cache", n)
 core -> front   ("ready", settled config)   ("failed", error class, text)   ("added", rid, error class, text)
                 ("out", steps, stats, items, finished)   ("aborted", rid, applied, steps, blocks in use)
-                ("reset", done)   ("dead", why)   ("stopped",)
+                ("reset", n, done)   ("dead", why)   ("stopped",)
 
 A step's items carry what changed per request: each sample's new token ids and logprobs, and its text as the
 length it keeps of what was sent plus what it adds (text is cumulative but not append-only: a stop string is
@@ -164,7 +164,7 @@ class _Core:
             _send(self.conn, ("out", self.num_steps, self.stats(), [], finished))
             _send(self.conn, ("aborted", msg[1], bool(aborted), self.num_steps, self.engine.kv_manager.num_used))
         elif kind == "reset_prefix_cache":
-            _send(self.conn, ("reset", self.engine.reset_prefix_cache()))
+            _send(self.conn, ("reset", msg[1], self.engine.reset_prefix_cache()))
         elif kind == "stop":
             finished = [self._finished(a) for r in list(self.engine.requests.values()) for a in self.engine.abort(r.id)]
             _send(self.conn, ("out", self.num_steps, self.stats(), [], finished))
@@ -328,7 +328,10 @@ class EngineCoreClient:
         self.proc.start()
         child.close()
         self._send_lock = threading.Lock()
-        self._resets: queue.Queue[bool | None] = queue.Queue()  # the core's answers to resets; None: it died
+        # the core's answers to prefix-cache resets, (call number, done); None: it died. One reset at a time.
+        self._resets: queue.Queue[tuple[int, bool] | None] = queue.Queue()
+        self._reset_lock = threading.Lock()
+        self._num_resets = 0
         self.outputs: dict[str, _Output] = {}
         self.stats: dict[str, int] = {}
         try:
@@ -358,16 +361,24 @@ class EngineCoreClient:
             self.send(msg)
         return msg
 
-    def reset_prefix_cache(self, timeout_s: float = 60.0) -> bool:
-        """The core's LLMEngine.reset_prefix_cache, its answer awaited."""
-        self.send(("reset_prefix_cache",))
-        try:
-            done = self._resets.get(timeout=timeout_s)
-        except queue.Empty:
-            raise EngineDeadError(f"the engine core did not answer a prefix-cache reset in {timeout_s:.0f} s") from None
-        if done is None:
-            raise EngineDeadError("the engine core died before it answered a prefix-cache reset")
-        return done
+    def reset_prefix_cache(self) -> bool:
+        """The core's LLMEngine.reset_prefix_cache, its answer awaited: the core answers after the step it is in,
+        and a core that dies first ends the wait (EngineDeadError), as it ends a generate's. Each call is numbered
+        and takes only its own answer: one left by a call that stopped waiting is never read as another's."""
+        with self._reset_lock:
+            self._num_resets += 1
+            n = self._num_resets
+            try:
+                self.send(("reset_prefix_cache", n))
+            except OSError:
+                raise EngineDeadError("the engine core is gone: the prefix-cache reset was not sent") from None
+            while True:
+                answer = self._resets.get()
+                if answer is None:
+                    self._resets.put(None)  # a later call learns it too
+                    raise EngineDeadError("the engine core died before it answered a prefix-cache reset")
+                if answer[0] == n:
+                    return answer[1]
 
     def add_all(self, msgs: list[tuple]) -> None:
         """Requests the core adds before its next step, all of them: an offline batch's steps are the same as
@@ -413,7 +424,7 @@ class EngineCoreClient:
                     self.outputs.pop(rid, None)
                     o.abort_applied(rid, applied, steps, used)
                 elif kind == "reset":
-                    self._resets.put(bool(msg[1]))
+                    self._resets.put((int(msg[1]), bool(msg[2])))
                 elif kind == "dead":
                     self._resets.put(None)
                     o.die(EngineDeadError(msg[1]))
@@ -427,4 +438,5 @@ class EngineCoreClient:
             o.die(EngineDeadError(f"the engine stopped: its process exited with code {self.proc.exitcode}"))
         except Exception as e:  # noqa: BLE001 - this front's own failure: said, never a reader that dies quietly
             traceback.print_exc()
+            self._resets.put(None)
             o.die(EngineDeadError(f"the front failed on the engine's output: {type(e).__name__}: {e}"))
