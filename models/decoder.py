@@ -520,9 +520,9 @@ class DecoderForCausalLM:
             act = pool.empty((k, c.moe_intermediate_size), self.operand_dtype)
             if norm_in is not None:
                 b.moe_norm_route_gemm_rows(logits, norm_in[0], norm_in[1], h, gu, ids, weights, act,
-                                           norm_topk_prob=c.norm_topk_prob, eps=c.rms_norm_eps, down=down)
+                                           norm_topk_prob=c.norm_topk_prob, eps=c.rms_norm_eps)
             else:
-                b.moe_route_gemm_rows(logits, h, gu, ids, weights, act, norm_topk_prob=c.norm_topk_prob, down=down)
+                b.moe_route_gemm_rows(logits, h, gu, ids, weights, act, norm_topk_prob=c.norm_topk_prob)
             pool.release(logits)
             y = pool.empty((k, c.hidden_size), F32)
             b.moe_gemm_rows(act, down, ids, y, row_div=1, swiglu=False)

@@ -71,7 +71,13 @@ def _read_rows_attention() -> str:
 # (a user asking for the behaviour must hear it is gone), never ignored.
 RETIRED = {"VT_TEMPERATURE_DRAW": ("mass", "the race draw was removed in session 24 (on the H200 no faster than the "
                                            "mass draw at B <= 8, slower from B = 32 up): a temperature row has one "
-                                           "draw")}
+                                           "draw"),
+           "VT_MOE_PREFETCH_BYTES": ("0", "the routed GEMMs' L2 bulk prefetch was removed in session 45 (30B-A3B-8L "
+                                          "replays, H100: 0.853 against 0.826 ms at one row, 2.481 against 2.362 at "
+                                          "eight)"),
+           "VT_MOE_PREFETCH_DOWN": ("0", "the routing GEMM's prefetch of the down weights was removed in session 45 "
+                                         "(30B-A3B-8L replays, H100: 0.836 against 0.829 ms at one row, 2.367 against "
+                                         "2.377 at eight; session 43: 0.825 against 0.820)")}
 
 
 def _refuse_retired() -> None:
@@ -199,20 +205,6 @@ class Flags:
     # and a consumer launch after it, for every 8- and 16-row plan of the 0.6B step: replays 1.360 / 1.493 ms at 8 /
     # 16 rows against 1.369 / 1.493 without, the prefix hit 2.16 ms both. So off
     skinny_mma: bool = False
-    # VT_MOE_PREFETCH_BYTES=1024|2048|4096: each routed-expert GEMM block (gate/up and down), once its expert is
-    # known, asks L2 (sm_90's bulk prefetch, a hint) for that many leading bytes of each weight row it will read. Why:
-    # the 30B-A3B-8L one-token gate/up kernel read its experts at 2.1 TB/s under ncu (H200, session 42: 23.4 us a
-    # layer, the step's largest kernel), its loads bounded by a lane's registers; a prefetch puts the block's whole
-    # slab in flight. The prefetching kernels are instances of their own, so 0 (off) runs the kernels as they were;
-    # off until an A/B says otherwise (not yet timed; the routing GEMMs' instances pass their GPU twins, H100)
-    moe_prefetch_bytes: int = 0
-    # VT_MOE_PREFETCH_DOWN=1: a one-token step's routing gate/up GEMM (moe_route_gemm_rows), once each block knows its
-    # expert, asks L2 for its share of that expert's down projection and streams its own weights evict-first, so the
-    # down GEMM after it reads from L2 and their DRAM reads overlap the gate/up kernel's. Why: under ncu (H200, session
-    # 42) the two expert GEMMs read at 2.1-2.2 TB/s, 34.6 us of a ~92 us layer. An instance of its own. Off: on an
-    # H100 (session 43) the 30B-A3B-8L one-row replay took 0.8248 ms with it against 0.8195 without (two processes
-    # each, the same GEMM picks), no gain; the H200 has not run it
-    moe_prefetch_down: bool = False
 
     @classmethod
     def from_environ(cls) -> Flags:
@@ -248,8 +240,6 @@ class Flags:
             prefill_heads_a_block=int(_read_choice("VT_PREFILL_HEADS_A_BLOCK", ("1", "2"))),
             prefill_wgmma=_read_choice("VT_PREFILL_WGMMA", ("auto", "1", "0")),
             skinny_mma=_read_bool("VT_SKINNY_MMA", False),
-            moe_prefetch_bytes=int(_read_choice("VT_MOE_PREFETCH_BYTES", ("0", "1024", "2048", "4096"))),
-            moe_prefetch_down=_read_bool("VT_MOE_PREFETCH_DOWN", False),
         )
 
 
@@ -266,8 +256,7 @@ def as_environ(f: Flags) -> dict[str, str]:
              "pool_stats": "VT_POOL_STATS", "cudagraph": "VT_CUDAGRAPH", "sanitize": "VT_SANITIZE",
              "gemm_tuned": "VT_GEMM_TUNED", "pdl": "VT_PDL", "consumer_norm": "VT_CONSUMER_NORM",
              "rope_in_attention": "VT_ROPE_IN_ATTENTION", "skinny_mma": "VT_SKINNY_MMA",
-             "decode_early_keys": "VT_DECODE_EARLY_KEYS", "moe_consumer_norm": "VT_MOE_CONSUMER_NORM",
-             "moe_prefetch_down": "VT_MOE_PREFETCH_DOWN"}
+             "decode_early_keys": "VT_DECODE_EARLY_KEYS", "moe_consumer_norm": "VT_MOE_CONSUMER_NORM"}
     out = {env: "1" if getattr(f, field) else "0" for field, env in names.items()}
     out["VT_SHARED_ROWS_ATTENTION"] = f.shared_rows_attention
     out["VT_GEMM_PLAN_CACHE"] = f.gemm_plan_cache
@@ -284,7 +273,6 @@ def as_environ(f: Flags) -> dict[str, str]:
     out["VT_ROPE_MAX_ROWS"] = str(f.rope_max_rows)
     out["VT_ROWS_TARGET_BLOCKS"] = str(f.rows_target_blocks)
     out["VT_ROWS_MIN_PARTITION"] = str(f.rows_min_partition)
-    out["VT_MOE_PREFETCH_BYTES"] = str(f.moe_prefetch_bytes)
     return out
 
 

@@ -125,21 +125,18 @@ class Ops:
         self.launch(self.kernels.moe_gemm_rows, x, w, ids, out, row_div=row_div, swiglu=swiglu)
 
     def moe_route_gemm_rows(self, logits: Any, x: Any, w: Any, ids: Any, weights: Any, out: Any, *,
-                            norm_topk_prob: bool, down: Any = None) -> None:
+                            norm_topk_prob: bool) -> None:
         """moe_route(logits, ids, weights), then moe_gemm_rows(x, w, ids, out, row_div=k, swiglu=True), in one
-        launch: a step of one token routes and runs its experts' gate/up GEMMs with no launch between. down: the
-        down projection's experts, whose chosen rows the kernel may ask L2 for (VT_MOE_PREFETCH_DOWN; no value
-        changes)."""
-        self.launch(self.kernels.moe_route_gemm_rows, logits, x, w, ids, weights, out, norm_topk_prob=norm_topk_prob,
-                    down=down)
+        launch: a step of one token routes and runs its experts' gate/up GEMMs with no launch between."""
+        self.launch(self.kernels.moe_route_gemm_rows, logits, x, w, ids, weights, out, norm_topk_prob=norm_topk_prob)
 
     def moe_norm_route_gemm_rows(self, logits: Any, x: Any, ln: Any, h: Any, w: Any, ids: Any, weights: Any,
-                                 out: Any, *, norm_topk_prob: bool, eps: float, down: Any = None) -> None:
+                                 out: Any, *, norm_topk_prob: bool, eps: float) -> None:
         """add_rms_norm(x, None, ln, h), then moe_route_gemm_rows(logits, h, w, ids, weights, out): the routed
         gate/up GEMM of the residual stream's norm (the consumer's norm). On CUDA one launch whose blocks norm the
         token's row themselves, h unwritten, the same bits the o projection's norm epilogue would have written."""
         self.launch(self.kernels.moe_norm_route_gemm_rows, logits, x, ln, h, w, ids, weights, out,
-                    norm_topk_prob=norm_topk_prob, eps=eps, down=down)
+                    norm_topk_prob=norm_topk_prob, eps=eps)
 
     def moe_combine_add_rms_norm(self, y: Any, ids: Any, weights: Any, x: Any, w: Any, h: Any, *,
                                  eps: float) -> None:

@@ -47,31 +47,6 @@ template <typename T, int N> __device__ __forceinline__ void load_f32(const T* p
     }
 }
 
-// An L2 policy that marks every line a load brings in evict-first (sm_80's createpolicy): for a weight stream read
-// once, so that it displaces its own lines before others that a later kernel will read (a prefetched slab).
-__device__ __forceinline__ unsigned long long l2_evict_first_policy() {
-    unsigned long long policy;
-    asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
-    return policy;
-}
-
-// N consecutive elements of T widened to float, as load_f32, each 16-byte load under an L2 cache policy and kept
-// out of L1 (read once).
-template <typename T, int N>
-__device__ __forceinline__ void load_f32_hinted(const T* p, float* out, unsigned long long policy) {
-    static_assert((N * sizeof(T)) % 16 == 0, "whole 16-byte vectors only");
-    constexpr int PER = 16 / sizeof(T);
-#pragma unroll
-    for (int v = 0; v < N / PER; v++) {
-        uint4 raw;
-        asm("ld.global.nc.L1::no_allocate.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;"
-            : "=r"(raw.x), "=r"(raw.y), "=r"(raw.z), "=r"(raw.w) : "l"(p + v * PER), "l"(policy));
-        const T* e = reinterpret_cast<const T*>(&raw);
-#pragma unroll
-        for (int j = 0; j < PER; j++) out[v * PER + j] = to_f32(e[j]);
-    }
-}
-
 // SwiGLU's activation, one place for every kernel that applies it: SiLU(gate) x up.
 __device__ __forceinline__ float silu_times(float gate, float up) { return gate / (1.0f + expf(-gate)) * up; }
 

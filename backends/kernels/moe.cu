@@ -121,28 +121,16 @@ __device__ __forceinline__ void stage_rows(const T* __restrict__ x, T* xs, int r
     }
 }
 
-// A weight vector's VEC elements widened to float; EVICT_FIRST (16-byte loads): under the evict-first L2 policy.
-template <typename T, int VEC, bool EVICT_FIRST>
-__device__ __forceinline__ void load_weight_vec(const T* p, float* out, unsigned long long policy) {
-    if constexpr (EVICT_FIRST && VEC * sizeof(T) == 16)
-        load_f32_hinted<T, VEC>(p, out, policy);
-    else
-        load_vec<T, VEC>(p, out);
-}
-
 // Output columns [c0, c1) of the staged rows xs [rows, K] through expert weights we: each warp owns NCOL adjacent
 // columns at a time and issues all their loads for a stretch of K before it sums any, so a warp waits one DRAM
 // latency per stretch, not one per column (a column's sum keeps its k order: the same bits whatever NCOL). A lane
 // reads VEC weights of a column at a time along K (w is [rows, K], K contiguous: HF's Linear layout) and the warp
 // sums the lanes. SWIGLU: we's rows [0, N) are the gate, [N, 2 N) the up projection; out [slot, N] =
-// narrow(silu(gate) * up). Otherwise out [slot, N] float32 = x_row @ we^T. EVICT_FIRST: the weights stream through
-// L2 evict-first, so they displace one another before a slab another kernel will read (VT_MOE_PREFETCH_DOWN's).
-template <typename T, typename OUT, int VEC, bool SWIGLU, int ROWS, int NCOL, bool EVICT_FIRST = false, typename Slot>
+// narrow(silu(gate) * up). Otherwise out [slot, N] float32 = x_row @ we^T.
+template <typename T, typename OUT, int VEC, bool SWIGLU, int ROWS, int NCOL, typename Slot>
 __device__ __forceinline__ void expert_columns(const T* __restrict__ xs, const T* __restrict__ we, OUT* __restrict__ out,
                                                int r0, int rows, Slot slot, int N, int K, int c0, int c1) {
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    unsigned long long policy = 0;
-    if constexpr (EVICT_FIRST) policy = l2_evict_first_policy();
     for (int n0 = c0 + warp * NCOL; n0 < c1; n0 += MOE_WARPS * NCOL) {
         float acc[NCOL][ROWS], up[NCOL][ROWS];
         const T* wg[NCOL];
@@ -157,8 +145,8 @@ __device__ __forceinline__ void expert_columns(const T* __restrict__ xs, const T
             float a[NCOL][VEC], b[NCOL][VEC];
 #pragma unroll
             for (int c = 0; c < NCOL; c++) {
-                load_weight_vec<T, VEC, EVICT_FIRST>(wg[c] + k, a[c], policy);
-                if constexpr (SWIGLU) load_weight_vec<T, VEC, EVICT_FIRST>(wg[c] + (i64)N * K + k, b[c], policy);
+                load_vec<T, VEC>(wg[c] + k, a[c]);
+                if constexpr (SWIGLU) load_vec<T, VEC>(wg[c] + (i64)N * K + k, b[c]);
             }
 #pragma unroll
             for (int r = 0; r < ROWS; r++) {
@@ -195,20 +183,6 @@ __device__ __forceinline__ void expert_columns(const T* __restrict__ xs, const T
     }
 }
 
-// VT_MOE_PREFETCH_BYTES (the kernels' PREFETCH instances): the first `bytes` of each weight row [c0, c1) of an
-// expert's we (and, SWIGLU, of its up rows [N + c0, N + c1)) asked of L2, a row a thread from thread 0 on, before
-// the block reads them through registers: a lane's registers bound the loads it has in flight, a bulk prefetch puts
-// the block's slab in flight at once. A hint: it never changes what the kernel reads. A template argument, so the
-// default instances are the code they were (the one-token gate/up kernel: 64 registers, where the call alone takes
-// it to 74 and an SM from four blocks to three).
-template <typename T, bool SWIGLU, bool PREFETCH>
-__device__ __forceinline__ void prefetch_columns(const T* we, int N, int K, int c0, int c1, int bytes) {
-    if (!PREFETCH || bytes <= 0) return;
-    const int cols = min(K, bytes / (int)sizeof(T));
-    pdl_prefetch_l2(we, K, N, c0, c1 - c0, 0, cols);
-    if constexpr (SWIGLU) pdl_prefetch_l2(we + (i64)N * K, K, N, c0, c1 - c0, 0, cols);
-}
-
 // The grouped GEMM over routed rows. Block (b, y) takes expert experts[b] (none: it returns) and output columns
 // [y cols, (y + 1) cols); it walks the expert's routed rows MOE_ROWS at a time, each row read from x at
 // slot / row_div (a token's hidden state for the gate/up GEMM, the routed row itself for the down one) into
@@ -217,11 +191,11 @@ __device__ __forceinline__ void prefetch_columns(const T* we, int N, int K, int 
 // ids[r], with no grouping: the weights' first loads wait on one read of ids (the grouped form reads experts,
 // offsets and slots one after another, after a moe_group launch), and x's row address is known at once.
 // VEC: elements a lane loads at once (16 bytes, or 1 when K is not a multiple of 16 bytes).
-template <typename T, typename OUT, int VEC, bool SWIGLU, bool BY_ROW, int NCOL, bool PREFETCH>
+template <typename T, typename OUT, int VEC, bool SWIGLU, bool BY_ROW, int NCOL>
 __device__ __forceinline__ void routed_gemm(const T* __restrict__ x, const T* __restrict__ w,
                                             const int* __restrict__ offsets, const int* __restrict__ experts,
                                             const int* __restrict__ slots, OUT* __restrict__ out, int N, int K,
-                                            int row_div, int cols, int prefetch) {
+                                            int row_div, int cols) {
     constexpr int ROWS = BY_ROW ? 1 : MOE_ROWS;  // BY_ROW: experts is ids, offsets and slots are unused
     extern __shared__ __align__(16) unsigned char moe_smem[];
     T* xs = reinterpret_cast<T*>(moe_smem);  // [ROWS, K]
@@ -231,7 +205,6 @@ __device__ __forceinline__ void routed_gemm(const T* __restrict__ x, const T* __
     auto slot = [&](int i) { return BY_ROW ? i : slots[i]; };
     const int c0 = blockIdx.y * cols, c1 = min(N, c0 + cols);
     const T* we = w + (i64)e * (SWIGLU ? 2 * N : N) * K;
-    prefetch_columns<T, SWIGLU, PREFETCH>(we, N, K, c0, c1, prefetch);
     for (int r0 = begin; r0 < end; r0 += ROWS) {
         const int rows = min(ROWS, end - r0);
         __syncthreads();  // the last chunk's readers are done with xs
@@ -241,22 +214,20 @@ __device__ __forceinline__ void routed_gemm(const T* __restrict__ x, const T* __
     }
 }
 
-template <typename T, typename OUT, int VEC, bool SWIGLU, int NCOL, bool PREFETCH = false>
+template <typename T, typename OUT, int VEC, bool SWIGLU, int NCOL>
 __global__ void moe_gemm(const T* __restrict__ x, const T* __restrict__ w, const int* __restrict__ offsets,
                          const int* __restrict__ experts, const int* __restrict__ slots, OUT* __restrict__ out,
-                         int N, int K, int row_div, int cols, int prefetch) {
+                         int N, int K, int row_div, int cols) {
     vt::pdl_entry();
-    routed_gemm<T, OUT, VEC, SWIGLU, false, NCOL, PREFETCH>(x, w, offsets, experts, slots, out, N, K, row_div, cols,
-                                                             prefetch);
+    routed_gemm<T, OUT, VEC, SWIGLU, false, NCOL>(x, w, offsets, experts, slots, out, N, K, row_div, cols);
 }
 
 // The by-row form (experts is ids).
-template <typename T, typename OUT, int VEC, bool SWIGLU, int NCOL, bool PREFETCH = false>
+template <typename T, typename OUT, int VEC, bool SWIGLU, int NCOL>
 __global__ void moe_gemm_rows(const T* __restrict__ x, const T* __restrict__ w, const int* __restrict__ ids,
-                              OUT* __restrict__ out, int N, int K, int row_div, int cols, int prefetch) {
+                              OUT* __restrict__ out, int N, int K, int row_div, int cols) {
     vt::pdl_entry();
-    routed_gemm<T, OUT, VEC, SWIGLU, true, NCOL, PREFETCH>(x, w, nullptr, ids, nullptr, out, N, K, row_div, cols,
-                                                           prefetch);
+    routed_gemm<T, OUT, VEC, SWIGLU, true, NCOL>(x, w, nullptr, ids, nullptr, out, N, K, row_div, cols);
 }
 
 // The by-row form for bf16 weights, at most 64 registers a thread: four blocks fit an SM, so a one-token down GEMM's
@@ -264,13 +235,12 @@ __global__ void moe_gemm_rows(const T* __restrict__ x, const T* __restrict__ w, 
 // tail wave (H200: 0.678 -> 0.667 ms a 30B-A3B-8L decode step; no spills). Only bf16: ptxas spills fp16's
 // conversions under the bound, and under any bound gives a kernel more registers than it takes without one (the
 // grouped kernel 160 for 102, fp16 by row 108 for 64), so the others keep the unbounded kernels.
-template <typename T, typename OUT, int VEC, bool SWIGLU, int NCOL, bool PREFETCH = false>
+template <typename T, typename OUT, int VEC, bool SWIGLU, int NCOL>
 __global__ void __launch_bounds__(MOE_WARPS * 32, 4)
     moe_gemm_rows_bounded(const T* __restrict__ x, const T* __restrict__ w, const int* __restrict__ ids,
-                          OUT* __restrict__ out, int N, int K, int row_div, int cols, int prefetch) {
+                          OUT* __restrict__ out, int N, int K, int row_div, int cols) {
     vt::pdl_entry();
-    routed_gemm<T, OUT, VEC, SWIGLU, true, NCOL, PREFETCH>(x, w, nullptr, ids, nullptr, out, N, K, row_div, cols,
-                                                           prefetch);
+    routed_gemm<T, OUT, VEC, SWIGLU, true, NCOL>(x, w, nullptr, ids, nullptr, out, N, K, row_div, cols);
 }
 
 // Token t's normed row RMSNorm(xf[t]) * ln (K floats, K % 4 == 0) narrowed to T into xs, by the block's threads
@@ -297,18 +267,11 @@ __device__ __forceinline__ void stage_normed_row(const float* __restrict__ xt, c
 // NORM_IN (the consumer's norm, VT_MOE_CONSUMER_NORM): the row staged is RMSNorm(xf[t]) * ln, from the residual
 // stream xf [T, K] float32, its denominator summed by all the block's warps first (row_denominators: the order the o
 // projection's norm epilogue sums in, so the staged row is the h that epilogue writes, bit for bit); x is unused.
-// PREFETCH_DOWN (VT_MOE_PREFETCH_DOWN): once its expert is known, block (r, y) asks L2 for its share of that expert's
-// down projection w_down [E, K, N] (rows [y s, (y + 1) s) of K, s = K / gridDim.y rounded up, whole rows), and
-// streams its own gate/up weights evict-first: the down GEMM after it then reads its weights from L2, and their DRAM
-// reads overlap this kernel's, whose routing and reductions leave the memory idle part of its time. A hint: no value
-// changes. w_down is unread (may be null) otherwise. No faster on an H100 (session 43), so off (vt/env.py).
-template <typename T, typename OUT, int VEC, int NCOL, bool NORM_IN = false, bool PREFETCH = false,
-          bool PREFETCH_DOWN = false>
+template <typename T, typename OUT, int VEC, int NCOL, bool NORM_IN = false>
 __global__ void moe_route_gemm_rows(const float* __restrict__ logits, const T* __restrict__ x,
                                     const T* __restrict__ w, int* __restrict__ ids, float* __restrict__ weights,
                                     OUT* __restrict__ out, int N, int K, int E, int k, int norm, int cols,
-                                    const float* __restrict__ xf, const float* __restrict__ ln, float eps,
-                                    int prefetch, const T* __restrict__ w_down) {
+                                    const float* __restrict__ xf, const float* __restrict__ ln, float eps) {
     vt::pdl_entry();
     extern __shared__ __align__(16) unsigned char moe_smem[];
     T* xs = reinterpret_cast<T*>(moe_smem);  // [1, K]
@@ -325,17 +288,6 @@ __global__ void moe_route_gemm_rows(const float* __restrict__ logits, const T* _
         float p;
         route_token(logits + (i64)t * E, E, k, norm, &id, &p);
         if (threadIdx.x == j) expert = id;
-        if constexpr (PREFETCH) {  // this warp prefetches choice j's rows while the others stage x
-            const int c0 = blockIdx.y * cols;
-            prefetch_columns<T, true, true>(w + (i64)__shfl_sync(0xffffffffu, id, j) * 2 * N * K, N, K, c0,
-                                            min(N, c0 + cols), prefetch);
-        }
-        if constexpr (PREFETCH_DOWN) {  // and its share of choice j's down rows (whole, contiguous) for the next kernel
-            const int share = (K + (int)gridDim.y - 1) / (int)gridDim.y, row0 = (int)blockIdx.y * share;
-            const T* wd = w_down + (i64)__shfl_sync(0xffffffffu, id, j) * K * N;
-            for (int row = row0 + (int)threadIdx.x; row < min(K, row0 + share); row += 32)
-                prefetch_l2_bulk(wd + (i64)row * N, (unsigned)N * sizeof(T));
-        }
         if (j == 0 && blockIdx.y == 0 && threadIdx.x < k)
             ids[(i64)t * k + threadIdx.x] = id, weights[(i64)t * k + threadIdx.x] = p;
     } else if constexpr (NORM_IN) {
@@ -345,8 +297,7 @@ __global__ void moe_route_gemm_rows(const float* __restrict__ logits, const T* _
     }
     __syncthreads();
     const int c0 = blockIdx.y * cols, c1 = min(N, c0 + cols);
-    expert_columns<T, OUT, VEC, true, 1, NCOL, PREFETCH_DOWN>(xs, w + (i64)expert * 2 * N * K, out, r, 1, slot, N, K,
-                                                             c0, c1);
+    expert_columns<T, OUT, VEC, true, 1, NCOL>(xs, w + (i64)expert * 2 * N * K, out, r, 1, slot, N, K, c0, c1);
 }
 
 // Token t's k choices in ascending expert order (the order transformers adds them in), into order[0..k) and

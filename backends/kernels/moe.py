@@ -23,7 +23,6 @@ from backends.kernels.build import Instance, function
 from backends.kernels.fused import NULL, FusedKernel, ctype
 from backends.kernels.norm import NORM_VECS, add_rms_norm, norm_threads
 from vt.dtypes import narrow_host, widen_host
-from vt.env import flags
 
 MAX_EXPERTS, MAX_TOP_K, GEMM_ROWS, GEMM_WARPS = 512, 32, 8, 8  # moe.cu's MOE_* constants
 STORAGE_TYPES = ("float", "vt::bf16", "vt::f16")
@@ -44,22 +43,13 @@ def _cols(swiglu: bool) -> tuple[int, int]:
     return GEMM_WARPS * per_warp, per_warp
 
 
-def _gemm_expr(t: str, out: str, vec: int, swiglu: bool, by_row: bool = False, prefetch: bool = False) -> str:
-    """prefetch: the instance that asks L2 for its weight rows (VT_MOE_PREFETCH_BYTES); the default compiles none of
-    it."""
+def _gemm_expr(t: str, out: str, vec: int, swiglu: bool, by_row: bool = False) -> str:
     kernel = ("moe_gemm_rows_bounded" if t == "vt::bf16" else "moe_gemm_rows") if by_row else "moe_gemm"
-    return (f"vt::{kernel}<{t}, {out}, {vec}, {'true' if swiglu else 'false'}, {_cols(swiglu)[1]}"
-            f"{', true' if prefetch else ''}>")
+    return f"vt::{kernel}<{t}, {out}, {vec}, {'true' if swiglu else 'false'}, {_cols(swiglu)[1]}>"
 
 
-def _route_gemm_expr(t: str, vec: int, norm_in: bool = False, prefetch: bool = False,
-                     prefetch_down: bool = False) -> str:
-    """The routing gate/up GEMM's instance: its NORM_IN, PREFETCH and PREFETCH_DOWN template arguments, trailing
-    defaults (false) left out, so the default instances keep their names."""
-    tail = [norm_in, prefetch, prefetch_down]
-    while tail and not tail[-1]:
-        tail.pop()
-    return f"vt::moe_route_gemm_rows<{t}, {t}, {vec}, {_cols(True)[1]}{''.join(f', {str(b).lower()}' for b in tail)}>"
+def _route_gemm_expr(t: str, vec: int, norm_in: bool = False) -> str:
+    return f"vt::moe_route_gemm_rows<{t}, {t}, {vec}, {_cols(True)[1]}{', true' if norm_in else ''}>"
 
 
 CI_INSTANCES = ([Instance("moe.cu", "vt::moe_route"), Instance("moe.cu", "vt::moe_group"),
@@ -69,14 +59,7 @@ CI_INSTANCES = ([Instance("moe.cu", "vt::moe_route"), Instance("moe.cu", "vt::mo
                    for v in (1, 4 if t == "float" else 8) for o, s in ((t, True), ("float", False))
                    for r in (False, True)]
                 + [Instance("moe.cu", _route_gemm_expr(t, v, n)) for t in STORAGE_TYPES
-                   for v in (1, 4 if t == "float" else 8) for n in (False, True)]
-                # the prefetching instances (VT_MOE_PREFETCH_BYTES, VT_MOE_PREFETCH_DOWN), at each type's 16-byte
-                # loads: the same code beside a call or two, which a 16-byte-aligned K (every real checkpoint's) takes
-                + [Instance("moe.cu", _gemm_expr(t, o, 4 if t == "float" else 8, s, r, prefetch=True))
-                   for t in STORAGE_TYPES for o, s in ((t, True), ("float", False)) for r in (False, True)]
-                + [Instance("moe.cu", _route_gemm_expr(t, 4 if t == "float" else 8, n, prefetch=p, prefetch_down=d))
-                   for t in STORAGE_TYPES for n in (False, True)
-                   for p, d in ((True, False), (False, True), (True, True))])
+                   for v in (1, 4 if t == "float" else 8) for n in (False, True)])
 
 
 def expert_rows(T: int, top_k: int, num_experts: int) -> int:
@@ -181,12 +164,11 @@ def _launch_gemm(cp: Any, x: Any, w: Any, offsets: Any, experts: Any, slots: Any
         return
     N, K = out.shape[1], x.shape[1]
     vec = _vec(w.dtype, K)
-    prefetch = flags().moe_prefetch_bytes
     fn, smem = _staged(cp, Instance("moe.cu", _gemm_expr(ctype(w.dtype), ctype(out.dtype) if swiglu else "float",
-                                                         vec, swiglu, by_row, prefetch > 0)), x,
+                                                         vec, swiglu, by_row)), x,
                        1 if by_row else GEMM_ROWS)
     cols = _cols(swiglu)[0]
-    tail = (np.int32(N), np.int32(K), np.int32(row_div), np.int32(cols), np.int32(prefetch))
+    tail = (np.int32(N), np.int32(K), np.int32(row_div), np.int32(cols))
     fn((experts.size, -(-N // cols)), (32 * GEMM_WARPS,),
        (x, w, experts, out, *tail) if by_row else (x, w, offsets, experts, slots, out, *tail), shared_mem=smem)
 
@@ -213,19 +195,14 @@ moe_gemm_rows = FusedKernel("moe_gemm_rows", _gemm_rows_twin, _gemm_rows_cuda, w
 
 # ---- moe_route_gemm_rows: moe_route, then the gate/up moe_gemm_rows -----------------------------------------
 def _route_gemm_rows_twin(logits: np.ndarray, x: np.ndarray, w: np.ndarray, ids: np.ndarray, weights: np.ndarray,
-                          out: np.ndarray, norm_topk_prob: bool, down: np.ndarray | None = None) -> None:
-    """down: the down projection's experts [E, K, N] that the CUDA kernel asks L2 for (VT_MOE_PREFETCH_DOWN), a hint
-    that changes no value: neither body reads it."""
+                          out: np.ndarray, norm_topk_prob: bool) -> None:
     _route_twin(logits, ids, weights, norm_topk_prob)
     _gemm_rows_twin(x, w, ids, out, ids.shape[1], True)
 
 
 def _route_gemm_rows_cuda(cp: Any, logits: Any, x: Any, w: Any, ids: Any, weights: Any, out: Any,
-                          norm_topk_prob: bool, norm_in: tuple[Any, Any, float] | None = None,
-                          down: Any = None) -> None:
-    """norm_in: (xf [T, K] float32, ln [K] float32, eps): the kernel stages RMSNorm(xf) * ln, x (h) unread. down
-    (the down projection's experts [E, K, N], w's dtype): under VT_MOE_PREFETCH_DOWN each block asks L2 for its share
-    of its expert's down rows (the PREFETCH_DOWN instance); otherwise unread."""
+                          norm_topk_prob: bool, norm_in: tuple[Any, Any, float] | None = None) -> None:
+    """norm_in: (xf [T, K] float32, ln [K] float32, eps): the kernel stages RMSNorm(xf) * ln, x (h) unread."""
     (T, E), k = logits.shape, ids.shape[1]
     _check_route("moe_route_gemm_rows", E, k)
     _check_gemm(x, w, out, True)
@@ -235,20 +212,13 @@ def _route_gemm_rows_cuda(cp: Any, logits: Any, x: Any, w: Any, ids: Any, weight
     if not T:
         return
     N, K = out.shape[1], x.shape[1]
-    if down is not None and (down.shape != (w.shape[0], K, N) or down.dtype != w.dtype):
-        raise ValueError(f"moe_route_gemm_rows: down {down.shape} {down.dtype} for experts {w.shape} {w.dtype}: "
-                         f"expected ({w.shape[0]}, {K}, {N})")
     vec = _vec(w.dtype, K)
-    prefetch_down = flags().moe_prefetch_down and down is not None
-    prefetch = flags().moe_prefetch_bytes
-    fn, smem = _staged(cp, Instance("moe.cu", _route_gemm_expr(ctype(w.dtype), vec, norm_in is not None,
-                                                               prefetch > 0, prefetch_down)), x, 1)
+    fn, smem = _staged(cp, Instance("moe.cu", _route_gemm_expr(ctype(w.dtype), vec, norm_in is not None)), x, 1)
     cols = _cols(True)[0]
     xf, ln, eps = norm_in if norm_in is not None else (NULL, NULL, 0.0)
     fn((T * k, -(-N // cols)), (32 * GEMM_WARPS,),
        (logits, x, w, ids, weights, out, np.int32(N), np.int32(K), np.int32(E), np.int32(k),
-        np.int32(bool(norm_topk_prob)), np.int32(cols), xf, ln, np.float32(eps),
-        np.int32(prefetch), down if prefetch_down else NULL), shared_mem=smem)
+        np.int32(bool(norm_topk_prob)), np.int32(cols), xf, ln, np.float32(eps)), shared_mem=smem)
 
 
 moe_route_gemm_rows = FusedKernel("moe_route_gemm_rows", _route_gemm_rows_twin, _route_gemm_rows_cuda,
@@ -258,22 +228,22 @@ moe_route_gemm_rows = FusedKernel("moe_route_gemm_rows", _route_gemm_rows_twin, 
 # ---- moe_norm_route_gemm_rows: h = RMSNorm(x) * ln, then moe_route_gemm_rows of h ----------------------------
 def _norm_route_gemm_rows_twin(logits: np.ndarray, x: np.ndarray, ln: np.ndarray, h: np.ndarray, w: np.ndarray,
                                ids: np.ndarray, weights: np.ndarray, out: np.ndarray, norm_topk_prob: bool,
-                               eps: float, down: np.ndarray | None = None) -> None:
+                               eps: float) -> None:
     add_rms_norm.twin(x, None, None, ln, h, eps)
     _route_gemm_rows_twin(logits, h, w, ids, weights, out, norm_topk_prob)
 
 
 def _norm_route_gemm_rows_cuda(cp: Any, logits: Any, x: Any, ln: Any, h: Any, w: Any, ids: Any, weights: Any,
-                               out: Any, norm_topk_prob: bool, eps: float, down: Any = None) -> None:
+                               out: Any, norm_topk_prob: bool, eps: float) -> None:
     """Every block norms the token's row itself (h is left unwritten): the o projection before it only adds into x,
-    with no grid-wide norm tail (the dense layers' consumer norm, VT_CONSUMER_NORM). down: as moe_route_gemm_rows'."""
+    with no grid-wide norm tail (the dense layers' consumer norm, VT_CONSUMER_NORM)."""
     K = x.shape[1]
     # the kernel reads x's row t and ln as float4s at row stride K
     if (x.dtype != np.float32 or ln.dtype != np.float32 or ln.shape != (K,) or h.shape != x.shape or K % 4
             or not (x.flags.c_contiguous and ln.flags.c_contiguous)):
         raise ValueError(f"moe_norm_route_gemm_rows: x {x.shape} {x.dtype} (float32, K % 4 == 0), norm weight "
                          f"{ln.shape} {ln.dtype}, h {h.shape}, each contiguous")
-    _route_gemm_rows_cuda(cp, logits, h, w, ids, weights, out, norm_topk_prob, norm_in=(x, ln, eps), down=down)
+    _route_gemm_rows_cuda(cp, logits, h, w, ids, weights, out, norm_topk_prob, norm_in=(x, ln, eps))
 
 
 moe_norm_route_gemm_rows = FusedKernel("moe_norm_route_gemm_rows", _norm_route_gemm_rows_twin,

@@ -18,13 +18,9 @@ def layer_gates(dtypes: tuple[str, ...] = ("float32", "bfloat16")) -> tuple[str,
 GPU_CASES = (*CASES, "real-size-decode", "real-size-prefill", "router-of-128")
 
 
-# the GPU twins run with and without VT_MOE_PREFETCH_BYTES (tests/backends/conftest.py's moe_prefetch)
-PREFETCH_IDS = ("no-prefetch", "prefetch-4096", "prefetch-down")
-
-
 def cuda_gates() -> tuple[str, ...]:
-    return tuple(f"{GATES}::test_cuda_moe_kernels_equal_their_twins[{p}-{c}-{d}]"
-                 for p in PREFETCH_IDS for c in GPU_CASES for d in ("float32", "bfloat16", "float16"))
+    return tuple(f"{GATES}::test_cuda_moe_kernels_equal_their_twins[{c}-{d}]"
+                 for c in GPU_CASES for d in ("float32", "bfloat16", "float16"))
 
 
 def combine_norm_twin_gates() -> tuple[str, ...]:
@@ -43,8 +39,8 @@ def route_rows_twin_gates(norms: tuple[bool, ...] = (True, False)) -> tuple[str,
 
 
 def route_rows_cuda_gates() -> tuple[str, ...]:
-    return tuple(f"{GATES}::test_cuda_route_gemm_rows_equals_route_then_rows_and_twin[{p}-{c}-{d}]"
-                 for p in PREFETCH_IDS for c in GPU_CASES for d in ("float32", "bfloat16", "float16"))
+    return tuple(f"{GATES}::test_cuda_route_gemm_rows_equals_route_then_rows_and_twin[{c}-{d}]"
+                 for c in GPU_CASES for d in ("float32", "bfloat16", "float16"))
 
 
 ENTRIES: list[Mutation] = [
@@ -182,7 +178,7 @@ ENTRIES += [
         file=CU, old="        stage_normed_row<T>(xf + (i64)t * K, ln, xs, K, denom[0], 32);\n",
         new="        stage_rows<T, VEC>(x, xs, r, 1, slot, K, k, 32);\n",
         gates=tuple(f"{CONSUMER}::test_cuda_resid_then_the_normed_routed_gemm_equals_the_norm_epilogue_then_the_"
-                    f"routed_gemm_bit_for_bit[{p}-{c}-{d}]" for p in PREFETCH_IDS
+                    f"routed_gemm_bit_for_bit[{c}-{d}]"
                     for c in ("30B-A3B-one-token", "small-four-tokens") for d in ("bfloat16", "float16")),
         needs_gpu=True,
     ),
@@ -195,66 +191,5 @@ ENTRIES += [
         file=TWIN, old="MAX_EXPERTS, MAX_TOP_K, GEMM_ROWS, GEMM_WARPS = 512, 32, 8, 8",
         new="MAX_EXPERTS, MAX_TOP_K, GEMM_ROWS, GEMM_WARPS = 512, 32, 8, 4",
         gates=(f"{GATES}::test_the_bindings_constants_are_the_kernels",),
-    ),
-]
-ENTRIES += [
-    Mutation(
-        id=f"moe-prefetch-flag-ignored-by-the-{which}",
-        description=f"VT_MOE_PREFETCH_BYTES is read but the {which} launch without it: the lane's A/B of the L2 "
-                    "prefetch would time the default twice",
-        file=TWIN, old=old, new=old.replace("flags().moe_prefetch_bytes", "0"),
-        gates=tuple(f"{GATES}::test_the_prefetch_flag_reaches_every_routed_gemm_launch[{v}]" for v in ("1024", "4096")),
-    )
-    for which, old in (
-        ("routed-gemms", "    prefetch = flags().moe_prefetch_bytes\n    fn, smem = _staged(cp, Instance(\"moe.cu\", "
-                         "_gemm_expr("),
-        ("routing-gemm", "    prefetch = flags().moe_prefetch_bytes\n    fn, smem = _staged(cp, Instance(\"moe.cu\", "
-                         "_route_gemm_expr("),
-    )
-]
-ENTRIES += [
-    Mutation(
-        id="moe-prefetch-down-flag-ignored",
-        description="VT_MOE_PREFETCH_DOWN is read but the routing GEMMs launch their default instances without the "
-                    "down weights: the lane's A/B would time the default twice",
-        file=TWIN, old="    prefetch_down = flags().moe_prefetch_down and down is not None\n",
-        new="    prefetch_down = False and down is not None\n",
-        gates=(f"{GATES}::test_the_down_prefetch_flag_hands_the_routing_gemms_the_down_weights[1]",),
-    ),
-    Mutation(
-        id="moe-route-gemm-takes-a-misshapen-down",
-        description="the routing GEMM launches with down weights that are not [E, K, N] of its experts: under "
-                    "VT_MOE_PREFETCH_DOWN its blocks would prefetch rows past or beside the down projection",
-        file=TWIN, old="    if down is not None and (down.shape != (w.shape[0], K, N) or down.dtype != w.dtype):\n",
-        new="    if False and (down.shape != (w.shape[0], K, N) or down.dtype != w.dtype):\n",
-        gates=tuple(f"{GATES}::test_the_down_prefetch_flag_hands_the_routing_gemms_the_down_weights[{v}]"
-                    for v in ("0", "1")),
-    ),
-    Mutation(
-        id="moe-decoder-withholds-the-down-weights-from-the-routing-gemm",
-        description="the decoder's one-token MoE step hands its routing gate/up GEMM no down weights: "
-                    "VT_MOE_PREFETCH_DOWN would prefetch nothing",
-        file="models/decoder.py",
-        old="                b.moe_route_gemm_rows(logits, h, gu, ids, weights, act, norm_topk_prob=c.norm_topk_prob, "
-            "down=down)\n",
-        new="                b.moe_route_gemm_rows(logits, h, gu, ids, weights, act, norm_topk_prob=c.norm_topk_prob)\n",
-        gates=(f"{CONSUMER}::test_each_sparse_layers_routing_gemm_is_handed_its_own_down_weights[plain-routing]",),
-    ),
-    Mutation(
-        id="moe-decoder-hands-the-normed-routing-gemm-its-gate-up-weights-as-down",
-        description="the normed routing GEMM is handed the gate/up weights where the down weights belong: its "
-                    "prefetch would ask L2 for the wrong slab",
-        file="models/decoder.py", old="norm_topk_prob=c.norm_topk_prob, eps=c.rms_norm_eps, down=down)\n",
-        new="norm_topk_prob=c.norm_topk_prob, eps=c.rms_norm_eps, down=gu)\n",
-        gates=(f"{CONSUMER}::test_each_sparse_layers_routing_gemm_is_handed_its_own_down_weights[normed-routing]",),
-    ),
-    Mutation(
-        id="cuda-moe-evict-first-load-reads-the-next-vector",
-        description="the evict-first weight load (VT_MOE_PREFETCH_DOWN's routing GEMM) reads the 16 bytes after "
-                    "the ones asked for: the GPU twins under the prefetch-down fixture must see it",
-        file="backends/kernels/common.cuh", old='"l"(p + v * PER), "l"(policy)',
-        new='"l"(p + (v + 1) * PER), "l"(policy)',
-        gates=tuple(g for g in route_rows_cuda_gates() if "prefetch-down" in g),
-        needs_gpu=True,
     ),
 ]

@@ -12,8 +12,6 @@ import numpy as np
 import pytest
 
 from backends.kernels import moe
-from tests.backends.launches import LaunchRecorder
-from tests.helpers import flag_set
 from vt.dtypes import narrow_host, widen_host
 
 STORAGE = {"float32": np.dtype(np.float32), "bfloat16": np.dtype(np.uint16), "float16": np.dtype(np.float16)}
@@ -249,72 +247,11 @@ def test_combine_add_rms_norm_twin_adds_the_block_into_x_and_norms_it(out_dtype:
     assert np.abs(block).min(axis=-1).max() > 0 and np.abs(h).max() > 0, "non-vacuous: a block added, h written"
 
 
-@pytest.mark.parametrize("value", ["0", "1024", "4096"])
-def test_the_prefetch_flag_reaches_every_routed_gemm_launch(value: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    """VT_MOE_PREFETCH_BYTES picks the by-row, grouped and routing gate/up GEMMs' prefetching instances (PREFETCH,
-    their last template argument) and is their launches' last argument, the routing GEMMs' next to last (the bytes
-    of each weight row asked of L2; the GPU lane's twins run under it): read, not ignored; at 0 the instances are
-    the default ones. The normed routing GEMM (the MoE consumer norm) takes its NORM_IN and PREFETCH arguments
-    together."""
-    recorder = LaunchRecorder()
-    monkeypatch.setattr(moe, "function", recorder.function)
-    a = layer_inputs(1, 8, 2, 64, 32, "bfloat16")
-    ids = np.array([[1, 5]], np.int32)
-    with flag_set("VT_MOE_PREFETCH_BYTES", value):
-        moe._gemm_rows_cuda(None, a["x"], a["w_gu"], ids, np.zeros((2, 32), a["x"].dtype), 2, True)
-        moe._gemm_cuda(None, a["x"], a["w_gu"], np.zeros(9, np.int32), np.array([1, 5], np.int32),
-                       np.zeros(2, np.int32), np.zeros((2, 32), a["x"].dtype), 2, True)
-        moe._route_gemm_rows_cuda(None, a["logits"], a["x"], a["w_gu"], ids, np.zeros((1, 2), np.float32),
-                                  np.zeros((2, 32), a["x"].dtype), True)
-        moe._norm_route_gemm_rows_cuda(None, a["logits"], np.ones((1, 64), np.float32), np.ones(64, np.float32),
-                                       np.zeros((1, 64), a["x"].dtype), a["w_gu"], ids, np.zeros((1, 2), np.float32),
-                                       np.zeros((2, 32), a["x"].dtype), True, 1e-6)
-    assert len(recorder.launches) == 4, "non-vacuity: each launcher launched once"
-    # the routing GEMMs' prefetch bytes come before their down weights (VT_MOE_PREFETCH_DOWN's; null here)
-    prefetch_args = [args[-1] for args in recorder.launches[:2]] + [args[-2] for args in recorder.launches[2:]]
-    assert [int(p) for p in prefetch_args] == [int(value)] * 4
-    on = value != "0"
-    gemms, route, normed = recorder.instances[:2], recorder.instances[2], recorder.instances[3]
-    assert all(e.endswith(", 2, true>" if on else ", 2>") for e in gemms), gemms
-    assert route.endswith(", false, true>" if on else ", 2>"), route
-    assert normed.endswith(", true, true>" if on else ", 2, true>"), normed
-
-
-@pytest.mark.parametrize("flag", ["0", "1"])
-def test_the_down_prefetch_flag_hands_the_routing_gemms_the_down_weights(flag: str,
-                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
-    """VT_MOE_PREFETCH_DOWN picks the routing gate/up GEMMs' PREFETCH_DOWN instances (their last template argument)
-    and hands them the down weights (their last launch argument), for the plain and the normed routing alike; off,
-    or with no down weights given, they run the default instances and get a null pointer. A down whose shape is not
-    [E, K, N] is refused before anything launches."""
-    recorder = LaunchRecorder()
-    monkeypatch.setattr(moe, "function", recorder.function)
-    a = layer_inputs(1, 8, 2, 64, 32, "bfloat16")
-    ids, wts, act = np.array([[1, 5]], np.int32), np.zeros((1, 2), np.float32), np.zeros((2, 32), a["x"].dtype)
-    with flag_set("VT_MOE_PREFETCH_DOWN", flag):
-        for down in (a["w_down"], None):
-            moe._route_gemm_rows_cuda(None, a["logits"], a["x"], a["w_gu"], ids, wts, act, True, down=down)
-            moe._norm_route_gemm_rows_cuda(None, a["logits"], np.ones((1, 64), np.float32), np.ones(64, np.float32),
-                                           np.zeros((1, 64), a["x"].dtype), a["w_gu"], ids, wts, act, True, 1e-6,
-                                           down=down)
-        with pytest.raises(ValueError, match="down"):
-            moe._route_gemm_rows_cuda(None, a["logits"], a["x"], a["w_gu"], ids, wts, act, True,
-                                      down=a["w_down"][:, :, :16])
-    assert len(recorder.launches) == 4, "non-vacuity: each launch recorded, the refused one not"
-    handed = [args[-1] is a["w_down"] for args in recorder.launches]
-    down_instance = [e.endswith(", true>") and e.count("true") == (1 if i % 2 == 0 else 2)
-                     for i, e in enumerate(recorder.instances)]
-    on = flag == "1"
-    assert handed == [on, on, False, False], recorder.instances
-    assert down_instance == [on, on, False, False], recorder.instances
-    assert all(args[-1] is moe.NULL for args in recorder.launches[2:]), "no down: a null pointer"
-
-
 # ---- the CUDA kernels against their twins (GPU lane) --------------------------------------------------------
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])
 @pytest.mark.parametrize("case", [*CASES, *GPU_CASES])
-def test_cuda_moe_kernels_equal_their_twins(case: str, dtype: str, moe_prefetch: str) -> None:
+def test_cuda_moe_kernels_equal_their_twins(case: str, dtype: str) -> None:
     """Each kernel on its twin's inputs (so a rounding flip upstream is not charged downstream)."""
     import cupy
 
@@ -399,7 +336,7 @@ def test_cuda_combine_add_rms_norm_equals_its_two_launches_and_twin(case: str, o
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])
 @pytest.mark.parametrize("case", [*CASES, *GPU_CASES])
-def test_cuda_route_gemm_rows_equals_route_then_rows_and_twin(case: str, dtype: str, moe_prefetch: str) -> None:
+def test_cuda_route_gemm_rows_equals_route_then_rows_and_twin(case: str, dtype: str) -> None:
     """The fused routing + gate/up GEMM against moe_route then moe_gemm_rows on the GPU (bit for bit: the same
     choices and the same sums in the same order) and against its twin."""
     import cupy
@@ -413,8 +350,7 @@ def test_cuda_route_gemm_rows_equals_route_then_rows_and_twin(case: str, dtype: 
         moe.moe_route_gemm_rows(np, a["logits"], a["x"], a["w_gu"], ids_t, w_t, act_t, norm_topk_prob=norm)
         d = {n: cupy.asarray(a[n]) for n in ("logits", "x", "w_gu")}
         fused = (cupy.zeros((T, k), np.int32), cupy.zeros((T, k), np.float32), cupy.zeros((T * k, MI), a["x"].dtype))
-        moe.moe_route_gemm_rows(cupy, d["logits"], d["x"], d["w_gu"], *fused, norm_topk_prob=norm,
-                                down=cupy.asarray(a["w_down"]))  # asked of L2 under the fixture's prefetch-down
+        moe.moe_route_gemm_rows(cupy, d["logits"], d["x"], d["w_gu"], *fused, norm_topk_prob=norm)
         two = (cupy.zeros((T, k), np.int32), cupy.zeros((T, k), np.float32), cupy.zeros((T * k, MI), a["x"].dtype))
         moe.moe_route(cupy, d["logits"], two[0], two[1], norm_topk_prob=norm)
         moe.moe_gemm_rows(cupy, d["x"], d["w_gu"], two[0], two[2], row_div=k, swiglu=True)

@@ -112,7 +112,6 @@ def test_a_tensor_parallel_rank_reads_back_every_flag_rank_0_read(monkeypatch: p
                 "rope_max_rows": 1024 if base.rope_max_rows != 1024 else 8,
                 "rows_target_blocks": 8 if base.rows_target_blocks != 8 else 256,
                 "rows_min_partition": 64 if base.rows_min_partition != 64 else 128,
-                "moe_prefetch_bytes": 2048 if base.moe_prefetch_bytes != 2048 else 0,
                 "shared_rows_attention": "rows" if base.shared_rows_attention != "rows" else "off",
                 "prefill_heads_a_block": 3 - base.prefill_heads_a_block,
                 "decode_early_tiles": 3 - base.decode_early_tiles,
@@ -136,25 +135,28 @@ def test_a_tensor_parallel_rank_reads_back_every_flag_rank_0_read(monkeypatch: p
     assert same == [], f"non-vacuity: flags the test leaves at this process's value, so a rank could not differ: {same}"
 
 
-@pytest.mark.parametrize("value", ["race", "bogus"])
-def test_a_retired_flag_set_to_what_it_no_longer_offers_is_refused_by_name(value: str,
+@pytest.mark.parametrize("name,value,old_default", [("VT_TEMPERATURE_DRAW", "race", "mass"),
+                                                     ("VT_TEMPERATURE_DRAW", "bogus", "mass"),
+                                                     ("VT_MOE_PREFETCH_BYTES", "4096", "0"),
+                                                     ("VT_MOE_PREFETCH_DOWN", "1", "0")])
+def test_a_retired_flag_set_to_what_it_no_longer_offers_is_refused_by_name(name: str, value: str, old_default: str,
                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
-    """VT_TEMPERATURE_DRAW chose the race draw until session 24 removed it: asked for now, one typed line says so;
-    its old default (in any case, padded, or empty) is still read without a word."""
+    """VT_TEMPERATURE_DRAW chose the race draw until session 24 removed it; the MoE prefetches went in session 45.
+    Asked for now, one typed line says so; the old default (in any case, padded, or empty) is still read without a
+    word."""
     from vt.errors import ConfigError
 
-    monkeypatch.setenv("VT_TEMPERATURE_DRAW", value)
-    with pytest.raises(ConfigError, match=r"VT_TEMPERATURE_DRAW=.*removed"):
+    monkeypatch.setenv(name, value)
+    with pytest.raises(ConfigError, match=rf"{name}=.*removed"):
         Flags.from_environ()
-    for old_default in ("mass", " MASS ", ""):  # read as every choice flag is: stripped, any case; empty is unset
-        monkeypatch.setenv("VT_TEMPERATURE_DRAW", old_default)
+    for unset in (old_default, f" {old_default.upper()} ", ""):  # read as every choice flag is: stripped, any case
+        monkeypatch.setenv(name, unset)
         Flags.from_environ()  # no error
 
 
 # (VT_DECODE_MIN_PARTITION and VT_ROPE_MAX_ROWS have their own tests above, over numeric edges)
 @pytest.mark.parametrize("name", ["VT_SAMPLER", "VT_SHARED_ROWS_ATTENTION", "VT_ROWS_TARGET_BLOCKS",
-                                  "VT_ROWS_MIN_PARTITION", "VT_PREFILL_HEADS_A_BLOCK", "VT_PREFILL_WGMMA",
-                                  "VT_MOE_PREFETCH_BYTES"])
+                                  "VT_ROWS_MIN_PARTITION", "VT_PREFILL_HEADS_A_BLOCK", "VT_PREFILL_WGMMA"])
 def test_a_choice_flag_refuses_a_value_it_does_not_offer_in_one_typed_line(name: str,
                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
     """A flag with a few values (a typo in VT_PREFILL_WGMMA=atuo would otherwise pick a kernel silently) refuses any
