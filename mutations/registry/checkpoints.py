@@ -199,10 +199,18 @@ ENTRIES += [
     Mutation(
         id="generation-eos-takes-anything",
         description="generation_config.json's eos_token_id may hold strings or objects, which fail deep in the engine",
-        file="models/loader.py",
-        old="    if not all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in ids):",
+        file="models/config.py",
+        old="    if not all(isinstance(i, int) and not isinstance(i, bool) and 0 <= i < vocab_size for i in ids):",
         new="    if False:",
         gates=(f"{DAMAGED}[eos-a-string]", f"{DAMAGED}[eos-an-object]"),
+    ),
+    Mutation(
+        id="eos-ids-unchecked-against-the-vocab",
+        description="an eos_token_id outside the vocabulary loads: 600 (vocab 512) fails the sampler that bans EOS "
+                    "until min_tokens (an IndexError that kills the engine), -1 bans the last token",
+        file="models/config.py", old=" and 0 <= i < vocab_size for i in ids):", new=" for i in ids):",
+        gates=tuple(f"{ARCH_ERR}::test_an_eos_id_outside_the_vocabulary_is_refused_at_load_by_file_and_field[{c}]"
+                    for c in ("config-negative", "config-the-vocab-size", "generation-past-the-vocab")),
     ),
     Mutation(
         id="config-reads-a-bare-architecture-string",

@@ -234,6 +234,36 @@ def test_a_damaged_json_file_beside_the_weights_is_one_typed_line(tmp_path: Path
     assert name in err and says in err, err
 
 
+EOS_OUTSIDE = {  # case: (file, its eos_token_id, the same file's eos_token_id that loads)
+    "generation-past-the-vocab": ("generation_config.json", [0, 2, 600], [0, 2, 511]),
+    "config-negative": ("config.json", -1, 511),
+    "config-the-vocab-size": ("config.json", 512, 2),
+}
+
+
+@pytest.mark.parametrize("case", sorted(EOS_OUTSIDE))
+def test_an_eos_id_outside_the_vocabulary_is_refused_at_load_by_file_and_field(tmp_path: Path, case: str) -> None:
+    """An EOS id past the vocabulary loaded, then a request with min_tokens (which bans EOS ids) raised an IndexError
+    in the sampler that killed the engine (vt serve too); -1 silently banned token 511 by negative indexing. Now
+    the loader refuses it, naming the file and the field."""
+    name, bad, good = EOS_OUTSIDE[case]
+    d = _copy(tmp_path)
+    vocab = load_checkpoint(d).config.vocab_size
+    assert vocab == 512, "the ids below are the tiny model's edges"
+
+    def write(eos: object) -> None:
+        data = json.loads((d / name).read_text())
+        data["eos_token_id"] = eos
+        (d / name).write_text(json.dumps(data))
+
+    write(good)
+    in_range = set(good if isinstance(good, list) else [good])
+    assert in_range <= load_checkpoint(d).eos_ids, "non-vacuity: in-range ids load"
+    write(bad)
+    err = str(_error(d))
+    assert name in err and f"eos_token_id {bad!r}" in err and "[0, 512)" in err, err
+
+
 @pytest.mark.parametrize("field,value,says", [("architectures", "Qwen3ForCausalLM", "not a list of class names"),
                                               ("rope_scaling", "yarn", "rope_scaling must be an object")])
 def test_a_config_field_of_the_wrong_shape_is_named(tmp_path: Path, field: str, value: str, says: str) -> None:
