@@ -7,7 +7,17 @@ from __future__ import annotations
 from mutations.model import Mutation
 from mutations.registry.gates import API, API_ORACLE, DETOK, FIL, FILC, PEN
 
+FAILURES = "tests/engine/test_failures.py"
+
 ENTRIES: list[Mutation] = [
+    Mutation(
+        id="offline-llm-steps-a-dead-engine-again",
+        description="a fatal step error is raised typed, but the LLM is not marked dead: the failed requests stay "
+                    "queued and the next call steps them again (here they spin unsampled: the call hangs)",
+        file="vt/engine/front/llm.py", old="            self.dead = e\n", new="",
+        gates=(f"{FAILURES}::test_a_fatal_step_error_leaves_the_offline_llm_dead_with_its_cause_never_stuck",),
+        expect="it hangs",
+    ),
     Mutation(
         id="prompt-dict-iterated-as-a-list",
         description="a single {'prompt': ...} dict is taken as a list of prompts: vt generates for the word 'prompt'",
