@@ -74,6 +74,23 @@ ENTRIES: list[Mutation] = [
                f"{API}::test_min_tokens_holds_off_eos_and_stop_ids_then_lets_them_stop"),
     ),
     Mutation(
+        id="stop-token-text-kept",
+        description="the EOS or stop token id that ends an output is detokenized: its text ends the output text "
+                    "(vLLM leaves it out unless include_stop_str_in_output)",
+        file="vt/engine/front/llm_engine.py",
+        old="        stop = r.detok.add(token, can_stop) if not ends or p.include_stop_str_in_output else None\n",
+        new="        stop = r.detok.add(token, can_stop)\n",
+        gates=(f"{API}::test_the_stop_tokens_text_is_left_out_unless_include_stop_str_in_output[in-process]",),
+    ),
+    Mutation(
+        id="front-detokenizes-the-stop-token",
+        description="the engine process's front detokenizes the EOS or stop token id that ended an output: its text "
+                    "ends the output text, unlike the in-process engine's",
+        file="vt/engine/core/proc.py", old="                for t in ids[:-1] if ends else ids:\n",
+        new="                for t in ids:\n",
+        gates=(f"{API}::test_the_stop_tokens_text_is_left_out_unless_include_stop_str_in_output[engine-process]",),
+    ),
+    Mutation(
         id="include-stop-str-ignored",
         description="include_stop_str_in_output is accepted and the stop string is cut anyway",
         file="vt/engine/front/detokenizer.py", old="(len(s) if self.include_stop else 0)", new="0",

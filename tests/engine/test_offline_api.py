@@ -63,6 +63,43 @@ def test_a_stop_token_id_finishes_with_its_id_as_the_stop_reason(llm: LLM) -> No
         llm.generate("x", SamplingParams(stop_token_ids=[10**6]))
 
 
+@pytest.mark.parametrize("engine_process", [False, True], ids=["in-process", "engine-process"])
+def test_the_stop_tokens_text_is_left_out_unless_include_stop_str_in_output(llm: LLM, tmp_path, engine_process: bool
+                                                                            ) -> None:
+    """vLLM's rule (vllm/v1/engine/detokenizer.py, update(stop_terminated)): an output that a stop token id or EOS
+    ended keeps that token's id, not its text, unless include_stop_str_in_output. Here EOS is a plain token, whose
+    text skip_special_tokens keeps, as a checkpoint may declare it."""
+    import json
+    import shutil
+
+    from models.loader import resolve_model
+
+    prompt, tok = "The cat sat", llm.engine.tokenizer
+    free = llm.generate(prompt, SamplingParams(temperature=0, max_tokens=12, ignore_eos=True))[0].token_ids
+    at = next(i for i, t in enumerate(free) if i >= 2 and t not in free[:i] and tok.decode([t]).strip()
+              and "\ufffd" not in tok.decode(free[: i + 1]))  # a token with whole characters of text
+    stop = free[at]
+    assert not {0, 2} & set(free[: at + 1]), "non-vacuity: the checkpoint's own EOS ids end nothing before it"
+    ckpt = tmp_path / "ckpt"  # EOS is that token: generation_config.json's eos_token_id
+    shutil.copytree(resolve_model("tiny-qwen3"), ckpt)
+    gen = json.loads((ckpt / "generation_config.json").read_text())
+    (ckpt / "generation_config.json").write_text(json.dumps({**gen, "eos_token_id": [stop]}))
+    eng = LLM(str(ckpt), backend="cpu", max_model_len=128, num_blocks=32, engine_process=engine_process)
+    try:
+        for ends, kw in (("stop id", dict(ignore_eos=True, stop_token_ids=[stop])), ("eos", {})):
+            for keep in (False, True):
+                out = eng.generate(prompt, SamplingParams(temperature=0, max_tokens=12, include_stop_str_in_output=keep,
+                                                          **kw))[0].outputs[0]
+                assert out.finish_reason == "stop" and out.token_ids == free[: at + 1], (ends, keep, out)
+                want = tok.decode(free[: at + (1 if keep else 0)], skip_special_tokens=True)
+                assert out.text == want, (ends, keep, out.text, want)
+    finally:
+        if engine_process:
+            eng.engine.close()
+    assert tok.decode(free[: at + 1], skip_special_tokens=True) != tok.decode(free[:at], skip_special_tokens=True), \
+        "non-vacuity: the stop token has text of its own"
+
+
 def test_include_stop_str_in_output_keeps_the_stop_string(llm: LLM) -> None:
     text = llm.generate("Once upon a time", SamplingParams(temperature=0, max_tokens=12, ignore_eos=True))[0].text
     stop = text[2:4]

@@ -472,7 +472,10 @@ class LLMEngine:
             r.first_token_time = time.monotonic()
         n = len(out)
         can_stop = n >= p.min_tokens  # the sampler bans EOS and stop ids until then
-        stop = r.detok.add(token, can_stop)
+        # vLLM's rule (vllm/v1/engine/detokenizer.py, update(stop_terminated)): the EOS or stop token id that ends
+        # the output keeps its id, not its text, unless include_stop_str_in_output
+        ends = can_stop and ((not p.ignore_eos and token in self.eos_ids) or token in p.stop_token_ids)
+        stop = r.detok.add(token, can_stop) if not ends or p.include_stop_str_in_output else None
         if can_stop and not p.ignore_eos and token in self.eos_ids:
             self._finish(r, "stop")
         elif can_stop and token in p.stop_token_ids:
