@@ -337,7 +337,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--ignore-eos", action="store_true", help="keep generating past the EOS token")
     g.add_argument("--n", type=int, default=1, help="parallel samples of the prompt (seeds seed, seed+1, ...)")
     g.add_argument("--min-tokens", type=int, default=0, help="no EOS or stop before this many tokens")
-    g.add_argument("--repetition-penalty", type=float, default=1.0, help="> 1 discourages repeats (HF's rule)")
+    g.add_argument("--repetition-penalty", type=float, default=None,
+                   help="> 1 discourages repeats (HF's rule); unset: the checkpoint's default, else 1")
     g.set_defaults(fn=_generate)
     lad = sub.add_parser("ladder", help="run a concurrency ladder like a serving benchmark", formatter_class=fmt)
     _engine_args(lad, 2048, 3744)

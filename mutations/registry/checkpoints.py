@@ -124,6 +124,21 @@ ENTRIES: list[Mutation] = [
         gates=(f"{ARCH_ERR}::test_generation_config_max_new_tokens_is_the_default_max_tokens",),
     ),
     Mutation(
+        id="generation-config-repetition-penalty-unvalidated",
+        description="generation_config.json's repetition_penalty is not among the validated keys: -3 loads",
+        file="vt/engine/sample/params.py",
+        old='GENERATION_KEYS = ("repetition_penalty", "temperature",', new='GENERATION_KEYS = ("temperature",',
+        gates=(f"{ARCH_ERR}::test_generation_config_is_validated_like_sampling_params[repetition_penalty]",),
+        expect="DID NOT RAISE",
+    ),
+    Mutation(
+        id="generation-config-repetition-penalty-ignored",
+        description="a checkpoint's repetition_penalty is not the default penalty (vLLM applies it)",
+        file="vt/engine/sample/params.py", old='float(picked["repetition_penalty"])',
+        new="float(self.repetition_penalty or 1.0)",
+        gates=(f"{ARCH_ERR}::test_generation_config_repetition_penalty_is_the_default_penalty",),
+    ),
+    Mutation(
         id="cuda-backend-serves-any-head-dim",
         description="the CUDA backend loads a model of any head dim: at 80 or 96 the decode kernel's xor shuffles "
                     "mix keys' lanes and attend garbage, silently",

@@ -97,8 +97,10 @@ def test_sliding_windows_are_refused_clearly(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("gen, match", [({"top_p": 1.5}, "top_p=1.5"), ({"temperature": "hot"}, "temperature"),
-                                        ({"max_new_tokens": 0}, "max_tokens=0"), ({"top_k": -3}, "top_k=-3")],
-                         ids=["top_p", "temperature", "max_new_tokens", "top_k"])
+                                        ({"max_new_tokens": 0}, "max_tokens=0"), ({"top_k": -3}, "top_k=-3"),
+                                        ({"repetition_penalty": -3}, "repetition_penalty=-3"),
+                                        ({"min_p": 2}, "min_p=2")],
+                         ids=["top_p", "temperature", "max_new_tokens", "top_k", "repetition_penalty", "min_p"])
 def test_generation_config_is_validated_like_sampling_params(tmp_path: Path, gen: dict, match: str) -> None:
     from vt import LLM
 
@@ -117,6 +119,24 @@ def test_generation_config_max_new_tokens_is_the_default_max_tokens(tmp_path: Pa
     out = llm.generate(["Hello"], SamplingParams(temperature=0, ignore_eos=True))[0]
     assert len(out.token_ids) == 7 and out.finish_reason == "length"
     assert len(llm.generate(["Hello"], SamplingParams(temperature=0, max_tokens=3, ignore_eos=True))[0].token_ids) == 3
+
+
+def test_generation_config_repetition_penalty_is_the_default_penalty(tmp_path: Path) -> None:
+    """vLLM takes repetition_penalty from generation_config.json as a default, beside temperature, top_k, top_p,
+    min_p and max_new_tokens (ModelConfig.get_diff_sampling_param): it was ignored. Explicit still wins."""
+    from vt import LLM, SamplingParams
+
+    d = _copy(tmp_path)
+    (d / "generation_config.json").write_text(json.dumps({"repetition_penalty": 3.0}))
+    inheriting, plain = (LLM(model=m, max_model_len=64, num_blocks=8) for m in (str(d), "tiny-qwen3"))
+
+    def greedy(llm: LLM, **kw: float) -> list[int]:
+        return llm.generate(["Hello"], SamplingParams(temperature=0, max_tokens=16, ignore_eos=True, **kw))[0].token_ids
+
+    unpenalized = greedy(plain)
+    assert greedy(plain, repetition_penalty=3.0) != unpenalized, "non-vacuity: the penalty changes this output"
+    assert greedy(inheriting) == greedy(plain, repetition_penalty=3.0), "the checkpoint's penalty is the default"
+    assert greedy(inheriting, repetition_penalty=1.0) == unpenalized, "an explicit value beats the checkpoint's"
 
 
 # ---- any damage: a typed error, nothing else ------------------------------------------------------

@@ -1,8 +1,10 @@
 """SamplingParams, and their resolution against the checkpoint's generation_config.json.
 
 Precedence: explicit > checkpoint > neutral. Temperature 0 is greedy and clears top_k/top_p/min_p.
-A checkpoint's `max_new_tokens` is the default max_tokens (else 16, as vLLM's). generation_config.json
-is validated like SamplingParams: a bad value is named, never carried into a request.
+A checkpoint's `max_new_tokens` is the default max_tokens (else 16, as vLLM's). The keys taken from
+generation_config.json are vLLM's (ModelConfig.get_diff_sampling_param): repetition_penalty, temperature,
+top_k, top_p, min_p, max_new_tokens. It is validated like SamplingParams: a bad value is named, never
+carried into a request.
 """
 
 from __future__ import annotations
@@ -12,14 +14,14 @@ from typing import Any
 
 from vt.errors import ConfigError
 
-NEUTRAL = {"temperature": 1.0, "top_p": 1.0, "top_k": 0, "min_p": 0.0}
+NEUTRAL = {"temperature": 1.0, "top_p": 1.0, "top_k": 0, "min_p": 0.0, "repetition_penalty": 1.0}
 # A temperature below this samples greedily, as vLLM's does (its _SAMPLING_EPS): logits divided by less than ~1e-38
 # overflow float32 to infinities whose masses are NaN (the NumPy draw then raised: a fatal engine error), and long
 # before that the draw is the argmax to within rounding.
 GREEDY_BELOW = 1e-5
 MAX_BIAS = 100.0  # a logit_bias value's largest magnitude: OpenAI's range
 DEFAULT_MAX_TOKENS = 16
-GENERATION_KEYS = ("temperature", "top_p", "top_k", "min_p", "max_new_tokens")
+GENERATION_KEYS = ("repetition_penalty", "temperature", "top_p", "top_k", "min_p", "max_new_tokens")
 
 
 @dataclass(slots=True)
@@ -38,7 +40,7 @@ class SamplingParams:
     min_tokens: int = 0  # no EOS, stop token or stop string ends the output before this many tokens
     n: int = 1  # parallel samples of the prompt: they share its KV blocks; seeds seed, seed + 1, ...
     prompt_logprobs: int | None = None  # per prompt token, the top-n and the prompt's own token
-    repetition_penalty: float = 1.0  # > 1 discourages any token of the prompt or the output (HF's rule)
+    repetition_penalty: float | None = None  # > 1 discourages any token of the prompt or the output (HF's rule)
     presence_penalty: float = 0.0  # subtracted once from each token the output holds (OpenAI's rule)
     frequency_penalty: float = 0.0  # subtracted per occurrence in the output (OpenAI's rule)
     logit_bias: dict[int, float] | None = None  # token id -> added to its logit before penalties and filters
@@ -88,6 +90,8 @@ class SamplingParams:
         for name, lo, hi in (("repetition_penalty", 0.01, 100.0), ("presence_penalty", -2.0, 2.0),
                              ("frequency_penalty", -2.0, 2.0)):
             v = getattr(self, name)
+            if v is None and name == "repetition_penalty":  # None: the checkpoint's, else 1
+                continue
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not (lo <= v <= hi) or v == lo == 0.0:
                 raise ConfigError(f"{name}={v!r}: must be a number in {'(' if lo == 0 else '['}{lo}, {hi}]")
         lp = self.logprobs
@@ -142,7 +146,7 @@ class SamplingParams:
         return ResolvedParams(float(picked["temperature"]), float(picked["top_p"]), int(picked["top_k"]),
                               float(picked["min_p"]), int(max_tokens), list(self.stop), self.seed, self.ignore_eos,
                               tuple(self.stop_token_ids), self.include_stop_str_in_output,
-                              float(self.repetition_penalty), float(self.presence_penalty),
+                              float(picked["repetition_penalty"]), float(self.presence_penalty),
                               float(self.frequency_penalty), self.logprobs, self.min_tokens, self.n,
                               self.prompt_logprobs, bias,
                               None if self.allowed_token_ids is None else tuple(sorted(set(self.allowed_token_ids))),
