@@ -90,9 +90,12 @@ ENTRIES: list[Mutation] = [
     ),
     Mutation(
         id="never-fit-request-crashes",
-        description="a prompt longer than max_model_len is queued instead of failed",
+        description="a prompt that leaves max_model_len no room for one token is queued instead of refused up front: "
+                    "the engine dies of it (in process or in the engine process)",
         file="vt/engine/front/llm_engine.py", old="        if len(ids) >= self.cfg.max_model_len:", new="        if False:",
-        gates=(f"{CAP}::test_a_request_that_can_never_fit_gets_an_error_and_the_rest_finish",),
+        gates=tuple(f"{CAP}::test_a_request_that_can_never_fit_gets_an_error_and_the_rest_finish[{m}]"
+                    for m in ("in-process", "engine-process")),
+        expect="refused up front",
     ),
     Mutation(
         id="rope-rotates-the-wrong-way",

@@ -259,6 +259,9 @@ class LLMEngine:
         from vt.engine.sample.sampler import MAX_BANNED
 
         ids = self.tokenize(prompt)
+        if len(ids) >= self.cfg.max_model_len:  # refused before anything runs, as vLLM's input processor refuses it
+            raise RequestError(f"prompt has {len(ids)} tokens; max_model_len={self.cfg.max_model_len} leaves no room "
+                               f"for one generated token")
         resolved = (params or SamplingParams()).resolve(self.generation_config)
         if resolved.has_penalties and self.scheduler.num_spec_tokens:
             raise RequestError("repetition/presence/frequency penalties are not supported with speculative decoding")
@@ -282,8 +285,8 @@ class LLMEngine:
 
     def add_request(self, prompt: Prompt, params: SamplingParams | None = None,
                     request_id: str | None = None) -> Request:
-        """Bad input raises RequestError (nothing is queued). A request that can never fit is
-        returned already finished with an error; the engine carries on with the rest."""
+        """Bad input, or a prompt that leaves no room for one generated token, raises RequestError (nothing is
+        queued)."""
         ids, resolved = self.check_request(prompt, params)
         rid = request_id or f"req-{next(self._ids)}"
         ids_n = [rid] + [f"{rid}#{i}" for i in range(1, resolved.n)]
@@ -296,12 +299,8 @@ class LLMEngine:
             req.siblings = samples if resolved.n > 1 else None
             req.detok = (IncrementalDetokenizer(self.tokenizer, resolved.stop, resolved.include_stop_str_in_output)
                          if resolved.detokenize else NO_TEXT)
-            if len(ids) >= self.cfg.max_model_len:
-                req.finish("error", f"prompt has {len(ids)} tokens; max_model_len={self.cfg.max_model_len} leaves "
-                                    f"no room for one generated token")
-            else:
-                self.requests[req.id] = req
-                self.scheduler.add(req)
+            self.requests[req.id] = req
+            self.scheduler.add(req)
         return samples[0]
 
     def reset_prefix_cache(self) -> bool:
