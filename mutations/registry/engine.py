@@ -9,6 +9,8 @@ from mutations.registry.gates import BATCH, CAP, GEN, MODELS, ORACLE, per_model
 
 LANE_SCRIPTS = "tests/engine/test_lane_scripts.py::test_a_lane_script_refuses_bad_input_with_one_typed_line"
 
+BAD_CONFIG = "tests/engine/test_bad_input.py::test_an_engine_config_value_of_the_wrong_type_is_one_config_error_naming_its_field"
+
 ENTRIES: list[Mutation] = [
     Mutation(
         id="scheduler-preempts-oldest",
@@ -64,6 +66,36 @@ ENTRIES: list[Mutation] = [
         file="vt/engine/config.py", old="        if needed > self.num_blocks:", new="        if False:",
         gates=(f"{CAP}::test_startup_refuses_a_max_model_len_that_cannot_fit",
                f"{CAP}::test_startup_counts_the_drafts_kv_with_the_targets"),
+    ),
+    Mutation(
+        id="engine-config-token-budget-takes-a-float",
+        description="max_num_batched_tokens=100.5 is taken (then the first step fails the engine)",
+        file="vt/engine/config.py", old="        _need(_is_int(self.max_num_batched_tokens) and self.max_num_batched_tokens >= 0,",
+        new="        _need(True,",
+        gates=(f"{BAD_CONFIG}[batched-float]",), expect="DID NOT RAISE",
+    ),
+    Mutation(
+        id="engine-config-names-unchecked",
+        description="speculative_model and chat_template take any value: 5 fails deep inside, '' reads as the "
+                    "current directory",
+        file="vt/engine/config.py", old="            _need(v is None or isinstance(v, str) and bool(v.strip()), name, v,",
+        new="            _need(True, name, v,",
+        gates=tuple(f"{BAD_CONFIG}[{c}]" for c in ("draft-int", "draft-empty", "template-int", "template-empty")),
+    ),
+    Mutation(
+        id="engine-config-bool-is-an-int",
+        description="a bool is taken as an int where the field's own check allows it: seed=True is seed 1, "
+                    "tensor_parallel_size=True one rank",
+        file="vt/engine/config.py", old="            elif isinstance(v, bool):\n", new="            elif False:\n",
+        gates=tuple(f"{BAD_CONFIG}[{c}]" for c in ("seed-bool", "tp-bool")), expect="DID NOT RAISE",
+    ),
+    Mutation(
+        id="engine-config-none-is-not-the-default",
+        description="None, vLLM's 'not given', is refused for max_num_batched_tokens, max_num_seqs and block_size",
+        file="vt/engine/config.py", old="            if v is None and name in NONE_IS_DEFAULT:\n",
+        new="            if False:\n",
+        gates=("tests/engine/test_bad_input.py::test_none_is_the_default_and_numpy_ints_are_ints_in_engine_config",),
+        expect="was refused",
     ),
     Mutation(
         id="precedence-checkpoint-beats-explicit",

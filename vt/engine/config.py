@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import numbers
 from dataclasses import dataclass
 
 from vt.errors import CapacityError, ConfigError
+from vt.registry import BACKENDS, detect_backend
 
 NGRAM = "[ngram]"
 DTYPES = ("auto", "bfloat16", "float16", "float32")
+# Fields where None, vLLM's EngineArgs' "not given", is the field's own default (0: decided once sized)
+NONE_IS_DEFAULT = ("max_model_len", "num_blocks", "max_num_batched_tokens", "max_num_seqs", "block_size")
+INT_FIELDS = (*NONE_IS_DEFAULT, "num_speculative_tokens", "ngram_prompt_lookup_max", "seed", "tensor_parallel_size")
 
 
 def _is_int(v: object) -> bool:
@@ -50,20 +55,31 @@ class EngineConfig:
     chat_template: str | None = None  # a Jinja template (its file's path or its text) in place of the checkpoint's
 
     def __post_init__(self) -> None:
+        for name in INT_FIELDS:  # None is vLLM's "the default", a bool is no int, a NumPy integer is one
+            v = getattr(self, name)
+            if v is None and name in NONE_IS_DEFAULT:
+                setattr(self, name, EngineConfig.__dataclass_fields__[name].default)
+            elif isinstance(v, bool):
+                raise ConfigError(f"{name}={v!r}: must be an int, not a bool")
+            elif isinstance(v, numbers.Integral):
+                setattr(self, name, int(v))
         _need(isinstance(self.model, str) and bool(self.model), "model", self.model, "a model name or path")
+        _need(isinstance(self.backend, str) and self.backend in ("auto", *BACKENDS), "backend", self.backend,
+              f"auto or one of {', '.join(BACKENDS)}")
+        for name, what in (("speculative_model", "a draft checkpoint (a name or a directory) or [ngram]"),
+                           ("chat_template", "a Jinja template (its file's path or its text)")):
+            v = getattr(self, name)
+            _need(v is None or isinstance(v, str) and bool(v.strip()), name, v, f"{what}, or None")
         if self.backend == "auto":
-            from vt.registry import detect_backend
-
             self.backend = detect_backend()
         _need(isinstance(self.seed, int) and 0 <= self.seed < 2**63, "seed", self.seed, "an int in [0, 2**63)")
         _need(self.dtype in DTYPES, "dtype", self.dtype, f"one of {', '.join(DTYPES)}")
-        _need(self.startup_capture in (None, True, False), "startup_capture", self.startup_capture,
-              "True, False or None (on for CUDA)")
-        self.max_model_len = self.max_model_len or 0  # vLLM's None: the checkpoint's
-        self.num_blocks = self.num_blocks or 0
+        _need(self.startup_capture is None or isinstance(self.startup_capture, bool), "startup_capture",
+              self.startup_capture, "True, False or None (on for CUDA)")
         _need(_is_int(self.max_model_len) and self.max_model_len != 1 and self.max_model_len >= 0, "max_model_len",
               self.max_model_len, "an int >= 2, or 0 / None (the checkpoint's)")
-        _need(self.block_size in (8, 16, 32), "block_size", self.block_size, "8, 16 or 32")
+        _need(_is_int(self.block_size) and self.block_size in (8, 16, 32), "block_size", self.block_size,
+              "8, 16 or 32")
         _need(_is_int(self.num_blocks) and self.num_blocks >= 0, "num_blocks", self.num_blocks,
               "an int >= 1, or 0 / None (sized from memory)")
         u = self.gpu_memory_utilization
@@ -81,6 +97,8 @@ class EngineConfig:
               self.ngram_prompt_lookup_max, "an int >= 1")
         _need(_is_int(self.num_speculative_tokens) and self.num_speculative_tokens >= 0, "num_speculative_tokens",
               self.num_speculative_tokens, "an int >= 0")
+        _need(_is_int(self.max_num_batched_tokens) and self.max_num_batched_tokens >= 0, "max_num_batched_tokens",
+              self.max_num_batched_tokens, "an int >= 1, or 0 / None (8192, or max_model_len if larger)")
         _need(isinstance(self.enforce_eager, bool), "enforce_eager", self.enforce_eager, "True or False")
         _need(isinstance(self.tensor_parallel_size, int) and 1 <= self.tensor_parallel_size <= 8,
               "tensor_parallel_size", self.tensor_parallel_size, "an int in [1, 8]")
