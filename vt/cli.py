@@ -65,9 +65,7 @@ def _engine_kwargs(args: argparse.Namespace) -> dict:
     if getattr(args, "speculative_model", None):
         kw.update(speculative_model=args.speculative_model, num_speculative_tokens=args.num_speculative_tokens)
     elif getattr(args, "num_speculative_tokens", 0):  # it means nothing without a draft: said, not dropped
-        from vt.errors import ConfigError
-
-        raise ConfigError(f"--num-speculative-tokens {args.num_speculative_tokens}: needs --speculative-model")
+        kw.update(num_speculative_tokens=args.num_speculative_tokens)  # by EngineConfig's rule, as the API's
     return kw
 
 

@@ -11,6 +11,9 @@ LANE_SCRIPTS = "tests/engine/test_lane_scripts.py::test_a_lane_script_refuses_ba
 
 BAD_CONFIG = "tests/engine/test_bad_input.py::test_an_engine_config_value_of_the_wrong_type_is_one_config_error_naming_its_field"
 
+SPEC_OPTIONS = ("tests/engine/test_spec_decode_refusals.py::"
+                "test_a_speculation_option_without_its_speculation_is_refused_by_the_api_as_by_the_cli")
+
 ENTRIES: list[Mutation] = [
     Mutation(
         id="scheduler-preempts-oldest",
@@ -96,6 +99,21 @@ ENTRIES: list[Mutation] = [
         new="            if False:\n",
         gates=("tests/engine/test_bad_input.py::test_none_is_the_default_and_numpy_ints_are_ints_in_engine_config",),
         expect="was refused",
+    ),
+    Mutation(
+        id="api-draft-count-without-a-draft-taken",
+        description="LLM(num_speculative_tokens=4) without speculative_model builds an engine with no proposer, "
+                    "where the CLI refuses the flag",
+        file="vt/engine/config.py", old="        if n and self.speculative_model is None:\n", new="        if False:\n",
+        gates=(f"{SPEC_OPTIONS}[draft-count-without-a-draft]",), expect="DID NOT RAISE",
+    ),
+    Mutation(
+        id="ngram-window-without-ngram-ignored",
+        description="ngram_prompt_lookup_max is taken, and ignored, without speculative_model='[ngram]'",
+        file="vt/engine/config.py", old="        if lookup is not None and self.speculative_model != NGRAM:\n",
+        new="        if False:\n",
+        gates=tuple(f"{SPEC_OPTIONS}[{c}]" for c in ("ngram-window-without-ngram", "ngram-window-with-a-draft-model")),
+        expect="DID NOT RAISE",
     ),
     Mutation(
         id="precedence-checkpoint-beats-explicit",

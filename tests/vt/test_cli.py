@@ -57,9 +57,9 @@ def run_cli(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, s
       "--num-speculative-tokens", "2", *SMALL], "1 with speculative decoding"),
     # session 33's probe: each was taken in silence (the draft count without a draft) or found bad after the run
     (["generate", "--model", "tiny-qwen3", "--prompt", "hi", "--num-speculative-tokens", "3", *SMALL],
-     "--num-speculative-tokens 3: needs --speculative-model"),
+     "num_speculative_tokens=3: needs speculative_model"),
     (["generate", "--model", "tiny-qwen3", "--prompt", "hi", "--num-speculative-tokens", "-1", *SMALL],
-     "--num-speculative-tokens -1"),
+     "num_speculative_tokens=-1"),
     (["bench", "serve", "--base-url", "http://127.0.0.1:1", "--save-result", "/nonexistent/dir/out.json"],
      "--save-result /nonexistent/dir/out.json"),
     # session 34: engine flags beside a running server's URL were ignored in silence (bench-unreachable-server above

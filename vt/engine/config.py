@@ -9,6 +9,7 @@ from vt.errors import CapacityError, ConfigError
 from vt.registry import BACKENDS, detect_backend
 
 NGRAM = "[ngram]"
+NGRAM_LOOKUP_MAX = 3  # ngram_prompt_lookup_max's default
 DTYPES = ("auto", "bfloat16", "float16", "float32")
 # Fields where None, vLLM's EngineArgs' "not given", is the field's own default (0: decided once sized)
 NONE_IS_DEFAULT = ("max_model_len", "num_blocks", "max_num_batched_tokens", "max_num_seqs", "block_size")
@@ -42,7 +43,7 @@ class EngineConfig:
     startup_capture: bool | None = None
     speculative_model: str | None = None  # a draft checkpoint, or NGRAM for prompt lookup (no second model)
     num_speculative_tokens: int = 0
-    ngram_prompt_lookup_max: int = 3  # the longest context suffix the n-gram proposer matches
+    ngram_prompt_lookup_max: int | None = None  # the longest context suffix [ngram] matches; None: NGRAM_LOOKUP_MAX
     seed: int = 0
     dtype: str = "auto"  # auto: the checkpoint's dtype on CUDA, float32 compute on the CPU (see resolve_dtype)
     tensor_parallel_size: int = 1  # ranks, one process and one device each (vt/engine/worker/tp.py)
@@ -93,10 +94,9 @@ class EngineConfig:
         # ints checked as ints first: a string compared with one raised a bare TypeError (session 33's probe)
         _need(_is_int(self.max_num_seqs) and 1 <= self.max_num_seqs <= 1024, "max_num_seqs", self.max_num_seqs,
               "an int in [1, 1024]")
-        _need(_is_int(self.ngram_prompt_lookup_max) and self.ngram_prompt_lookup_max >= 1, "ngram_prompt_lookup_max",
-              self.ngram_prompt_lookup_max, "an int >= 1")
         _need(_is_int(self.num_speculative_tokens) and self.num_speculative_tokens >= 0, "num_speculative_tokens",
               self.num_speculative_tokens, "an int >= 0")
+        self._check_speculation_options()
         _need(_is_int(self.max_num_batched_tokens) and self.max_num_batched_tokens >= 0, "max_num_batched_tokens",
               self.max_num_batched_tokens, "an int >= 1, or 0 / None (8192, or max_model_len if larger)")
         _need(isinstance(self.enforce_eager, bool), "enforce_eager", self.enforce_eager, "True or False")
@@ -120,6 +120,16 @@ class EngineConfig:
             self._check_token_budget()
         if self.max_model_len and self.num_blocks:
             self.settle(self.max_model_len, self.num_blocks)
+
+    def _check_speculation_options(self) -> None:
+        """The options of a speculation that is not asked for mean nothing: said, not dropped (the CLI's
+        --num-speculative-tokens and the API's keywords meet this one rule)."""
+        n, lookup = self.num_speculative_tokens, self.ngram_prompt_lookup_max
+        if n and self.speculative_model is None:
+            raise ConfigError(f"num_speculative_tokens={n!r}: needs speculative_model (a draft checkpoint, or {NGRAM})")
+        if lookup is not None and self.speculative_model != NGRAM:
+            raise ConfigError(f"ngram_prompt_lookup_max={lookup!r}: needs speculative_model={NGRAM!r}")
+        _need(lookup is None or _is_int(lookup) and lookup >= 1, "ngram_prompt_lookup_max", lookup, "an int >= 1")
 
     def settle(self, max_model_len: int, num_blocks: int) -> None:
         """The checks and defaults that need max_model_len and num_blocks: at construction when both are given,

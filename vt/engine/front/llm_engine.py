@@ -222,14 +222,14 @@ class LLMEngine:
     def _make_proposer(self, ckpt: Any, stream: Any) -> Any:
         from models.loader import load_checkpoint, resolve_model
         from models.registry import load_model
-        from vt.engine.config import NGRAM
+        from vt.engine.config import NGRAM, NGRAM_LOOKUP_MAX
         from vt.engine.spec_decode.proposers import DraftModelProposer, NgramProposer
 
         cfg = self.cfg
         if cfg.speculative_model is None:
             return None
         if cfg.speculative_model == NGRAM:
-            return NgramProposer(cfg.num_speculative_tokens, cfg.ngram_prompt_lookup_max)
+            return NgramProposer(cfg.num_speculative_tokens, cfg.ngram_prompt_lookup_max or NGRAM_LOOKUP_MAX)
         draft = load_checkpoint(resolve_model(cfg.speculative_model))
         if draft.config.vocab_size != ckpt.config.vocab_size:
             raise ConfigError(f"speculative_model={cfg.speculative_model!r}: vocab_size "
