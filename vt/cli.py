@@ -179,6 +179,8 @@ def _bench_serve(args: argparse.Namespace) -> int:
                               f"be ignored (they configure the server --model starts)")
     if not args.request_rate > 0:  # NaN too
         raise ConfigError(f"--request-rate {args.request_rate}: must be > 0 (inf: all at once)")
+    if args.base_url is None and args.max_model_len > 0:  # the server --model starts: its length is known now
+        _check_lengths(args, args.max_model_len)
     if args.save_result:  # checked before the run: a path found bad at the end lost every level's rows
         folder = os.path.dirname(os.path.abspath(args.save_result))
         if not os.path.isdir(folder) or not os.access(folder, os.W_OK):
@@ -189,7 +191,9 @@ def _bench_serve(args: argparse.Namespace) -> int:
             print(f"vt: starting a server on {args.model} ...", file=sys.stderr, flush=True)
             url = stack.enter_context(server_process(args.model, _engine_flags(args)))
             print(f"vt: serving on {url}", file=sys.stderr, flush=True)
-        served = _served_model(url)  # also: the server answers at all, before any level runs
+        served, max_model_len = _served_model(url)  # also: the server answers at all, before any level runs
+        if max_model_len is not None:
+            _check_lengths(args, max_model_len)
         name = name or served
         rng = __import__("numpy").random.default_rng(args.seed)
         # one request first, not counted (as vLLM's benchmark does): the server's cold start is not a level's
@@ -212,18 +216,33 @@ def _bench_serve(args: argparse.Namespace) -> int:
     return 0 if all(r.failed == 0 for r in results) else 1
 
 
-def _served_model(url: str) -> str:
-    """The model a running server serves, from its /v1/models; a typed error if nothing answers there."""
+def _served_model(url: str) -> tuple[str, int | None]:
+    """The model a running server serves and its max_model_len (vLLM's and vt's /v1/models say it; None where a
+    server does not), from its /v1/models; a typed error if nothing answers there."""
     import httpx
 
     from vt.errors import ConfigError
 
     try:
         r = httpx.get(url.rstrip("/") + "/v1/models", timeout=30)
-        return str(r.json()["data"][0]["id"])
+        model = r.json()["data"][0]
+        length = model.get("max_model_len")
+        return str(model["id"]), length if isinstance(length, int) else None
     except (httpx.HTTPError, ValueError, KeyError, IndexError, TypeError) as e:
         raise ConfigError(f"--base-url {url}: no OpenAI-compatible server answered GET /v1/models "
                           f"({type(e).__name__}: {e})") from None
+
+
+def _check_lengths(args: argparse.Namespace, max_model_len: int) -> None:
+    """Every request's prompt and output fit max_model_len, or the run is refused before it starts: the engine
+    cuts an output at max_model_len (the ladder's rungs said ok over shortened outputs) and the server refuses
+    such a request (each failed, the run exited 1)."""
+    from vt.errors import ConfigError
+
+    total = args.input_len + args.output_len
+    if total > max_model_len:
+        raise ConfigError(f"--input-len {args.input_len} + --output-len {args.output_len} = {total} tokens: more "
+                          f"than max_model_len {max_model_len} holds (lower them, or raise --max-model-len)")
 
 
 def _ladder(args: argparse.Namespace) -> int:
@@ -236,7 +255,10 @@ def _ladder(args: argparse.Namespace) -> int:
     for name in ("input_len", "output_len", "num_prompts"):
         if getattr(args, name) < 1:
             raise ConfigError(f"--{name.replace('_', '-')} {getattr(args, name)}: must be >= 1")
+    if args.max_model_len > 0:
+        _check_lengths(args, args.max_model_len)  # before the model loads
     engine = _loaded(lambda: LLMEngine(EngineConfig(model=args.model, **_engine_kwargs(args))), args.model)
+    _check_lengths(args, engine.cfg.max_model_len)  # the checkpoint's, capped by what the KV cache holds
     rungs = run_ladder(engine, conc, args.input_len, args.output_len, args.num_prompts, args.seed,
                        show_progress=not args.json)
     if args.json:

@@ -5,7 +5,7 @@ per-request seeds, and the tiny models' RoPE and MoE router.
 from __future__ import annotations
 
 from mutations.model import Mutation
-from mutations.registry.gates import BATCH, CAP, GEN, MODELS, ORACLE, per_model
+from mutations.registry.gates import BATCH, CAP, CLI, GEN, MODELS, ORACLE, per_model
 
 LANE_SCRIPTS = "tests/engine/test_lane_scripts.py::test_a_lane_script_refuses_bad_input_with_one_typed_line"
 
@@ -114,6 +114,15 @@ ENTRIES: list[Mutation] = [
         new="        if False:\n",
         gates=tuple(f"{SPEC_OPTIONS}[{c}]" for c in ("ngram-window-without-ngram", "ngram-window-with-a-draft-model")),
         expect="DID NOT RAISE",
+    ),
+    Mutation(
+        id="ladder-cuts-outputs-short-in-silence",
+        description="vt ladder and vt bench serve run prompts and outputs that max_model_len cannot hold: the ladder "
+                    "reports ok over shortened outputs, the benchmark's requests all fail (exit 1)",
+        file="vt/cli.py", old="    if total > max_model_len:\n", new="    if False:\n",
+        gates=(*(f"{CLI}::test_bad_input_is_one_typed_line_and_exit_2[{c}]"
+                 for c in ("ladder-output-cut-short", "ladder-prompt-fills-the-context", "bench-output-cut-short")),
+               f"{CLI}::test_a_ladder_past_the_length_the_kv_cache_caps_is_refused_before_any_rung"),
     ),
     Mutation(
         id="precedence-checkpoint-beats-explicit",
