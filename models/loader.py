@@ -123,7 +123,10 @@ def _chat_template(path: Path, tok_cfg: Any) -> str | None:
     tokenizer config's chat_template (a string, or a list of named templates: the 'default' one)."""
     jinja = path / "chat_template.jinja"
     if jinja.is_file():
-        return jinja.read_text()
+        try:
+            return jinja.read_text(encoding="utf-8")
+        except UnicodeDecodeError as e:
+            raise CheckpointError(f"{jinja}: not UTF-8 text ({e})") from None
     t = tok_cfg.get("chat_template") if isinstance(tok_cfg, dict) else None
     if isinstance(t, list):
         t = next((x.get("template") for x in t if isinstance(x, dict) and x.get("name") == "default"), None)

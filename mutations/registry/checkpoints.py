@@ -212,6 +212,14 @@ ENTRIES += [
         gates=tuple(f"{DAMAGED}[{c}]" for c in ("config-not-utf8", "generation-not-utf8", "tokenizer-config-not-utf8")),
     ),
     Mutation(
+        id="chat-template-file-read-raw",
+        description="chat_template.jinja is read without catching bytes that are not UTF-8: a raw UnicodeDecodeError",
+        file="models/loader.py", old="        except UnicodeDecodeError as e:\n            raise CheckpointError(f\"{jinja}: not UTF-8",
+        new="        except OSError as e:\n            raise CheckpointError(f\"{jinja}: not UTF-8",
+        gates=(f"{ARCH_ERR}::test_a_chat_template_file_that_is_not_utf8_is_one_typed_error_naming_it",),
+        expect="UnicodeDecodeError",
+    ),
+    Mutation(
         id="generation-eos-takes-anything",
         description="generation_config.json's eos_token_id may hold strings or objects, which fail deep in the engine",
         file="models/config.py",

@@ -254,6 +254,16 @@ def test_a_damaged_json_file_beside_the_weights_is_one_typed_line(tmp_path: Path
     assert name in err and says in err, err
 
 
+def test_a_chat_template_file_that_is_not_utf8_is_one_typed_error_naming_it(tmp_path: Path) -> None:
+    """chat_template.jinja of bytes that are not UTF-8 raised a raw UnicodeDecodeError from the loader."""
+    d = _copy(tmp_path)
+    (d / "chat_template.jinja").write_text("{{ messages[0]['content'] }} \u00e9", encoding="utf-8")
+    assert load_checkpoint(d).chat_template == "{{ messages[0]['content'] }} \u00e9", "non-vacuity: UTF-8 is read"
+    (d / "chat_template.jinja").write_bytes(NOT_UTF8)
+    err = str(_error(d))
+    assert "chat_template.jinja" in err and "not UTF-8" in err, err
+
+
 EOS_OUTSIDE = {  # case: (file, its eos_token_id, the same file's eos_token_id that loads)
     "generation-past-the-vocab": ("generation_config.json", [0, 2, 600], [0, 2, 511]),
     "config-negative": ("config.json", -1, 511),
