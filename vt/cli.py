@@ -60,7 +60,7 @@ def _engine_kwargs(args: argparse.Namespace) -> dict:
               max_num_seqs=args.max_num_seqs, enforce_eager=args.enforce_eager, seed=args.seed, dtype=args.dtype,
               max_num_batched_tokens=args.max_num_batched_tokens, tensor_parallel_size=args.tensor_parallel_size,
               startup_capture={"auto": None, "on": True, "off": False}[args.startup_capture],
-              enable_prefix_caching=args.enable_prefix_caching, chat_template=args.chat_template,
+              enable_prefix_caching=args.enable_prefix_caching, chat_template=getattr(args, "chat_template", None),
               async_scheduling=args.async_scheduling)
     if getattr(args, "speculative_model", None):
         kw.update(speculative_model=args.speculative_model, num_speculative_tokens=args.num_speculative_tokens)
@@ -298,9 +298,9 @@ def _engine_args(p: argparse.ArgumentParser, max_model_len: int, num_blocks: int
                    help="longest prompt + output, in tokens (0: the checkpoint's, capped by the KV cache)")
     p.add_argument("--num-blocks", type=int, default=num_blocks,
                    help="KV cache blocks of 16 tokens (0: sized from memory; see --gpu-memory-utilization)")
-    p.add_argument("--gpu-memory-utilization", type=float, default=0.9,
-                   help="CUDA: the share of the GPU the engine may hold; the KV cache gets what the weights and "
-                        "the largest step leave")
+    p.add_argument("--gpu-memory-utilization", type=float, default=None,
+                   help="CUDA: the share of the GPU the engine may hold (unset: 0.9); the KV cache gets what the "
+                        "weights and the largest step leave. The CPU backend refuses it: see --kv-cache-gib")
     p.add_argument("--kv-cache-gib", type=float, help="the KV cache's size in GiB (over the utilization; the CPU's "
                                                       "default: 4, or a quarter of the available memory if less)")
     p.add_argument("--max-num-seqs", type=int, default=16, help="requests in one step at most")
@@ -316,8 +316,6 @@ def _engine_args(p: argparse.ArgumentParser, max_model_len: int, num_blocks: int
                         "default: on for CUDA where it applies")
     p.add_argument("--enable-prefix-caching", action=argparse.BooleanOptionalAction, default=True,
                    help="share the KV of full prompt blocks across requests (vLLM's automatic prefix caching)")
-    p.add_argument("--chat-template", help="a Jinja chat template (a file's path, or the template itself) in place "
-                                           "of the checkpoint's")
     p.add_argument("--seed", type=int, default=0, help="engine seed, and the request seed for generate")
     p.add_argument("--dtype", default="auto", choices=["auto", "bfloat16", "float16", "float32"],
                    help="what weights and the KV cache are held in (GEMMs accumulate in float32): auto is the "
@@ -375,6 +373,9 @@ def build_parser() -> argparse.ArgumentParser:
     srv.add_argument("--port", type=int, default=8000,
                      help="port to listen on (0: a free one, named in the first line)")
     srv.add_argument("--served-model-name", help="the model name clients use; unset: MODEL as given")
+    # the server's alone, as vLLM's (a FrontendArgs flag, not EngineArgs): generate and ladder render no chat
+    srv.add_argument("--chat-template", help="a Jinja chat template (a file's path, or the template itself) in place "
+                                             "of the checkpoint's")
     srv.add_argument("--api-key", help="clients of the /v1 routes must send 'Authorization: Bearer KEY' (unset: "
                                        "$VT_API_KEY, else no key)")
     srv.add_argument("--enable-prompt-tokens-details", action="store_true",

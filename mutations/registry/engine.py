@@ -125,6 +125,21 @@ ENTRIES: list[Mutation] = [
                f"{CLI}::test_a_ladder_past_the_length_the_kv_cache_caps_is_refused_before_any_rung"),
     ),
     Mutation(
+        id="cpu-takes-a-gpu-utilization-in-silence",
+        description="gpu_memory_utilization is taken on the CPU backend, where it sizes nothing (0.01 and 1.0 alike)",
+        file="vt/engine/config.py", old='        if u is not None and self.backend == "cpu":\n', new="        if False:\n",
+        gates=("tests/engine/test_memory_check.py::"
+               "test_gpu_memory_utilization_on_the_cpu_backend_is_refused_naming_kv_cache_gib",
+               f"{CLI}::test_bad_input_is_one_typed_line_and_exit_2[gpu-utilization-on-the-cpu]"),
+    ),
+    Mutation(
+        id="generate-takes-a-chat-template-it-never-uses",
+        description="vt generate takes --chat-template again and renders no chat with it",
+        file="vt/cli.py", old='    g.add_argument("--prompt", required=True, help="the prompt text")\n',
+        new='    g.add_argument("--prompt", required=True, help="the prompt text")\n    g.add_argument("--chat-template")\n',
+        gates=(f"{CLI}::test_chat_template_is_a_flag_of_vt_serve_alone_as_in_vllm[generate]",),
+    ),
+    Mutation(
         id="precedence-checkpoint-beats-explicit",
         description="generation_config.json overrides what the user set explicitly",
         file="vt/engine/sample/params.py",

@@ -76,6 +76,9 @@ def run_cli(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, s
      "--input-len 64 + --output-len 1 = 65 tokens: more than max_model_len 64"),
     (["bench", "serve", "--model", "tiny-qwen3", "--input-len", "60", "--output-len", "10", "--num-prompts", "1",
       "--max-concurrency", "1", *SMALL], "--input-len 60 + --output-len 10 = 70 tokens: more than max_model_len 64"),
+    # the CPU backend sizes its KV cache in GiB: the utilization of a GPU changed nothing, in silence
+    (["generate", "--model", "tiny-qwen3", "--backend", "cpu", "--prompt", "hi", "--gpu-memory-utilization", "0.01",
+      *SMALL], "gpu_memory_utilization=0.01: "),
 ], ids=["concurrency-0", "concurrency-negative", "concurrency-words", "no-prompts", "negative-seed",
         "negative-ladder-seed", "huge-max-tokens", "non-utf8-prompt", "prompt-too-long", "unknown-model",
         "negative-max-model-len",
@@ -84,7 +87,7 @@ def run_cli(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, s
         "serve-port-out-of-range", "generate-n-0", "negative-token-budget", "tp-indivisible", "tp-0",
         "tp-with-speculation", "draft-count-without-draft", "negative-draft-count", "save-result-nowhere",
         "bench-url-with-engine-flags", "bench-url-with-engine-flags-at-their-defaults", "ladder-output-cut-short",
-        "ladder-prompt-fills-the-context", "bench-output-cut-short"])
+        "ladder-prompt-fills-the-context", "bench-output-cut-short", "gpu-utilization-on-the-cpu"])
 def test_bad_input_is_one_typed_line_and_exit_2(argv: list[str], names: str, capsys) -> None:
     rc, err = run_cli(argv, capsys)
     assert rc == 2, (rc, err)
@@ -108,6 +111,17 @@ def test_a_ladder_past_the_length_the_kv_cache_caps_is_refused_before_any_rung(c
     engine = LLMEngine(EngineConfig(model="tiny-qwen3", backend="cpu", max_model_len=64, num_blocks=16))
     rung = run_ladder(engine, [2], 54, 10, 2)[0]
     assert [len(t) for t in rung.tokens] == [10, 10], "non-vacuity: 54 + 10 in 64 runs every output whole"
+
+
+@pytest.mark.parametrize("cmd", ["generate", "ladder"])
+def test_chat_template_is_a_flag_of_vt_serve_alone_as_in_vllm(cmd: str, capsys) -> None:
+    """vt generate and vt ladder render no chat: --chat-template was taken and never used. As vLLM's, it is a flag of
+    the server (vLLM's FrontendArgs, not EngineArgs: its offline benchmarks refuse it), refused elsewhere."""
+    argv = {"generate": ["generate", "--prompt", "hi"], "ladder": ["ladder", "--num-prompts", "1"]}[cmd]
+    rc, err = run_cli([*argv, "--model", "tiny-qwen3", *SMALL, "--chat-template", "{{ bogus }}"], capsys)
+    assert rc == 2 and "unrecognized arguments: --chat-template {{ bogus }}" in err, (rc, err)
+    served = build_parser().parse_args(["serve", "tiny-qwen3", "--chat-template", "{{ bogus }}"])
+    assert served.chat_template == "{{ bogus }}", "non-vacuity: vt serve takes it"
 
 
 def test_serve_on_a_port_in_use_is_one_typed_line_and_exit_2(capsys) -> None:

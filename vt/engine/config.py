@@ -10,6 +10,7 @@ from vt.registry import BACKENDS, detect_backend
 
 NGRAM = "[ngram]"
 NGRAM_LOOKUP_MAX = 3  # ngram_prompt_lookup_max's default
+GPU_MEMORY_UTILIZATION = 0.9  # gpu_memory_utilization's default on CUDA (vLLM's)
 DTYPES = ("auto", "bfloat16", "float16", "float32")
 # Fields where None, vLLM's EngineArgs' "not given", is the field's own default (0: decided once sized)
 NONE_IS_DEFAULT = ("max_model_len", "num_blocks", "max_num_batched_tokens", "max_num_seqs", "block_size")
@@ -31,7 +32,8 @@ class EngineConfig:
     backend: str = "auto"  # cpu, cuda, or auto: CUDA where CuPy sees a GPU, else the CPU
     max_model_len: int = 0  # 0 (or None): the checkpoint's, capped by what the KV cache holds
     num_blocks: int = 0  # KV blocks in the pool; 0 (or None): sized from memory (vt/engine/memory.py)
-    gpu_memory_utilization: float = 0.9  # CUDA: the share of the GPU the engine may hold; the KV cache gets the rest
+    # CUDA: the share of the GPU the engine may hold, the KV cache gets the rest; None: 0.9 (the CPU refuses one)
+    gpu_memory_utilization: float | None = None
     kv_cache_gib: float | None = None  # the KV cache's size in GiB (overrides the utilization); CPU default: 4 or less
     block_size: int = 16
     max_num_seqs: int = 16
@@ -83,9 +85,7 @@ class EngineConfig:
               "8, 16 or 32")
         _need(_is_int(self.num_blocks) and self.num_blocks >= 0, "num_blocks", self.num_blocks,
               "an int >= 1, or 0 / None (sized from memory)")
-        u = self.gpu_memory_utilization
-        _need(not isinstance(u, bool) and isinstance(u, (int, float)) and 0.0 < u <= 1.0, "gpu_memory_utilization", u,
-              "a number in (0, 1]")
+        self._check_gpu_memory_utilization()
         g = self.kv_cache_gib
         _need(g is None or not isinstance(g, bool) and isinstance(g, (int, float)) and 0.0 < g < 2**20, "kv_cache_gib",
               g, "a positive number of GiB, or None")
@@ -120,6 +120,18 @@ class EngineConfig:
             self._check_token_budget()
         if self.max_model_len and self.num_blocks:
             self.settle(self.max_model_len, self.num_blocks)
+
+    def _check_gpu_memory_utilization(self) -> None:
+        """A number in (0, 1] on CUDA (None: 0.9, vLLM's default). The CPU shares no GPU: its KV cache's size is
+        kv_cache_gib, so a utilization given there would change nothing, in silence (0.01 and 1.0 sized alike)."""
+        u = self.gpu_memory_utilization
+        _need(u is None or not isinstance(u, bool) and isinstance(u, (int, float)) and 0.0 < u <= 1.0,
+              "gpu_memory_utilization", u, "a number in (0, 1]")
+        if u is not None and self.backend == "cpu":
+            raise ConfigError(f"gpu_memory_utilization={u!r}: the CPU backend has no GPU to share; its KV cache's size "
+                              f"is kv_cache_gib (by default 4 GiB, or a quarter of the available memory if less)")
+        if u is None and self.backend != "cpu":
+            self.gpu_memory_utilization = GPU_MEMORY_UTILIZATION
 
     def _check_speculation_options(self) -> None:
         """The options of a speculation that is not asked for mean nothing: said, not dropped (the CLI's

@@ -185,6 +185,8 @@ class LLMEngine:
 
         if free_at_start is None:
             raise ConfigError("num_blocks: CUDA's free memory cannot be read; give num_blocks or kv_cache_gib")
+        if self.cfg.gpu_memory_utilization is None:
+            raise EngineInvariantError("gpu_memory_utilization is None on CUDA (EngineConfig sets 0.9 there)")
         own = self._non_kv_bytes(ckpt, free_at_start)
         return gpu_kv_budget(free_at_start[1], free_at_start[0], self.cfg.gpu_memory_utilization, own)
 
