@@ -74,6 +74,14 @@ ENTRIES: list[Mutation] = [
                f"{API}::test_min_tokens_holds_off_eos_and_stop_ids_then_lets_them_stop"),
     ),
     Mutation(
+        id="sampling-params-refuse-numpy-numbers",
+        description="SamplingParams(max_tokens=np.int64(5)) is refused as 'max_tokens=5: must be an int >= 1'",
+        file="vt/engine/sample/params.py", old="            setattr(self, name, _plain(getattr(self, name)))\n",
+        new="            pass\n",
+        gates=(f"{API}::test_numpy_numbers_are_taken_as_pythons_own_in_sampling_params",),
+        expect="NumPy numbers refused",
+    ),
+    Mutation(
         id="stop-token-text-kept",
         description="the EOS or stop token id that ends an output is detokenized: its text ends the output text "
                     "(vLLM leaves it out unless include_stop_str_in_output)",

@@ -9,6 +9,7 @@ carried into a request.
 
 from __future__ import annotations
 
+import numbers
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,6 +22,8 @@ NEUTRAL = {"temperature": 1.0, "top_p": 1.0, "top_k": 0, "min_p": 0.0, "repetiti
 GREEDY_BELOW = 1e-5
 MAX_BIAS = 100.0  # a logit_bias value's largest magnitude: OpenAI's range
 DEFAULT_MAX_TOKENS = 16
+NUMBERS = ("temperature", "top_p", "top_k", "min_p", "max_tokens", "seed", "logprobs", "min_tokens", "n",
+           "prompt_logprobs", "repetition_penalty", "presence_penalty", "frequency_penalty")
 GENERATION_KEYS = ("repetition_penalty", "temperature", "top_p", "top_k", "min_p", "max_new_tokens")
 
 
@@ -56,6 +59,7 @@ class SamplingParams:
                 setattr(self, name, [])
             elif not isinstance(v, (list, tuple)):
                 raise ConfigError(f"{name}={v!r}: must be a list{' or a string' if name == 'stop' else ''}")
+        self._plain_numbers()
         for name in ("ignore_eos", "include_stop_str_in_output"):
             if not isinstance(getattr(self, name), bool):  # "no" would read as True
                 raise ConfigError(f"{name}={getattr(self, name)!r}: must be True or False")
@@ -79,7 +83,7 @@ class SamplingParams:
             raise ConfigError(f"seed={self.seed!r}: must be an int in [0, 2**63)")
         mt = self.max_tokens
         if mt is not None and (isinstance(mt, bool) or not isinstance(mt, int) or mt < 1):
-            raise ConfigError(f"max_tokens={self.max_tokens}: must be an int >= 1")
+            raise ConfigError(f"max_tokens={self.max_tokens!r}: must be an int >= 1")
         if any(not isinstance(s, str) or not s for s in self.stop):
             raise ConfigError(f"stop={self.stop!r}: must be non-empty strings")
         if not isinstance(self.detokenize, bool) or (self.stop and not self.detokenize):
@@ -108,6 +112,17 @@ class SamplingParams:
         if any(isinstance(t, bool) or not isinstance(t, int) or t < 0 for t in self.stop_token_ids):
             raise ConfigError(f"stop_token_ids={self.stop_token_ids!r}: must be token ids (ints >= 0)")
         self._check_bias()
+
+    def _plain_numbers(self) -> None:
+        """NumPy numbers as Python's own, before any check: np.int64(5) is an int (numbers.Integral), np.float32 a
+        float; the engine process sends them as msgpack. A bool stays a bool, which no int field takes."""
+        for name in NUMBERS:
+            setattr(self, name, _plain(getattr(self, name)))
+        self.stop_token_ids = [_plain(t) for t in self.stop_token_ids]
+        if isinstance(self.allowed_token_ids, (list, tuple)):
+            self.allowed_token_ids = [_plain(t) for t in self.allowed_token_ids]
+        if isinstance(self.logit_bias, dict):
+            self.logit_bias = {_plain(t): _plain(b) for t, b in self.logit_bias.items()}
 
     def _check_bias(self) -> None:
         from vt.engine.sample.sampler import MAX_BIASED
@@ -151,6 +166,12 @@ class SamplingParams:
                               self.prompt_logprobs, bias,
                               None if self.allowed_token_ids is None else tuple(sorted(set(self.allowed_token_ids))),
                               detokenize=self.detokenize)
+
+
+def _plain(v: Any) -> Any:
+    if isinstance(v, bool) or not isinstance(v, numbers.Real):
+        return v
+    return int(v) if isinstance(v, numbers.Integral) else float(v)
 
 
 @dataclass(frozen=True, slots=True)
