@@ -93,10 +93,9 @@ class ModelConfig:
         try:
             heads = int(d["num_attention_heads"])
             hidden = int(d["hidden_size"])
-            eos = d.get("eos_token_id")
             rope_type, rope_theta, scaling = _rope(d)
             _refuse_unsupported(d)
-            return cls(
+            config = cls(
                 architecture=archs[0],
                 vocab_size=int(d["vocab_size"]),
                 hidden_size=hidden,
@@ -111,7 +110,6 @@ class ModelConfig:
                 tie_word_embeddings=bool(d.get("tie_word_embeddings", False)),
                 attention_bias=bool(d.get("attention_bias", False)),
                 bos_token_id=d.get("bos_token_id"),
-                eos_token_ids=tuple(int(x) for x in (eos if isinstance(eos, list) else ([] if eos is None else [eos]))),
                 num_experts=int(d.get("num_experts", d.get("num_local_experts", 0)) or 0),
                 num_experts_per_tok=int(d.get("num_experts_per_tok", 0) or 0),
                 moe_intermediate_size=int(d.get("moe_intermediate_size", 0) or 0),
@@ -124,6 +122,20 @@ class ModelConfig:
             )
         except (KeyError, TypeError, ValueError, AttributeError) as e:
             raise CheckpointError(f"config.json is malformed: {type(e).__name__}: {e}") from None
+        eos = d.get("eos_token_id")
+        config.eos_token_ids = () if eos is None else eos_ids_in_vocab(eos, "config.json", config.vocab_size)
+        return config
+
+
+def eos_ids_in_vocab(value: Any, where: str, vocab_size: int) -> tuple[int, ...]:
+    """An eos_token_id (config.json's or generation_config.json's: an id or a list of ids) as ids of the
+    vocabulary. One outside it loaded before, then failed the sampler that bans EOS ids until min_tokens (an
+    IndexError that killed the engine), or banned another token by negative indexing (-1: the last one)."""
+    ids = value if isinstance(value, list) else [value]
+    if not all(isinstance(i, int) and not isinstance(i, bool) and 0 <= i < vocab_size for i in ids):
+        raise CheckpointError(f"{where}: eos_token_id {value!r} is not a token id in [0, {vocab_size}) or a list "
+                              f"of them")
+    return tuple(ids)
 
 
 ROPE_TYPES = ("default", "llama3", "yarn")

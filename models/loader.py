@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from models.config import ModelConfig
+from models.config import ModelConfig, eos_ids_in_vocab
 from models.safetensors_io import LazyWeights, TensorInfo, check_dtype, read_header
 from vt.errors import CheckpointError
 
@@ -47,14 +47,6 @@ def _read_json(path: Path, required: bool = True) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise CheckpointError(f"{path}: not a JSON object (a {type(data).__name__})")
     return data
-
-
-def _token_ids(value: Any, where: str) -> tuple[int, ...]:
-    """An id or a list of ids (config.json's and generation_config.json's eos_token_id), as a tuple."""
-    ids = value if isinstance(value, list) else [value]
-    if not all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in ids):
-        raise CheckpointError(f"{where}: eos_token_id {value!r} is not a token id or a list of them")
-    return tuple(ids)
 
 
 def _headers(path: Path) -> dict[str, TensorInfo]:
@@ -112,7 +104,7 @@ def load_checkpoint(path: str | Path) -> Checkpoint:
     check_manifest(config, infos)  # before any weight is read
     gen = _read_json(path / "generation_config.json", required=False)
     if gen.get("eos_token_id") is not None:
-        gen_eos = _token_ids(gen["eos_token_id"], str(path / "generation_config.json"))
+        gen_eos = eos_ids_in_vocab(gen["eos_token_id"], str(path / "generation_config.json"), config.vocab_size)
     tok_path = path / "tokenizer.json"
     if not tok_path.is_file():
         raise CheckpointError(f"tokenizer.json is missing from {path}")
@@ -131,7 +123,10 @@ def _chat_template(path: Path, tok_cfg: Any) -> str | None:
     tokenizer config's chat_template (a string, or a list of named templates: the 'default' one)."""
     jinja = path / "chat_template.jinja"
     if jinja.is_file():
-        return jinja.read_text()
+        try:
+            return jinja.read_text(encoding="utf-8")
+        except UnicodeDecodeError as e:
+            raise CheckpointError(f"{jinja}: not UTF-8 text ({e})") from None
     t = tok_cfg.get("chat_template") if isinstance(tok_cfg, dict) else None
     if isinstance(t, list):
         t = next((x.get("template") for x in t if isinstance(x, dict) and x.get("name") == "default"), None)

@@ -60,14 +60,12 @@ def _engine_kwargs(args: argparse.Namespace) -> dict:
               max_num_seqs=args.max_num_seqs, enforce_eager=args.enforce_eager, seed=args.seed, dtype=args.dtype,
               max_num_batched_tokens=args.max_num_batched_tokens, tensor_parallel_size=args.tensor_parallel_size,
               startup_capture={"auto": None, "on": True, "off": False}[args.startup_capture],
-              enable_prefix_caching=args.enable_prefix_caching, chat_template=args.chat_template,
+              enable_prefix_caching=args.enable_prefix_caching, chat_template=getattr(args, "chat_template", None),
               async_scheduling=args.async_scheduling)
     if getattr(args, "speculative_model", None):
         kw.update(speculative_model=args.speculative_model, num_speculative_tokens=args.num_speculative_tokens)
     elif getattr(args, "num_speculative_tokens", 0):  # it means nothing without a draft: said, not dropped
-        from vt.errors import ConfigError
-
-        raise ConfigError(f"--num-speculative-tokens {args.num_speculative_tokens}: needs --speculative-model")
+        kw.update(num_speculative_tokens=args.num_speculative_tokens)  # by EngineConfig's rule, as the API's
     return kw
 
 
@@ -181,6 +179,8 @@ def _bench_serve(args: argparse.Namespace) -> int:
                               f"be ignored (they configure the server --model starts)")
     if not args.request_rate > 0:  # NaN too
         raise ConfigError(f"--request-rate {args.request_rate}: must be > 0 (inf: all at once)")
+    if args.base_url is None and args.max_model_len > 0:  # the server --model starts: its length is known now
+        _check_lengths(args, args.max_model_len)
     if args.save_result:  # checked before the run: a path found bad at the end lost every level's rows
         folder = os.path.dirname(os.path.abspath(args.save_result))
         if not os.path.isdir(folder) or not os.access(folder, os.W_OK):
@@ -191,7 +191,9 @@ def _bench_serve(args: argparse.Namespace) -> int:
             print(f"vt: starting a server on {args.model} ...", file=sys.stderr, flush=True)
             url = stack.enter_context(server_process(args.model, _engine_flags(args)))
             print(f"vt: serving on {url}", file=sys.stderr, flush=True)
-        served = _served_model(url)  # also: the server answers at all, before any level runs
+        served, max_model_len = _served_model(url)  # also: the server answers at all, before any level runs
+        if max_model_len is not None:
+            _check_lengths(args, max_model_len)
         name = name or served
         rng = __import__("numpy").random.default_rng(args.seed)
         # one request first, not counted (as vLLM's benchmark does): the server's cold start is not a level's
@@ -214,18 +216,33 @@ def _bench_serve(args: argparse.Namespace) -> int:
     return 0 if all(r.failed == 0 for r in results) else 1
 
 
-def _served_model(url: str) -> str:
-    """The model a running server serves, from its /v1/models; a typed error if nothing answers there."""
+def _served_model(url: str) -> tuple[str, int | None]:
+    """The model a running server serves and its max_model_len (vLLM's and vt's /v1/models say it; None where a
+    server does not), from its /v1/models; a typed error if nothing answers there."""
     import httpx
 
     from vt.errors import ConfigError
 
     try:
         r = httpx.get(url.rstrip("/") + "/v1/models", timeout=30)
-        return str(r.json()["data"][0]["id"])
+        model = r.json()["data"][0]
+        length = model.get("max_model_len")
+        return str(model["id"]), length if isinstance(length, int) else None
     except (httpx.HTTPError, ValueError, KeyError, IndexError, TypeError) as e:
         raise ConfigError(f"--base-url {url}: no OpenAI-compatible server answered GET /v1/models "
                           f"({type(e).__name__}: {e})") from None
+
+
+def _check_lengths(args: argparse.Namespace, max_model_len: int) -> None:
+    """Every request's prompt and output fit max_model_len, or the run is refused before it starts: the engine
+    cuts an output at max_model_len (the ladder's rungs said ok over shortened outputs) and the server refuses
+    such a request (each failed, the run exited 1)."""
+    from vt.errors import ConfigError
+
+    total = args.input_len + args.output_len
+    if total > max_model_len:
+        raise ConfigError(f"--input-len {args.input_len} + --output-len {args.output_len} = {total} tokens: more "
+                          f"than max_model_len {max_model_len} holds (lower them, or raise --max-model-len)")
 
 
 def _ladder(args: argparse.Namespace) -> int:
@@ -238,7 +255,10 @@ def _ladder(args: argparse.Namespace) -> int:
     for name in ("input_len", "output_len", "num_prompts"):
         if getattr(args, name) < 1:
             raise ConfigError(f"--{name.replace('_', '-')} {getattr(args, name)}: must be >= 1")
+    if args.max_model_len > 0:
+        _check_lengths(args, args.max_model_len)  # before the model loads
     engine = _loaded(lambda: LLMEngine(EngineConfig(model=args.model, **_engine_kwargs(args))), args.model)
+    _check_lengths(args, engine.cfg.max_model_len)  # the checkpoint's, capped by what the KV cache holds
     rungs = run_ladder(engine, conc, args.input_len, args.output_len, args.num_prompts, args.seed,
                        show_progress=not args.json)
     if args.json:
@@ -278,9 +298,9 @@ def _engine_args(p: argparse.ArgumentParser, max_model_len: int, num_blocks: int
                    help="longest prompt + output, in tokens (0: the checkpoint's, capped by the KV cache)")
     p.add_argument("--num-blocks", type=int, default=num_blocks,
                    help="KV cache blocks of 16 tokens (0: sized from memory; see --gpu-memory-utilization)")
-    p.add_argument("--gpu-memory-utilization", type=float, default=0.9,
-                   help="CUDA: the share of the GPU the engine may hold; the KV cache gets what the weights and "
-                        "the largest step leave")
+    p.add_argument("--gpu-memory-utilization", type=float, default=None,
+                   help="CUDA: the share of the GPU the engine may hold (unset: 0.9); the KV cache gets what the "
+                        "weights and the largest step leave. The CPU backend refuses it: see --kv-cache-gib")
     p.add_argument("--kv-cache-gib", type=float, help="the KV cache's size in GiB (over the utilization; the CPU's "
                                                       "default: 4, or a quarter of the available memory if less)")
     p.add_argument("--max-num-seqs", type=int, default=16, help="requests in one step at most")
@@ -296,8 +316,6 @@ def _engine_args(p: argparse.ArgumentParser, max_model_len: int, num_blocks: int
                         "default: on for CUDA where it applies")
     p.add_argument("--enable-prefix-caching", action=argparse.BooleanOptionalAction, default=True,
                    help="share the KV of full prompt blocks across requests (vLLM's automatic prefix caching)")
-    p.add_argument("--chat-template", help="a Jinja chat template (a file's path, or the template itself) in place "
-                                           "of the checkpoint's")
     p.add_argument("--seed", type=int, default=0, help="engine seed, and the request seed for generate")
     p.add_argument("--dtype", default="auto", choices=["auto", "bfloat16", "float16", "float32"],
                    help="what weights and the KV cache are held in (GEMMs accumulate in float32): auto is the "
@@ -337,7 +355,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--ignore-eos", action="store_true", help="keep generating past the EOS token")
     g.add_argument("--n", type=int, default=1, help="parallel samples of the prompt (seeds seed, seed+1, ...)")
     g.add_argument("--min-tokens", type=int, default=0, help="no EOS or stop before this many tokens")
-    g.add_argument("--repetition-penalty", type=float, default=1.0, help="> 1 discourages repeats (HF's rule)")
+    g.add_argument("--repetition-penalty", type=float, default=None,
+                   help="> 1 discourages repeats (HF's rule); unset: the checkpoint's default, else 1")
     g.set_defaults(fn=_generate)
     lad = sub.add_parser("ladder", help="run a concurrency ladder like a serving benchmark", formatter_class=fmt)
     _engine_args(lad, 2048, 3744)
@@ -354,6 +373,9 @@ def build_parser() -> argparse.ArgumentParser:
     srv.add_argument("--port", type=int, default=8000,
                      help="port to listen on (0: a free one, named in the first line)")
     srv.add_argument("--served-model-name", help="the model name clients use; unset: MODEL as given")
+    # the server's alone, as vLLM's (a FrontendArgs flag, not EngineArgs): generate and ladder render no chat
+    srv.add_argument("--chat-template", help="a Jinja chat template (a file's path, or the template itself) in place "
+                                             "of the checkpoint's")
     srv.add_argument("--api-key", help="clients of the /v1 routes must send 'Authorization: Bearer KEY' (unset: "
                                        "$VT_API_KEY, else no key)")
     srv.add_argument("--enable-prompt-tokens-details", action="store_true",

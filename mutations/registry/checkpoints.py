@@ -124,6 +124,21 @@ ENTRIES: list[Mutation] = [
         gates=(f"{ARCH_ERR}::test_generation_config_max_new_tokens_is_the_default_max_tokens",),
     ),
     Mutation(
+        id="generation-config-repetition-penalty-unvalidated",
+        description="generation_config.json's repetition_penalty is not among the validated keys: -3 loads",
+        file="vt/engine/sample/params.py",
+        old='GENERATION_KEYS = ("repetition_penalty", "temperature",', new='GENERATION_KEYS = ("temperature",',
+        gates=(f"{ARCH_ERR}::test_generation_config_is_validated_like_sampling_params[repetition_penalty]",),
+        expect="DID NOT RAISE",
+    ),
+    Mutation(
+        id="generation-config-repetition-penalty-ignored",
+        description="a checkpoint's repetition_penalty is not the default penalty (vLLM applies it)",
+        file="vt/engine/sample/params.py", old='float(picked["repetition_penalty"])',
+        new="float(self.repetition_penalty or 1.0)",
+        gates=(f"{ARCH_ERR}::test_generation_config_repetition_penalty_is_the_default_penalty",),
+    ),
+    Mutation(
         id="cuda-backend-serves-any-head-dim",
         description="the CUDA backend loads a model of any head dim: at 80 or 96 the decode kernel's xor shuffles "
                     "mix keys' lanes and attend garbage, silently",
@@ -197,12 +212,28 @@ ENTRIES += [
         gates=tuple(f"{DAMAGED}[{c}]" for c in ("config-not-utf8", "generation-not-utf8", "tokenizer-config-not-utf8")),
     ),
     Mutation(
+        id="chat-template-file-read-raw",
+        description="chat_template.jinja is read without catching bytes that are not UTF-8: a raw UnicodeDecodeError",
+        file="models/loader.py", old="        except UnicodeDecodeError as e:\n            raise CheckpointError(f\"{jinja}: not UTF-8",
+        new="        except OSError as e:\n            raise CheckpointError(f\"{jinja}: not UTF-8",
+        gates=(f"{ARCH_ERR}::test_a_chat_template_file_that_is_not_utf8_is_one_typed_error_naming_it",),
+        expect="UnicodeDecodeError",
+    ),
+    Mutation(
         id="generation-eos-takes-anything",
         description="generation_config.json's eos_token_id may hold strings or objects, which fail deep in the engine",
-        file="models/loader.py",
-        old="    if not all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in ids):",
+        file="models/config.py",
+        old="    if not all(isinstance(i, int) and not isinstance(i, bool) and 0 <= i < vocab_size for i in ids):",
         new="    if False:",
         gates=(f"{DAMAGED}[eos-a-string]", f"{DAMAGED}[eos-an-object]"),
+    ),
+    Mutation(
+        id="eos-ids-unchecked-against-the-vocab",
+        description="an eos_token_id outside the vocabulary loads: 600 (vocab 512) fails the sampler that bans EOS "
+                    "until min_tokens (an IndexError that kills the engine), -1 bans the last token",
+        file="models/config.py", old=" and 0 <= i < vocab_size for i in ids):", new=" for i in ids):",
+        gates=tuple(f"{ARCH_ERR}::test_an_eos_id_outside_the_vocabulary_is_refused_at_load_by_file_and_field[{c}]"
+                    for c in ("config-negative", "config-the-vocab-size", "generation-past-the-vocab")),
     ),
     Mutation(
         id="config-reads-a-bare-architecture-string",

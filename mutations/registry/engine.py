@@ -5,9 +5,14 @@ per-request seeds, and the tiny models' RoPE and MoE router.
 from __future__ import annotations
 
 from mutations.model import Mutation
-from mutations.registry.gates import BATCH, CAP, GEN, MODELS, ORACLE, per_model
+from mutations.registry.gates import BATCH, CAP, CLI, GEN, MODELS, ORACLE, per_model
 
 LANE_SCRIPTS = "tests/engine/test_lane_scripts.py::test_a_lane_script_refuses_bad_input_with_one_typed_line"
+
+BAD_CONFIG = "tests/engine/test_bad_input.py::test_an_engine_config_value_of_the_wrong_type_is_one_config_error_naming_its_field"
+
+SPEC_OPTIONS = ("tests/engine/test_spec_decode_refusals.py::"
+                "test_a_speculation_option_without_its_speculation_is_refused_by_the_api_as_by_the_cli")
 
 ENTRIES: list[Mutation] = [
     Mutation(
@@ -66,6 +71,75 @@ ENTRIES: list[Mutation] = [
                f"{CAP}::test_startup_counts_the_drafts_kv_with_the_targets"),
     ),
     Mutation(
+        id="engine-config-token-budget-takes-a-float",
+        description="max_num_batched_tokens=100.5 is taken (then the first step fails the engine)",
+        file="vt/engine/config.py", old="        _need(_is_int(self.max_num_batched_tokens) and self.max_num_batched_tokens >= 0,",
+        new="        _need(True,",
+        gates=(f"{BAD_CONFIG}[batched-float]",), expect="DID NOT RAISE",
+    ),
+    Mutation(
+        id="engine-config-names-unchecked",
+        description="speculative_model and chat_template take any value: 5 fails deep inside, '' reads as the "
+                    "current directory",
+        file="vt/engine/config.py", old="            _need(v is None or isinstance(v, str) and bool(v.strip()), name, v,",
+        new="            _need(True, name, v,",
+        gates=tuple(f"{BAD_CONFIG}[{c}]" for c in ("draft-int", "draft-empty", "template-int", "template-empty")),
+    ),
+    Mutation(
+        id="engine-config-bool-is-an-int",
+        description="a bool is taken as an int where the field's own check allows it: seed=True is seed 1, "
+                    "tensor_parallel_size=True one rank",
+        file="vt/engine/config.py", old="            elif isinstance(v, bool):\n", new="            elif False:\n",
+        gates=tuple(f"{BAD_CONFIG}[{c}]" for c in ("seed-bool", "tp-bool")), expect="DID NOT RAISE",
+    ),
+    Mutation(
+        id="engine-config-none-is-not-the-default",
+        description="None, vLLM's 'not given', is refused for max_num_batched_tokens, max_num_seqs and block_size",
+        file="vt/engine/config.py", old="            if v is None and name in NONE_IS_DEFAULT:\n",
+        new="            if False:\n",
+        gates=("tests/engine/test_bad_input.py::test_none_is_the_default_and_numpy_ints_are_ints_in_engine_config",),
+        expect="was refused",
+    ),
+    Mutation(
+        id="api-draft-count-without-a-draft-taken",
+        description="LLM(num_speculative_tokens=4) without speculative_model builds an engine with no proposer, "
+                    "where the CLI refuses the flag",
+        file="vt/engine/config.py", old="        if n and self.speculative_model is None:\n", new="        if False:\n",
+        gates=(f"{SPEC_OPTIONS}[draft-count-without-a-draft]",), expect="DID NOT RAISE",
+    ),
+    Mutation(
+        id="ngram-window-without-ngram-ignored",
+        description="ngram_prompt_lookup_max is taken, and ignored, without speculative_model='[ngram]'",
+        file="vt/engine/config.py", old="        if lookup is not None and self.speculative_model != NGRAM:\n",
+        new="        if False:\n",
+        gates=tuple(f"{SPEC_OPTIONS}[{c}]" for c in ("ngram-window-without-ngram", "ngram-window-with-a-draft-model")),
+        expect="DID NOT RAISE",
+    ),
+    Mutation(
+        id="ladder-cuts-outputs-short-in-silence",
+        description="vt ladder and vt bench serve run prompts and outputs that max_model_len cannot hold: the ladder "
+                    "reports ok over shortened outputs, the benchmark's requests all fail (exit 1)",
+        file="vt/cli.py", old="    if total > max_model_len:\n", new="    if False:\n",
+        gates=(*(f"{CLI}::test_bad_input_is_one_typed_line_and_exit_2[{c}]"
+                 for c in ("ladder-output-cut-short", "ladder-prompt-fills-the-context", "bench-output-cut-short")),
+               f"{CLI}::test_a_ladder_past_the_length_the_kv_cache_caps_is_refused_before_any_rung"),
+    ),
+    Mutation(
+        id="cpu-takes-a-gpu-utilization-in-silence",
+        description="gpu_memory_utilization is taken on the CPU backend, where it sizes nothing (0.01 and 1.0 alike)",
+        file="vt/engine/config.py", old='        if u is not None and self.backend == "cpu":\n', new="        if False:\n",
+        gates=("tests/engine/test_memory_check.py::"
+               "test_gpu_memory_utilization_on_the_cpu_backend_is_refused_naming_kv_cache_gib",
+               f"{CLI}::test_bad_input_is_one_typed_line_and_exit_2[gpu-utilization-on-the-cpu]"),
+    ),
+    Mutation(
+        id="generate-takes-a-chat-template-it-never-uses",
+        description="vt generate takes --chat-template again and renders no chat with it",
+        file="vt/cli.py", old='    g.add_argument("--prompt", required=True, help="the prompt text")\n',
+        new='    g.add_argument("--prompt", required=True, help="the prompt text")\n    g.add_argument("--chat-template")\n',
+        gates=(f"{CLI}::test_chat_template_is_a_flag_of_vt_serve_alone_as_in_vllm[generate]",),
+    ),
+    Mutation(
         id="precedence-checkpoint-beats-explicit",
         description="generation_config.json overrides what the user set explicitly",
         file="vt/engine/sample/params.py",
@@ -90,9 +164,12 @@ ENTRIES: list[Mutation] = [
     ),
     Mutation(
         id="never-fit-request-crashes",
-        description="a prompt longer than max_model_len is queued instead of failed",
+        description="a prompt that leaves max_model_len no room for one token is queued instead of refused up front: "
+                    "the engine dies of it (in process or in the engine process)",
         file="vt/engine/front/llm_engine.py", old="        if len(ids) >= self.cfg.max_model_len:", new="        if False:",
-        gates=(f"{CAP}::test_a_request_that_can_never_fit_gets_an_error_and_the_rest_finish",),
+        gates=tuple(f"{CAP}::test_a_request_that_can_never_fit_gets_an_error_and_the_rest_finish[{m}]"
+                    for m in ("in-process", "engine-process")),
+        expect="refused up front",
     ),
     Mutation(
         id="rope-rotates-the-wrong-way",

@@ -7,7 +7,17 @@ from __future__ import annotations
 from mutations.model import Mutation
 from mutations.registry.gates import API, API_ORACLE, DETOK, FIL, FILC, PEN
 
+FAILURES = "tests/engine/test_failures.py"
+
 ENTRIES: list[Mutation] = [
+    Mutation(
+        id="offline-llm-steps-a-dead-engine-again",
+        description="a fatal step error is raised typed, but the LLM is not marked dead: the failed requests stay "
+                    "queued and the next call steps them again (here they spin unsampled: the call hangs)",
+        file="vt/engine/front/llm.py", old="            self.dead = e\n", new="",
+        gates=(f"{FAILURES}::test_a_fatal_step_error_leaves_the_offline_llm_dead_with_its_cause_never_stuck",),
+        expect="it hangs",
+    ),
     Mutation(
         id="prompt-dict-iterated-as-a-list",
         description="a single {'prompt': ...} dict is taken as a list of prompts: vt generates for the word 'prompt'",
@@ -62,6 +72,31 @@ ENTRIES: list[Mutation] = [
         file="vt/engine/front/llm_engine.py", old="        elif can_stop and token in p.stop_token_ids:", new="        elif False:",
         gates=(f"{API}::test_a_stop_token_id_finishes_with_its_id_as_the_stop_reason",
                f"{API}::test_min_tokens_holds_off_eos_and_stop_ids_then_lets_them_stop"),
+    ),
+    Mutation(
+        id="sampling-params-refuse-numpy-numbers",
+        description="SamplingParams(max_tokens=np.int64(5)) is refused as 'max_tokens=5: must be an int >= 1'",
+        file="vt/engine/sample/params.py", old="            setattr(self, name, _plain(getattr(self, name)))\n",
+        new="            pass\n",
+        gates=(f"{API}::test_numpy_numbers_are_taken_as_pythons_own_in_sampling_params",),
+        expect="NumPy numbers refused",
+    ),
+    Mutation(
+        id="stop-token-text-kept",
+        description="the EOS or stop token id that ends an output is detokenized: its text ends the output text "
+                    "(vLLM leaves it out unless include_stop_str_in_output)",
+        file="vt/engine/front/llm_engine.py",
+        old="        stop = r.detok.add(token, can_stop) if not ends or p.include_stop_str_in_output else None\n",
+        new="        stop = r.detok.add(token, can_stop)\n",
+        gates=(f"{API}::test_the_stop_tokens_text_is_left_out_unless_include_stop_str_in_output[in-process]",),
+    ),
+    Mutation(
+        id="front-detokenizes-the-stop-token",
+        description="the engine process's front detokenizes the EOS or stop token id that ended an output: its text "
+                    "ends the output text, unlike the in-process engine's",
+        file="vt/engine/core/proc.py", old="                for t in ids[:-1] if ends else ids:\n",
+        new="                for t in ids:\n",
+        gates=(f"{API}::test_the_stop_tokens_text_is_left_out_unless_include_stop_str_in_output[engine-process]",),
     ),
     Mutation(
         id="include-stop-str-ignored",

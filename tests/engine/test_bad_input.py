@@ -81,6 +81,51 @@ def test_bad_engine_config_names_the_field(kw: dict, field: str) -> None:
         EngineConfig(model="tiny-qwen3", **kw)
 
 
+WRONG_TYPES = {  # id: a value of the wrong type for one field (each raised a TypeError, or passed, before)
+    "batched-float": {"max_num_batched_tokens": 100.5}, "batched-bool": {"max_num_batched_tokens": True},
+    "block-float": {"block_size": 16.0}, "block-bool": {"block_size": True},
+    "draft-int": {"speculative_model": 5}, "draft-empty": {"speculative_model": ""},
+    "template-int": {"chat_template": 5}, "template-empty": {"chat_template": ""},
+    "seed-bool": {"seed": True}, "tp-bool": {"tensor_parallel_size": True}, "capture-int": {"startup_capture": 1},
+    "len-false": {"max_model_len": False}, "blocks-float": {"num_blocks": 8.0}, "backend-int": {"backend": 5},
+    "seqs-float": {"max_num_seqs": 4.0}, "prefix-int": {"enable_prefix_caching": 1},
+}
+
+
+@pytest.mark.parametrize("case", sorted(WRONG_TYPES))
+def test_an_engine_config_value_of_the_wrong_type_is_one_config_error_naming_its_field(case: str) -> None:
+    """A float, a bool (which is no int either), an int where a name belongs, an empty name: one ConfigError line
+    naming the field, never a TypeError from deep inside, nor a value taken (100.5 batched tokens was accepted,
+    then the first step died; "" as the draft resolved to the current directory)."""
+    from vt.engine.config import EngineConfig
+
+    kw = {"model": "tiny-qwen3", "backend": "cpu", "max_model_len": 64, "num_blocks": 8, **WRONG_TYPES[case]}
+    field = next(iter(WRONG_TYPES[case]))
+    with pytest.raises(Exception) as ei:
+        EngineConfig(**kw)
+    msg = str(ei.value)
+    assert isinstance(ei.value, ConfigError) and msg.startswith(f"{field}=") and "\n" not in msg, \
+        f"{type(ei.value).__name__}: {msg}"
+
+
+def test_none_is_the_default_and_numpy_ints_are_ints_in_engine_config() -> None:
+    """vLLM's EngineArgs write None for "the default" (max_num_batched_tokens, max_num_seqs, block_size); a NumPy
+    integer is an integer (numbers.Integral), kept as a Python int."""
+    import numpy as np
+
+    from vt.engine.config import EngineConfig
+
+    try:
+        cfg, refusal = EngineConfig(model="tiny-qwen3", backend="cpu", max_model_len=np.int64(64),
+                                    num_blocks=np.int32(8), max_num_batched_tokens=None, max_num_seqs=None,
+                                    block_size=None), None  # type: ignore[arg-type]
+    except ConfigError as e:
+        refusal = str(e)  # asserted outside the handler: the failure reads as this test's, not as the error's
+    assert refusal is None, f"None or a NumPy integer was refused: {refusal}"
+    got = (cfg.max_model_len, cfg.num_blocks, cfg.max_num_batched_tokens, cfg.max_num_seqs, cfg.block_size)
+    assert got == (64, 8, 8192, 16, 16) and all(type(v) is int for v in got), got
+
+
 def _copy(tmp_path: Path) -> Path:
     dest = tmp_path / "ckpt"
     shutil.copytree(resolve_model("tiny-qwen3"), dest)

@@ -71,14 +71,31 @@ def test_a_step_that_preempted_admits_nothing() -> None:
     assert out.preempted_ids and not out.new_reqs and "r2" not in out.scheduled_ids
 
 
-def test_a_request_that_can_never_fit_gets_an_error_and_the_rest_finish() -> None:
-    llm = LLM(model="tiny-qwen3", max_model_len=32, num_blocks=16, max_num_seqs=4)
-    too_long = list(range(3, 43))  # 40 tokens > max_model_len
-    outs = llm.generate(["short one", too_long, "another short one"],
-                        SamplingParams(temperature=0, max_tokens=8, ignore_eos=True))
-    assert outs[1].finish_reason == "error" and "max_model_len=32" in (outs[1].error or "")
-    assert [o.finish_reason for o in (outs[0], outs[2])] == ["length", "length"]
-    assert all(len(o.token_ids) == 8 for o in (outs[0], outs[2]))
+@pytest.mark.parametrize("engine_process", [False, True], ids=["in-process", "engine-process"])
+def test_a_request_that_can_never_fit_gets_an_error_and_the_rest_finish(engine_process: bool) -> None:
+    """vLLM's rule (its input processor raises ValueError before any prompt of the batch runs, and LLM.generate
+    aborts what it had added): a prompt that leaves no room for one generated token refuses its batch with a
+    RequestError, and the rest, resubmitted, finish; nothing was run or lost unsaid. The in-process engine used to
+    run the others and return this one as an output with finish_reason "error" while the engine process raised:
+    now both raise."""
+    from tests.helpers import ends_within
+    from vt.errors import RequestError
+
+    llm = LLM(model="tiny-qwen3", backend="cpu", max_model_len=32, num_blocks=16, max_num_seqs=4,
+              engine_process=engine_process)
+    sp = SamplingParams(temperature=0, max_tokens=8, ignore_eos=True)
+    try:
+        for too_long in (list(range(3, 43)), list(range(3, 35))):  # 40 tokens, and exactly max_model_len
+            box = ends_within(lambda p=too_long: llm.generate(["short one", p, "another short one"], sp), 60)
+            said = f"prompt has {len(too_long)} tokens; max_model_len=32"
+            assert isinstance(box.get("error"), RequestError) and said in str(box["error"]), f"refused up front: {box}"
+        if not engine_process:
+            assert not llm.engine.has_unfinished(), "nothing of the refused batch was queued"
+        outs = llm.generate(["short one", list(range(3, 34)), "another short one"], sp)  # 31 tokens: room for one
+        assert [len(o.token_ids) for o in outs] == [8, 1, 8], "non-vacuity: the engine serves on, to the last slot"
+    finally:
+        if engine_process:
+            llm.engine.close()
 
 
 def test_generation_stops_at_max_model_len_without_overrunning_the_block_table() -> None:

@@ -57,6 +57,30 @@ def test_a_fatal_error_prints_the_traceback_and_the_requests_in_flight(monkeypat
     assert "requests in flight" in err and a.id in err and b.id in err
 
 
+def test_a_fatal_step_error_leaves_the_offline_llm_dead_with_its_cause_never_stuck(monkeypatch) -> None:
+    """vLLM's rule: an engine step that raised leaves the engine's state unknown (its requests still queued), so
+    the engine is dead: the call raises EngineDeadError naming the cause, and so does every later call, as the
+    engine-process LLM does. (The failed requests used to stay queued: each later generate stepped them again
+    into the same raw IndexError, or served them beside its own.)"""
+    from tests.helpers import ends_within
+    from vt.errors import EngineDeadError
+
+    llm = LLM(model="tiny-qwen3", backend="cpu", max_model_len=128, num_blocks=32, max_num_seqs=4)
+    sp = SamplingParams(temperature=0, max_tokens=4, ignore_eos=True)
+    assert len(llm.generate("alpha", sp)[0].token_ids) == 4, "non-vacuity: it served before the fault"
+
+    def boom(out):
+        raise IndexError("index 600 is out of bounds for axis 1 with size 512")
+
+    monkeypatch.setattr(llm.engine.runner, "execute", boom)
+    with pytest.raises(EngineDeadError, match="fatal error: IndexError: index 600"):
+        llm.generate(["beta", "gamma"], sp)
+    monkeypatch.undo()  # the fault is gone; what it left behind is not known (stepped again, the two spin unsampled)
+    for call in (lambda: llm.generate("delta", sp), llm.reset_prefix_cache):
+        box = ends_within(call, 20)
+        assert isinstance(box.get("error"), EngineDeadError) and "IndexError: index 600" in str(box["error"]), box
+
+
 def _poison_token(llm: LLM, token: int) -> None:
     """Make one token's embedding NaN: any request that reads it produces NaN logits and KV."""
     w = llm.engine.model.w["embed"]

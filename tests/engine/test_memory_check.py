@@ -121,6 +121,22 @@ def test_bad_sizing_arguments_are_refused_by_name(kw: dict) -> None:
         EngineConfig("tiny-qwen3", backend="cpu", **kw)
 
 
+def test_gpu_memory_utilization_on_the_cpu_backend_is_refused_naming_kv_cache_gib() -> None:
+    """On the CPU the KV cache's size is kv_cache_gib (its default: 4 GiB, or a quarter of the available memory):
+    a utilization of a GPU was taken and changed nothing (0.01 and 1.0 gave the same num_blocks). Now refused by
+    name; on CUDA it is taken, 0.9 when not given."""
+    from vt.engine.config import EngineConfig
+
+    for backend, given in (("cpu", None), ("cuda", None), ("cuda", 0.5)):
+        kw = {} if given is None else {"gpu_memory_utilization": given}
+        cfg = EngineConfig("tiny-qwen3", backend=backend, **kw)  # type: ignore[arg-type]
+        want = None if backend == "cpu" else given or 0.9
+        assert cfg.gpu_memory_utilization == want, (backend, given, cfg.gpu_memory_utilization)
+    for u in (0.01, 1.0):
+        with pytest.raises(ConfigError, match=f"gpu_memory_utilization={u}: .*kv_cache_gib"):
+            EngineConfig("tiny-qwen3", backend="cpu", gpu_memory_utilization=u)
+
+
 def _sized_at(utilization: float) -> tuple[LLM | None, str | None]:
     """A tiny CUDA engine at this utilization, or the line that refused it."""
     try:

@@ -63,6 +63,79 @@ def test_a_stop_token_id_finishes_with_its_id_as_the_stop_reason(llm: LLM) -> No
         llm.generate("x", SamplingParams(stop_token_ids=[10**6]))
 
 
+@pytest.mark.parametrize("engine_process", [False, True], ids=["in-process", "engine-process"])
+def test_the_stop_tokens_text_is_left_out_unless_include_stop_str_in_output(llm: LLM, tmp_path, engine_process: bool
+                                                                            ) -> None:
+    """vLLM's rule (vllm/v1/engine/detokenizer.py, update(stop_terminated)): an output that a stop token id or EOS
+    ended keeps that token's id, not its text, unless include_stop_str_in_output. Here EOS is a plain token, whose
+    text skip_special_tokens keeps, as a checkpoint may declare it."""
+    import json
+    import shutil
+
+    from models.loader import resolve_model
+
+    prompt, tok = "The cat sat", llm.engine.tokenizer
+    free = llm.generate(prompt, SamplingParams(temperature=0, max_tokens=12, ignore_eos=True))[0].token_ids
+    at = next(i for i, t in enumerate(free) if i >= 2 and t not in free[:i] and tok.decode([t]).strip()
+              and "\ufffd" not in tok.decode(free[: i + 1]))  # a token with whole characters of text
+    stop = free[at]
+    assert not {0, 2} & set(free[: at + 1]), "non-vacuity: the checkpoint's own EOS ids end nothing before it"
+    ckpt = tmp_path / "ckpt"  # EOS is that token: generation_config.json's eos_token_id
+    shutil.copytree(resolve_model("tiny-qwen3"), ckpt)
+    gen = json.loads((ckpt / "generation_config.json").read_text())
+    (ckpt / "generation_config.json").write_text(json.dumps({**gen, "eos_token_id": [stop]}))
+    eng = LLM(str(ckpt), backend="cpu", max_model_len=128, num_blocks=32, engine_process=engine_process)
+    try:
+        for ends, kw in (("stop id", dict(ignore_eos=True, stop_token_ids=[stop])), ("eos", {})):
+            for keep in (False, True):
+                out = eng.generate(prompt, SamplingParams(temperature=0, max_tokens=12, include_stop_str_in_output=keep,
+                                                          **kw))[0].outputs[0]
+                assert out.finish_reason == "stop" and out.token_ids == free[: at + 1], (ends, keep, out)
+                want = tok.decode(free[: at + (1 if keep else 0)], skip_special_tokens=True)
+                assert out.text == want, (ends, keep, out.text, want)
+    finally:
+        if engine_process:
+            eng.engine.close()
+    assert tok.decode(free[: at + 1], skip_special_tokens=True) != tok.decode(free[:at], skip_special_tokens=True), \
+        "non-vacuity: the stop token has text of its own"
+
+
+def test_numpy_numbers_are_taken_as_pythons_own_in_sampling_params(llm: LLM) -> None:
+    """SamplingParams(max_tokens=np.int64(5)) was refused ("max_tokens=5: must be an int >= 1"): a NumPy integer is
+    an integer (numbers.Integral), a NumPy float a number; each is kept as Python's own (the engine process sends
+    them as msgpack). A bool is still no int."""
+    import numpy as np
+
+    from vt.errors import ConfigError
+
+    plain = dict(max_tokens=5, top_k=3, seed=7, n=2, min_tokens=1, logprobs=2, prompt_logprobs=1, temperature=0.5,
+                 top_p=0.75, min_p=0.125, repetition_penalty=1.25, presence_penalty=0.5, frequency_penalty=0.25,
+                 stop_token_ids=[7], logit_bias={5: 1.5}, allowed_token_ids=[5, 6, 7, 9, 11])
+    ints = (np.int64, np.int32, np.uint64, np.int16, np.int8, np.int64, np.uint8)
+
+    def as_numpy(v: object, i: int) -> object:
+        if isinstance(v, dict):
+            return {np.int64(t): np.float32(b) for t, b in v.items()}
+        if isinstance(v, list):
+            return [np.int32(t) for t in v]
+        return np.float32(v) if isinstance(v, float) else ints[i % len(ints)](v)
+
+    numpy = {k: as_numpy(v, i) for i, (k, v) in enumerate(plain.items())}
+    try:
+        sp, refusal = SamplingParams(**numpy), None
+    except ConfigError as e:
+        refusal = str(e)  # asserted outside the handler: the failure reads as this test's, not as the error's
+    assert refusal is None, f"NumPy numbers refused: {refusal}"
+    assert sp == SamplingParams(**plain), "the same values"
+    loose = [k for k in plain if type(getattr(sp, k)) not in (int, float, list, dict)]
+    ids = [*sp.stop_token_ids, *(sp.allowed_token_ids or []), *(sp.logit_bias or {})]
+    assert not loose and {type(t) for t in ids} == {int}, (loose, ids)
+    want, got = (llm.generate("Hello", p)[0] for p in (SamplingParams(**plain), sp))
+    assert [c.token_ids for c in got.outputs] == [c.token_ids for c in want.outputs] and want.outputs[0].token_ids
+    with pytest.raises(ConfigError, match="max_tokens=True"):
+        SamplingParams(max_tokens=True)  # type: ignore[arg-type]
+
+
 def test_include_stop_str_in_output_keeps_the_stop_string(llm: LLM) -> None:
     text = llm.generate("Once upon a time", SamplingParams(temperature=0, max_tokens=12, ignore_eos=True))[0].text
     stop = text[2:4]

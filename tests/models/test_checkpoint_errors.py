@@ -97,8 +97,10 @@ def test_sliding_windows_are_refused_clearly(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("gen, match", [({"top_p": 1.5}, "top_p=1.5"), ({"temperature": "hot"}, "temperature"),
-                                        ({"max_new_tokens": 0}, "max_tokens=0"), ({"top_k": -3}, "top_k=-3")],
-                         ids=["top_p", "temperature", "max_new_tokens", "top_k"])
+                                        ({"max_new_tokens": 0}, "max_tokens=0"), ({"top_k": -3}, "top_k=-3"),
+                                        ({"repetition_penalty": -3}, "repetition_penalty=-3"),
+                                        ({"min_p": 2}, "min_p=2")],
+                         ids=["top_p", "temperature", "max_new_tokens", "top_k", "repetition_penalty", "min_p"])
 def test_generation_config_is_validated_like_sampling_params(tmp_path: Path, gen: dict, match: str) -> None:
     from vt import LLM
 
@@ -117,6 +119,24 @@ def test_generation_config_max_new_tokens_is_the_default_max_tokens(tmp_path: Pa
     out = llm.generate(["Hello"], SamplingParams(temperature=0, ignore_eos=True))[0]
     assert len(out.token_ids) == 7 and out.finish_reason == "length"
     assert len(llm.generate(["Hello"], SamplingParams(temperature=0, max_tokens=3, ignore_eos=True))[0].token_ids) == 3
+
+
+def test_generation_config_repetition_penalty_is_the_default_penalty(tmp_path: Path) -> None:
+    """vLLM takes repetition_penalty from generation_config.json as a default, beside temperature, top_k, top_p,
+    min_p and max_new_tokens (ModelConfig.get_diff_sampling_param): it was ignored. Explicit still wins."""
+    from vt import LLM, SamplingParams
+
+    d = _copy(tmp_path)
+    (d / "generation_config.json").write_text(json.dumps({"repetition_penalty": 3.0}))
+    inheriting, plain = (LLM(model=m, max_model_len=64, num_blocks=8) for m in (str(d), "tiny-qwen3"))
+
+    def greedy(llm: LLM, **kw: float) -> list[int]:
+        return llm.generate(["Hello"], SamplingParams(temperature=0, max_tokens=16, ignore_eos=True, **kw))[0].token_ids
+
+    unpenalized = greedy(plain)
+    assert greedy(plain, repetition_penalty=3.0) != unpenalized, "non-vacuity: the penalty changes this output"
+    assert greedy(inheriting) == greedy(plain, repetition_penalty=3.0), "the checkpoint's penalty is the default"
+    assert greedy(inheriting, repetition_penalty=1.0) == unpenalized, "an explicit value beats the checkpoint's"
 
 
 # ---- any damage: a typed error, nothing else ------------------------------------------------------
@@ -232,6 +252,46 @@ def test_a_damaged_json_file_beside_the_weights_is_one_typed_line(tmp_path: Path
     (d / name).write_bytes(content)
     err = str(_error(d))
     assert name in err and says in err, err
+
+
+def test_a_chat_template_file_that_is_not_utf8_is_one_typed_error_naming_it(tmp_path: Path) -> None:
+    """chat_template.jinja of bytes that are not UTF-8 raised a raw UnicodeDecodeError from the loader."""
+    d = _copy(tmp_path)
+    (d / "chat_template.jinja").write_text("{{ messages[0]['content'] }} \u00e9", encoding="utf-8")
+    assert load_checkpoint(d).chat_template == "{{ messages[0]['content'] }} \u00e9", "non-vacuity: UTF-8 is read"
+    (d / "chat_template.jinja").write_bytes(NOT_UTF8)
+    err = str(_error(d))
+    assert "chat_template.jinja" in err and "not UTF-8" in err, err
+
+
+EOS_OUTSIDE = {  # case: (file, its eos_token_id, the same file's eos_token_id that loads)
+    "generation-past-the-vocab": ("generation_config.json", [0, 2, 600], [0, 2, 511]),
+    "config-negative": ("config.json", -1, 511),
+    "config-the-vocab-size": ("config.json", 512, 2),
+}
+
+
+@pytest.mark.parametrize("case", sorted(EOS_OUTSIDE))
+def test_an_eos_id_outside_the_vocabulary_is_refused_at_load_by_file_and_field(tmp_path: Path, case: str) -> None:
+    """An EOS id past the vocabulary loaded, then a request with min_tokens (which bans EOS ids) raised an IndexError
+    in the sampler that killed the engine (vt serve too); -1 silently banned token 511 by negative indexing. Now
+    the loader refuses it, naming the file and the field."""
+    name, bad, good = EOS_OUTSIDE[case]
+    d = _copy(tmp_path)
+    vocab = load_checkpoint(d).config.vocab_size
+    assert vocab == 512, "the ids below are the tiny model's edges"
+
+    def write(eos: object) -> None:
+        data = json.loads((d / name).read_text())
+        data["eos_token_id"] = eos
+        (d / name).write_text(json.dumps(data))
+
+    write(good)
+    in_range = set(good if isinstance(good, list) else [good])
+    assert in_range <= load_checkpoint(d).eos_ids, "non-vacuity: in-range ids load"
+    write(bad)
+    err = str(_error(d))
+    assert name in err and f"eos_token_id {bad!r}" in err and "[0, 512)" in err, err
 
 
 @pytest.mark.parametrize("field,value,says", [("architectures", "Qwen3ForCausalLM", "not a list of class names"),

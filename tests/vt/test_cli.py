@@ -57,9 +57,9 @@ def run_cli(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, s
       "--num-speculative-tokens", "2", *SMALL], "1 with speculative decoding"),
     # session 33's probe: each was taken in silence (the draft count without a draft) or found bad after the run
     (["generate", "--model", "tiny-qwen3", "--prompt", "hi", "--num-speculative-tokens", "3", *SMALL],
-     "--num-speculative-tokens 3: needs --speculative-model"),
+     "num_speculative_tokens=3: needs speculative_model"),
     (["generate", "--model", "tiny-qwen3", "--prompt", "hi", "--num-speculative-tokens", "-1", *SMALL],
-     "--num-speculative-tokens -1"),
+     "num_speculative_tokens=-1"),
     (["bench", "serve", "--base-url", "http://127.0.0.1:1", "--save-result", "/nonexistent/dir/out.json"],
      "--save-result /nonexistent/dir/out.json"),
     # session 34: engine flags beside a running server's URL were ignored in silence (bench-unreachable-server above
@@ -68,6 +68,17 @@ def run_cli(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, s
      "--num-blocks, --dtype would be ignored"),
     (["bench", "serve", "--base-url", "http://127.0.0.1:1", "-tp=1", "--enable-prefix-caching"],  # their defaults
      "--enable-prefix-caching, --tensor-parallel-size would be ignored"),
+    # a ladder or a benchmark whose prompt and output cannot fit max_model_len: each request was cut short and the
+    # rung said ok (60 + 10 in 64), or every request failed at run time, exit 1 (64 + 1)
+    (["ladder", "--model", "tiny-qwen3", "--input-len", "60", "--output-len", "10", "--num-prompts", "1", *SMALL],
+     "--input-len 60 + --output-len 10 = 70 tokens: more than max_model_len 64"),
+    (["ladder", "--model", "tiny-qwen3", "--input-len", "64", "--output-len", "1", "--num-prompts", "1", *SMALL],
+     "--input-len 64 + --output-len 1 = 65 tokens: more than max_model_len 64"),
+    (["bench", "serve", "--model", "tiny-qwen3", "--input-len", "60", "--output-len", "10", "--num-prompts", "1",
+      "--max-concurrency", "1", *SMALL], "--input-len 60 + --output-len 10 = 70 tokens: more than max_model_len 64"),
+    # the CPU backend sizes its KV cache in GiB: the utilization of a GPU changed nothing, in silence
+    (["generate", "--model", "tiny-qwen3", "--backend", "cpu", "--prompt", "hi", "--gpu-memory-utilization", "0.01",
+      *SMALL], "gpu_memory_utilization=0.01: "),
 ], ids=["concurrency-0", "concurrency-negative", "concurrency-words", "no-prompts", "negative-seed",
         "negative-ladder-seed", "huge-max-tokens", "non-utf8-prompt", "prompt-too-long", "unknown-model",
         "negative-max-model-len",
@@ -75,7 +86,8 @@ def run_cli(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, s
         "bench-rate-0", "bench-rate-nan",
         "serve-port-out-of-range", "generate-n-0", "negative-token-budget", "tp-indivisible", "tp-0",
         "tp-with-speculation", "draft-count-without-draft", "negative-draft-count", "save-result-nowhere",
-        "bench-url-with-engine-flags", "bench-url-with-engine-flags-at-their-defaults"])
+        "bench-url-with-engine-flags", "bench-url-with-engine-flags-at-their-defaults", "ladder-output-cut-short",
+        "ladder-prompt-fills-the-context", "bench-output-cut-short", "gpu-utilization-on-the-cpu"])
 def test_bad_input_is_one_typed_line_and_exit_2(argv: list[str], names: str, capsys) -> None:
     rc, err = run_cli(argv, capsys)
     assert rc == 2, (rc, err)
@@ -83,6 +95,33 @@ def test_bad_input_is_one_typed_line_and_exit_2(argv: list[str], names: str, cap
     errors = [ln for ln in lines if ln.startswith("vt: error: ")]
     assert len(errors) == 1 and names in errors[0], err
     assert all(ln.startswith(("vt: error: ", "vt: load")) for ln in lines), f"one typed line, no more: {err}"
+
+
+def test_a_ladder_past_the_length_the_kv_cache_caps_is_refused_before_any_rung(capsys) -> None:
+    """max_model_len 0 is the checkpoint's, capped by the KV cache (64 here): known once the engine is built, it is
+    checked then, before any rung runs; the longest pair that fits runs every output whole."""
+    from vt.engine.config import EngineConfig
+    from vt.engine.front.ladder import run_ladder
+    from vt.engine.front.llm_engine import LLMEngine
+
+    rc, err = run_cli(["ladder", "--model", "tiny-qwen3", "--backend", "cpu", "--input-len", "60", "--output-len", "10",
+                       "--num-prompts", "1", "--max-model-len", "0", "--num-blocks", "4"], capsys)
+    said = "vt: error: ConfigError: --input-len 60 + --output-len 10 = 70 tokens: more than max_model_len 64"
+    assert rc == 2 and said in err and "vt ladder: c=" not in err, err
+    engine = LLMEngine(EngineConfig(model="tiny-qwen3", backend="cpu", max_model_len=64, num_blocks=16))
+    rung = run_ladder(engine, [2], 54, 10, 2)[0]
+    assert [len(t) for t in rung.tokens] == [10, 10], "non-vacuity: 54 + 10 in 64 runs every output whole"
+
+
+@pytest.mark.parametrize("cmd", ["generate", "ladder"])
+def test_chat_template_is_a_flag_of_vt_serve_alone_as_in_vllm(cmd: str, capsys) -> None:
+    """vt generate and vt ladder render no chat: --chat-template was taken and never used. As vLLM's, it is a flag of
+    the server (vLLM's FrontendArgs, not EngineArgs: its offline benchmarks refuse it), refused elsewhere."""
+    argv = {"generate": ["generate", "--prompt", "hi"], "ladder": ["ladder", "--num-prompts", "1"]}[cmd]
+    rc, err = run_cli([*argv, "--model", "tiny-qwen3", *SMALL, "--chat-template", "{{ bogus }}"], capsys)
+    assert rc == 2 and "unrecognized arguments: --chat-template {{ bogus }}" in err, (rc, err)
+    served = build_parser().parse_args(["serve", "tiny-qwen3", "--chat-template", "{{ bogus }}"])
+    assert served.chat_template == "{{ bogus }}", "non-vacuity: vt serve takes it"
 
 
 def test_serve_on_a_port_in_use_is_one_typed_line_and_exit_2(capsys) -> None:

@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
+import numbers
 from dataclasses import dataclass
 
 from vt.errors import CapacityError, ConfigError
+from vt.registry import BACKENDS, detect_backend
 
 NGRAM = "[ngram]"
+NGRAM_LOOKUP_MAX = 3  # ngram_prompt_lookup_max's default
+GPU_MEMORY_UTILIZATION = 0.9  # gpu_memory_utilization's default on CUDA (vLLM's)
 DTYPES = ("auto", "bfloat16", "float16", "float32")
+# Fields where None, vLLM's EngineArgs' "not given", is the field's own default (0: decided once sized)
+NONE_IS_DEFAULT = ("max_model_len", "num_blocks", "max_num_batched_tokens", "max_num_seqs", "block_size")
+INT_FIELDS = (*NONE_IS_DEFAULT, "num_speculative_tokens", "ngram_prompt_lookup_max", "seed", "tensor_parallel_size")
 
 
 def _is_int(v: object) -> bool:
@@ -25,7 +32,8 @@ class EngineConfig:
     backend: str = "auto"  # cpu, cuda, or auto: CUDA where CuPy sees a GPU, else the CPU
     max_model_len: int = 0  # 0 (or None): the checkpoint's, capped by what the KV cache holds
     num_blocks: int = 0  # KV blocks in the pool; 0 (or None): sized from memory (vt/engine/memory.py)
-    gpu_memory_utilization: float = 0.9  # CUDA: the share of the GPU the engine may hold; the KV cache gets the rest
+    # CUDA: the share of the GPU the engine may hold, the KV cache gets the rest; None: 0.9 (the CPU refuses one)
+    gpu_memory_utilization: float | None = None
     kv_cache_gib: float | None = None  # the KV cache's size in GiB (overrides the utilization); CPU default: 4 or less
     block_size: int = 16
     max_num_seqs: int = 16
@@ -37,7 +45,7 @@ class EngineConfig:
     startup_capture: bool | None = None
     speculative_model: str | None = None  # a draft checkpoint, or NGRAM for prompt lookup (no second model)
     num_speculative_tokens: int = 0
-    ngram_prompt_lookup_max: int = 3  # the longest context suffix the n-gram proposer matches
+    ngram_prompt_lookup_max: int | None = None  # the longest context suffix [ngram] matches; None: NGRAM_LOOKUP_MAX
     seed: int = 0
     dtype: str = "auto"  # auto: the checkpoint's dtype on CUDA, float32 compute on the CPU (see resolve_dtype)
     tensor_parallel_size: int = 1  # ranks, one process and one device each (vt/engine/worker/tp.py)
@@ -50,25 +58,34 @@ class EngineConfig:
     chat_template: str | None = None  # a Jinja template (its file's path or its text) in place of the checkpoint's
 
     def __post_init__(self) -> None:
+        for name in INT_FIELDS:  # None is vLLM's "the default", a bool is no int, a NumPy integer is one
+            v = getattr(self, name)
+            if v is None and name in NONE_IS_DEFAULT:
+                setattr(self, name, EngineConfig.__dataclass_fields__[name].default)
+            elif isinstance(v, bool):
+                raise ConfigError(f"{name}={v!r}: must be an int, not a bool")
+            elif isinstance(v, numbers.Integral):
+                setattr(self, name, int(v))
         _need(isinstance(self.model, str) and bool(self.model), "model", self.model, "a model name or path")
+        _need(isinstance(self.backend, str) and self.backend in ("auto", *BACKENDS), "backend", self.backend,
+              f"auto or one of {', '.join(BACKENDS)}")
+        for name, what in (("speculative_model", "a draft checkpoint (a name or a directory) or [ngram]"),
+                           ("chat_template", "a Jinja template (its file's path or its text)")):
+            v = getattr(self, name)
+            _need(v is None or isinstance(v, str) and bool(v.strip()), name, v, f"{what}, or None")
         if self.backend == "auto":
-            from vt.registry import detect_backend
-
             self.backend = detect_backend()
         _need(isinstance(self.seed, int) and 0 <= self.seed < 2**63, "seed", self.seed, "an int in [0, 2**63)")
         _need(self.dtype in DTYPES, "dtype", self.dtype, f"one of {', '.join(DTYPES)}")
-        _need(self.startup_capture in (None, True, False), "startup_capture", self.startup_capture,
-              "True, False or None (on for CUDA)")
-        self.max_model_len = self.max_model_len or 0  # vLLM's None: the checkpoint's
-        self.num_blocks = self.num_blocks or 0
+        _need(self.startup_capture is None or isinstance(self.startup_capture, bool), "startup_capture",
+              self.startup_capture, "True, False or None (on for CUDA)")
         _need(_is_int(self.max_model_len) and self.max_model_len != 1 and self.max_model_len >= 0, "max_model_len",
               self.max_model_len, "an int >= 2, or 0 / None (the checkpoint's)")
-        _need(self.block_size in (8, 16, 32), "block_size", self.block_size, "8, 16 or 32")
+        _need(_is_int(self.block_size) and self.block_size in (8, 16, 32), "block_size", self.block_size,
+              "8, 16 or 32")
         _need(_is_int(self.num_blocks) and self.num_blocks >= 0, "num_blocks", self.num_blocks,
               "an int >= 1, or 0 / None (sized from memory)")
-        u = self.gpu_memory_utilization
-        _need(not isinstance(u, bool) and isinstance(u, (int, float)) and 0.0 < u <= 1.0, "gpu_memory_utilization", u,
-              "a number in (0, 1]")
+        self._check_gpu_memory_utilization()
         g = self.kv_cache_gib
         _need(g is None or not isinstance(g, bool) and isinstance(g, (int, float)) and 0.0 < g < 2**20, "kv_cache_gib",
               g, "a positive number of GiB, or None")
@@ -77,10 +94,11 @@ class EngineConfig:
         # ints checked as ints first: a string compared with one raised a bare TypeError (session 33's probe)
         _need(_is_int(self.max_num_seqs) and 1 <= self.max_num_seqs <= 1024, "max_num_seqs", self.max_num_seqs,
               "an int in [1, 1024]")
-        _need(_is_int(self.ngram_prompt_lookup_max) and self.ngram_prompt_lookup_max >= 1, "ngram_prompt_lookup_max",
-              self.ngram_prompt_lookup_max, "an int >= 1")
         _need(_is_int(self.num_speculative_tokens) and self.num_speculative_tokens >= 0, "num_speculative_tokens",
               self.num_speculative_tokens, "an int >= 0")
+        self._check_speculation_options()
+        _need(_is_int(self.max_num_batched_tokens) and self.max_num_batched_tokens >= 0, "max_num_batched_tokens",
+              self.max_num_batched_tokens, "an int >= 1, or 0 / None (8192, or max_model_len if larger)")
         _need(isinstance(self.enforce_eager, bool), "enforce_eager", self.enforce_eager, "True or False")
         _need(isinstance(self.tensor_parallel_size, int) and 1 <= self.tensor_parallel_size <= 8,
               "tensor_parallel_size", self.tensor_parallel_size, "an int in [1, 8]")
@@ -102,6 +120,28 @@ class EngineConfig:
             self._check_token_budget()
         if self.max_model_len and self.num_blocks:
             self.settle(self.max_model_len, self.num_blocks)
+
+    def _check_gpu_memory_utilization(self) -> None:
+        """A number in (0, 1] on CUDA (None: 0.9, vLLM's default). The CPU shares no GPU: its KV cache's size is
+        kv_cache_gib, so a utilization given there would change nothing, in silence (0.01 and 1.0 sized alike)."""
+        u = self.gpu_memory_utilization
+        _need(u is None or not isinstance(u, bool) and isinstance(u, (int, float)) and 0.0 < u <= 1.0,
+              "gpu_memory_utilization", u, "a number in (0, 1]")
+        if u is not None and self.backend == "cpu":
+            raise ConfigError(f"gpu_memory_utilization={u!r}: the CPU backend has no GPU to share; its KV cache's size "
+                              f"is kv_cache_gib (by default 4 GiB, or a quarter of the available memory if less)")
+        if u is None and self.backend != "cpu":
+            self.gpu_memory_utilization = GPU_MEMORY_UTILIZATION
+
+    def _check_speculation_options(self) -> None:
+        """The options of a speculation that is not asked for mean nothing: said, not dropped (the CLI's
+        --num-speculative-tokens and the API's keywords meet this one rule)."""
+        n, lookup = self.num_speculative_tokens, self.ngram_prompt_lookup_max
+        if n and self.speculative_model is None:
+            raise ConfigError(f"num_speculative_tokens={n!r}: needs speculative_model (a draft checkpoint, or {NGRAM})")
+        if lookup is not None and self.speculative_model != NGRAM:
+            raise ConfigError(f"ngram_prompt_lookup_max={lookup!r}: needs speculative_model={NGRAM!r}")
+        _need(lookup is None or _is_int(lookup) and lookup >= 1, "ngram_prompt_lookup_max", lookup, "an int >= 1")
 
     def settle(self, max_model_len: int, num_blocks: int) -> None:
         """The checks and defaults that need max_model_len and num_blocks: at construction when both are given,

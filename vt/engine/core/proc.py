@@ -288,6 +288,7 @@ class _Output:
     samples: dict[int, _Sample] = field(default_factory=dict)
     prompt_logprobs: list | None = None
     tokenizer: Any = None  # set: the core sends no text, the front detokenizes
+    include_stop: bool = False  # the request's include_stop_str_in_output (the front's text keeps the stop token's)
 
 
     def apply(self, item: list) -> RequestOutput:
@@ -301,7 +302,8 @@ class _Output:
                 s.text = s.text[:keep] + add
             else:  # no stop strings: nothing in the text ends the sample, its ids say it all
                 s.detok = s.detok or IncrementalDetokenizer(self.tokenizer, [])
-                for t in ids:
+                ends = reason == "stop" and not self.include_stop  # EOS or a stop id: its id, not its text
+                for t in ids[:-1] if ends else ids:
                     s.detok.add(t)
                 s.text = s.detok.text if reason is None or stop is not None else s.detok.flush()  # as the core's
             if lps is not None:
@@ -355,7 +357,8 @@ class EngineCoreClient:
     def add(self, rid: str, prompt: str | None, ids: list[int], params: SamplingParams, send: bool = True) -> tuple:
         """Queues a request; send=False returns its message for a batch (add_all) instead of sending it."""
         here = self.tokenizer is not None and params.detokenize and not params.stop
-        self.outputs[rid] = _Output(prompt, ids, tokenizer=self.tokenizer if here else None)
+        self.outputs[rid] = _Output(prompt, ids, tokenizer=self.tokenizer if here else None,
+                                    include_stop=params.include_stop_str_in_output)
         msg = ("add", rid, ids, _params_wire(replace(params, detokenize=False) if here else params))
         if send:
             self.send(msg)

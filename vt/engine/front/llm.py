@@ -17,7 +17,7 @@ from vt.engine.front.llm_engine import LLMEngine
 from vt.engine.front.process_engine import ProcessEngine
 from vt.engine.front.tokenizer import Tokenizer
 from vt.engine.sample.params import SamplingParams
-from vt.errors import ConfigError, RequestError
+from vt.errors import ConfigError, EngineDeadError, RequestError
 
 PROMPT_KEYS = ("prompt", "prompt_token_ids")
 
@@ -76,6 +76,7 @@ class LLM:
             raise ConfigError(f"engine_process={engine_process!r}: expected True or False")
         cfg = EngineConfig(model=model, backend=backend, **kw)
         self.engine: Any = ProcessEngine(cfg) if engine_process else LLMEngine(cfg)
+        self.dead: BaseException | None = None  # the in-process engine's fatal error (the process engine keeps its own)
 
     def get_tokenizer(self) -> Tokenizer:
         """A tokenizer with the methods transformers users call (vt/engine/front/tokenizer.py)."""
@@ -93,12 +94,13 @@ class LLM:
             raise RequestError("sampling_params must be SamplingParams or a list of them")
         if isinstance(self.engine, ProcessEngine):
             return self._generate_through_the_core(parsed, plist)
+        self._check_alive()
         for p, sp in zip(parsed, plist):  # validate everything before queueing anything: bad input loses nothing
             self.engine.check_request(p, sp)
         reqs = [self.engine.add_request(p, sp) for p, sp in zip(parsed, plist)]
         with _progress(use_tqdm, len(reqs)) as advance:
             while self.engine.has_unfinished():
-                advance(sum(r.is_finished for r in self.engine.step()))
+                advance(sum(r.is_finished for r in self._step()))
         tok = self.engine.tokenizer
 
         def decode(t: int) -> str:
@@ -106,6 +108,19 @@ class LLM:
 
         return [RequestOutput.of(r).with_logprob_objects(r.params.logprobs or 0, r.params.prompt_logprobs or 0, decode)
                 for r in reqs]
+
+    def _step(self) -> list:
+        """One engine step. A step that raises leaves the engine's state unknown and its requests queued: from then on
+        the engine is dead (vLLM's EngineDeadError), and every call says why instead of stepping them again."""
+        try:
+            return list(self.engine.step())
+        except Exception as e:
+            self.dead = e
+            raise _dead(e) from e
+
+    def _check_alive(self) -> None:
+        if self.dead is not None:
+            raise _dead(self.dead) from self.dead
 
     def _generate_through_the_core(self, prompts: list, plist: list) -> list[RequestOutput]:
         """Through the engine core's process: the same outputs, built from its deltas."""
@@ -121,6 +136,7 @@ class LLM:
     def reset_prefix_cache(self) -> bool:
         """vLLM's: forgets every cached prefix (after new weights, or between benchmark runs), so later requests
         compute their prompts again; False, with the cache as it was, while requests hold KV blocks."""
+        self._check_alive()
         return bool(self.engine.reset_prefix_cache())
 
     def chat(self, messages: Any, sampling_params: SamplingParams | Sequence[SamplingParams] | None = None,
@@ -134,6 +150,10 @@ class LLM:
         texts = [render(self.engine.chat_template if chat_template is None else chat_template, c,
                         self.engine.special_tokens, add_generation_prompt) for c in convs]
         return self.generate(texts, sampling_params, use_tqdm)
+
+
+def _dead(cause: BaseException) -> EngineDeadError:
+    return EngineDeadError(f"the engine stopped on a fatal error: {type(cause).__name__}: {cause}")
 
 
 class _progress:

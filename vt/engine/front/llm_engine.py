@@ -185,6 +185,8 @@ class LLMEngine:
 
         if free_at_start is None:
             raise ConfigError("num_blocks: CUDA's free memory cannot be read; give num_blocks or kv_cache_gib")
+        if self.cfg.gpu_memory_utilization is None:
+            raise EngineInvariantError("gpu_memory_utilization is None on CUDA (EngineConfig sets 0.9 there)")
         own = self._non_kv_bytes(ckpt, free_at_start)
         return gpu_kv_budget(free_at_start[1], free_at_start[0], self.cfg.gpu_memory_utilization, own)
 
@@ -222,14 +224,14 @@ class LLMEngine:
     def _make_proposer(self, ckpt: Any, stream: Any) -> Any:
         from models.loader import load_checkpoint, resolve_model
         from models.registry import load_model
-        from vt.engine.config import NGRAM
+        from vt.engine.config import NGRAM, NGRAM_LOOKUP_MAX
         from vt.engine.spec_decode.proposers import DraftModelProposer, NgramProposer
 
         cfg = self.cfg
         if cfg.speculative_model is None:
             return None
         if cfg.speculative_model == NGRAM:
-            return NgramProposer(cfg.num_speculative_tokens, cfg.ngram_prompt_lookup_max)
+            return NgramProposer(cfg.num_speculative_tokens, cfg.ngram_prompt_lookup_max or NGRAM_LOOKUP_MAX)
         draft = load_checkpoint(resolve_model(cfg.speculative_model))
         if draft.config.vocab_size != ckpt.config.vocab_size:
             raise ConfigError(f"speculative_model={cfg.speculative_model!r}: vocab_size "
@@ -259,6 +261,9 @@ class LLMEngine:
         from vt.engine.sample.sampler import MAX_BANNED
 
         ids = self.tokenize(prompt)
+        if len(ids) >= self.cfg.max_model_len:  # refused before anything runs, as vLLM's input processor refuses it
+            raise RequestError(f"prompt has {len(ids)} tokens; max_model_len={self.cfg.max_model_len} leaves no room "
+                               f"for one generated token")
         resolved = (params or SamplingParams()).resolve(self.generation_config)
         if resolved.has_penalties and self.scheduler.num_spec_tokens:
             raise RequestError("repetition/presence/frequency penalties are not supported with speculative decoding")
@@ -282,8 +287,8 @@ class LLMEngine:
 
     def add_request(self, prompt: Prompt, params: SamplingParams | None = None,
                     request_id: str | None = None) -> Request:
-        """Bad input raises RequestError (nothing is queued). A request that can never fit is
-        returned already finished with an error; the engine carries on with the rest."""
+        """Bad input, or a prompt that leaves no room for one generated token, raises RequestError (nothing is
+        queued)."""
         ids, resolved = self.check_request(prompt, params)
         rid = request_id or f"req-{next(self._ids)}"
         ids_n = [rid] + [f"{rid}#{i}" for i in range(1, resolved.n)]
@@ -296,12 +301,8 @@ class LLMEngine:
             req.siblings = samples if resolved.n > 1 else None
             req.detok = (IncrementalDetokenizer(self.tokenizer, resolved.stop, resolved.include_stop_str_in_output)
                          if resolved.detokenize else NO_TEXT)
-            if len(ids) >= self.cfg.max_model_len:
-                req.finish("error", f"prompt has {len(ids)} tokens; max_model_len={self.cfg.max_model_len} leaves "
-                                    f"no room for one generated token")
-            else:
-                self.requests[req.id] = req
-                self.scheduler.add(req)
+            self.requests[req.id] = req
+            self.scheduler.add(req)
         return samples[0]
 
     def reset_prefix_cache(self) -> bool:
@@ -472,7 +473,10 @@ class LLMEngine:
             r.first_token_time = time.monotonic()
         n = len(out)
         can_stop = n >= p.min_tokens  # the sampler bans EOS and stop ids until then
-        stop = r.detok.add(token, can_stop)
+        # vLLM's rule (vllm/v1/engine/detokenizer.py, update(stop_terminated)): the EOS or stop token id that ends
+        # the output keeps its id, not its text, unless include_stop_str_in_output
+        ends = can_stop and ((not p.ignore_eos and token in self.eos_ids) or token in p.stop_token_ids)
+        stop = r.detok.add(token, can_stop) if not ends or p.include_stop_str_in_output else None
         if can_stop and not p.ignore_eos and token in self.eos_ids:
             self._finish(r, "stop")
         elif can_stop and token in p.stop_token_ids:

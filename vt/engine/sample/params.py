@@ -1,25 +1,30 @@
 """SamplingParams, and their resolution against the checkpoint's generation_config.json.
 
 Precedence: explicit > checkpoint > neutral. Temperature 0 is greedy and clears top_k/top_p/min_p.
-A checkpoint's `max_new_tokens` is the default max_tokens (else 16, as vLLM's). generation_config.json
-is validated like SamplingParams: a bad value is named, never carried into a request.
+A checkpoint's `max_new_tokens` is the default max_tokens (else 16, as vLLM's). The keys taken from
+generation_config.json are vLLM's (ModelConfig.get_diff_sampling_param): repetition_penalty, temperature,
+top_k, top_p, min_p, max_new_tokens. It is validated like SamplingParams: a bad value is named, never
+carried into a request.
 """
 
 from __future__ import annotations
 
+import numbers
 from dataclasses import dataclass, field
 from typing import Any
 
 from vt.errors import ConfigError
 
-NEUTRAL = {"temperature": 1.0, "top_p": 1.0, "top_k": 0, "min_p": 0.0}
+NEUTRAL = {"temperature": 1.0, "top_p": 1.0, "top_k": 0, "min_p": 0.0, "repetition_penalty": 1.0}
 # A temperature below this samples greedily, as vLLM's does (its _SAMPLING_EPS): logits divided by less than ~1e-38
 # overflow float32 to infinities whose masses are NaN (the NumPy draw then raised: a fatal engine error), and long
 # before that the draw is the argmax to within rounding.
 GREEDY_BELOW = 1e-5
 MAX_BIAS = 100.0  # a logit_bias value's largest magnitude: OpenAI's range
 DEFAULT_MAX_TOKENS = 16
-GENERATION_KEYS = ("temperature", "top_p", "top_k", "min_p", "max_new_tokens")
+NUMBERS = ("temperature", "top_p", "top_k", "min_p", "max_tokens", "seed", "logprobs", "min_tokens", "n",
+           "prompt_logprobs", "repetition_penalty", "presence_penalty", "frequency_penalty")
+GENERATION_KEYS = ("repetition_penalty", "temperature", "top_p", "top_k", "min_p", "max_new_tokens")
 
 
 @dataclass(slots=True)
@@ -38,7 +43,7 @@ class SamplingParams:
     min_tokens: int = 0  # no EOS, stop token or stop string ends the output before this many tokens
     n: int = 1  # parallel samples of the prompt: they share its KV blocks; seeds seed, seed + 1, ...
     prompt_logprobs: int | None = None  # per prompt token, the top-n and the prompt's own token
-    repetition_penalty: float = 1.0  # > 1 discourages any token of the prompt or the output (HF's rule)
+    repetition_penalty: float | None = None  # > 1 discourages any token of the prompt or the output (HF's rule)
     presence_penalty: float = 0.0  # subtracted once from each token the output holds (OpenAI's rule)
     frequency_penalty: float = 0.0  # subtracted per occurrence in the output (OpenAI's rule)
     logit_bias: dict[int, float] | None = None  # token id -> added to its logit before penalties and filters
@@ -54,6 +59,7 @@ class SamplingParams:
                 setattr(self, name, [])
             elif not isinstance(v, (list, tuple)):
                 raise ConfigError(f"{name}={v!r}: must be a list{' or a string' if name == 'stop' else ''}")
+        self._plain_numbers()
         for name in ("ignore_eos", "include_stop_str_in_output"):
             if not isinstance(getattr(self, name), bool):  # "no" would read as True
                 raise ConfigError(f"{name}={getattr(self, name)!r}: must be True or False")
@@ -77,7 +83,7 @@ class SamplingParams:
             raise ConfigError(f"seed={self.seed!r}: must be an int in [0, 2**63)")
         mt = self.max_tokens
         if mt is not None and (isinstance(mt, bool) or not isinstance(mt, int) or mt < 1):
-            raise ConfigError(f"max_tokens={self.max_tokens}: must be an int >= 1")
+            raise ConfigError(f"max_tokens={self.max_tokens!r}: must be an int >= 1")
         if any(not isinstance(s, str) or not s for s in self.stop):
             raise ConfigError(f"stop={self.stop!r}: must be non-empty strings")
         if not isinstance(self.detokenize, bool) or (self.stop and not self.detokenize):
@@ -88,6 +94,8 @@ class SamplingParams:
         for name, lo, hi in (("repetition_penalty", 0.01, 100.0), ("presence_penalty", -2.0, 2.0),
                              ("frequency_penalty", -2.0, 2.0)):
             v = getattr(self, name)
+            if v is None and name == "repetition_penalty":  # None: the checkpoint's, else 1
+                continue
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not (lo <= v <= hi) or v == lo == 0.0:
                 raise ConfigError(f"{name}={v!r}: must be a number in {'(' if lo == 0 else '['}{lo}, {hi}]")
         lp = self.logprobs
@@ -104,6 +112,17 @@ class SamplingParams:
         if any(isinstance(t, bool) or not isinstance(t, int) or t < 0 for t in self.stop_token_ids):
             raise ConfigError(f"stop_token_ids={self.stop_token_ids!r}: must be token ids (ints >= 0)")
         self._check_bias()
+
+    def _plain_numbers(self) -> None:
+        """NumPy numbers as Python's own, before any check: np.int64(5) is an int (numbers.Integral), np.float32 a
+        float; the engine process sends them as msgpack. A bool stays a bool, which no int field takes."""
+        for name in NUMBERS:
+            setattr(self, name, _plain(getattr(self, name)))
+        self.stop_token_ids = [_plain(t) for t in self.stop_token_ids]
+        if isinstance(self.allowed_token_ids, (list, tuple)):
+            self.allowed_token_ids = [_plain(t) for t in self.allowed_token_ids]
+        if isinstance(self.logit_bias, dict):
+            self.logit_bias = {_plain(t): _plain(b) for t, b in self.logit_bias.items()}
 
     def _check_bias(self) -> None:
         from vt.engine.sample.sampler import MAX_BIASED
@@ -142,11 +161,17 @@ class SamplingParams:
         return ResolvedParams(float(picked["temperature"]), float(picked["top_p"]), int(picked["top_k"]),
                               float(picked["min_p"]), int(max_tokens), list(self.stop), self.seed, self.ignore_eos,
                               tuple(self.stop_token_ids), self.include_stop_str_in_output,
-                              float(self.repetition_penalty), float(self.presence_penalty),
+                              float(picked["repetition_penalty"]), float(self.presence_penalty),
                               float(self.frequency_penalty), self.logprobs, self.min_tokens, self.n,
                               self.prompt_logprobs, bias,
                               None if self.allowed_token_ids is None else tuple(sorted(set(self.allowed_token_ids))),
                               detokenize=self.detokenize)
+
+
+def _plain(v: Any) -> Any:
+    if isinstance(v, bool) or not isinstance(v, numbers.Real):
+        return v
+    return int(v) if isinstance(v, numbers.Integral) else float(v)
 
 
 @dataclass(frozen=True, slots=True)
