@@ -133,6 +133,24 @@ ENTRIES: list[Mutation] = [
                f"{CLI}::test_bad_input_is_one_typed_line_and_exit_2[gpu-utilization-on-the-cpu]"),
     ),
     Mutation(
+        id="auto-on-the-cpu-refuses-a-gpu-utilization",
+        description="backend auto that finds no GPU refuses a gpu_memory_utilization as the CPU named does: a script "
+                    "written for a GPU stops on a machine without one",
+        file="vt/engine/config.py", old="            if backend_chosen:\n                raise ConfigError(why)\n",
+        new="            raise ConfigError(why)\n",
+        gates=("tests/engine/test_memory_check.py::"
+               "test_auto_that_finds_no_gpu_warns_that_a_gpu_memory_utilization_is_unused",),
+    ),
+    Mutation(
+        id="auto-on-the-cpu-drops-a-gpu-utilization-in-silence",
+        description="backend auto that finds no GPU takes a gpu_memory_utilization and says nothing of it",
+        file="vt/engine/config.py",
+        old='            logging.getLogger("vt").warning("backend auto found no GPU: %s; unused", why)\n',
+        new="            pass\n",
+        gates=("tests/engine/test_memory_check.py::"
+               "test_auto_that_finds_no_gpu_warns_that_a_gpu_memory_utilization_is_unused",),
+    ),
+    Mutation(
         id="generate-takes-a-chat-template-it-never-uses",
         description="vt generate takes --chat-template again and renders no chat with it",
         file="vt/cli.py", old='    g.add_argument("--prompt", required=True, help="the prompt text")\n',

@@ -137,6 +137,27 @@ def test_gpu_memory_utilization_on_the_cpu_backend_is_refused_naming_kv_cache_gi
             EngineConfig("tiny-qwen3", backend="cpu", gpu_memory_utilization=u)
 
 
+def test_auto_that_finds_no_gpu_warns_that_a_gpu_memory_utilization_is_unused(
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """A script written for a GPU (`backend="auto"`, a utilization) still runs on a machine without one: the CPU it
+    lands on says the utilization is unused, naming kv_cache_gib, where the CPU asked for by name refuses it."""
+    import logging
+
+    import vt.engine.config as config
+
+    monkeypatch.setattr(config, "detect_backend", lambda: "cpu")
+    refused = ""
+    with caplog.at_level(logging.WARNING, logger="vt"):
+        try:
+            cfg = config.EngineConfig("tiny-qwen3", backend="auto", gpu_memory_utilization=0.8)
+        except ConfigError as e:  # the CPU's refusal is for the CPU asked for by name
+            refused = str(e)
+    assert not refused, f"auto refused a script written for a GPU: {refused}"
+    assert cfg.backend == "cpu", "non-vacuity: auto landed on the CPU"
+    said = [r.getMessage() for r in caplog.records if "gpu_memory_utilization=0.8" in r.getMessage()]
+    assert len(said) == 1 and "kv_cache_gib" in said[0] and "unused" in said[0], caplog.text
+
+
 def _sized_at(utilization: float) -> tuple[LLM | None, str | None]:
     """A tiny CUDA engine at this utilization, or the line that refused it."""
     try:

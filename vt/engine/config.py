@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import numbers
 from dataclasses import dataclass
 
@@ -73,7 +74,8 @@ class EngineConfig:
                            ("chat_template", "a Jinja template (its file's path or its text)")):
             v = getattr(self, name)
             _need(v is None or isinstance(v, str) and bool(v.strip()), name, v, f"{what}, or None")
-        if self.backend == "auto":
+        chosen = self.backend != "auto"
+        if not chosen:
             self.backend = detect_backend()
         _need(isinstance(self.seed, int) and 0 <= self.seed < 2**63, "seed", self.seed, "an int in [0, 2**63)")
         _need(self.dtype in DTYPES, "dtype", self.dtype, f"one of {', '.join(DTYPES)}")
@@ -85,7 +87,7 @@ class EngineConfig:
               "8, 16 or 32")
         _need(_is_int(self.num_blocks) and self.num_blocks >= 0, "num_blocks", self.num_blocks,
               "an int >= 1, or 0 / None (sized from memory)")
-        self._check_gpu_memory_utilization()
+        self._check_gpu_memory_utilization(chosen)
         g = self.kv_cache_gib
         _need(g is None or not isinstance(g, bool) and isinstance(g, (int, float)) and 0.0 < g < 2**20, "kv_cache_gib",
               g, "a positive number of GiB, or None")
@@ -121,15 +123,20 @@ class EngineConfig:
         if self.max_model_len and self.num_blocks:
             self.settle(self.max_model_len, self.num_blocks)
 
-    def _check_gpu_memory_utilization(self) -> None:
+    def _check_gpu_memory_utilization(self, backend_chosen: bool) -> None:
         """A number in (0, 1] on CUDA (None: 0.9, vLLM's default). The CPU shares no GPU: its KV cache's size is
-        kv_cache_gib, so a utilization given there would change nothing, in silence (0.01 and 1.0 sized alike)."""
+        kv_cache_gib, so a utilization given there would change nothing, in silence (0.01 and 1.0 sized alike). The
+        CPU asked for by name refuses one; `auto` that found no GPU says it is unused (a script written for a GPU
+        still runs on a machine without one)."""
         u = self.gpu_memory_utilization
         _need(u is None or not isinstance(u, bool) and isinstance(u, (int, float)) and 0.0 < u <= 1.0,
               "gpu_memory_utilization", u, "a number in (0, 1]")
         if u is not None and self.backend == "cpu":
-            raise ConfigError(f"gpu_memory_utilization={u!r}: the CPU backend has no GPU to share; its KV cache's size "
-                              f"is kv_cache_gib (by default 4 GiB, or a quarter of the available memory if less)")
+            why = (f"gpu_memory_utilization={u!r}: the CPU backend has no GPU to share; its KV cache's size is "
+                   "kv_cache_gib (by default 4 GiB, or a quarter of the available memory if less)")
+            if backend_chosen:
+                raise ConfigError(why)
+            logging.getLogger("vt").warning("backend auto found no GPU: %s; unused", why)
         if u is None and self.backend != "cpu":
             self.gpu_memory_utilization = GPU_MEMORY_UTILIZATION
 
