@@ -235,4 +235,14 @@ ENTRIES += [
         new="        failed = None",
         gates=(f"{RANKS}::test_a_rank_that_fails_ends_the_ranks_waiting_for_it_at_once",),
     ),
+    Mutation(
+        id="offline-llm-hides-the-worker-that-died",
+        description="the in-process LLM wraps a dead tensor-parallel worker's WorkerDied in a generic EngineDeadError: "
+                    "the caller loses the error's type (which rank, its exit code, its log)",
+        file="vt/engine/front/llm.py",
+        old="            if isinstance(e, WorkerDied):  # already the typed cause by name (which worker, its exit, its log)\n"
+            "                raise\n",
+        new="",
+        gates=(f"{TP_DEATH}::test_a_killed_worker_fails_the_engine_within_bounded_time_by_name",),
+    ),
 ]

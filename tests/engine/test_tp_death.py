@@ -12,7 +12,7 @@ import pytest
 
 from vt.engine.front.llm import LLM
 from vt.engine.sample.params import SamplingParams
-from vt.errors import WorkerDied
+from vt.errors import EngineDeadError, WorkerDied
 
 pytest.importorskip("torch.distributed")
 
@@ -48,4 +48,6 @@ def test_a_killed_worker_fails_the_engine_within_bounded_time_by_name() -> None:
     assert took < 15, f"found after {took:.1f} s"
     with pytest.raises(WorkerDied):  # and the engine stays refused: no step runs without the shard
         llm.engine.step() if llm.engine.has_unfinished() else llm.engine.workers.check_alive()
+    with pytest.raises(EngineDeadError, match="WorkerDied: tensor-parallel rank 1"):  # the LLM too, by its cause
+        llm.generate([{"prompt_token_ids": [5, 6, 7]}], SamplingParams(max_tokens=2))
     llm.engine.close()

@@ -17,7 +17,7 @@ from vt.engine.front.llm_engine import LLMEngine
 from vt.engine.front.process_engine import ProcessEngine
 from vt.engine.front.tokenizer import Tokenizer
 from vt.engine.sample.params import SamplingParams
-from vt.errors import ConfigError, EngineDeadError, RequestError
+from vt.errors import ConfigError, EngineDeadError, RequestError, WorkerDied
 
 PROMPT_KEYS = ("prompt", "prompt_token_ids")
 
@@ -116,6 +116,8 @@ class LLM:
             return list(self.engine.step())
         except Exception as e:
             self.dead = e
+            if isinstance(e, WorkerDied):  # already the typed cause by name (which worker, its exit, its log)
+                raise
             raise _dead(e) from e
 
     def _check_alive(self) -> None:
