@@ -100,3 +100,15 @@ ENTRIES: list[Mutation] = [
         gates=("tests/engine/test_tokenizer_api.py::test_offline_logprobs_are_vllms_logprob_objects",),
     ),
 ]
+# Review of the server (fix-server): each defect's gate goes red with it back.
+ENTRIES += [
+    Mutation(
+        id="logit-bias-key-past-the-digit-limit-is-a-500",
+        description="a logit_bias key of 4,300+ digits reaches int(), whose ValueError is a 500 with a traceback",
+        file="vt/server/protocol.py",
+        old="    except ValueError:  # 4,300+ digits: past Python's limit on str -> int (and far past any vocabulary)\n",
+        new="    except ZeroDivisionError:\n",
+        gates=(f"{REFUSE}::test_a_logit_bias_key_past_pythons_digit_limit_is_a_400_naming_it",),
+        expect="assert 500 == 400",
+    ),
+]

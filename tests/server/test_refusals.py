@@ -93,6 +93,18 @@ def test_a_bad_logit_bias_is_a_400_naming_it(client, bias: dict) -> None:
     assert isinstance(err, dict) and "logit_bias" in err.get("message", ""), err
 
 
+def test_a_logit_bias_key_past_pythons_digit_limit_is_a_400_naming_it(client) -> None:
+    """A key of 4,300+ digits is decimal text that int() refuses with a ValueError (Python's limit on converting a
+    string to an int): it was a 500 with a traceback. No token id is that long: a 400 naming logit_bias."""
+    with pytest.raises(openai.APIStatusError) as e:
+        client.completions.create(model=MODEL, prompt="Hi", max_tokens=2, logit_bias={"9" * 5000: 1})
+    err = e.value.body
+    assert e.value.status_code == 400, (e.value.status_code, err)
+    assert isinstance(err, dict) and err.get("param") == "logit_bias" and "digits" in err.get("message", ""), err
+    fine = client.completions.create(model=MODEL, prompt="Hi", max_tokens=2, logit_bias={"9" * 2: 1})
+    assert fine.choices, "non-vacuity: a key of a few digits is served"
+
+
 @pytest.mark.parametrize("depth", [200, 100_000], ids=["deep", "200-kb-of-brackets"])
 def test_a_body_nested_past_the_limit_is_a_400_never_a_500(served, depth: int) -> None:
     url = served[1]

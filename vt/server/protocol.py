@@ -154,14 +154,23 @@ def parse_logit_bias(body: dict) -> dict[int, float] | None:
         return None
     out = {}
     for key, v in lb.items():
-        if not (isinstance(key, str) and key.isdecimal() and key.isascii()):
-            raise bad(f"logit_bias: keys must be token ids, got {key!r}", "logit_bias")
+        token = _token_id_key(key)
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not -MAX_BIAS <= v <= MAX_BIAS:
             raise bad(f"logit_bias[{key!r}]: must be a number in [-100, 100], got {v!r}", "logit_bias")
-        if int(key) in out:  # "05" beside "5": one token, two biases
-            raise bad(f"logit_bias: {key!r} names token {int(key)} a second time", "logit_bias")
-        out[int(key)] = float(v)
+        if token in out:  # "05" beside "5": one token, two biases
+            raise bad(f"logit_bias: {key!r} names token {token} a second time", "logit_bias")
+        out[token] = float(v)
     return out
+
+
+def _token_id_key(key: Any) -> int:
+    """A logit_bias key as the token id it names, or a 400 naming logit_bias."""
+    if not (isinstance(key, str) and key.isdecimal() and key.isascii()):
+        raise bad(f"logit_bias: keys must be token ids, got {key!r}", "logit_bias")
+    try:
+        return int(key)
+    except ValueError:  # 4,300+ digits: past Python's limit on str -> int (and far past any vocabulary)
+        raise bad(f"logit_bias: a key of {len(key)} digits is no token id", "logit_bias") from None
 
 
 def parse_sampling(body: dict, chat: bool) -> Parsed:
