@@ -112,3 +112,16 @@ ENTRIES += [
         expect="assert 500 == 400",
     ),
 ]
+ENTRIES += [
+    Mutation(
+        id="server-reads-any-content-type-as-json",
+        description="the JSON routes read a body as JSON whatever its Content-Type says (vLLM refuses it: "
+                    "validate_json_request)",
+        file="vt/server/app.py", old="    if media_type != \"application/json\":\n", new="    if False:\n",
+        gates=(*(f"{REFUSE}::test_a_body_not_sent_as_json_is_a_400_on_the_openai_routes[{r}]"
+                 for r in ("completions", "chat")),
+               *(f"{REFUSE}::test_a_body_not_sent_as_json_is_a_400_on_the_tokenizer_routes[{r}-body{i}]"
+                 for i, r in enumerate(("/tokenize", "/detokenize")))),
+        expect="assert (200 == 400)",
+    ),
+]

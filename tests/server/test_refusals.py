@@ -4,6 +4,8 @@ refusal is its BadRequestError) and by raw bodies."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import httpx
 import pytest
 
@@ -255,3 +257,41 @@ def test_chats_top_logprobs_out_of_range_names_itself(client) -> None:
     err = e.value.body
     assert isinstance(err, dict) and err.get("param") == "top_logprobs", err
     assert err.get("message", "").startswith("top_logprobs: must be in [0, "), err
+
+
+def answered(call: Any) -> tuple[int, Any]:
+    """The HTTP status the openai client met calling call(), and the error body (200 and None: no error)."""
+    try:
+        call()
+    except openai.APIStatusError as e:
+        return e.status_code, e.body
+    return 200, None
+
+
+NOT_JSON = "Unsupported Media Type: Only 'application/json' is allowed"  # vLLM's validate_json_request
+
+
+@pytest.mark.parametrize("route", ["completions", "chat"])
+def test_a_body_not_sent_as_json_is_a_400_on_the_openai_routes(client, route: str) -> None:
+    """vLLM refuses a JSON route's body whose Content-Type is not application/json (a 400 since its
+    RequestValidationError, 415 before); vt read any body as JSON whatever it said it was."""
+    create = client.completions.create if route == "completions" else client.chat.completions.create
+    kw: dict = {"prompt": "Hi"} if route == "completions" else {"messages": MSGS}
+    status, err = answered(lambda: create(model=MODEL, max_tokens=2, extra_headers={"Content-Type": "text/plain"},
+                                          **kw))
+    assert status == 400 and isinstance(err, dict) and NOT_JSON in err.get("message", ""), (status, err)
+    assert err.get("type") == "invalid_request_error", err
+    fine = create(model=MODEL, max_tokens=2, extra_headers={"Content-Type": "application/json; charset=utf-8"}, **kw)
+    assert fine.choices, "non-vacuity: the same body, said to be JSON (with a charset), is served"
+
+
+@pytest.mark.parametrize("route,body", [("/tokenize", {"prompt": "Hi"}), ("/detokenize", {"tokens": [5, 6]})])
+def test_a_body_not_sent_as_json_is_a_400_on_the_tokenizer_routes(served, route: str, body: dict) -> None:
+    url = served[1]
+    import json
+
+    for ctype in ("text/plain", None):  # a wrong type, and none at all
+        headers = {"content-type": ctype} if ctype else {}
+        r = httpx.post(url + route, content=json.dumps(body), headers=headers, timeout=60)
+        assert r.status_code == 400 and NOT_JSON in r.json()["error"]["message"], (ctype, r.status_code, r.text[:300])
+    assert httpx.post(url + route, json=body, timeout=60).status_code == 200, "non-vacuity: as JSON, served"

@@ -54,6 +54,7 @@ class Server:
         size = request.headers.get("content-length")
         if size is not None and size.isdigit() and int(size) > self.max_body_bytes:
             raise ApiError(413, f"request body of {size} bytes is over the limit of {self.max_body_bytes}")
+        check_json_content_type(request)
         raw = b""
         async for chunk in request.stream():
             raw += chunk
@@ -203,6 +204,15 @@ class Server:
 # every other request (/health too) waited for it.
 OFF_LOOP_CHARS = 64 * 1024
 MAX_JSON_DEPTH = 64  # arrays and objects inside each other: a request needs a handful; Python's parser recurses
+
+
+def check_json_content_type(request: Request) -> None:
+    """vLLM's validate_json_request: a JSON route's body must say it is JSON (a charset may follow), else a 400
+    (vLLM's RequestValidationError) before the body is read."""
+    media_type = request.headers.get("content-type", "").split(";", 1)[0].strip().lower()
+    if media_type != "application/json":
+        raise bad(f"Unsupported Media Type: Only 'application/json' is allowed (the Content-Type was "
+                  f"{media_type or 'not given'})")
 
 
 TOKENIZE_FIELDS = frozenset({"model", "prompt", "messages", "add_special_tokens", "add_generation_prompt"})
