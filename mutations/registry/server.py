@@ -506,3 +506,16 @@ ENTRIES += [
         expect="TypeError",
     ),
 ]
+# Review of the server (fix-server): each defect's gate goes red with it back.
+ENTRIES += [
+    Mutation(
+        id="server-min-tokens-past-the-room-served-short",
+        description="without max_tokens, a min_tokens past what max_model_len leaves after the prompt is served: a "
+                    "200 with fewer tokens than min_tokens (vLLM caps the default first, then refuses)",
+        file="vt/server/app.py",
+        old="        if parsed.max_tokens is None and parsed.params.min_tokens > room:\n",
+        new="        if False:\n",
+        gates=(f"{REFUSALS}::test_min_tokens_past_what_the_context_leaves_is_a_400_when_max_tokens_is_not_given",),
+        expect="assert (200 == 400)",
+    ),
+]

@@ -295,3 +295,15 @@ def test_a_body_not_sent_as_json_is_a_400_on_the_tokenizer_routes(served, route:
         r = httpx.post(url + route, content=json.dumps(body), headers=headers, timeout=60)
         assert r.status_code == 400 and NOT_JSON in r.json()["error"]["message"], (ctype, r.status_code, r.text[:300])
     assert httpx.post(url + route, json=body, timeout=60).status_code == 200, "non-vacuity: as JSON, served"
+
+
+def test_min_tokens_past_what_the_context_leaves_is_a_400_when_max_tokens_is_not_given(client) -> None:
+    """vLLM caps the default max_tokens to what max_model_len leaves after the prompt before it validates
+    (get_max_tokens), so min_tokens past that room is a 400 naming min_tokens, as with an explicit max_tokens; vt
+    answered 200 with fewer tokens than min_tokens promised."""
+    prompt = [5] * 124  # max_model_len 128: room for 4 tokens, under the default max_tokens of 16
+    status, err = answered(lambda: client.completions.create(model=MODEL, prompt=prompt, extra_body={
+        "min_tokens": 10, "ignore_eos": True}))
+    assert status == 400 and isinstance(err, dict) and err.get("param") == "min_tokens", (status, err)
+    fits = client.completions.create(model=MODEL, prompt=prompt, extra_body={"min_tokens": 4, "ignore_eos": True})
+    assert fits.usage.completion_tokens == 4, "non-vacuity: min_tokens the room holds is served, all of it"

@@ -87,6 +87,11 @@ class Server:
         if parsed.max_tokens is not None and parsed.max_tokens > room:
             raise bad(f"max_tokens={parsed.max_tokens} is too large: the prompt has {len(ids)} tokens and "
                       f"max_model_len is {e.cfg.max_model_len} (at most {room})", "max_tokens")
+        if parsed.max_tokens is None and parsed.params.min_tokens > room:
+            # the default max_tokens is capped to the room before min_tokens is checked against it (vLLM's
+            # get_max_tokens): never a 200 with fewer tokens than min_tokens promised
+            raise bad(f"min_tokens={parsed.params.min_tokens} is too large: the prompt has {len(ids)} tokens and "
+                      f"max_model_len is {e.cfg.max_model_len} (at most {room} can be generated)", "min_tokens")
         if parsed.max_tokens is None and parsed.is_chat:
             parsed.params.max_tokens = room  # chat, as OpenAI's: no max_tokens means the rest of the context
         return ids
