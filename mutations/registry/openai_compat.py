@@ -125,3 +125,13 @@ ENTRIES += [
         expect="assert (200 == 400)",
     ),
 ]
+ENTRIES += [
+    Mutation(
+        id="chat-stream-drops-prompt-logprobs",
+        description="a chat stream takes prompt_logprobs and never sends them (vLLM refuses them with stream=True)",
+        file="vt/server/protocol.py", old="    if chat and stream and prompt_logprobs is not None:",
+        new="    if False:",
+        gates=tuple(f"{REFUSE}::test_chat_prompt_logprobs_on_a_stream_is_a_400_never_dropped[{n}]" for n in (0, 2)),
+        expect="assert (200 == 400)",
+    ),
+]

@@ -307,3 +307,17 @@ def test_min_tokens_past_what_the_context_leaves_is_a_400_when_max_tokens_is_not
     assert status == 400 and isinstance(err, dict) and err.get("param") == "min_tokens", (status, err)
     fits = client.completions.create(model=MODEL, prompt=prompt, extra_body={"min_tokens": 4, "ignore_eos": True})
     assert fits.usage.completion_tokens == 4, "non-vacuity: min_tokens the room holds is served, all of it"
+
+
+@pytest.mark.parametrize("n", [0, 2])
+def test_chat_prompt_logprobs_on_a_stream_is_a_400_never_dropped(client, n: int) -> None:
+    """A chat stream has no place for prompt_logprobs (vLLM returns them in the whole response only, and refuses
+    them with stream=True: "`prompt_logprobs` are not available when `stream=True`."); vt dropped them in silence.
+    vLLM lets 0 through to be dropped; vt refuses it too, since it would be ignored."""
+    status, err = answered(lambda: list(client.chat.completions.create(
+        model=MODEL, messages=MSGS, max_tokens=2, stream=True, extra_body={"prompt_logprobs": n})))
+    assert status == 400 and isinstance(err, dict) and err.get("param") == "prompt_logprobs", (status, err)
+    assert "not available when `stream=True`" in err.get("message", ""), err
+    whole = client.chat.completions.create(model=MODEL, messages=MSGS, max_tokens=2,  # type: ignore[arg-type]
+                                           extra_body={"prompt_logprobs": n})
+    assert whole.model_extra and whole.model_extra["prompt_logprobs"][1], "non-vacuity: served whole, with them"

@@ -226,6 +226,9 @@ def parse_sampling(body: dict, chat: bool) -> Parsed:
     prompt_logprobs = _get(body, "prompt_logprobs", (int,))  # vLLM's: the top-n of every prompt token
     if prompt_logprobs is not None and not 0 <= prompt_logprobs <= MAX_LOGPROBS:
         raise bad(f"prompt_logprobs: must be in [0, {MAX_LOGPROBS}], got {prompt_logprobs}", "prompt_logprobs")
+    if chat and stream and prompt_logprobs is not None:  # a chat stream has no place for them (vLLM's rule; its 0
+        # passes to be dropped, refused here as any field vt would ignore)
+        raise bad("`prompt_logprobs` are not available when `stream=True`.", "prompt_logprobs")
     if echo and logprobs is not None:  # the prompt's tokens are scored as the completion's are
         prompt_logprobs = max(logprobs, prompt_logprobs or 0)
     if prompt_logprobs is not None:
