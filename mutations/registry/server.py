@@ -519,3 +519,16 @@ ENTRIES += [
         expect="assert (200 == 400)",
     ),
 ]
+ENTRIES += [
+    Mutation(
+        id="tokenize-reads-a-prompt-and-messages-at-once",
+        description="/tokenize takes one field set for a prompt and for messages: a prompt beside messages is "
+                    "dropped, add_generation_prompt beside a prompt means nothing",
+        file="vt/server/app.py",
+        old="            refuse_unknown(body, TOKENIZE_CHAT_FIELDS if chat else TOKENIZE_PROMPT_FIELDS,\n",
+        new="            refuse_unknown(body, TOKENIZE_CHAT_FIELDS | TOKENIZE_PROMPT_FIELDS,\n",
+        gates=tuple(f"{REFUSALS}::test_the_tokenizer_routes_refuse_what_they_do_not_read[{c}]"
+                    for c in ("tokenize-a-prompt-beside-messages", "tokenize-a-chat-flag-beside-a-prompt")),
+        expect="assert (200 == 400)",
+    ),
+]

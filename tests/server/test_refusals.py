@@ -239,8 +239,13 @@ def test_a_long_prompt_is_tokenized_off_the_event_loop(served, monkeypatch: pyte
     ("/tokenize", {"prompt": "Hi", "add_bos": True}, "add_bos"),
     ("/tokenize", {"messages": MSGS, "add_generation_prompt": "no"}, "add_generation_prompt"),
     ("/detokenize", {"tokens": [5, 6], "skip_special_tokens": True}, "skip_special_tokens"),
-], ids=["tokenize-unknown", "tokenize-flag-a-string", "detokenize-unknown"])
+    ("/tokenize", {"messages": MSGS, "prompt": "Hi"}, "prompt"),
+    ("/tokenize", {"prompt": "Hi", "add_generation_prompt": False}, "add_generation_prompt"),
+], ids=["tokenize-unknown", "tokenize-flag-a-string", "detokenize-unknown", "tokenize-a-prompt-beside-messages",
+        "tokenize-a-chat-flag-beside-a-prompt"])
 def test_the_tokenizer_routes_refuse_what_they_do_not_read(served, route: str, body: dict, param: str) -> None:
+    """/tokenize reads a prompt or chat messages (vLLM's TokenizeCompletionRequest or TokenizeChatRequest), never
+    both: a prompt beside messages was dropped, and add_generation_prompt beside a prompt meant nothing."""
     url = served[1]
     r = httpx.post(url + route, json=body, timeout=60)
     assert r.status_code == 400 and r.json()["error"]["param"] == param, (r.status_code, r.text[:300])

@@ -107,9 +107,11 @@ class Server:
         try:
             body = await self._body(request)
             check_model(body, self.model_name)
-            refuse_unknown(body, TOKENIZE_FIELDS, "/tokenize")
+            chat = "messages" in body  # vLLM's TokenizeChatRequest, else its TokenizeCompletionRequest: never both
+            refuse_unknown(body, TOKENIZE_CHAT_FIELDS if chat else TOKENIZE_PROMPT_FIELDS,
+                           "/tokenize with messages" if chat else "/tokenize with a prompt")
             e = self.llm.engine
-            if "messages" in body:
+            if chat:
                 from vt.engine.front.chat import render
 
                 add_prompt = body.get("add_generation_prompt", True)
@@ -220,7 +222,8 @@ def check_json_content_type(request: Request) -> None:
                   f"{media_type or 'not given'})")
 
 
-TOKENIZE_FIELDS = frozenset({"model", "prompt", "messages", "add_special_tokens", "add_generation_prompt"})
+TOKENIZE_PROMPT_FIELDS = frozenset({"model", "prompt", "add_special_tokens"})
+TOKENIZE_CHAT_FIELDS = frozenset({"model", "messages", "add_special_tokens", "add_generation_prompt"})
 
 
 def refuse_unknown(body: dict[str, Any], fields: frozenset[str], route: str) -> None:
