@@ -286,7 +286,7 @@ ENTRIES += [
         description="ids outside the vocabulary in logit_bias, allowed_token_ids or stop_token_ids are refused with "
                     "param prompt",
         file="vt/server/app.py",
-        old="    return next((f for f in TOKEN_ID_FIELDS if message.startswith(f)), \"prompt\")",
+        old="    return next((f for f in REQUEST_FIELDS if message.startswith(f)), \"prompt\")",
         new="    return \"prompt\"",
         gates=tuple(f"{SHAPES}[{c}-outside-the-vocabulary]" for c in ("logit-bias", "allowed-ids", "stop-ids")),
     ),
@@ -530,5 +530,28 @@ ENTRIES += [
         gates=tuple(f"{REFUSALS}::test_the_tokenizer_routes_refuse_what_they_do_not_read[{c}]"
                     for c in ("tokenize-a-prompt-beside-messages", "tokenize-a-chat-flag-beside-a-prompt")),
         expect="assert (200 == 400)",
+    ),
+]
+ENTRIES += [
+    Mutation(
+        id="health-says-the-engine-stopped-twice",
+        description="/health and a late request after the engine process died say \"the engine stopped: the engine "
+                    "stopped: ...\"",
+        file="vt/server/async_llm.py",
+        old='        return why if why.startswith("the engine stopped") else f"the engine stopped: {why}"\n',
+        new='        return f"the engine stopped: {why}"\n',
+        gates=(f"{ENGINE_PROCESS}::test_a_dead_engine_process_is_said_once_by_health_and_by_a_late_request",),
+        expect="assert 2 == 1",
+    ),
+    Mutation(
+        id="spec-penalty-refusal-blames-the-prompt",
+        description="a penalty refused under speculative decoding names no field first: the 400's param is prompt",
+        file="vt/engine/front/llm_engine.py",
+        old='            raise RequestError(f"{name}={value}: penalties are not supported with speculative decoding")\n',
+        new='            raise RequestError("repetition/presence/frequency penalties are not supported with speculative "\n'
+            '                               "decoding")\n',
+        gates=tuple(f"{REFUSALS}::test_a_penalty_under_speculative_decoding_is_refused_naming_the_penalty[{p}]"
+                    for p in ("repetition_penalty", "frequency_penalty")),
+        expect="== 'repetition_penalty'",
     ),
 ]

@@ -326,3 +326,17 @@ def test_chat_prompt_logprobs_on_a_stream_is_a_400_never_dropped(client, n: int)
     whole = client.chat.completions.create(model=MODEL, messages=MSGS, max_tokens=2,  # type: ignore[arg-type]
                                            extra_body={"prompt_logprobs": n})
     assert whole.model_extra and whole.model_extra["prompt_logprobs"][1], "non-vacuity: served whole, with them"
+
+
+@pytest.mark.parametrize("penalty", ["repetition_penalty", "frequency_penalty"])
+def test_a_penalty_under_speculative_decoding_is_refused_naming_the_penalty(penalty: str) -> None:
+    """Penalties are not supported with speculative decoding: the 400 named the prompt as its param."""
+    with running_server(MODEL, max_model_len=128, num_blocks=64, max_num_seqs=4, speculative_model="[ngram]",
+                        num_speculative_tokens=3) as (_, url):
+        ngram = openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0)
+        status, err = answered(lambda: ngram.completions.create(model=MODEL, prompt="Hi", max_tokens=2,
+                                                                extra_body={penalty: 1.2}))
+        fine = ngram.completions.create(model=MODEL, prompt="Hi", max_tokens=2)
+    assert status == 400 and isinstance(err, dict) and err.get("param") == penalty, (status, err)
+    assert "speculative decoding" in err.get("message", ""), err
+    assert fine.choices, "non-vacuity: without a penalty, served"

@@ -162,7 +162,7 @@ class Server:
 
     async def health(self, request: Request) -> Response:
         if not self.llm.is_alive:
-            return JSONResponse(ApiError(503, f"the engine stopped: {self.llm.dead}").body(), status_code=503)
+            return JSONResponse(ApiError(503, self.llm.why_stopped).body(), status_code=503)
         return Response(status_code=200)
 
     async def prometheus(self, request: Request) -> Response:
@@ -233,12 +233,14 @@ def refuse_unknown(body: dict[str, Any], fields: frozenset[str], route: str) -> 
         raise bad(f"{unknown[0]}: is not a field {route} reads ({', '.join(sorted(fields))}); remove it", unknown[0])
 
 
-TOKEN_ID_FIELDS = ("logit_bias", "allowed_token_ids", "stop_token_ids")
+# the fields an engine's RequestError can open with; any other refusal is about the prompt
+REQUEST_FIELDS = ("logit_bias", "allowed_token_ids", "stop_token_ids", "min_tokens", "repetition_penalty",
+                  "presence_penalty", "frequency_penalty")
 
 
 def request_param(message: str) -> str:
-    """The field an engine's RequestError is about: a token-id field its message opens with, else the prompt."""
-    return next((f for f in TOKEN_ID_FIELDS if message.startswith(f)), "prompt")
+    """The field an engine's RequestError is about: a field its message opens with, else the prompt."""
+    return next((f for f in REQUEST_FIELDS if message.startswith(f)), "prompt")
 
 
 def lone_surrogate(value: Any, path: str = "") -> str | None:

@@ -261,7 +261,11 @@ class LLMEngine:
         ids = self.tokenize(prompt)
         resolved = (params or SamplingParams()).resolve(self.generation_config)
         if resolved.has_penalties and self.scheduler.num_spec_tokens:
-            raise RequestError("repetition/presence/frequency penalties are not supported with speculative decoding")
+            name, value = next((n, v) for n, v, off in (("repetition_penalty", resolved.repetition_penalty, 1.0),
+                                                        ("presence_penalty", resolved.presence_penalty, 0.0),
+                                                        ("frequency_penalty", resolved.frequency_penalty, 0.0))
+                               if v != off)  # the field first: the server names it as the refusal's param
+            raise RequestError(f"{name}={value}: penalties are not supported with speculative decoding")
         for name, tokens in (("stop_token_ids", resolved.stop_token_ids),
                              ("logit_bias", [t for t, _ in resolved.logit_bias]),
                              ("allowed_token_ids", resolved.allowed_token_ids or ())):
