@@ -4,6 +4,7 @@ allowed_token_ids on the device sampler (issue 29)."""
 from __future__ import annotations
 
 from mutations.model import Mutation
+from mutations.registry.gates import OAI
 
 ECHO = "tests/server/test_echo.py"
 ECHO_TEXT = "tests/server/test_echo_text.py"  # apart from test_echo.py's transformers
@@ -133,5 +134,17 @@ ENTRIES += [
         new="    if False:",
         gates=tuple(f"{REFUSE}::test_chat_prompt_logprobs_on_a_stream_is_a_400_never_dropped[{n}]" for n in (0, 2)),
         expect="assert (200 == 400)",
+    ),
+]
+ENTRIES += [
+    Mutation(
+        id="completions-top-logprobs-leave-out-the-token",
+        description="completions' top_logprobs hold the top n alone: the sampled (or echoed prompt) token is left "
+                    "out where it is not among them (OpenAI and vLLM give up to logprobs + 1, the token always)",
+        file="vt/server/app.py",
+        old='                "top_logprobs": [{s(k): v for k, v in [(t, lp[t]), *top(lp)]} for t, lp in zip(ids, lps)],\n',
+        new='                "top_logprobs": [{s(k): v for k, v in top(lp)} for t, lp in zip(ids, lps)],\n',
+        gates=(f"{OAI}::test_completions_top_logprobs_hold_the_sampled_token_beside_the_top_n",),
+        expect="where False = all(",
     ),
 ]

@@ -112,6 +112,31 @@ def test_chat_with_max_completion_tokens_and_logprobs(client) -> None:
     assert len(c.logprobs.content) == r.usage.completion_tokens and len(c.logprobs.content[0].top_logprobs) == 2
 
 
+def test_completions_top_logprobs_hold_the_sampled_token_beside_the_top_n(client) -> None:
+    """OpenAI's completions (and vLLM's) give up to logprobs + 1 alternatives a token: the top n and, always, the
+    token itself (at logprobs=0, that token alone); echo's prompt tokens likewise hold the prompt's own token. vt
+    gave the top n alone. Chat's top_logprobs stay exactly top_logprobs entries, as vLLM's: there the sampled token
+    is the content item itself."""
+    kw = dict(model=MODEL, max_tokens=24, temperature=1.0, seed=3, extra_body={"ignore_eos": True})
+    lp = client.completions.create(prompt="Once upon", logprobs=1, **kw).choices[0].logprobs
+    pairs = list(zip(lp.tokens, lp.token_logprobs, lp.top_logprobs))
+    # (keyed by text: two byte tokens that decode alike, "\ufffd", share a key, so the key is what is checked)
+    assert all(tok in top and len(top) <= 2 for tok, own, top in pairs), pairs
+    assert any(len(top) == 2 and top[tok] == own < max(top.values()) for tok, own, top in pairs), \
+        "non-vacuity: a token drawn below the top one, beside it"
+    lp0 = client.completions.create(prompt="Once upon", logprobs=0, **kw).choices[0].logprobs
+    assert [top for top in lp0.top_logprobs] == [{t: v} for t, v in zip(lp0.tokens, lp0.token_logprobs)]
+    echo = client.completions.create(model=MODEL, prompt=[5, 77, 300, 12, 9, 400], max_tokens=1, logprobs=1,
+                                     echo=True, temperature=0).choices[0].logprobs
+    prompt = list(zip(echo.tokens, echo.token_logprobs, echo.top_logprobs))[1:6]
+    assert all(tok in top for tok, own, top in prompt), prompt
+    assert any(own < max(top.values()) for _, own, top in prompt), "non-vacuity: a prompt token below the top one"
+    chat = client.chat.completions.create(messages=[{"role": "user", "content": "Hi"}], logprobs=True,
+                                          top_logprobs=1, **kw).choices[0].logprobs.content
+    assert all(len(item.top_logprobs) == 1 for item in chat), "chat: exactly top_logprobs alternatives"
+    assert any(item.token != item.top_logprobs[0].token for item in chat), "non-vacuity: one drawn below the top"
+
+
 def test_the_async_client_streams_concurrently(served) -> None:
     async def main() -> list[int]:
         aclient = AsyncOpenAI(base_url=served[1] + "/v1", api_key="unused", max_retries=0)

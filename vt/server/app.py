@@ -485,16 +485,18 @@ class Answer:
         def s(t: int) -> str:
             return tok.decode([t], skip_special_tokens=False)
 
-        if self.chat:
+        def top(lp: dict[int, float]) -> list[tuple[int, float]]:
+            return sorted(lp.items(), key=lambda kv: -kv[1])[: self.parsed.logprobs]
+
+        if self.chat:  # exactly top_logprobs alternatives, as vLLM's: the token itself is the item
             return {"content": [{"token": s(t), "logprob": lp[t], "bytes": list(s(t).encode()),
                                  "top_logprobs": [{"token": s(k), "logprob": v, "bytes": list(s(k).encode())}
-                                                  for k, v in sorted(lp.items(), key=lambda kv: -kv[1])
-                                                  ][: self.parsed.logprobs]} for t, lp in zip(ids, lps)]}
+                                                  for k, v in top(lp)]} for t, lp in zip(ids, lps)]}
         strings = [s(t) for t in ids]
         offsets = [int(x) for x in np.cumsum([0] + [len(x) for x in strings[:-1]])] if strings else []
+        # completions: the token itself, then the top n (up to logprobs + 1 entries, as OpenAI's and vLLM's)
         return {"tokens": strings, "token_logprobs": [lp[t] for t, lp in zip(ids, lps)],
-                "top_logprobs": [{s(k): v for k, v in sorted(lp.items(), key=lambda kv: -kv[1])
-                                  [: self.parsed.logprobs]} for lp in lps],
+                "top_logprobs": [{s(k): v for k, v in [(t, lp[t]), *top(lp)]} for t, lp in zip(ids, lps)],
                 "text_offset": [base + o for o in offsets]}
 
     def _usage(self, outs: list[RequestOutput]) -> dict[str, Any]:
