@@ -555,3 +555,16 @@ ENTRIES += [
         expect="== 'repetition_penalty'",
     ),
 ]
+ENTRIES += [
+    Mutation(
+        id="server-streams-a-requests-prompts-one-after-another",
+        description="a streamed request of several prompts sends one prompt's frames to its end before the next's "
+                    "(vLLM merges the prompts' generators)",
+        file="vt/server/app.py",
+        old="            async with contextlib.aclosing(merged(self.gens)) as outs:  # closed before close() closes the "
+            "gens\n                async for i, out in outs:\n",
+        new="            for i, g in enumerate(self.gens):\n                async for out in g:\n",
+        gates=(f"{OAI}::test_a_stream_of_several_prompts_interleaves_their_choices_as_produced",),
+        expect="choice 1 waited for choice 0 to end",
+    ),
+]

@@ -137,6 +137,23 @@ def test_completions_top_logprobs_hold_the_sampled_token_beside_the_top_n(client
     assert any(item.token != item.top_logprobs[0].token for item in chat), "non-vacuity: one drawn below the top"
 
 
+def test_a_stream_of_several_prompts_interleaves_their_choices_as_produced(client) -> None:
+    """The engine runs a request's prompts side by side, so their frames come as produced, as vLLM merges its
+    generators (merge_async_iterators): choice 1 waited for choice 0's end and then came as one late lump. Every
+    choice still ends with its finish reason, and usage (last) counts both."""
+    seen: list[tuple[int, str | None]] = []
+    usage = None
+    for chunk in client.completions.create(model=MODEL, prompt=[[5, 6, 7], [8, 9, 10]], max_tokens=40, temperature=0,
+                                           stream=True, stream_options={"include_usage": True},
+                                           extra_body={"ignore_eos": True}):
+        seen += [(c.index, c.finish_reason) for c in chunk.choices]
+        usage = chunk.usage or usage
+    end_of_0 = seen.index((0, "length"))
+    assert sum(i == 0 for i, _ in seen) > 2 and (1, "length") in seen, f"non-vacuity: both streamed, ended: {seen}"
+    assert sum(i == 1 for i, _ in seen[:end_of_0]) > 1, f"choice 1 waited for choice 0 to end: {seen}"
+    assert usage is not None and usage.completion_tokens == 80, usage
+
+
 def test_the_async_client_streams_concurrently(served) -> None:
     async def main() -> list[int]:
         aclient = AsyncOpenAI(base_url=served[1] + "/v1", api_key="unused", max_retries=0)

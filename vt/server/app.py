@@ -19,7 +19,7 @@ import json
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -385,8 +385,8 @@ class Answer:
             for i, out in enumerate(firsts):
                 for frame in self._deltas(i, out, latest):
                     yield frame
-            for i, g in enumerate(self.gens):
-                async for out in g:
+            async with contextlib.aclosing(merged(self.gens)) as outs:  # closed before close() closes the gens
+                async for i, out in outs:
                     latest[i] = out
                     for frame in self._deltas(i, out, latest):
                         yield frame
@@ -514,6 +514,29 @@ class Answer:
         if usage is not None:
             body["usage"] = usage
         return body
+
+
+async def merged(gens: Sequence[AsyncIterator[RequestOutput]]) -> AsyncGenerator[tuple[int, RequestOutput], None]:
+    """(index, output) of every generator as each comes, as vLLM's merge_async_iterators: a request's prompts run
+    side by side in the engine, so no prompt's frames wait for another's end. A generator's error is raised here;
+    closing this cancels the reads still pending, so each generator is left free to close."""
+    pending = {asyncio.ensure_future(anext(g)): i for i, g in enumerate(gens)}
+    try:
+        while pending:
+            done, _ = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+            for task in done:
+                i = pending.pop(task)
+                if isinstance(task.exception(), StopAsyncIteration):
+                    continue
+                out = task.result()
+                pending[asyncio.ensure_future(anext(gens[i]))] = i
+                yield i, out
+    finally:
+        for task in pending:
+            task.cancel()
+        for task in pending:
+            with contextlib.suppress(BaseException):
+                await task
 
 
 def _sse(obj: Any) -> str:
