@@ -268,9 +268,9 @@ ENTRIES += [
     Mutation(
         id="chat-message-fields-dropped",
         description="a message's name or tool calls are dropped without a word",
-        file="vt/server/protocol.py",
-        old="        if extra:  # a tool call, its id, a speaker's name",
-        new="        if False:  # a tool call, its id, a speaker's name",
+        file="vt/engine/front/chat.py",
+        old="    if extra:  # a tool call, its id, a speaker's name",
+        new="    if False:  # a tool call, its id, a speaker's name",
         gates=(f"{SHAPES}[message-name]", f"{SHAPES}[message-tool-calls]"),
     ),
     Mutation(
@@ -566,5 +566,36 @@ ENTRIES += [
         new="            for i, g in enumerate(self.gens):\n                async for out in g:\n",
         gates=(f"{OAI}::test_a_stream_of_several_prompts_interleaves_their_choices_as_produced",),
         expect="choice 1 waited for choice 0 to end",
+    ),
+]
+ENTRIES += [
+    Mutation(
+        id="chat-text-parts-joined-with-nothing",
+        description="a message's text parts are joined with nothing (\"Hellothere\"), not with \"\\n\" as vLLM joins them",
+        file="vt/engine/front/chat.py", old='    return "\\n".join(part["text"] for part in content)\n',
+        new='    return "".join(part["text"] for part in content)\n',
+        gates=(f"{REFUSALS}::test_chat_text_parts_are_joined_with_newlines_as_vllm_joins_them",
+               "tests/engine/test_chat_messages.py::test_chat_renders_text_parts_as_their_text_joined_with_newlines"),
+    ),
+    Mutation(
+        id="chat-text-part-keys-unchecked",
+        description="a key of a text part other than type and text is dropped without a word",
+        file="vt/engine/front/chat.py", old="        if extra:\n            raise RequestError(f\"{where}[{j}].{extra[0]}:",
+        new="        if False:\n            raise RequestError(f\"{where}[{j}].{extra[0]}:",
+        gates=(f"{REFUSALS}::test_a_content_part_vt_would_not_read_is_a_400_naming_where_it_sits"
+               f"[unknown-key-in-a-text-part]",
+               "tests/engine/test_chat_messages.py::test_chat_refuses_a_message_it_would_misrender_naming_where"
+               "[unknown-part-key]"),
+    ),
+    Mutation(
+        id="llm-chat-renders-messages-unparsed",
+        description="LLM.chat hands the messages to the template as given: a content list renders as its Python repr, "
+                    "content None as \"None\", extra keys pass in silence",
+        file="vt/engine/front/llm.py",
+        old="        texts = [render(self.engine.chat_template if chat_template is None else chat_template, parse_messages(c),\n",
+        new="        texts = [render(self.engine.chat_template if chat_template is None else chat_template, c,\n",
+        gates=("tests/engine/test_chat_messages.py::test_chat_renders_text_parts_as_their_text_joined_with_newlines",
+               *(f"tests/engine/test_chat_messages.py::test_chat_refuses_a_message_it_would_misrender_naming_where[{c}]"
+                 for c in ("image-part", "content-none", "unknown-message-key", "unknown-part-key"))),
     ),
 ]

@@ -340,3 +340,38 @@ def test_a_penalty_under_speculative_decoding_is_refused_naming_the_penalty(pena
     assert status == 400 and isinstance(err, dict) and err.get("param") == penalty, (status, err)
     assert "speculative decoding" in err.get("message", ""), err
     assert fine.choices, "non-vacuity: without a penalty, served"
+
+
+PARTS = [{"type": "text", "text": "Hello"}, {"type": "text", "text": "there"}]
+
+
+def test_chat_text_parts_are_joined_with_newlines_as_vllm_joins_them(served, client) -> None:
+    """A message's text parts are one text, joined with "\\n" (vLLM's chat_utils, the "string" content format); vt
+    joined them with nothing ("Hellothere")."""
+    url = served[1]
+
+    def tokens(content: object) -> list[int]:
+        r = httpx.post(url + "/tokenize", json={"messages": [{"role": "user", "content": content}]}, timeout=60)
+        assert r.status_code == 200, r.text
+        return r.json()["tokens"]
+
+    assert tokens(PARTS) == tokens("Hello\nthere"), "the parts, joined with a newline"
+    assert tokens("Hello\nthere") != tokens("Hellothere"), "non-vacuity: the joiner shows in the tokens"
+    chat = client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": PARTS}],  # type: ignore
+                                          max_tokens=1)
+    assert chat.usage.prompt_tokens == len(tokens(PARTS)), "chat renders the parts as /tokenize does"
+
+
+@pytest.mark.parametrize("part,where", [
+    ({"type": "text", "text": "Hi", "cache_control": {"type": "ephemeral"}}, "messages[0].content[0].cache_control"),
+    ({"type": "image_url", "image_url": {"url": "http://x/a.png"}}, "messages[0].content[0]"),
+], ids=["unknown-key-in-a-text-part", "image-part"])
+def test_a_content_part_vt_would_not_read_is_a_400_naming_where_it_sits(client, part: dict, where: str) -> None:
+    """Unknown keys inside a content part are refused by name, as unknown keys of a message already are."""
+    status, err = answered(lambda: client.chat.completions.create(
+        model=MODEL, messages=[{"role": "user", "content": [part]}], max_tokens=1))  # type: ignore[list-item]
+    assert status == 400 and isinstance(err, dict) and err.get("param") == "messages", (status, err)
+    assert err.get("message", "").startswith(where), err
+    ok = client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": PARTS}],  # type: ignore
+                                        max_tokens=1)
+    assert ok.choices, "non-vacuity: text parts alone are served"

@@ -10,8 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from vt.engine.front.chat import parse_messages as parse_conversation
 from vt.engine.sample.params import MAX_BIAS, SamplingParams
-from vt.errors import ConfigError
+from vt.errors import ConfigError, RequestError
 
 MAX_LOGPROBS = 20
 
@@ -89,30 +90,13 @@ def parse_prompt(body: dict) -> list[str | list[int]]:
 
 
 def parse_messages(body: dict) -> list[dict[str, str]]:
-    msgs = body.get("messages")
-    if not isinstance(msgs, list) or not msgs:
-        raise bad("messages: expected a non-empty list of {role, content} objects", "messages")
-    out = []
-    for i, m in enumerate(msgs):
-        if not isinstance(m, dict) or not isinstance(m.get("role"), str):
-            raise bad(f"messages[{i}]: expected an object with a string role", "messages")
-        extra = sorted(set(m) - MESSAGE_FIELDS)
-        if extra:  # a tool call, its id, a speaker's name: the chat template would never see them
-            raise bad(f"messages[{i}].{extra[0]}: is not supported by vt (a message is its role and content); "
-                      f"remove it", "messages")
-        content = m.get("content")
-        if isinstance(content, list):  # content parts: text only
-            if not all(isinstance(c, dict) and c.get("type") == "text" and isinstance(c.get("text"), str)
-                       for c in content):
-                raise bad(f"messages[{i}].content: only text parts are supported", "messages")
-            content = "".join(c["text"] for c in content)
-        if not isinstance(content, str):
-            raise bad(f"messages[{i}].content: expected a string or a list of text parts", "messages")
-        out.append({"role": m["role"], "content": content})
-    return out
+    """The body's messages through the one parser LLM.chat uses too (vt/engine/front/chat.py)."""
+    try:
+        return parse_conversation(body.get("messages"))
+    except RequestError as e:
+        raise bad(str(e), "messages") from None
 
 
-MESSAGE_FIELDS = frozenset({"role", "content"})
 STREAM_OPTIONS = frozenset({"include_usage", "continuous_usage_stats"})
 # What vt reads from a request; "user" (OpenAI's end-user id) changes nothing and is accepted as such.
 FIELDS_COMMON = frozenset({"model", "stream", "stream_options", "max_tokens", "logprobs", "stop", "temperature",
