@@ -148,3 +148,35 @@ ENTRIES += [
         expect="where False = all(",
     ),
 ]
+BOS = "tests/server/test_chat_special_tokens.py"
+ENTRIES += [
+    Mutation(
+        id="llm-chat-adds-a-second-bos",
+        description="LLM.chat encodes the rendered chat with the tokenizer's special tokens: a BOS post-processor "
+                    "adds a second BOS before the template's",
+        file="vt/engine/front/llm.py",
+        old="        ids = [self.engine.tokenize(t, add_special_tokens=False) for t in texts]\n",
+        new="        ids = [self.engine.tokenize(t, add_special_tokens=True) for t in texts]\n",
+        gates=(f"{BOS}::test_llm_chat_opens_with_one_bos",),
+        expect="one BOS, then <|im_start|>",
+    ),
+    Mutation(
+        id="server-chat-adds-a-second-bos",
+        description="/v1/chat/completions encodes the rendered chat with the tokenizer's special tokens: a BOS "
+                    "post-processor adds a second BOS, and prompt_tokens disagree with /tokenize's",
+        file="vt/server/app.py",
+        old="            ids = e.tokenize(prompt, add_special_tokens=not parsed.is_chat)\n",
+        new="            ids = e.tokenize(prompt)\n",
+        gates=(f"{BOS}::test_the_server_tokenizes_a_chat_as_its_template_wrote_it",),
+        expect="chat's prompt is /tokenize's",
+    ),
+    Mutation(
+        id="tokenize-messages-ignore-add-special-tokens",
+        description="/tokenize with messages takes add_special_tokens and never adds them",
+        file="vt/server/app.py",
+        old='                ids = e.tokenizer.encode(text, add_special_tokens=flag(body, "add_special_tokens", False)).ids\n',
+        new='                ids = e.tokenizer.encode(text, add_special_tokens=False).ids\n',
+        gates=(f"{BOS}::test_the_server_tokenizes_a_chat_as_its_template_wrote_it",),
+        expect="add_special_tokens with messages is honoured",
+    ),
+]

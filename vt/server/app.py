@@ -76,8 +76,8 @@ class Server:
 
     def _tokenize(self, prompt: str | list[int], parsed: Parsed) -> list[int]:
         e = self.llm.engine
-        try:
-            ids = e.tokenize(prompt)
+        try:  # a rendered chat has its special tokens from the template (vLLM: add_special_tokens false for chat)
+            ids = e.tokenize(prompt, add_special_tokens=not parsed.is_chat)
         except RequestError as err:
             raise bad(str(err), "prompt") from None
         room = e.cfg.max_model_len - len(ids)
@@ -114,22 +114,18 @@ class Server:
             if chat:
                 from vt.engine.front.chat import render
 
-                add_prompt = body.get("add_generation_prompt", True)
-                if not isinstance(add_prompt, bool):
-                    raise bad("add_generation_prompt: expected a boolean", "add_generation_prompt")
+                add_prompt = flag(body, "add_generation_prompt", True)
                 try:
                     text = render(e.chat_template, parse_messages(body), e.special_tokens, add_prompt)
                 except RequestError as err:  # messages the template cannot render: the client's to fix
                     raise bad(str(err), "messages") from None
-                ids = e.tokenizer.encode(text, add_special_tokens=False).ids
+                # vLLM's TokenizeChatRequest: the template writes the special tokens, so none are added by default
+                ids = e.tokenizer.encode(text, add_special_tokens=flag(body, "add_special_tokens", False)).ids
             else:
                 prompt = body.get("prompt")
                 if not isinstance(prompt, str):
                     raise bad("prompt: expected a string (or give messages)", "prompt")
-                add = body.get("add_special_tokens", True)
-                if not isinstance(add, bool):
-                    raise bad("add_special_tokens: expected a boolean", "add_special_tokens")
-                ids = e.tokenizer.encode(prompt, add_special_tokens=add).ids
+                ids = e.tokenizer.encode(prompt, add_special_tokens=flag(body, "add_special_tokens", True)).ids
             return JSONResponse({"count": len(ids), "max_model_len": e.cfg.max_model_len, "tokens": list(ids),
                                  "token_strs": None})
         except ApiError as err:
@@ -224,6 +220,13 @@ def check_json_content_type(request: Request) -> None:
 
 TOKENIZE_PROMPT_FIELDS = frozenset({"model", "prompt", "add_special_tokens"})
 TOKENIZE_CHAT_FIELDS = frozenset({"model", "messages", "add_special_tokens", "add_generation_prompt"})
+
+
+def flag(body: dict[str, Any], name: str, default: bool) -> bool:
+    value = body.get(name, default)
+    if not isinstance(value, bool):
+        raise bad(f"{name}: expected a boolean", name)
+    return value
 
 
 def refuse_unknown(body: dict[str, Any], fields: frozenset[str], route: str) -> None:

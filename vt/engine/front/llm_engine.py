@@ -240,8 +240,8 @@ class LLMEngine:
         return DraftModelProposer(load_model(draft, self.backend, self.dtype), cfg, stream)
 
     # ---- requests ---------------------------------------------------------------------------
-    def tokenize(self, prompt: Prompt) -> list[int]:
-        return tokenize_prompt(self.tokenizer, self.vocab_size, prompt)
+    def tokenize(self, prompt: Prompt, add_special_tokens: bool = True) -> list[int]:
+        return tokenize_prompt(self.tokenizer, self.vocab_size, prompt, add_special_tokens)
 
     def stats(self) -> dict[str, int]:
         """What /metrics reports of the engine now: ints, and a tuple() of the request table, which CPython copies
@@ -511,8 +511,8 @@ class FrontEngine:
         self.generation_config = _generation_config(ckpt)  # the defaults a request resolves against, as the core's
         self.vocab_size = ckpt.config.vocab_size
 
-    def tokenize(self, prompt: Prompt) -> list[int]:
-        return tokenize_prompt(self.tokenizer, self.vocab_size, prompt)
+    def tokenize(self, prompt: Prompt, add_special_tokens: bool = True) -> list[int]:
+        return tokenize_prompt(self.tokenizer, self.vocab_size, prompt, add_special_tokens)
 
 
 def _text_side(ckpt: Any, cfg: EngineConfig) -> tuple[Any, str | None, dict[str, str]]:
@@ -527,8 +527,9 @@ def _text_side(ckpt: Any, cfg: EngineConfig) -> tuple[Any, str | None, dict[str,
     return ckpt.tokenizer, template, _special_tokens(ckpt.tokenizer_config)
 
 
-def tokenize_prompt(tokenizer: Any, vocab_size: int, prompt: Prompt) -> list[int]:
-    """A prompt's token ids (text through the tokenizer, ids checked against the vocabulary), or a RequestError."""
+def tokenize_prompt(tokenizer: Any, vocab_size: int, prompt: Prompt, add_special_tokens: bool = True) -> list[int]:
+    """A prompt's token ids (text through the tokenizer, ids checked against the vocabulary), or a RequestError.
+    add_special_tokens=False for a rendered chat: its template wrote them (a BOS post-processor would add a second)."""
     if isinstance(prompt, str):
         if not prompt:
             raise RequestError("prompt is empty")
@@ -536,7 +537,7 @@ def tokenize_prompt(tokenizer: Any, vocab_size: int, prompt: Prompt) -> list[int
             prompt.encode("utf-8")
         except UnicodeEncodeError as e:
             raise RequestError(f"prompt is not valid UTF-8 text (at character {e.start})") from None
-        ids = tokenizer.encode(prompt).ids
+        ids = tokenizer.encode(prompt, add_special_tokens=add_special_tokens).ids
     else:
         ids = [int(t) for t in prompt]
         bad = [t for t in ids if not 0 <= t < vocab_size]
