@@ -333,9 +333,11 @@ ENTRIES += [
         id="server-tokenizes-a-long-prompt-on-the-event-loop",
         description="a prompt of megabytes is tokenized on the event loop, holding every other request for seconds",
         file="vt/server/app.py",
-        old="            if sum(len(p) for p in prompts if isinstance(p, str)) > OFF_LOOP_CHARS:",
-        new="            if False:",
-        gates=(f"{REFUSALS}::test_a_long_prompt_is_tokenized_off_the_event_loop",),
+        old="    if sum(len(t) for t in texts if isinstance(t, str)) > OFF_LOOP_CHARS:",
+        new="    if False:",
+        gates=tuple(f"{REFUSALS}::test_a_long_prompt_is_tokenized_off_the_event_loop_with_the_gil_released[{r}]"
+                    for r in ("completions", "chat", "tokenize", "tokenize-messages")),
+        expect="was tokenized on the loop",
     ),
 ]
 ENTRIES += [
@@ -525,8 +527,8 @@ ENTRIES += [
         description="/tokenize takes one field set for a prompt and for messages: a prompt beside messages is "
                     "dropped, add_generation_prompt beside a prompt means nothing",
         file="vt/server/app.py",
-        old="            refuse_unknown(body, TOKENIZE_CHAT_FIELDS if chat else TOKENIZE_PROMPT_FIELDS,\n",
-        new="            refuse_unknown(body, TOKENIZE_CHAT_FIELDS | TOKENIZE_PROMPT_FIELDS,\n",
+        old="        refuse_unknown(body, TOKENIZE_CHAT_FIELDS if chat else TOKENIZE_PROMPT_FIELDS,\n",
+        new="        refuse_unknown(body, TOKENIZE_CHAT_FIELDS | TOKENIZE_PROMPT_FIELDS,\n",
         gates=tuple(f"{REFUSALS}::test_the_tokenizer_routes_refuse_what_they_do_not_read[{c}]"
                     for c in ("tokenize-a-prompt-beside-messages", "tokenize-a-chat-flag-beside-a-prompt")),
         expect="assert (200 == 400)",
@@ -597,5 +599,18 @@ ENTRIES += [
         gates=("tests/engine/test_chat_messages.py::test_chat_renders_text_parts_as_their_text_joined_with_newlines",
                *(f"tests/engine/test_chat_messages.py::test_chat_refuses_a_message_it_would_misrender_naming_where[{c}]"
                  for c in ("image-part", "content-none", "unknown-message-key", "unknown-part-key"))),
+    ),
+]
+ENTRIES += [
+    Mutation(
+        id="tokenizer-holds-the-gil",
+        description="prompt text is encoded with tokenizers' encode, which holds the GIL throughout: a prompt of "
+                    "megabytes on a worker thread still freezes the event loop (every stream, /health) for seconds",
+        file="vt/engine/front/llm_engine.py",
+        old="    return tokenizer.encode_batch([text], add_special_tokens=add_special_tokens)[0].ids\n",
+        new="    return tokenizer.encode(text, add_special_tokens=add_special_tokens).ids\n",
+        gates=tuple(f"{REFUSALS}::test_a_long_prompt_is_tokenized_off_the_event_loop_with_the_gil_released[{r}]"
+                    for r in ("completions", "chat", "tokenize", "tokenize-messages")),
+        expect="holding the GIL",
     ),
 ]

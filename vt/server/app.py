@@ -19,8 +19,8 @@ import json
 import logging
 import time
 import uuid
-from collections.abc import AsyncGenerator, AsyncIterator, Sequence
-from typing import Any
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
+from typing import Any, TypeVar
 
 import numpy as np
 from starlette.applications import Starlette
@@ -30,6 +30,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from vt.engine.core.request import RequestOutput
+from vt.engine.front.llm_engine import encode_text
 from vt.errors import ConfigError, RequestError
 from vt.server.async_llm import AsyncLLM, EngineDeadError
 from vt.server.metrics import Metrics
@@ -107,29 +108,34 @@ class Server:
         try:
             body = await self._body(request)
             check_model(body, self.model_name)
-            chat = "messages" in body  # vLLM's TokenizeChatRequest, else its TokenizeCompletionRequest: never both
-            refuse_unknown(body, TOKENIZE_CHAT_FIELDS if chat else TOKENIZE_PROMPT_FIELDS,
-                           "/tokenize with messages" if chat else "/tokenize with a prompt")
+            text, add = self._tokenize_what(body)
             e = self.llm.engine
-            if chat:
-                from vt.engine.front.chat import render
-
-                add_prompt = flag(body, "add_generation_prompt", True)
-                try:
-                    text = render(e.chat_template, parse_messages(body), e.special_tokens, add_prompt)
-                except RequestError as err:  # messages the template cannot render: the client's to fix
-                    raise bad(str(err), "messages") from None
-                # vLLM's TokenizeChatRequest: the template writes the special tokens, so none are added by default
-                ids = e.tokenizer.encode(text, add_special_tokens=flag(body, "add_special_tokens", False)).ids
-            else:
-                prompt = body.get("prompt")
-                if not isinstance(prompt, str):
-                    raise bad("prompt: expected a string (or give messages)", "prompt")
-                ids = e.tokenizer.encode(prompt, add_special_tokens=flag(body, "add_special_tokens", True)).ids
+            ids = await tokenized(lambda: encode_text(e.tokenizer, text, add), [text])
             return JSONResponse({"count": len(ids), "max_model_len": e.cfg.max_model_len, "tokens": list(ids),
                                  "token_strs": None})
         except ApiError as err:
             return JSONResponse(err.body(), status_code=err.status)
+
+    def _tokenize_what(self, body: dict[str, Any]) -> tuple[str, bool]:
+        """/tokenize's text and whether to add the tokenizer's special tokens: a prompt as given (true by default),
+        or messages rendered by the chat template, which writes them (false by default), as vLLM's
+        TokenizeCompletionRequest and TokenizeChatRequest. Never both shapes' fields at once."""
+        chat = "messages" in body
+        refuse_unknown(body, TOKENIZE_CHAT_FIELDS if chat else TOKENIZE_PROMPT_FIELDS,
+                       "/tokenize with messages" if chat else "/tokenize with a prompt")
+        if not chat:
+            prompt = body.get("prompt")
+            if not isinstance(prompt, str):
+                raise bad("prompt: expected a string (or give messages)", "prompt")
+            return prompt, flag(body, "add_special_tokens", True)
+        from vt.engine.front.chat import render
+
+        e, add_prompt = self.llm.engine, flag(body, "add_generation_prompt", True)
+        try:
+            text = render(e.chat_template, parse_messages(body), e.special_tokens, add_prompt)
+        except RequestError as err:  # messages the template cannot render: the client's to fix
+            raise bad(str(err), "messages") from None
+        return text, flag(body, "add_special_tokens", False)
 
     async def detokenize(self, request: Request) -> Response:
         """vLLM's /detokenize: token ids to text."""
@@ -188,10 +194,7 @@ class Server:
                     raise bad(f"messages: the chat template could not render them: {err}", "messages") from None
             else:
                 prompts = parse_prompt(body)
-            if sum(len(p) for p in prompts if isinstance(p, str)) > OFF_LOOP_CHARS:  # seconds of tokenizing: not
-                token_ids = await asyncio.to_thread(lambda: [self._tokenize(p, parsed) for p in prompts])  # on the loop
-            else:
-                token_ids = [self._tokenize(p, parsed) for p in prompts]
+            token_ids = await tokenized(lambda: [self._tokenize(p, parsed) for p in prompts], prompts)
             try:  # once a request: a min_tokens past the default max_tokens, which only the checkpoint's defaults know
                 parsed.params.resolve(self.llm.engine.generation_config)
             except ConfigError as err:
@@ -206,6 +209,15 @@ class Server:
 # Prompt text longer than this is tokenized on a worker thread: a 4 MiB prompt took ~3 s on the event loop, and
 # every other request (/health too) waited for it.
 OFF_LOOP_CHARS = 64 * 1024
+T = TypeVar("T")
+
+
+async def tokenized(work: Callable[[], T], texts: Sequence[object]) -> T:
+    """work(), which tokenizes texts: on a worker thread when they are long, where the tokenizer releases the GIL
+    (encode_text) so the event loop serves everyone else meanwhile; on the loop when short (no thread hop)."""
+    if sum(len(t) for t in texts if isinstance(t, str)) > OFF_LOOP_CHARS:
+        return await asyncio.to_thread(work)
+    return work()
 MAX_JSON_DEPTH = 64  # arrays and objects inside each other: a request needs a handful; Python's parser recurses
 
 

@@ -537,7 +537,7 @@ def tokenize_prompt(tokenizer: Any, vocab_size: int, prompt: Prompt, add_special
             prompt.encode("utf-8")
         except UnicodeEncodeError as e:
             raise RequestError(f"prompt is not valid UTF-8 text (at character {e.start})") from None
-        ids = tokenizer.encode(prompt, add_special_tokens=add_special_tokens).ids
+        ids = encode_text(tokenizer, prompt, add_special_tokens)
     else:
         ids = [int(t) for t in prompt]
         bad = [t for t in ids if not 0 <= t < vocab_size]
@@ -546,6 +546,13 @@ def tokenize_prompt(tokenizer: Any, vocab_size: int, prompt: Prompt, add_special
     if not ids:
         raise RequestError("prompt is empty")
     return ids
+
+
+def encode_text(tokenizer: Any, text: str, add_special_tokens: bool = True) -> list[int]:
+    """text's token ids through tokenizers' encode_batch, which releases the GIL while it works: its encode holds it
+    throughout, so a prompt of megabytes encoded on a worker thread still froze every other thread (the server's
+    event loop: each stream and /health) for seconds."""
+    return tokenizer.encode_batch([text], add_special_tokens=add_special_tokens)[0].ids
 
 
 def _generation_config(ckpt: Any) -> dict[str, Any]:
