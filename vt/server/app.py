@@ -209,6 +209,7 @@ class Server:
 # Prompt text longer than this is tokenized on a worker thread: a 4 MiB prompt took ~3 s on the event loop, and
 # every other request (/health too) waited for it.
 OFF_LOOP_CHARS = 64 * 1024
+MAX_JSON_DEPTH = 64  # arrays and objects inside each other: a request needs a handful; Python's parser recurses
 T = TypeVar("T")
 
 
@@ -218,7 +219,6 @@ async def tokenized(work: Callable[[], T], texts: Sequence[object]) -> T:
     if sum(len(t) for t in texts if isinstance(t, str)) > OFF_LOOP_CHARS:
         return await asyncio.to_thread(work)
     return work()
-MAX_JSON_DEPTH = 64  # arrays and objects inside each other: a request needs a handful; Python's parser recurses
 
 
 def check_json_content_type(request: Request) -> None:
@@ -235,6 +235,7 @@ TOKENIZE_CHAT_FIELDS = frozenset({"model", "messages", "add_special_tokens", "ad
 
 
 def flag(body: dict[str, Any], name: str, default: bool) -> bool:
+    """A boolean field of the body, or a 400 naming it ("no" would read as true)."""
     value = body.get(name, default)
     if not isinstance(value, bool):
         raise bad(f"{name}: expected a boolean", name)
@@ -503,7 +504,7 @@ class Answer:
         def top(lp: dict[int, float]) -> list[tuple[int, float]]:
             return sorted(lp.items(), key=lambda kv: -kv[1])[: self.parsed.logprobs]
 
-        if self.chat:  # exactly top_logprobs alternatives, as vLLM's: the token itself is the item
+        if self.chat:  # exactly top_logprobs alternatives, the likeliest (OpenAI's): the token itself is the item
             return {"content": [{"token": s(t), "logprob": lp[t], "bytes": list(s(t).encode()),
                                  "top_logprobs": [{"token": s(k), "logprob": v, "bytes": list(s(k).encode())}
                                                   for k, v in top(lp)]} for t, lp in zip(ids, lps)]}
