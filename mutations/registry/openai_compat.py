@@ -4,6 +4,7 @@ allowed_token_ids on the device sampler (issue 29)."""
 from __future__ import annotations
 
 from mutations.model import Mutation
+from mutations.registry.gates import OAI
 
 ECHO = "tests/server/test_echo.py"
 ECHO_TEXT = "tests/server/test_echo_text.py"  # apart from test_echo.py's transformers
@@ -98,5 +99,84 @@ ENTRIES: list[Mutation] = [
         file="vt/engine/core/request.py", old="Logprob(v, r + 1 if r < n else None, decode(t))",
         new="Logprob(v, r if r < n else None, decode(t))",
         gates=("tests/engine/test_tokenizer_api.py::test_offline_logprobs_are_vllms_logprob_objects",),
+    ),
+]
+# Review of the server (fix-server): each defect's gate goes red with it back.
+ENTRIES += [
+    Mutation(
+        id="logit-bias-key-past-the-digit-limit-is-a-500",
+        description="a logit_bias key of 4,300+ digits reaches int(), whose ValueError is a 500 with a traceback",
+        file="vt/server/protocol.py",
+        old="    except ValueError:  # 4,300+ digits: past Python's limit on str -> int (and far past any vocabulary)\n",
+        new="    except ZeroDivisionError:\n",
+        gates=(f"{REFUSE}::test_a_logit_bias_key_past_pythons_digit_limit_is_a_400_naming_it",),
+        expect="assert 500 == 400",
+    ),
+]
+ENTRIES += [
+    Mutation(
+        id="server-reads-any-content-type-as-json",
+        description="the JSON routes read a body as JSON whatever its Content-Type says (vLLM refuses it: "
+                    "validate_json_request)",
+        file="vt/server/app.py", old="    if media_type != \"application/json\":\n", new="    if False:\n",
+        gates=(*(f"{REFUSE}::test_a_body_not_sent_as_json_is_a_400_on_the_openai_routes[{r}]"
+                 for r in ("completions", "chat")),
+               *(f"{REFUSE}::test_a_body_not_sent_as_json_is_a_400_on_the_tokenizer_routes[{r}-body{i}]"
+                 for i, r in enumerate(("/tokenize", "/detokenize")))),
+        expect="assert (200 == 400)",
+    ),
+]
+ENTRIES += [
+    Mutation(
+        id="chat-stream-drops-prompt-logprobs",
+        description="a chat stream takes prompt_logprobs and never sends them (vLLM refuses them with stream=True)",
+        file="vt/server/protocol.py", old="    if chat and stream and prompt_logprobs is not None:",
+        new="    if False:",
+        gates=tuple(f"{REFUSE}::test_chat_prompt_logprobs_on_a_stream_is_a_400_never_dropped[{n}]" for n in (0, 2)),
+        expect="assert (200 == 400)",
+    ),
+]
+ENTRIES += [
+    Mutation(
+        id="completions-top-logprobs-leave-out-the-token",
+        description="completions' top_logprobs hold the top n alone: the sampled (or echoed prompt) token is left "
+                    "out where it is not among them (OpenAI and vLLM give up to logprobs + 1, the token always)",
+        file="vt/server/app.py",
+        old='                "top_logprobs": [{s(k): v for k, v in [(t, lp[t]), *top(lp)]} for t, lp in zip(ids, lps)],\n',
+        new='                "top_logprobs": [{s(k): v for k, v in top(lp)} for t, lp in zip(ids, lps)],\n',
+        gates=(f"{OAI}::test_completions_top_logprobs_hold_the_sampled_token_beside_the_top_n",),
+        expect="where False = all(",
+    ),
+]
+BOS = "tests/server/test_chat_special_tokens.py"
+ENTRIES += [
+    Mutation(
+        id="llm-chat-adds-a-second-bos",
+        description="LLM.chat encodes the rendered chat with the tokenizer's special tokens: a BOS post-processor "
+                    "adds a second BOS before the template's",
+        file="vt/engine/front/llm.py",
+        old="        ids = [self.engine.tokenize(t, add_special_tokens=False) for t in texts]\n",
+        new="        ids = [self.engine.tokenize(t, add_special_tokens=True) for t in texts]\n",
+        gates=(f"{BOS}::test_llm_chat_opens_with_one_bos",),
+        expect="one BOS, then <|im_start|>",
+    ),
+    Mutation(
+        id="server-chat-adds-a-second-bos",
+        description="/v1/chat/completions encodes the rendered chat with the tokenizer's special tokens: a BOS "
+                    "post-processor adds a second BOS, and prompt_tokens disagree with /tokenize's",
+        file="vt/server/app.py",
+        old="            ids = e.tokenize(prompt, add_special_tokens=not parsed.is_chat)\n",
+        new="            ids = e.tokenize(prompt)\n",
+        gates=(f"{BOS}::test_the_server_tokenizes_a_chat_as_its_template_wrote_it",),
+        expect="chat's prompt is /tokenize's",
+    ),
+    Mutation(
+        id="tokenize-messages-ignore-add-special-tokens",
+        description="/tokenize with messages takes add_special_tokens and never adds them",
+        file="vt/server/app.py",
+        old='        return text, flag(body, "add_special_tokens", False)\n',
+        new='        return text, False\n',
+        gates=(f"{BOS}::test_the_server_tokenizes_a_chat_as_its_template_wrote_it",),
+        expect="add_special_tokens with messages is honoured",
     ),
 ]

@@ -96,3 +96,25 @@ def test_a_request_refused_before_its_add_is_queued_leaves_nothing_behind() -> N
                 asyncio.run(ask(llm, [5, 10**6], f"refused-{i}"))
         assert llm._streams == {} and llm._adds == {}, "the refused requests' state left behind"
         assert asyncio.run(ask(llm, [5, 6], "served"))[-1].finished, "non-vacuity: ids inside the vocabulary run"
+
+
+def test_a_dead_engine_process_is_said_once_by_health_and_by_a_late_request() -> None:
+    """/health after the engine process died, and a request after it, say why once: it read "the engine stopped:
+    the engine stopped: its process exited ..." (the reason already says it stopped)."""
+    import os
+    import signal
+    import time
+
+    with running_server("tiny-qwen3", engine_process=True, **KW) as (server, url):
+        core = server.llm._core
+        assert core is not None and httpx.get(url + "/health", timeout=30).status_code == 200, "non-vacuity: alive"
+        os.kill(core.proc.pid, signal.SIGKILL)
+        deadline = time.monotonic() + 30
+        while server.llm.is_alive and time.monotonic() < deadline:
+            time.sleep(0.02)
+        health = httpx.get(url + "/health", timeout=30)
+        late = httpx.post(url + "/v1/completions", json={"prompt": "hi", "max_tokens": 2}, timeout=30)
+    for r in (health, late):
+        said = r.json()["error"]["message"]
+        assert r.status_code == 503 and "process exited" in said, (r.status_code, said)
+        assert said.count("the engine stopped") == 1, said

@@ -112,6 +112,48 @@ def test_chat_with_max_completion_tokens_and_logprobs(client) -> None:
     assert len(c.logprobs.content) == r.usage.completion_tokens and len(c.logprobs.content[0].top_logprobs) == 2
 
 
+def test_completions_top_logprobs_hold_the_sampled_token_beside_the_top_n(client) -> None:
+    """OpenAI's completions (and vLLM's) give up to logprobs + 1 alternatives a token: the top n and, always, the
+    token itself (at logprobs=0, that token alone); echo's prompt tokens likewise hold the prompt's own token. vt
+    gave the top n alone. Chat's top_logprobs stay exactly top_logprobs entries, as vLLM's: there the sampled token
+    is the content item itself."""
+    kw = dict(model=MODEL, max_tokens=24, temperature=1.0, seed=3, extra_body={"ignore_eos": True})
+    lp = client.completions.create(prompt="Once upon", logprobs=1, **kw).choices[0].logprobs
+    pairs = list(zip(lp.tokens, lp.token_logprobs, lp.top_logprobs))
+    # (keyed by text: two byte tokens that decode alike, "\ufffd", share a key, so the key is what is checked)
+    assert all(tok in top and len(top) <= 2 for tok, own, top in pairs), pairs
+    assert any(len(top) == 2 and top[tok] == own < max(top.values()) for tok, own, top in pairs), \
+        "non-vacuity: a token drawn below the top one, beside it"
+    lp0 = client.completions.create(prompt="Once upon", logprobs=0, **kw).choices[0].logprobs
+    assert [top for top in lp0.top_logprobs] == [{t: v} for t, v in zip(lp0.tokens, lp0.token_logprobs)]
+    echo = client.completions.create(model=MODEL, prompt=[5, 77, 300, 12, 9, 400], max_tokens=1, logprobs=1,
+                                     echo=True, temperature=0).choices[0].logprobs
+    prompt = list(zip(echo.tokens, echo.token_logprobs, echo.top_logprobs))[1:6]
+    assert all(tok in top for tok, own, top in prompt), prompt
+    assert any(own < max(top.values()) for _, own, top in prompt), "non-vacuity: a prompt token below the top one"
+    chat = client.chat.completions.create(messages=[{"role": "user", "content": "Hi"}], logprobs=True,
+                                          top_logprobs=1, **kw).choices[0].logprobs.content
+    assert all(len(item.top_logprobs) == 1 for item in chat), "chat: exactly top_logprobs alternatives"
+    assert any(item.token != item.top_logprobs[0].token for item in chat), "non-vacuity: one drawn below the top"
+
+
+def test_a_stream_of_several_prompts_interleaves_their_choices_as_produced(client) -> None:
+    """The engine runs a request's prompts side by side, so their frames come as produced, as vLLM merges its
+    generators (merge_async_iterators): choice 1 waited for choice 0's end and then came as one late lump. Every
+    choice still ends with its finish reason, and usage (last) counts both."""
+    seen: list[tuple[int, str | None]] = []
+    usage = None
+    for chunk in client.completions.create(model=MODEL, prompt=[[5, 6, 7], [8, 9, 10]], max_tokens=40, temperature=0,
+                                           stream=True, stream_options={"include_usage": True},
+                                           extra_body={"ignore_eos": True}):
+        seen += [(c.index, c.finish_reason) for c in chunk.choices]
+        usage = chunk.usage or usage
+    end_of_0 = seen.index((0, "length"))
+    assert sum(i == 0 for i, _ in seen) > 2 and (1, "length") in seen, f"non-vacuity: both streamed, ended: {seen}"
+    assert sum(i == 1 for i, _ in seen[:end_of_0]) > 1, f"choice 1 waited for choice 0 to end: {seen}"
+    assert usage is not None and usage.completion_tokens == 80, usage
+
+
 def test_the_async_client_streams_concurrently(served) -> None:
     async def main() -> list[int]:
         aclient = AsyncOpenAI(base_url=served[1] + "/v1", api_key="unused", max_retries=0)

@@ -19,8 +19,8 @@ import json
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator
-from typing import Any
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
+from typing import Any, TypeVar
 
 import numpy as np
 from starlette.applications import Starlette
@@ -30,6 +30,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from vt.engine.core.request import RequestOutput
+from vt.engine.front.llm_engine import encode_text
 from vt.errors import ConfigError, RequestError
 from vt.server.async_llm import AsyncLLM, EngineDeadError
 from vt.server.metrics import Metrics
@@ -54,6 +55,7 @@ class Server:
         size = request.headers.get("content-length")
         if size is not None and size.isdigit() and int(size) > self.max_body_bytes:
             raise ApiError(413, f"request body of {size} bytes is over the limit of {self.max_body_bytes}")
+        check_json_content_type(request)
         raw = b""
         async for chunk in request.stream():
             raw += chunk
@@ -75,8 +77,8 @@ class Server:
 
     def _tokenize(self, prompt: str | list[int], parsed: Parsed) -> list[int]:
         e = self.llm.engine
-        try:
-            ids = e.tokenize(prompt)
+        try:  # a rendered chat has its special tokens from the template (vLLM: add_special_tokens false for chat)
+            ids = e.tokenize(prompt, add_special_tokens=not parsed.is_chat)
         except RequestError as err:
             raise bad(str(err), "prompt") from None
         room = e.cfg.max_model_len - len(ids)
@@ -86,6 +88,11 @@ class Server:
         if parsed.max_tokens is not None and parsed.max_tokens > room:
             raise bad(f"max_tokens={parsed.max_tokens} is too large: the prompt has {len(ids)} tokens and "
                       f"max_model_len is {e.cfg.max_model_len} (at most {room})", "max_tokens")
+        if parsed.max_tokens is None and parsed.params.min_tokens > room:
+            # the default max_tokens is capped to the room before min_tokens is checked against it (vLLM's
+            # get_max_tokens): never a 200 with fewer tokens than min_tokens promised
+            raise bad(f"min_tokens={parsed.params.min_tokens} is too large: the prompt has {len(ids)} tokens and "
+                      f"max_model_len is {e.cfg.max_model_len} (at most {room} can be generated)", "min_tokens")
         if parsed.max_tokens is None and parsed.is_chat:
             parsed.params.max_tokens = room  # chat, as OpenAI's: no max_tokens means the rest of the context
         return ids
@@ -101,31 +108,34 @@ class Server:
         try:
             body = await self._body(request)
             check_model(body, self.model_name)
-            refuse_unknown(body, TOKENIZE_FIELDS, "/tokenize")
+            text, add = self._tokenize_what(body)
             e = self.llm.engine
-            if "messages" in body:
-                from vt.engine.front.chat import render
-
-                add_prompt = body.get("add_generation_prompt", True)
-                if not isinstance(add_prompt, bool):
-                    raise bad("add_generation_prompt: expected a boolean", "add_generation_prompt")
-                try:
-                    text = render(e.chat_template, parse_messages(body), e.special_tokens, add_prompt)
-                except RequestError as err:  # messages the template cannot render: the client's to fix
-                    raise bad(str(err), "messages") from None
-                ids = e.tokenizer.encode(text, add_special_tokens=False).ids
-            else:
-                prompt = body.get("prompt")
-                if not isinstance(prompt, str):
-                    raise bad("prompt: expected a string (or give messages)", "prompt")
-                add = body.get("add_special_tokens", True)
-                if not isinstance(add, bool):
-                    raise bad("add_special_tokens: expected a boolean", "add_special_tokens")
-                ids = e.tokenizer.encode(prompt, add_special_tokens=add).ids
+            ids = await tokenized(lambda: encode_text(e.tokenizer, text, add), [text])
             return JSONResponse({"count": len(ids), "max_model_len": e.cfg.max_model_len, "tokens": list(ids),
                                  "token_strs": None})
         except ApiError as err:
             return JSONResponse(err.body(), status_code=err.status)
+
+    def _tokenize_what(self, body: dict[str, Any]) -> tuple[str, bool]:
+        """/tokenize's text and whether to add the tokenizer's special tokens: a prompt as given (true by default),
+        or messages rendered by the chat template, which writes them (false by default), as vLLM's
+        TokenizeCompletionRequest and TokenizeChatRequest. Never both shapes' fields at once."""
+        chat = "messages" in body
+        refuse_unknown(body, TOKENIZE_CHAT_FIELDS if chat else TOKENIZE_PROMPT_FIELDS,
+                       "/tokenize with messages" if chat else "/tokenize with a prompt")
+        if not chat:
+            prompt = body.get("prompt")
+            if not isinstance(prompt, str):
+                raise bad("prompt: expected a string (or give messages)", "prompt")
+            return prompt, flag(body, "add_special_tokens", True)
+        from vt.engine.front.chat import render
+
+        e, add_prompt = self.llm.engine, flag(body, "add_generation_prompt", True)
+        try:
+            text = render(e.chat_template, parse_messages(body), e.special_tokens, add_prompt)
+        except RequestError as err:  # messages the template cannot render: the client's to fix
+            raise bad(str(err), "messages") from None
+        return text, flag(body, "add_special_tokens", False)
 
     async def detokenize(self, request: Request) -> Response:
         """vLLM's /detokenize: token ids to text."""
@@ -154,7 +164,7 @@ class Server:
 
     async def health(self, request: Request) -> Response:
         if not self.llm.is_alive:
-            return JSONResponse(ApiError(503, f"the engine stopped: {self.llm.dead}").body(), status_code=503)
+            return JSONResponse(ApiError(503, self.llm.why_stopped).body(), status_code=503)
         return Response(status_code=200)
 
     async def prometheus(self, request: Request) -> Response:
@@ -184,10 +194,7 @@ class Server:
                     raise bad(f"messages: the chat template could not render them: {err}", "messages") from None
             else:
                 prompts = parse_prompt(body)
-            if sum(len(p) for p in prompts if isinstance(p, str)) > OFF_LOOP_CHARS:  # seconds of tokenizing: not
-                token_ids = await asyncio.to_thread(lambda: [self._tokenize(p, parsed) for p in prompts])  # on the loop
-            else:
-                token_ids = [self._tokenize(p, parsed) for p in prompts]
+            token_ids = await tokenized(lambda: [self._tokenize(p, parsed) for p in prompts], prompts)
             try:  # once a request: a min_tokens past the default max_tokens, which only the checkpoint's defaults know
                 parsed.params.resolve(self.llm.engine.generation_config)
             except ConfigError as err:
@@ -203,9 +210,36 @@ class Server:
 # every other request (/health too) waited for it.
 OFF_LOOP_CHARS = 64 * 1024
 MAX_JSON_DEPTH = 64  # arrays and objects inside each other: a request needs a handful; Python's parser recurses
+T = TypeVar("T")
 
 
-TOKENIZE_FIELDS = frozenset({"model", "prompt", "messages", "add_special_tokens", "add_generation_prompt"})
+async def tokenized(work: Callable[[], T], texts: Sequence[object]) -> T:
+    """work(), which tokenizes texts: on a worker thread when they are long, where the tokenizer releases the GIL
+    (encode_text) so the event loop serves everyone else meanwhile; on the loop when short (no thread hop)."""
+    if sum(len(t) for t in texts if isinstance(t, str)) > OFF_LOOP_CHARS:
+        return await asyncio.to_thread(work)
+    return work()
+
+
+def check_json_content_type(request: Request) -> None:
+    """vLLM's validate_json_request: a JSON route's body must say it is JSON (a charset may follow), else a 400
+    (vLLM's RequestValidationError) before the body is read."""
+    media_type = request.headers.get("content-type", "").split(";", 1)[0].strip().lower()
+    if media_type != "application/json":
+        raise bad(f"Unsupported Media Type: Only 'application/json' is allowed (the Content-Type was "
+                  f"{media_type or 'not given'})")
+
+
+TOKENIZE_PROMPT_FIELDS = frozenset({"model", "prompt", "add_special_tokens"})
+TOKENIZE_CHAT_FIELDS = frozenset({"model", "messages", "add_special_tokens", "add_generation_prompt"})
+
+
+def flag(body: dict[str, Any], name: str, default: bool) -> bool:
+    """A boolean field of the body, or a 400 naming it ("no" would read as true)."""
+    value = body.get(name, default)
+    if not isinstance(value, bool):
+        raise bad(f"{name}: expected a boolean", name)
+    return value
 
 
 def refuse_unknown(body: dict[str, Any], fields: frozenset[str], route: str) -> None:
@@ -215,12 +249,14 @@ def refuse_unknown(body: dict[str, Any], fields: frozenset[str], route: str) -> 
         raise bad(f"{unknown[0]}: is not a field {route} reads ({', '.join(sorted(fields))}); remove it", unknown[0])
 
 
-TOKEN_ID_FIELDS = ("logit_bias", "allowed_token_ids", "stop_token_ids")
+# the fields an engine's RequestError can open with; any other refusal is about the prompt
+REQUEST_FIELDS = ("logit_bias", "allowed_token_ids", "stop_token_ids", "min_tokens", "repetition_penalty",
+                  "presence_penalty", "frequency_penalty")
 
 
 def request_param(message: str) -> str:
-    """The field an engine's RequestError is about: a token-id field its message opens with, else the prompt."""
-    return next((f for f in TOKEN_ID_FIELDS if message.startswith(f)), "prompt")
+    """The field an engine's RequestError is about: a field its message opens with, else the prompt."""
+    return next((f for f in REQUEST_FIELDS if message.startswith(f)), "prompt")
 
 
 def lone_surrogate(value: Any, path: str = "") -> str | None:
@@ -365,8 +401,8 @@ class Answer:
             for i, out in enumerate(firsts):
                 for frame in self._deltas(i, out, latest):
                     yield frame
-            for i, g in enumerate(self.gens):
-                async for out in g:
+            async with contextlib.aclosing(merged(self.gens)) as outs:  # closed before close() closes the gens
+                async for i, out in outs:
                     latest[i] = out
                     for frame in self._deltas(i, out, latest):
                         yield frame
@@ -465,16 +501,18 @@ class Answer:
         def s(t: int) -> str:
             return tok.decode([t], skip_special_tokens=False)
 
-        if self.chat:
+        def top(lp: dict[int, float]) -> list[tuple[int, float]]:
+            return sorted(lp.items(), key=lambda kv: -kv[1])[: self.parsed.logprobs]
+
+        if self.chat:  # exactly top_logprobs alternatives, the likeliest (OpenAI's): the token itself is the item
             return {"content": [{"token": s(t), "logprob": lp[t], "bytes": list(s(t).encode()),
                                  "top_logprobs": [{"token": s(k), "logprob": v, "bytes": list(s(k).encode())}
-                                                  for k, v in sorted(lp.items(), key=lambda kv: -kv[1])
-                                                  ][: self.parsed.logprobs]} for t, lp in zip(ids, lps)]}
+                                                  for k, v in top(lp)]} for t, lp in zip(ids, lps)]}
         strings = [s(t) for t in ids]
         offsets = [int(x) for x in np.cumsum([0] + [len(x) for x in strings[:-1]])] if strings else []
+        # completions: the token itself, then the top n (up to logprobs + 1 entries, as OpenAI's and vLLM's)
         return {"tokens": strings, "token_logprobs": [lp[t] for t, lp in zip(ids, lps)],
-                "top_logprobs": [{s(k): v for k, v in sorted(lp.items(), key=lambda kv: -kv[1])
-                                  [: self.parsed.logprobs]} for lp in lps],
+                "top_logprobs": [{s(k): v for k, v in [(t, lp[t]), *top(lp)]} for t, lp in zip(ids, lps)],
                 "text_offset": [base + o for o in offsets]}
 
     def _usage(self, outs: list[RequestOutput]) -> dict[str, Any]:
@@ -492,6 +530,29 @@ class Answer:
         if usage is not None:
             body["usage"] = usage
         return body
+
+
+async def merged(gens: Sequence[AsyncIterator[RequestOutput]]) -> AsyncGenerator[tuple[int, RequestOutput], None]:
+    """(index, output) of every generator as each comes, as vLLM's merge_async_iterators: a request's prompts run
+    side by side in the engine, so no prompt's frames wait for another's end. A generator's error is raised here;
+    closing this cancels the reads still pending, so each generator is left free to close."""
+    pending = {asyncio.ensure_future(anext(g)): i for i, g in enumerate(gens)}
+    try:
+        while pending:
+            done, _ = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+            for task in done:
+                i = pending.pop(task)
+                if isinstance(task.exception(), StopAsyncIteration):
+                    continue
+                out = task.result()
+                pending[asyncio.ensure_future(anext(gens[i]))] = i
+                yield i, out
+    finally:
+        for task in pending:
+            task.cancel()
+        for task in pending:
+            with contextlib.suppress(BaseException):
+                await task
 
 
 def _sse(obj: Any) -> str:

@@ -120,7 +120,7 @@ class AsyncLLM:
         """Yields the request's output after every engine step that changed it; the last one is finished.
         Raises RequestError before the first output if the engine refuses the request."""
         if self.dead is not None:
-            raise EngineDeadError(f"the engine stopped: {self.dead}")
+            raise EngineDeadError(self.why_stopped)
         stream = _Stream(asyncio.get_running_loop())
         self._streams[request_id] = stream
         added: asyncio.Future = stream.loop.create_future()
@@ -140,7 +140,7 @@ class AsyncLLM:
             while not added.done():  # the engine may die (or stop) with this add still queued: never hang
                 await asyncio.wait({added}, timeout=POLL_S)
                 if not added.done() and not self.is_alive:
-                    raise EngineDeadError(f"the engine stopped: {self.dead or 'shut down'}")
+                    raise EngineDeadError(self.why_stopped)
             added.result()  # raises the engine's RequestError: nothing was queued
             while True:
                 await stream.ready.wait()
@@ -180,6 +180,12 @@ class AsyncLLM:
         # tensor-parallel workers, if any: stopped in order if the engine thread is done with the group,
         # else killed (two threads must never drive one gloo group)
         self.engine.close(graceful=not self._thread.is_alive())
+
+    @property
+    def why_stopped(self) -> str:
+        """Why the engine stopped, said once: a dead engine process's reason already opens with it."""
+        why = str(self.dead or "shut down")
+        return why if why.startswith("the engine stopped") else f"the engine stopped: {why}"
 
     @property
     def is_alive(self) -> bool:

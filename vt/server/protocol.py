@@ -10,8 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from vt.engine.front.chat import parse_messages as parse_conversation
 from vt.engine.sample.params import MAX_BIAS, SamplingParams
-from vt.errors import ConfigError
+from vt.errors import ConfigError, RequestError
 
 MAX_LOGPROBS = 20
 
@@ -89,30 +90,13 @@ def parse_prompt(body: dict) -> list[str | list[int]]:
 
 
 def parse_messages(body: dict) -> list[dict[str, str]]:
-    msgs = body.get("messages")
-    if not isinstance(msgs, list) or not msgs:
-        raise bad("messages: expected a non-empty list of {role, content} objects", "messages")
-    out = []
-    for i, m in enumerate(msgs):
-        if not isinstance(m, dict) or not isinstance(m.get("role"), str):
-            raise bad(f"messages[{i}]: expected an object with a string role", "messages")
-        extra = sorted(set(m) - MESSAGE_FIELDS)
-        if extra:  # a tool call, its id, a speaker's name: the chat template would never see them
-            raise bad(f"messages[{i}].{extra[0]}: is not supported by vt (a message is its role and content); "
-                      f"remove it", "messages")
-        content = m.get("content")
-        if isinstance(content, list):  # content parts: text only
-            if not all(isinstance(c, dict) and c.get("type") == "text" and isinstance(c.get("text"), str)
-                       for c in content):
-                raise bad(f"messages[{i}].content: only text parts are supported", "messages")
-            content = "".join(c["text"] for c in content)
-        if not isinstance(content, str):
-            raise bad(f"messages[{i}].content: expected a string or a list of text parts", "messages")
-        out.append({"role": m["role"], "content": content})
-    return out
+    """The body's messages through the one parser LLM.chat uses too (vt/engine/front/chat.py)."""
+    try:
+        return parse_conversation(body.get("messages"))
+    except RequestError as e:
+        raise bad(str(e), "messages") from None
 
 
-MESSAGE_FIELDS = frozenset({"role", "content"})
 STREAM_OPTIONS = frozenset({"include_usage", "continuous_usage_stats"})
 # What vt reads from a request; "user" (OpenAI's end-user id) changes nothing and is accepted as such.
 FIELDS_COMMON = frozenset({"model", "stream", "stream_options", "max_tokens", "logprobs", "stop", "temperature",
@@ -154,14 +138,23 @@ def parse_logit_bias(body: dict) -> dict[int, float] | None:
         return None
     out = {}
     for key, v in lb.items():
-        if not (isinstance(key, str) and key.isdecimal() and key.isascii()):
-            raise bad(f"logit_bias: keys must be token ids, got {key!r}", "logit_bias")
+        token = _token_id_key(key)
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not -MAX_BIAS <= v <= MAX_BIAS:
             raise bad(f"logit_bias[{key!r}]: must be a number in [-100, 100], got {v!r}", "logit_bias")
-        if int(key) in out:  # "05" beside "5": one token, two biases
-            raise bad(f"logit_bias: {key!r} names token {int(key)} a second time", "logit_bias")
-        out[int(key)] = float(v)
+        if token in out:  # "05" beside "5": one token, two biases
+            raise bad(f"logit_bias: {key!r} names token {token} a second time", "logit_bias")
+        out[token] = float(v)
     return out
+
+
+def _token_id_key(key: Any) -> int:
+    """A logit_bias key as the token id it names, or a 400 naming logit_bias."""
+    if not (isinstance(key, str) and key.isdecimal() and key.isascii()):
+        raise bad(f"logit_bias: keys must be token ids, got {key!r}", "logit_bias")
+    try:
+        return int(key)
+    except ValueError:  # 4,300+ digits: past Python's limit on str -> int (and far past any vocabulary)
+        raise bad(f"logit_bias: a key of {len(key)} digits is no token id", "logit_bias") from None
 
 
 def parse_sampling(body: dict, chat: bool) -> Parsed:
@@ -217,6 +210,9 @@ def parse_sampling(body: dict, chat: bool) -> Parsed:
     prompt_logprobs = _get(body, "prompt_logprobs", (int,))  # vLLM's: the top-n of every prompt token
     if prompt_logprobs is not None and not 0 <= prompt_logprobs <= MAX_LOGPROBS:
         raise bad(f"prompt_logprobs: must be in [0, {MAX_LOGPROBS}], got {prompt_logprobs}", "prompt_logprobs")
+    if chat and stream and prompt_logprobs is not None:  # a chat stream has no place for them (vLLM's rule; its 0
+        # passes to be dropped, refused here as any field vt would ignore)
+        raise bad("`prompt_logprobs` are not available when `stream=True`.", "prompt_logprobs")
     if echo and logprobs is not None:  # the prompt's tokens are scored as the completion's are
         prompt_logprobs = max(logprobs, prompt_logprobs or 0)
     if prompt_logprobs is not None:

@@ -40,6 +40,44 @@ def load_template(given: str) -> str:
     return text
 
 
+MESSAGE_FIELDS = frozenset({"role", "content"})
+TEXT_PART_FIELDS = frozenset({"type", "text"})
+
+
+def parse_messages(messages: Any) -> list[dict[str, str]]:
+    """A conversation as vt renders it, for the server and LLM.chat alike: each message's role and its content as
+    text, text parts joined with "\n" (vLLM's chat_utils, its "string" content format). What vt would drop or
+    misrender (a field it does not read, a part other than text, content of another shape) is a RequestError
+    naming where it sits: messages[1].content[0].image_url."""
+    if not isinstance(messages, list) or not messages:
+        raise RequestError("messages: expected a non-empty list of {role, content} objects")
+    return [_message(i, m) for i, m in enumerate(messages)]
+
+
+def _message(i: int, m: Any) -> dict[str, str]:
+    if not isinstance(m, dict) or not isinstance(m.get("role"), str):
+        raise RequestError(f"messages[{i}]: expected an object with a string role")
+    extra = sorted(set(m) - MESSAGE_FIELDS)
+    if extra:  # a tool call, its id, a speaker's name: the chat template would never see them
+        raise RequestError(f"messages[{i}].{extra[0]}: is not supported by vt (a message is its role and content); "
+                           f"remove it")
+    return {"role": m["role"], "content": _text(f"messages[{i}].content", m.get("content"))}
+
+
+def _text(where: str, content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if not isinstance(content, list):
+        raise RequestError(f"{where}: expected a string or a list of text parts")
+    for j, part in enumerate(content):
+        if not (isinstance(part, dict) and part.get("type") == "text" and isinstance(part.get("text"), str)):
+            raise RequestError(f"{where}[{j}]: only text parts ({{'type': 'text', 'text': str}}) are supported")
+        extra = sorted(set(part) - TEXT_PART_FIELDS)
+        if extra:
+            raise RequestError(f"{where}[{j}].{extra[0]}: is not a field of a text part; remove it")
+    return "\n".join(part["text"] for part in content)
+
+
 def render(template: str | None, messages: Any, special_tokens: dict[str, str], add_generation_prompt: bool) -> str:
     from jinja2 import TemplateError
     from jinja2.sandbox import ImmutableSandboxedEnvironment

@@ -9,6 +9,7 @@ input loses nothing.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 from vt.engine.config import EngineConfig
@@ -144,14 +145,19 @@ class LLM:
     def chat(self, messages: Any, sampling_params: SamplingParams | Sequence[SamplingParams] | None = None,
              use_tqdm: bool = False, add_generation_prompt: bool = True,
              chat_template: str | None = None) -> list[RequestOutput]:
-        """One conversation (a list of {"role", "content"} dicts) or a list of them, rendered with the
-        checkpoint's chat template as transformers renders it."""
-        from vt.engine.front.chat import render
+        """One conversation (a list of {"role", "content"} dicts) or a list of them, read as the server reads them
+        (parse_messages: text parts joined, anything else a RequestError) and rendered with the checkpoint's chat
+        template as transformers renders it."""
+        from vt.engine.front.chat import parse_messages, render
 
         convs = messages if messages and isinstance(messages, list) and isinstance(messages[0], list) else [messages]
-        texts = [render(self.engine.chat_template if chat_template is None else chat_template, c,
+        texts = [render(self.engine.chat_template if chat_template is None else chat_template, parse_messages(c),
                         self.engine.special_tokens, add_generation_prompt) for c in convs]
-        return self.generate(texts, sampling_params, use_tqdm)
+        # the template wrote the special tokens: encoded without the tokenizer's own (a BOS post-processor would
+        # add a second BOS), as vLLM encodes a rendered chat; the outputs keep the rendered text as their prompt
+        ids = [self.engine.tokenize(t, add_special_tokens=False) for t in texts]
+        outs = self.generate([{"prompt_token_ids": i} for i in ids], sampling_params, use_tqdm)
+        return [replace(o, prompt=t) for o, t in zip(outs, texts)]
 
 
 def _dead(cause: BaseException) -> EngineDeadError:

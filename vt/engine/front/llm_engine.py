@@ -242,8 +242,8 @@ class LLMEngine:
         return DraftModelProposer(load_model(draft, self.backend, self.dtype), cfg, stream)
 
     # ---- requests ---------------------------------------------------------------------------
-    def tokenize(self, prompt: Prompt) -> list[int]:
-        return tokenize_prompt(self.tokenizer, self.vocab_size, prompt)
+    def tokenize(self, prompt: Prompt, add_special_tokens: bool = True) -> list[int]:
+        return tokenize_prompt(self.tokenizer, self.vocab_size, prompt, add_special_tokens)
 
     def stats(self) -> dict[str, int]:
         """What /metrics reports of the engine now: ints, and a tuple() of the request table, which CPython copies
@@ -266,7 +266,11 @@ class LLMEngine:
                                f"for one generated token")
         resolved = (params or SamplingParams()).resolve(self.generation_config)
         if resolved.has_penalties and self.scheduler.num_spec_tokens:
-            raise RequestError("repetition/presence/frequency penalties are not supported with speculative decoding")
+            name, value = next((n, v) for n, v, off in (("repetition_penalty", resolved.repetition_penalty, 1.0),
+                                                        ("presence_penalty", resolved.presence_penalty, 0.0),
+                                                        ("frequency_penalty", resolved.frequency_penalty, 0.0))
+                               if v != off)  # the field first: the server names it as the refusal's param
+            raise RequestError(f"{name}={value}: penalties are not supported with speculative decoding")
         for name, tokens in (("stop_token_ids", resolved.stop_token_ids),
                              ("logit_bias", [t for t, _ in resolved.logit_bias]),
                              ("allowed_token_ids", resolved.allowed_token_ids or ())):
@@ -511,8 +515,8 @@ class FrontEngine:
         self.generation_config = _generation_config(ckpt)  # the defaults a request resolves against, as the core's
         self.vocab_size = ckpt.config.vocab_size
 
-    def tokenize(self, prompt: Prompt) -> list[int]:
-        return tokenize_prompt(self.tokenizer, self.vocab_size, prompt)
+    def tokenize(self, prompt: Prompt, add_special_tokens: bool = True) -> list[int]:
+        return tokenize_prompt(self.tokenizer, self.vocab_size, prompt, add_special_tokens)
 
 
 def _text_side(ckpt: Any, cfg: EngineConfig) -> tuple[Any, str | None, dict[str, str]]:
@@ -527,8 +531,9 @@ def _text_side(ckpt: Any, cfg: EngineConfig) -> tuple[Any, str | None, dict[str,
     return ckpt.tokenizer, template, _special_tokens(ckpt.tokenizer_config)
 
 
-def tokenize_prompt(tokenizer: Any, vocab_size: int, prompt: Prompt) -> list[int]:
-    """A prompt's token ids (text through the tokenizer, ids checked against the vocabulary), or a RequestError."""
+def tokenize_prompt(tokenizer: Any, vocab_size: int, prompt: Prompt, add_special_tokens: bool = True) -> list[int]:
+    """A prompt's token ids (text through the tokenizer, ids checked against the vocabulary), or a RequestError.
+    add_special_tokens=False for a rendered chat: its template wrote them (a BOS post-processor would add a second)."""
     if isinstance(prompt, str):
         if not prompt:
             raise RequestError("prompt is empty")
@@ -536,7 +541,7 @@ def tokenize_prompt(tokenizer: Any, vocab_size: int, prompt: Prompt) -> list[int
             prompt.encode("utf-8")
         except UnicodeEncodeError as e:
             raise RequestError(f"prompt is not valid UTF-8 text (at character {e.start})") from None
-        ids = tokenizer.encode(prompt).ids
+        ids = encode_text(tokenizer, prompt, add_special_tokens)
     else:
         ids = [int(t) for t in prompt]
         bad = [t for t in ids if not 0 <= t < vocab_size]
@@ -545,6 +550,13 @@ def tokenize_prompt(tokenizer: Any, vocab_size: int, prompt: Prompt) -> list[int
     if not ids:
         raise RequestError("prompt is empty")
     return ids
+
+
+def encode_text(tokenizer: Any, text: str, add_special_tokens: bool = True) -> list[int]:
+    """text's token ids through tokenizers' encode_batch, which releases the GIL while it works: its encode holds it
+    throughout, so a prompt of megabytes encoded on a worker thread still froze every other thread (the server's
+    event loop: each stream and /health) for seconds."""
+    return tokenizer.encode_batch([text], add_special_tokens=add_special_tokens)[0].ids
 
 
 def _generation_config(ckpt: Any) -> dict[str, Any]:

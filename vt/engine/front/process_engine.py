@@ -52,6 +52,9 @@ class ProcessEngine:
     def special_tokens(self) -> dict[str, str]:
         return self.front.special_tokens
 
+    def tokenize(self, prompt: Any, add_special_tokens: bool = True) -> list[int]:
+        return self.front.tokenize(prompt, add_special_tokens)
+
     def run(self, prompts: list[Any], params: list[SamplingParams | None]) -> list[RequestOutput]:
         ids = [self.front.tokenize(p) for p in prompts]  # a RequestError before anything is queued
         rids = [f"offline-{next(self._ids)}" for _ in prompts]
