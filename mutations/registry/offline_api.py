@@ -324,4 +324,17 @@ ENTRIES: list[Mutation] = [
         gates=("tests/engine/test_split_sampler.py::test_a_decode_graph_with_rows_only_the_general_passes_draw",),
         expect="never drawn",
     ),
+    Mutation(
+        id="llm-chat-refuses-a-tool-calling-conversation",
+        description="LLM.chat reads messages as the server does, tools refused: a tool-calling conversation that "
+                    "vLLM's LLM.chat renders (name, tool_calls, tool_call_id) is a RequestError",
+        file="vt/engine/front/llm.py", old="parse_messages(c, TOOL_FIELDS)", new="parse_messages(c)",
+        gates=("tests/engine/test_chat_messages.py::test_chat_hands_a_tool_calling_conversations_fields_to_the_template",),
+    ),
+    Mutation(
+        id="chat-tool-fields-never-reach-the-template",
+        description="the tool-calling fields LLM.chat takes are dropped before the template: accepted, then lost",
+        file="vt/engine/front/chat.py", old="    out.update((k, m[k]) for k in sorted(passed & set(m)))\n", new="",
+        gates=("tests/engine/test_chat_messages.py::test_chat_hands_a_tool_calling_conversations_fields_to_the_template",),
+    ),
 ]

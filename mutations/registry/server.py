@@ -594,8 +594,9 @@ ENTRIES += [
         description="LLM.chat hands the messages to the template as given: a content list renders as its Python repr, "
                     "content None as \"None\", extra keys pass in silence",
         file="vt/engine/front/llm.py",
-        old="        texts = [render(self.engine.chat_template if chat_template is None else chat_template, parse_messages(c),\n",
-        new="        texts = [render(self.engine.chat_template if chat_template is None else chat_template, c,\n",
+        old="        texts = [render(template, parse_messages(c, TOOL_FIELDS), self.engine.special_tokens, "
+            "add_generation_prompt)\n",
+        new="        texts = [render(template, c, self.engine.special_tokens, add_generation_prompt)\n",
         gates=("tests/engine/test_chat_messages.py::test_chat_renders_text_parts_as_their_text_joined_with_newlines",
                *(f"tests/engine/test_chat_messages.py::test_chat_refuses_a_message_it_would_misrender_naming_where[{c}]"
                  for c in ("image-part", "content-none", "unknown-message-key", "unknown-part-key"))),

@@ -30,7 +30,7 @@ def test_chat_renders_text_parts_as_their_text_joined_with_newlines(llm: LLM) ->
     ({"role": "user", "content": [{"type": "image_url", "image_url": {"url": "http://x/a.png"}}]},
      "messages[0].content[0]"),
     ({"role": "user", "content": None}, "messages[0].content"),
-    ({"role": "user", "content": "Hi", "name": "bob"}, "messages[0].name"),
+    ({"role": "user", "content": "Hi", "weight": 2}, "messages[0].weight"),
     ({"role": "user", "content": [{"type": "text", "text": "Hi", "extra": 1}]}, "messages[0].content[0].extra"),
 ], ids=["image-part", "content-none", "unknown-message-key", "unknown-part-key"])
 def test_chat_refuses_a_message_it_would_misrender_naming_where(llm: LLM, message: dict, where: str) -> None:
@@ -38,3 +38,29 @@ def test_chat_refuses_a_message_it_would_misrender_naming_where(llm: LLM, messag
         llm.chat([message], SP)
     assert str(e.value).startswith(where), str(e.value)
     assert llm.chat([{"role": "user", "content": "Hi"}], SP)[0].outputs, "non-vacuity: a plain message is served"
+
+
+TOOL_TEMPLATE = ("{% for m in messages %}{{ m.role }}:{{ m.content }}"
+                 "{% if m.tool_calls %}[{{ m.tool_calls[0].function.name }}]{% endif %}"
+                 "{% if m.tool_call_id %}#{{ m.tool_call_id }}{% endif %}{% if m.name %}@{{ m.name }}{% endif %}|"
+                 "{% endfor %}")
+
+
+def test_chat_hands_a_tool_calling_conversations_fields_to_the_template(llm: LLM) -> None:
+    """vLLM's LLM.chat hands a message's name, tool_calls and tool_call_id to the chat template (Qwen's render tool
+    calls and tool turns), and an assistant turn that only calls a tool may have no content: all served, as before
+    the one parser (the server, which takes no tools, refuses them: tests/server/test_refusals.py)."""
+    conversation = [
+        {"role": "user", "content": "What is 2+2?", "name": "bob"},
+        {"role": "assistant", "content": None,
+         "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "add", "arguments": {"a": 2, "b": 2}}}]},
+        {"role": "tool", "content": "4", "tool_call_id": "c1"},
+    ]
+    refused = ""
+    try:
+        out = llm.chat(conversation, SP, add_generation_prompt=False, chat_template=TOOL_TEMPLATE)[0]
+    except RequestError as e:
+        refused = str(e)
+    assert not refused, f"a tool-calling conversation refused: {refused}"
+    assert out.prompt == "user:What is 2+2?@bob|assistant:[add]|tool:4#c1|", out.prompt
+    assert out.outputs[0].token_ids, "non-vacuity: served"

@@ -89,7 +89,7 @@ def parse_prompt(body: dict) -> list[str | list[int]]:
     raise bad("prompt: expected a non-empty string, a list of token ids, or a list of either", "prompt")
 
 
-def parse_messages(body: dict) -> list[dict[str, str]]:
+def parse_messages(body: dict) -> list[dict[str, Any]]:
     """The body's messages through the one parser LLM.chat uses too (vt/engine/front/chat.py)."""
     try:
         return parse_conversation(body.get("messages"))

@@ -42,26 +42,34 @@ def load_template(given: str) -> str:
 
 MESSAGE_FIELDS = frozenset({"role", "content"})
 TEXT_PART_FIELDS = frozenset({"type", "text"})
+# A tool-calling conversation's fields, handed to the chat template as given (vLLM's LLM.chat does; Qwen's templates
+# render tool calls and tool turns). The server, which takes no tools, refuses them.
+TOOL_FIELDS = frozenset({"name", "tool_calls", "tool_call_id"})
 
 
-def parse_messages(messages: Any) -> list[dict[str, str]]:
+def parse_messages(messages: Any, passed: frozenset[str] = frozenset()) -> list[dict[str, Any]]:
     """A conversation as vt renders it, for the server and LLM.chat alike: each message's role and its content as
-    text, text parts joined with "\n" (vLLM's chat_utils, its "string" content format). What vt would drop or
-    misrender (a field it does not read, a part other than text, content of another shape) is a RequestError
+    text, text parts joined with "\n" (vLLM's chat_utils, its "string" content format). `passed`: the fields
+    (of TOOL_FIELDS) handed to the template as given; an assistant turn with tool_calls may have no content. What
+    vt would drop or misrender (another field, a part other than text, content of another shape) is a RequestError
     naming where it sits: messages[1].content[0].image_url."""
     if not isinstance(messages, list) or not messages:
         raise RequestError("messages: expected a non-empty list of {role, content} objects")
-    return [_message(i, m) for i, m in enumerate(messages)]
+    return [_message(i, m, passed) for i, m in enumerate(messages)]
 
 
-def _message(i: int, m: Any) -> dict[str, str]:
+def _message(i: int, m: Any, passed: frozenset[str]) -> dict[str, Any]:
     if not isinstance(m, dict) or not isinstance(m.get("role"), str):
         raise RequestError(f"messages[{i}]: expected an object with a string role")
-    extra = sorted(set(m) - MESSAGE_FIELDS)
+    extra = sorted(set(m) - MESSAGE_FIELDS - passed)
     if extra:  # a tool call, its id, a speaker's name: the chat template would never see them
         raise RequestError(f"messages[{i}].{extra[0]}: is not supported by vt (a message is its role and content); "
                            f"remove it")
-    return {"role": m["role"], "content": _text(f"messages[{i}].content", m.get("content"))}
+    tool_turn = "tool_calls" in passed and m.get("tool_calls") is not None and m.get("content") is None
+    out: dict[str, Any] = {"role": m["role"], "content": "" if tool_turn else _text(f"messages[{i}].content",
+                                                                                      m.get("content"))}
+    out.update((k, m[k]) for k in sorted(passed & set(m)))
+    return out
 
 
 def _text(where: str, content: Any) -> str:
