@@ -142,6 +142,14 @@ ENTRIES: list[Mutation] = [
                "test_auto_that_finds_no_gpu_warns_that_a_gpu_memory_utilization_is_unused",),
     ),
     Mutation(
+        id="auto-on-the-cpu-keeps-the-unused-gpu-utilization",
+        description="backend auto on the CPU keeps the utilization it warned of: the engine core's copy of the "
+                    "config, its backend now named cpu, refuses it after the core started (vt serve's default)",
+        file="vt/engine/config.py", old="            self.gpu_memory_utilization = None\n", new="",
+        gates=("tests/engine/test_memory_check.py::"
+               "test_auto_that_finds_no_gpu_warns_that_a_gpu_memory_utilization_is_unused",),
+    ),
+    Mutation(
         id="auto-on-the-cpu-drops-a-gpu-utilization-in-silence",
         description="backend auto that finds no GPU takes a gpu_memory_utilization and says nothing of it",
         file="vt/engine/config.py",

@@ -146,10 +146,14 @@ def test_auto_that_finds_no_gpu_warns_that_a_gpu_memory_utilization_is_unused(
     import vt.engine.config as config
 
     monkeypatch.setattr(config, "detect_backend", lambda: "cpu")
+    import dataclasses
+
     refused = ""
     with caplog.at_level(logging.WARNING, logger="vt"):
         try:
             cfg = config.EngineConfig("tiny-qwen3", backend="auto", gpu_memory_utilization=0.8)
+            # the engine core process's copy, its sizes settled (vt/engine/core/proc.py): checked again
+            dataclasses.replace(cfg, max_model_len=64, num_blocks=100)
         except ConfigError as e:  # the CPU's refusal is for the CPU asked for by name
             refused = str(e)
     assert not refused, f"auto refused a script written for a GPU: {refused}"

@@ -137,6 +137,9 @@ class EngineConfig:
             if backend_chosen:
                 raise ConfigError(why)
             logging.getLogger("vt").warning("backend auto found no GPU: %s; unused", why)
+            # dropped once said: the engine core's copy of this config (dataclasses.replace) is checked again,
+            # its backend then named
+            self.gpu_memory_utilization = None
         if u is None and self.backend != "cpu":
             self.gpu_memory_utilization = GPU_MEMORY_UTILIZATION
 
