@@ -67,23 +67,24 @@ def _read_rows_attention() -> str:
                       "rows, 0 for off)")
 
 
-# Flags that were read once and are no longer: set to anything but their old default, they are refused by name
-# (a user asking for the behaviour must hear it is gone), never ignored.
-RETIRED = {"VT_TEMPERATURE_DRAW": ("mass", "the race draw was removed in session 24 (on the H200 no faster than the "
-                                           "mass draw at B <= 8, slower from B = 32 up): a temperature row has one "
-                                           "draw"),
-           "VT_MOE_PREFETCH_BYTES": ("0", "the routed GEMMs' L2 bulk prefetch was removed in session 45 (30B-A3B-8L "
-                                          "replays, H100: 0.853 against 0.826 ms at one row, 2.481 against 2.362 at "
-                                          "eight)"),
-           "VT_MOE_PREFETCH_DOWN": ("0", "the routing GEMM's prefetch of the down weights was removed in session 45 "
-                                         "(30B-A3B-8L replays, H100: 0.836 against 0.829 ms at one row, 2.367 against "
-                                         "2.377 at eight; session 43: 0.825 against 0.820)")}
+# Flags that were read once and are no longer: set to anything but a spelling of their old default (a boolean flag's
+# every "off"), they are refused by name (a user asking for the behaviour must hear it is gone), never ignored.
+RETIRED = {
+    "VT_TEMPERATURE_DRAW": (("mass",), "the race draw was removed in session 24 (on the H200 no faster than the mass "
+                                       "draw at B <= 8, slower from B = 32 up): a temperature row has one draw"),
+    "VT_MOE_PREFETCH_BYTES": (("0",), "the routed GEMMs' L2 bulk prefetch was removed in session 45 (30B-A3B-8L "
+                                      "replays, H100: 0.853 against 0.826 ms at one row, 2.481 against 2.362 at "
+                                      "eight)"),
+    "VT_MOE_PREFETCH_DOWN": (FALSE, "the routing GEMM's prefetch of the down weights was removed in session 45 "
+                                    "(30B-A3B-8L replays, H100: 0.836 against 0.829 ms at one row, 2.367 against 2.377 "
+                                    "at eight; session 43: 0.825 against 0.820)"),
+}
 
 
 def _refuse_retired() -> None:
-    for name, (default, why) in RETIRED.items():
-        raw = (os.environ.get(name) or default).strip().lower()
-        if raw != default:
+    for name, (defaults, why) in RETIRED.items():
+        raw = (os.environ.get(name) or defaults[0]).strip().lower()
+        if raw not in defaults:
             from vt.errors import ConfigError
 
             raise ConfigError(f"{name}={raw!r}: {why}")

@@ -768,9 +768,17 @@ ENTRIES += [
         id="retired-flag-read-as-nothing",
         description="VT_TEMPERATURE_DRAW=race (a draw session 24 removed) is ignored without a word",
         file="vt/env.py",
-        old="        if raw != default:\n",
+        old="        if raw not in defaults:\n",
         new="        if False:\n",
         gates=("tests/vt/test_env.py::test_a_retired_flag_set_to_what_it_no_longer_offers_is_refused_by_name",),
+    ),
+    Mutation(
+        id="retired-boolean-flag-refuses-its-other-offs",
+        description="a retired boolean flag takes only its first spelling of off: VT_MOE_PREFETCH_DOWN=false, which "
+                    "asks for what remains, is refused",
+        file="vt/env.py", old="        if raw not in defaults:\n", new="        if raw != defaults[0]:\n",
+        gates=("tests/vt/test_env.py::test_a_retired_flag_set_to_what_it_no_longer_offers_is_refused_by_name"
+               "[VT_MOE_PREFETCH_DOWN-1-old_defaults3]",),
     ),
     Mutation(
         id="tp-rank-loses-the-pdl-flag",

@@ -135,23 +135,28 @@ def test_a_tensor_parallel_rank_reads_back_every_flag_rank_0_read(monkeypatch: p
     assert same == [], f"non-vacuity: flags the test leaves at this process's value, so a rank could not differ: {same}"
 
 
-@pytest.mark.parametrize("name,value,old_default", [("VT_TEMPERATURE_DRAW", "race", "mass"),
-                                                     ("VT_TEMPERATURE_DRAW", "bogus", "mass"),
-                                                     ("VT_MOE_PREFETCH_BYTES", "4096", "0"),
-                                                     ("VT_MOE_PREFETCH_DOWN", "1", "0")])
-def test_a_retired_flag_set_to_what_it_no_longer_offers_is_refused_by_name(name: str, value: str, old_default: str,
-                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("name,value,old_defaults", [("VT_TEMPERATURE_DRAW", "race", ("mass", " MASS ")),
+                                                      ("VT_TEMPERATURE_DRAW", "bogus", ("mass",)),
+                                                      ("VT_MOE_PREFETCH_BYTES", "4096", ("0", " 0 ")),
+                                                      ("VT_MOE_PREFETCH_DOWN", "1", ("0", "false", " Off ", "NO"))])
+def test_a_retired_flag_set_to_what_it_no_longer_offers_is_refused_by_name(
+        name: str, value: str, old_defaults: tuple[str, ...], monkeypatch: pytest.MonkeyPatch) -> None:
     """VT_TEMPERATURE_DRAW chose the race draw until session 24 removed it; the MoE prefetches went in session 45.
-    Asked for now, one typed line says so; the old default (in any case, padded, or empty) is still read without a
-    word."""
+    Asked for now, one typed line says so; the old default in any spelling the flag took (a boolean's every "off"),
+    any case, padded, or empty, is still read without a word."""
     from vt.errors import ConfigError
 
     monkeypatch.setenv(name, value)
     with pytest.raises(ConfigError, match=rf"{name}=.*removed"):
         Flags.from_environ()
-    for unset in (old_default, f" {old_default.upper()} ", ""):  # read as every choice flag is: stripped, any case
+    refused = []
+    for unset in (*old_defaults, ""):  # read as every choice flag is: stripped, any case; empty is unset
         monkeypatch.setenv(name, unset)
-        Flags.from_environ()  # no error
+        try:
+            Flags.from_environ()
+        except ConfigError as e:
+            refused.append(str(e))
+    assert not refused, f"the old default refused: {refused}"
 
 
 # (VT_DECODE_MIN_PARTITION and VT_ROPE_MAX_ROWS have their own tests above, over numeric edges)
