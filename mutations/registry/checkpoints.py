@@ -111,8 +111,8 @@ ENTRIES: list[Mutation] = [
     Mutation(
         id="generation-config-unvalidated",
         description="generation_config.json's sampling defaults are taken without validation",
-        file="vt/engine/front/llm_engine.py", old="        return validate_generation_config(ckpt.generation_config)\n",
-        new="        return dict(ckpt.generation_config)\n",
+        file="vt/engine/front/llm_engine.py", old="        defaults = validate_generation_config(ckpt.generation_config)\n",
+        new="        defaults = dict(ckpt.generation_config)\n",
         gates=tuple(f"{ARCH_ERR}::test_generation_config_is_validated_like_sampling_params[{g}]"
                     for g in ("top_p", "temperature", "max_new_tokens", "top_k")),
     ),
@@ -243,5 +243,15 @@ ENTRIES += [
         new="        if False:",
         gates=(f"{ARCH_ERR}::test_a_config_field_of_the_wrong_shape_is_named[architectures-Qwen3ForCausalLM-not a list"
                f" of class names]",),
+    ),
+    Mutation(
+        id="speculation-inherits-a-penalty-it-refuses",
+        description="under speculative decoding the checkpoint's default repetition_penalty is kept: every request "
+                    "that sets no penalty is refused for one it never asked for",
+        file="vt/engine/front/llm_engine.py",
+        old='    if cfg.speculative_model is not None and defaults.get("repetition_penalty", 1.0) != 1.0:\n',
+        new="    if False:\n",
+        gates=("tests/models/test_checkpoint_errors.py::"
+               "test_a_default_penalty_under_speculative_decoding_is_said_and_left_out",),
     ),
 ]

@@ -139,6 +139,35 @@ def test_generation_config_repetition_penalty_is_the_default_penalty(tmp_path: P
     assert greedy(inheriting, repetition_penalty=1.0) == unpenalized, "an explicit value beats the checkpoint's"
 
 
+def test_a_default_penalty_under_speculative_decoding_is_said_and_left_out(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """Speculative decoding takes no penalties, and a request that sets one is refused. A checkpoint's default
+    (Qwen2.5's generation_config.json: repetition_penalty 1.05) would have refused every request that set none:
+    it is said once at load and left out, so such requests are served as on a checkpoint without it."""
+    import logging
+
+    from vt import LLM, SamplingParams
+    from vt.errors import RequestError
+
+    d = _copy(tmp_path)
+    (d / "generation_config.json").write_text(json.dumps({"repetition_penalty": 1.05}))
+    spec = dict(max_model_len=64, num_blocks=16, speculative_model="[ngram]", num_speculative_tokens=3)
+    sp = SamplingParams(temperature=0, max_tokens=8, ignore_eos=True)
+    with caplog.at_level(logging.WARNING, logger="vt"):
+        inheriting = LLM(model=str(d), **spec)
+    said = [r.getMessage() for r in caplog.records if "repetition_penalty=1.05 is not applied" in r.getMessage()]
+    refused = ""
+    try:
+        served = inheriting.generate(["Hello"], sp)[0].token_ids
+    except RequestError as e:
+        refused = str(e)
+    assert not refused, f"a request that set no penalty refused: {refused}"
+    assert served == LLM(model="tiny-qwen3", **spec).generate(["Hello"], sp)[0].token_ids
+    assert len(said) == 1, caplog.text
+    with pytest.raises(RequestError, match="repetition_penalty"):  # non-vacuity: one set by the request still is
+        inheriting.generate(["Hello"], SamplingParams(max_tokens=2, repetition_penalty=1.05))
+
+
 # ---- any damage: a typed error, nothing else ------------------------------------------------------
 
 TENSOR_DAMAGE = ["drop", "rename", "reshape", "retype", "truncate"]

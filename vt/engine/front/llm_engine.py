@@ -53,7 +53,7 @@ class LLMEngine:
             raise ConfigError(f"max_model_len={cfg.max_model_len}: must be <= the model's "
                               f"max_position_embeddings ({ckpt.config.max_position_embeddings})")
         self.tokenizer, self.chat_template, self.special_tokens = _text_side(ckpt, cfg)
-        self.generation_config = _generation_config(ckpt)
+        self.generation_config = _generation_config(ckpt, cfg)
         self.eos_ids = ckpt.eos_ids
         self.vocab_size = ckpt.config.vocab_size
         self.dtype = resolve_dtype(cfg.dtype, ckpt.config.dtype, cfg.backend)
@@ -512,7 +512,7 @@ class FrontEngine:
         ckpt = load_checkpoint(resolve_model(cfg.model))  # lazy: headers, config and tokenizer only
         self.cfg = cfg
         self.tokenizer, self.chat_template, self.special_tokens = _text_side(ckpt, cfg)
-        self.generation_config = _generation_config(ckpt)  # the defaults a request resolves against, as the core's
+        self.generation_config = _generation_config(ckpt, cfg)  # the defaults a request resolves against, as the core's
         self.vocab_size = ckpt.config.vocab_size
 
     def tokenize(self, prompt: Prompt, add_special_tokens: bool = True) -> list[int]:
@@ -559,15 +559,22 @@ def encode_text(tokenizer: Any, text: str, add_special_tokens: bool = True) -> l
     return tokenizer.encode_batch([text], add_special_tokens=add_special_tokens)[0].ids
 
 
-def _generation_config(ckpt: Any) -> dict[str, Any]:
-    """The checkpoint's sampling defaults, validated as SamplingParams are (CheckpointError names the field)."""
+def _generation_config(ckpt: Any, cfg: EngineConfig) -> dict[str, Any]:
+    """The checkpoint's sampling defaults, validated as SamplingParams are (CheckpointError names the field). Under
+    speculative decoding, which takes no penalties, a default repetition_penalty (Qwen2.5's 1.05) is said once and
+    left out: kept, it would refuse every request that set no penalty of its own."""
     from vt.engine.sample.params import validate_generation_config
     from vt.errors import CheckpointError
 
     try:
-        return validate_generation_config(ckpt.generation_config)
+        defaults = validate_generation_config(ckpt.generation_config)
     except ConfigError as e:
         raise CheckpointError(f"{ckpt.path / 'generation_config.json'}: {e}") from None
+    if cfg.speculative_model is not None and defaults.get("repetition_penalty", 1.0) != 1.0:
+        logging.getLogger("vt").warning(
+            "%s: repetition_penalty=%s is not applied: speculative decoding takes no penalties",
+            ckpt.path / "generation_config.json", defaults.pop("repetition_penalty"))
+    return defaults
 
 
 def _special_tokens(tok_cfg: dict[str, Any]) -> dict[str, str]:
