@@ -614,4 +614,12 @@ ENTRIES += [
                     for r in ("completions", "chat", "tokenize", "tokenize-messages")),
         expect="holding the GIL",
     ),
+    Mutation(
+        id="chat-template-file-not-utf8-raw",
+        description="a --chat-template file that is not UTF-8 escapes as a raw UnicodeDecodeError (exit 1, a "
+                    "traceback), not one typed line",
+        file="vt/engine/front/chat.py", old="        except UnicodeDecodeError as e:\n",
+        new="        except ZeroDivisionError as e:\n",
+        gates=("tests/server/test_chat_template.py::test_a_template_file_that_is_not_utf8_is_one_line_at_start_up",),
+    ),
 ]

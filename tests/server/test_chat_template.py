@@ -36,6 +36,22 @@ def test_a_broken_or_missing_template_is_one_line_at_start_up(given: str, why: s
         load_template(given)
 
 
+def test_a_template_file_that_is_not_utf8_is_one_line_at_start_up(tmp_path) -> None:
+    """A --chat-template file in another encoding was a raw UnicodeDecodeError (exit 1, a traceback)."""
+    latin = tmp_path / "template.jinja"
+    latin.write_bytes("{{ messages[0]['content'] }} caf\u00e9".encode("latin-1"))
+    error: Exception | None = None
+    try:
+        load_template(str(latin))
+    except Exception as e:  # noqa: BLE001 - the test inspects which error it is
+        error = e
+    assert isinstance(error, ConfigError), f"one typed line, not {error!r}"
+    assert "not UTF-8" in str(error) and str(latin) in str(error), error
+    good = tmp_path / "good.jinja"
+    good.write_text("{{ messages[0]['content'] }} caf\u00e9", encoding="utf-8")
+    assert load_template(str(good)).endswith("caf\u00e9"), "non-vacuity: a UTF-8 file is read"
+
+
 def test_a_template_that_fails_on_a_conversation_is_a_400_on_every_route(tmp_path) -> None:
     """A template whose own code fails on some messages (here 1/0 on the content "div") is the client's to fix: a 400
     with the OpenAI error body on /tokenize as on chat, and a RequestError from render (LLM.chat's path); it was a

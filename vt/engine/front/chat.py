@@ -33,6 +33,9 @@ def load_template(given: str) -> str:
         except OSError as e:
             raise ConfigError(f"chat_template={given!r}: cannot read it ({e.strerror or e}), and it is no template "
                               f"text either") from None
+        except UnicodeDecodeError as e:
+            raise ConfigError(f"chat_template={given!r}: not UTF-8 text (byte {e.start}): a template file is "
+                              f"read as UTF-8") from None
     try:
         ImmutableSandboxedEnvironment().parse(text)  # syntax only: render() sets the environment's options
     except TemplateSyntaxError as e:
