@@ -237,10 +237,10 @@ ENTRIES += [
     ),
     Mutation(
         id="offline-llm-hides-the-worker-that-died",
-        description="the in-process LLM wraps a dead tensor-parallel worker's WorkerDied in a generic EngineDeadError: "
-                    "the caller loses the error's type (which rank, its exit code, its log)",
+        description="the in-process LLM wraps the typed error that killed its engine (a dead tensor-parallel "
+                    "worker's WorkerDied, a broken invariant) in a generic EngineDeadError: the caller loses its type",
         file="vt/engine/front/llm.py",
-        old="            if isinstance(e, WorkerDied):  # already the typed cause by name (which worker, its exit, its log)\n"
+        old="            if isinstance(e, VtError):  # already the typed cause by name (a dead worker, a broken invariant)\n"
             "                raise\n",
         new="",
         gates=(f"{TP_DEATH}::test_a_killed_worker_fails_the_engine_within_bounded_time_by_name",),

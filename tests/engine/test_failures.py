@@ -77,7 +77,7 @@ def test_a_fatal_step_error_leaves_the_offline_llm_dead_with_its_cause_never_stu
         llm.generate(["beta", "gamma"], sp)
     monkeypatch.undo()  # the fault is gone; what it left behind is not known (stepped again, the two spin unsampled)
     for call in (lambda: llm.generate("delta", sp), llm.reset_prefix_cache):
-        box = ends_within(call, 20)
+        box = ends_within(call, 10)
         assert isinstance(box.get("error"), EngineDeadError) and "IndexError: index 600" in str(box["error"]), box
 
 

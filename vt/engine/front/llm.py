@@ -18,7 +18,7 @@ from vt.engine.front.llm_engine import LLMEngine
 from vt.engine.front.process_engine import ProcessEngine
 from vt.engine.front.tokenizer import Tokenizer
 from vt.engine.sample.params import SamplingParams
-from vt.errors import ConfigError, EngineDeadError, RequestError, WorkerDied
+from vt.errors import ConfigError, EngineDeadError, RequestError, VtError
 
 PROMPT_KEYS = ("prompt", "prompt_token_ids")
 
@@ -112,12 +112,13 @@ class LLM:
 
     def _step(self) -> list:
         """One engine step. A step that raises leaves the engine's state unknown and its requests queued: from then on
-        the engine is dead (vLLM's EngineDeadError), and every call says why instead of stepping them again."""
+        the engine is dead (vLLM's EngineDeadError), and every call says why instead of stepping them again. The
+        failing call gets vt's own typed error as it is (a dead worker, a broken invariant), any other wrapped."""
         try:
             return list(self.engine.step())
         except Exception as e:
             self.dead = e
-            if isinstance(e, WorkerDied):  # already the typed cause by name (which worker, its exit, its log)
+            if isinstance(e, VtError):  # already the typed cause by name (a dead worker, a broken invariant)
                 raise
             raise _dead(e) from e
 
