@@ -199,6 +199,11 @@ def judge(m: Mutation, o: Outcome) -> tuple[Verdict, str, list[str], list[str]]:
     green = [g for g in m.gates if g not in red]
     if green:
         return Verdict.SURVIVED, f"gate(s) stayed green: {', '.join(green)}", failed_gates, others
+    crashed = [t for t in failed_gates if not died_on_assertion(o.failed[t])]
+    if crashed:
+        ends = "; ".join(f"{t}: {first_line(o.failed[t])}" for t in crashed)
+        return (Verdict.CRASHED, f"{len(crashed)} of {len(failed_gates)} red gate(s) ended on an exception, not on an "
+                f"assertion: {ends}", failed_gates, others)
     texts = [o.failed[t] for t in failed_gates]
     if m.expect is not None and not any(m.expect in t for t in texts):
         return Verdict.SURVIVED, f"gates failed, but without {m.expect!r}: {first_line(texts[0])}", failed_gates, others
@@ -208,11 +213,23 @@ def judge(m: Mutation, o: Outcome) -> tuple[Verdict, str, list[str], list[str]]:
     return Verdict.KILLED, reason, failed_gates, others
 
 
+# How a gate that went red ended, from JUnit's message (the exception that left the test): an assertion (`assert`,
+# AssertionError, numpy.testing's) or pytest's own failures (pytest.fail, `Failed: DID NOT RAISE`). Anything else
+# escaped the test: the mutant crashed it, and no assertion of the gate's guarantee was shown to go red.
+ASSERTION_END = re.compile(r"(AssertionError\b|assert\b|Failed\b)")
+
+
+def died_on_assertion(text: str) -> bool:
+    """Whether a failed gate's text (JUnit's message, then its traceback) begins with an assertion's end."""
+    return ASSERTION_END.match(text.lstrip()) is not None
+
+
 def first_line(text: str) -> str:
     """The failing assertion in one line: the first informative `E` line of the traceback."""
     e_lines = [ln.strip()[1:].strip() for ln in text.splitlines() if ln.strip().startswith("E ")]
     informative = [ln for ln in e_lines if ln and not ln.endswith(":") and not ln.startswith("+")]
-    for line in informative:
+    # the assertion the gate ended on, before the exception it caught and turned into one (chained above it)
+    for line in (*(ln for ln in informative if ASSERTION_END.match(ln)), *informative):
         if "Error" in line or "assert" in line or "Failed" in line:
             return line[:300]
     if informative:

@@ -14,7 +14,8 @@ class Kind(enum.Enum):
 
 
 class Verdict(enum.Enum):
-    KILLED = "Killed"  # every named gate failed (with the expected text, if one is given)
+    KILLED = "Killed"  # every named gate failed on its own assertion (with the expected text, if one is given)
+    CRASHED = "Crashed"  # every named gate failed, but one on an exception that escaped it: no assertion went red
     SURVIVED = "Survived"  # a named gate stayed green, or failed for another reason than expected
     OVERREACH = "Overreach"  # the gates failed, and so did tests the entry does not name
     NOT_APPLIED = "NotApplied"  # the anchor matched a different number of places than declared

@@ -19,6 +19,7 @@ STRYKER_STATUS = {
     Verdict.NOT_APPLIED: "Ignored",
     Verdict.TIMEOUT: "Timeout",
     Verdict.ERROR: "RuntimeError",
+    Verdict.CRASHED: "RuntimeError",
 }
 
 

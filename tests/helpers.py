@@ -1,4 +1,5 @@
-"""Small shared test helpers (a mock allocator for the pool, kernels for the backends, scripts as modules)."""
+"""Small shared test helpers (a mock allocator for the pool, kernels for the backends, scripts as modules, faults
+turned into the failing assertion of the guarantee they break)."""
 
 from __future__ import annotations
 
@@ -113,3 +114,17 @@ def flag_set(name: str, value: str | None) -> Iterator[None]:
     finally:
         put(before)
         env.flags.cache_clear()
+
+
+@contextlib.contextmanager
+def guarding(guarantee: str, *faults: type[BaseException]) -> Iterator[None]:
+    """The block checks `guarantee`: one of `faults` raised in it (vt's CPU emulation of a GPU fault, an engine
+    invariant, a raw exception where a typed refusal is the guarantee) fails the test on an assertion that names the
+    guarantee, the fault its cause. A gate must go red on its own assertion, not crash (mutations/judge.py's Crashed):
+    so the mutant that breaks the guarantee is shown to be caught by the gate, not by whatever the break set off."""
+    try:
+        yield
+    except faults as e:
+        if isinstance(e, AssertionError):  # the gate's own assertions stand as they are
+            raise
+        raise AssertionError(f"{guarantee}: {type(e).__name__}: {e}") from e

@@ -22,6 +22,25 @@ ENTRIES: list[Mutation] = [
         expect="the files whole are another run",
     ),
     Mutation(
+        id="a-crash-counts-as-a-kill",
+        description="a gate that the mutant crashes (an exception escapes it; no assertion went red) counts as a kill",
+        file="mutations/judge.py",
+        old="    crashed = [t for t in failed_gates if not died_on_assertion(o.failed[t])]\n",
+        new="    crashed: list[str] = []\n",
+        gates=("tests/mutations/test_runner.py::test_a_gate_that_a_mutant_crashes_is_no_kill",),
+        expect="Crashed",
+    ),
+    Mutation(
+        id="kill-reason-is-the-caught-exception",
+        description="a kill's reason is the first exception of the traceback: the one the gate caught and failed on, "
+                    "not its assertion",
+        file="mutations/judge.py",
+        old="    for line in (*(ln for ln in informative if ASSERTION_END.match(ln)), *informative):\n",
+        new="    for line in informative:\n",
+        gates=("tests/mutations/test_runner.py::test_a_gate_that_a_mutant_crashes_is_no_kill",),
+        expect="scale raised",
+    ),
+    Mutation(
         id="report-json-not-embedded",
         description="the HTML report carries the viewer but not the report: the page renders no score",
         file="mutations/reports.py",

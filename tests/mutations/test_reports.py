@@ -27,7 +27,7 @@ def _results(tmp: Path) -> list[Result]:
     (tmp / "pkg/mod.py").write_text("def f(x):\n    return x + 1\n")
     gates = ("tests/test_mod.py::test_f",)
     out = []
-    for v, kind in zip(Verdict, [Kind.SOURCE, Kind.TEST_SETUP] * 3):
+    for v, kind in zip(Verdict, [Kind.SOURCE, Kind.TEST_SETUP] * len(Verdict)):
         m = Mutation(id=f"m-{v.value}", description=f"<m-{v.value}> & co", file="pkg/mod.py",
                      old="x + 1", new="x - 1", gates=gates, kind=kind)
         killed_by = list(gates) if v is Verdict.KILLED else []

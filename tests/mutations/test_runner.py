@@ -47,6 +47,23 @@ def test_by_default_a_mutant_runs_its_gates_alone(project: Path) -> None:
     assert whole.verdict is Verdict.OVERREACH and whole.failed_others == [f"{T}::test_total"], "non-vacuity"
 
 
+def test_a_gate_that_a_mutant_crashes_is_no_kill(project: Path) -> None:
+    """A gate must go red on its own assertion: a mutant that makes the code under test raise ends the gate on an
+    exception that escapes it, and that is Crashed (not Killed), naming the exception. The same gate killed by a
+    wrong value, and a test that catches the crash and fails on it, are both Killed."""
+    crash = dict(old="    return x * k", new="    return x * k[0]")  # TypeError: 'int' is not subscriptable
+    (project / T).write_text((project / T).read_text() + (
+        "\n\ndef test_scale_caught():\n    try:\n        got = scale(2, 3)\n    except TypeError as e:\n"
+        "        raise AssertionError(f'scale raised: {e}') from e\n    assert got == 6\n"))
+    res = run(project, M("crash", **crash, gates=(f"{T}::test_scale",)),
+              M("value", **BREAK_SCALE, gates=(f"{T}::test_scale",)),
+              M("caught", **crash, gates=(f"{T}::test_scale_caught",)))
+    assert res["crash"].verdict is Verdict.CRASHED, (res["crash"].verdict, res["crash"].reason)
+    assert "TypeError" in res["crash"].reason and "not on an assertion" in res["crash"].reason, res["crash"].reason
+    assert res["value"].verdict is Verdict.KILLED, "non-vacuity: a wrong value is a kill"
+    assert res["caught"].verdict is Verdict.KILLED and "scale raised" in res["caught"].reason, res["caught"].reason
+
+
 def test_a_red_baseline_aborts(project: Path) -> None:
     (project / "calc.py").write_text((project / "calc.py").read_text().replace("x * k", "x - k"))
     with pytest.raises(BaselineError, match="red"):
