@@ -24,7 +24,7 @@ import pytest
 from backends.kernels import activation, decode_attention, norm, rotary
 from backends.kernels.decode_attention import MIN_PARTITION, TWIN_TILE, partition_size
 from backends.kernels.fused import HEAD_DIMS
-from tests.helpers import flag_set
+from tests.helpers import flag_set, guarding
 from vt.dtypes import narrow_host, widen_host
 
 STORAGE = {"float32": np.dtype(np.float32), "bfloat16": np.dtype(np.uint16), "float16": np.dtype(np.float16)}
@@ -790,8 +790,9 @@ def test_the_prefill_kernels_binding_refuses_a_block_size_its_shifts_cannot_serv
                                      np.zeros(4, np.int64), np.arange(4, dtype=np.int64),
                                      np.zeros((4, 2, 16), np.uint16))
 
-    with pytest.raises(EngineInvariantError, match=f"block size {block_size}"):
-        launch(block_size)
+    with guarding(f"block size {block_size} is refused before any launch", _LaunchReached):
+        with pytest.raises(EngineInvariantError, match=f"block size {block_size}"):
+            launch(block_size)
     with pytest.raises(_LaunchReached):  # non-vacuity: the engine's block size 16 passes the guard
         launch(16)
 
@@ -812,8 +813,9 @@ def test_the_decode_kernels_binding_refuses_a_block_size_its_shifts_cannot_serve
                                     np.zeros(2, np.int64), np.arange(2, dtype=np.int64),
                                     np.zeros((2, 2, 16), np.uint16), None, None)
 
-    with pytest.raises(EngineInvariantError, match="block size 12"):
-        launch(12)
+    with guarding("block size 12 is refused before any launch", _LaunchReached):
+        with pytest.raises(EngineInvariantError, match="block size 12"):
+            launch(12)
     with pytest.raises(_LaunchReached):  # non-vacuity: the engine's block size 16 passes the guard
         launch(16)
 
@@ -834,7 +836,8 @@ def test_the_decode_binding_refuses_one_partials_array_without_the_other(monkeyp
     part_o, part_ml = np.zeros((T, nh, P, hd), np.float32), np.zeros((T, nh, P, 2), np.float32)
     for body in (paged_decode_attention.cuda, lambda *a: paged_decode_attention.twin(*a[1:])):
         for one in ((None, part_ml), (part_o, None)):
-            with pytest.raises(EngineInvariantError, match="part_o and part_ml come together"):
-                body(None, *args, *one)
+            with guarding("one partials array alone is refused before any launch", _LaunchReached):
+                with pytest.raises(EngineInvariantError, match="part_o and part_ml come together"):
+                    body(None, *args, *one)
     with pytest.raises(_LaunchReached):  # non-vacuity: both arrays pass the guard
         paged_decode_attention.cuda(None, *args, part_o, part_ml)

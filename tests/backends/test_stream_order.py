@@ -92,9 +92,12 @@ def test_the_adversary_shows_the_stale_value_a_missing_wait_reads() -> None:
     b = CpuBackend()
     main = b.new_stream()
     b.simulate_streams(side_streams_late(main))
+    issued: tuple = ()
     with pytest.raises(StreamRace):  # at the synchronize that forces the producer under the consumer's read
-        out, want = producer_then_consumer(b, wait=False, main=main)
+        issued = producer_then_consumer(b, wait=False, main=main)
         b.synchronize()
+    assert issued, "the race is met at the synchronize, after both launches were issued (the side work held back)"
+    out, want = issued
     got = out.array().copy()
     assert np.array_equal(got, np.zeros(8, np.float32)) and not np.array_equal(got, want), "the stale read"
 

@@ -12,6 +12,7 @@ import pytest
 
 from seams.harness import SeamHarness
 from seams.lanes import guarantee
+from tests.helpers import guarding
 from vt.errors import CaptureUnsupported
 
 MODELS = ["tiny-qwen3", "tiny-qwen3-moe"]
@@ -30,7 +31,8 @@ def test_G1_capture_allocates_nothing_after_drain(model: str, batch: int) -> Non
     freed = h.pool.drain()
     assert freed > 0, "precondition: the drain really emptied the free lists"
     h.backend.reset_counters()
-    h.step()
+    with guarding("the capture allocated after the drain (the pre-grow left it short)", CaptureUnsupported):
+        h.step()
     assert h.is_captured, "this step captured"
     needed = sum(h.driver.last_slot.demand.values())  # type: ignore[union-attr]
     assert h.backend.allocs_in_step >= needed > 0, (
@@ -71,7 +73,8 @@ def test_G8_spec_keys_capture_nothing(model: str, q: int, batch: int) -> None:
     assert key[1:3] == (q, True) and not h.driver.slots[key].is_captured, "a spec key's first step is cold"
     assert h.pool.drain() > 0, "precondition: the drain really emptied the free lists"
     h.backend.reset_counters()
-    h.step(q=q, spec=True)
+    with guarding("the spec key's capture allocated after the drain (the pre-grow left it short)", CaptureUnsupported):
+        h.step(q=q, spec=True)
     needed = sum(h.driver.last_slot.demand.values())  # type: ignore[union-attr]
     assert h.is_captured and h.backend.allocs_in_step >= needed > 0, "non-vacuity: the pre-grow refilled"
     assert h.backend.allocs_in_capture == 0, f"{h.backend.allocs_in_capture} allocation(s) in the capture"

@@ -10,6 +10,8 @@ import pytest
 from models.base import prefill_logits
 from seams.harness import SeamHarness
 from seams.lanes import GRAPHS_REASON, guarantee
+from tests.helpers import guarding
+from vt.errors import CaptureUnsupported, IllegalMemoryAccess
 
 MODELS = ["tiny-qwen3", "tiny-qwen3-moe"]
 # (prompt lengths, first positions): whole prompts, a chunk over KV already written, mixed; 5 and 40
@@ -52,7 +54,8 @@ def test_P1_a_buckets_capture_allocates_nothing_after_drain(model: str, step: st
     assert not bucket.is_captured, "a bucket's first step is eager"
     assert h.pool.drain() > 0, "precondition: the drain really emptied the free lists"
     h.backend.reset_counters()
-    _prefill(h, seqs)
+    with guarding("a segment's capture allocated after the drain (the pre-grow left it short)", CaptureUnsupported):
+        _prefill(h, seqs)
     assert bucket.is_captured and len(bucket.graph.segments) == h.model.cfg.num_hidden_layers + 1, "captured"
     needed = sum(bucket.demand.values())  # type: ignore[union-attr]
     assert h.backend.allocs_in_step >= needed > 0, (
@@ -71,7 +74,8 @@ def test_P1_every_bucket_the_largest_included_captures_nothing_after_drain(lane:
         _prefill(h, seqs)
         assert h.pool.drain() > 0, f"precondition ({T} tokens): the drain really emptied the free lists"
         h.backend.reset_counters()
-        _prefill(h, seqs)
+        with guarding(f"the {T}-token bucket's capture allocated after the drain", CaptureUnsupported):
+            _prefill(h, seqs)
         assert h.driver.buckets[T].is_captured, f"non-vacuity: the {T}-token bucket captured"
         assert h.backend.allocs_in_capture == 0, (
             f"{h.backend.allocs_in_capture} driver allocation(s) inside a segment of the {T}-token bucket")
@@ -135,8 +139,9 @@ def test_P5_a_drain_never_frees_a_live_buckets_temporaries(model: str) -> None:
     _prefill(h, seqs)  # captured
     bucket = h.driver.buckets[64]
     assert bucket.is_captured and bucket.pinned, "non-vacuity: a captured bucket with temporaries"
-    assert h.pool.drain() > 0, "non-vacuity: the drain freed something"
-    np.testing.assert_array_equal(_prefill(h, seqs), first)
+    with guarding("the drain freed a live bucket's temporaries: its replay read freed memory", IllegalMemoryAccess):
+        assert h.pool.drain() > 0, "non-vacuity: the drain freed something"
+        np.testing.assert_array_equal(_prefill(h, seqs), first)
 
 
 @pytest.mark.parametrize("budget", [64, 512])

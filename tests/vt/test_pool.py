@@ -234,7 +234,7 @@ class PoolMachine(RuleBasedStateMachine):
         b, c = self.live.pop(i % len(self.live))
         home = b.home
         self.pool.put(b)
-        assert home.free[-1] is b, "put returns a block to the class it was allocated at"
+        assert home.free and home.free[-1] is b, "put returns a block to the class it was allocated at"
         self._bump(c, -1)
 
     @rule()
