@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from models.loader import load_checkpoint, resolve_model
+from tests.helpers import guarding
 from vt import LLM, SamplingParams
 from vt.errors import CheckpointError, ConfigError, RequestError
 
@@ -77,7 +78,8 @@ def test_an_array_as_the_prompts_is_a_request_error(llm: LLM) -> None:
 def test_bad_engine_config_names_the_field(kw: dict, field: str) -> None:
     from vt.engine.config import EngineConfig
 
-    with pytest.raises(ConfigError, match=field):
+    with guarding(f"EngineConfig refuses a bad {field} with a ConfigError naming it", Exception), \
+            pytest.raises(ConfigError, match=field):
         EngineConfig(model="tiny-qwen3", **kw)
 
 

@@ -16,8 +16,10 @@ from models.config import ModelConfig
 from models.loader import load_checkpoint
 from models.registry import load_model
 from seams.lanes import is_bypass_lane
+from tests.helpers import guarding
 from tests.models.hf_checkpoints import ARCHS, as_transformers4, make
 from vt.engine.worker.graph_driver import DecodeInputs, GraphDriver
+from vt.errors import CheckpointError, ConfigError
 
 TOL = 1e-4
 PROMPT = [5, 77, 300, 12, 9, 400, 33, 250, 18, 101, 7, 64, 3, 222, 45, 90, 311, 17]
@@ -43,8 +45,10 @@ def hf_greedy(path: Path, n: int, dtype: str = "float32") -> tuple[list[int], np
 
 
 def vt_greedy(path: Path, n: int, dtype: str = "float32", backend: object = None) -> tuple[list[int], np.ndarray]:
-    """Prefill, then decode steps replayed from captured graphs (the engine's path)."""
-    model = load_model(load_checkpoint(path), backend or CpuBackend(), dtype)
+    """Prefill, then decode steps replayed from captured graphs (the engine's path). The checkpoint is one
+    transformers saved (and loads): vt refusing it is the broken guarantee, not a crash of the test."""
+    with guarding(f"vt loads the checkpoint transformers saved at {path.name}", CheckpointError, ConfigError):
+        model = load_model(load_checkpoint(path), backend or CpuBackend(), dtype)
     kv = model.make_kv_cache(num_blocks=8, block_size=16)
     table = [5, 2, 7, 0]  # non-contiguous: the block table is really read
     rows = [prefill(model, [(PROMPT, table)], kv)[0]]
