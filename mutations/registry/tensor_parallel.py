@@ -37,7 +37,7 @@ ENTRIES: list[Mutation] = [
         id="tp-row-parallel-reduction-skipped",
         description="the o-projection's partial sums are never all-reduced across the ranks",
         file="models/decoder.py",
-        old="        self._reduce(out)\n", new="",
+        old="            self._reduce(out)\n", new="",  # the whole line: a partial match leaves its indent behind
         gates=TP_EQUALITY,
     ),
     Mutation(

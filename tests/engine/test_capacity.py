@@ -6,12 +6,13 @@ import json
 
 import pytest
 
+from tests.helpers import guarding
 from vt import LLM, SamplingParams
 from vt.engine.config import EngineConfig
 from vt.engine.core.kv_manager import KVCacheManager
 from vt.engine.core.request import Request
 from vt.engine.core.scheduler import Scheduler
-from vt.errors import CapacityError
+from vt.errors import CapacityError, EngineDeadError, EngineInvariantError
 
 PROMPTS = [f"request number {i} says hello to the engine" for i in range(8)]
 GREEDY = SamplingParams(temperature=0, max_tokens=40, ignore_eos=True)
@@ -32,8 +33,9 @@ def test_startup_accepts_the_largest_length_it_names() -> None:
 def test_preemption_under_a_tiny_pool_finishes_everything_with_unconstrained_tokens(model: str) -> None:
     roomy = LLM(model=model, max_model_len=128, num_blocks=256, max_num_seqs=8)
     tight = LLM(model=model, max_model_len=128, num_blocks=12, max_num_seqs=8)
-    want = roomy.generate(PROMPTS, GREEDY)
-    got = tight.generate(PROMPTS, GREEDY)
+    with guarding("every request finishes, under a tiny pool by preemption", EngineInvariantError):
+        want = roomy.generate(PROMPTS, GREEDY)
+        got = tight.generate(PROMPTS, GREEDY)
     assert sum(o.num_preemptions for o in got) > 0, "non-vacuity: the tight pool really preempted"
     assert sum(o.num_preemptions for o in want) == 0
     assert all(o.finish_reason == "length" for o in got)
@@ -91,7 +93,9 @@ def test_a_request_that_can_never_fit_gets_an_error_and_the_rest_finish(engine_p
             assert isinstance(box.get("error"), RequestError) and said in str(box["error"]), f"refused up front: {box}"
         if not engine_process:
             assert not llm.engine.has_unfinished(), "nothing of the refused batch was queued"
-        outs = llm.generate(["short one", list(range(3, 34)), "another short one"], sp)  # 31 tokens: room for one
+        with guarding("after a refused batch the engine serves on, every request to its end", EngineInvariantError,
+                      EngineDeadError):
+            outs = llm.generate(["short one", list(range(3, 34)), "another short one"], sp)  # 31 tokens: room for one
         assert [len(o.token_ids) for o in outs] == [8, 1, 8], "non-vacuity: the engine serves on, to the last slot"
     finally:
         if engine_process:
@@ -100,7 +104,9 @@ def test_a_request_that_can_never_fit_gets_an_error_and_the_rest_finish(engine_p
 
 def test_generation_stops_at_max_model_len_without_overrunning_the_block_table() -> None:
     llm = LLM(model="tiny-qwen3", max_model_len=32, num_blocks=4, max_num_seqs=2)
-    out = llm.generate([list(range(3, 23))], SamplingParams(temperature=0, max_tokens=100, ignore_eos=True))[0]
+    with guarding("a request runs to max_model_len in the blocks its length needs, and ends there",
+                  EngineInvariantError):
+        out = llm.generate([list(range(3, 23))], SamplingParams(temperature=0, max_tokens=100, ignore_eos=True))[0]
     assert out.finish_reason == "length" and len(out.prompt_token_ids) + len(out.token_ids) == 32
 
 
@@ -145,7 +151,8 @@ def test_a_max_length_request_runs_to_the_end_when_the_pool_holds_exactly_target
     """The exact fit the start-up check admits really serves a request to max_model_len."""
     llm = LLM(model="tiny-qwen3", max_model_len=64, num_blocks=8, max_num_seqs=2,
               speculative_model="tiny-qwen3-draft", num_speculative_tokens=4)
-    out = llm.generate([list(range(3, 43))], SamplingParams(temperature=0, max_tokens=100, ignore_eos=True))[0]
+    with guarding("a pool of exactly target and draft blocks serves a request to max_model_len", EngineInvariantError):
+        out = llm.generate([list(range(3, 43))], SamplingParams(temperature=0, max_tokens=100, ignore_eos=True))[0]
     assert out.finish_reason == "length" and len(out.prompt_token_ids) + len(out.token_ids) == 64
     assert llm.engine.runner.proposer.num_proposed > 0, "non-vacuity: it speculated, so it held draft blocks"
 
