@@ -66,6 +66,8 @@ def test_streamed_text_offsets_are_the_whole_answers(client, extra: dict) -> Non
     offsets = [o for f in frames if f.logprobs for o in f.logprobs.text_offset]
     tokens = [t for f in frames if f.logprobs for t in f.logprobs.tokens]
     assert tokens == whole.logprobs.tokens and len(tokens) > 3, "non-vacuity: the same tokens, streamed and not"
+    places = [sum(len(t) for t in tokens[:j]) for j in range(len(tokens))]  # (echo's prompt: its text is its tokens')
+    assert whole.logprobs.text_offset == places, "whole: each token's offset is where the tokens before it end"
     assert offsets == whole.logprobs.text_offset, f"streamed {offsets}, whole {whole.logprobs.text_offset}"
     carrying = [f for f in frames if f.logprobs and f.logprobs.tokens]
     assert len(carrying) > 2, f"non-vacuity: tokens came in {len(carrying)} frames, offsets after the first matter"
