@@ -180,3 +180,63 @@ ENTRIES += [
         expect="add_special_tokens with messages is honoured",
     ),
 ]
+STREAM = "tests/server/test_streamed_choices.py"
+ABORTS = "tests/server/test_abort_metrics.py"
+ENTRIES += [
+    Mutation(
+        id="stream-resends-a-finished-choice",
+        description="with n > 1, a streamed choice that finished is sent again (its finish_reason, no text) on every "
+                    "step of a sibling that still generates",
+        file="vt/server/app.py",
+        old="        if key in self.ended:  # its final frame went out: a sibling's step says nothing of it (OpenAI's, "
+            "vLLM's)\n",
+        new="        if False:\n",
+        gates=(f"{STREAM}::test_a_finished_choice_is_said_once_and_then_nothing_while_its_siblings_run[completions]",
+               f"{STREAM}::test_a_finished_choice_is_said_once_and_then_nothing_while_its_siblings_run[chat]"),
+        expect="finish frames per index",
+    ),
+    Mutation(
+        id="streamed-text-offset-restarts-each-frame",
+        description="a streamed completion's text_offset restarts at each frame (never counted on past the tokens "
+                    "sent before): offsets no longer the non-streamed answer's",
+        file="vt/server/app.py",
+        old='            self.offsets[key] = base + sum(len(t) for t in lp["tokens"])\n',
+        new="            self.offsets[key] = base\n",
+        gates=(f"{STREAM}::test_streamed_text_offsets_are_the_whole_answers[plain]",
+               f"{STREAM}::test_streamed_text_offsets_are_the_whole_answers[stop-string-held-back]",
+               f"{STREAM}::test_streamed_text_offsets_are_the_whole_answers[echo]",
+               f"{STREAM}::test_streamed_text_offsets_are_the_whole_answers[echo-and-stop]"),
+        expect="streamed [",
+    ),
+    Mutation(
+        id="echo-text-offset-misses-the-prompt",
+        description="with echo, the completion's text_offset starts at 0, not after the prompt's text before it",
+        file="vt/server/app.py",
+        old="        base = self.offsets[key] if key in self.offsets else self._echo_shift(i)\n",
+        new="        base = self.offsets.get(key, 0)\n",
+        gates=(f"{STREAM}::test_streamed_text_offsets_are_the_whole_answers[echo]",
+               f"{STREAM}::test_streamed_text_offsets_are_the_whole_answers[echo-and-stop]"),
+        expect="each token's offset is where the tokens before it end",
+    ),
+    Mutation(
+        id="engine-process-counts-an-abort-once-per-prompt",
+        description="through the engine process, vt_requests_aborted counts an abort once per prompt's request, "
+                    "not once per sample sequence it ended (the unit of the finish counters)",
+        file="vt/server/async_llm.py",
+        old="        self.num_aborted += applied  # per sample sequence, as the engine thread counts them "
+            "(vt_requests_aborted)\n",
+        new="        self.num_aborted += min(applied, 1)\n",
+        gates=(f"{ABORTS}::test_an_aborted_stream_counts_each_sample_once_in_every_abort_counter[engine-process]",),
+        expect="the abort counters disagree on the unit",
+    ),
+    Mutation(
+        id="engine-thread-counts-an-abort-once-per-prompt",
+        description="on the engine thread, vt_requests_aborted counts an abort once per prompt's request, not once "
+                    "per sample sequence it ended",
+        file="vt/server/async_llm.py",
+        old="                self.num_aborted += 1\n",
+        new="                self.num_aborted += int(r is aborted[0])\n",
+        gates=(f"{ABORTS}::test_an_aborted_stream_counts_each_sample_once_in_every_abort_counter[engine-thread]",),
+        expect="the abort counters disagree on the unit",
+    ),
+]

@@ -311,6 +311,10 @@ class Answer:
         self.echoed: set[tuple[int, int]] = set()  # (prompt, sample): its prompt was sent (echo)
         self.gens = [server.llm.generate(ids, parsed.params, f"{rid}-{i}") for i, ids in enumerate(token_ids)]
         self.sent: dict[tuple[int, int], tuple[int, int]] = {}  # (prompt, sample) -> (chars, tokens) sent
+        self.ended: set[tuple[int, int]] = set()  # (prompt, sample): its finish_reason was sent; nothing follows it
+        # (prompt, sample) -> the next token's text_offset: its place in the choice's text, which the characters
+        # sent trail while text is held back (a possible stop string, a partial UTF-8 character)
+        self.offsets: dict[tuple[int, int], int] = {}
         self.max_stop = max((len(s) for s in parsed.params.stop), default=0)
         self.created = int(time.time())
         self.tokenizer = server.llm.engine.tokenizer
@@ -432,8 +436,10 @@ class Answer:
 
     def _choice(self, i: int, out: RequestOutput, c: Any, whole: bool) -> dict[str, Any] | None:
         """The choice for sample c of prompt i: all of it (whole), or what is new since the last frame."""
-        index = i * len(out.outputs) + c.index
-        chars, toks = (0, 0) if whole else self.sent.get((i, c.index), (0, 0))
+        index, key = i * len(out.outputs) + c.index, (i, c.index)
+        if key in self.ended:  # its final frame went out: a sibling's step says nothing of it (OpenAI's, vLLM's)
+            return None
+        chars, toks = (0, 0) if whole else self.sent.get(key, (0, 0))
         done = c.finish_reason is not None
         # echo with max_tokens 0: the one token drawn is not part of the answer
         c_text, c_ids, c_lps = ("", [], []) if self.parsed.prompt_only else (c.text, c.token_ids, c.logprobs or [])
@@ -442,22 +448,41 @@ class Answer:
         new_toks = c_ids[toks:]
         if not whole and upto == chars and not new_toks and not done:
             return None
-        self.sent[(i, c.index)] = (upto, len(c_ids))
+        self.sent[key] = (upto, len(c_ids))
+        if done:
+            self.ended.add(key)
         text = c_text[chars:upto]
-        lp = self._logprobs(c_ids[toks:], c_lps[toks:], chars) if c.logprobs is not None else None
+        lp = self._new_logprobs(i, key, new_toks, c_lps[toks:]) if c.logprobs is not None else None
         reason = None if not done else ("stop" if c.finish_reason == "stop" else
                                         "length" if c.finish_reason == "length" else c.finish_reason)
         if self.chat:
             body = {"message": {"role": "assistant", "content": text}} if whole else {"delta": {"content": text}}
             return {"index": index, **body, "logprobs": lp, "finish_reason": reason}
-        first = (i, c.index) not in self.echoed
-        self.echoed.add((i, c.index))
+        first = key not in self.echoed
+        self.echoed.add(key)
         if self.parsed.echo and first:  # the prompt first, once per choice
             text, lp = self._echo(i, out, text, lp)
         extra = {"prompt_logprobs": self._prompt_logprobs(i, out)} if self.parsed.prompt_logprobs is not None and (
             first) else {}
         return {"index": index, "text": text, "logprobs": lp, "finish_reason": reason,
                 **({"stop_reason": c.stop_reason} if done else {}), **extra}
+
+    def _new_logprobs(self, i: int, key: tuple[int, int], ids: list[int], lps: list[dict[int, float]]) -> dict:
+        """The logprobs of a choice's new tokens, their text_offset counted on from its tokens before (after echo's
+        prompt, for the first): the non-streamed answer's, whatever text is still held back."""
+        base = self.offsets[key] if key in self.offsets else self._echo_shift(i)
+        lp = self._logprobs(ids, lps, base)
+        if not self.chat:
+            self.offsets[key] = base + sum(len(t) for t in lp["tokens"])
+        return lp
+
+    def _echo_shift(self, i: int) -> int:
+        """Where the completion starts in a choice's text: after the prompt, with echo."""
+        return len(self._prompt_text(i)) if self.parsed.echo and not self.chat else 0
+
+    def _prompt_text(self, i: int) -> str:
+        prompt = self.prompts[i]
+        return prompt if isinstance(prompt, str) else self.tokenizer.decode(prompt, skip_special_tokens=False)
 
     def _prompt_logprobs(self, i: int, out: RequestOutput) -> list[dict[str, Any] | None]:
         """vLLM's prompt_logprobs: per prompt token (the first: null) its top-n and its own token, by token id, each
@@ -477,22 +502,20 @@ class Answer:
 
     def _echo(self, i: int, out: RequestOutput, text: str, lp: dict | None) -> tuple[str, dict | None]:
         """echo: the prompt's text before the completion's, and with logprobs its tokens' (the first has none,
-        as OpenAI's and vLLM's), the completion's offsets moved past it."""
-        prompt = self.prompts[i]
-        prompt_text = prompt if isinstance(prompt, str) else self.tokenizer.decode(prompt, skip_special_tokens=False)
+        as OpenAI's and vLLM's); the completion's offsets are already past it (_new_logprobs)."""
+        prompt_text = self._prompt_text(i)
         if lp is None:
             return prompt_text + text, None
         ids = self.token_ids[i]
         scored = out.prompt_logprobs or [None]
         head = self._logprobs(ids[1:], [d or {} for d in scored[1 : len(ids)]], 0)
         first = self.tokenizer.decode([ids[0]], skip_special_tokens=False)
-        shift = len(prompt_text)
         return prompt_text + text, {
             "tokens": [first, *head["tokens"], *lp["tokens"]],
             "token_logprobs": [None, *head["token_logprobs"], *lp["token_logprobs"]],
             "top_logprobs": [None, *head["top_logprobs"], *lp["top_logprobs"]],
             "text_offset": [0, *(len(first) + o for o in head["text_offset"]),
-                            *(shift + o for o in lp["text_offset"])]}
+                            *lp["text_offset"]]}
 
     def _logprobs(self, ids: list[int], lps: list[dict[int, float]], base: int) -> dict[str, Any]:
         """OpenAI's logprobs object for these tokens; base: where their text starts in the choice's text."""

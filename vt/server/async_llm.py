@@ -209,9 +209,9 @@ class AsyncLLM:
     def finished(self, f: Finished) -> None:
         self._finished(f)
 
-    def abort_applied(self, rid: str, applied: bool, steps: int, blocks_in_use: int) -> None:
-        if applied:
-            self.num_aborted += 1
+    def abort_applied(self, rid: str, applied: int, steps: int, blocks_in_use: int) -> None:
+        """applied: how many of the request's sample sequences the abort ended (those still running; 0: none)."""
+        self.num_aborted += applied  # per sample sequence, as the engine thread counts them (vt_requests_aborted)
         if rid in self.aborts and applied:
             self.aborts[rid] = (self.aborts[rid][0], steps, blocks_in_use)
         else:

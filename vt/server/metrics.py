@@ -50,7 +50,10 @@ class EngineCollector:
         yield _counter("vt_eager_steps", "Decode steps run eagerly (cold or graphs off).", st["eager_steps"])
         yield _counter("vt_pool_misses", "Device-pool requests that went to the driver.", st["pool_misses"])
         yield _counter("vt_engine_steps", "Engine steps run.", self.llm.num_steps)
-        yield _counter("vt_requests_aborted", "Requests aborted (a client went away).", self.llm.num_aborted)
+        # per sample sequence, as vLLM v1 counts requests (n > 1 runs n child requests, each counted when it ends):
+        # the unit of vt_requests_finished{finish_reason="abort"} and vllm:request_success{finished_reason="abort"}
+        yield _counter("vt_requests_aborted", "Sample sequences aborted (a client went away): each of a request's n "
+                       "samples still running counts one.", self.llm.num_aborted)
 
 
 def _gauge(name: str, doc: str, value: float, labels: dict[str, str] | None = None) -> GaugeMetricFamily:
@@ -80,8 +83,8 @@ class Metrics:
         self.prompt_tokens = Counter("vt_prompt_tokens", "Prompt tokens of finished requests.", registry=r)
         self.generation_tokens = Counter("vt_generation_tokens", "Generated tokens of finished requests.",
                                          registry=r)
-        self.finished = Counter("vt_requests_finished", "Requests finished, by reason.", ["finish_reason"],
-                                registry=r)
+        self.finished = Counter("vt_requests_finished", "Sample sequences finished (each of a request's n samples "
+                                "counts one), by reason.", ["finish_reason"], registry=r)
         # vLLM's names and labels, fed from the same observations
         lab = ["model_name"]
         self.vllm_ttft = Histogram("vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.",

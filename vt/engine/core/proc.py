@@ -4,7 +4,7 @@ other's Python. The front talks to the core over a pipe in msgpack (msgspec), on
 
 front -> core   ("add", rid, prompt ids, params)   ("abort", rid)   ("stop", reason)   ("reset_prefix_cache", n)
 core -> front   ("ready", settled config)   ("failed", error class, text)   ("added", rid, error class, text)
-                ("out", steps, stats, items, finished)   ("aborted", rid, applied, steps, blocks in use)
+                ("out", steps, stats, items, finished)   ("aborted", rid, samples ended, steps, blocks in use)
                 ("reset", n, done)   ("dead", why)   ("stopped",)
 
 A step's items carry what changed per request: each sample's new token ids and logprobs, and its text as the
@@ -162,7 +162,7 @@ class _Core:
             aborted = self.engine.abort(msg[1])
             finished = [self._finished(r) for r in aborted]
             _send(self.conn, ("out", self.num_steps, self.stats(), [], finished))
-            _send(self.conn, ("aborted", msg[1], bool(aborted), self.num_steps, self.engine.kv_manager.num_used))
+            _send(self.conn, ("aborted", msg[1], len(aborted), self.num_steps, self.engine.kv_manager.num_used))
         elif kind == "reset_prefix_cache":
             _send(self.conn, ("reset", msg[1], self.engine.reset_prefix_cache()))
         elif kind == "stop":

@@ -117,7 +117,7 @@ class ProcessEngine:
     def finished(self, f: Finished) -> None:
         pass  # the output marked finished carries what the offline API returns
 
-    def abort_applied(self, rid: str, applied: bool, steps: int, blocks_in_use: int) -> None:
+    def abort_applied(self, rid: str, applied: int, steps: int, blocks_in_use: int) -> None:
         pass
 
     def die(self, e: BaseException) -> None:
