@@ -6,6 +6,7 @@ import logging
 import numbers
 from dataclasses import dataclass
 
+from vt.engine.sample.params import SEED_RANGE, is_seed
 from vt.errors import CapacityError, ConfigError
 from vt.registry import BACKENDS, detect_backend
 
@@ -77,7 +78,7 @@ class EngineConfig:
         chosen = self.backend != "auto"
         if not chosen:
             self.backend = detect_backend()
-        _need(isinstance(self.seed, int) and 0 <= self.seed < 2**63, "seed", self.seed, "an int in [0, 2**63)")
+        _need(is_seed(self.seed), "seed", self.seed, SEED_RANGE)
         _need(self.dtype in DTYPES, "dtype", self.dtype, f"one of {', '.join(DTYPES)}")
         _need(self.startup_capture is None or isinstance(self.startup_capture, bool), "startup_capture",
               self.startup_capture, "True, False or None (on for CUDA)")
