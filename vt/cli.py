@@ -324,7 +324,7 @@ def _engine_args(p: argparse.ArgumentParser, max_model_len: int, num_blocks: int
     p.add_argument("--enable-prefix-caching", action=argparse.BooleanOptionalAction, default=True,
                    help="share the KV of full prompt blocks across requests (vLLM's automatic prefix caching)")
     p.add_argument("--seed", type=int, default=0, help="engine seed, and the request seed for generate")
-    p.add_argument("--dtype", default="auto", choices=["auto", "bfloat16", "float16", "float32"],
+    p.add_argument("--dtype", default="auto", choices=["auto", "bfloat16", "float16", "float32", "half", "float"],
                    help="what weights and the KV cache are held in (GEMMs accumulate in float32): auto is the "
                         "checkpoint's dtype on CUDA and float32 on the CPU")
     p.add_argument("--speculative-model", help="a draft checkpoint (name or directory), or [ngram] for prompt "
