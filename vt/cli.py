@@ -7,6 +7,7 @@ import json
 import os
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 from vt.errors import VtError
 
@@ -88,11 +89,20 @@ def _engine_flags(args: argparse.Namespace) -> list[str]:
     return argv
 
 
+def _sampling_params(args: argparse.Namespace) -> Any:
+    from vt.engine.sample.params import SamplingParams
+
+    return SamplingParams(temperature=args.temperature, top_p=args.top_p, top_k=args.top_k, min_p=args.min_p,
+                          max_tokens=args.max_tokens, seed=args.seed, stop=args.stop or [],
+                          ignore_eos=args.ignore_eos, n=args.n, min_tokens=args.min_tokens,
+                          repetition_penalty=args.repetition_penalty)
+
+
 def _generate(args: argparse.Namespace) -> int:
     from vt.engine.front.llm import LLM
-    from vt.engine.sample.params import SamplingParams
     from vt.errors import RequestError
 
+    params = _sampling_params(args)  # a bad flag is named before anything loads: an 8B checkpoint loads for a minute
     if args.max_model_len and args.max_model_len > 0 and args.max_tokens > args.max_model_len:  # a bad length is
         # the engine config's to name, not max_tokens' fault
         raise RequestError(f"--max-tokens {args.max_tokens}: more than --max-model-len {args.max_model_len} allows")
@@ -107,10 +117,6 @@ def _generate(args: argparse.Namespace) -> int:
     if args.max_tokens > llm.engine.cfg.max_model_len:  # the checkpoint's, capped by the KV cache
         raise RequestError(f"--max-tokens {args.max_tokens}: more than max_model_len {llm.engine.cfg.max_model_len} "
                            f"allows")
-    params = SamplingParams(temperature=args.temperature, top_p=args.top_p, top_k=args.top_k, min_p=args.min_p,
-                            max_tokens=args.max_tokens, seed=args.seed, stop=args.stop or [],
-                            ignore_eos=args.ignore_eos, n=args.n, min_tokens=args.min_tokens,
-                            repetition_penalty=args.repetition_penalty)
     out = llm.generate([args.prompt], params)[0]
     if out.error:
         raise RequestError(out.error)
@@ -157,6 +163,7 @@ def _bench_serve(args: argparse.Namespace) -> int:
     import asyncio
     import contextlib
 
+    from vt.engine.sample.params import rng_seed
     from vt.errors import ConfigError
     from vt.server import bench
     from vt.server.serve import server_process
@@ -195,7 +202,7 @@ def _bench_serve(args: argparse.Namespace) -> int:
         if max_model_len is not None:
             _check_lengths(args, max_model_len)
         name = name or served
-        rng = __import__("numpy").random.default_rng(args.seed)
+        rng = __import__("numpy").random.default_rng(rng_seed(args.seed))
         # one request first, not counted (as vLLM's benchmark does): the server's cold start is not a level's
         asyncio.run(bench.run_level(url, name, [rng.integers(3, 500, args.input_len).tolist()], args.output_len, 1,
                                     float("inf")))
@@ -317,7 +324,7 @@ def _engine_args(p: argparse.ArgumentParser, max_model_len: int, num_blocks: int
     p.add_argument("--enable-prefix-caching", action=argparse.BooleanOptionalAction, default=True,
                    help="share the KV of full prompt blocks across requests (vLLM's automatic prefix caching)")
     p.add_argument("--seed", type=int, default=0, help="engine seed, and the request seed for generate")
-    p.add_argument("--dtype", default="auto", choices=["auto", "bfloat16", "float16", "float32"],
+    p.add_argument("--dtype", default="auto", choices=["auto", "bfloat16", "float16", "float32", "half", "float"],
                    help="what weights and the KV cache are held in (GEMMs accumulate in float32): auto is the "
                         "checkpoint's dtype on CUDA and float32 on the CPU")
     p.add_argument("--speculative-model", help="a draft checkpoint (name or directory), or [ngram] for prompt "

@@ -8,6 +8,25 @@ from mutations.model import Mutation
 from mutations.registry.gates import API, API_ORACLE, DETOK, FIL, FILC, PEN
 
 FAILURES = "tests/engine/test_failures.py"
+CLI = "tests/vt/test_cli.py"
+SEED = "tests/engine/test_seed_range.py"
+SERVER = "tests/server/test_openai_server.py"
+SPELL = "tests/engine/test_vllm_spellings.py"
+# vt generate from its sampling params to its engine's load (the mutant below moves the params after it)
+GENERATE_HEAD = (
+    '    params = _sampling_params(args)  # a bad flag is named before anything loads: an 8B checkpoint loads for a minute\n'
+    '    if args.max_model_len and args.max_model_len > 0 and args.max_tokens > args.max_model_len:  # a bad length is\n'
+    "        # the engine config's to name, not max_tokens' fault\n"
+    '        raise RequestError(f"--max-tokens {args.max_tokens}: more than --max-model-len {args.max_model_len} allows")\n'
+    "    if not args.max_model_len:  # the checkpoint's limit, read before anything is built\n"
+    '        from models.loader import load_checkpoint, resolve_model\n'
+    '\n'
+    '        limit = load_checkpoint(resolve_model(args.model)).config.max_position_embeddings\n'
+    '        if args.max_tokens > limit:\n'
+    '            raise RequestError(f"--max-tokens {args.max_tokens}: more than the model\'s max_position_embeddings "\n'
+    '                               f"({limit}) allows")\n'
+    '    llm = _loaded(lambda: LLM(args.model, **_engine_kwargs(args)), args.model)\n'
+)
 
 ENTRIES: list[Mutation] = [
     Mutation(
@@ -336,5 +355,56 @@ ENTRIES: list[Mutation] = [
         description="the tool-calling fields LLM.chat takes are dropped before the template: accepted, then lost",
         file="vt/engine/front/chat.py", old="    out.update((k, m[k]) for k in sorted(passed & set(m)))\n", new="",
         gates=("tests/engine/test_chat_messages.py::test_chat_hands_a_tool_calling_conversations_fields_to_the_template",),
+    ),
+    Mutation(
+        id="generate-checks-sampling-flags-after-the-load",
+        description="vt generate builds the engine (the checkpoint, the KV cache) before it checks the sampling "
+                    "flags: a typo is refused, but only after the load it needed none of",
+        file="vt/cli.py",
+        old=GENERATE_HEAD,
+        new=GENERATE_HEAD.split("\n", 1)[1] + GENERATE_HEAD.split("\n", 1)[0] + "\n",
+        gates=tuple(f"{CLI}::test_a_bad_sampling_flag_is_refused_before_the_model_loads[{c}]"
+                    for c in ("--temperature--1-temperature=-1.0", "--n-0-n=0")),
+    ),
+    Mutation(
+        id="seed-range-non-negative-only",
+        description="a seed is refused below 0, as before: vLLM's protocol takes any int64 (torch.long), so seed=-1 "
+                    "is a 400 from the API and exit 2 from vt generate",
+        file="vt/engine/sample/params.py", old="SEED_MIN, SEED_MAX = -(2**63), 2**63 - 1\n",
+        new="SEED_MIN, SEED_MAX = 0, 2**63 - 1\n",
+        gates=(f"{SEED}::test_every_int64_seed_is_a_sampling_seed[-1]",
+               f"{CLI}::test_a_negative_seed_generates_the_same_text_twice",
+               f"{SERVER}::test_a_seed_is_any_int64_reproducibly_and_nothing_past_it"),
+    ),
+    Mutation(
+        id="sample-seed-folds-into-63-bits",
+        description="sample k's seed is (seed + k) mod 2**63: seed -1 folds onto 2**63-1 and draws its tokens, and "
+                    "2**63-1's second sample folds onto seed 0",
+        file="vt/engine/front/llm_engine.py", old="seed=wrap_seed(seed + k),", new="seed=(seed + k) % (1 << 63),",
+        gates=(f"{SEED}::test_a_negative_seed_draws_the_same_tokens_twice_and_apart_from_other_seeds",
+               f"{SEED}::test_the_samples_of_the_largest_seed_wrap_within_int64"),
+    ),
+    Mutation(
+        id="dtype-half-not-mapped",
+        description="vLLM's dtype spellings half / float are refused (a ConfigError) where vLLM takes them",
+        file="vt/engine/config.py", old="            self.dtype = DTYPE_ALIASES.get(self.dtype, self.dtype)\n",
+        new="            pass\n",
+        gates=tuple(f"{SPELL}::test_vllms_dtype_spellings_run_as_the_dtype_they_name[{c}]" for c in ("half-float16",
+                                                                                                   "float-float32")),
+    ),
+    Mutation(
+        id="trust-remote-code-taken-in-silence",
+        description="trust_remote_code=True is taken and nothing says it changes nothing: a user believes remote "
+                    "code ran",
+        file="vt/engine/config.py", old="        if self.trust_remote_code:\n", new="        if False:\n",
+        gates=(f"{SPELL}::test_trust_remote_code_is_taken_and_said_to_change_nothing",),
+    ),
+    Mutation(
+        id="llm-unknown-option-raw-typeerror",
+        description="an engine option vt lacks reaches the EngineConfig dataclass, which raises a raw TypeError",
+        file="vt/engine/front/llm.py", old="        if unknown:  # named as every bad option is, not a TypeError from "
+                                           "the dataclass\n",
+        new="        if False:\n",
+        gates=(f"{SPELL}::test_an_option_vt_lacks_or_a_bad_value_is_one_config_error[kw1-no_such_option=1]",),
     ),
 ]

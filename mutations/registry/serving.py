@@ -10,7 +10,9 @@ from mutations.registry.gates import SCOPE
 BENCH = "tests/server/test_bench_server.py"
 MERGE = "tests/server/test_output_merging.py"
 FIRST_LAUNCH = "tests/engine/test_startup_first_launch.py"  # apart from test_startup_capture.py
-PROFILE_RUN = "tests/engine/test_profile_run.py"  # apart from test_memory_check.py: 4 s its mutants need not run
+PROFILE_RUN = "tests/engine/test_profile_run.py"
+VLLM_METRICS = "tests/server/test_vllm_metrics.py"
+HISTS = f"{VLLM_METRICS}::test_the_request_histograms_move_by_what_the_requests_did"  # apart from test_memory_check.py: 4 s its mutants need not run
 
 ENTRIES: list[Mutation] = [
     Mutation(
@@ -153,5 +155,42 @@ ENTRIES += [
         file="vt/engine/core/proc.py", old="            raise WorkerDied(f\"the engine core process exited with code",
         new="            raise RuntimeError(f\"the engine core process exited with code",
         gates=(f"{OFFLINE_DEATH}::test_a_core_that_dies_while_starting_is_a_typed_error_that_names_the_main_guard",),
+    ),
+    Mutation(
+        id="metrics-queue-time-ends-at-the-first-token",
+        description="vllm:request_queue_time_seconds runs from arrival to the first token (the TTFT), not to the "
+                    "first schedule: a dashboard reads the prefill as queueing",
+        file="vt/server/metrics.py", old='     "arrival", "scheduled_time"),\n', new='     "arrival", "first_token_time"),\n',
+        gates=(HISTS,),
+    ),
+    Mutation(
+        id="metrics-prompt-histogram-observes-the-output",
+        description="vllm:request_prompt_tokens observes each request's generated tokens, not its prompt's",
+        file="vt/server/metrics.py", old="        self.vllm_prompt_hist.observe(req.num_prompt_tokens)\n",
+        new="        self.vllm_prompt_hist.observe(req.num_output_tokens)\n",
+        gates=(HISTS,),
+    ),
+    Mutation(
+        id="metrics-max-generation-per-sample",
+        description="vllm:request_max_num_generation_tokens is observed per sample, not once per request with the "
+                    "most tokens of its n samples (vLLM's ParentRequest rule)",
+        file="vt/server/metrics.py", old="        if left > 1:\n", new="        if False:\n",
+        gates=(HISTS,),
+    ),
+    Mutation(
+        id="metrics-success-series-made-on-first-use",
+        description="vllm:request_success has no series for a finish reason until a request ends with it: a "
+                    "dashboard's rate() over it is an empty panel, not 0",
+        file="vt/server/metrics.py", old="            self.vllm_success.labels(model_name, reason)\n",
+        new="            pass\n",
+        gates=(f"{VLLM_METRICS}::test_a_success_series_per_finish_reason_exists_before_any_request",),
+    ),
+    Mutation(
+        id="metrics-scheduled-time-never-set",
+        description="the scheduler never stamps a request's first admission: no queue, prefill or inference "
+                    "interval is observed at all",
+        file="vt/engine/core/scheduler.py", old="                req.scheduled_time = time.monotonic()\n",
+        new="                pass\n",
+        gates=(HISTS,),
     ),
 ]

@@ -244,6 +244,25 @@ def test_the_openai_client_raises_its_typed_errors(client) -> None:
         client.completions.create(model=MODEL, prompt="hi", max_tokens=100_000)
 
 
+def test_a_seed_is_any_int64_reproducibly_and_nothing_past_it(served) -> None:
+    """vLLM's protocol takes seed in torch.long's range (OpenAI sets none): a negative seed draws the same text twice
+    and apart from the others; a seed past int64 is a 400 naming it."""
+    from tests.server.refusal import error_of
+
+    url, body = served[1] + "/v1/completions", {"model": MODEL, "prompt": "Once upon", "max_tokens": 8,
+                                                "temperature": 1.0, "ignore_eos": True}
+    texts = []
+    for seed in (-1, -1, 2**63 - 1, -(2**63)):
+        r = httpx.post(url, json={**body, "seed": seed}, timeout=60)
+        assert r.status_code == 200, f"seed={seed} is an int64: {r.status_code} {r.text[:300]}"
+        texts.append(r.json()["choices"][0]["text"])
+    assert texts[0] == texts[1] and texts[0], "non-vacuity: text, the same for the same seed"
+    assert texts[0] not in texts[2:], "seed -1 draws as another seed does"
+    for seed in (-(2**63) - 1, 2**63, 2**64 - 1):
+        err = error_of(httpx.post(url, json={**body, "seed": seed}, timeout=60))
+        assert f"seed={seed}" in err["message"], err
+
+
 # ---- metrics ---------------------------------------------------------------------------------------
 def test_metrics_are_prometheus_text_with_the_engine_figures(served, client) -> None:
     client.completions.create(model=MODEL, prompt="count me", max_tokens=4, temperature=0,

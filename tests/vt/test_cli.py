@@ -29,8 +29,8 @@ def run_cli(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, s
     (["ladder", "--model", "tiny-qwen3", "--concurrency", "1,-1"], "every level must be >= 1"),
     (["ladder", "--model", "tiny-qwen3", "--concurrency", "a,b"], "--concurrency 'a,b'"),
     (["ladder", "--model", "tiny-qwen3", "--num-prompts", "0"], "--num-prompts 0"),
-    (["generate", "--model", "tiny-qwen3", "--prompt", "hi", "--seed", "-1"], "seed=-1"),
-    (["ladder", "--model", "tiny-qwen3", "--seed", "-1", "--num-prompts", "1"], "seed=-1"),
+    (["generate", "--model", "tiny-qwen3", "--prompt", "hi", "--seed", str(-(2**63) - 1)], "seed=-"),
+    (["ladder", "--model", "tiny-qwen3", "--seed", str(2**63), "--num-prompts", "1"], f"seed={2**63}"),
     (["generate", "--model", "tiny-qwen3", "--prompt", "hi", "--max-tokens", "100000000000"], "--max-tokens"),
     (["generate", "--model", "tiny-qwen3", "--prompt", "bad \udcff bytes", *SMALL], "not valid UTF-8"),
     (["generate", "--model", "tiny-qwen3", "--prompt", "hello world " * 40, "--max-model-len", "32", "--num-blocks",
@@ -79,8 +79,8 @@ def run_cli(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, s
     # the CPU backend sizes its KV cache in GiB: the utilization of a GPU changed nothing, in silence
     (["generate", "--model", "tiny-qwen3", "--backend", "cpu", "--prompt", "hi", "--gpu-memory-utilization", "0.01",
       *SMALL], "gpu_memory_utilization=0.01: "),
-], ids=["concurrency-0", "concurrency-negative", "concurrency-words", "no-prompts", "negative-seed",
-        "negative-ladder-seed", "huge-max-tokens", "non-utf8-prompt", "prompt-too-long", "unknown-model",
+], ids=["concurrency-0", "concurrency-negative", "concurrency-words", "no-prompts", "seed-below-int64",
+        "ladder-seed-past-int64", "huge-max-tokens", "non-utf8-prompt", "prompt-too-long", "unknown-model",
         "negative-max-model-len",
         "bench-without-target", "bench-unreachable-server", "bench-concurrency-words", "bench-concurrency-0",
         "bench-rate-0", "bench-rate-nan",
@@ -95,6 +95,32 @@ def test_bad_input_is_one_typed_line_and_exit_2(argv: list[str], names: str, cap
     errors = [ln for ln in lines if ln.startswith("vt: error: ")]
     assert len(errors) == 1 and names in errors[0], err
     assert all(ln.startswith(("vt: error: ", "vt: load")) for ln in lines), f"one typed line, no more: {err}"
+
+
+@pytest.mark.parametrize("flag, value, names", [
+    ("--temperature", "-1", "temperature=-1.0"), ("--top-p", "2", "top_p=2.0"), ("--n", "0", "n=0"),
+    ("--max-tokens", "0", "max_tokens=0"), ("--seed", str(2**64 - 1), "seed="),
+])
+def test_a_bad_sampling_flag_is_refused_before_the_model_loads(flag: str, value: str, names: str, capsys) -> None:
+    """A typo costs no load: on an 8B checkpoint the load and the KV cache's allocation take a minute."""
+    argv = ["generate", "--model", "tiny-qwen3", "--backend", "cpu", "--prompt", "hi", *SMALL]
+    rc, err = run_cli([*argv, "--max-tokens", "1"], capsys)
+    assert rc == 0 and "vt: loading tiny-qwen3" in err, f"non-vacuity: a good command says it loads: {err}"
+    rc, err = run_cli([*argv, flag, value], capsys)
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert rc == 2 and len(lines) == 1 and lines[0].startswith("vt: error: ") and names in lines[0], err
+    assert "vt: load" not in err, f"{flag} {value}: the model loaded before the flag was checked"
+
+
+def test_a_negative_seed_generates_the_same_text_twice(capsys) -> None:
+    argv = ["generate", "--model", "tiny-qwen3", "--prompt", "hi", "--temperature", "1.0", "--max-tokens", "6",
+            "--ignore-eos", *SMALL]
+    outs = []
+    for seed in ("-1", "-1", str(2**63 - 1)):
+        assert main([*argv, "--seed", seed]) == 0, f"--seed {seed} is an int64: it runs"
+        outs.append(capsys.readouterr().out)
+    assert outs[0] == outs[1] and outs[0].strip(), "non-vacuity: text, the same for the same seed"
+    assert outs[0] != outs[2], "-1 draws apart from 2**63-1 (where a fold into [0, 2**63) put it)"
 
 
 def test_a_ladder_past_the_length_the_kv_cache_caps_is_refused_before_any_rung(capsys) -> None:

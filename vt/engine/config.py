@@ -6,6 +6,7 @@ import logging
 import numbers
 from dataclasses import dataclass
 
+from vt.engine.sample.params import SEED_RANGE, is_seed
 from vt.errors import CapacityError, ConfigError
 from vt.registry import BACKENDS, detect_backend
 
@@ -13,6 +14,7 @@ NGRAM = "[ngram]"
 NGRAM_LOOKUP_MAX = 3  # ngram_prompt_lookup_max's default
 GPU_MEMORY_UTILIZATION = 0.9  # gpu_memory_utilization's default on CUDA (vLLM's)
 DTYPES = ("auto", "bfloat16", "float16", "float32")
+DTYPE_ALIASES = {"half": "float16", "float": "float32"}  # vLLM's other spellings (its ModelDType), taken as these
 # Fields where None, vLLM's EngineArgs' "not given", is the field's own default (0: decided once sized)
 NONE_IS_DEFAULT = ("max_model_len", "num_blocks", "max_num_batched_tokens", "max_num_seqs", "block_size")
 INT_FIELDS = (*NONE_IS_DEFAULT, "num_speculative_tokens", "ngram_prompt_lookup_max", "seed", "tensor_parallel_size")
@@ -57,6 +59,7 @@ class EngineConfig:
     async_scheduling: bool | None = None
     enable_prefix_caching: bool = True  # full prompt blocks shared across requests (vt/engine/core/kv_manager.py)
     chat_template: str | None = None  # a Jinja template (its file's path or its text) in place of the checkpoint's
+    trust_remote_code: bool = False  # vLLM's: vt runs no checkpoint code either way (see _check_trust_remote_code)
 
     def __post_init__(self) -> None:
         for name in INT_FIELDS:  # None is vLLM's "the default", a bool is no int, a NumPy integer is one
@@ -77,8 +80,11 @@ class EngineConfig:
         chosen = self.backend != "auto"
         if not chosen:
             self.backend = detect_backend()
-        _need(isinstance(self.seed, int) and 0 <= self.seed < 2**63, "seed", self.seed, "an int in [0, 2**63)")
-        _need(self.dtype in DTYPES, "dtype", self.dtype, f"one of {', '.join(DTYPES)}")
+        _need(is_seed(self.seed), "seed", self.seed, SEED_RANGE)
+        if isinstance(self.dtype, str):
+            self.dtype = DTYPE_ALIASES.get(self.dtype, self.dtype)
+        _need(self.dtype in DTYPES, "dtype", self.dtype, f"one of {', '.join((*DTYPES, *DTYPE_ALIASES))}")
+        self._check_trust_remote_code()
         _need(self.startup_capture is None or isinstance(self.startup_capture, bool), "startup_capture",
               self.startup_capture, "True, False or None (on for CUDA)")
         _need(_is_int(self.max_model_len) and self.max_model_len != 1 and self.max_model_len >= 0, "max_model_len",
@@ -122,6 +128,15 @@ class EngineConfig:
             self._check_token_budget()
         if self.max_model_len and self.num_blocks:
             self.settle(self.max_model_len, self.num_blocks)
+
+    def _check_trust_remote_code(self) -> None:
+        """Taken, not refused: vt runs only the architectures of its own models/, never code a checkpoint ships,
+        so True can widen nothing, and a script written for vLLM (which needs it for such checkpoints) still runs.
+        Said once, not dropped in silence; a checkpoint of an architecture vt lacks is refused as ever."""
+        _need(isinstance(self.trust_remote_code, bool), "trust_remote_code", self.trust_remote_code, "True or False")
+        if self.trust_remote_code:
+            logging.getLogger("vt").warning("trust_remote_code=True: vt never runs code from a checkpoint; it runs "
+                                            "only the architectures it implements, so the option changes nothing")
 
     def _check_gpu_memory_utilization(self, backend_chosen: bool) -> None:
         """A number in (0, 1] on CUDA (None: 0.9, vLLM's default). The CPU shares no GPU: its KV cache's size is

@@ -19,6 +19,8 @@ from typing import Any
 
 import numpy as np
 
+from vt.engine.sample.params import rng_seed
+
 
 @dataclass(slots=True)
 class One:
@@ -117,7 +119,7 @@ async def run_level(base_url: str, model: str, prompts: list[list[int]], output_
 
     _quiet_httpx()
     url = base_url.rstrip("/") + "/v1/completions"
-    rng = np.random.default_rng(seed)
+    rng = np.random.default_rng(rng_seed(seed))
     arrivals: asyncio.Queue[int | None] = asyncio.Queue()
     done: list[One] = [One(ok=False, error="never sent")] * len(prompts)
     ended, said = [0], [time.perf_counter()]

@@ -198,7 +198,7 @@ class _Core:
             self.prompt_scores_sent.discard(r.id)
         f = Finished.of(r)
         return (f.request_id, f.index, f.num_prompt_tokens, f.num_output_tokens, f.arrival, f.first_token_time,
-                f.finish_time, f.finish_reason, f.num_preemptions)
+                f.finish_time, f.finish_reason, f.num_preemptions, f.scheduled_time, f.last_token_time, f.n)
 
     def _item(self, head: Any) -> tuple:
         if head.siblings is None:  # one sample (most requests): its own fields, no merging (runs per request)

@@ -30,7 +30,11 @@ class Request:
     num_inflight: int = 0  # launched steps that sample its next token, not yet applied (async scheduling: 0-2)
     can_speculate: bool = True  # False for life once (re)admitted with generated tokens (draft KV is gone)
     num_preemptions: int = 0
+    # vLLM v1's request intervals (its metrics/stats.py): queued = arrival to scheduled_time, prefill = to
+    # first_token_time, decode = first_token_time to last_token_time; a preemption moves none of them back
+    scheduled_time: float | None = None  # its first admission to the running batch
     first_token_time: float | None = None
+    last_token_time: float | None = None
     finish_time: float | None = None
     finish_reason: str | None = None  # "stop", "length", "error"
     stop_reason: int | str | None = None  # the stop string or stop token id that ended it
@@ -211,8 +215,11 @@ class Finished:
     finish_time: float | None
     finish_reason: str | None
     num_preemptions: int
+    scheduled_time: float | None = None
+    last_token_time: float | None = None
+    n: int = 1  # the request's samples: this is sample `index` of them
 
     @classmethod
     def of(cls, r: Request) -> Finished:
         return cls(r.id, r.index, len(r.prompt_ids), len(r.output_ids), r.arrival, r.first_token_time, r.finish_time,
-                   r.finish_reason, r.num_preemptions)
+                   r.finish_reason, r.num_preemptions, r.scheduled_time, r.last_token_time, r.params.n)

@@ -20,6 +20,7 @@ is never split into chunks (the draft prefills the rest of it in one step).
 
 from __future__ import annotations
 
+import time
 from collections import deque
 
 from vt.engine.config import EngineConfig
@@ -116,6 +117,8 @@ class Scheduler:
             blocks = self.kv.allocate(req.id, self._need(req, (0 if leader else start) + chunk))
             blocks = [s + b for s, b in zip(shared, blocks)]
             req.status, req.num_computed, req.num_prefill = Status.RUNNING, (0 if leader else start) + chunk, n
+            if req.scheduled_time is None:  # the first admission ends its queue time (a readmission does not)
+                req.scheduled_time = time.monotonic()
             self.running.append(req)
             self._num_sent[req.id] = n
             out.new_reqs.append(NewRequestData(req.id, req.all_ids, len(req.prompt_ids), blocks, req.params, req.seed,

@@ -11,7 +11,7 @@ import numpy as np
 
 from vt.engine.core.request import Request
 from vt.engine.front.llm_engine import LLMEngine
-from vt.engine.sample.params import SamplingParams
+from vt.engine.sample.params import SamplingParams, rng_seed
 from vt.errors import ConfigError, EngineInvariantError
 
 
@@ -39,7 +39,7 @@ class Rung:
 
 
 def prompts_for(vocab: int, num_prompts: int, input_len: int, seed: int) -> list[list[int]]:
-    rng = np.random.default_rng(seed)
+    rng = np.random.default_rng(rng_seed(seed))
     return [rng.integers(3, vocab, size=input_len).tolist() for _ in range(num_prompts)]
 
 

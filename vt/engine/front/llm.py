@@ -75,6 +75,9 @@ class LLM:
         offline LLM runs it; `engine` is then its front (the text side), not the engine itself."""
         if not isinstance(engine_process, bool):
             raise ConfigError(f"engine_process={engine_process!r}: expected True or False")
+        unknown = sorted(set(kw) - set(EngineConfig.__dataclass_fields__))
+        if unknown:  # named as every bad option is, not a TypeError from the dataclass
+            raise ConfigError(f"{unknown[0]}={kw[unknown[0]]!r}: not an engine option of vt (see EngineConfig)")
         cfg = EngineConfig(model=model, backend=backend, **kw)
         self.engine: Any = ProcessEngine(cfg) if engine_process else LLMEngine(cfg)
         self.dead: BaseException | None = None  # the in-process engine's fatal error (the process engine keeps its own)

@@ -16,7 +16,7 @@ from vt.engine.config import EngineConfig, resolve_dtype
 from vt.engine.core.outputs import RunnerOutput, SchedulerOutput
 from vt.engine.core.request import Request, Status
 from vt.engine.front.detokenizer import NO_TEXT, IncrementalDetokenizer
-from vt.engine.sample.params import SamplingParams
+from vt.engine.sample.params import SamplingParams, rng_seed, wrap_seed
 from vt.errors import ConfigError, EngineInvariantError, RequestError
 
 SLOW_STEP_S = 1.0  # a step this long is logged with what it computed: on a GPU, steps take milliseconds
@@ -82,7 +82,7 @@ class LLMEngine:
         self.scheduler = Scheduler(cfg, self.kv_manager, proposer.k if proposer is not None else 0)
         self.runner = ModelRunner(self.model, cfg, proposer, stream, eos_ids=tuple(sorted(self.eos_ids)))
         self._ids = itertools.count()
-        self._rng = np.random.default_rng(cfg.seed)
+        self._rng = np.random.default_rng(rng_seed(cfg.seed))
         self.requests: dict[str, Request] = {}
         self.num_steps = 0
         # the step launched and not yet applied: (its schedule, the wait for its results, the requests it samples)
@@ -299,7 +299,7 @@ class LLMEngine:
         if any(i in self.requests for i in ids_n):
             raise RequestError(f"request id {rid!r} is already in use")
         seed = resolved.seed if resolved.seed is not None else int(self._rng.integers(1 << 62))
-        samples = [Request(i, ids, resolved, prompt if isinstance(prompt, str) else None, seed=(seed + k) % (1 << 63),
+        samples = [Request(i, ids, resolved, prompt if isinstance(prompt, str) else None, seed=wrap_seed(seed + k),
                            index=k) for k, i in enumerate(ids_n)]
         for req in samples:
             req.siblings = samples if resolved.n > 1 else None
@@ -473,8 +473,9 @@ class LLMEngine:
         if p.prompt_logprobs is not None and r.prompt_logprobs is None:
             r.prompt_logprobs = [None]  # a one-token prompt: nothing to score, as vLLM returns it
         out.append(token)
+        r.last_token_time = time.monotonic()
         if r.first_token_time is None:
-            r.first_token_time = time.monotonic()
+            r.first_token_time = r.last_token_time
         n = len(out)
         can_stop = n >= p.min_tokens  # the sampler bans EOS and stop ids until then
         # vLLM's rule (vllm/v1/engine/detokenizer.py, update(stop_terminated)): the EOS or stop token id that ends

@@ -25,6 +25,11 @@ DEFAULT_MAX_TOKENS = 16
 NUMBERS = ("temperature", "top_p", "top_k", "min_p", "max_tokens", "seed", "logprobs", "min_tokens", "n",
            "prompt_logprobs", "repetition_penalty", "presence_penalty", "frequency_penalty")
 GENERATION_KEYS = ("repetition_penalty", "temperature", "top_p", "top_k", "min_p", "max_new_tokens")
+# A seed is an int64, torch.long's range, as vLLM's protocol takes it (OpenAI sets none). The draws hash its
+# two's-complement uint64, a bijection of that range: -1 draws as 2**64-1 would, which is refused, so no two seeds
+# draw alike. Its text is the one line every refusal of a seed gives (API, SamplingParams, EngineConfig, CLI).
+SEED_MIN, SEED_MAX = -(2**63), 2**63 - 1
+SEED_RANGE = "an int in [-2**63, 2**63) (int64, as vLLM's)"
 
 
 @dataclass(slots=True)
@@ -78,9 +83,8 @@ class SamplingParams:
             raise ConfigError(f"top_k={k}: must be -1, 0 (disabled) or a positive count below 2**31")
         if m is not None and not (0.0 <= m <= 1.0):
             raise ConfigError(f"min_p={m}: must be in [0, 1]")
-        if self.seed is not None and (isinstance(self.seed, bool) or not isinstance(self.seed, int)
-                                      or not 0 <= self.seed < 2**63):
-            raise ConfigError(f"seed={self.seed!r}: must be an int in [0, 2**63)")
+        if self.seed is not None and not is_seed(self.seed):
+            raise ConfigError(f"seed={self.seed!r}: must be {SEED_RANGE}")
         mt = self.max_tokens
         if mt is not None and (isinstance(mt, bool) or not isinstance(mt, int) or mt < 1):
             raise ConfigError(f"max_tokens={self.max_tokens!r}: must be an int >= 1")
@@ -166,6 +170,22 @@ class SamplingParams:
                               self.prompt_logprobs, bias,
                               None if self.allowed_token_ids is None else tuple(sorted(set(self.allowed_token_ids))),
                               detokenize=self.detokenize)
+
+
+def is_seed(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and SEED_MIN <= v <= SEED_MAX
+
+
+def wrap_seed(seed: int) -> int:
+    """seed as an int64, wrapped as the int64 arithmetic of the sampler's packed rows would: sample k of n draws with
+    wrap_seed(seed + k), so seed 2**63-1's second sample neither overflows the row array nor leaves the range."""
+    return (seed - SEED_MIN) % 2**64 + SEED_MIN
+
+
+def rng_seed(seed: int) -> int:
+    """seed's two's-complement uint64, for NumPy's generators (they refuse a negative seed): distinct seeds stay
+    distinct."""
+    return seed % 2**64
 
 
 def _plain(v: Any) -> Any:
