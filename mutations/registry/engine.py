@@ -362,3 +362,80 @@ ENTRIES += [
         gates=("tests/engine/test_lane_env_ab_refusals.py::test_env_ab_refuses_bad_input_with_one_line[no-such-command]",),
     ),
 ]
+
+DRAFT_KV = "tests/engine/test_draft_kv_sizing.py"
+
+ENTRIES += [
+    Mutation(
+        id="draft-default-length-is-the-targets",
+        description="with a draft model and no max_model_len, the target's length is taken, not the shorter of the "
+                    "two: a draft shorter than the target is refused at start-up",
+        file="vt/engine/front/llm_engine.py", old="        return min(target, limit)\n", new="        return target\n",
+        gates=(f"{DRAFT_KV}::test_a_draft_with_no_max_model_len_takes_the_shorter_of_the_two_lengths",),
+    ),
+    Mutation(
+        id="draft-length-check-adds-k-again",
+        description="the draft's limit is checked against max_model_len + k, though the scheduler never proposes "
+                    "past max_model_len: a draft as long as the target is refused at start-up",
+        file="vt/engine/front/llm_engine.py", old="        if self.cfg.max_model_len > limit:\n",
+        new="        if (self.cfg.max_model_len or min(target, limit)) + self.cfg.num_speculative_tokens > limit:\n",
+        gates=(f"{DRAFT_KV}::test_a_draft_with_no_max_model_len_takes_the_shorter_of_the_two_lengths",),
+    ),
+    Mutation(
+        id="speculation-proposes-past-max-model-len",
+        description="the scheduler lets a request speculate k tokens whatever room max_model_len leaves: near the "
+                    "end of the context the draft and the target run past the last position",
+        file="vt/engine/core/scheduler.py",
+        old="        return k if k and req.can_speculate and req.num_tokens + k <= self.cfg.max_model_len else 0\n",
+        new="        return k if k and req.can_speculate else 0\n",
+        gates=(f"{DRAFT_KV}::test_speculation_to_the_end_of_the_context_stays_within_the_drafts_positions",),
+    ),
+    Mutation(
+        id="kv-block-bytes-leave-out-the-draft",
+        description="a KV block's bytes count the target's layers only: the plan, the fit check and the CUDA "
+                    "budget leave out the draft's arrays of as many blocks",
+        file="vt/engine/front/llm_engine.py",
+        old="        return per_block + (kv_bytes_per_block(draft, cfg.block_size, itemsize) if draft is not None else 0)\n",
+        new="        return per_block\n",
+        gates=(f"{DRAFT_KV}::test_the_kv_plan_counts_the_drafts_arrays_and_prints_what_was_allocated",
+               f"{DRAFT_KV}::test_a_given_num_blocks_is_checked_with_the_drafts_arrays"),
+    ),
+    Mutation(
+        id="kv-plan-forgets-the-trash-block",
+        description="the KV plan fills the budget with blocks and forgets the trash block make_kv_cache adds",
+        file="vt/engine/memory.py", old="    blocks = max(0, budget // per_block - 1)\n",
+        new="    blocks = max(0, budget // per_block)\n",
+        gates=(f"{DRAFT_KV}::test_the_kv_plan_counts_the_drafts_arrays_and_prints_what_was_allocated",),
+    ),
+    Mutation(
+        id="kv-pool-without-a-block-per-group-settles-length-0",
+        description="a pool too small for one block per KV group settles max_model_len 0: an assert's traceback, "
+                    "not one typed line",
+        file="vt/engine/memory.py", old="    if blocks < need:\n", new="    if False:\n",
+        gates=(f"{DRAFT_KV}::test_a_pool_without_one_block_per_group_is_one_typed_line[length-from-the-pool]",),
+    ),
+    Mutation(
+        id="capacity-error-advises-a-length-of-0",
+        description="a pool with no room for one request advises lowering max_model_len to 0",
+        file="vt/engine/config.py",
+        old='                            f"{largest} or less") if largest >= 2 else ("; no max_model_len fits", ""))\n',
+        new='                            f"{largest} or less") if True else ("; no max_model_len fits", ""))\n',
+        gates=(f"{DRAFT_KV}::test_a_pool_without_one_block_per_group_is_one_typed_line[length-given]",),
+    ),
+    Mutation(
+        id="kv-plan-silent-for-a-given-num-blocks",
+        description="with num_blocks given, the KV plan (blocks, bytes, tokens, concurrency) is never printed",
+        file="vt/engine/front/llm_engine.py", old="        for line in plan.lines:\n",
+        new="        for line in plan.lines if not cfg.num_blocks else ():\n",
+        gates=(f"{DRAFT_KV}::test_the_plan_is_printed_for_a_given_num_blocks_with_a_small_size_readable",),
+    ),
+    Mutation(
+        id="small-kv-sizes-round-to-0-mib",
+        description="sizes below a MiB print as MiB with one decimal: a small pool reads as 0.0 MiB",
+        file="vt/engine/memory.py",
+        old='    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):\n'
+            '        if n >= scale:\n            return f"{n / scale:.2f} {unit}"\n    return f"{int(n)} bytes"\n',
+        new='    return f"{n / 2**30:.2f} GiB" if n >= 2**30 else f"{n / 2**20:.1f} MiB"\n',
+        gates=(f"{DRAFT_KV}::test_the_plan_is_printed_for_a_given_num_blocks_with_a_small_size_readable",),
+    ),
+]

@@ -122,9 +122,9 @@ ENTRIES: list[Mutation] = [
 
     Mutation(
         id="draft-position-limit-unchecked",
-        description="a draft whose max_position_embeddings is below max_model_len + k is accepted at start-up",
+        description="a draft whose max_position_embeddings is below max_model_len is accepted at start-up",
         file="vt/engine/front/llm_engine.py",
-        old="        if cfg.max_model_len + cfg.num_speculative_tokens > draft.config.max_position_embeddings:",
+        old="        if self.cfg.max_model_len > limit:",
         new="        if False:",
         gates=(f"{SPEC_REFUSALS}::test_a_draft_too_short_for_max_model_len_is_refused_at_startup",),
     ),

@@ -210,10 +210,13 @@ class EngineConfig:
         if needed > self.num_blocks:
             largest = self.num_blocks // groups * self.block_size
             per_group = f" ({self.max_blocks_per_seq} for the target and as many for the draft)" if groups > 1 else ""
+            # a length under 2 holds no prompt token and one generated: never advised
+            fits, lower = ((f"; the largest max_model_len that fits is {largest}", f" or lower max_model_len to "
+                            f"{largest} or less") if largest >= 2 else ("; no max_model_len fits", ""))
             raise CapacityError(
                 f"one max_model_len={self.max_model_len} request needs {needed} KV blocks of {self.block_size} "
-                f"tokens{per_group}, but only {self.num_blocks} are available; the largest max_model_len that fits "
-                f"is {largest}. Raise num_blocks to at least {needed} or lower max_model_len to {largest} or less.")
+                f"tokens{per_group}, but only {self.num_blocks} are available{fits}. Raise num_blocks to at least "
+                f"{needed}{lower}.")
 
 
 def resolve_dtype(requested: str, checkpoint_dtype: str, backend: str) -> str:

@@ -9,7 +9,7 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from vt.errors import ConfigError
+from vt.errors import CapacityError, ConfigError
 
 
 def kv_bytes_per_block(model_cfg: Any, block_size: int, itemsize: int, tp: int = 1) -> int:
@@ -44,16 +44,26 @@ def available_bytes(backend: str) -> tuple[int, str] | None:
 
 
 def gib(n: float) -> str:
-    return f"{n / 2**30:.2f} GiB" if n >= 2**30 else f"{n / 2**20:.1f} MiB"
+    """A size in the largest unit it fills, with enough digits that a small pool never reads as 0.0."""
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= scale:
+            return f"{n / scale:.2f} {unit}"
+    return f"{int(n)} bytes"
+
+
+def kv_pool_bytes(num_blocks: int, per_block: int) -> int:
+    """What a pool of num_blocks allocates: make_kv_cache (models/base.py) adds one trash block to each group's
+    arrays, and per_block counts every group that allocates the blocks (the target's and a draft model's)."""
+    return (num_blocks + 1) * per_block
 
 
 def check_fits(num_blocks: int, per_block: int, weights: int, available: int, where: str,
                what: str = "the weights") -> None:
     """Refuses a KV pool that, with the weights (or what else the engine holds), needs more than is available."""
-    need = num_blocks * per_block
+    need = kv_pool_bytes(num_blocks, per_block)
     if need + weights <= available:
         return
-    fit = max(0, (available - weights) // per_block)
+    fit = max(0, (available - weights) // per_block - 1)
     raise ConfigError(f"num_blocks={num_blocks}: the KV cache needs {gib(need)} ({per_block} bytes a block) and "
                       f"{what} {gib(weights)}, but {gib(available)} are available on {where}; at most {fit} blocks "
                       f"fit (lower num_blocks)")
@@ -106,14 +116,28 @@ def cpu_kv_budget(kv_cache_gib: float | None, available: int) -> int:
 
 def plan_kv(budget: int, per_block: int, block_size: int, groups: int, model_max_len: int,
             max_model_len: int | None, max_num_seqs: int, cap_to_concurrency: bool) -> KVPlan:
-    """Blocks from a byte budget, and max_model_len when not given: the checkpoint's, capped by what the blocks
-    hold. cap_to_concurrency (the CPU's default): no more blocks than max_num_seqs sequences of max_model_len
-    can use, since on the host every block is touched at start-up."""
-    blocks = budget // per_block
-    want_len = max_model_len if max_model_len is not None else model_max_len
-    per_seq = -(-want_len // block_size) * groups
+    """Blocks from a byte budget (their trash block included), then plan_blocks. cap_to_concurrency (the CPU's
+    default): no more blocks than max_num_seqs sequences of max_model_len can use, since on the host every block
+    is touched at start-up."""
+    blocks = max(0, budget // per_block - 1)
     if cap_to_concurrency:
-        blocks = min(blocks, max_num_seqs * per_seq)
+        want_len = max_model_len if max_model_len is not None else model_max_len
+        blocks = min(blocks, max_num_seqs * -(-want_len // block_size) * groups)
+    return plan_blocks(blocks, per_block, block_size, groups, model_max_len, max_model_len,
+                       f"the KV cache budget {gib(budget)}", "give it more memory")
+
+
+def plan_blocks(blocks: int, per_block: int, block_size: int, groups: int, model_max_len: int,
+                max_model_len: int | None, source: str, remedy: str) -> KVPlan:
+    """max_model_len when not given: model_max_len, capped by what the blocks hold (a request holds as many blocks
+    in every group). A pool that cannot hold one request of two tokens (a prompt token and one generated) is
+    refused with what it needs, never settled to a length of 0."""
+    need = -(-2 // block_size) * groups
+    if blocks < need:
+        each = "; a draft model holds as many as the target" if groups > 1 else ""
+        raise CapacityError(f"{source} holds {blocks} KV blocks of {block_size} tokens ({gib(per_block)} each): not "
+                            f"one request; it needs at least {need}{each}; {remedy}")
+    want_len = max_model_len if max_model_len is not None else model_max_len
     lines = []
     if max_model_len is None:
         fits = blocks // groups * block_size
@@ -123,10 +147,9 @@ def plan_kv(budget: int, per_block: int, block_size: int, groups: int, model_max
             want_len = fits
         else:
             lines.append(f"max_model_len {want_len}, from the checkpoint")
-    if blocks < 1 or want_len < 2:
-        raise ConfigError(f"the KV cache budget {gib(budget)} holds {blocks} blocks of {gib(per_block)}: not one "
-                          f"sequence; give it more memory")
     per_seq = -(-want_len // block_size) * groups
-    lines.append(f"KV cache: {blocks} blocks ({gib(blocks * per_block)}, {blocks * block_size // groups} tokens); "
+    pool = kv_pool_bytes(blocks, per_block)
+    lines.append(f"KV cache: {blocks} blocks ({gib(pool)}, {pool} bytes with the trash block"
+                 f"{', the target and the draft' if groups > 1 else ''}; {blocks * block_size // groups} tokens); "
                  f"{blocks // per_seq} requests of {want_len} tokens fit at once")
     return KVPlan(blocks, want_len, tuple(lines))

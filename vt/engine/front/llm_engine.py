@@ -137,46 +137,80 @@ class LLMEngine:
 
     def _size_kv(self, ckpt: Any, gpu_budget: int | None = None) -> None:
         """Settles max_model_len and num_blocks. Given num_blocks: checked against the backend's free memory
-        with the weights (one rank's share under tensor parallelism; a draft model's KV group is not counted
-        yet), before anything is allocated. Else sized: from the profiled GPU budget, from kv_cache_gib, or on
-        the CPU from its default budget; max_model_len, when not given, is the checkpoint's, capped by what
-        the blocks hold. The plan is logged: blocks, GiB, the longest context, the concurrency that fits."""
-        import logging
-
+        with the weights (one rank's share under tensor parallelism), before anything is allocated. Else sized:
+        from the profiled GPU budget, from kv_cache_gib, or on the CPU from its default budget. A block's bytes
+        count every group that allocates it (a draft model's too). max_model_len, when not given, is the
+        checkpoint's (the shorter of the target's and a draft's), capped by what the blocks hold. The plan is
+        logged in every mode: blocks, bytes, the longest context, the concurrency that fits."""
         from vt.dtypes import STORAGE
         from vt.engine.memory import (
             available_bytes,
             check_fits,
             check_kv_gib,
             cpu_kv_budget,
-            kv_bytes_per_block,
+            plan_blocks,
             plan_kv,
             weight_bytes,
         )
+
         cfg, itemsize = self.cfg, STORAGE[self.dtype].itemsize
         tp = cfg.tensor_parallel_size
-        per_block = kv_bytes_per_block(ckpt.config, cfg.block_size, itemsize, tp)
+        per_block = self._kv_block_bytes(ckpt)
+        model_max_len = self._model_max_len(ckpt)
         if cfg.num_blocks:
             free = available_bytes(cfg.backend)
             if free is not None:
                 check_fits(cfg.num_blocks, per_block, weight_bytes(ckpt.weights.infos, itemsize, tp), *free)
-            fits = cfg.num_blocks // cfg.num_kv_groups * cfg.block_size
-            if not cfg.max_model_len and fits < ckpt.config.max_position_embeddings:
-                logging.getLogger("vt").info("max_model_len %d: the checkpoint's %d does not fit num_blocks=%d", fits,
-                                             ckpt.config.max_position_embeddings, cfg.num_blocks)
-            cfg.settle(cfg.max_model_len or min(ckpt.config.max_position_embeddings, fits), cfg.num_blocks)
-            return
-        if gpu_budget is None:
-            avail = available_bytes(cfg.backend)
-            if cfg.kv_cache_gib is not None and avail is not None:
-                check_kv_gib(cfg.kv_cache_gib, weight_bytes(ckpt.weights.infos, itemsize, tp), *avail)
-            gpu_budget = cpu_kv_budget(cfg.kv_cache_gib, avail[0] if avail else 0)
-        plan = plan_kv(gpu_budget, per_block, cfg.block_size, cfg.num_kv_groups, ckpt.config.max_position_embeddings,
-                       cfg.max_model_len or None, cfg.max_num_seqs,
-                       cap_to_concurrency=cfg.backend == "cpu" and cfg.kv_cache_gib is None)
+            plan = plan_blocks(cfg.num_blocks, per_block, cfg.block_size, cfg.num_kv_groups, model_max_len,
+                               cfg.max_model_len or None, f"num_blocks={cfg.num_blocks}", "raise num_blocks")
+        else:
+            if gpu_budget is None:
+                avail = available_bytes(cfg.backend)
+                if cfg.kv_cache_gib is not None and avail is not None:
+                    check_kv_gib(cfg.kv_cache_gib, weight_bytes(ckpt.weights.infos, itemsize, tp), *avail)
+                gpu_budget = cpu_kv_budget(cfg.kv_cache_gib, avail[0] if avail else 0)
+            plan = plan_kv(gpu_budget, per_block, cfg.block_size, cfg.num_kv_groups, model_max_len,
+                           cfg.max_model_len or None, cfg.max_num_seqs,
+                           cap_to_concurrency=cfg.backend == "cpu" and cfg.kv_cache_gib is None)
         for line in plan.lines:
             logging.getLogger("vt").info(line)
         cfg.settle(plan.max_model_len, plan.num_blocks)
+
+    def _draft_config(self) -> Any:
+        """The draft model's config (None without one): its KV group and positions bound the sizing."""
+        from models.loader import load_checkpoint, resolve_model
+
+        if not self.cfg.has_draft_model:
+            return None
+        return load_checkpoint(resolve_model(str(self.cfg.speculative_model))).config
+
+    def _kv_block_bytes(self, ckpt: Any) -> int:
+        """One block's bytes on this rank, in every group that allocates it: the target's layers (its share of
+        the KV heads), and a draft model's, whose arrays hold as many blocks (proposers.py) on rank 0."""
+        from vt.dtypes import STORAGE
+        from vt.engine.memory import kv_bytes_per_block
+
+        cfg, itemsize = self.cfg, STORAGE[self.dtype].itemsize
+        per_block = kv_bytes_per_block(ckpt.config, cfg.block_size, itemsize, cfg.tensor_parallel_size)
+        draft = self._draft_config()
+        return per_block + (kv_bytes_per_block(draft, cfg.block_size, itemsize) if draft is not None else 0)
+
+    def _model_max_len(self, ckpt: Any) -> int:
+        """The default max_model_len: the checkpoint's, no longer than a draft model's positions (as vLLM sets the
+        draft's length to the shorter of the two); a given one past the draft's is refused by name."""
+        target, draft = ckpt.config.max_position_embeddings, self._draft_config()
+        if draft is None:
+            return target
+        limit = draft.max_position_embeddings
+        # no more than the draft's: the scheduler proposes only while num_tokens + k <= max_model_len, so no draft
+        # position reaches max_model_len
+        if self.cfg.max_model_len > limit:
+            raise ConfigError(f"max_model_len={self.cfg.max_model_len}: must be <= the draft model's "
+                              f"max_position_embeddings ({limit}, speculative_model={self.cfg.speculative_model!r})")
+        if limit < target and not self.cfg.max_model_len:
+            logging.getLogger("vt").info("max_model_len at most %d: the draft model's max_position_embeddings, below "
+                                         "the target's %d", limit, target)
+        return min(target, limit)
 
     def _profile(self, ckpt: Any, free_at_start: tuple[int, int] | None) -> int:
         """The KV budget on one GPU: gpu_memory_utilization of it, less what the weights and the largest step
@@ -193,12 +227,10 @@ class LLMEngine:
     def _check_step_peak(self, ckpt: Any, free_at_start: tuple[int, int]) -> None:
         """A given num_blocks against what the GPU had free, counting the weights and the real peak of the largest
         step (profiled), not the weights alone: refused with both figures before the KV cache is allocated."""
-        from vt.dtypes import STORAGE
-        from vt.engine.memory import check_fits, kv_bytes_per_block
+        from vt.engine.memory import check_fits
 
-        cfg = self.cfg
-        per_block = kv_bytes_per_block(ckpt.config, cfg.block_size, STORAGE[self.dtype].itemsize)
-        check_fits(cfg.num_blocks, per_block, self._non_kv_bytes(ckpt, free_at_start), free_at_start[0], "the GPU",
+        non_kv = self._non_kv_bytes(ckpt, free_at_start)
+        check_fits(self.cfg.num_blocks, self._kv_block_bytes(ckpt), non_kv, free_at_start[0], "the GPU",
                    what="the weights and the largest step (profiled)")
 
     def _non_kv_bytes(self, ckpt: Any, free_at_start: tuple[int, int]) -> int:
@@ -236,9 +268,6 @@ class LLMEngine:
         if draft.config.vocab_size != ckpt.config.vocab_size:
             raise ConfigError(f"speculative_model={cfg.speculative_model!r}: vocab_size "
                               f"{draft.config.vocab_size} != the target's {ckpt.config.vocab_size}")
-        if cfg.max_model_len + cfg.num_speculative_tokens > draft.config.max_position_embeddings:
-            raise ConfigError(f"max_model_len={cfg.max_model_len} + num_speculative_tokens: must be <= the "
-                              f"draft's max_position_embeddings ({draft.config.max_position_embeddings})")
         return DraftModelProposer(load_model(draft, self.backend, self.dtype), cfg, stream)
 
     # ---- requests ---------------------------------------------------------------------------
