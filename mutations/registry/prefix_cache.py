@@ -298,3 +298,39 @@ ENTRIES += [
         expect="an answer left by an earlier call",
     ),
 ]
+
+# Session 47: the prefix-cache counters count what vLLM v1 counts
+COUNTS = "tests/engine/test_prefix_cache_metrics.py"
+VLLM_METRICS = "tests/server/test_vllm_metrics.py"
+SCHED = "vt/engine/core/scheduler.py"
+
+ENTRIES += [
+    Mutation(
+        id="prefix-counters-count-readmissions",
+        description="a readmission after preemption adds its lookup to the prefix-cache queries and hits, not to "
+                    "vLLM's preempted_* kept apart",
+        file=SCHED, old="        if req.num_preemptions > 0:\n", new="        if False:\n",
+        gates=(f"{COUNTS}::test_a_readmission_after_preemption_is_not_counted_as_a_query",
+               f"{VLLM_METRICS}::test_the_prefix_counters_leave_out_readmissions_after_preemption"),
+        expect="each prompt token",
+    ),
+    Mutation(
+        id="prefix-counters-skip-forked-samples",
+        description="a sample forked from its leader (n > 1) is never counted: its prompt is queried once for all n",
+        file=SCHED, old="            if self._may_use_cache(req):  # vLLM's prefix-cache counters, in tokens, once per admission\n",
+        new="            if self._may_use_cache(req) and not leader:\n",
+        gates=(f"{COUNTS}::test_each_of_n_samples_queries_its_prompt_and_a_fork_hits_the_blocks_it_shares",
+               f"{VLLM_METRICS}::test_each_of_n_samples_queries_the_prompt_and_a_fork_hits_what_it_shares"),
+        expect="each fork hits the blocks it shares",
+    ),
+    Mutation(
+        id="prefix-counters-fork-hits-nothing",
+        description="a forked sample queries its prompt but counts none of the leader's blocks it shares as hits",
+        file=SCHED,
+        old="                self._count_lookup(req, n, len(shared[TARGET]) * self.kv.block_size if leader else start)\n",
+        new="                self._count_lookup(req, n, 0 if leader else start)\n",
+        gates=(f"{COUNTS}::test_each_of_n_samples_queries_its_prompt_and_a_fork_hits_the_blocks_it_shares",
+               f"{VLLM_METRICS}::test_each_of_n_samples_queries_the_prompt_and_a_fork_hits_what_it_shares"),
+        expect="each fork hits the blocks it shares",
+    ),
+]

@@ -5,6 +5,8 @@ end-to-end latency and summing to its TTFT, and a success series per finish reas
 
 from __future__ import annotations
 
+import threading
+
 import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
@@ -15,11 +17,19 @@ MODEL = "tiny-qwen3"
 # (prompt token ids, max_tokens, n): ignore_eos, so each sample generates exactly max_tokens
 REQUESTS = (([5] * 7, 3, 1), ([6] * 11, 5, 1), ([7] * 9, 4, 2))
 INTERVALS = ("queue", "prefill", "decode")
+BS = 16
 
 
 @pytest.fixture(scope="module")
 def served():
-    with running_server(MODEL, max_model_len=128, num_blocks=64, max_num_seqs=8) as (server, url):
+    with running_server(MODEL, max_model_len=128, num_blocks=64, block_size=BS, max_num_seqs=8) as (server, url):
+        yield server, url
+
+
+@pytest.fixture(scope="module")
+def tight():
+    """24 blocks of 16: six concurrent 120-token sequences (8 blocks each) cannot all stay, so decodes preempt."""
+    with running_server(MODEL, max_model_len=128, num_blocks=24, block_size=BS, max_num_seqs=8) as (server, url):
         yield server, url
 
 
@@ -85,3 +95,49 @@ def test_the_request_histograms_move_by_what_the_requests_did(served) -> None:
     assert times["queue"][1] + times["prefill"][1] == pytest.approx(ttft[1], abs=1e-6), \
         "queue + prefill is arrival to the first token: the TTFT"
     assert times["inference"][1] == pytest.approx(times["prefill"][1] + times["decode"][1], abs=1e-6)
+
+
+def counted(before: dict[str, float], after: dict[str, float]) -> tuple[float, float]:
+    """(queries, hits) vLLM's prefix-cache counters gained between two scrapes."""
+    names = ("vllm:prefix_cache_queries_total{}", "vllm:prefix_cache_hits_total{}")
+    assert all(k in after for k in names), "vLLM's prefix-cache counters missing from /metrics"
+    q, h = (after[k] - before.get(k, 0.0) for k in names)
+    return q, h
+
+
+def complete(url: str, body: dict) -> dict:
+    r = httpx.post(url + "/v1/completions", json={"model": MODEL, "ignore_eos": True, **body}, timeout=120)
+    assert r.status_code == 200, r.text[:300]
+    return r.json()
+
+
+def test_the_prefix_counters_leave_out_readmissions_after_preemption(tight) -> None:
+    """vLLM counts a preempted request's new lookup apart (preempted_queries, not exported): the queries are the
+    prompt tokens sent, whatever was recomputed."""
+    url = tight[1]
+    before = scrape(url)
+    prompts = [[(i * 37 + j) % 500 + 3 for j in range(20)] for i in range(6)]  # no two share a first block
+    threads = [threading.Thread(target=complete, args=(url, {"prompt": p, "max_tokens": 100, "temperature": 0}))
+               for p in prompts]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    after = scrape(url)
+    preempted = after["vllm:num_preemptions_total{}"] - before.get("vllm:num_preemptions_total{}", 0.0)
+    assert preempted > 0, "non-vacuity: the concurrent requests preempted one another"
+    assert counted(before, after) == (sum(map(len, prompts)), 0), "each prompt token queried once, none shared"
+
+
+def test_each_of_n_samples_queries_the_prompt_and_a_fork_hits_what_it_shares(served) -> None:
+    """vLLM runs n > 1 as n child requests, each looking the prompt up; the later ones find the first's blocks."""
+    server, url = served
+    prompt, n = list(range(400, 440)), 3  # a prompt no other test sends
+    before, prefilled = scrape(url), server.llm.engine.scheduler.prefill_tokens
+    body = complete(url, {"prompt": prompt, "max_tokens": 2, "n": n, "temperature": 0.8, "seed": 1})
+    assert len(body["choices"]) == n
+    assert server.llm.engine.scheduler.prefill_tokens - prefilled == len(prompt), \
+        "non-vacuity: the samples shared one prefill (the later ones were forked from the first)"
+    shared = len(prompt) // BS * BS  # the first sample's full blocks, which each later one shares
+    assert counted(before, scrape(url)) == (n * len(prompt), (n - 1) * shared), \
+        "each sample queries the prompt; each fork hits the blocks it shares, as vLLM's later children do"

@@ -108,7 +108,8 @@ class AsyncLLM:
         """The engine's numbers for /metrics: its own, or the last the engine process sent."""
         if self._core is not None:
             return dict(self._core.stats) or {"running": 0, "waiting": 0, "kv_used": 0, "kv_total": 1,
-                                              "prefix_queries": 0, "prefix_hits": 0, "preemptions": 0,
+                                              "prefix_queries": 0, "prefix_hits": 0, "prefix_preempted_queries": 0,
+                                              "prefix_preempted_hits": 0, "preemptions": 0,
                                               "graph_replays": 0, "eager_steps": 0, "pool_misses": 0}
         st = self.engine.stats()
         st["preemptions"] += self.num_preempted_done

@@ -54,6 +54,8 @@ class KVCacheManager:
         self.req_keys: dict[str, list[bytes]] = {}  # a request's full target blocks' keys, in order
         self.queries = 0  # prompt tokens of admitted requests that looked in the cache (vLLM's prefix_cache_queries)
         self.hits = 0  # of them, tokens served from it (the scheduler counts both)
+        # the same for readmissions after a preemption, kept apart as vLLM's preempted_queries / preempted_hits are
+        self.preempted_queries = self.preempted_hits = 0
 
     @property
     def num_free(self) -> int:

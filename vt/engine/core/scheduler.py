@@ -60,10 +60,25 @@ class Scheduler:
     def _cached_prefix(self, req: Request) -> list[list[int]] | None:
         """Per KV group, the blocks of req's longest cached prefix it may start from (a request that speculates
         with a draft model: as far as the draft's group holds it too); None when it may not use the cache."""
-        if not self.kv.enable_caching or req.params.prompt_logprobs is not None:
+        if not self._may_use_cache(req):
             return None
         return self.kv.lookup_groups(req.all_ids, draft=self.kv.num_groups > 1 and req.can_speculate,
                                      memo=req.block_keys)
+
+    def _may_use_cache(self, req: Request) -> bool:
+        """Whether req's prompt is looked up (so counted) in the prefix cache: prompt logprobs score every position."""
+        return self.kv.enable_caching and req.params.prompt_logprobs is None
+
+    def _count_lookup(self, req: Request, num_tokens: int, num_hits: int) -> None:
+        """vLLM's PrefixCacheStats.record: a readmission after preemption is counted apart (its preempted_*, which
+        vLLM does not export), so a victim finding its own blocks again neither adds queries nor lifts the hit rate."""
+        kv = self.kv
+        if req.num_preemptions > 0:
+            kv.preempted_queries += num_tokens
+            kv.preempted_hits += num_hits
+        else:
+            kv.queries += num_tokens
+            kv.hits += num_hits
 
     def _chunk(self, remaining: int, budget: int) -> int:
         """Tokens of a prefill this step: all that remain if they fit, else what the budget leaves, but
@@ -132,9 +147,10 @@ class Scheduler:
                                       draft_computed=req.num_computed if req.can_speculate and not leader else 0)
             if req.num_cached_tokens < 0:  # vLLM's: what the cache served its first admission (a fork: none)
                 req.num_cached_tokens = 0 if leader else start
-            if looked_up is not None:  # vLLM's prefix-cache counters, in tokens, once per admission
-                self.kv.queries += n
-                self.kv.hits += start
+            if self._may_use_cache(req):  # vLLM's prefix-cache counters, in tokens, once per admission
+                # vLLM runs each of n samples as a request that looks its prompt up: a fork, which computes none of
+                # the leader's blocks it shares, counts them as hits (vLLM's later children find them cached)
+                self._count_lookup(req, n, len(shared[TARGET]) * self.kv.block_size if leader else start)
 
     def _continue_prefills(self, out: SchedulerOutput, budget: int) -> int:
         """The next chunk of every running request whose prefill is not done, oldest first, while the

@@ -280,6 +280,7 @@ class LLMEngine:
         sched, kv, driver = self.scheduler, self.kv_manager, self.runner.decoder
         return {"running": len(sched.running), "waiting": len(sched.waiting), "kv_used": kv.num_used,
                 "kv_total": kv.num_blocks, "prefix_queries": kv.queries, "prefix_hits": kv.hits,
+                "prefix_preempted_queries": kv.preempted_queries, "prefix_preempted_hits": kv.preempted_hits,
                 "preemptions": sum(r.num_preemptions for r in tuple(self.requests.values())),
                 "graph_replays": driver.num_replays, "eager_steps": driver.num_eager,
                 "pool_misses": self.backend.pool.stats().get("misses", 0)}
