@@ -110,6 +110,14 @@ ENTRIES += [
         file="vt/engine/core/proc.py", old="        self.cfg = replace(cfg, **msg[1])\n", new="        self.cfg = cfg\n",
         gates=(f"{PROC}::test_the_settled_configuration_comes_back_from_the_engine_process",),
     ),
+    Mutation(
+        id="failed-server-build-leaves-its-engine-running",
+        description="make_server lets a failure building the app propagate with the engine's process or thread still "
+                    "running: `vt serve` prints the error and never exits",
+        file="vt/server/serve.py", old='        llm.shutdown("the server could not be built")\n', new="",
+        # the engine thread is a daemon: only the engine process keeps the interpreter waiting
+        gates=(f"{PROC}::test_a_server_that_fails_to_build_stops_its_engine_and_the_interpreter_exits[process]",),
+    ),
 ]
 
 OFFLINE = "tests/engine/test_offline_engine_process.py"

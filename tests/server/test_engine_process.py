@@ -11,6 +11,7 @@ import json
 import httpx
 import pytest
 
+from tests.helpers import guarding
 from vt.server.serve import running_server
 
 KW = dict(backend="cpu", max_model_len=256, num_blocks=96, max_num_seqs=4)
@@ -68,8 +69,10 @@ def test_the_engine_process_answers_as_the_engine_thread_does() -> None:
 def test_the_settled_configuration_comes_back_from_the_engine_process() -> None:
     """max_model_len 0 is the checkpoint's, capped by the KV cache: only the core knows it once it has started."""
     kw = {**KW, "max_model_len": 0, "num_blocks": 40}
-    with running_server("tiny-qwen3", engine_process=True, **kw) as (_, url):
-        got = httpx.get(url + "/v1/models").json()["data"][0]["max_model_len"]
+    # a front left with the unsettled 0 cannot even size its metrics' token buckets (ValueError)
+    with guarding("the front serves the configuration the core settled, not max_model_len 0", ValueError):
+        with running_server("tiny-qwen3", engine_process=True, **kw) as (_, url):
+            got = httpx.get(url + "/v1/models").json()["data"][0]["max_model_len"]
     with running_server("tiny-qwen3", engine_process=False, **kw) as (_, url):
         want = httpx.get(url + "/v1/models").json()["data"][0]["max_model_len"]
     assert got == want and 0 < want <= 40 * 16, f"the core's settled max_model_len {want}, the front says {got}"
@@ -118,3 +121,32 @@ def test_a_dead_engine_process_is_said_once_by_health_and_by_a_late_request() ->
         said = r.json()["error"]["message"]
         assert r.status_code == 503 and "process exited" in said, (r.status_code, said)
         assert said.count("the engine stopped") == 1, said
+
+
+BROKEN_BUILD = """
+import sys
+from vt.server import app
+def broken(*args, **kwargs):
+    raise RuntimeError("planted: the metrics could not be built")
+app.Metrics = broken
+from vt.server.serve import make_server
+try:
+    make_server("tiny-qwen3", engine_process=sys.argv[1] == "process", backend="cpu", max_model_len=64, num_blocks=16)
+except RuntimeError as e:
+    print("raised:", e, flush=True)
+"""
+
+
+@pytest.mark.parametrize("mode", ["process", "thread"])
+def test_a_server_that_fails_to_build_stops_its_engine_and_the_interpreter_exits(mode: str) -> None:
+    """The engine starts before the app is built: a failure building the app must stop the engine's process or
+    thread, or `vt serve` would print the error and then never exit (the interpreter waits on them)."""
+    import subprocess
+    import sys
+
+    try:
+        done = subprocess.run([sys.executable, "-c", BROKEN_BUILD, mode], capture_output=True, text=True, timeout=60)
+    except subprocess.TimeoutExpired as e:
+        raise AssertionError(f"the build failed, and the interpreter was still running 60 s later: {e.stdout}") from e
+    assert "raised: planted" in done.stdout, f"non-vacuity: the planted failure was met: {done.stdout}{done.stderr}"
+    assert done.returncode == 0, done.stderr[-2000:]

@@ -35,8 +35,13 @@ def make_server(model: str, served_name: str | None = None, max_body_bytes: int 
     if api_key is not None and not api_key.strip():
         raise ConfigError("--api-key: an empty key protects nothing; give a key or leave it out")
     llm = AsyncLLM(EngineConfig(model=model, **engine_kwargs), engine_process=engine_process)
-    server = Server(llm, served_name or model, **({"max_body_bytes": max_body_bytes} if max_body_bytes else {}),
-                    api_key=api_key, prompt_tokens_details=prompt_tokens_details)
+    try:
+        server = Server(llm, served_name or model, **({"max_body_bytes": max_body_bytes} if max_body_bytes else {}),
+                        api_key=api_key, prompt_tokens_details=prompt_tokens_details)
+    except BaseException:
+        # the engine's thread or process is running: left so, it would keep the interpreter from ever exiting
+        llm.shutdown("the server could not be built")
+        raise
     return server, build_app(server)
 
 
