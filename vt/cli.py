@@ -138,7 +138,7 @@ def _serve(args: argparse.Namespace) -> int:
                                               **_engine_kwargs(args)),
                           args.model)
     host = f"[{args.host}]" if ":" in args.host else args.host
-    print(f"vt: serving {args.served_model_name or args.model} on http://{host}:{sock.getsockname()[1]} "
+    print(f"vt: serving {' / '.join(server.model_names)} on http://{host}:{sock.getsockname()[1]} "
           f"(OpenAI API under /v1; /health, /metrics)", file=sys.stderr, flush=True)
     import signal
 
@@ -379,7 +379,9 @@ def build_parser() -> argparse.ArgumentParser:
     srv.add_argument("--host", default="127.0.0.1", help="address to listen on")
     srv.add_argument("--port", type=int, default=8000,
                      help="port to listen on (0: a free one, named in the first line)")
-    srv.add_argument("--served-model-name", help="the model name clients use; unset: MODEL as given")
+    srv.add_argument("--served-model-name", nargs="+", metavar="NAME",
+                     help="the model name(s) clients use (vLLM's: a request may name any; responses and the metrics' "
+                          "label carry the first); unset: MODEL as given")
     # the server's alone, as vLLM's (a FrontendArgs flag, not EngineArgs): generate and ladder render no chat
     srv.add_argument("--chat-template", help="a Jinja chat template (a file's path, or the template itself) in place "
                                              "of the checkpoint's")

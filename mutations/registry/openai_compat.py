@@ -12,6 +12,7 @@ ROUTES = "tests/server/test_vllm_routes.py"
 LM_EVAL = "tests/server/test_lm_eval.py"
 BIAS = "tests/engine/test_logit_bias.py"
 REFUSE = "tests/server/test_refusals.py"
+NAMES = "tests/server/test_served_names.py"
 
 ENTRIES: list[Mutation] = [
     Mutation(
@@ -238,5 +239,29 @@ ENTRIES += [
         new="                self.num_aborted += int(r is aborted[0])\n",
         gates=(f"{ABORTS}::test_an_aborted_stream_counts_each_sample_once_in_every_abort_counter[engine-thread]",),
         expect="the abort counters disagree on the unit",
+    ),
+    Mutation(
+        id="served-names-beyond-the-first-refused",
+        description="with --served-model-name a b, a request naming b is a 404: only the first name is served",
+        file="vt/server/protocol.py", old="    if model is not None and model not in served:\n",
+        new="    if model is not None and model != served[0]:\n",
+        gates=(f"{NAMES}::test_a_request_may_name_any_served_name_and_the_response_carries_the_first[beta]",),
+        expect="the served name 'beta' is answered",
+    ),
+    Mutation(
+        id="served-names-listed-first-only",
+        description="/v1/models lists the first served name alone: a client picking a model from the list never "
+                    "sees the others",
+        file="vt/server/app.py", old="for name in self.model_names]})", new="for name in self.model_names[:1]]})",
+        gates=(f"{NAMES}::test_models_lists_every_served_name_in_order",),
+    ),
+    Mutation(
+        id="served-names-response-echoes-the-asked-name",
+        description="a response carries the name the request asked for, not the first served name (vLLM's rule)",
+        file="vt/server/app.py",
+        old="            check_model(body, self.model_names)\n            parsed = parse_sampling(body, chat)\n",
+        new="            check_model(body, self.model_names)\n            self.model_name = body.get(\"model\") or "
+            "self.model_name\n            parsed = parse_sampling(body, chat)\n",
+        gates=(f"{NAMES}::test_a_request_may_name_any_served_name_and_the_response_carries_the_first[beta]",),
     ),
 ]

@@ -41,12 +41,15 @@ LOG = logging.getLogger("vt.server")
 
 
 class Server:
-    def __init__(self, llm: AsyncLLM, model_name: str, max_body_bytes: int = MAX_BODY_BYTES,
+    def __init__(self, llm: AsyncLLM, model_names: tuple[str, ...], max_body_bytes: int = MAX_BODY_BYTES,
                  api_key: str | None = None, prompt_tokens_details: bool = False) -> None:
-        self.llm, self.model_name, self.max_body_bytes = llm, model_name, max_body_bytes
+        # vLLM's --served-model-name a b (protocol.served_names): a request may name any of them; responses and the
+        # metrics' label carry the first
+        self.model_names = model_names
+        self.llm, self.model_name, self.max_body_bytes = llm, self.model_names[0], max_body_bytes
         self.api_key = api_key
         self.prompt_tokens_details = prompt_tokens_details  # vLLM's --enable-prompt-tokens-details
-        self.metrics = Metrics(llm, model_name)
+        self.metrics = Metrics(llm, self.model_name)
         llm.on_finished = self.metrics.observe
         self.created = int(time.time())
 
@@ -99,15 +102,15 @@ class Server:
 
     # ---- endpoints --------------------------------------------------------------------------
     async def models(self, request: Request) -> Response:
-        return JSONResponse({"object": "list", "data": [{"id": self.model_name, "object": "model",
-                                                          "created": self.created, "owned_by": "vt",
-                                                          "max_model_len": self.llm.cfg.max_model_len}]})
+        return JSONResponse({"object": "list", "data": [
+            {"id": name, "object": "model", "created": self.created, "owned_by": "vt", "root": self.llm.cfg.model,
+             "parent": None, "max_model_len": self.llm.cfg.max_model_len} for name in self.model_names]})
 
     async def tokenize(self, request: Request) -> Response:
         """vLLM's /tokenize: a prompt (or chat messages, rendered by the chat template) to token ids."""
         try:
             body = await self._body(request)
-            check_model(body, self.model_name)
+            check_model(body, self.model_names)
             text, add = self._tokenize_what(body)
             e = self.llm.engine
             ids = await tokenized(lambda: encode_text(e.tokenizer, text, add), [text])
@@ -141,7 +144,7 @@ class Server:
         """vLLM's /detokenize: token ids to text."""
         try:
             body = await self._body(request)
-            check_model(body, self.model_name)
+            check_model(body, self.model_names)
             refuse_unknown(body, frozenset({"model", "tokens"}), "/detokenize")
             tokens = body.get("tokens")
             vocab = self.llm.engine.vocab_size
@@ -179,7 +182,7 @@ class Server:
     async def _serve(self, request: Request, chat: bool) -> Response:
         try:
             body = await self._body(request)
-            check_model(body, self.model_name)
+            check_model(body, self.model_names)
             parsed = parse_sampling(body, chat)
             if chat:
                 from vt.engine.front.chat import render

@@ -7,6 +7,7 @@ a stream option's) is refused by name, never silently ignored.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -68,10 +69,20 @@ def _get(body: dict, name: str, kinds: tuple[type, ...], default: Any = None) ->
     return v
 
 
-def check_model(body: dict, served: str) -> None:
+def served_names(names: str | Sequence[str]) -> tuple[str, ...]:
+    """--served-model-name's names, first the one responses carry, each once; none empty."""
+    given = (names,) if isinstance(names, str) else tuple(names)
+    if not given or any(not isinstance(n, str) or not n.strip() for n in given):
+        raise ConfigError(f"--served-model-name {' '.join(map(repr, given))}: each name must be a non-empty string")
+    return tuple(dict.fromkeys(given))
+
+
+def check_model(body: dict, served: tuple[str, ...]) -> None:
+    """A request may name any of the served names (vLLM's --served-model-name a b), or none."""
     model = _get(body, "model", (str,))
-    if model is not None and model != served:
-        raise ApiError(404, f"The model `{model}` does not exist. This server serves `{served}`.", "model",
+    if model is not None and model not in served:
+        names = ", ".join(f"`{n}`" for n in served)
+        raise ApiError(404, f"The model `{model}` does not exist. This server serves {names}.", "model",
                        "model_not_found")
 
 

@@ -16,27 +16,30 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from vt.engine.config import EngineConfig
 from vt.errors import ConfigError, ServerStartError
 from vt.server.app import Server, build_app
 from vt.server.async_llm import AsyncLLM
+from vt.server.protocol import served_names
 
 GRACEFUL_SHUTDOWN_S = 30
 
 
-def make_server(model: str, served_name: str | None = None, max_body_bytes: int | None = None,
+def make_server(model: str, served_name: str | Sequence[str] | None = None, max_body_bytes: int | None = None,
                 api_key: str | None = None, engine_process: bool = False, prompt_tokens_details: bool = False,
                 **engine_kwargs: Any) -> tuple[Server, Any]:
     """The app on an AsyncLLM; engine_process: the engine core in a process of its own (`vt serve`'s default);
-    prompt_tokens_details: usage carries OpenAI's prompt_tokens_details.cached_tokens."""
+    prompt_tokens_details: usage carries OpenAI's prompt_tokens_details.cached_tokens. served_name: the name, or
+    names (vLLM's --served-model-name a b), clients may ask for; responses carry the first."""
+    names = served_names(served_name or model)  # refused before the engine starts
     if api_key is not None and not api_key.strip():
         raise ConfigError("--api-key: an empty key protects nothing; give a key or leave it out")
     llm = AsyncLLM(EngineConfig(model=model, **engine_kwargs), engine_process=engine_process)
     try:
-        server = Server(llm, served_name or model, **({"max_body_bytes": max_body_bytes} if max_body_bytes else {}),
+        server = Server(llm, names, **({"max_body_bytes": max_body_bytes} if max_body_bytes else {}),
                         api_key=api_key, prompt_tokens_details=prompt_tokens_details)
     except BaseException:
         # the engine's thread or process is running: left so, it would keep the interpreter from ever exiting
