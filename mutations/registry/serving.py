@@ -201,4 +201,17 @@ ENTRIES += [
         new="                pass\n",
         gates=(HISTS,),
     ),
+    Mutation(
+        id="engine-process-answers-before-counting",
+        description="the engine process's reader hands a step's outputs to the streams before it handles the step's "
+                    "finish records: a client that scrapes /metrics right after its answer may not see it counted",
+        file="vt/engine/core/proc.py",
+        old="                    for f in finished:  # counted first: a client that scrapes /metrics after its answer "
+            "sees it\n                        o.finished(Finished(*f))\n                    o.deliver_outputs(outs)\n",
+        new="                    o.deliver_outputs(outs)\n                    for f in finished:\n"
+            "                        o.finished(Finished(*f))\n",
+        gates=tuple(f"{VLLM_METRICS}::test_a_finished_request_is_counted_before_its_answer_reaches_the_client"
+                    f"[{s}-engine-process]" for s in ("whole", "streamed")),
+        expect="the answer came before its request was counted",
+    ),
 ]

@@ -6,6 +6,7 @@ end-to-end latency and summing to its TTFT, and a success series per finish reas
 from __future__ import annotations
 
 import threading
+import time
 
 import httpx
 import pytest
@@ -141,3 +142,29 @@ def test_each_of_n_samples_queries_the_prompt_and_a_fork_hits_what_it_shares(ser
     shared = len(prompt) // BS * BS  # the first sample's full blocks, which each later one shares
     assert counted(before, scrape(url)) == (n * len(prompt), (n - 1) * shared), \
         "each sample queries the prompt; each fork hits the blocks it shares, as vLLM's later children do"
+
+
+@pytest.mark.parametrize("engine_process", [True, False], ids=["engine-process", "engine-thread"])
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
+def test_a_finished_request_is_counted_before_its_answer_reaches_the_client(engine_process: bool, stream: bool,
+                                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """A client that scrapes /metrics right after its answer sees its request counted, in either engine mode. The
+    finish record is slowed here: an answer sent before its record is handled would be read before it is counted."""
+    from vt.server.async_llm import AsyncLLM
+
+    handled = AsyncLLM._finished
+
+    def late(self, f) -> None:
+        time.sleep(1.0)
+        handled(self, f)
+
+    monkeypatch.setattr(AsyncLLM, "_finished", late)
+    name = "vllm:request_success_total{finished_reason=length}"
+    body = {"model": MODEL, "prompt": [5] * 7, "max_tokens": 3, "ignore_eos": True, "stream": stream}
+    with running_server(MODEL, engine_process=engine_process, max_model_len=128, num_blocks=64,
+                        max_num_seqs=4) as (_, url):
+        before = scrape(url).get(name, 0.0)
+        with httpx.stream("POST", url + "/v1/completions", json=body, timeout=60) as r:
+            text = "".join(r.iter_text())
+        assert r.status_code == 200 and ("[DONE]" in text) == stream, text
+        assert scrape(url).get(name, 0.0) == before + 1, f"{name}: the answer came before its request was counted"

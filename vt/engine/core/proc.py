@@ -414,9 +414,9 @@ class EngineCoreClient:
                             outs.append(out.apply(item))
                             if item[1]:
                                 del self.outputs[item[0]]
-                    o.deliver_outputs(outs)
-                    for f in finished:
+                    for f in finished:  # counted first: a client that scrapes /metrics after its answer sees it
                         o.finished(Finished(*f))
+                    o.deliver_outputs(outs)
                 elif kind == "added":
                     _, rid, name, text = msg
                     if name is not None:
