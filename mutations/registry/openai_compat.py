@@ -183,6 +183,11 @@ ENTRIES += [
 ]
 STREAM = "tests/server/test_streamed_choices.py"
 ABORTS = "tests/server/test_abort_metrics.py"
+
+
+def streamed(test: str, *cases: str) -> tuple[str, ...]:
+    """A test of test_streamed_choices.py in each case, against both of its servers (engine thread and process)."""
+    return tuple(f"{STREAM}::{test}[{mode}-{case}]" for mode in ("engine-thread", "engine-process") for case in cases)
 ENTRIES += [
     Mutation(
         id="stream-resends-a-finished-choice",
@@ -192,8 +197,8 @@ ENTRIES += [
         old="        if key in self.ended:  # its final frame went out: a sibling's step says nothing of it (OpenAI's, "
             "vLLM's)\n",
         new="        if False:\n",
-        gates=(f"{STREAM}::test_a_finished_choice_is_said_once_and_then_nothing_while_its_siblings_run[completions]",
-               f"{STREAM}::test_a_finished_choice_is_said_once_and_then_nothing_while_its_siblings_run[chat]"),
+        gates=streamed("test_a_finished_choice_is_said_once_and_then_nothing_while_its_siblings_run",
+                       "completions", "chat"),
         expect="finish frames per index",
     ),
     Mutation(
@@ -203,10 +208,8 @@ ENTRIES += [
         file="vt/server/app.py",
         old='            self.offsets[key] = base + sum(len(t) for t in lp["tokens"])\n',
         new="            self.offsets[key] = base\n",
-        gates=(f"{STREAM}::test_streamed_text_offsets_are_the_whole_answers[plain]",
-               f"{STREAM}::test_streamed_text_offsets_are_the_whole_answers[stop-string-held-back]",
-               f"{STREAM}::test_streamed_text_offsets_are_the_whole_answers[echo]",
-               f"{STREAM}::test_streamed_text_offsets_are_the_whole_answers[echo-and-stop]"),
+        gates=streamed("test_streamed_text_offsets_are_the_whole_answers", "plain", "stop-string-held-back", "echo",
+                       "echo-and-stop"),
         expect="streamed [",
     ),
     Mutation(
@@ -215,8 +218,7 @@ ENTRIES += [
         file="vt/server/app.py",
         old="        base = self.offsets[key] if key in self.offsets else self._echo_shift(i)\n",
         new="        base = self.offsets.get(key, 0)\n",
-        gates=(f"{STREAM}::test_streamed_text_offsets_are_the_whole_answers[echo]",
-               f"{STREAM}::test_streamed_text_offsets_are_the_whole_answers[echo-and-stop]"),
+        gates=streamed("test_streamed_text_offsets_are_the_whole_answers", "echo", "echo-and-stop"),
         expect="each token's offset is where the tokens before it end",
     ),
     Mutation(

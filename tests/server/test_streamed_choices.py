@@ -16,9 +16,12 @@ MODEL = "tiny-qwen3"
 EARLY_ENDS = dict(max_tokens=30, temperature=1.0, n=3, seed=5, stop=["e"])
 
 
-@pytest.fixture(scope="module")
-def client():
-    with running_server(MODEL, max_model_len=256, num_blocks=128, max_num_seqs=8) as (_, url):
+@pytest.fixture(scope="module", params=[False, True], ids=["engine-thread", "engine-process"])
+def client(request):
+    """The server with its engine on a thread, then with the engine core in its own process (`vt serve`'s default:
+    the outputs then reach the front as deltas over a pipe)."""
+    with running_server(MODEL, engine_process=request.param, max_model_len=256, num_blocks=128,
+                        max_num_seqs=8) as (_, url):
         yield openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0)
 
 
