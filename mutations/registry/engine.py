@@ -401,6 +401,17 @@ ENTRIES += [
                f"{DRAFT_KV}::test_a_given_num_blocks_is_checked_with_the_drafts_arrays"),
     ),
     Mutation(
+        id="cuda-kv-block-bytes-leave-out-the-draft",
+        description="on the GPU, a KV block's bytes count the target's layers only: the profiled budget and a given "
+                    "num_blocks' check leave out the draft's arrays of as many blocks",
+        file="vt/engine/front/llm_engine.py",
+        old="        return per_block + (kv_bytes_per_block(draft, cfg.block_size, itemsize) if draft is not None else 0)\n",
+        new="        return per_block\n",
+        gates=(f"{DRAFT_KV}::test_on_the_gpu_the_utilization_sizes_the_drafts_kv_with_the_targets",
+               f"{DRAFT_KV}::test_on_the_gpu_a_given_num_blocks_counts_the_drafts_arrays"),
+        needs_gpu=True,
+    ),
+    Mutation(
         id="kv-plan-forgets-the-trash-block",
         description="the KV plan fills the budget with blocks and forgets the trash block make_kv_cache adds",
         file="vt/engine/memory.py", old="    blocks = max(0, budget // per_block - 1)\n",

@@ -14,7 +14,8 @@ import pytest
 from models.loader import load_checkpoint, resolve_model
 from tests.engine.test_spec_decode import DRAFT, K, engine, greedy
 from tests.helpers import guarding
-from vt.engine.memory import weight_bytes
+from vt.engine.memory import kv_bytes_per_block, weight_bytes
+from vt.engine.sample.params import SamplingParams
 from vt.errors import ConfigError, VtError
 
 TARGET = "tiny-qwen3"
@@ -141,3 +142,78 @@ def test_the_plan_is_printed_for_a_given_num_blocks_with_a_small_size_readable(c
     value, unit = float(m[1]), {"KiB": 2**10, "MiB": 2**20, "GiB": 2**30}[m[2]]
     assert len(m[1].replace(".", "").lstrip("0")) >= 3, f"three significant digits at least: {m[0]}"
     assert abs(value * unit - total) <= 0.01 * total, f"{m[0]} reads as the {total} bytes allocated"
+
+
+def _cuda_with_draft(**kw):
+    """A tiny CUDA engine with its draft (float32 weights and KV), or the ConfigError line that refused it."""
+    from vt import LLM
+
+    try:
+        return LLM(TARGET, backend="cuda", dtype="float32", speculative_model=DRAFT, num_speculative_tokens=K,
+                   **kw), None
+    except ConfigError as e:
+        return None, str(e)
+
+
+def _release() -> None:
+    """What earlier engines of this process left in CuPy's pool goes back before the next reads what is free."""
+    import gc
+
+    import cupy
+
+    gc.collect()
+    cupy.get_default_memory_pool().free_all_blocks()
+
+
+@pytest.mark.gpu
+def test_on_the_gpu_the_utilization_sizes_the_drafts_kv_with_the_targets() -> None:
+    """Sized at two utilizations: the target's and the draft's arrays together grow by the utilizations' difference
+    of the card (the draft holds as many blocks: left out of a block's bytes, they would grow half as much again
+    here), and the largest step runs after sizing at the higher one."""
+    import cupy
+
+    _release()
+    free, total = cupy.cuda.runtime.memGetInfo()
+    high_util = min(0.5, 0.55 * free / total)
+    low_util = 0.6 * high_util
+    if high_util < 0.2:
+        pytest.skip(f"{free / 2**30:.1f} GiB free of {total / 2**30:.1f}: no room for two engines' shares")
+    low, refused = _cuda_with_draft(gpu_memory_utilization=low_util, max_model_len=4096)
+    assert low is not None, f"the lower utilization did not start: {refused}"
+    low_target, low_draft = allocated(low.engine)
+    assert low_draft > 0, "non-vacuity: the draft's group allocated its arrays"
+    del low
+    _release()
+    high, refused = _cuda_with_draft(gpu_memory_utilization=high_util, max_model_len=4096)
+    assert high is not None, f"the higher utilization did not start: {refused}"
+    grown = sum(allocated(high.engine)) - low_target - low_draft
+    want = (high_util - low_util) * total
+    assert abs(grown - want) < 0.02 * total, f"the KV arrays grew {grown} bytes for {want} of utilization"
+    outs = high.generate([[5] * 4000] + [[7] * 30] * 15, SamplingParams(temperature=0, max_tokens=4, ignore_eos=True))
+    assert all(len(o.outputs[0].token_ids) == 4 for o in outs), "the largest step ran after sizing"
+
+
+@pytest.mark.gpu
+def test_on_the_gpu_a_given_num_blocks_counts_the_drafts_arrays() -> None:
+    """Blocks whose target arrays fill 0.8 of the free memory fit alone; with the draft's arrays (half as much again)
+    they are refused before anything is allocated, never an out-of-memory part way through the start."""
+    import cupy
+
+    _release()
+    free = cupy.cuda.runtime.memGetInfo()[0]
+    per_target = kv_bytes_per_block(load_checkpoint(resolve_model(TARGET)).config, 16, 4)
+    blocks = int(0.8 * free) // per_target
+    try:
+        engine_, refused = _cuda_with_draft(num_blocks=blocks, max_model_len=1024)
+    except (cupy.cuda.memory.OutOfMemoryError, cupy.cuda.runtime.CUDARuntimeError) as e:
+        if "out of memory" not in str(e).lower():
+            raise
+        raise AssertionError(f"{blocks} blocks with a draft were not refused up front: out of memory ({e})") from e
+    assert engine_ is None and refused is not None and f"num_blocks={blocks}" in refused, (
+        f"{blocks} blocks with a draft were not refused up front: {refused}")
+    _release()
+    from vt import LLM
+
+    with guarding("the target's arrays alone fit", VtError):
+        alone = LLM(TARGET, backend="cuda", dtype="float32", num_blocks=blocks, max_model_len=1024)
+    assert sum(allocated(alone.engine)) >= 0.8 * free - per_target, "non-vacuity: the target's pool was allocated"
