@@ -126,8 +126,14 @@ def _generate(args: argparse.Namespace) -> int:
 
 
 def _serve(args: argparse.Namespace) -> int:
+    import math
+
+    from vt.errors import ConfigError
     from vt.server.serve import listen_socket, make_server, uvicorn_server
 
+    if not (math.isfinite(args.shutdown_timeout) and args.shutdown_timeout >= 0):
+        raise ConfigError(f"--shutdown-timeout {args.shutdown_timeout}: must be a number of seconds >= 0 (0: the "
+                          "requests in flight fail at once on SIGTERM)")
     sock = listen_socket(args.host, args.port)  # a port in use fails here, before the model loads
     from vt.env import flags
 
@@ -143,13 +149,21 @@ def _serve(args: argparse.Namespace) -> int:
     import signal
 
     stopped: list[int] = []
-    # uvicorn drains on SIGTERM / SIGINT, then re-raises the signal into the handler found before it ran:
-    # this one, so a clean drain exits 0 and says so.
+    # uvicorn stops on SIGTERM / SIGINT, then re-raises the signal into the handler found before it ran:
+    # this one, so a clean stop exits 0 and says so.
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda signum, frame: stopped.append(signum))
-    uv = uvicorn_server(app, args.host, sock.getsockname()[1])
+
+    def on_signal(signum: int, again: bool) -> None:  # vLLM's --shutdown-timeout; a second signal: no more waiting
+        server.begin_shutdown(f"the server is shutting down ({signal.Signals(signum).name})", args.shutdown_timeout,
+                              now=again)
+
+    uv = uvicorn_server(app, args.host, sock.getsockname()[1], on_signal, args.shutdown_timeout)
     server.llm.on_dead = lambda e: setattr(uv, "should_exit", True)  # a dead engine serves nothing: exit 1
     uv.run(sockets=[sock])
+    # uvicorn's force exit (a third signal) skips the lifespan's end: the engine process, if any, is stopped here
+    # all the same, or the interpreter's exit would wait on it forever
+    server.llm.shutdown()
     if server.llm.dead is not None:
         print(f"vt: stopped: the engine died ({type(server.llm.dead).__name__}: {server.llm.dead}); the requests in "
               f"flight were failed", file=sys.stderr, flush=True)
@@ -387,6 +401,10 @@ def build_parser() -> argparse.ArgumentParser:
                                              "of the checkpoint's")
     srv.add_argument("--api-key", help="clients of the /v1 routes must send 'Authorization: Bearer KEY' (unset: "
                                        "$VT_API_KEY, else no key)")
+    srv.add_argument("--shutdown-timeout", type=float, default=0.0, metavar="SECONDS",
+                     help="on SIGTERM / SIGINT, new requests are refused (503) and those in flight may finish for up "
+                          "to SECONDS before they fail with an error frame (vLLM's flag; 0: they fail at once). A "
+                          "second signal fails them at once; a third cuts the connections")
     srv.add_argument("--enable-prompt-tokens-details", action="store_true",
                      help="usage carries prompt_tokens_details.cached_tokens: the prompt tokens the prefix cache "
                           "served (vLLM's flag)")

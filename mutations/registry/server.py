@@ -12,6 +12,7 @@ FAULTS = "tests/server/test_server_faults.py"
 BENCH = "tests/server/test_bench.py"
 BENCH_PLOT = "tests/server/test_bench_plot.py"  # apart from test_bench.py's servers
 REFUSALS = "tests/server/test_refusals.py"
+SHUTDOWN = "tests/server/test_shutdown.py"
 
 ENTRIES: list[Mutation] = [
     Mutation(
@@ -380,7 +381,7 @@ ENTRIES += [
         description="the engine core process keeps SIGTERM's default: a SIGTERM to the server's process group kills it "
                     "before the server has drained, which then stops as if the engine had failed (exit 1)",
         file="vt/engine/core/proc.py", old="    signal.signal(signal.SIGTERM, signal.SIG_IGN)\n", new="",
-        gates=("tests/server/test_server_load.py::test_sigterm_drains_the_stream_in_flight_then_exits_cleanly[group]",),
+        gates=("tests/server/test_server_load.py::test_sigterm_ends_the_stream_in_flight_properly_then_exits_cleanly[group]",),
     ),
     Mutation(
         id="repetition-penalty-floor-at-zero",
@@ -621,5 +622,40 @@ ENTRIES += [
         file="vt/engine/front/chat.py", old="        except UnicodeDecodeError as e:\n",
         new="        except ZeroDivisionError as e:\n",
         gates=("tests/server/test_chat_template.py::test_a_template_file_that_is_not_utf8_is_one_line_at_start_up",),
+    ),
+    Mutation(
+        id="shutdown-signal-leaves-the-streams-running",
+        description="with --shutdown-timeout 0 (the default), a SIGTERM leaves the requests in flight running: uvicorn "
+                    "waits on them and vt serve answers the signal only when they end",
+        file="vt/server/app.py", old="            self.loop.call_soon(self.llm.shutdown, why)\n",
+        new="            pass\n",
+        gates=tuple(f"{SHUTDOWN}::test_by_default_a_signal_fails_the_stream_in_flight_at_once_then_the_server_exits"
+                    f"[{m}]" for m in ("engine-process", "engine-thread")),
+        expect="one error frame names the shutdown",
+    ),
+    Mutation(
+        id="shutdown-second-signal-waits-out-the-drain",
+        description="a second SIGINT during a drain is taken as the first again: Ctrl-C twice waits out "
+                    "--shutdown-timeout",
+        file="vt/server/serve.py", old="                on_signal(sig, self.signals > 1)\n",
+        new="                on_signal(sig, False)\n",
+        gates=tuple(f"{SHUTDOWN}::test_a_second_signal_ends_a_drain_at_once_with_no_engine_left[{m}]"
+                    for m in ("engine-process", "engine-thread")),
+        expect="the second signal failed the stream at once",
+    ),
+    Mutation(
+        id="shutdown-drain-ignores-its-timeout",
+        description="--shutdown-timeout is ignored: a SIGTERM fails the requests in flight at once, never a drain",
+        file="vt/server/app.py", old="        if now or timeout_s <= 0:\n", new="        if True:\n",
+        gates=(f"{SHUTDOWN}::test_a_drain_lets_the_stream_in_flight_finish",),
+    ),
+    Mutation(
+        id="shutdown-drain-serves-new-requests",
+        description="while the server drains, a new completion is served, not refused with a 503",
+        file="vt/server/app.py",
+        old="        if (refused := self._refusal_while_draining()) is not None:\n            return refused\n"
+            "        try:\n",
+        new="        try:\n",
+        gates=(f"{SHUTDOWN}::test_while_draining_new_requests_and_health_are_503s_and_the_stream_in_flight_runs_on",),
     ),
 ]

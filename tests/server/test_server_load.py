@@ -1,7 +1,7 @@
 """The server under load (200 requests at concurrency 64, one in ten walking away mid-stream), SIGTERM with a
 stream in flight, and a request queued behind a dying engine. Beside the server rule's tests
-(test_server_rule.py) but apart from them: no mutant names these as a gate, and each of that file's mutants
-runs its gate file whole."""
+(test_server_rule.py) but apart from them: each of that file's mutants runs its gate file whole, and only the
+SIGTERM test here is a gate (engine-core-dies-on-a-group-sigterm). The shutdown's own gates: test_shutdown.py."""
 
 from __future__ import annotations
 
@@ -72,7 +72,7 @@ def test_load_200_requests_at_concurrency_64_with_walkaways(served) -> None:
 
 
 @pytest.mark.parametrize("whom", ["process", "group"])
-def test_sigterm_drains_the_stream_in_flight_then_exits_cleanly(whom: str) -> None:
+def test_sigterm_ends_the_stream_in_flight_properly_then_exits_cleanly(whom: str) -> None:
     """SIGTERM to the server, or to its whole process group as `timeout` and systemd send it (the engine core
     included: it used to die first, and the server stopped as if the engine had, exit 1)."""
     import os

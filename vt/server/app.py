@@ -52,6 +52,26 @@ class Server:
         self.metrics = Metrics(llm, self.model_name)
         llm.on_finished = self.metrics.observe
         self.created = int(time.time())
+        self.draining: str | None = None  # why the server stops, once a signal asked: new requests are refused
+        self.loop: asyncio.AbstractEventLoop | None = None  # the event loop serving, from the lifespan's start
+
+    def begin_shutdown(self, why: str, timeout_s: float, now: bool) -> None:
+        """A signal asked the server to stop (uvicorn's signal handler, on the event loop's thread): from here on
+        new requests are refused with a 503; those in flight are failed (one error frame, then [DONE]) at once when
+        now or timeout_s is 0 (vLLM's --shutdown-timeout default), else once timeout_s has passed, so a drain lets
+        them finish meanwhile."""
+        self.draining = why
+        if self.loop is None:
+            return
+        if now or timeout_s <= 0:
+            self.loop.call_soon(self.llm.shutdown, why)
+        else:
+            self.loop.call_later(timeout_s, self.llm.shutdown, f"{why}: --shutdown-timeout {timeout_s:g} s passed")
+
+    def _refusal_while_draining(self) -> Response | None:
+        if self.draining is None:
+            return None
+        return JSONResponse(ApiError(503, self.draining).body(), status_code=503)
 
     # ---- plumbing ---------------------------------------------------------------------------
     async def _body(self, request: Request) -> dict[str, Any]:
@@ -166,6 +186,8 @@ class Server:
         return JSONResponse({"version": ver})
 
     async def health(self, request: Request) -> Response:
+        if (refused := self._refusal_while_draining()) is not None:
+            return refused  # a load balancer sends no more
         if not self.llm.is_alive:
             return JSONResponse(ApiError(503, self.llm.why_stopped).body(), status_code=503)
         return Response(status_code=200)
@@ -180,6 +202,8 @@ class Server:
         return await self._serve(request, chat=True)
 
     async def _serve(self, request: Request, chat: bool) -> Response:
+        if (refused := self._refusal_while_draining()) is not None:
+            return refused
         try:
             body = await self._body(request)
             check_model(body, self.model_names)
@@ -639,6 +663,7 @@ def build_app(server: Server) -> Starlette:
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        server.loop = asyncio.get_running_loop()
         yield
         server.llm.shutdown()  # after uvicorn drained the connections: fail what is left, stop the engine
 

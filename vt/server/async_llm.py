@@ -89,6 +89,7 @@ class AsyncLLM:
         self.on_dead: Any = _noop  # called with the fatal error, after the requests failed
         self.dead: BaseException | None = None
         self._running = True
+        self._shut_down = False
         self._core: Any = None
         if engine_process:
             from vt.engine.core.proc import EngineCoreClient
@@ -170,7 +171,11 @@ class AsyncLLM:
         self._commands.put(("abort", request_id, None))
 
     def shutdown(self, reason: str = "the server is shutting down") -> None:
-        """Fails whatever is still in flight, then stops the engine thread (or process)."""
+        """Fails whatever is still in flight, then stops the engine thread (or process). Once: a signal's shutdown,
+        the server's lifespan end and `vt serve`'s own exit may each ask."""
+        if self._shut_down:
+            return
+        self._shut_down = True
         if self._core is not None:
             self._core.stop()
             self._running = False

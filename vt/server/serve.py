@@ -8,6 +8,7 @@ port probed free and bound later), and a port in use is a typed error before any
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import queue
 import re
@@ -16,7 +17,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from vt.engine.config import EngineConfig
@@ -70,12 +71,28 @@ def listen_socket(host: str, port: int) -> socket.socket:
     return sock
 
 
-def uvicorn_server(app: Any, host: str, port: int) -> Any:
+def uvicorn_server(app: Any, host: str, port: int, on_signal: Callable[[int, bool], None] | None = None,
+                   shutdown_timeout_s: float = 0.0) -> Any:
+    """uvicorn serving app. on_signal(signal, again) runs in its signal handler, after uvicorn's own: the first
+    SIGTERM / SIGINT starts uvicorn's graceful shutdown (it stops accepting, then waits for the connections in
+    flight, up to shutdown_timeout_s + GRACEFUL_SHUTDOWN_S), and on_signal decides when those fail; on a second
+    (again), on_signal fails them at once, so each still ends with its error frame and the wait ends with them.
+    uvicorn's force exit, which cuts every connection and skips the lifespan's end, waits for a third."""
     import uvicorn
 
+    class Server(uvicorn.Server):  # type: ignore[misc]
+        signals = 0
+
+        def handle_exit(self, sig: int, frame: Any) -> None:
+            self.signals += 1
+            super().handle_exit(sig, frame)
+            self.force_exit = self.signals >= 3
+            if on_signal is not None:
+                on_signal(sig, self.signals > 1)
+
     config = uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on",
-                            timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S)
-    return uvicorn.Server(config)
+                            timeout_graceful_shutdown=math.ceil(shutdown_timeout_s) + GRACEFUL_SHUTDOWN_S)
+    return Server(config)
 
 
 @contextlib.contextmanager
