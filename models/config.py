@@ -13,6 +13,11 @@ from typing import Any
 from models.registry import ARCHITECTURES
 from vt.errors import CheckpointError
 
+# transformers' default for every architecture vt serves (Llama, Qwen2, Qwen3, Qwen3-MoE): a config.json without
+# rope_theta (Llama 2's) means this, not the 1e6 recent Qwen checkpoints write out
+DEFAULT_ROPE_THETA = 10_000.0
+ACTIVATIONS = ("silu", "swish")  # the MLP's gate activation vt's kernels compute (transformers: the same function)
+
 
 @dataclass(slots=True)
 class ModelConfig:
@@ -25,7 +30,7 @@ class ModelConfig:
     num_key_value_heads: int
     head_dim: int
     rms_norm_eps: float = 1e-6
-    rope_theta: float = 1_000_000.0
+    rope_theta: float = DEFAULT_ROPE_THETA
     max_position_embeddings: int = 32768
     tie_word_embeddings: bool = False
     attention_bias: bool = False
@@ -120,6 +125,8 @@ class ModelConfig:
                 rope_scaling=scaling,
                 dtype=str(d.get("dtype") or d.get("torch_dtype") or "float32"),
             )
+        except CheckpointError:
+            raise  # refused by name already: not a malformed file
         except (KeyError, TypeError, ValueError, AttributeError) as e:
             raise CheckpointError(f"config.json is malformed: {type(e).__name__}: {e}") from None
         eos = d.get("eos_token_id")
@@ -150,13 +157,13 @@ def _rope(d: dict[str, Any]) -> tuple[str, float, dict[str, Any]]:
         if not isinstance(scaling, dict):  # dict("yarn") would fail on its letters
             raise TypeError(f"rope_scaling must be an object, got {scaling!r}")
         params = dict(scaling)
-        params.setdefault("rope_theta", d.get("rope_theta", 1_000_000.0))
+        params.setdefault("rope_theta", d.get("rope_theta", DEFAULT_ROPE_THETA))
     if not isinstance(params, dict):
         raise TypeError(f"rope parameters must be an object, got {type(params).__name__}")
     params = dict(params)
     kind = str(params.pop("rope_type", None) or params.pop("type", None) or "default")
     params.pop("type", None)
-    theta = float(params.pop("rope_theta", d.get("rope_theta", 1_000_000.0)))
+    theta = float(params.pop("rope_theta", d.get("rope_theta", DEFAULT_ROPE_THETA)))
     return kind, theta, params
 
 
@@ -167,3 +174,7 @@ def _refuse_unsupported(d: dict[str, Any]) -> None:
                               "supported: vt serves full attention only")
     if d.get("mlp_bias"):
         raise CheckpointError("config.json: mlp_bias=true is not supported")
+    act = d.get("hidden_act", "silu")  # transformers' default for these architectures
+    if act not in ACTIVATIONS:  # vt's MLP kernels compute SiLU alone: any other would load and answer wrongly
+        raise CheckpointError(f"config.json: hidden_act {act!r} is not supported: vt's MLP computes "
+                              f"{' / '.join(ACTIVATIONS)} only")

@@ -254,4 +254,26 @@ ENTRIES += [
         gates=("tests/models/test_checkpoint_errors.py::"
                "test_a_default_penalty_under_speculative_decoding_is_said_and_left_out",),
     ),
+    Mutation(
+        id="rope-theta-default-is-1e6",
+        description="a config.json without rope_theta (Llama 2's) rotates by 1e6, not transformers' 10,000",
+        file="models/config.py", old="DEFAULT_ROPE_THETA = 10_000.0\n", new="DEFAULT_ROPE_THETA = 1_000_000.0\n",
+        gates=tuple(f"{ARCH}::test_a_config_without_rope_theta_takes_transformers_default[{a}]"
+                    for a in ("qwen2", "llama3", "qwen3-moe")),
+    ),
+    Mutation(
+        id="hidden-act-never-read",
+        description="config.json's hidden_act is never read: a GELU or ReLU checkpoint loads and runs SiLU",
+        file="models/config.py", old="    if act not in ACTIVATIONS:", new="    if False:",
+        gates=tuple(f"{ARCH_ERR}::test_an_activation_other_than_silu_is_refused_by_name[{a}]"
+                    for a in ("gelu_pytorch_tanh", "relu", "gelu")),
+        expect="DID NOT RAISE",
+    ),
+    Mutation(
+        id="unsupported-architecture-reported-as-malformed",
+        description="an architecture vt does not serve is reported as a malformed config.json",
+        file="models/config.py", old="        except CheckpointError:\n            raise  # refused by name already: not "
+                                     "a malformed file\n", new="",
+        gates=(f"{ARCH_ERR}::test_an_unsupported_architecture_is_refused_by_name_not_as_a_malformed_file",),
+    ),
 ]

@@ -175,3 +175,23 @@ def test_a_sharded_checkpoint_loads_as_its_single_file_twin(root: Path, tmp_path
     tokens, logits = vt_greedy(sharded, 4)
     want_tokens, want = vt_greedy(single, 4)
     assert tokens == want_tokens and np.array_equal(logits, want)
+
+
+@pytest.mark.parametrize("arch", ["qwen2", "llama3", "qwen3-moe"])
+def test_a_config_without_rope_theta_takes_transformers_default(arch: str, root: Path, tmp_path: Path) -> None:
+    """Llama 2's config.json has no rope_theta: transformers then rotates by 10,000 (every architecture vt serves),
+    and so must vt (it took 1e6 and answered wrongly from the first rotated position on)."""
+    import shutil
+
+    src = make(arch, root)
+    dest = tmp_path / f"{arch}-no-theta"
+    shutil.copytree(src, dest)
+    d = json.loads((dest / "config.json").read_text())
+    d.pop("rope_parameters", None), d.pop("rope_theta", None), d.pop("rope_scaling", None)
+    (dest / "config.json").write_text(json.dumps(d))
+    want_tokens, want = hf_greedy(dest, 8)
+    assert len(set(want_tokens)) > 2, "non-vacuity: the model does not just repeat one token"
+    got_tokens, got = vt_greedy(dest, 8)
+    err = np.abs(got - want).max(axis=-1)
+    assert (err < TOL).all(), f"{arch} without rope_theta: logits differ from transformers by {err.max():.2e}"
+    assert got_tokens == want_tokens

@@ -91,6 +91,26 @@ def test_rope_types_vt_does_not_implement_are_refused_by_name(tmp_path: Path, ki
     assert f"rope type {kind!r} is not supported" in str(_error(d))
 
 
+@pytest.mark.parametrize("act", ["gelu_pytorch_tanh", "relu", "gelu"])
+def test_an_activation_other_than_silu_is_refused_by_name(tmp_path: Path, act: str) -> None:
+    """vt's MLP computes SiLU: a checkpoint of another activation would load and answer wrongly (vLLM refuses it)."""
+    d = _copy(tmp_path)
+    _edit_config(d, lambda c: c.update(hidden_act=act))
+    err = str(_error(d))
+    assert f"hidden_act {act!r} is not supported" in err and "malformed" not in err, err
+    for ok in ("silu", "swish", None):  # None: the key left out, transformers' silu
+        _edit_config(d, lambda c, ok=ok: c.update(hidden_act=ok) if ok else c.pop("hidden_act", None))
+        with guarding(f"hidden_act {ok!r} loads", CheckpointError):
+            load_checkpoint(d)
+
+
+def test_an_unsupported_architecture_is_refused_by_name_not_as_a_malformed_file(tmp_path: Path) -> None:
+    d = _copy(tmp_path)
+    _edit_config(d, lambda c: c.update(architectures=["MistralForCausalLM"]))
+    err = str(_error(d))
+    assert "'MistralForCausalLM' is not supported" in err and "malformed" not in err, err
+
+
 def test_sliding_windows_are_refused_clearly(tmp_path: Path) -> None:
     d = _copy(tmp_path)
     _edit_config(d, lambda c: c.update(use_sliding_window=True, sliding_window=4096))
