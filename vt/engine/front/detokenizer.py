@@ -41,7 +41,7 @@ class IncrementalDetokenizer:
         self.include_stop = include_stop  # keep the stop string at the end of the text
         self.max_stop = max((len(s) for s in stop), default=0)
         self.ids: list[int] = []
-        self.stream: DecodeStream | None = DecodeStream(skip_special_tokens=skip_special_tokens)
+        self.stream: DecodeStream | None = DecodeStream(skip_special_tokens=self.skip_special_tokens)
         self.prefix_offset = 0  # the release before the last: where the end's window starts
         self.read_offset = 0  # tokens before this are in `text`
         self.text = ""
