@@ -128,3 +128,14 @@ def guarding(guarantee: str, *faults: type[BaseException]) -> Iterator[None]:
         if isinstance(e, AssertionError):  # the gate's own assertions stand as they are
             raise
         raise AssertionError(f"{guarantee}: {type(e).__name__}: {e}") from e
+
+
+def through_the_engine(llm: Any, prompts: list, params: Any) -> list[list[int]]:
+    """Each prompt's token ids, run through the LLM's engine as the API server runs a request: a field params leave
+    None is the checkpoint's generation_config default (the offline LLM uses given params as they are, as vLLM's)."""
+    from vt.engine.core.request import RequestOutput
+
+    reqs = [llm.engine.add_request(p, params) for p in prompts]
+    while llm.engine.has_unfinished():
+        llm.engine.step()
+    return [RequestOutput.of(r).outputs[0].token_ids for r in reqs]

@@ -5,13 +5,14 @@ penalties, top-k / top-p / min-p, seeded draws and logprobs, on the NumPy sample
 from __future__ import annotations
 
 from mutations.model import Mutation
-from mutations.registry.gates import API, API_ORACLE, DETOK, FIL, FILC, PEN
+from mutations.registry.gates import API, API_ORACLE, DETOK, FIL, FILC, GUAR, PEN
 
 FAILURES = "tests/engine/test_failures.py"
 CLI = "tests/vt/test_cli.py"
 SEED = "tests/engine/test_seed_range.py"
 SERVER = "tests/server/test_openai_server.py"
 SPELL = "tests/engine/test_vllm_spellings.py"
+PARITY = "tests/engine/test_offline_vllm_parity.py"
 # vt generate from its sampling params to its engine's load (the mutant below moves the params after it)
 GENERATE_HEAD = (
     '    params = _sampling_params(args)  # a bad flag is named before anything loads: an 8B checkpoint loads for a minute\n'
@@ -406,5 +407,84 @@ ENTRIES: list[Mutation] = [
                                            "the dataclass\n",
         new="        if False:\n",
         gates=(f"{SPELL}::test_an_option_vt_lacks_or_a_bad_value_is_one_config_error[kw1-no_such_option=1]",),
+    ),
+    Mutation(
+        id="offline-unset-max-tokens-is-16",
+        description="SamplingParams(max_tokens=None) reaches the engine as given: 16 tokens (the server's rule), not "
+                    "vLLM v1's max_model_len - prompt_len",
+        file="vt/engine/front/llm.py",
+        old="        if sp.truncate_prompt_tokens is None and sp.max_tokens is not None:\n",
+        new="        if sp.truncate_prompt_tokens is None:\n",
+        gates=(f"{PARITY}::test_unset_max_tokens_runs_to_the_end_of_the_context",),
+    ),
+    Mutation(
+        id="offline-given-params-take-checkpoint-defaults",
+        description="given SamplingParams keep their None fields: the engine fills them from generation_config "
+                    "(temperature 0 greedy), which vLLM's LLM does only when sampling_params is None",
+        file="vt/engine/front/llm.py",
+        old="        sp = self.get_default_sampling_params() if sp is None else _unset_is_neutral(sp)\n",
+        new="        sp = self.get_default_sampling_params() if sp is None else sp\n",
+        gates=(f"{PARITY}::test_given_sampling_params_ignore_the_checkpoints_defaults",),
+    ),
+    Mutation(
+        id="offline-default-params-read-zero-as-unset",
+        description="get_default_sampling_params reads a generation_config temperature of 0 as unset: samples at 1.0",
+        file="vt/engine/front/llm.py",
+        old="{k: gen[k] if gen.get(k) is not None else v for k, v in NEUTRAL.items()}",
+        new="{k: gen.get(k) or v for k, v in NEUTRAL.items()}",
+        gates=(f"{GUAR}::test_a_checkpoint_temperature_of_zero_is_greedy",),
+    ),
+    Mutation(
+        id="skip-special-tokens-ignored",
+        description="the detokenizer always skips special tokens: skip_special_tokens=False loses their text",
+        file="vt/engine/front/detokenizer.py",
+        old="        self.skip_special_tokens = skip_special_tokens  #", new="        self.skip_special_tokens = True  #",
+        gates=(f"{PARITY}::test_skip_special_tokens_false_keeps_their_text",),
+    ),
+    Mutation(
+        id="truncate-prompt-keeps-the-first-tokens",
+        description="truncate_prompt_tokens keeps the prompt's first N tokens, not vLLM's last N",
+        file="vt/engine/front/llm.py", old="    return ids[-keep:]\n", new="    return ids[:keep]\n",
+        gates=(f"{PARITY}::test_truncate_prompt_tokens_keeps_the_last_tokens",),
+    ),
+    Mutation(
+        id="sampling-params-clone-shallow",
+        description="SamplingParams.clone() is a shallow copy: the clone's stop list is the original's",
+        file="vt/engine/sample/params.py", old="        return copy.deepcopy(self)\n", new="        return copy.copy(self)\n",
+        gates=(f"{PARITY}::test_clone_is_a_deep_copy",),
+    ),
+    Mutation(
+        id="sampling-params-unknown-field-raw-typeerror",
+        description="a keyword SamplingParams lacks reaches the dataclass's __init__: a raw TypeError",
+        file="vt/engine/sample/params.py",
+        old="SamplingParams.__init__ = _init_naming_unknown_fields  # type: ignore[method-assign]\n", new="",
+        gates=(f"{PARITY}::test_a_field_vt_lacks_or_a_bad_value_is_one_config_error[unknown]",),
+    ),
+    Mutation(
+        id="bad-words-ignored",
+        description="bad_words is taken and ignored: the banned words can still be generated",
+        file="vt/engine/sample/params.py", old="        if self.bad_words:  # None or [] is vLLM's \"none\"\n",
+        new="        if False:\n",
+        gates=(f"{PARITY}::test_a_field_vt_lacks_or_a_bad_value_is_one_config_error[bad-words]",),
+        expect="DID NOT RAISE",
+    ),
+    Mutation(
+        id="prompt-multimodal-data-ignored",
+        description="a prompt's multi_modal_data is dropped in silence: an image prompt runs as its text alone",
+        file="vt/engine/front/llm.py", old="        _check_optional_keys(p)\n", new="",
+        gates=(f"{PARITY}::test_vllms_optional_prompt_keys_are_taken_when_they_ask_for_nothing",),
+        expect="DID NOT RAISE",
+    ),
+    Mutation(
+        id="prompt-optional-keys-refused",
+        description="vLLM's optional prompt keys are refused even empty: 'expected exactly one of'",
+        file="vt/engine/front/llm.py", old="set(p) - set(PROMPT_KEYS) - set(OPTIONAL_KEYS)", new="set(p) - set(PROMPT_KEYS)",
+        gates=(f"{PARITY}::test_vllms_optional_prompt_keys_are_taken_when_they_ask_for_nothing",),
+    ),
+    Mutation(
+        id="engine-seed-none-refused",
+        description="EngineConfig(seed=None), vLLM's, is refused: LLM(model, seed=None) raises",
+        file="vt/engine/config.py", old=' "block_size", "seed")', new=' "block_size")',
+        gates=(f"{PARITY}::test_seed_none_is_vllms_default_seed",),
     ),
 ]

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers import through_the_engine
 from vt import LLM, SamplingParams
 from vt.engine.config import NGRAM, EngineConfig
 from vt.engine.core.kv_manager import KVCacheManager
@@ -95,12 +96,14 @@ def _with_generation_config(tmp_path: Path, gen: dict) -> str:
 
 def test_a_checkpoint_temperature_of_zero_is_greedy(tmp_path: Path) -> None:
     prompts = [f"prompt {i}" for i in range(4)]
-    unset = SamplingParams(max_tokens=12, ignore_eos=True)  # temperature left to the checkpoint
+    unset = SamplingParams(max_tokens=12, ignore_eos=True)  # temperature left to the checkpoint (the server's rule)
     zero = LLM(model=_with_generation_config(tmp_path, {"temperature": 0}), max_model_len=64, num_blocks=16)
     want = [o.token_ids for o in zero.generate(prompts, greedy(12))]
-    assert [o.token_ids for o in zero.generate(prompts, unset)] == want
+    assert through_the_engine(zero, prompts, unset) == want
+    defaults = zero.get_default_sampling_params()  # the offline LLM's, vLLM's: used when none are given
+    assert defaults.temperature == 0, f"the offline defaults read temperature 0 as {defaults.temperature}"
     hot = LLM(model=_with_generation_config(tmp_path, {"temperature": 1.0}), max_model_len=64, num_blocks=16)
-    assert [o.token_ids for o in hot.generate(prompts, unset)] != want, "non-vacuity: 1.0 samples"
+    assert through_the_engine(hot, prompts, unset) != want, "non-vacuity: 1.0 samples"
 
 
 @pytest.mark.parametrize("leaked, fails", [(1, False), (2, True), (3, True)],

@@ -188,14 +188,17 @@ def test_a_temperature_below_vllms_epsilon_samples_greedily(temperature: float) 
 
 
 def test_min_tokens_past_the_default_max_tokens_is_a_typed_error(llm: LLM) -> None:
-    """max_tokens not given is the checkpoint's max_new_tokens, else 16: a min_tokens past it was silently capped
-    (16 tokens, finish reason length); now it is refused by name, as an explicit max_tokens below it is."""
+    """max_tokens not given (None, the server's) is the checkpoint's max_new_tokens, else 16: a min_tokens past it was
+    silently capped (16 tokens, finish reason length); now it is refused by name, as an explicit max_tokens below it
+    is. SamplingParams' own default is vLLM's 16, refused as vLLM refuses it."""
     from vt.errors import ConfigError
 
     with pytest.raises(ConfigError, match="min_tokens=50: more than max_tokens=16, the default"):
-        llm.generate("hi", SamplingParams(min_tokens=50))
-    assert SamplingParams(min_tokens=50).resolve({"max_new_tokens": 64}).min_tokens == 50, \
+        llm.engine.add_request("hi", SamplingParams(max_tokens=None, min_tokens=50))
+    assert SamplingParams(max_tokens=None, min_tokens=50).resolve({"max_new_tokens": 64}).min_tokens == 50, \
         "non-vacuity: a checkpoint default large enough takes it"
+    with pytest.raises(ConfigError, match=r"min_tokens=50: must be an int in \[0, max_tokens=16\]"):
+        SamplingParams(min_tokens=50)
     out = llm.generate("hi", SamplingParams(min_tokens=16, ignore_eos=True))
     assert len(out[0].outputs[0].token_ids) == 16
 

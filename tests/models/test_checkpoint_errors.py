@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from backends.cpu import CpuBackend
 from models.loader import load_checkpoint, resolve_model
 from models.registry import load_model
-from tests.helpers import guarding
+from tests.helpers import guarding, through_the_engine
 from vt.errors import CheckpointError, ConfigError
 
 LAYER0 = "model.layers.0.self_attn.q_proj.weight"
@@ -137,7 +137,11 @@ def test_generation_config_max_new_tokens_is_the_default_max_tokens(tmp_path: Pa
     d = _copy(tmp_path)
     (d / "generation_config.json").write_text(json.dumps({"max_new_tokens": 7, "temperature": None}))
     llm = LLM(model=str(d), max_model_len=64, num_blocks=8)
-    out = llm.generate(["Hello"], SamplingParams(temperature=0, ignore_eos=True))[0]
+    unset = SamplingParams(temperature=0, max_tokens=None, ignore_eos=True)  # the API server's "not given"
+    assert [len(t) for t in through_the_engine(llm, ["Hello"], unset)] == [7]
+    defaults = llm.get_default_sampling_params()  # the offline LLM's, vLLM's: used when none are given
+    defaults.ignore_eos = True
+    out = llm.generate(["Hello"], defaults)[0]
     assert len(out.token_ids) == 7 and out.finish_reason == "length"
     assert len(llm.generate(["Hello"], SamplingParams(temperature=0, max_tokens=3, ignore_eos=True))[0].token_ids) == 3
 
@@ -151,13 +155,15 @@ def test_generation_config_repetition_penalty_is_the_default_penalty(tmp_path: P
     (d / "generation_config.json").write_text(json.dumps({"repetition_penalty": 3.0}))
     inheriting, plain = (LLM(model=m, max_model_len=64, num_blocks=8) for m in (str(d), "tiny-qwen3"))
 
-    def greedy(llm: LLM, **kw: float) -> list[int]:
-        return llm.generate(["Hello"], SamplingParams(temperature=0, max_tokens=16, ignore_eos=True, **kw))[0].token_ids
+    def greedy(llm: LLM, **kw: float) -> list[int]:  # as the API server runs it: a field left None is the checkpoint's
+        sp = SamplingParams(temperature=0, max_tokens=16, ignore_eos=True, **kw)
+        return through_the_engine(llm, ["Hello"], sp)[0]
 
     unpenalized = greedy(plain)
     assert greedy(plain, repetition_penalty=3.0) != unpenalized, "non-vacuity: the penalty changes this output"
     assert greedy(inheriting) == greedy(plain, repetition_penalty=3.0), "the checkpoint's penalty is the default"
     assert greedy(inheriting, repetition_penalty=1.0) == unpenalized, "an explicit value beats the checkpoint's"
+    assert inheriting.get_default_sampling_params().repetition_penalty == 3.0, "the offline LLM's defaults have it"
 
 
 def test_a_default_penalty_under_speculative_decoding_is_said_and_left_out(
@@ -179,11 +185,11 @@ def test_a_default_penalty_under_speculative_decoding_is_said_and_left_out(
     said = [r.getMessage() for r in caplog.records if "repetition_penalty=1.05 is not applied" in r.getMessage()]
     refused = ""
     try:
-        served = inheriting.generate(["Hello"], sp)[0].token_ids
+        served = through_the_engine(inheriting, ["Hello"], sp)[0]  # as the server runs it: unset is the checkpoint's
     except RequestError as e:
         refused = str(e)
     assert not refused, f"a request that set no penalty refused: {refused}"
-    assert served == LLM(model="tiny-qwen3", **spec).generate(["Hello"], sp)[0].token_ids
+    assert served == through_the_engine(LLM(model="tiny-qwen3", **spec), ["Hello"], sp)[0]
     assert len(said) == 1, caplog.text
     with pytest.raises(RequestError, match="repetition_penalty"):  # non-vacuity: one set by the request still is
         inheriting.generate(["Hello"], SamplingParams(max_tokens=2, repetition_penalty=1.05))

@@ -15,8 +15,9 @@ NGRAM_LOOKUP_MAX = 3  # ngram_prompt_lookup_max's default
 GPU_MEMORY_UTILIZATION = 0.9  # gpu_memory_utilization's default on CUDA (vLLM's)
 DTYPES = ("auto", "bfloat16", "float16", "float32")
 DTYPE_ALIASES = {"half": "float16", "float": "float32"}  # vLLM's other spellings (its ModelDType), taken as these
-# Fields where None, vLLM's EngineArgs' "not given", is the field's own default (0: decided once sized)
-NONE_IS_DEFAULT = ("max_model_len", "num_blocks", "max_num_batched_tokens", "max_num_seqs", "block_size")
+# Fields where None, vLLM's EngineArgs' "not given", is the field's own default (0: decided once sized; seed 0,
+# as vLLM v1 takes seed=None)
+NONE_IS_DEFAULT = ("max_model_len", "num_blocks", "max_num_batched_tokens", "max_num_seqs", "block_size", "seed")
 INT_FIELDS = (*NONE_IS_DEFAULT, "num_speculative_tokens", "ngram_prompt_lookup_max", "seed", "tensor_parallel_size")
 
 

@@ -289,6 +289,7 @@ class _Output:
     prompt_logprobs: list | None = None
     tokenizer: Any = None  # set: the core sends no text, the front detokenizes
     include_stop: bool = False  # the request's include_stop_str_in_output (the front's text keeps the stop token's)
+    skip_special_tokens: bool = True  # the request's: False keeps special tokens' text in the front's
 
 
     def apply(self, item: list) -> RequestOutput:
@@ -301,7 +302,8 @@ class _Output:
             if self.tokenizer is None:
                 s.text = s.text[:keep] + add
             else:  # no stop strings: nothing in the text ends the sample, its ids say it all
-                s.detok = s.detok or IncrementalDetokenizer(self.tokenizer, [])
+                s.detok = s.detok or IncrementalDetokenizer(self.tokenizer, [],
+                                                            skip_special_tokens=self.skip_special_tokens)
                 ends = reason == "stop" and not self.include_stop  # EOS or a stop id: its id, not its text
                 for t in ids[:-1] if ends else ids:
                     s.detok.add(t)
@@ -358,7 +360,8 @@ class EngineCoreClient:
         """Queues a request; send=False returns its message for a batch (add_all) instead of sending it."""
         here = self.tokenizer is not None and params.detokenize and not params.stop
         self.outputs[rid] = _Output(prompt, ids, tokenizer=self.tokenizer if here else None,
-                                    include_stop=params.include_stop_str_in_output)
+                                    include_stop=params.include_stop_str_in_output,
+                                    skip_special_tokens=params.skip_special_tokens)
         msg = ("add", rid, ids, _params_wire(replace(params, detokenize=False) if here else params))
         if send:
             self.send(msg)

@@ -33,19 +33,21 @@ NO_TEXT = NoText()
 
 
 class IncrementalDetokenizer:
-    def __init__(self, tokenizer: Any, stop: list[str], include_stop: bool = False) -> None:
+    def __init__(self, tokenizer: Any, stop: list[str], include_stop: bool = False,
+                 skip_special_tokens: bool = True) -> None:
         self.tokenizer = tokenizer
+        self.skip_special_tokens = skip_special_tokens  # False: special tokens' text stays (vLLM's field)
         self.stop = stop
         self.include_stop = include_stop  # keep the stop string at the end of the text
         self.max_stop = max((len(s) for s in stop), default=0)
         self.ids: list[int] = []
-        self.stream: DecodeStream | None = DecodeStream(skip_special_tokens=True)
+        self.stream: DecodeStream | None = DecodeStream(skip_special_tokens=self.skip_special_tokens)
         self.prefix_offset = 0  # the release before the last: where the end's window starts
         self.read_offset = 0  # tokens before this are in `text`
         self.text = ""
 
     def _decode(self, ids: list[int]) -> str:
-        return self.tokenizer.decode(ids, skip_special_tokens=True)
+        return self.tokenizer.decode(ids, skip_special_tokens=self.skip_special_tokens)
 
     def add(self, token: int, can_stop: bool = True) -> str | None:
         """Appends a token; returns the stop string it completed, if any (the text is then cut before it).

@@ -2,8 +2,12 @@
 `generate(prompts, sampling_params=...)`, `chat(messages, ...)`, `get_tokenizer()`.
 
 Prompts: a string, a list of token ids, `{"prompt": str}`, `{"prompt_token_ids": [...]}`, or a list of
-those. Any other shape is a RequestError naming it; every prompt is checked before any is queued, so bad
-input loses nothing.
+those; a dict may also carry vLLM's optional keys when they ask for nothing (`multi_modal_data` /
+`mm_processor_kwargs` None or empty, `cache_salt` None). Any other shape is a RequestError naming it; every prompt
+is checked before any is queued, so bad input loses nothing.
+
+Sampling parameters as vLLM's LLM takes them: given SamplingParams are used as they are (a field left None is
+neutral, never the checkpoint's); none given is `get_default_sampling_params()`, the checkpoint's defaults.
 """
 
 from __future__ import annotations
@@ -17,10 +21,12 @@ from vt.engine.core.request import RequestOutput
 from vt.engine.front.llm_engine import LLMEngine
 from vt.engine.front.process_engine import ProcessEngine
 from vt.engine.front.tokenizer import Tokenizer
-from vt.engine.sample.params import SamplingParams
+from vt.engine.sample.params import NEUTRAL, SamplingParams
 from vt.errors import ConfigError, EngineDeadError, RequestError, VtError
 
 PROMPT_KEYS = ("prompt", "prompt_token_ids")
+MULTIMODAL_KEYS = ("multi_modal_data", "mm_processor_kwargs")  # vLLM's; taken only when they ask for nothing
+OPTIONAL_KEYS = (*MULTIMODAL_KEYS, "cache_salt")
 
 
 def _shape(x: Any) -> str:
@@ -34,14 +40,26 @@ def _one_prompt(p: Any) -> str | list[int]:
     if isinstance(p, str):
         return p
     if isinstance(p, dict):
+        _check_optional_keys(p)
         keys = [k for k in PROMPT_KEYS if k in p]
-        if len(keys) != 1 or set(p) - set(PROMPT_KEYS):
+        if len(keys) != 1 or set(p) - set(PROMPT_KEYS) - set(OPTIONAL_KEYS):
             raise RequestError(f"prompt is {_shape(p)}: expected exactly one of {PROMPT_KEYS}")
         return _one_prompt(p[keys[0]]) if keys[0] == "prompt" and isinstance(p["prompt"], str) else (
             _token_ids(p["prompt_token_ids"]) if keys[0] == "prompt_token_ids" else _bad(p))
     if isinstance(p, (list, tuple)):
         return _token_ids(p)
     return _bad(p)
+
+
+def _check_optional_keys(p: dict) -> None:
+    """vLLM's optional prompt keys, taken when they ask for nothing: vt reads text alone, and its prefix cache keys
+    blocks by their tokens only (a salt would need threading through every block key)."""
+    for key in MULTIMODAL_KEYS:
+        if p.get(key):  # None or empty: the text-only prompt vLLM also takes
+            raise RequestError(f"prompt's {key}: multimodal input is unsupported by vt (text and token ids only)")
+    if p.get("cache_salt") is not None:
+        raise RequestError(f"prompt's cache_salt={p['cache_salt']!r}: unsupported by vt (its prefix cache is keyed by "
+                           f"tokens alone); leave it out or None")
 
 
 def _token_ids(p: Any) -> list[int]:
@@ -96,6 +114,38 @@ class LLM:
             raise RequestError(f"{len(parsed)} prompts but {len(plist)} SamplingParams")
         if any(sp is not None and not isinstance(sp, SamplingParams) for sp in plist):
             raise RequestError("sampling_params must be SamplingParams or a list of them")
+        prepared = [self._prepare(p, sp) for p, sp in zip(parsed, plist)]  # all of them before any is queued
+        outs = self._generate_prepared([p for p, _ in prepared], [sp for _, sp in prepared], use_tqdm)
+        # a truncated text prompt ran as token ids: its output keeps the text it was given
+        return [replace(o, prompt=p) if isinstance(p, str) and o.prompt != p else o for o, p in zip(outs, parsed)]
+
+    def get_default_sampling_params(self) -> SamplingParams:
+        """vLLM's: the checkpoint's generation_config.json defaults (temperature, top_p, top_k, min_p,
+        repetition_penalty; max_new_tokens as max_tokens), SamplingParams' own for the rest. generate and chat
+        use them when no sampling_params are given; given ones are used as they are."""
+        gen = self.engine.generation_config
+        picked: dict[str, Any] = {k: gen[k] if gen.get(k) is not None else v for k, v in NEUTRAL.items()}
+        if gen.get("max_new_tokens") is not None:
+            picked["max_tokens"] = gen["max_new_tokens"]
+        return SamplingParams(**picked)
+
+    def _prepare(self, prompt: str | list[int], sp: SamplingParams | None) -> tuple[str | list[int], SamplingParams]:
+        """The prompt and parameters the engine runs, as vLLM's LLM hands them on: None is the checkpoint's
+        defaults; a field given SamplingParams leave None is neutral (the engine would fill it from the checkpoint,
+        the API server's rule); truncate_prompt_tokens keeps the prompt's last tokens; max_tokens None is the room
+        max_model_len leaves past the prompt (vLLM v1's input processor)."""
+        sp = self.get_default_sampling_params() if sp is None else _unset_is_neutral(sp)
+        if sp.truncate_prompt_tokens is None and sp.max_tokens is not None:
+            return prompt, sp
+        max_len = self.engine.cfg.max_model_len
+        ids = self.engine.tokenize(prompt)
+        if sp.truncate_prompt_tokens is not None:
+            prompt = ids = _truncated(ids, sp.truncate_prompt_tokens, max_len)
+        if sp.max_tokens is None:  # at least 1: a prompt that leaves no room is the engine's to refuse, by name
+            sp = replace(sp, max_tokens=max(1, max_len - len(ids)))
+        return prompt, sp
+
+    def _generate_prepared(self, parsed: list, plist: list[SamplingParams], use_tqdm: bool) -> list[RequestOutput]:
         if isinstance(self.engine, ProcessEngine):
             return self._generate_through_the_core(parsed, plist)
         self._check_alive()
@@ -137,8 +187,7 @@ class LLM:
         def decode(t: int) -> str:
             return tok.decode([t], skip_special_tokens=False)
 
-        return [o.with_logprob_objects((sp or SamplingParams()).logprobs or 0, (sp or SamplingParams()).prompt_logprobs
-                                       or 0, decode) for o, sp in zip(outs, plist)]
+        return [o.with_logprob_objects(sp.logprobs or 0, sp.prompt_logprobs or 0, decode) for o, sp in zip(outs, plist)]
 
     def reset_prefix_cache(self) -> bool:
         """vLLM's: forgets every cached prefix (after new weights, or between benchmark runs), so later requests
@@ -164,6 +213,22 @@ class LLM:
         ids = [self.engine.tokenize(t, add_special_tokens=False) for t in texts]
         outs = self.generate([{"prompt_token_ids": i} for i in ids], sampling_params, use_tqdm)
         return [replace(o, prompt=t) for o, t in zip(outs, texts)]
+
+
+def _unset_is_neutral(sp: SamplingParams) -> SamplingParams:
+    """sp with the fields it leaves None neutral, as vLLM's SamplingParams defaults them: the engine fills a None
+    from the checkpoint's generation_config (the API server's rule), which vLLM's LLM does only when no
+    sampling_params are given."""
+    unset: dict[str, Any] = {k: v for k, v in NEUTRAL.items() if getattr(sp, k) is None}
+    return replace(sp, **unset) if unset else sp
+
+
+def _truncated(ids: list[int], keep: int, max_model_len: int) -> list[int]:
+    """The prompt's last `keep` tokens (-1: max_model_len), as vLLM's truncate_prompt_tokens (left truncation)."""
+    if keep > max_model_len:
+        raise RequestError(f"truncate_prompt_tokens={keep}: more than max_model_len={max_model_len}")
+    keep = max_model_len if keep == -1 else keep
+    return ids[-keep:]
 
 
 def _dead(cause: BaseException) -> EngineDeadError:

@@ -333,8 +333,8 @@ class LLMEngine:
                            index=k) for k, i in enumerate(ids_n)]
         for req in samples:
             req.siblings = samples if resolved.n > 1 else None
-            req.detok = (IncrementalDetokenizer(self.tokenizer, resolved.stop, resolved.include_stop_str_in_output)
-                         if resolved.detokenize else NO_TEXT)
+            req.detok = (IncrementalDetokenizer(self.tokenizer, resolved.stop, resolved.include_stop_str_in_output,
+                                                resolved.skip_special_tokens) if resolved.detokenize else NO_TEXT)
             self.requests[req.id] = req
             self.scheduler.add(req)
         return samples[0]

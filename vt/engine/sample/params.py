@@ -1,14 +1,18 @@
 """SamplingParams, and their resolution against the checkpoint's generation_config.json.
 
-Precedence: explicit > checkpoint > neutral. Temperature 0 is greedy and clears top_k/top_p/min_p.
-A checkpoint's `max_new_tokens` is the default max_tokens (else 16, as vLLM's). The keys taken from
-generation_config.json are vLLM's (ModelConfig.get_diff_sampling_param): repetition_penalty, temperature,
+resolve() fills a field left None from the checkpoint, else neutral: the API server's rule (vLLM's server applies
+generation_config to what a request leaves unset). The offline LLM instead passes SamplingParams as given, the
+checkpoint's defaults only when none are (LLM.get_default_sampling_params, as vLLM's). Temperature 0 is greedy and
+clears top_k/top_p/min_p. max_tokens defaults to 16 (vLLM's); None, the server's "not given", resolves to the
+checkpoint's `max_new_tokens`, else 16 (the offline LLM turns None into the room the context leaves). The keys
+taken from generation_config.json are vLLM's (ModelConfig.get_diff_sampling_param): repetition_penalty, temperature,
 top_k, top_p, min_p, max_new_tokens. It is validated like SamplingParams: a bad value is named, never
 carried into a request.
 """
 
 from __future__ import annotations
 
+import copy
 import numbers
 from dataclasses import dataclass, field
 from typing import Any
@@ -38,7 +42,9 @@ class SamplingParams:
     top_p: float | None = None
     top_k: int | None = None  # 0 (or -1) disables
     min_p: float | None = None
-    max_tokens: int | None = None  # None: the checkpoint's max_new_tokens, else DEFAULT_MAX_TOKENS
+    # vLLM's default. None (the server's "not given"): resolve() takes the checkpoint's max_new_tokens, else
+    # DEFAULT_MAX_TOKENS; the offline LLM takes what max_model_len leaves past the prompt (vLLM v1's rule)
+    max_tokens: int | None = DEFAULT_MAX_TOKENS
     stop: list[str] = field(default_factory=list)
     seed: int | None = None
     ignore_eos: bool = False
@@ -54,6 +60,13 @@ class SamplingParams:
     logit_bias: dict[int, float] | None = None  # token id -> added to its logit before penalties and filters
     allowed_token_ids: list[int] | None = None  # only these may be drawn (vLLM's field)
     detokenize: bool = True  # False: token ids only, no text (vLLM's field; stop strings need text)
+    skip_special_tokens: bool = True  # False: special tokens' text stays in the output (vLLM's field)
+    # vLLM's field. Both values are taken: the fast detokenizer (tokenizers' DecodeStream, as vLLM's
+    # FastIncrementalDetokenizer) joins special tokens without spaces, which is what False asks; True is vLLM's
+    # default, which its fast detokenizer renders the same way
+    spaces_between_special_tokens: bool = True
+    truncate_prompt_tokens: int | None = None  # the offline LLM keeps the prompt's last N tokens (-1: max_model_len)
+    bad_words: list[str] | None = None  # vLLM's field; vt has no banned-sequence sampler: a non-empty list is refused
 
     def __post_init__(self) -> None:
         if isinstance(self.stop, str):
@@ -65,7 +78,8 @@ class SamplingParams:
             elif not isinstance(v, (list, tuple)):
                 raise ConfigError(f"{name}={v!r}: must be a list{' or a string' if name == 'stop' else ''}")
         self._plain_numbers()
-        for name in ("ignore_eos", "include_stop_str_in_output"):
+        for name in ("ignore_eos", "include_stop_str_in_output", "skip_special_tokens",
+                     "spaces_between_special_tokens"):
             if not isinstance(getattr(self, name), bool):  # "no" would read as True
                 raise ConfigError(f"{name}={getattr(self, name)!r}: must be True or False")
         t, p, k, m = self.temperature, self.top_p, self.top_k, self.min_p
@@ -112,10 +126,23 @@ class SamplingParams:
                 raise ConfigError(f"{name}={v!r}: must be an int in [{lo}, {hi}]")
         mn = self.min_tokens
         if isinstance(mn, bool) or not isinstance(mn, int) or mn < 0 or (mt is not None and mn > mt):
-            raise ConfigError(f"min_tokens={mn!r}: must be an int in [0, max_tokens]")
+            raise ConfigError(f"min_tokens={mn!r}: must be an int in [0, max_tokens={mt}]")
         if any(isinstance(t, bool) or not isinstance(t, int) or t < 0 for t in self.stop_token_ids):
             raise ConfigError(f"stop_token_ids={self.stop_token_ids!r}: must be token ids (ints >= 0)")
         self._check_bias()
+        self._check_vllm_extras()
+
+    def _check_vllm_extras(self) -> None:
+        tp = self.truncate_prompt_tokens
+        if tp is not None and (isinstance(tp, bool) or not isinstance(tp, int) or not (tp == -1 or tp >= 1)):
+            raise ConfigError(f"truncate_prompt_tokens={tp!r}: must be an int >= 1, -1 (max_model_len) or None")
+        if self.bad_words:  # None or [] is vLLM's "none"
+            raise ConfigError(f"bad_words={self.bad_words!r}: not supported by vt (no banned-sequence sampler); use "
+                              f"logit_bias or allowed_token_ids for single tokens")
+
+    def clone(self) -> SamplingParams:
+        """A deep copy (vLLM's clone): changing the copy's lists leaves this one's as they are."""
+        return copy.deepcopy(self)
 
     def _plain_numbers(self) -> None:
         """NumPy numbers as Python's own, before any check: np.int64(5) is an int (numbers.Integral), np.float32 a
@@ -169,7 +196,28 @@ class SamplingParams:
                               float(self.frequency_penalty), self.logprobs, self.min_tokens, self.n,
                               self.prompt_logprobs, bias,
                               None if self.allowed_token_ids is None else tuple(sorted(set(self.allowed_token_ids))),
-                              detokenize=self.detokenize)
+                              detokenize=self.detokenize, skip_special_tokens=self.skip_special_tokens)
+
+
+_dataclass_init = SamplingParams.__init__
+
+
+def _init_naming_unknown_fields(self: SamplingParams, *args: Any, **kw: Any) -> None:
+    """The dataclass's __init__, but a keyword SamplingParams lacks (or a positional past its fields) is one
+    ConfigError naming it, never a raw TypeError."""
+    fields = list(SamplingParams.__dataclass_fields__)
+    unknown = sorted(set(kw) - set(fields))
+    if unknown:
+        raise ConfigError(f"{unknown[0]}={kw[unknown[0]]!r}: not a SamplingParams field of vt")
+    if len(args) > len(fields):
+        raise ConfigError(f"SamplingParams takes at most {len(fields)} positional fields, got {len(args)}")
+    twice = sorted(set(fields[:len(args)]) & set(kw))
+    if twice:
+        raise ConfigError(f"{twice[0]}: given both by position and by keyword")
+    _dataclass_init(self, *args, **kw)
+
+
+SamplingParams.__init__ = _init_naming_unknown_fields  # type: ignore[method-assign]
 
 
 def is_seed(v: Any) -> bool:
@@ -216,6 +264,7 @@ class ResolvedParams:
     logit_bias: tuple[tuple[int, float], ...] = ()  # (token, bias), ascending tokens
     allowed_token_ids: tuple[int, ...] | None = None  # ascending, distinct
     detokenize: bool = True
+    skip_special_tokens: bool = True
 
     biased_tokens: tuple[tuple[int, float], ...] = ()  # what the sampler adds per token (see __post_init__)
 
