@@ -15,6 +15,7 @@ REFUSE = "tests/server/test_refusals.py"
 NAMES = "tests/server/test_served_names.py"
 RENDERING = "tests/server/test_chat_rendering_fields.py"
 FIELDS = "tests/server/test_vllm_request_fields.py"
+CORS = "tests/server/test_cors.py"
 
 ENTRIES: list[Mutation] = [
     Mutation(
@@ -365,5 +366,27 @@ ENTRIES += [
         file="vt/server/app.py", old='f"one generated token", "messages" if parsed.is_chat else "prompt")\n',
         new='f"one generated token", "prompt")\n',
         gates=(f"{FIELDS}::test_a_too_long_chat_prompt_names_the_messages",),
+    ),
+    Mutation(
+        id="cors-middleware-not-installed",
+        description="the app has no CORS middleware: a browser's preflight gets a 405 and no Allow-Origin",
+        file="vt/server/app.py", old="                     middleware=[(cors or CorsPolicy()).middleware()], lifespan=lifespan)\n",
+        new="                     middleware=[], lifespan=lifespan)\n",
+        gates=(f"{CORS}::test_a_preflight_is_answered_with_any_origin_by_default",
+               f"{CORS}::test_allowed_origins_bound_who_may_ask"),
+    ),
+    Mutation(
+        id="cors-allowed-origins-ignored",
+        description="--allowed-origins is parsed and never applied: every origin is let in",
+        file="vt/server/cors.py", old="allow_origins=list(self.allowed_origins),", new='allow_origins=["*"],',
+        gates=(f"{CORS}::test_allowed_origins_bound_who_may_ask",),
+    ),
+    Mutation(
+        id="cors-flag-json-unchecked",
+        description="a CORS flag's JSON that is not a list of strings is taken as it is, and the server starts on it",
+        file="vt/server/cors.py", old="    if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):\n",
+        new="    if False:\n",
+        gates=(f"{CORS}::test_a_bad_cors_flag_is_one_config_error_line_exit_2[not-a-list]",
+               f"{CORS}::test_a_bad_cors_flag_is_one_config_error_line_exit_2[not-strings]"),
     ),
 ]

@@ -33,6 +33,7 @@ from vt.engine.core.request import RequestOutput
 from vt.engine.front.llm_engine import encode_text
 from vt.errors import ConfigError, RequestError
 from vt.server.async_llm import AsyncLLM, EngineDeadError
+from vt.server.cors import CorsPolicy
 from vt.server.metrics import Metrics
 from vt.server.protocol import (
     RENDER_FIELDS,
@@ -661,7 +662,8 @@ def _with_key(server: Server, endpoint: Any) -> Any:
     return guarded
 
 
-def build_app(server: Server) -> Starlette:
+def build_app(server: Server, cors: CorsPolicy | None = None) -> Starlette:
+    """The routes, behind CORS as vLLM's (cors: the serve flags' policy; None: vLLM's defaults, any origin)."""
     v1 = [("/v1/models", server.models, "GET"), ("/v1/completions", server.completions, "POST"),
           ("/v1/chat/completions", server.chat, "POST")]
     routes = [Route(path, _logged_before_answered(_with_key(server, fn)), methods=[method]) for path, fn, method in v1]
@@ -676,4 +678,4 @@ def build_app(server: Server) -> Starlette:
         server.llm.shutdown()  # after uvicorn drained the connections: fail what is left, stop the engine
 
     return Starlette(routes=routes, exception_handlers={HTTPException: _http_error, Exception: _internal_error},
-                     lifespan=lifespan)
+                     middleware=[(cors or CorsPolicy()).middleware()], lifespan=lifespan)
