@@ -125,12 +125,22 @@ def _generate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cors_policy(args: argparse.Namespace) -> Any:
+    """vLLM's CORS flags as the server's policy: JSON lists of strings (a ConfigError line otherwise)."""
+    from vt.server.cors import CorsPolicy, json_list
+
+    return CorsPolicy(json_list("--allowed-origins", args.allowed_origins),
+                      json_list("--allowed-methods", args.allowed_methods),
+                      json_list("--allowed-headers", args.allowed_headers), args.allow_credentials)
+
+
 def _serve(args: argparse.Namespace) -> int:
     import math
 
     from vt.errors import ConfigError
     from vt.server.serve import listen_socket, make_server, uvicorn_server
 
+    cors = _cors_policy(args)  # a bad JSON list is one line, before the port or the model
     if not (math.isfinite(args.shutdown_timeout) and args.shutdown_timeout >= 0):
         raise ConfigError(f"--shutdown-timeout {args.shutdown_timeout}: must be a number of seconds >= 0 (0: the "
                           "requests in flight fail at once on SIGTERM)")
@@ -141,6 +151,7 @@ def _serve(args: argparse.Namespace) -> int:
     server, app = _loaded(lambda: make_server(args.model, args.served_model_name, api_key=key,
                                               engine_process=flags().engine_process,
                                               prompt_tokens_details=args.enable_prompt_tokens_details,
+                                              cors=cors,
                                               **_engine_kwargs(args)),
                           args.model)
     host = f"[{args.host}]" if ":" in args.host else args.host
@@ -408,6 +419,10 @@ def build_parser() -> argparse.ArgumentParser:
     srv.add_argument("--enable-prompt-tokens-details", action="store_true",
                      help="usage carries prompt_tokens_details.cached_tokens: the prompt tokens the prefix cache "
                           "served (vLLM's flag)")
+    for what in ("origins", "methods", "headers"):  # vLLM's CORS flags, JSON lists as vLLM takes them
+        srv.add_argument(f"--allowed-{what}", default='["*"]', metavar="JSON",
+                         help=f"CORS: the {what} browsers may use, a JSON list of strings")
+    srv.add_argument("--allow-credentials", action="store_true", help="CORS: allow credentials (vLLM's flag)")
     srv.set_defaults(fn=_serve)
     bench = sub.add_parser("bench", help="benchmarks", formatter_class=fmt)
     bsub = bench.add_subparsers(dest="bench_cmd", required=True, help="what to benchmark")

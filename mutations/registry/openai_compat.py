@@ -13,6 +13,9 @@ LM_EVAL = "tests/server/test_lm_eval.py"
 BIAS = "tests/engine/test_logit_bias.py"
 REFUSE = "tests/server/test_refusals.py"
 NAMES = "tests/server/test_served_names.py"
+RENDERING = "tests/server/test_chat_rendering_fields.py"
+FIELDS = "tests/server/test_vllm_request_fields.py"
+CORS = "tests/server/test_cors.py"
 
 ENTRIES: list[Mutation] = [
     Mutation(
@@ -175,8 +178,8 @@ ENTRIES += [
         id="tokenize-messages-ignore-add-special-tokens",
         description="/tokenize with messages takes add_special_tokens and never adds them",
         file="vt/server/app.py",
-        old='        return text, flag(body, "add_special_tokens", False)\n',
-        new='        return text, False\n',
+        old='        return self._rendered_chat(body), flag(body, "add_special_tokens", False)\n',
+        new='        return self._rendered_chat(body), False\n',
         gates=(f"{BOS}::test_the_server_tokenizes_a_chat_as_its_template_wrote_it",),
         expect="add_special_tokens with messages is honoured",
     ),
@@ -265,5 +268,125 @@ ENTRIES += [
         new="            check_model(body, self.model_names)\n            self.model_name = body.get(\"model\") or "
             "self.model_name\n            parsed = parse_sampling(body, chat)\n",
         gates=(f"{NAMES}::test_a_request_may_name_any_served_name_and_the_response_carries_the_first[beta]",),
+    ),
+    Mutation(
+        id="chat-template-kwargs-never-reach-the-template",
+        description="chat_template_kwargs are checked, then dropped: the template never sees enable_thinking",
+        file="vt/engine/front/chat.py", old="    return dict(kwargs)\n", new="    return {}\n",
+        gates=(f"{RENDERING}::test_chat_template_kwargs_reach_the_template_on_chat_and_tokenize",
+               f"{RENDERING}::test_llm_chat_takes_vllms_rendering_arguments"),
+    ),
+    Mutation(
+        id="continue-final-message-closes-the-turn",
+        description="continue_final_message is accepted and the last message rendered closed, end-of-turn and all",
+        file="vt/engine/front/chat.py",
+        old="    return left_open(text, messages[-1][\"content\"]) if continue_final_message else text\n",
+        new="    return text\n",
+        gates=(f"{RENDERING}::test_continue_final_message_leaves_the_last_message_open",
+               f"{RENDERING}::test_llm_chat_takes_vllms_rendering_arguments"),
+    ),
+    Mutation(
+        id="continue-beside-a-generation-prompt-accepted",
+        description="continue_final_message with add_generation_prompt true is rendered, not refused as vLLM does",
+        file="vt/engine/front/chat.py", old="    if continue_final_message and add_generation_prompt:\n",
+        new="    if False:\n",
+        gates=(f"{RENDERING}::test_a_rendering_field_vt_cannot_honour_is_a_400_naming_it"
+               f"[continue-with-the-default-generation-prompt]",
+               f"{RENDERING}::test_a_rendering_field_vt_cannot_honour_is_a_400_naming_it"
+               f"[continue-with-a-generation-prompt]",
+               f"{RENDERING}::test_llm_chat_takes_vllms_rendering_arguments"),
+    ),
+    Mutation(
+        id="chat-add-generation-prompt-ignored",
+        description="the server reads add_generation_prompt and renders with true whatever was given",
+        file="vt/server/protocol.py",
+        old='    return {"add_generation_prompt": given.get("add_generation_prompt", True),\n',
+        new='    return {"add_generation_prompt": True,\n',
+        # continuing the last message needs add_generation_prompt false: refused under the mutant, so every refusal
+        # case's non-vacuity check (a rightly asked continuation is served) goes red too
+        gates=(f"{RENDERING}::test_add_generation_prompt_false_leaves_out_the_assistant_turn",
+               f"{RENDERING}::test_continue_final_message_leaves_the_last_message_open",
+               *(f"{RENDERING}::test_a_rendering_field_vt_cannot_honour_is_a_400_naming_it[{case}]" for case in (
+                   "continue-with-the-default-generation-prompt", "continue-with-a-generation-prompt",
+                   "kwargs-replacing-the-messages", "kwargs-not-an-object", "continue-not-a-boolean"))),
+    ),
+    Mutation(
+        id="message-name-refused-by-the-server",
+        description="a chat message's name (OpenAI's schema) is refused as a field vt does not read",
+        file="vt/server/protocol.py", old='        return parse_conversation(body.get("messages"), SPEAKER_FIELDS)\n',
+        new='        return parse_conversation(body.get("messages"))\n',
+        gates=(f"{RENDERING}::test_a_messages_name_reaches_the_template",),
+    ),
+    Mutation(
+        id="include-stop-str-dropped-by-the-server",
+        description="include_stop_str_in_output is accepted and never handed to SamplingParams",
+        file="vt/server/protocol.py",
+        old='                         ("allowed_token_ids", (list,)), ("include_stop_str_in_output", (bool,))):\n',
+        new='                         ("allowed_token_ids", (list,))):\n',
+        gates=(f"{FIELDS}::test_include_stop_str_in_output_keeps_the_stop_string[chat]",
+               f"{FIELDS}::test_include_stop_str_in_output_keeps_the_stop_string[completions]"),
+    ),
+    Mutation(
+        id="skip-special-tokens-false-ignored",
+        description="skip_special_tokens false is accepted and ignored: the text still leaves the special tokens out",
+        file="vt/server/protocol.py", old='    if _get(body, "skip_special_tokens", (bool,), True) is False:\n',
+        new='    if _get(body, "skip_special_tokens", (bool,), True) is None:\n',
+        gates=(f"{FIELDS}::test_skip_special_tokens_true_is_served_and_false_a_400_naming_it[chat]",
+               f"{FIELDS}::test_skip_special_tokens_true_is_served_and_false_a_400_naming_it[completions]"),
+    ),
+    Mutation(
+        id="tokenize-token-strs-never-returned",
+        description="/tokenize takes return_token_strs and answers token_strs null all the same",
+        file="vt/server/app.py",
+        old='            strs = [e.tokenizer.id_to_token(t) for t in ids] if flag(body, "return_token_strs", False) '
+            'else None\n',
+        new='            strs = None\n',
+        gates=(f"{FIELDS}::test_tokenize_returns_the_token_strings_when_asked[prompt]",
+               f"{FIELDS}::test_tokenize_returns_the_token_strings_when_asked[messages]"),
+    ),
+    Mutation(
+        id="chat-choice-without-stop-reason",
+        description="chat choices leave out stop_reason, which completions' choices carry",
+        file="vt/server/app.py", old='            return {"index": index, **body, "logprobs": lp, "finish_reason": reason, '
+                                     '**stop_reason}\n',
+        new='            return {"index": index, **body, "logprobs": lp, "finish_reason": reason}\n',
+        gates=(f"{FIELDS}::test_chat_and_completion_choices_carry_the_stop_reason[chat]",),
+    ),
+    Mutation(
+        id="max-completion-tokens-refused-as-max-tokens",
+        description="a too-large max_completion_tokens is refused under the name max_tokens, which the client never "
+                    "gave",
+        file="vt/server/app.py", old="            field = parsed.max_tokens_field  # chat's max_completion_tokens",
+        new='            field = "max_tokens"  # chat\'s max_completion_tokens',
+        gates=(f"{FIELDS}::test_a_too_large_max_completion_tokens_is_refused_under_its_own_name",),
+    ),
+    Mutation(
+        id="long-chat-prompt-refused-as-the-prompt",
+        description="a chat too long for max_model_len is refused with param prompt, a field chat has not",
+        file="vt/server/app.py", old='f"one generated token", "messages" if parsed.is_chat else "prompt")\n',
+        new='f"one generated token", "prompt")\n',
+        gates=(f"{FIELDS}::test_a_too_long_chat_prompt_names_the_messages",),
+    ),
+    Mutation(
+        id="cors-middleware-not-installed",
+        description="the app has no CORS middleware: a browser's preflight gets a 405 and no Allow-Origin",
+        file="vt/server/app.py", old="                     middleware=[(cors or CorsPolicy()).middleware()], lifespan=lifespan)\n",
+        new="                     middleware=[], lifespan=lifespan)\n",
+        gates=(f"{CORS}::test_a_preflight_is_answered_with_any_origin_by_default",
+               f"{CORS}::test_allowed_origins_bound_who_may_ask"),
+    ),
+    Mutation(
+        id="cors-allowed-origins-ignored",
+        description="--allowed-origins is parsed and never applied: every origin is let in",
+        file="vt/server/cors.py", old="allow_origins=list(self.allowed_origins),", new='allow_origins=["*"],',
+        gates=(f"{CORS}::test_allowed_origins_bound_who_may_ask",),
+    ),
+    Mutation(
+        id="cors-flag-json-unchecked",
+        description="a CORS flag's JSON that is not a list of strings is taken as it is, and the server starts on it",
+        file="vt/server/cors.py", old="    if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):\n",
+        new="    if False:\n",
+        gates=(f"{CORS}::test_a_bad_cors_flag_is_one_config_error_line_exit_2[not-a-list]",
+               f"{CORS}::test_a_bad_cors_flag_is_one_config_error_line_exit_2[not-strings]"),
     ),
 ]

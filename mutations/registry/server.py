@@ -268,11 +268,11 @@ ENTRIES += [
     ),
     Mutation(
         id="chat-message-fields-dropped",
-        description="a message's name or tool calls are dropped without a word",
+        description="a message's unknown key or tool calls are dropped without a word",
         file="vt/engine/front/chat.py",
-        old="    if extra:  # a tool call, its id, a speaker's name",
-        new="    if False:  # a tool call, its id, a speaker's name",
-        gates=(f"{SHAPES}[message-name]", f"{SHAPES}[message-tool-calls]"),
+        old="    if extra:  # a tool call, its id (the server's), any other key",
+        new="    if False:  # a tool call, its id (the server's), any other key",
+        gates=(f"{SHAPES}[message-unknown-key]", f"{SHAPES}[message-tool-calls]"),
     ),
     Mutation(
         id="server-min-tokens-past-the-default-reaches-the-engine",
@@ -596,8 +596,8 @@ ENTRIES += [
                     "content None as \"None\", extra keys pass in silence",
         file="vt/engine/front/llm.py",
         old="        texts = [render(template, parse_messages(c, TOOL_FIELDS), self.engine.special_tokens, "
-            "add_generation_prompt)\n",
-        new="        texts = [render(template, c, self.engine.special_tokens, add_generation_prompt)\n",
+            "add_generation_prompt,\n",
+        new="        texts = [render(template, c, self.engine.special_tokens, add_generation_prompt,\n",
         gates=("tests/engine/test_chat_messages.py::test_chat_renders_text_parts_as_their_text_joined_with_newlines",
                *(f"tests/engine/test_chat_messages.py::test_chat_refuses_a_message_it_would_misrender_naming_where[{c}]"
                  for c in ("image-part", "content-none", "unknown-message-key", "unknown-part-key"))),

@@ -169,8 +169,10 @@ REFUSED_SHAPES = {  # (route, body, the param the 400 names, text its message ho
                                                       "max_completion_tokens": 3}, "max_tokens", "expected int"),
     "max-tokens-conflict": ("/v1/chat/completions", {"messages": MSGS, "max_tokens": 2, "max_completion_tokens": 3},
                             "max_tokens", "give one of them"),
-    "message-name": ("/v1/chat/completions", {"messages": [{"role": "user", "content": "Hi", "name": "bob"}],
-                                              "max_tokens": 2}, "messages", "messages[0].name"),
+    "message-unknown-key": ("/v1/chat/completions", {"messages": [{"role": "user", "content": "Hi", "speaker": "bob"}],
+                                                     "max_tokens": 2}, "messages", "messages[0].speaker"),
+    "message-name-not-text": ("/v1/chat/completions", {"messages": [{"role": "user", "content": "Hi", "name": 5}],
+                                                       "max_tokens": 2}, "messages", "messages[0].name"),
     "message-tool-calls": ("/v1/chat/completions", {"messages": [*MSGS, {"role": "assistant", "content": "",
                                                                          "tool_calls": []}], "max_tokens": 2},
                            "messages", "messages[1].tool_calls"),
@@ -191,8 +193,8 @@ REFUSED_SHAPES = {  # (route, body, the param the 400 names, text its message ho
 @pytest.mark.parametrize("case", sorted(REFUSED_SHAPES))
 def test_a_value_vt_would_misread_or_ignore_is_a_400_naming_its_field(served, case: str) -> None:
     """Values that were served wrong or silently (an unknown stream option, `"no"` read as true, max_tokens lost
-    beside max_completion_tokens, a message's name or tool calls dropped, min_tokens capped by the default
-    max_tokens) or refused under the wrong param (ids outside the vocabulary blamed on the prompt)."""
+    beside max_completion_tokens, a message's unknown key or tool calls dropped, a name not text, min_tokens capped
+    by the default max_tokens) or refused under the wrong param (ids outside the vocabulary blamed on the prompt)."""
     route, body, param, says = REFUSED_SHAPES[case]
     r = httpx.post(served[1] + route, json=body, timeout=60)
     err = error_of(r, 400)

@@ -33,8 +33,20 @@ from vt.engine.core.request import RequestOutput
 from vt.engine.front.llm_engine import encode_text
 from vt.errors import ConfigError, RequestError
 from vt.server.async_llm import AsyncLLM, EngineDeadError
+from vt.server.cors import CorsPolicy
 from vt.server.metrics import Metrics
-from vt.server.protocol import ApiError, Parsed, bad, check_model, parse_messages, parse_prompt, parse_sampling
+from vt.server.protocol import (
+    RENDER_FIELDS,
+    ApiError,
+    Parsed,
+    bad,
+    check_model,
+    parse_messages,
+    parse_prompt,
+    parse_sampling,
+    render_options,
+    render_param,
+)
 
 MAX_BODY_BYTES = 4 << 20
 LOG = logging.getLogger("vt.server")
@@ -107,10 +119,11 @@ class Server:
         room = e.cfg.max_model_len - len(ids)
         if room < 1:
             raise bad(f"the prompt has {len(ids)} tokens; max_model_len={e.cfg.max_model_len} leaves no room for "
-                      f"one generated token", "prompt")
+                      f"one generated token", "messages" if parsed.is_chat else "prompt")
         if parsed.max_tokens is not None and parsed.max_tokens > room:
-            raise bad(f"max_tokens={parsed.max_tokens} is too large: the prompt has {len(ids)} tokens and "
-                      f"max_model_len is {e.cfg.max_model_len} (at most {room})", "max_tokens")
+            field = parsed.max_tokens_field  # chat's max_completion_tokens is named as the client gave it
+            raise bad(f"{field}={parsed.max_tokens} is too large: the prompt has {len(ids)} tokens and "
+                      f"max_model_len is {e.cfg.max_model_len} (at most {room})", field)
         if parsed.max_tokens is None and parsed.params.min_tokens > room:
             # the default max_tokens is capped to the room before min_tokens is checked against it (vLLM's
             # get_max_tokens): never a 200 with fewer tokens than min_tokens promised
@@ -134,8 +147,10 @@ class Server:
             text, add = self._tokenize_what(body)
             e = self.llm.engine
             ids = await tokenized(lambda: encode_text(e.tokenizer, text, add), [text])
+            # vLLM's return_token_strs: each token's string in the vocabulary (the tokenizer's, not decoded text)
+            strs = [e.tokenizer.id_to_token(t) for t in ids] if flag(body, "return_token_strs", False) else None
             return JSONResponse({"count": len(ids), "max_model_len": e.cfg.max_model_len, "tokens": list(ids),
-                                 "token_strs": None})
+                                 "token_strs": strs})
         except ApiError as err:
             return JSONResponse(err.body(), status_code=err.status)
 
@@ -151,14 +166,20 @@ class Server:
             if not isinstance(prompt, str):
                 raise bad("prompt: expected a string (or give messages)", "prompt")
             return prompt, flag(body, "add_special_tokens", True)
+        return self._rendered_chat(body), flag(body, "add_special_tokens", False)
+
+    def _rendered_chat(self, body: dict[str, Any]) -> str:
+        """The body's messages rendered by the chat template with its rendering fields (chat completions and
+        /tokenize alike); what the template cannot render is a 400 naming the field at fault (else messages)."""
         from vt.engine.front.chat import render
 
-        e, add_prompt = self.llm.engine, flag(body, "add_generation_prompt", True)
+        e, messages = self.llm.engine, parse_messages(body)  # its refusals name where they sit already
         try:
-            text = render(e.chat_template, parse_messages(body), e.special_tokens, add_prompt)
-        except RequestError as err:  # messages the template cannot render: the client's to fix
-            raise bad(str(err), "messages") from None
-        return text, flag(body, "add_special_tokens", False)
+            return render(e.chat_template, messages, e.special_tokens, **render_options(body))
+        except RequestError as err:  # the client's to fix
+            raise bad(str(err), render_param(str(err))) from None
+        except Exception as err:  # noqa: BLE001 - a template that cannot render this conversation
+            raise bad(f"messages: the chat template could not render them: {err}", "messages") from None
 
     async def detokenize(self, request: Request) -> Response:
         """vLLM's /detokenize: token ids to text."""
@@ -208,19 +229,7 @@ class Server:
             body = await self._body(request)
             check_model(body, self.model_names)
             parsed = parse_sampling(body, chat)
-            if chat:
-                from vt.engine.front.chat import render
-
-                e = self.llm.engine
-                try:
-                    prompts: list[str | list[int]] = [render(e.chat_template, parse_messages(body), e.special_tokens,
-                                                             True)]
-                except ApiError:
-                    raise
-                except Exception as err:  # noqa: BLE001 - a template that cannot render this conversation
-                    raise bad(f"messages: the chat template could not render them: {err}", "messages") from None
-            else:
-                prompts = parse_prompt(body)
+            prompts: list[str | list[int]] = [self._rendered_chat(body)] if chat else parse_prompt(body)
             token_ids = await tokenized(lambda: [self._tokenize(p, parsed) for p in prompts], prompts)
             try:  # once a request: a min_tokens past the default max_tokens, which only the checkpoint's defaults know
                 parsed.params.resolve(self.llm.engine.generation_config)
@@ -257,8 +266,8 @@ def check_json_content_type(request: Request) -> None:
                   f"{media_type or 'not given'})")
 
 
-TOKENIZE_PROMPT_FIELDS = frozenset({"model", "prompt", "add_special_tokens"})
-TOKENIZE_CHAT_FIELDS = frozenset({"model", "messages", "add_special_tokens", "add_generation_prompt"})
+TOKENIZE_PROMPT_FIELDS = frozenset({"model", "prompt", "add_special_tokens", "return_token_strs"})
+TOKENIZE_CHAT_FIELDS = frozenset({"model", "messages", "add_special_tokens", "return_token_strs", *RENDER_FIELDS})
 
 
 def flag(body: dict[str, Any], name: str, default: bool) -> bool:
@@ -482,17 +491,17 @@ class Answer:
         lp = self._new_logprobs(i, key, new_toks, c_lps[toks:]) if c.logprobs is not None else None
         reason = None if not done else ("stop" if c.finish_reason == "stop" else
                                         "length" if c.finish_reason == "length" else c.finish_reason)
+        stop_reason = {"stop_reason": c.stop_reason} if done else {}  # the stop string or token id that ended it
         if self.chat:
             body = {"message": {"role": "assistant", "content": text}} if whole else {"delta": {"content": text}}
-            return {"index": index, **body, "logprobs": lp, "finish_reason": reason}
+            return {"index": index, **body, "logprobs": lp, "finish_reason": reason, **stop_reason}
         first = key not in self.echoed
         self.echoed.add(key)
         if self.parsed.echo and first:  # the prompt first, once per choice
             text, lp = self._echo(i, out, text, lp)
         extra = {"prompt_logprobs": self._prompt_logprobs(i, out)} if self.parsed.prompt_logprobs is not None and (
             first) else {}
-        return {"index": index, "text": text, "logprobs": lp, "finish_reason": reason,
-                **({"stop_reason": c.stop_reason} if done else {}), **extra}
+        return {"index": index, "text": text, "logprobs": lp, "finish_reason": reason, **stop_reason, **extra}
 
     def _new_logprobs(self, i: int, key: tuple[int, int], ids: list[int], lps: list[dict[int, float]]) -> dict:
         """The logprobs of a choice's new tokens, their text_offset counted on from its tokens before (after echo's
@@ -653,7 +662,8 @@ def _with_key(server: Server, endpoint: Any) -> Any:
     return guarded
 
 
-def build_app(server: Server) -> Starlette:
+def build_app(server: Server, cors: CorsPolicy | None = None) -> Starlette:
+    """The routes, behind CORS as vLLM's (cors: the serve flags' policy; None: vLLM's defaults, any origin)."""
     v1 = [("/v1/models", server.models, "GET"), ("/v1/completions", server.completions, "POST"),
           ("/v1/chat/completions", server.chat, "POST")]
     routes = [Route(path, _logged_before_answered(_with_key(server, fn)), methods=[method]) for path, fn, method in v1]
@@ -668,4 +678,4 @@ def build_app(server: Server) -> Starlette:
         server.llm.shutdown()  # after uvicorn drained the connections: fail what is left, stop the engine
 
     return Starlette(routes=routes, exception_handlers={HTTPException: _http_error, Exception: _internal_error},
-                     lifespan=lifespan)
+                     middleware=[(cors or CorsPolicy()).middleware()], lifespan=lifespan)

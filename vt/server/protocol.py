@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from vt.engine.front.chat import SPEAKER_FIELDS
 from vt.engine.front.chat import parse_messages as parse_conversation
 from vt.engine.sample.params import MAX_BIAS, SamplingParams
 from vt.errors import ConfigError, RequestError
@@ -51,6 +52,7 @@ class Parsed:
     is_chat: bool = False
     echo: bool = False  # completions: the prompt (and, with logprobs, its tokens' logprobs) before the completion
     prompt_logprobs: int | None = None  # vLLM's field: the prompt tokens' top-n in the response, as vLLM lays it out
+    max_tokens_field: str = "max_tokens"  # the field max_tokens came from (chat: max_completion_tokens, if given)
 
     @property
     def prompt_only(self) -> bool:
@@ -101,11 +103,30 @@ def parse_prompt(body: dict) -> list[str | list[int]]:
 
 
 def parse_messages(body: dict) -> list[dict[str, Any]]:
-    """The body's messages through the one parser LLM.chat uses too (vt/engine/front/chat.py)."""
+    """The body's messages through the one parser LLM.chat uses too (vt/engine/front/chat.py); a message's name
+    (OpenAI's speaker name) reaches the template."""
     try:
-        return parse_conversation(body.get("messages"))
+        return parse_conversation(body.get("messages"), SPEAKER_FIELDS)
     except RequestError as e:
         raise bad(str(e), "messages") from None
+
+
+# vLLM's chat rendering fields (chat completions and /tokenize's messages): render checks them (one mechanism,
+# LLM.chat's too) and a refusal of one opens with its name
+RENDER_FIELDS = ("add_generation_prompt", "continue_final_message", "chat_template_kwargs")
+
+
+def render_options(body: dict) -> dict[str, Any]:
+    """The body's chat rendering fields as render's keyword arguments, vLLM's defaults where unset."""
+    given = {name: body[name] for name in RENDER_FIELDS if body.get(name) is not None}
+    return {"add_generation_prompt": given.get("add_generation_prompt", True),
+            "continue_final_message": given.get("continue_final_message", False),
+            "template_kwargs": given.get("chat_template_kwargs")}
+
+
+def render_param(message: str) -> str:
+    """The field a render refusal is about: a rendering field its message opens with, else the messages."""
+    return next((f for f in RENDER_FIELDS if message.startswith(f)), "messages")
 
 
 STREAM_OPTIONS = frozenset({"include_usage", "continuous_usage_stats"})
@@ -113,9 +134,10 @@ STREAM_OPTIONS = frozenset({"include_usage", "continuous_usage_stats"})
 FIELDS_COMMON = frozenset({"model", "stream", "stream_options", "max_tokens", "logprobs", "stop", "temperature",
                            "top_p", "top_k", "min_p", "seed", "n", "presence_penalty", "frequency_penalty",
                            "repetition_penalty", "min_tokens", "ignore_eos", "stop_token_ids", "user",
-                           "prompt_logprobs", "logit_bias", "allowed_token_ids"})
+                           "prompt_logprobs", "logit_bias", "allowed_token_ids", "include_stop_str_in_output",
+                           "skip_special_tokens"})
 FIELDS = {False: FIELDS_COMMON | {"prompt", "echo"},
-          True: FIELDS_COMMON | {"messages", "max_completion_tokens", "top_logprobs"}}
+          True: FIELDS_COMMON | {"messages", "max_completion_tokens", "top_logprobs", *RENDER_FIELDS}}
 # Fields vt does not implement, accepted only at the value that means "not used".
 NO_OP = {"echo": (False,), "suffix": ("",), "tools": ([],), "tool_choice": ("none",),
          "response_format": ({"type": "text"},), "parallel_tool_calls": (False, True)}
@@ -168,6 +190,14 @@ def _token_id_key(key: Any) -> int:
         raise bad(f"logit_bias: a key of {len(key)} digits is no token id", "logit_bias") from None
 
 
+def check_skip_special_tokens(body: dict) -> None:
+    """vLLM's skip_special_tokens: true is what vt does (special tokens are left out of the text); false, which
+    would keep them, vt's SamplingParams cannot do yet, so it is refused by name rather than ignored."""
+    if _get(body, "skip_special_tokens", (bool,), True) is False:
+        raise bad("skip_special_tokens: false is not supported by vt (special tokens are always left out of the "
+                  "text); remove it or give true", "skip_special_tokens")
+
+
 def parse_sampling(body: dict, chat: bool) -> Parsed:
     """Everything but the prompt: sampling parameters, stream options, logprobs, max_tokens."""
     check_fields(body, chat)
@@ -212,12 +242,13 @@ def parse_sampling(body: dict, chat: bool) -> Parsed:
                          ("min_p", (int, float)), ("seed", (int,)), ("n", (int,)), ("presence_penalty", (int, float)),
                          ("frequency_penalty", (int, float)), ("repetition_penalty", (int, float)),
                          ("min_tokens", (int,)), ("ignore_eos", (bool,)), ("stop_token_ids", (list,)),
-                         ("allowed_token_ids", (list,))):
+                         ("allowed_token_ids", (list,)), ("include_stop_str_in_output", (bool,))):
         v = _get(body, field, kinds)
         if v is not None:
             kw[field] = v
     if kw.get("temperature") is not None and kw["temperature"] < 0:
         raise bad(f"temperature: must be >= 0, got {kw['temperature']}", "temperature")
+    check_skip_special_tokens(body)
     prompt_logprobs = _get(body, "prompt_logprobs", (int,))  # vLLM's: the top-n of every prompt token
     if prompt_logprobs is not None and not 0 <= prompt_logprobs <= MAX_LOGPROBS:
         raise bad(f"prompt_logprobs: must be in [0, {MAX_LOGPROBS}], got {prompt_logprobs}", "prompt_logprobs")
@@ -237,4 +268,4 @@ def parse_sampling(body: dict, chat: bool) -> Parsed:
     except (ConfigError, TypeError) as e:
         raise bad(str(e), str(e).split("=", 1)[0] if "=" in str(e) else None) from None
     return Parsed([], params, stream, bool(opts.get("include_usage")), bool(opts.get("continuous_usage_stats")),
-                  logprobs, max_tokens, chat, echo, _get(body, "prompt_logprobs", (int,)))
+                  logprobs, max_tokens, chat, echo, _get(body, "prompt_logprobs", (int,)), name)

@@ -24,6 +24,7 @@ from vt.engine.config import EngineConfig
 from vt.errors import ConfigError, ServerStartError
 from vt.server.app import Server, build_app
 from vt.server.async_llm import AsyncLLM
+from vt.server.cors import CorsPolicy
 from vt.server.protocol import served_names
 
 GRACEFUL_SHUTDOWN_S = 30
@@ -31,10 +32,11 @@ GRACEFUL_SHUTDOWN_S = 30
 
 def make_server(model: str, served_name: str | Sequence[str] | None = None, max_body_bytes: int | None = None,
                 api_key: str | None = None, engine_process: bool = False, prompt_tokens_details: bool = False,
-                **engine_kwargs: Any) -> tuple[Server, Any]:
+                cors: CorsPolicy | None = None, **engine_kwargs: Any) -> tuple[Server, Any]:
     """The app on an AsyncLLM; engine_process: the engine core in a process of its own (`vt serve`'s default);
     prompt_tokens_details: usage carries OpenAI's prompt_tokens_details.cached_tokens. served_name: the name, or
-    names (vLLM's --served-model-name a b), clients may ask for; responses carry the first."""
+    names (vLLM's --served-model-name a b), clients may ask for; responses carry the first. cors: the
+    --allowed-origins / -methods / -headers and --allow-credentials policy (None: vLLM's defaults)."""
     names = served_names(served_name or model)  # refused before the engine starts
     if api_key is not None and not api_key.strip():
         raise ConfigError("--api-key: an empty key protects nothing; give a key or leave it out")
@@ -46,7 +48,7 @@ def make_server(model: str, served_name: str | Sequence[str] | None = None, max_
         # the engine's thread or process is running: left so, it would keep the interpreter from ever exiting
         llm.shutdown("the server could not be built")
         raise
-    return server, build_app(server)
+    return server, build_app(server, cors)
 
 
 def listen_socket(host: str, port: int) -> socket.socket:

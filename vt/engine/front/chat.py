@@ -1,7 +1,8 @@
 """Chat templates rendered as transformers renders them: the checkpoint's Jinja template
 (tokenizer_config.json's chat_template) in a sandboxed jinja2 environment with trim_blocks and
-lstrip_blocks, `raise_exception` and a `tojson` filter, given the messages, add_generation_prompt and the
-special tokens."""
+lstrip_blocks, `raise_exception` and a `tojson` filter, given the messages, add_generation_prompt, the
+special tokens and the caller's chat_template_kwargs (vLLM's: `{"enable_thinking": false}` for Qwen3);
+continue_final_message leaves the last message open, cut where its content ends (transformers' rule)."""
 
 from __future__ import annotations
 
@@ -44,6 +45,8 @@ def load_template(given: str) -> str:
 
 
 MESSAGE_FIELDS = frozenset({"role", "content"})
+# OpenAI's speaker name on a message: the server takes it and hands it to the template as a message key
+SPEAKER_FIELDS = frozenset({"name"})
 TEXT_PART_FIELDS = frozenset({"type", "text"})
 # A tool-calling conversation's fields, handed to the chat template as given (vLLM's LLM.chat does; Qwen's templates
 # render tool calls and tool turns). The server, which takes no tools, refuses them.
@@ -65,9 +68,11 @@ def _message(i: int, m: Any, passed: frozenset[str]) -> dict[str, Any]:
     if not isinstance(m, dict) or not isinstance(m.get("role"), str):
         raise RequestError(f"messages[{i}]: expected an object with a string role")
     extra = sorted(set(m) - MESSAGE_FIELDS - passed)
-    if extra:  # a tool call, its id, a speaker's name: the chat template would never see them
+    if extra:  # a tool call, its id (the server's), any other key: the chat template would never see them
         raise RequestError(f"messages[{i}].{extra[0]}: is not supported by vt (a message is its role and content); "
                            f"remove it")
+    if not isinstance(m.get("name", ""), str):  # OpenAI's speaker name: text
+        raise RequestError(f"messages[{i}].name: expected a string, got {type(m['name']).__name__}")
     tool_turn = "tool_calls" in passed and m.get("tool_calls") is not None and m.get("content") is None
     out: dict[str, Any] = {"role": m["role"], "content": "" if tool_turn else _text(f"messages[{i}].content",
                                                                                       m.get("content"))}
@@ -89,7 +94,10 @@ def _text(where: str, content: Any) -> str:
     return "\n".join(part["text"] for part in content)
 
 
-def render(template: str | None, messages: Any, special_tokens: dict[str, str], add_generation_prompt: bool) -> str:
+def render(template: str | None, messages: Any, special_tokens: dict[str, str], add_generation_prompt: bool,
+           continue_final_message: bool = False, template_kwargs: dict[str, Any] | None = None) -> str:
+    """The conversation as the template writes it. A RequestError opening with the field it is about
+    (continue_final_message, chat_template_kwargs) where one is, else about the messages."""
     from jinja2 import TemplateError
     from jinja2.sandbox import ImmutableSandboxedEnvironment
 
@@ -98,13 +106,15 @@ def render(template: str | None, messages: Any, special_tokens: dict[str, str], 
     if not isinstance(messages, list) or not messages or not all(
             isinstance(m, dict) and isinstance(m.get("role"), str) and "content" in m for m in messages):
         raise RequestError("messages must be a non-empty list of {'role': str, 'content': ...} dicts")
+    extra = template_variables(template_kwargs, special_tokens)
+    check_continuation(add_generation_prompt, continue_final_message)
     env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
     env.filters["tojson"] = lambda x, indent=None, ensure_ascii=False: json.dumps(x, indent=indent,
                                                                                    ensure_ascii=ensure_ascii)
     env.globals["raise_exception"] = _raise
     try:
-        return env.from_string(template).render(messages=messages, add_generation_prompt=add_generation_prompt,
-                                                **special_tokens)
+        text = env.from_string(template).render(messages=messages, add_generation_prompt=add_generation_prompt,
+                                                 **special_tokens, **extra)
     except TemplateError as e:
         raise RequestError(f"chat template: {e}") from None
     except RequestError:
@@ -112,3 +122,44 @@ def render(template: str | None, messages: Any, special_tokens: dict[str, str], 
     except Exception as e:  # noqa: BLE001 - the template's own code failed on these messages (1/0, a bad index):
         # the caller's to fix, a typed line (it was a bare ZeroDivisionError from LLM.chat, a 500 from /tokenize)
         raise RequestError(f"chat template: it could not render these messages: {type(e).__name__}: {e}") from None
+    return left_open(text, messages[-1]["content"]) if continue_final_message else text
+
+
+# what render names itself: chat_template_kwargs may not replace them (the conversation would silently change)
+RENDER_NAMES = frozenset({"messages", "add_generation_prompt", "raise_exception"})
+
+
+def template_variables(kwargs: Any, special_tokens: dict[str, str]) -> dict[str, Any]:
+    """chat_template_kwargs as the template's extra variables: an object of names render does not set itself."""
+    if kwargs is None:
+        return {}
+    if not isinstance(kwargs, dict) or not all(isinstance(k, str) for k in kwargs):
+        raise RequestError(f"chat_template_kwargs: expected an object of template variables, got "
+                           f"{type(kwargs).__name__}")
+    taken = sorted(set(kwargs) & (RENDER_NAMES | set(special_tokens)))
+    if taken:
+        raise RequestError(f"chat_template_kwargs.{taken[0]}: is set by the renderer itself; remove it")
+    return dict(kwargs)
+
+
+def check_continuation(add_generation_prompt: bool, continue_final_message: bool) -> None:
+    """vLLM's rule: a new assistant turn and the last message continued cannot both be asked for."""
+    for name, value in (("add_generation_prompt", add_generation_prompt),
+                        ("continue_final_message", continue_final_message)):
+        if not isinstance(value, bool):  # "no" would read as true
+            raise RequestError(f"{name}: expected a boolean, got {type(value).__name__}")
+    if continue_final_message and add_generation_prompt:
+        raise RequestError("continue_final_message: cannot be true with add_generation_prompt true (give "
+                           "add_generation_prompt false to continue the last message)")
+
+
+def left_open(text: str, final: str) -> str:
+    """text cut where the last message's content ends, so the model continues it (no end-of-turn after it):
+    transformers' continue_final_message, which finds the content's last occurrence, stripped, as templates
+    often trim it."""
+    at = text.rfind(final.strip()) if isinstance(final, str) else -1
+    if not isinstance(final, str) or not final.strip() or at < 0:
+        raise RequestError("continue_final_message: the last message's content does not appear in the rendered "
+                           "chat (an empty message, or a template that rewrites it), so there is nothing to continue")
+    kept = final.lstrip()
+    return text[: at + (len(kept) if text[at: at + len(kept)] == kept else len(final.strip()))]

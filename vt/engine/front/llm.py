@@ -197,17 +197,20 @@ class LLM:
 
     def chat(self, messages: Any, sampling_params: SamplingParams | Sequence[SamplingParams] | None = None,
              use_tqdm: bool = False, add_generation_prompt: bool = True,
-             chat_template: str | None = None) -> list[RequestOutput]:
+             chat_template: str | None = None, continue_final_message: bool = False,
+             chat_template_kwargs: dict[str, Any] | None = None) -> list[RequestOutput]:
         """One conversation (a list of {"role", "content"} dicts) or a list of them, read as the server reads them
         (parse_messages: text parts joined, anything else a RequestError) but for a tool-calling conversation's
         name, tool_calls and tool_call_id, which reach the template as vLLM's LLM.chat hands them; rendered with
-        the checkpoint's chat template as transformers renders it."""
+        the checkpoint's chat template as transformers renders it, with vLLM's continue_final_message (the last
+        message left open; add_generation_prompt must then be False) and chat_template_kwargs (the template's
+        extra variables: {"enable_thinking": False} for Qwen3), checked as the server checks them (render)."""
         from vt.engine.front.chat import TOOL_FIELDS, parse_messages, render
 
         convs = messages if messages and isinstance(messages, list) and isinstance(messages[0], list) else [messages]
         template = self.engine.chat_template if chat_template is None else chat_template
-        texts = [render(template, parse_messages(c, TOOL_FIELDS), self.engine.special_tokens, add_generation_prompt)
-                 for c in convs]
+        texts = [render(template, parse_messages(c, TOOL_FIELDS), self.engine.special_tokens, add_generation_prompt,
+                        continue_final_message, chat_template_kwargs) for c in convs]
         # the template wrote the special tokens: encoded without the tokenizer's own (a BOS post-processor would
         # add a second BOS), as vLLM encodes a rendered chat; the outputs keep the rendered text as their prompt
         ids = [self.engine.tokenize(t, add_special_tokens=False) for t in texts]
