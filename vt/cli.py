@@ -98,6 +98,17 @@ def _sampling_params(args: argparse.Namespace) -> Any:
                           repetition_penalty=args.repetition_penalty)
 
 
+def _unset_from_the_checkpoint(params: Any, llm: Any) -> Any:
+    """The sampling flags left unset take the checkpoint's generation_config defaults, as a request to vt serve
+    does (the offline LLM uses given SamplingParams as they are, vLLM's rule: a None there would be neutral)."""
+    import dataclasses
+
+    from vt.engine.front.llm import NEUTRAL
+
+    defaults = llm.get_default_sampling_params()
+    return dataclasses.replace(params, **{k: getattr(defaults, k) for k in NEUTRAL if getattr(params, k) is None})
+
+
 def _generate(args: argparse.Namespace) -> int:
     from vt.engine.front.llm import LLM
     from vt.errors import RequestError
@@ -117,7 +128,7 @@ def _generate(args: argparse.Namespace) -> int:
     if args.max_tokens > llm.engine.cfg.max_model_len:  # the checkpoint's, capped by the KV cache
         raise RequestError(f"--max-tokens {args.max_tokens}: more than max_model_len {llm.engine.cfg.max_model_len} "
                            f"allows")
-    out = llm.generate([args.prompt], params)[0]
+    out = llm.generate([args.prompt], _unset_from_the_checkpoint(params, llm))[0]
     if out.error:
         raise RequestError(out.error)
     for c in out.outputs:

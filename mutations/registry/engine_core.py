@@ -89,8 +89,8 @@ ENTRIES += [
     Mutation(
         id="detokenize-false-ignored",
         description="detokenize=False is accepted and the engine decodes the text anyway",
-        file="vt/engine/front/llm_engine.py", old="                         if resolved.detokenize else NO_TEXT)",
-        new="                         if True else NO_TEXT)",
+        file="vt/engine/front/llm_engine.py", old="resolved.skip_special_tokens) if resolved.detokenize else NO_TEXT)",
+        new="resolved.skip_special_tokens) if True else NO_TEXT)",
         gates=(f"{SPLIT}::test_detokenize_false_gives_the_same_tokens_and_no_text",),
     ),
     Mutation(

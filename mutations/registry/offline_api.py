@@ -487,4 +487,12 @@ ENTRIES: list[Mutation] = [
         file="vt/engine/config.py", old=' "block_size", "seed")', new=' "block_size")',
         gates=(f"{PARITY}::test_seed_none_is_vllms_default_seed",),
     ),
+    Mutation(
+        id="cli-generate-unset-flags-neutral",
+        description="vt generate's sampling flags left unset are neutral (temperature 1, no top-k / top-p), not the "
+                    "checkpoint's generation_config defaults its --help promises",
+        file="vt/cli.py", old="    out = llm.generate([args.prompt], _unset_from_the_checkpoint(params, llm))[0]\n",
+        new="    out = llm.generate([args.prompt], params)[0]\n",
+        gates=("tests/vt/test_cli.py::test_generate_takes_the_checkpoints_defaults_for_the_sampling_flags_left_unset",),
+    ),
 ]

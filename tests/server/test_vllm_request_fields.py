@@ -61,14 +61,16 @@ def test_chat_and_completion_choices_carry_the_stop_reason(served, route: str) -
 
 
 @pytest.mark.parametrize("route", sorted(ROUTES))
-def test_skip_special_tokens_true_is_served_and_false_a_400_naming_it(served, route: str) -> None:
-    """true is what vt does; false (special tokens kept in the text) vt's SamplingParams cannot do yet."""
-    url = served[1]
-    assert answer(url, route, skip_special_tokens=True)["text"] is not None
-    path, body = ROUTES[route]
-    r = httpx.post(url + path, json={**body, "max_tokens": 2, "skip_special_tokens": False}, timeout=60)
-    err = error_of(r, 400)
-    assert err.get("param") == "skip_special_tokens", err
+def test_skip_special_tokens_false_keeps_their_text(served, route: str) -> None:
+    """vLLM's skip_special_tokens: true (the default) leaves special tokens out of the text, false keeps them."""
+    server, url = served
+    eos = sorted(server.llm.engine.eos_ids)[0]
+    forced = dict(max_tokens=3, ignore_eos=True, logit_bias={str(eos): 100})
+    skipped = answer(url, route, **forced)
+    assert skipped["text"] == "", f"non-vacuity: three special tokens, left out by default: {skipped['text']!r}"
+    kept = answer(url, route, **forced, skip_special_tokens=False)
+    want = server.llm.engine.tokenizer.decode([eos] * 3, skip_special_tokens=False)
+    assert want and kept["text"] == want, f"skip_special_tokens false gave {kept['text']!r}, not {want!r}"
 
 
 @pytest.mark.parametrize("body", [{"prompt": "Hello world"}, {"messages": ASK}], ids=["prompt", "messages"])

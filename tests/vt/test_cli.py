@@ -196,3 +196,23 @@ def test_the_cuda_backend_without_cupy_is_one_typed_line(capsys) -> None:
     rc, err = run_cli(["generate", "--model", "tiny-qwen3", "--prompt", "hi", "--backend", "cuda", "-tp", "2", *SMALL],
                       capsys)  # refused before any worker process starts
     assert rc == 2 and "vt: error: ConfigError: backend='cuda' needs CuPy" in err, err
+
+
+def test_generate_takes_the_checkpoints_defaults_for_the_sampling_flags_left_unset(capsys) -> None:
+    """vt generate's unset --temperature / --top-k / --top-p are the checkpoint's generation_config (tiny-qwen3's:
+    0.6, 20, 0.95), as a request to vt serve: the text equals LLM.generate with those defaults and the same seed."""
+    import dataclasses
+
+    from vt import LLM
+
+    flags = ["generate", "--model", "tiny-qwen3", "--prompt", "Once upon", "--max-tokens", "24", "--seed", "7"]
+    assert main(flags) == 0
+    said = capsys.readouterr().out.rstrip("\n")
+    llm = LLM("tiny-qwen3")
+    defaults = llm.get_default_sampling_params()
+    assert defaults.temperature != 1.0 and defaults.top_k not in (0, -1), "non-vacuity: the checkpoint has defaults"
+    seeded = dataclasses.replace(defaults, seed=7, max_tokens=24)
+    want = llm.generate(["Once upon"], seeded)[0].outputs[0].text
+    neutral = llm.generate(["Once upon"], dataclasses.replace(seeded, temperature=1.0, top_k=-1, top_p=1.0))
+    assert neutral[0].outputs[0].text != want, "non-vacuity: the defaults change the text at this seed"
+    assert said == want, f"vt generate said {said!r}; with the checkpoint's defaults: {want!r}"

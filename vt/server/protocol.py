@@ -190,14 +190,6 @@ def _token_id_key(key: Any) -> int:
         raise bad(f"logit_bias: a key of {len(key)} digits is no token id", "logit_bias") from None
 
 
-def check_skip_special_tokens(body: dict) -> None:
-    """vLLM's skip_special_tokens: true is what vt does (special tokens are left out of the text); false, which
-    would keep them, vt's SamplingParams cannot do yet, so it is refused by name rather than ignored."""
-    if _get(body, "skip_special_tokens", (bool,), True) is False:
-        raise bad("skip_special_tokens: false is not supported by vt (special tokens are always left out of the "
-                  "text); remove it or give true", "skip_special_tokens")
-
-
 def parse_sampling(body: dict, chat: bool) -> Parsed:
     """Everything but the prompt: sampling parameters, stream options, logprobs, max_tokens."""
     check_fields(body, chat)
@@ -242,13 +234,13 @@ def parse_sampling(body: dict, chat: bool) -> Parsed:
                          ("min_p", (int, float)), ("seed", (int,)), ("n", (int,)), ("presence_penalty", (int, float)),
                          ("frequency_penalty", (int, float)), ("repetition_penalty", (int, float)),
                          ("min_tokens", (int,)), ("ignore_eos", (bool,)), ("stop_token_ids", (list,)),
-                         ("allowed_token_ids", (list,)), ("include_stop_str_in_output", (bool,))):
+                         ("allowed_token_ids", (list,)), ("include_stop_str_in_output", (bool,)),
+                         ("skip_special_tokens", (bool,))):
         v = _get(body, field, kinds)
         if v is not None:
             kw[field] = v
     if kw.get("temperature") is not None and kw["temperature"] < 0:
         raise bad(f"temperature: must be >= 0, got {kw['temperature']}", "temperature")
-    check_skip_special_tokens(body)
     prompt_logprobs = _get(body, "prompt_logprobs", (int,))  # vLLM's: the top-n of every prompt token
     if prompt_logprobs is not None and not 0 <= prompt_logprobs <= MAX_LOGPROBS:
         raise bad(f"prompt_logprobs: must be in [0, {MAX_LOGPROBS}], got {prompt_logprobs}", "prompt_logprobs")
