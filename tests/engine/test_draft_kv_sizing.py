@@ -145,12 +145,18 @@ def test_the_plan_is_printed_for_a_given_num_blocks_with_a_small_size_readable(c
 
 
 def _cuda_with_draft(**kw):
-    """A tiny CUDA engine with its draft (float32 weights and KV), or the ConfigError line that refused it."""
+    """A tiny CUDA engine with its draft (float32 weights and KV), or the ConfigError line that refused it. Running
+    out of memory while it starts is the sizing's broken guarantee (it allotted more than the GPU holds): an
+    assertion here, not the test's crash."""
+    import cupy
+
     from vt import LLM
 
     try:
-        return LLM(TARGET, backend="cuda", dtype="float32", speculative_model=DRAFT, num_speculative_tokens=K,
-                   **kw), None
+        with guarding(f"an engine sized by {kw} fits the GPU", cupy.cuda.memory.OutOfMemoryError,
+                      cupy.cuda.runtime.CUDARuntimeError):
+            return LLM(TARGET, backend="cuda", dtype="float32", speculative_model=DRAFT, num_speculative_tokens=K,
+                       **kw), None
     except ConfigError as e:
         return None, str(e)
 
@@ -203,12 +209,7 @@ def test_on_the_gpu_a_given_num_blocks_counts_the_drafts_arrays() -> None:
     free = cupy.cuda.runtime.memGetInfo()[0]
     per_target = kv_bytes_per_block(load_checkpoint(resolve_model(TARGET)).config, 16, 4)
     blocks = int(0.8 * free) // per_target
-    try:
-        engine_, refused = _cuda_with_draft(num_blocks=blocks, max_model_len=1024)
-    except (cupy.cuda.memory.OutOfMemoryError, cupy.cuda.runtime.CUDARuntimeError) as e:
-        if "out of memory" not in str(e).lower():
-            raise
-        raise AssertionError(f"{blocks} blocks with a draft were not refused up front: out of memory ({e})") from e
+    engine_, refused = _cuda_with_draft(num_blocks=blocks, max_model_len=1024)
     assert engine_ is None and refused is not None and f"num_blocks={blocks}" in refused, (
         f"{blocks} blocks with a draft were not refused up front: {refused}")
     _release()

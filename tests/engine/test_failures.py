@@ -105,8 +105,8 @@ def test_a_failed_requests_garbage_kv_never_reaches_its_neighbours(spec: bool) -
 
 
 @pytest.mark.parametrize("backend", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
-@pytest.mark.parametrize("filters", [{}, {"top_k": 0, "top_p": 1.0}], ids=["checkpoint-filters", "no-filters"])
-def test_a_penalty_that_overflows_its_logits_fails_its_request_alone(filters: dict, backend: str) -> None:
+@pytest.mark.parametrize("filters", ["checkpoint", "none"], ids=["checkpoint-filters", "no-filters"])
+def test_a_penalty_that_overflows_its_logits_fails_its_request_alone(filters: str, backend: str) -> None:
     """repetition_penalty=1e-39 divides a positive logit of the history past float32's range: its mass is NaN (the
     API refuses a penalty under 0.01 since session 33, so it is set here past that check; the guard stays for a
     model's own non-finite logits). That request fails by name; its neighbour, in the same steps, finishes. With
@@ -115,9 +115,14 @@ def test_a_penalty_that_overflows_its_logits_fails_its_request_alone(filters: di
     showed it for the split guard: mutated alone, the request still failed by name)."""
     llm = LLM(model="tiny-qwen3", max_model_len=128, num_blocks=32, max_num_seqs=4, backend=backend)
     prompt = {"prompt_token_ids": list(range(3, 40))}  # a long history: some token of it has a positive logit
-    params = [SamplingParams(temperature=1.0, repetition_penalty=1.2, seed=1, max_tokens=6, ignore_eos=True,
-                             **filters),
-              SamplingParams(temperature=0, max_tokens=6, ignore_eos=True)]
+    # every field given: the LLM copies (and so checks again) params that leave one unset
+    chosen = llm.get_default_sampling_params() if filters == "checkpoint" else SamplingParams(top_k=0, top_p=1.0,
+                                                                                               min_p=0.0)
+    assert filters == "none" or chosen.top_k > 0, "non-vacuity: the checkpoint's generation config has a top-k"
+    given = dict(temperature=1.0, seed=1, max_tokens=6, ignore_eos=True, top_k=chosen.top_k, top_p=chosen.top_p,
+                 min_p=chosen.min_p)
+    params = [SamplingParams(**given, repetition_penalty=1.2),
+              SamplingParams(**given | {"temperature": 0}, repetition_penalty=1.0)]
     params[0].repetition_penalty = 1e-39  # past the API's range check, as a model's overflowing logit would be
     try:
         outs = llm.generate([prompt, prompt], params)

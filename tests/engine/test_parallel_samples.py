@@ -12,7 +12,11 @@ PROMPT = list(range(40, 80))  # 40 tokens: two full blocks of 16 shared, a parti
 
 
 def sp(**kw) -> SamplingParams:
-    return SamplingParams(**({"temperature": 0.9, "max_tokens": 12, "ignore_eos": True, "seed": 5} | kw))
+    """Every sampling field given: LLM.generate and LLMEngine.add_request then draw alike (the engine fills an
+    unset one from the checkpoint, as the API server; the offline LLM leaves it neutral, as vLLM's)."""
+    given = {"temperature": 0.9, "max_tokens": 12, "ignore_eos": True, "seed": 5, "top_k": 0, "top_p": 1.0,
+             "min_p": 0.0, "repetition_penalty": 1.0}
+    return SamplingParams(**(given | kw))
 
 
 @pytest.fixture(scope="module")
