@@ -25,7 +25,7 @@ from mutations.judge import (
     run_gates,
 )
 from mutations.model import Mutation, Result, Verdict
-from mutations.sandbox import apply, compile_bytecode, make_sandbox, manifest, tracked_files
+from mutations.sandbox import apply, make_sandbox, manifest, tracked_files
 
 CACHE_SHARED = ("tests", "seams")  # helper modules here (not test_*.py) may back any gate file
 # Gate files whose GPU tests size the KV cache to the device (gpu_memory_utilization, as vLLM does): on the GPU lane
@@ -74,9 +74,6 @@ class Runner:
         self.files = tracked_files(cfg.root)
         self.baseline: dict[tuple, float] = {}  # (gate files, env) -> seconds
         self._lock = threading.Lock()
-        # the checkout's bytecode, compiled once: every sandbox starts with it (compile_bytecode says why)
-        self._bytecode_dir = tempfile.TemporaryDirectory(prefix="vt-mut-pyc-")
-        self.bytecode = compile_bytecode(cfg.root, self.files, Path(self._bytecode_dir.name))
 
     def run(self, entries: list[Mutation]) -> list[Result]:
         before = manifest(self.cfg.root)
@@ -167,7 +164,7 @@ class Runner:
         alone = tuple(f for f in files if self._takes_the_device((f,)))
         rest = tuple(f for f in files if f not in alone)
         with tempfile.TemporaryDirectory(prefix="vt-mut-base-") as d:
-            sandbox = make_sandbox(self.cfg.root, self.files, Path(d), self.bytecode)
+            sandbox = make_sandbox(self.cfg.root, self.files, Path(d))
             outs: list[Outcome] = []
             # the whole-device files after the rest, in a pytest of their own without xdist workers
             for group, workers in ((rest, self.cfg.jobs), (alone, 1)):
@@ -203,7 +200,7 @@ class Runner:
             return cached
         t0 = time.monotonic()
         with tempfile.TemporaryDirectory(prefix=f"vt-mut-{m.id}-") as d:
-            sandbox = make_sandbox(self.cfg.root, self.files, Path(d), self.bytecode)
+            sandbox = make_sandbox(self.cfg.root, self.files, Path(d))
             applied, diff, _ = apply(m, sandbox)
             if not applied:
                 return Result(m, Verdict.NOT_APPLIED, time.monotonic() - t0, diff)

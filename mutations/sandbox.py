@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import difflib
 import hashlib
-import importlib.util
 import os
-import py_compile
 import shutil
 import subprocess
 from pathlib import Path
@@ -48,34 +46,11 @@ def manifest(root: Path) -> dict[str, str]:
     return out
 
 
-def compile_bytecode(root: Path, files: list[str], store: Path) -> Path:
-    """The checkout's Python files compiled once into store, hash-checked (PEP 552): a sandbox that holds them
-    (make_sandbox's bytecode) imports each module without compiling it, where a fresh sandbox compiled every module
-    its pytest imported (1.3-1.4 s a pytest start on the CPU machine, 0.65-0.7 s with the bytecode: most of a cheap
-    mutant's time). The mutated file's source no longer matches its bytecode's hash, so Python compiles it again
-    and never runs the stale code. A file that does not compile gets none (its import reports the error)."""
-    for rel in files:
-        if rel.endswith(".py"):
-            try:
-                py_compile.compile(str(root / rel), cfile=str(store / importlib.util.cache_from_source(rel)),
-                                   dfile=rel, doraise=True,
-                                   invalidation_mode=py_compile.PycInvalidationMode.CHECKED_HASH)
-            except (py_compile.PyCompileError, OSError, ValueError):
-                continue
-    return store
-
-
-def make_sandbox(root: Path, files: list[str], dest: Path, bytecode: Path | None = None) -> Path:
-    """A copy of files under dest, with their compiled bytecode from `bytecode` (compile_bytecode's store)."""
+def make_sandbox(root: Path, files: list[str], dest: Path) -> Path:
     for rel in files:
         target = dest / rel
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(root / rel, target)
-        if bytecode is not None and rel.endswith(".py"):
-            pyc = importlib.util.cache_from_source(rel)
-            if (bytecode / pyc).is_file():
-                (dest / pyc).parent.mkdir(exist_ok=True)
-                shutil.copyfile(bytecode / pyc, dest / pyc)
     return dest
 
 

@@ -131,13 +131,4 @@ ENTRIES: list[Mutation] = [
         old="                    if outs[-1].is_timeout:", new="                    if False:",
         gates=(f"{WHOLE}::test_a_hang_in_the_shared_gates_stops_the_baseline_before_the_whole_device_group",),
     ),
-    Mutation(
-        id="sandbox-bytecode-runs-unchecked",
-        description="the sandboxes' compiled bytecode is trusted unchecked: a mutant's file can run the checkout's "
-                    "bytecode instead of its mutated source",
-        file="mutations/sandbox.py", old="invalidation_mode=py_compile.PycInvalidationMode.CHECKED_HASH)",
-        new="invalidation_mode=py_compile.PycInvalidationMode.UNCHECKED_HASH)",
-        gates=("tests/mutations/test_sandbox_bytecode.py::"
-               "test_a_mutated_files_bytecode_is_never_run_however_alike_the_files",),
-    ),
 ]
