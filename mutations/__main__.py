@@ -34,6 +34,10 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--whole-files", action="store_true",
                    help="run each mutant's gate files whole, not its gates alone: an unnamed test of theirs that "
                         "also fails reads as Overreach (a gate list found short)")
+    r.add_argument("--fresh-interpreters", action="store_true",
+                   help="start each mutant's pytest in a fresh interpreter from uncompiled sources, not forked from "
+                        "the warm fork server into a sandbox compiled once (a verdict that differs between the two "
+                        "is a defect of the runner's)")
     args = p.parse_args(argv)
     if args.cmd == "list":
         for m in ENTRIES:
@@ -68,7 +72,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         cfg = RunConfig(root=root, jobs=args.jobs, cache_dir=cache, baseline_junit=args.baseline_junit,
                         whole_device_files=WHOLE_DEVICE_FILES if lane == "gpu" else frozenset(),
-                        whole_files=args.whole_files)
+                        whole_files=args.whole_files, fork_server=not args.fresh_interpreters,
+                        seed_bytecode=not args.fresh_interpreters)
         results = Runner(cfg).run(entries)
     except (BaselineError, CheckoutChanged) as e:
         print(f"mutation run aborted: {e}", file=sys.stderr)

@@ -13,6 +13,7 @@ import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from mutations.forkserver import ForkedPytest, ForkServer
 from mutations.model import META_TESTS, Mutation, Verdict
 
 
@@ -70,38 +71,53 @@ def parse_junit(path: Path, files: set[str]) -> tuple[set[str], dict[str, str], 
 # start-up) even where no test uses it; hypothesis itself works without it (the plugin adds reporting and the
 # fixture health check, which the test lanes keep). anyio's and pytest-benchmark's fixtures are used nowhere.
 UNUSED_PLUGINS = ("hypothesispytest", "anyio", "benchmark")
+PYTEST_ARGS = ("-p", "no:cacheprovider", "-p", "no:randomly",
+               *(a for name in UNUSED_PLUGINS for a in ("-p", f"no:{name}")))
 
 
-def run_gates(sandbox: Path, m: Mutation, timeout: float | None, whole_files: bool = False) -> Outcome:
+def run_gates(sandbox: Path, m: Mutation, timeout: float | None, whole_files: bool = False,
+              server: ForkServer | None = None) -> Outcome:
     """The mutant's gate tests alone (DESIGN.md: the runner runs only the gates), or with whole_files their files
     whole, so that an unnamed test of theirs that also fails reads as Overreach."""
-    return run_files(sandbox, m.gate_files, m.env, timeout, targets=None if whole_files else m.gates)
+    return run_files(sandbox, m.gate_files, m.env, timeout, targets=None if whole_files else m.gates, server=server)
+
+
+def gate_env(sandbox: Path | None, extra_env: tuple[tuple[str, str], ...] = ()) -> dict[str, str]:
+    """The environment of a gate run (without a sandbox: what every gate run shares, the fork server's)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "VT_"))}
+    env.update(dict(extra_env))
+    for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        env[var] = "1"  # mutants run in parallel, one per core: BLAS threads would only spin against them
+    if sandbox is not None:
+        env["PYTHONPATH"] = str(sandbox)  # import the sandbox's code, never the checkout's (its bytecode
+        # lands in the sandbox's own __pycache__; the libraries' caches stay usable)
+        env["VT_MUTATION_SANDBOX"] = str(sandbox)
+    return env
 
 
 def run_files(sandbox: Path, files: tuple[str, ...], extra_env: tuple[tuple[str, str], ...], timeout: float | None,
-              workers: int = 1, targets: tuple[str, ...] | None = None) -> Outcome:
+              workers: int = 1, targets: tuple[str, ...] | None = None, server: ForkServer | None = None) -> Outcome:
     """pytest over these test files in the sandbox (with `workers` xdist processes when more than one), or over
-    `targets` (node ids within them) where given."""
+    `targets` (node ids within them) where given; forked by the server where one is given (one worker only)."""
     report = sandbox / ".mutation-junit.xml"
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "VT_"))}
-    env.update(dict(extra_env))
-    env["PYTHONPATH"] = str(sandbox)  # import the sandbox's code, never the checkout's (its bytecode
-    # lands in the sandbox's own __pycache__; the libraries' caches stay usable)
-    for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
-        env[var] = "1"  # mutants run in parallel, one per core: BLAS threads would only spin against them
-    env["VT_MUTATION_SANDBOX"] = str(sandbox)
-    cmd = [sys.executable, "-m", "pytest", "-q", "--tb=short", "-p", "no:cacheprovider", "-p", "no:randomly",
-           *(a for name in UNUSED_PLUGINS for a in ("-p", f"no:{name}")),
-           f"--basetemp={sandbox / '.pytest-tmp'}", f"--junitxml={report}", "-o", "junit_family=xunit1",
-           *(["-n", str(workers)] if workers > 1 else []), *(targets if targets is not None else files)]
+    env = gate_env(sandbox, extra_env)
+    args = ["-q", "--tb=short", *PYTEST_ARGS, f"--basetemp={sandbox / '.pytest-tmp'}", f"--junitxml={report}",
+            "-o", "junit_family=xunit1",
+            *(["-n", str(workers)] if workers > 1 else []), *(targets if targets is not None else files)]
     report.unlink(missing_ok=True)  # a run that writes none (a crash) must not be read as the last run's
     t0 = time.monotonic()
     log_path = sandbox / ".mutation-gates.log"
     # Output to a file, not a pipe: a process the gates leave behind (a server, a rank) cannot hold the
     # runner's read open. Its own session: a timeout kills the whole tree, not pytest alone.
     with open(log_path, "w+", errors="replace") as log:
-        proc = subprocess.Popen(cmd, cwd=sandbox, env=env, stdout=log, stderr=subprocess.STDOUT,
-                                start_new_session=True)
+        proc: subprocess.Popen | ForkedPytest
+        if server is not None and workers == 1:
+            # the server's preloaded libraries were imported before pytest could mark them for rewriting: said once
+            # by pytest per library and per mutant, and nothing to do with the gates
+            proc = server.start(["-W", "ignore::pytest.PytestAssertRewriteWarning", *args], sandbox, env, log_path)
+        else:
+            proc = subprocess.Popen([sys.executable, "-m", "pytest", *args], cwd=sandbox, env=env, stdout=log,
+                                    stderr=subprocess.STDOUT, start_new_session=True)
         try:
             proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
@@ -124,7 +140,7 @@ def file_seconds(path: Path, files: set[str]) -> dict[str, float]:
     return out
 
 
-def _kill_tree(proc: subprocess.Popen) -> None:
+def _kill_tree(proc: subprocess.Popen | ForkedPytest) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()

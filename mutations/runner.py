@@ -14,9 +14,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from mutations.forkserver import ForkServer
 from mutations.judge import (
+    PYTEST_ARGS,
     Outcome,
     file_seconds,
+    gate_env,
     internal_error_line,
     is_internal_error,
     judge,
@@ -25,7 +28,7 @@ from mutations.judge import (
     run_gates,
 )
 from mutations.model import Mutation, Result, Verdict
-from mutations.sandbox import apply, make_sandbox, manifest, tracked_files
+from mutations.sandbox import apply, make_sandbox, manifest, sandbox_parent, seed_bytecode, tracked_files
 
 CACHE_SHARED = ("tests", "seams")  # helper modules here (not test_*.py) may back any gate file
 # Gate files whose GPU tests size the KV cache to the device (gpu_memory_utilization, as vLLM does): on the GPU lane
@@ -66,6 +69,10 @@ class RunConfig:
     # Overreach (the registry's gate lists checked for completeness). Off in CI: it ran every gate file once per
     # mutant, 1,131 of CI's 1,803 s on 2026-12-05.
     whole_files: bool = False
+    # Each mutant's pytest forked from one warm interpreter (mutations/forkserver_main.py), not started afresh
+    fork_server: bool = True
+    # Each sandbox copied from one compiled once (sandbox.seed_bytecode), not from the checkout's sources alone
+    seed_bytecode: bool = True
 
 
 class Runner:
@@ -74,11 +81,32 @@ class Runner:
         self.files = tracked_files(cfg.root)
         self.baseline: dict[tuple, float] = {}  # (gate files, env) -> seconds
         self._lock = threading.Lock()
+        self._server: ForkServer | None = None
+        self._source, self._source_files = cfg.root, self.files  # what each sandbox is copied from
 
     def run(self, entries: list[Mutation]) -> list[Result]:
         before = manifest(self.cfg.root)
+        to_run = [m for m in entries if self._cache_get(self._cache_key(m), m) is None]
+        with tempfile.TemporaryDirectory(prefix="vt-mut-seeded-", dir=sandbox_parent()) as seeded:
+            if self.cfg.seed_bytecode and to_run:
+                self._seed(Path(seeded), to_run)
+            try:
+                results = self._run_all(entries, to_run)
+            finally:
+                self._source, self._source_files = self.cfg.root, self.files
+        if manifest(self.cfg.root) != before:
+            raise CheckoutChanged("the checkout's sha256 manifest changed during the mutation run")
+        return results
+
+    def _seed(self, dest: Path, to_run: list[Mutation]) -> None:
+        make_sandbox(self.cfg.root, self.files, dest)
+        gate_files = sorted({f for m in to_run for f in m.gate_files})
+        pyc = seed_bytecode(dest, gate_files, gate_env(dest), list(PYTEST_ARGS))
+        self._source, self._source_files = dest, [*self.files, *pyc]
+
+    def _run_all(self, entries: list[Mutation], to_run: list[Mutation]) -> list[Result]:
         # Baselines only for the gates of mutants that will run: a cached mutant's gates were green then.
-        self._check_baselines([m for m in entries if self._cache_get(self._cache_key(m), m) is None])
+        self._check_baselines(to_run)
         done = [0]
 
         def one(m: Mutation) -> Result:
@@ -91,13 +119,17 @@ class Runner:
 
         alone = [m for m in entries if self._takes_the_device(m.gate_files)]
         together = [m for m in entries if m not in alone]
-        with ThreadPoolExecutor(max_workers=max(1, self.cfg.jobs)) as ex:
-            by_id = dict(zip((m.id for m in together), ex.map(one, together)))
-        by_id.update((m.id, one(m)) for m in alone)  # after the others, one at a time
-        results = [by_id[m.id] for m in entries]
-        if manifest(self.cfg.root) != before:
-            raise CheckoutChanged("the checkout's sha256 manifest changed during the mutation run")
-        return results
+        if self.cfg.fork_server and to_run:
+            self._server = ForkServer(gate_env(None))
+        try:
+            with ThreadPoolExecutor(max_workers=max(1, self.cfg.jobs)) as ex:
+                by_id = dict(zip((m.id for m in together), ex.map(one, together)))
+            by_id.update((m.id, one(m)) for m in alone)  # after the others, one at a time
+        finally:
+            if self._server is not None:
+                self._server.close()
+                self._server = None
+        return [by_id[m.id] for m in entries]
 
     def _takes_the_device(self, files: tuple[str, ...]) -> bool:
         return any(f in self.cfg.whole_device_files for f in files)
@@ -163,8 +195,8 @@ class Runner:
     def _baseline_files(self, files: tuple[str, ...], env: tuple) -> Outcome:
         alone = tuple(f for f in files if self._takes_the_device((f,)))
         rest = tuple(f for f in files if f not in alone)
-        with tempfile.TemporaryDirectory(prefix="vt-mut-base-") as d:
-            sandbox = make_sandbox(self.cfg.root, self.files, Path(d))
+        with tempfile.TemporaryDirectory(prefix="vt-mut-base-", dir=sandbox_parent()) as d:
+            sandbox = make_sandbox(self._source, self._source_files, Path(d))
             outs: list[Outcome] = []
             # the whole-device files after the rest, in a pytest of their own without xdist workers
             for group, workers in ((rest, self.cfg.jobs), (alone, 1)):
@@ -199,17 +231,17 @@ class Runner:
         if cached is not None:
             return cached
         t0 = time.monotonic()
-        with tempfile.TemporaryDirectory(prefix=f"vt-mut-{m.id}-") as d:
-            sandbox = make_sandbox(self.cfg.root, self.files, Path(d))
+        with tempfile.TemporaryDirectory(prefix=f"vt-mut-{m.id}-", dir=sandbox_parent()) as d:
+            sandbox = make_sandbox(self._source, self._source_files, Path(d))
             applied, diff, _ = apply(m, sandbox)
             if not applied:
                 return Result(m, Verdict.NOT_APPLIED, time.monotonic() - t0, diff)
             base = self.baseline[(m.gate_files, m.env, m.baseline_skipped)]
             limit = max(self.cfg.timeout_floor, self.cfg.timeout_factor * base)
-            out = run_gates(sandbox, m, timeout=limit, whole_files=self.cfg.whole_files)
+            out = run_gates(sandbox, m, timeout=limit, whole_files=self.cfg.whole_files, server=self._server)
             first_error = internal_error_line(out) if is_internal_error(out) else None
             if first_error is not None:  # pytest's own failure says nothing of the mutant: once more, said
-                out = run_gates(sandbox, m, timeout=limit, whole_files=self.cfg.whole_files)
+                out = run_gates(sandbox, m, timeout=limit, whole_files=self.cfg.whole_files, server=self._server)
         verdict, reason, failed_gates, others = judge(m, out)
         res = Result(m, verdict, time.monotonic() - t0, reason, failed_gates, others, diff,
                      rerun_because=first_error or "")

@@ -7,11 +7,14 @@ from __future__ import annotations
 from mutations.model import Mutation
 
 WHOLE = "tests/mutations/test_runner_whole_device.py"
+FORK = "tests/mutations/test_runner_forkserver.py"
+FORKED = f"{FORK}::test_a_gate_forked_by_the_server_runs_as_one_started_afresh"
+SEEDED = f"{FORK}::test_the_sandbox_is_compiled_once_and_a_mutant_still_runs_its_own_code"
 ENTRIES: list[Mutation] = [
     Mutation(
         id="mutants-run-their-gate-files-whole-by-default",
         description="a mutant runs its gate files whole unless asked not to (CI paid every gate file once per mutant)",
-        file="mutations/judge.py", old="targets=None if whole_files else m.gates)", new="targets=None)",
+        file="mutations/judge.py", old="targets=None if whole_files else m.gates,", new="targets=None,",
         gates=("tests/mutations/test_runner.py::test_by_default_a_mutant_runs_its_gates_alone",),
     ),
     Mutation(
@@ -130,5 +133,43 @@ ENTRIES: list[Mutation] = [
         file="mutations/runner.py",
         old="                    if outs[-1].is_timeout:", new="                    if False:",
         gates=(f"{WHOLE}::test_a_hang_in_the_shared_gates_stops_the_baseline_before_the_whole_device_group",),
+    ),
+    Mutation(
+        id="forked-gate-keeps-the-servers-main",
+        description="a forked gate keeps the fork server's __main__: a process it spawns re-imports the server's file",
+        file="mutations/forkserver_main.py", old='        sys.modules["__main__"] = types.ModuleType("__main__")\n',
+        new="", gates=(FORKED,),
+    ),
+    Mutation(
+        id="forked-gate-inherits-the-reaper",
+        description="a forked gate keeps the server's SIGCHLD reaper: it reaps the gate's own subprocesses first",
+        file="mutations/forkserver_main.py",
+        old="        signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # the gates' own", new="        pass  # the gates' own",
+        gates=(FORKED,),
+    ),
+    Mutation(
+        id="forked-gate-runs-under-the-servers-env",
+        description="a forked gate runs under the server's environment, not its own (a mutant's VT_* flags lost)",
+        file="mutations/forkserver_main.py", old='        os.environ.update(req["env"])\n', new="", gates=(FORKED,),
+    ),
+    Mutation(
+        id="forked-gate-path-leaves-out-the-sandbox",
+        description="a forked gate's import path leaves out its sandbox",
+        file="mutations/forkserver_main.py",
+        old='        sys.path[:0] = [req["cwd"], *(p for p in req["env"].get("PYTHONPATH", "").split(os.pathsep) if p)]\n',
+        new="", gates=(FORKED,),
+    ),
+    Mutation(
+        id="seeded-bytecode-trusted-unchecked",
+        description="the sandbox's seeded bytecode is trusted without checking its source: a mutant runs unmutated code",
+        file="mutations/sandbox.py", old="PycInvalidationMode.CHECKED_HASH", new="PycInvalidationMode.UNCHECKED_HASH",
+        gates=(SEEDED,), expect="ran from its seeded, unmutated bytecode",
+    ),
+    Mutation(
+        id="seeded-bytecode-leaves-out-the-gates",
+        description="the seeding compiles the modules but never collects the gates: each mutant rewrites them again",
+        file="mutations/sandbox.py", old='    subprocess.run([sys.executable, "-m", "pytest", "--collect-only"',
+        new='    0 and subprocess.run([sys.executable, "-m", "pytest", "--collect-only"', gates=(SEEDED,),
+        expect="pytest's rewritten gate module is seeded too",
     ),
 ]

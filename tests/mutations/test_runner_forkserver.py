@@ -1,0 +1,101 @@
+"""The fork server (mutations/forkserver_main.py) and the sandbox compiled once (sandbox.seed_bytecode): a gate forked
+from the warm server runs as one started afresh, and a mutant runs its own code, never the seeded bytecode."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from mutations.forkserver import ForkServer
+from mutations.judge import PYTEST_ARGS, gate_env, run_files
+from mutations.model import Verdict
+from mutations.sandbox import make_sandbox, seed_bytecode, tracked_files
+from tests.mutations.runner_rig import BREAK_SCALE, M, T, run
+
+PROBES = "tests/test_fork_probes.py"
+PROBE_SOURCE = '''
+import multiprocessing
+import os
+import subprocess
+import sys
+import time
+
+
+def _square_into(x, queue):
+    queue.put(x * x)
+
+
+def test_a_spawned_process_runs_the_gates_code():
+    ctx = multiprocessing.get_context("spawn")
+    queue = ctx.Queue()
+    proc = ctx.Process(target=_square_into, args=(3, queue))
+    proc.start()
+    proc.join(30)
+    proc.kill()
+    assert proc.exitcode == 0 and queue.get(timeout=5) == 9, f"the spawned process ended {proc.exitcode}"
+
+
+def test_a_subprocess_exit_code_reaches_its_waiter():
+    # polled, as the engine's launchers poll their ranks: SIGCHLD lands between polls, where a handler could reap it
+    proc = subprocess.Popen(["sh", "-c", "sleep 0.2; exit 3"])
+    while proc.poll() is None:
+        time.sleep(0.01)
+    assert proc.returncode == 3
+
+
+def test_the_gate_env_is_the_gates_own():
+    assert os.environ.get("VT_FORK_PROBE") == "on"
+
+
+def test_the_sandbox_comes_first_on_the_path():
+    import calc
+
+    assert os.path.dirname(os.path.abspath(calc.__file__)) == os.getcwd()
+'''
+PROBE_IDS = {f"{PROBES}::{name}" for name in (
+    "test_a_spawned_process_runs_the_gates_code", "test_a_subprocess_exit_code_reaches_its_waiter",
+    "test_the_gate_env_is_the_gates_own", "test_the_sandbox_comes_first_on_the_path")}
+
+
+def _probe_sandbox(project: Path, tmp_path: Path) -> Path:
+    (project / PROBES).write_text(PROBE_SOURCE)
+    return make_sandbox(project, tracked_files(project), tmp_path / "sandbox")
+
+
+def test_a_gate_forked_by_the_server_runs_as_one_started_afresh(project: Path, tmp_path: Path) -> None:
+    sandbox = _probe_sandbox(project, tmp_path)
+    env = (("VT_FORK_PROBE", "on"),)
+    fresh = run_files(sandbox, (PROBES,), env, timeout=120)
+    assert fresh.passed == PROBE_IDS, f"non-vacuity: the probes pass in a fresh interpreter\n{fresh.log}"
+    server = ForkServer(gate_env(None))
+    try:
+        forked = run_files(sandbox, (PROBES,), env, timeout=120, server=server)
+        again = run_files(sandbox, (PROBES,), env, timeout=120, server=server)
+    finally:
+        server.close()
+    assert forked.passed == PROBE_IDS and not forked.failed and not forked.errors, \
+        f"probes that failed forked but passed afresh: {sorted(forked.failed) + sorted(forked.errors)}\n{forked.log}"
+    assert again.passed == PROBE_IDS, f"the server forks a second gate as it did the first\n{again.log}"
+
+
+def test_a_failing_forked_gate_reads_failed_with_its_assertion(project: Path, tmp_path: Path) -> None:
+    sandbox = _probe_sandbox(project, tmp_path)
+    server = ForkServer(gate_env(None))
+    try:  # no VT_FORK_PROBE given: the env probe fails, and says so, the rest pass
+        out = run_files(sandbox, (PROBES,), (), timeout=120, server=server)
+    finally:
+        server.close()
+    env_probe = f"{PROBES}::test_the_gate_env_is_the_gates_own"
+    assert set(out.failed) == {env_probe} and "VT_FORK_PROBE" in out.failed[env_probe], out.log
+    assert out.rc == 1 and out.passed == PROBE_IDS - {env_probe}
+
+
+def test_the_sandbox_is_compiled_once_and_a_mutant_still_runs_its_own_code(project: Path, tmp_path: Path) -> None:
+    template = make_sandbox(project, tracked_files(project), tmp_path / "template")
+    pyc = seed_bytecode(template, [T], gate_env(template), list(PYTEST_ARGS))
+    assert any(p.startswith("__pycache__/calc.") for p in pyc), pyc
+    assert any(p.startswith("tests/__pycache__/test_calc.") and "-pytest-" in p for p in pyc), \
+        f"pytest's rewritten gate module is seeded too: {pyc}"
+    res = run(project, M("killed", **BREAK_SCALE, gates=(f"{T}::test_scale",)),
+              M("survived", old="    out = 0", new="    out = 0  # harmless", gates=(f"{T}::test_total",)))
+    assert res["killed"].verdict is Verdict.KILLED, "the mutated module ran from its seeded, unmutated bytecode"
+    assert res["survived"].verdict is Verdict.SURVIVED
