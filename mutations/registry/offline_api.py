@@ -394,6 +394,16 @@ ENTRIES: list[Mutation] = [
                                                                                                    "float-float32")),
     ),
     Mutation(
+        id="dtype-torch-dtype-not-taken",
+        description="a torch.dtype (vLLM's LLM(dtype=torch.float16)) is refused as a dtype vt does not know",
+        file="vt/engine/config.py",
+        old='            self.dtype = str(self.dtype).removeprefix("torch.")  # vLLM\'s',
+        new='            pass  # vLLM\'s',
+        gates=tuple(f"{SPELL}::test_vllms_dtype_spellings_run_as_the_dtype_they_name[{c}]" for c in (
+            "torch.float16-float16", "torch.float32-float32")),
+        expect="is vLLM's spelling of",
+    ),
+    Mutation(
         id="trust-remote-code-taken-in-silence",
         description="trust_remote_code=True is taken and nothing says it changes nothing: a user believes remote "
                     "code ran",

@@ -16,11 +16,18 @@ from vt.errors import ConfigError
 SMALL = dict(backend="cpu", max_model_len=64, num_blocks=16)
 
 
-@pytest.mark.parametrize("spelling, dtype", [("half", "float16"), ("float", "float32")])
+@pytest.mark.parametrize("spelling, dtype", [("half", "float16"), ("float", "float32"), ("torch.float16", "float16"),
+                                             ("torch.float32", "float32")])
 def test_vllms_dtype_spellings_run_as_the_dtype_they_name(spelling: str, dtype: str) -> None:
+    """vLLM's ModelDType spellings, and a torch.dtype as vLLM's LLM takes it."""
     greedy = SamplingParams(temperature=0, max_tokens=4, ignore_eos=True)
-    with guarding(f"dtype={spelling!r} is vLLM's spelling of {dtype}", ConfigError):
-        got = LLM("tiny-qwen3", dtype=spelling, **SMALL)
+    given: object = spelling
+    if spelling.startswith("torch."):
+        import torch
+
+        given = getattr(torch, spelling.removeprefix("torch."))
+    with guarding(f"dtype={given!r} is vLLM's spelling of {dtype}", ConfigError):
+        got = LLM("tiny-qwen3", dtype=given, **SMALL)
     assert got.engine.cfg.dtype == dtype
     want = LLM("tiny-qwen3", dtype=dtype, **SMALL).generate("Hello", greedy)[0].outputs[0].token_ids
     assert len(want) == 4, "non-vacuity: tokens were generated"
@@ -30,6 +37,13 @@ def test_vllms_dtype_spellings_run_as_the_dtype_they_name(spelling: str, dtype: 
 def test_a_dtype_of_neither_spelling_is_refused_naming_both() -> None:
     with pytest.raises(ConfigError, match=r"dtype='int8': must be one of .*float32, half, float"):
         EngineConfig(model="tiny-qwen3", backend="cpu", dtype="int8")
+
+
+def test_a_torch_dtype_vt_does_not_run_is_refused_in_one_line() -> None:
+    import torch
+
+    with pytest.raises(ConfigError, match=r"^dtype='int8': must be one of .*float32, half, float$"):
+        EngineConfig(model="tiny-qwen3", backend="cpu", dtype=torch.int8)
 
 
 def test_trust_remote_code_is_taken_and_said_to_change_nothing(caplog) -> None:

@@ -82,6 +82,8 @@ class EngineConfig:
         if not chosen:
             self.backend = detect_backend()
         _need(is_seed(self.seed), "seed", self.seed, SEED_RANGE)
+        if type(self.dtype).__module__ == "torch" and str(self.dtype).startswith("torch."):
+            self.dtype = str(self.dtype).removeprefix("torch.")  # vLLM's LLM(dtype=torch.float16), torch not imported
         if isinstance(self.dtype, str):
             self.dtype = DTYPE_ALIASES.get(self.dtype, self.dtype)
         _need(self.dtype in DTYPES, "dtype", self.dtype, f"one of {', '.join((*DTYPES, *DTYPE_ALIASES))}")
