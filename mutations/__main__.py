@@ -8,6 +8,7 @@ import sys
 import time
 from pathlib import Path
 
+from mutations.forkserver import ForkServerError
 from mutations.model import Verdict
 from mutations.registry import ENTRIES
 from mutations.reports import summary, write_all
@@ -75,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
                         whole_files=args.whole_files, fork_server=not args.fresh_interpreters,
                         seed_bytecode=not args.fresh_interpreters)
         results = Runner(cfg).run(entries)
-    except (BaselineError, CheckoutChanged) as e:
+    except (BaselineError, CheckoutChanged, ForkServerError) as e:
         print(f"mutation run aborted: {e}", file=sys.stderr)
         return 2
     paths = write_all(results, root, args.report_dir)

@@ -172,4 +172,11 @@ ENTRIES: list[Mutation] = [
         new='    0 and subprocess.run([sys.executable, "-m", "pytest", "--collect-only"', gates=(SEEDED,),
         expect="pytest's rewritten gate module is seeded too",
     ),
+    Mutation(
+        id="forked-gate-waits-on-a-dead-server",
+        description="a forked gate's wait never asks whether its fork server (which reaps it) is alive: a wait forever",
+        file="mutations/forkserver.py",
+        old="            if self._server.poll() is not None and not self._status.exists():",
+        new="            if False:", gates=(f"{FORK}::test_a_gate_whose_fork_server_dies_ends_in_its_typed_error_not_a_wait",),
+    ),
 ]

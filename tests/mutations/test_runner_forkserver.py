@@ -3,12 +3,17 @@ from the warm server runs as one started afresh, and a mutant runs its own code,
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
+import time
 from pathlib import Path
 
-from mutations.forkserver import ForkServer
+from mutations.forkserver import ForkServer, ForkServerError
 from mutations.judge import PYTEST_ARGS, gate_env, run_files
 from mutations.model import Verdict
 from mutations.sandbox import make_sandbox, seed_bytecode, tracked_files
+from tests.helpers import ends_within
 from tests.mutations.runner_rig import BREAK_SCALE, M, T, run
 
 PROBES = "tests/test_fork_probes.py"
@@ -99,3 +104,21 @@ def test_the_sandbox_is_compiled_once_and_a_mutant_still_runs_its_own_code(proje
               M("survived", old="    out = 0", new="    out = 0  # harmless", gates=(f"{T}::test_total",)))
     assert res["killed"].verdict is Verdict.KILLED, "the mutated module ran from its seeded, unmutated bytecode"
     assert res["survived"].verdict is Verdict.SURVIVED
+
+
+def test_a_gate_whose_fork_server_dies_ends_in_its_typed_error_not_a_wait(project: Path, tmp_path: Path) -> None:
+    """The server reaps each gate and writes its exit code: with the server gone, a gate's wait would never end."""
+    (project / "tests/test_slow_probe.py").write_text("import time\n\n\ndef test_slow():\n    time.sleep(30)\n")
+    sandbox = make_sandbox(project, tracked_files(project), tmp_path / "sandbox")
+    server = ForkServer(gate_env(None))
+    started = time.monotonic()
+    try:
+        gate = server.start(["-q", "tests/test_slow_probe.py"], sandbox, gate_env(sandbox), sandbox / "gate.log")
+        os.killpg(server._proc.pid, signal.SIGKILL)  # the server alone: its session; the gate has its own
+        box = ends_within(lambda: gate.wait(timeout=60), 20)
+    finally:
+        with contextlib.suppress(ProcessLookupError):  # a gate not yet in its own session went with the server's
+            os.killpg(gate.pid, signal.SIGKILL)
+        server.close()
+    assert isinstance(box.get("error"), ForkServerError), box
+    assert "ended" in str(box["error"]) and time.monotonic() - started < 20
