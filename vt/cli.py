@@ -128,7 +128,7 @@ def _generate(args: argparse.Namespace) -> int:
     if args.max_tokens > llm.engine.cfg.max_model_len:  # the checkpoint's, capped by the KV cache
         raise RequestError(f"--max-tokens {args.max_tokens}: more than max_model_len {llm.engine.cfg.max_model_len} "
                            f"allows")
-    out = llm.generate([args.prompt], _unset_from_the_checkpoint(params, llm))[0]
+    out = llm.generate([args.prompt], _unset_from_the_checkpoint(params, llm), use_tqdm=False)[0]  # one prompt: no bar
     if out.error:
         raise RequestError(out.error)
     for c in out.outputs:

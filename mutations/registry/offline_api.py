@@ -12,6 +12,7 @@ CLI = "tests/vt/test_cli.py"
 SEED = "tests/engine/test_seed_range.py"
 SERVER = "tests/server/test_openai_server.py"
 SPELL = "tests/engine/test_vllm_spellings.py"
+PROGRESS = "tests/engine/test_offline_progress.py"
 PARITY = "tests/engine/test_offline_vllm_parity.py"
 # vt generate from its sampling params to its engine's load (the mutant below moves the params after it)
 GENERATE_HEAD = (
@@ -504,5 +505,28 @@ ENTRIES: list[Mutation] = [
         file="vt/cli.py", old="    out = llm.generate([args.prompt], _unset_from_the_checkpoint(params, llm))[0]\n",
         new="    out = llm.generate([args.prompt], params)[0]\n",
         gates=("tests/vt/test_cli.py::test_generate_takes_the_checkpoints_defaults_for_the_sampling_flags_left_unset",),
+    ),
+    Mutation(
+        id="generate-draws-no-bar-by-default",
+        description="LLM.generate draws no progress bar unless asked (vLLM's use_tqdm defaults to True)",
+        file="vt/engine/front/llm.py", old="                 use_tqdm: bool = True) -> list[RequestOutput]:",
+        new="                 use_tqdm: bool = False) -> list[RequestOutput]:",
+        gates=(f"{PROGRESS}::test_generate_and_chat_draw_a_bar_on_a_terminal_by_default",),
+        expect="no progress bar on the terminal by default",
+    ),
+    Mutation(
+        id="chat-draws-no-bar-by-default",
+        description="LLM.chat draws no progress bar unless asked (vLLM's use_tqdm defaults to True)",
+        file="vt/engine/front/llm.py", old="             use_tqdm: bool = True, add_generation_prompt: bool = True,",
+        new="             use_tqdm: bool = False, add_generation_prompt: bool = True,",
+        gates=(f"{PROGRESS}::test_generate_and_chat_draw_a_bar_on_a_terminal_by_default",),
+        expect="chat drew no progress bar",
+    ),
+    Mutation(
+        id="progress-bar-drawn-on-stdout",
+        description="the progress bar is drawn on stdout (rich's default), not on the stderr whose terminal it checked",
+        file="vt/engine/front/llm.py", old="Progress(console=Console(stderr=True), transient=True)",
+        new="Progress(transient=True)",
+        gates=(f"{PROGRESS}::test_generate_and_chat_draw_a_bar_on_a_terminal_by_default",),
     ),
 ]

@@ -106,7 +106,7 @@ class LLM:
         return Tokenizer(e.tokenizer, e.chat_template, e.special_tokens)
 
     def generate(self, prompts: Any, sampling_params: SamplingParams | Sequence[SamplingParams] | None = None,
-                 use_tqdm: bool = False) -> list[RequestOutput]:
+                 use_tqdm: bool = True) -> list[RequestOutput]:
         parsed = parse_prompts(prompts)
         plist = (list(sampling_params) if isinstance(sampling_params, Sequence)
                  else [sampling_params] * len(parsed))
@@ -196,7 +196,7 @@ class LLM:
         return bool(self.engine.reset_prefix_cache())
 
     def chat(self, messages: Any, sampling_params: SamplingParams | Sequence[SamplingParams] | None = None,
-             use_tqdm: bool = False, add_generation_prompt: bool = True,
+             use_tqdm: bool = True, add_generation_prompt: bool = True,
              chat_template: str | None = None, continue_final_message: bool = False,
              chat_template_kwargs: dict[str, Any] | None = None) -> list[RequestOutput]:
         """One conversation (a list of {"role", "content"} dicts) or a list of them, read as the server reads them
@@ -239,7 +239,7 @@ def _dead(cause: BaseException) -> EngineDeadError:
 
 
 class _progress:
-    """A bar on a terminal when asked (use_tqdm); nothing otherwise."""
+    """A bar on stderr when it is a terminal, unless use_tqdm=False (vLLM's default draws one); nothing otherwise."""
 
     def __init__(self, on: bool, total: int) -> None:
         import sys
@@ -250,9 +250,10 @@ class _progress:
     def __enter__(self) -> Any:
         if not self.on:
             return lambda n: None
+        from rich.console import Console
         from rich.progress import Progress
 
-        bar = self.bar = Progress(transient=True)
+        bar = self.bar = Progress(console=Console(stderr=True), transient=True)
         bar.start()
         task = bar.add_task("requests", total=self.total)
         return lambda n: bar.advance(task, n)
