@@ -502,8 +502,8 @@ ENTRIES: list[Mutation] = [
         id="cli-generate-unset-flags-neutral",
         description="vt generate's sampling flags left unset are neutral (temperature 1, no top-k / top-p), not the "
                     "checkpoint's generation_config defaults its --help promises",
-        file="vt/cli.py", old="    out = llm.generate([args.prompt], _unset_from_the_checkpoint(params, llm))[0]\n",
-        new="    out = llm.generate([args.prompt], params)[0]\n",
+        file="vt/cli.py", old="    out = llm.generate([args.prompt], _unset_from_the_checkpoint(params, llm), use_tqdm=False)[0]",
+        new="    out = llm.generate([args.prompt], params, use_tqdm=False)[0]",
         gates=("tests/vt/test_cli.py::test_generate_takes_the_checkpoints_defaults_for_the_sampling_flags_left_unset",),
     ),
     Mutation(
