@@ -118,8 +118,8 @@ ENTRIES += [
         description="a lookup keys every full block of the prompt before it looks the first one up: a miss hashes its "
                     "whole prompt to find nothing, on every admission",
         file=KV,
-        old="            yield from self.chained_keys(token_ids, 0, stop, b\"\")\n",
-        new="            yield from self.keys_of(token_ids, stop)\n",
+        old="            yield from self.chained_keys(token_ids, 0, stop, root)\n",
+        new="            yield from self.keys_of(token_ids, stop, root=root)\n",
         gates=(f"{UNIT}::test_a_lookup_hashes_only_up_to_the_first_block_not_cached",),
         expect="a miss hashed",
     ),
@@ -159,8 +159,8 @@ ENTRIES += [
         description="a lookup never serves the block holding the last token (vLLM's rule): a prompt of whole blocks, "
                     "all cached, computes its last block again instead of its last token",
         file=KV,
-        old="        for key in self._keys_through(token_ids, len(token_ids) // self.block_size, memo):",
-        new="        for key in self._keys_through(token_ids, (len(token_ids) - 1) // self.block_size, memo):",
+        old="        for key in self._keys_through(token_ids, len(token_ids) // self.block_size, memo, root):",
+        new="        for key in self._keys_through(token_ids, (len(token_ids) - 1) // self.block_size, memo, root):",
         gates=(f"{FULL_HIT}[piecewise-prefill-cpu]", f"{FULL_HIT}[whole-decode-step-cpu]"),
         expect="not its last one alone",
     ),
@@ -332,5 +332,52 @@ ENTRIES += [
         gates=(f"{COUNTS}::test_each_of_n_samples_queries_its_prompt_and_a_fork_hits_the_blocks_it_shares",
                f"{VLLM_METRICS}::test_each_of_n_samples_queries_the_prompt_and_a_fork_hits_what_it_shares"),
         expect="each fork hits the blocks it shares",
+    ),
+]
+
+SALT = "tests/engine/test_cache_salt.py"
+SALT_SERVER = "tests/server/test_cache_salt_server.py"
+ENTRIES += [
+    Mutation(
+        id="cache-salt-ignored-by-the-engine",
+        description="the engine roots every request's key chain at the empty key, whatever its cache_salt",
+        file="vt/engine/front/llm_engine.py", old="        root = KVCacheManager.salt_root(cache_salt)\n",
+        new="        root = KVCacheManager.salt_root(None)\n",
+        gates=(f"{SALT}::test_the_offline_api_serves_a_prefix_only_under_the_salt_it_was_cached_with",),
+        expect="each salt (and none) computes the prompt itself",
+    ),
+    Mutation(
+        id="cache-salt-keys-cached-blocks-unsalted",
+        description="a salted request's lookup is rooted at its salt, but its computed blocks are keyed unsalted",
+        file=SCHED, old="                                      root=req.cache_root)\n",
+        new="                                      root=b\"\")\n",
+        gates=(f"{SALT}::test_the_offline_api_serves_a_prefix_only_under_the_salt_it_was_cached_with",),
+        expect="each salt (and none) computes the prompt itself",
+    ),
+    Mutation(
+        id="cache-salt-dropped-on-the-wire",
+        description="the engine process's add message carries no cache salt",
+        file="vt/engine/core/proc.py",
+        old="        msg = (\"add\", rid, ids, _params_wire(replace(params, detokenize=False) if here else params), cache_salt)\n",
+        new="        msg = (\"add\", rid, ids, _params_wire(replace(params, detokenize=False) if here else params), None)\n",
+        gates=(f"{SALT}::test_the_offline_api_serves_a_prefix_only_under_the_salt_it_was_cached_with",
+               f"{SALT_SERVER}::test_a_prompt_is_served_its_cached_prefix_only_under_its_own_salt"),
+        expect="each salt (and none) computes the prompt itself",
+    ),
+    Mutation(
+        id="cache-salt-dropped-by-the-server",
+        description="the API server reads cache_salt but hands the engine none",
+        file="vt/server/app.py", old="        self.gens = [server.llm.generate(ids, parsed.params, f\"{rid}-{i}\", parsed.cache_salt)\n",
+        new="        self.gens = [server.llm.generate(ids, parsed.params, f\"{rid}-{i}\", None)\n",
+        gates=(f"{SALT_SERVER}::test_a_prompt_is_served_its_cached_prefix_only_under_its_own_salt",),
+        expect="each salt (and none) computes the prompt itself",
+    ),
+    Mutation(
+        id="cache-salt-empty-string-taken",
+        description="an empty cache_salt is taken as no salt, not refused",
+        file="vt/engine/front/llm_engine.py",
+        old="    if cache_salt is not None and (not isinstance(cache_salt, str) or not cache_salt):\n",
+        new="    if cache_salt is not None and not isinstance(cache_salt, str):\n",
+        gates=(f"{SALT}::test_a_salt_that_is_not_a_non_empty_string_is_refused_by_name",),
     ),
 ]

@@ -122,7 +122,7 @@ def test_vllms_optional_prompt_keys_are_taken_when_they_ask_for_nothing(llm: LLM
         got = llm.generate(quiet, sp)[0].outputs[0].token_ids
     assert got == want
     for extra, names in (({"multi_modal_data": {"image": "x.png"}}, "multimodal input is unsupported"),
-                         ({"cache_salt": "tenant-1"}, "cache_salt='tenant-1': unsupported")):
+                         ({"cache_salt": ""}, "prompt's cache_salt='': must be a non-empty string")):
         with pytest.raises(RequestError, match=names):
             llm.generate({"prompt": "Hello", **extra}, sp)
     assert not llm.engine.has_unfinished(), "nothing was queued"

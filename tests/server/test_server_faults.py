@@ -34,11 +34,11 @@ def test_a_request_the_engine_fails_to_add_is_a_500_alone(served) -> None:
     engine = server.llm.engine
     real = engine.add_request
 
-    def add_request(prompt, params=None, request_id=None):
+    def add_request(prompt, params=None, request_id=None, cache_salt=None):
         if list(prompt)[0] == POISON:
-            real(prompt, params, request_id)  # queued, then the planted bug: the engine must take it back
+            real(prompt, params, request_id, cache_salt)  # queued, then the planted bug: the engine must take it back
             raise RuntimeError("planted: add_request failed after queueing")
-        return real(prompt, params, request_id)
+        return real(prompt, params, request_id, cache_salt)
 
     engine.add_request = add_request
     bad = _completion(url, POISON)

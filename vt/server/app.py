@@ -345,7 +345,8 @@ class Answer:
         self.server, self.rid, self.chat, self.parsed = server, rid, chat, parsed
         self.prompts, self.token_ids = prompts, token_ids
         self.echoed: set[tuple[int, int]] = set()  # (prompt, sample): its prompt was sent (echo)
-        self.gens = [server.llm.generate(ids, parsed.params, f"{rid}-{i}") for i, ids in enumerate(token_ids)]
+        self.gens = [server.llm.generate(ids, parsed.params, f"{rid}-{i}", parsed.cache_salt)
+                     for i, ids in enumerate(token_ids)]
         self.sent: dict[tuple[int, int], tuple[int, int]] = {}  # (prompt, sample) -> (chars, tokens) sent
         self.ended: set[tuple[int, int]] = set()  # (prompt, sample): its finish_reason was sent; nothing follows it
         # (prompt, sample) -> the next token's text_offset: its place in the choice's text, which the characters

@@ -117,10 +117,11 @@ class AsyncLLM:
         return st
 
     # ---- the event loop's side --------------------------------------------------------------
-    async def generate(self, prompt: Any, params: SamplingParams,
-                       request_id: str) -> AsyncGenerator[RequestOutput, None]:
+    async def generate(self, prompt: Any, params: SamplingParams, request_id: str,
+                       cache_salt: str | None = None) -> AsyncGenerator[RequestOutput, None]:
         """Yields the request's output after every engine step that changed it; the last one is finished.
-        Raises RequestError before the first output if the engine refuses the request."""
+        Raises RequestError before the first output if the engine refuses the request. cache_salt: vLLM's (cached
+        prefix blocks are shared only with requests of the same salt)."""
         if self.dead is not None:
             raise EngineDeadError(self.why_stopped)
         stream = _Stream(asyncio.get_running_loop())
@@ -130,9 +131,10 @@ class AsyncLLM:
             if self._core is not None:
                 ids = self.engine.tokenize(prompt)  # a RequestError before anything is queued
                 self._adds[request_id] = added
-                self._core.add(request_id, prompt if isinstance(prompt, str) else None, ids, params)
+                self._core.add(request_id, prompt if isinstance(prompt, str) else None, ids, params,
+                               cache_salt=cache_salt)
             else:
-                self._commands.put(("add", request_id, (prompt, params, added)))
+                self._commands.put(("add", request_id, (prompt, params, cache_salt, added)))
         except BaseException:  # refused before it was queued: nothing of it may stay behind
             self._streams.pop(request_id, None)
             self._adds.pop(request_id, None)
@@ -257,12 +259,12 @@ class AsyncLLM:
 
     def _apply(self, kind: str, rid: str, arg: Any) -> None:
         if kind == "add":
-            prompt, params, added = arg
+            prompt, params, salt, added = arg
             stream = self._streams.get(rid)
             if stream is None:
                 return  # the consumer left before the engine saw it
             try:
-                req = self.engine.add_request(prompt, params, request_id=rid)
+                req = self.engine.add_request(prompt, params, request_id=rid, cache_salt=salt)
                 if req.is_finished:  # can never fit: refused as bad input, nothing held
                     raise RequestError(req.error or "request refused")
             except RequestError as e:
@@ -306,7 +308,7 @@ class AsyncLLM:
             except queue.Empty:
                 return
             if kind == "add" and rid in self._streams:
-                self._streams[rid].loop.call_soon_threadsafe(_settle, arg[2], EngineDeadError(why))
+                self._streams[rid].loop.call_soon_threadsafe(_settle, arg[-1], EngineDeadError(why))
 
     def _finished(self, f: Finished) -> None:
         self.num_preempted_done += f.num_preemptions

@@ -53,6 +53,7 @@ class Parsed:
     echo: bool = False  # completions: the prompt (and, with logprobs, its tokens' logprobs) before the completion
     prompt_logprobs: int | None = None  # vLLM's field: the prompt tokens' top-n in the response, as vLLM lays it out
     max_tokens_field: str = "max_tokens"  # the field max_tokens came from (chat: max_completion_tokens, if given)
+    cache_salt: str | None = None  # vLLM's: cached prefix blocks shared only with requests of the same salt
 
     @property
     def prompt_only(self) -> bool:
@@ -135,7 +136,7 @@ FIELDS_COMMON = frozenset({"model", "stream", "stream_options", "max_tokens", "l
                            "top_p", "top_k", "min_p", "seed", "n", "presence_penalty", "frequency_penalty",
                            "repetition_penalty", "min_tokens", "ignore_eos", "stop_token_ids", "user",
                            "prompt_logprobs", "logit_bias", "allowed_token_ids", "include_stop_str_in_output",
-                           "skip_special_tokens"})
+                           "skip_special_tokens", "cache_salt"})
 FIELDS = {False: FIELDS_COMMON | {"prompt", "echo"},
           True: FIELDS_COMMON | {"messages", "max_completion_tokens", "top_logprobs", *RENDER_FIELDS}}
 # Fields vt does not implement, accepted only at the value that means "not used".
@@ -259,5 +260,8 @@ def parse_sampling(body: dict, chat: bool) -> Parsed:
                                 logprobs=logprobs, **kw)
     except (ConfigError, TypeError) as e:
         raise bad(str(e), str(e).split("=", 1)[0] if "=" in str(e) else None) from None
+    salt = body.get("cache_salt")
+    if salt is not None and (not isinstance(salt, str) or not salt):  # vLLM's rule, its words
+        raise bad("Parameter 'cache_salt' must be a non-empty string if provided.", "cache_salt")
     return Parsed([], params, stream, bool(opts.get("include_usage")), bool(opts.get("continuous_usage_stats")),
-                  logprobs, max_tokens, chat, echo, _get(body, "prompt_logprobs", (int,)), name)
+                  logprobs, max_tokens, chat, echo, _get(body, "prompt_logprobs", (int,)), name, salt)

@@ -59,8 +59,8 @@ def _plant(llm: Any, stall: dict) -> None:
     engine = llm.engine
     add, step = engine.add_request, engine.step
 
-    def add_request(prompt, params=None, request_id=None):  # noqa: ANN001, ANN202 - the engine's signature
-        req = add(prompt, params, request_id)
+    def add_request(prompt, params=None, request_id=None, cache_salt=None):  # noqa: ANN001, ANN202 - the engine's
+        req = add(prompt, params, request_id, cache_salt)
         if not isinstance(prompt, str) and list(prompt)[:1] == [POISON]:
             raise RuntimeError("planted: the add failed after the request was queued")
         return req

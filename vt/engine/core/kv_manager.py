@@ -13,6 +13,8 @@ computed is keyed by a hash chained through its parent block's hash (so a block 
 whole prefix). A released block keeps its key in the free queue, which is in least-recently-released order
 (a request's blocks go back tail first, so its shared prefix is evicted last); taking a block for new KV
 evicts its key. A new request's longest cached prefix is served from those blocks, referenced again.
+A request's cache salt (vLLM's `cache_salt`) roots its chain: its first block's parent is the salt's digest, not
+the empty key, so requests share cached blocks only under the same salt (or none).
 With a draft model, the draft group's blocks of a prompt are keyed beside the target's (the draft prefills the
 whole prompt in the step the target does), under the target block's key tagged as the draft's: a request that
 speculates is served a prefix only as far as both groups hold it, so the draft's KV starts where the target's
@@ -136,6 +138,14 @@ class KVCacheManager:
         return b
 
     # ---- prefix caching ---------------------------------------------------------------------------
+    @staticmethod
+    def salt_root(cache_salt: str | None) -> bytes:
+        """The parent key of a request's first block: empty without a salt, else the salt's SHA-256 (32 bytes, the
+        shape of every other parent, so a salted chain is an unsalted one's only by a hash collision)."""
+        if cache_salt is None:
+            return b""
+        return hashlib.sha256(b"vt cache salt\0" + cache_salt.encode()).digest()
+
     def chained_keys(self, token_ids: Sequence[int], start: int, stop: int, parent: bytes) -> Iterator[bytes]:
         """The keys of full blocks start..stop-1 of token_ids, block `start`'s parent keyed `parent`, one at a time:
         a full block's key is the SHA-256 of its parent's key (b"" for the first block) and its tokens as int64
@@ -148,10 +158,12 @@ class KVCacheManager:
             parent = hashlib.sha256(parent + data[i * step : (i + 1) * step]).digest()
             yield parent
 
-    def keys_of(self, token_ids: Sequence[int], num_blocks: int, known: list[bytes] | None = None) -> list[bytes]:
-        """The chained keys of the first num_blocks full blocks of token_ids (extending `known`, a prefix of them)."""
+    def keys_of(self, token_ids: Sequence[int], num_blocks: int, known: list[bytes] | None = None,
+                root: bytes = b"") -> list[bytes]:
+        """The chained keys of the first num_blocks full blocks of token_ids (extending `known`, a prefix of them),
+        the first block's parent keyed `root` (salt_root)."""
         keys = list(known or [])
-        keys += self.chained_keys(token_ids, len(keys), num_blocks, keys[-1] if keys else b"")
+        keys += self.chained_keys(token_ids, len(keys), num_blocks, keys[-1] if keys else root)
         return keys
 
     @staticmethod
@@ -159,20 +171,21 @@ class KVCacheManager:
         """The key of the draft group's block that holds the same prefix as the target block keyed `key`."""
         return b"draft:" + key
 
-    def lookup(self, token_ids: Sequence[int]) -> list[int]:
+    def lookup(self, token_ids: Sequence[int], root: bytes = b"") -> list[int]:
         """The target blocks holding the longest cached prefix of token_ids (lookup_groups' first list)."""
-        return self.lookup_groups(token_ids)[TARGET]
+        return self.lookup_groups(token_ids, root=root)[TARGET]
 
-    def lookup_groups(self, token_ids: Sequence[int], draft: bool = False,
-                      memo: list[bytes] | None = None) -> list[list[int]]:
+    def lookup_groups(self, token_ids: Sequence[int], draft: bool = False, memo: list[bytes] | None = None,
+                      root: bytes = b"") -> list[list[int]]:
         """Per KV group, the blocks holding the longest cached prefix of token_ids, whole blocks only, up to the
         last token's (whose logits are still computed, over the KV the cache holds: `Scheduler._admit`). draft: the
         prefix must be cached in the draft group too (a request that speculates); else the draft's list is empty.
         memo: the keys of token_ids' first blocks known so far (a request's own list, which this extends as it keys
-        more): a request looked up again (one waiting for blocks, step after step) hashes no block twice."""
+        more): a request looked up again (one waiting for blocks, step after step) hashes no block twice. root: the
+        first block's parent key (salt_root of the request's cache salt)."""
         hit: list[list[int]] = [[] for _ in range(self.num_groups)]
         # keyed one block at a time, up to the first block not cached: a miss hashes one block, not its whole prompt
-        for key in self._keys_through(token_ids, len(token_ids) // self.block_size, memo):
+        for key in self._keys_through(token_ids, len(token_ids) // self.block_size, memo, root):
             b = self.cached.get(key)
             d = self.cached.get(self.draft_key(key)) if draft else None
             if b is None or (draft and d is None):
@@ -182,13 +195,14 @@ class KVCacheManager:
                 hit[DRAFT].append(d)
         return hit
 
-    def _keys_through(self, token_ids: Sequence[int], stop: int, memo: list[bytes] | None) -> Iterator[bytes]:
+    def _keys_through(self, token_ids: Sequence[int], stop: int, memo: list[bytes] | None,
+                      root: bytes) -> Iterator[bytes]:
         """The keys of blocks 0..stop-1 of token_ids, one at a time: memo's first, then hashed (and added to memo)."""
         if memo is None:
-            yield from self.chained_keys(token_ids, 0, stop, b"")
+            yield from self.chained_keys(token_ids, 0, stop, root)
             return
         yield from memo[:stop]
-        for key in self.chained_keys(token_ids, len(memo), stop, memo[-1] if memo else b""):
+        for key in self.chained_keys(token_ids, len(memo), stop, memo[-1] if memo else root):
             memo.append(key)
             yield key
 
@@ -213,13 +227,14 @@ class KVCacheManager:
         for req in requests:
             computed = min(req.num_computed, len(req.prompt_ids) + len(req.output_ids))
             if computed // bs > len(keys.get(req.id, ())) and req.id in tables:
-                self.cache_full_blocks(req.id, req.all_ids, req.num_computed)
+                self.cache_full_blocks(req.id, req.all_ids, req.num_computed, root=req.cache_root)
 
     def cache_full_blocks(self, req_id: str, token_ids: Sequence[int], num_computed: int,
-                          draft_computed: int = 0) -> None:
+                          draft_computed: int = 0, root: bytes = b"") -> None:
         """Key every full target block of req_id whose KV is computed (the first num_computed tokens), so later
         requests find it, and every full draft block whose draft KV is (the first draft_computed tokens: the
-        prompt, prefilled whole). A prefix already cached in another block leaves this one unkeyed."""
+        prompt, prefilled whole). A prefix already cached in another block leaves this one unkeyed. root: the first
+        block's parent key (salt_root of the request's cache salt)."""
         if not self.enable_caching or req_id not in self.tables:
             return
         tables = self.tables[req_id]
@@ -227,12 +242,12 @@ class KVCacheManager:
         known = self.req_keys.setdefault(req_id, [])
         if full <= len(known) and not draft_computed:
             return
-        keys = self.keys_of(token_ids, max(full, len(known)), known)
+        keys = self.keys_of(token_ids, max(full, len(known)), known, root)
         for i in range(len(known), full):
             self._key(tables[TARGET][i], keys[i])
         if draft_computed and self.num_groups > DRAFT:
             draft_full = min(draft_computed, len(tables[DRAFT]) * self.block_size, len(token_ids)) // self.block_size
-            keys = self.keys_of(token_ids, max(draft_full, len(keys)), keys)
+            keys = self.keys_of(token_ids, max(draft_full, len(keys)), keys, root)
             for i in range(draft_full):
                 self._key(tables[DRAFT][i], self.draft_key(keys[i]))
         self.req_keys[req_id] = keys[: max(full, len(known))]

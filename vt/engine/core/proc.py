@@ -2,7 +2,8 @@
 streams, the HTTP work) and the engine's loop no longer share one interpreter's GIL, so neither waits for the
 other's Python. The front talks to the core over a pipe in msgpack (msgspec), one message a step.
 
-front -> core   ("add", rid, prompt ids, params)   ("abort", rid)   ("stop", reason)   ("reset_prefix_cache", n)
+front -> core   ("add", rid, prompt ids, params, cache salt)   ("abort", rid)   ("stop", reason)
+                ("reset_prefix_cache", n)
 core -> front   ("ready", settled config)   ("failed", error class, text)   ("added", rid, error class, text)
                 ("out", steps, stats, items, finished)   ("aborted", rid, samples ended, steps, blocks in use)
                 ("reset", n, done)   ("dead", why)   ("stopped",)
@@ -143,9 +144,9 @@ class _Core:
         if kind == "batch":
             return all(self.apply(m) for m in msg[1])
         if kind == "add":
-            _, rid, prompt, params = msg
+            _, rid, prompt, params, salt = msg
             try:
-                req = self.engine.add_request(prompt, _params_from_wire(params), request_id=rid)
+                req = self.engine.add_request(prompt, _params_from_wire(params), request_id=rid, cache_salt=salt)
                 if req.is_finished:  # can never fit: refused as bad input, nothing held
                     from vt.errors import RequestError
 
@@ -356,13 +357,14 @@ class EngineCoreClient:
         with self._send_lock:
             _send(self.conn, msg)
 
-    def add(self, rid: str, prompt: str | None, ids: list[int], params: SamplingParams, send: bool = True) -> tuple:
+    def add(self, rid: str, prompt: str | None, ids: list[int], params: SamplingParams, send: bool = True,
+            cache_salt: str | None = None) -> tuple:
         """Queues a request; send=False returns its message for a batch (add_all) instead of sending it."""
         here = self.tokenizer is not None and params.detokenize and not params.stop
         self.outputs[rid] = _Output(prompt, ids, tokenizer=self.tokenizer if here else None,
                                     include_stop=params.include_stop_str_in_output,
                                     skip_special_tokens=params.skip_special_tokens)
-        msg = ("add", rid, ids, _params_wire(replace(params, detokenize=False) if here else params))
+        msg = ("add", rid, ids, _params_wire(replace(params, detokenize=False) if here else params), cache_salt)
         if send:
             self.send(msg)
         return msg

@@ -50,6 +50,8 @@ class Request:
     # the prefix cache's keys of its first full blocks, as far as a lookup has keyed them (its tokens only grow, so
     # they hold for life): a request waiting for blocks is looked up again each step without hashing again
     block_keys: list[bytes] = field(default_factory=list)
+    # the parent key of its first block (KVCacheManager.salt_root of its cache_salt): empty without a salt
+    cache_root: bytes = b""
     # prompt tokens the prefix cache served at its first admission, which it did not compute (vLLM's
     # num_cached_tokens: a prompt cached through its last token counts all but that token); -1 until admitted
     num_cached_tokens: int = -1

@@ -63,7 +63,7 @@ class Scheduler:
         if not self._may_use_cache(req):
             return None
         return self.kv.lookup_groups(req.all_ids, draft=self.kv.num_groups > 1 and req.can_speculate,
-                                     memo=req.block_keys)
+                                     memo=req.block_keys, root=req.cache_root)
 
     def _may_use_cache(self, req: Request) -> bool:
         """Whether req's prompt is looked up (so counted) in the prefix cache: prompt logprobs score every position."""
@@ -144,7 +144,8 @@ class Scheduler:
             self.prefill_tokens += 0 if leader else chunk
             # a request that speculates has its whole prompt prefilled by the draft in this step as well
             self.kv.cache_full_blocks(req.id, req.all_ids, req.num_computed,
-                                      draft_computed=req.num_computed if req.can_speculate and not leader else 0)
+                                      draft_computed=req.num_computed if req.can_speculate and not leader else 0,
+                                      root=req.cache_root)
             if req.num_cached_tokens < 0:  # vLLM's: what the cache served its first admission (a fork: none)
                 req.num_cached_tokens = 0 if leader else start
             if self._may_use_cache(req):  # vLLM's prefix-cache counters, in tokens, once per admission

@@ -2,9 +2,10 @@
 `generate(prompts, sampling_params=...)`, `chat(messages, ...)`, `get_tokenizer()`.
 
 Prompts: a string, a list of token ids, `{"prompt": str}`, `{"prompt_token_ids": [...]}`, or a list of
-those; a dict may also carry vLLM's optional keys when they ask for nothing (`multi_modal_data` /
-`mm_processor_kwargs` None or empty, `cache_salt` None). Any other shape is a RequestError naming it; every prompt
-is checked before any is queued, so bad input loses nothing.
+those; a dict may also carry vLLM's `cache_salt` (the prompt shares cached prefix blocks only with prompts of the
+same salt) and its multimodal keys when they ask for nothing (`multi_modal_data` / `mm_processor_kwargs` None or
+empty). Any other shape is a RequestError naming it; every prompt is checked before any is queued, so bad input
+loses nothing.
 
 Sampling parameters as vLLM's LLM takes them: given SamplingParams are used as they are (a field left None is
 neutral, never the checkpoint's); none given is `get_default_sampling_params()`, the checkpoint's defaults.
@@ -18,7 +19,7 @@ from typing import Any
 
 from vt.engine.config import EngineConfig
 from vt.engine.core.request import RequestOutput
-from vt.engine.front.llm_engine import LLMEngine
+from vt.engine.front.llm_engine import LLMEngine, check_cache_salt
 from vt.engine.front.process_engine import ProcessEngine
 from vt.engine.front.tokenizer import Tokenizer
 from vt.engine.sample.params import NEUTRAL, SamplingParams
@@ -52,14 +53,20 @@ def _one_prompt(p: Any) -> str | list[int]:
 
 
 def _check_optional_keys(p: dict) -> None:
-    """vLLM's optional prompt keys, taken when they ask for nothing: vt reads text alone, and its prefix cache keys
-    blocks by their tokens only (a salt would need threading through every block key)."""
+    """vLLM's optional prompt keys: the multimodal ones taken when they ask for nothing (vt reads text alone); a
+    cache salt None or a non-empty string."""
     for key in MULTIMODAL_KEYS:
         if p.get(key):  # None or empty: the text-only prompt vLLM also takes
             raise RequestError(f"prompt's {key}: multimodal input is unsupported by vt (text and token ids only)")
-    if p.get("cache_salt") is not None:
-        raise RequestError(f"prompt's cache_salt={p['cache_salt']!r}: unsupported by vt (its prefix cache is keyed by "
-                           f"tokens alone); leave it out or None")
+    try:
+        check_cache_salt(p.get("cache_salt"))
+    except RequestError as e:
+        raise RequestError(f"prompt's {e}") from None
+
+
+def _salt(p: Any) -> str | None:
+    """A parsed prompt's cache salt (a dict's `cache_salt`), None for any other shape."""
+    return p.get("cache_salt") if isinstance(p, dict) else None
 
 
 def _token_ids(p: Any) -> list[int]:
@@ -73,16 +80,16 @@ def _bad(p: Any) -> Any:
                        f"{{'prompt': str}} or {{'prompt_token_ids': [int, ...]}}")
 
 
-def parse_prompts(prompts: Any) -> list[str | list[int]]:
-    """A single prompt of any accepted shape, or a list of them."""
+def parse_prompts(prompts: Any) -> list[tuple[str | list[int], str | None]]:
+    """A single prompt of any accepted shape, or a list of them: each as (text or token ids, its cache salt)."""
     is_single = isinstance(prompts, (str, dict)) or (isinstance(prompts, (list, tuple)) and bool(prompts)
                                                        and all(isinstance(t, int) for t in prompts))
     if is_single:
-        return [_one_prompt(prompts)]
+        return [(_one_prompt(prompts), _salt(prompts))]
     if not isinstance(prompts, (list, tuple)) or not prompts:
         empty = " (empty)" if isinstance(prompts, list) and not prompts else ""  # never `== []`: an array broadcasts
         raise RequestError(f"prompts is {_shape(prompts)}{empty}: expected a prompt or a non-empty list of prompts")
-    return [_one_prompt(p) for p in prompts]
+    return [(_one_prompt(p), _salt(p)) for p in prompts]
 
 
 class LLM:
@@ -107,7 +114,7 @@ class LLM:
 
     def generate(self, prompts: Any, sampling_params: SamplingParams | Sequence[SamplingParams] | None = None,
                  use_tqdm: bool = True) -> list[RequestOutput]:
-        parsed = parse_prompts(prompts)
+        parsed, salts = zip(*parse_prompts(prompts))
         plist = (list(sampling_params) if isinstance(sampling_params, Sequence)
                  else [sampling_params] * len(parsed))
         if len(plist) != len(parsed):
@@ -115,7 +122,7 @@ class LLM:
         if any(sp is not None and not isinstance(sp, SamplingParams) for sp in plist):
             raise RequestError("sampling_params must be SamplingParams or a list of them")
         prepared = [self._prepare(p, sp) for p, sp in zip(parsed, plist)]  # all of them before any is queued
-        outs = self._generate_prepared([p for p, _ in prepared], [sp for _, sp in prepared], use_tqdm)
+        outs = self._generate_prepared([p for p, _ in prepared], [sp for _, sp in prepared], use_tqdm, list(salts))
         # a truncated text prompt ran as token ids: its output keeps the text it was given
         return [replace(o, prompt=p) if isinstance(p, str) and o.prompt != p else o for o, p in zip(outs, parsed)]
 
@@ -145,13 +152,16 @@ class LLM:
             sp = replace(sp, max_tokens=max(1, max_len - len(ids)))
         return prompt, sp
 
-    def _generate_prepared(self, parsed: list, plist: list[SamplingParams], use_tqdm: bool) -> list[RequestOutput]:
+    def _generate_prepared(self, parsed: list, plist: list[SamplingParams], use_tqdm: bool,
+                           salts: list[str | None] | None = None) -> list[RequestOutput]:
+        """salts: each prompt's cache salt (None: none)."""
+        salts = salts or [None] * len(parsed)
         if isinstance(self.engine, ProcessEngine):
-            return self._generate_through_the_core(parsed, plist)
+            return self._generate_through_the_core(parsed, plist, salts)
         self._check_alive()
         for p, sp in zip(parsed, plist):  # validate everything before queueing anything: bad input loses nothing
             self.engine.check_request(p, sp)
-        reqs = [self.engine.add_request(p, sp) for p, sp in zip(parsed, plist)]
+        reqs = [self.engine.add_request(p, sp, cache_salt=salt) for p, sp, salt in zip(parsed, plist, salts)]
         with _progress(use_tqdm, len(reqs)) as advance:
             while self.engine.has_unfinished():
                 advance(sum(r.is_finished for r in self._step()))
@@ -179,9 +189,9 @@ class LLM:
         if self.dead is not None:
             raise _dead(self.dead) from self.dead
 
-    def _generate_through_the_core(self, prompts: list, plist: list) -> list[RequestOutput]:
+    def _generate_through_the_core(self, prompts: list, plist: list, salts: list[str | None]) -> list[RequestOutput]:
         """Through the engine core's process: the same outputs, built from its deltas."""
-        outs = self.engine.run(prompts, plist)
+        outs = self.engine.run(prompts, plist, salts)
         tok = self.engine.tokenizer
 
         def decode(t: int) -> str:

@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from vt.engine.config import EngineConfig, resolve_dtype
+from vt.engine.core.kv_manager import KVCacheManager
 from vt.engine.core.outputs import RunnerOutput, SchedulerOutput
 from vt.engine.core.request import Request, Status
 from vt.engine.front.detokenizer import NO_TEXT, IncrementalDetokenizer
@@ -42,7 +43,6 @@ class LLMEngine:
     def __init__(self, cfg: EngineConfig) -> None:
         from models.loader import load_checkpoint, resolve_model
         from models.registry import load_model
-        from vt.engine.core.kv_manager import KVCacheManager
         from vt.engine.core.scheduler import Scheduler
         from vt.engine.worker.runner import ModelRunner
         from vt.registry import make_backend
@@ -320,17 +320,19 @@ class LLMEngine:
         return ids, resolved
 
     def add_request(self, prompt: Prompt, params: SamplingParams | None = None,
-                    request_id: str | None = None) -> Request:
+                    request_id: str | None = None, cache_salt: str | None = None) -> Request:
         """Bad input, or a prompt that leaves no room for one generated token, raises RequestError (nothing is
-        queued)."""
+        queued). cache_salt (vLLM's): the request shares cached prefix blocks only with requests of the same salt."""
+        check_cache_salt(cache_salt)
         ids, resolved = self.check_request(prompt, params)
         rid = request_id or f"req-{next(self._ids)}"
         ids_n = [rid] + [f"{rid}#{i}" for i in range(1, resolved.n)]
         if any(i in self.requests for i in ids_n):
             raise RequestError(f"request id {rid!r} is already in use")
         seed = resolved.seed if resolved.seed is not None else int(self._rng.integers(1 << 62))
+        root = KVCacheManager.salt_root(cache_salt)
         samples = [Request(i, ids, resolved, prompt if isinstance(prompt, str) else None, seed=wrap_seed(seed + k),
-                           index=k) for k, i in enumerate(ids_n)]
+                           index=k, cache_root=root) for k, i in enumerate(ids_n)]
         for req in samples:
             req.siblings = samples if resolved.n > 1 else None
             req.detok = (IncrementalDetokenizer(self.tokenizer, resolved.stop, resolved.include_stop_str_in_output,
@@ -581,6 +583,12 @@ def tokenize_prompt(tokenizer: Any, vocab_size: int, prompt: Prompt, add_special
     if not ids:
         raise RequestError("prompt is empty")
     return ids
+
+
+def check_cache_salt(cache_salt: Any) -> None:
+    """vLLM's rule for a cache salt: None, or a non-empty string (RequestError otherwise)."""
+    if cache_salt is not None and (not isinstance(cache_salt, str) or not cache_salt):
+        raise RequestError(f"cache_salt={cache_salt!r}: must be a non-empty string if provided")
 
 
 def encode_text(tokenizer: Any, text: str, add_special_tokens: bool = True) -> list[int]:

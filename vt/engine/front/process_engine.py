@@ -55,15 +55,19 @@ class ProcessEngine:
     def tokenize(self, prompt: Any, add_special_tokens: bool = True) -> list[int]:
         return self.front.tokenize(prompt, add_special_tokens)
 
-    def run(self, prompts: list[Any], params: list[SamplingParams | None]) -> list[RequestOutput]:
+    def run(self, prompts: list[Any], params: list[SamplingParams | None],
+            salts: list[str | None] | None = None) -> list[RequestOutput]:
+        """salts: each prompt's cache salt (None: none)."""
         ids = [self.front.tokenize(p) for p in prompts]  # a RequestError before anything is queued
+        salts = salts or [None] * len(prompts)
         rids = [f"offline-{next(self._ids)}" for _ in prompts]
         with self._cond:
             self._check_alive()
             for rid in rids:
                 self._adds[rid] = _PENDING
         self.core.add_all([self.core.add(rid, p if isinstance(p, str) else None, toks, sp or SamplingParams(),
-                                         send=False) for rid, p, toks, sp in zip(rids, prompts, ids, params)])
+                                         send=False, cache_salt=salt)
+                           for rid, p, toks, sp, salt in zip(rids, prompts, ids, params, salts)])
         try:
             self._wait(lambda: all(self._adds[r] is not _PENDING for r in rids))
             refused = next((self._adds[r] for r in rids if self._adds[r] is not None), None)
