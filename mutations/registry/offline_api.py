@@ -14,6 +14,7 @@ SERVER = "tests/server/test_openai_server.py"
 SPELL = "tests/engine/test_vllm_spellings.py"
 PROGRESS = "tests/engine/test_offline_progress.py"
 PARITY = "tests/engine/test_offline_vllm_parity.py"
+BAD_WORDS = "tests/engine/test_bad_words.py"
 # vt generate from its sampling params to its engine's load (the mutant below moves the params after it)
 GENERATE_HEAD = (
     '    params = _sampling_params(args)  # a bad flag is named before anything loads: an 8B checkpoint loads for a minute\n'
@@ -472,12 +473,77 @@ ENTRIES: list[Mutation] = [
         gates=(f"{PARITY}::test_a_field_vt_lacks_or_a_bad_value_is_one_config_error[unknown]",),
     ),
     Mutation(
-        id="bad-words-ignored",
-        description="bad_words is taken and ignored: the banned words can still be generated",
-        file="vt/engine/sample/params.py", old="        if self.bad_words:  # None or [] is vLLM's \"none\"\n",
-        new="        if False:\n",
-        gates=(f"{PARITY}::test_a_field_vt_lacks_or_a_bad_value_is_one_config_error[bad-words]",),
+        id="bad-words-blank-word-taken",
+        description="a blank bad word is taken (it tokenizes to nothing, and bans nothing) instead of refused",
+        file="vt/engine/sample/params.py",
+        old="        if bw is not None and (not isinstance(bw, list) or not all(isinstance(w, str) and w.strip() for w in bw)):\n",
+        new="        if bw is not None and (not isinstance(bw, list) or not all(isinstance(w, str) for w in bw)):\n",
+        gates=(f"{PARITY}::test_a_field_vt_lacks_or_a_bad_value_is_one_config_error[bad-words]",
+               f"{BAD_WORDS}::test_a_bad_words_value_that_is_not_a_list_of_words_is_refused_by_name"),
         expect="DID NOT RAISE",
+    ),
+    Mutation(
+        id="bad-words-one-token-word-not-banned",
+        description="a bad word of one token is tokenized but never banned: it is still generated",
+        file="vt/engine/sample/params.py", old="                biased[word[0]] = -math.inf\n",
+        new="                pass\n",
+        gates=(f"{BAD_WORDS}::test_a_one_token_word_is_never_generated[cpu]",),
+        expect="was generated",
+    ),
+    Mutation(
+        id="bad-words-sequence-ban-ignores-the-prefix",
+        description="a longer bad word's last token is banned at every step, not only after the rest of the word",
+        file="vt/engine/sample/params.py",
+        old="                if len(w) - 1 <= len(out) and out[len(out) - len(w) + 1 :] == list(w[:-1])]\n",
+        new="                if True]\n",
+        gates=(f"{BAD_WORDS}::test_a_longer_words_last_token_is_banned_only_after_the_rest_of_it[cpu]",),
+        expect="b alone is not banned",
+    ),
+    Mutation(
+        id="bad-words-sequence-ban-never-applied",
+        description="the runner never builds a step's sequence bans: a longer bad word is still generated",
+        file="vt/engine/worker/runner.py",
+        old="        for i in np.flatnonzero(b.bans_sequences[rows]):  # the bad words the output so far leads into\n",
+        new="        for i in np.flatnonzero(b.bans_sequences[rows] & False):\n",
+        gates=(f"{BAD_WORDS}::test_a_longer_words_last_token_is_banned_only_after_the_rest_of_it[cpu]",),
+        expect="was generated",
+    ),
+    Mutation(
+        id="bad-words-sequence-ban-steps-overlapped",
+        description="a request with a multi-token bad word lets the engine overlap steps: its row is built before "
+                    "the host holds its last token",
+        file="vt/engine/front/llm_engine.py",
+        old="        return not any(r.params.reads_its_output for r in self.scheduler.running)\n",
+        new="        return not any(r.params.has_penalties for r in self.scheduler.running)\n",
+        gates=(f"{BAD_WORDS}::test_the_multi_token_ban_steps_without_overlap_and_matches_the_synchronous_engine",),
+        expect="bad_words run without a fault",
+    ),
+    Mutation(
+        id="bad-words-spaced-variant-dropped",
+        description="a bad word is banned only as it starts a text, not as vLLM also bans it after a space",
+        file="vt/engine/front/llm_engine.py",
+        old="        if spaced and len(spaced) == len(plain) and spaced[0] != plain[0]:\n",
+        new="        if False:\n",
+        gates=(f"{BAD_WORDS}::test_words_tokenize_as_vllms_do_with_and_without_a_leading_space",),
+    ),
+    Mutation(
+        id="bad-words-multi-token-taken-under-speculation",
+        description="a multi-token bad word is taken under speculative decoding (its ban would be built over "
+                    "proposed tokens the host does not hold)",
+        file="vt/engine/front/llm_engine.py",
+        old="        if resolved.sequence_bans and self.scheduler.num_spec_tokens:\n",
+        new="        if False:\n",
+        gates=(f"{BAD_WORDS}::test_a_multi_token_word_is_refused_under_speculative_decoding",),
+    ),
+    Mutation(
+        id="bad-words-dropped-by-the-server",
+        description="the API server takes bad_words as a known field but never reads it: the words are generated",
+        file="vt/server/protocol.py",
+        old="                         (\"skip_special_tokens\", (bool,)), (\"bad_words\", (list,))):\n",
+        new="                         (\"skip_special_tokens\", (bool,)), (\"bad_words_unread\", (list,))):\n",
+        gates=("tests/server/test_bad_words_server.py::"
+               "test_the_server_bans_the_words_the_offline_api_bans_and_refuses_a_bad_value",),
+        expect="the offline API's tokens under the same ban",
     ),
     Mutation(
         id="prompt-multimodal-data-ignored",

@@ -331,8 +331,8 @@ ENTRIES += [
         description="skip_special_tokens false is accepted and never handed to SamplingParams: the text still leaves "
                     "the special tokens out",
         file="vt/server/protocol.py",
-        old='                         ("skip_special_tokens", (bool,))):\n',
-        new='                         ):\n',
+        old='                         ("skip_special_tokens", (bool,)), ("bad_words", (list,))):\n',
+        new='                         ("bad_words", (list,))):\n',
         gates=(f"{FIELDS}::test_skip_special_tokens_false_keeps_their_text[chat]",
                f"{FIELDS}::test_skip_special_tokens_false_keeps_their_text[completions]"),
     ),

@@ -102,7 +102,7 @@ def test_clone_is_a_deep_copy() -> None:
 
 
 @pytest.mark.parametrize("kw, names", [({"no_such_field": 1}, "no_such_field=1"),
-                                       ({"bad_words": ["x"]}, "bad_words=['x']: not supported"),
+                                       ({"bad_words": [""]}, "bad_words=['']: must be a list of words"),
                                        ({"truncate_prompt_tokens": 0}, "truncate_prompt_tokens=0"),
                                        ({"skip_special_tokens": "no"}, "skip_special_tokens='no'")],
                          ids=["unknown", "bad-words", "truncate-zero", "skip-not-bool"])

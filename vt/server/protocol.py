@@ -136,7 +136,7 @@ FIELDS_COMMON = frozenset({"model", "stream", "stream_options", "max_tokens", "l
                            "top_p", "top_k", "min_p", "seed", "n", "presence_penalty", "frequency_penalty",
                            "repetition_penalty", "min_tokens", "ignore_eos", "stop_token_ids", "user",
                            "prompt_logprobs", "logit_bias", "allowed_token_ids", "include_stop_str_in_output",
-                           "skip_special_tokens", "cache_salt"})
+                           "skip_special_tokens", "cache_salt", "bad_words"})
 FIELDS = {False: FIELDS_COMMON | {"prompt", "echo"},
           True: FIELDS_COMMON | {"messages", "max_completion_tokens", "top_logprobs", *RENDER_FIELDS}}
 # Fields vt does not implement, accepted only at the value that means "not used".
@@ -236,7 +236,7 @@ def parse_sampling(body: dict, chat: bool) -> Parsed:
                          ("frequency_penalty", (int, float)), ("repetition_penalty", (int, float)),
                          ("min_tokens", (int,)), ("ignore_eos", (bool,)), ("stop_token_ids", (list,)),
                          ("allowed_token_ids", (list,)), ("include_stop_str_in_output", (bool,)),
-                         ("skip_special_tokens", (bool,))):
+                         ("skip_special_tokens", (bool,)), ("bad_words", (list,))):
         v = _get(body, field, kinds)
         if v is not None:
             kw[field] = v

@@ -8,6 +8,7 @@ import sys
 import time
 import traceback
 import weakref
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -295,6 +296,8 @@ class LLMEngine:
             raise RequestError(f"prompt has {len(ids)} tokens; max_model_len={self.cfg.max_model_len} leaves no room "
                                f"for one generated token")
         resolved = (params or SamplingParams()).resolve(self.generation_config)
+        if params is not None and params.bad_words:
+            resolved = self._with_bad_words(resolved, params.bad_words)
         if resolved.has_penalties and self.scheduler.num_spec_tokens:
             name, value = next((n, v) for n, v, off in (("repetition_penalty", resolved.repetition_penalty, 1.0),
                                                         ("presence_penalty", resolved.presence_penalty, 0.0),
@@ -318,6 +321,27 @@ class LLMEngine:
             raise RequestError(f"min_tokens={resolved.min_tokens} holds off every one of allowed_token_ids "
                                f"{sorted(set(allowed))[:5]} (EOS and stop_token_ids): no token could be drawn")
         return ids, resolved
+
+    def _with_bad_words(self, resolved: Any, words: list[str]) -> Any:
+        """resolved with its bad words as token ids (vLLM's tokenization), or the RequestError naming what cannot
+        run: a token outside the vocabulary, a word of several tokens under speculative decoding (its ban depends
+        on tokens the draft proposes), more banned and biased tokens than a sampler row holds."""
+        from vt.engine.sample.sampler import MAX_BIASED
+
+        seqs = bad_words_token_ids(self.tokenizer, words)
+        outside = sorted({t for w in seqs for t in w if not 0 <= t < self.vocab_size})
+        if outside:
+            raise RequestError(f"bad_words {words!r}: token ids {outside[:5]} are outside the vocabulary "
+                               f"[0, {self.vocab_size})")
+        resolved = replace(resolved, bad_words_token_ids=tuple(tuple(w) for w in seqs))
+        if resolved.sequence_bans and self.scheduler.num_spec_tokens:
+            raise RequestError(f"bad_words {words!r}: words of more than one token are not supported with "
+                               f"speculative decoding")
+        width = len(resolved.biased_tokens) + len({w[-1] for w in resolved.sequence_bans})
+        if width > MAX_BIASED:
+            raise RequestError(f"bad_words {words!r} with logit_bias / allowed_token_ids name {width} tokens; at most "
+                               f"{MAX_BIASED} per request")
+        return resolved
 
     def add_request(self, prompt: Prompt, params: SamplingParams | None = None,
                     request_id: str | None = None, cache_salt: str | None = None) -> Request:
@@ -435,10 +459,11 @@ class LLMEngine:
     def _can_overlap(self, so: SchedulerOutput) -> bool:
         """Whether the next step may be scheduled before this one's results are applied: any step after any
         step (decode rows read their last token on the device, whether the step is a decode step or a mixed
-        one), except with speculation or penalties, whose inputs (proposals, token history) are the host's."""
+        one), except with speculation, penalties or bad words of several tokens, whose inputs (proposals, the tokens
+        so far) are the host's."""
         if so.spec_tokens:
             return False
-        return not any(r.params.has_penalties for r in self.scheduler.running)
+        return not any(r.params.reads_its_output for r in self.scheduler.running)
 
     def _check_stall(self) -> list[Request]:
         """Nothing was scheduled, yet requests are in flight: no later step would differ. A waiting head that
@@ -589,6 +614,20 @@ def check_cache_salt(cache_salt: Any) -> None:
     """vLLM's rule for a cache salt: None, or a non-empty string (RequestError otherwise)."""
     if cache_salt is not None and (not isinstance(cache_salt, str) or not cache_salt):
         raise RequestError(f"cache_salt={cache_salt!r}: must be a non-empty string if provided")
+
+
+def bad_words_token_ids(tokenizer: Any, words: list[str]) -> list[list[int]]:
+    """vLLM's tokenization of bad words (SamplingParams.update_from_tokenizer): each word, leading spaces stripped,
+    as it starts a text; then with one leading space, as it follows a word, where that gives other tokens of the
+    same count (a tokenizer that marks a word's start in its first token)."""
+    seqs: list[list[int]] = []
+    for word in words:
+        plain = encode_text(tokenizer, word.lstrip(), add_special_tokens=False)
+        spaced = encode_text(tokenizer, " " + word.lstrip(), add_special_tokens=False)
+        seqs.append(plain)
+        if spaced and len(spaced) == len(plain) and spaced[0] != plain[0]:
+            seqs.append(spaced)
+    return seqs
 
 
 def encode_text(tokenizer: Any, text: str, add_special_tokens: bool = True) -> list[int]:

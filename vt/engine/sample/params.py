@@ -13,7 +13,9 @@ carried into a request.
 from __future__ import annotations
 
 import copy
+import math
 import numbers
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -66,7 +68,10 @@ class SamplingParams:
     # default, which its fast detokenizer renders the same way
     spaces_between_special_tokens: bool = True
     truncate_prompt_tokens: int | None = None  # the offline LLM keeps the prompt's last N tokens (-1: max_model_len)
-    bad_words: list[str] | None = None  # vLLM's field; vt has no banned-sequence sampler: a non-empty list is refused
+    # vLLM's field: words never generated. Each is tokenized as vLLM does (as given, and with a leading space where
+    # that makes other tokens of the same count); a one-token word is banned at every step, a longer one's last token
+    # wherever the output so far ends with the rest of it
+    bad_words: list[str] | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.stop, str):
@@ -136,9 +141,9 @@ class SamplingParams:
         tp = self.truncate_prompt_tokens
         if tp is not None and (isinstance(tp, bool) or not isinstance(tp, int) or not (tp == -1 or tp >= 1)):
             raise ConfigError(f"truncate_prompt_tokens={tp!r}: must be an int >= 1, -1 (max_model_len) or None")
-        if self.bad_words:  # None or [] is vLLM's "none"
-            raise ConfigError(f"bad_words={self.bad_words!r}: not supported by vt (no banned-sequence sampler); use "
-                              f"logit_bias or allowed_token_ids for single tokens")
+        bw = self.bad_words  # None or [] is vLLM's "none"
+        if bw is not None and (not isinstance(bw, list) or not all(isinstance(w, str) and w.strip() for w in bw)):
+            raise ConfigError(f"bad_words={bw!r}: must be a list of words (non-blank strings)")
 
     def clone(self) -> SamplingParams:
         """A deep copy (vLLM's clone): changing the copy's lists leaves this one's as they are."""
@@ -265,18 +270,26 @@ class ResolvedParams:
     allowed_token_ids: tuple[int, ...] | None = None  # ascending, distinct
     detokenize: bool = True
     skip_special_tokens: bool = True
+    # bad_words as token id sequences (the engine tokenizes them: LLMEngine.check_request), vLLM's variants each
+    bad_words_token_ids: tuple[tuple[int, ...], ...] = ()
 
     biased_tokens: tuple[tuple[int, float], ...] = ()  # what the sampler adds per token (see __post_init__)
+    sequence_bans: tuple[tuple[int, ...], ...] = ()  # the bad words of more than one token
 
     def __post_init__(self) -> None:
         """biased_tokens: the logit bias, or with allowed_token_ids exactly those tokens (their bias where one was
-        asked, else 0; a bias on a token not allowed changes nothing). Computed once: rows read it every step."""
+        asked, else 0; a bias on a token not allowed changes nothing), then the one-token bad words at -inf (where
+        allowed_token_ids does not rule them out already). Computed once: rows read it every step."""
         if self.allowed_token_ids is None:
-            biased = self.logit_bias
+            biased = dict(self.logit_bias)
         else:
             bias = dict(self.logit_bias)
-            biased = tuple((t, bias.get(t, 0.0)) for t in self.allowed_token_ids)
-        object.__setattr__(self, "biased_tokens", biased)
+            biased = {t: bias.get(t, 0.0) for t in self.allowed_token_ids}
+        for word in self.bad_words_token_ids:
+            if len(word) == 1 and (self.allowed_token_ids is None or word[0] in biased):
+                biased[word[0]] = -math.inf
+        object.__setattr__(self, "biased_tokens", tuple(sorted(biased.items())))
+        object.__setattr__(self, "sequence_bans", tuple(w for w in self.bad_words_token_ids if len(w) > 1))
 
     @property
     def is_greedy(self) -> bool:
@@ -285,6 +298,19 @@ class ResolvedParams:
     @property
     def has_penalties(self) -> bool:
         return self.repetition_penalty != 1.0 or self.presence_penalty != 0.0 or self.frequency_penalty != 0.0
+
+    @property
+    def reads_its_output(self) -> bool:
+        """Whether the sampler row of its next token depends on the tokens it generated so far (penalties, a bad
+        word of more than one token): the host must hold them before it builds the row (no overlapped step)."""
+        return self.has_penalties or bool(self.sequence_bans)
+
+    def bans_after(self, output: Sequence[int]) -> list[int]:
+        """The last tokens of the multi-token bad words that the output so far leads into (vLLM's rule: the
+        word's other tokens are the output's last ones)."""
+        out = list(output)
+        return [w[-1] for w in self.sequence_bans
+                if len(w) - 1 <= len(out) and out[len(out) - len(w) + 1 :] == list(w[:-1])]
 
 
 def validate_generation_config(gen: dict[str, Any]) -> dict[str, Any]:

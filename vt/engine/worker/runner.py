@@ -226,6 +226,7 @@ class ModelRunner:
         b = self.batch
         b.sampling_f[row], b.sampling_i[row] = fixed.fparams[0], fixed.iparams[0]
         b.min_tokens[row], b.penalized[row] = p.min_tokens, spec.has_penalties
+        b.bans_sequences[row] = bool(p.sequence_bans)
 
     def _sampling(self, rows: np.ndarray, hist_width: int, offsets: np.ndarray | int = 0) -> SamplingRows:
         """The sampler's rows for these batch rows (a row may repeat: verifying, `offsets` positions later),
@@ -243,14 +244,37 @@ class ModelRunner:
             hist = np.zeros((len(rows), hist_width), I64)
             width = min(hist_width, b.token_ids.shape[1])
             hist[:, :width] = b.token_ids[rows, :width]
-        num_bias = ip[:, NUM_BIAS]
-        if num_bias.any():  # logit_bias / allowed_token_ids: few rows, each its own list
-            bias_ids = np.zeros((len(rows), int(num_bias.max())), I64)
+        lists = {int(i): self.states[b.requests[rows[i]]].params.biased_tokens  # type: ignore[index]
+                 for i in np.flatnonzero(ip[:, NUM_BIAS])}  # logit_bias, allowed_token_ids, one-token bad words
+        ahead = np.broadcast_to(np.asarray(offsets, I64), rows.shape)  # tokens past the host's (verify rows)
+        for i in np.flatnonzero(b.bans_sequences[rows]):  # the bad words the output so far leads into
+            lists[int(i)] = self._with_sequence_bans(int(rows[i]), int(ahead[i]))
+            ip[i, NUM_BIAS] = len(lists[int(i)])
+        filled = {i: biased for i, biased in lists.items() if biased}
+        if filled:  # few rows, each its own list
+            bias_ids = np.zeros((len(rows), max(len(v) for v in filled.values())), I64)
             bias_vals = np.zeros(bias_ids.shape, F32)
-            for i in np.flatnonzero(num_bias):
-                biased = self.states[b.requests[rows[i]]].params.biased_tokens  # type: ignore[index]
-                bias_ids[i, : len(biased)], bias_vals[i, : len(biased)] = zip(*biased)
+            for k, biased in filled.items():
+                bias_ids[k, : len(biased)], bias_vals[k, : len(biased)] = zip(*biased)
         return SamplingRows(fp, ip, hist, bias_ids, bias_vals)
+
+    def _with_sequence_bans(self, row: int, offset: int) -> tuple[tuple[int, float], ...]:
+        """Row's bias list with the last tokens of the bad words its output so far leads into at -inf. The host
+        must hold that output: the engine steps such a request without overlap, and never speculates with it."""
+        b = self.batch
+        rid = b.requests[row]
+        assert rid is not None
+        if b.ahead[row] or offset:
+            raise EngineInvariantError(f"request {rid} bans bad words of several tokens, but the host does not hold "
+                                       f"its last {int(b.ahead[row]) + offset} tokens")
+        st = self.states[rid]
+        bans = st.params.bans_after(b.token_ids[row, st.num_prompt_tokens : b.num_tokens[row]].tolist())
+        if not bans:
+            return st.params.biased_tokens
+        biased = dict(st.params.biased_tokens)
+        allowed = st.params.allowed_token_ids is not None
+        biased.update((t, -np.inf) for t in bans if not allowed or t in biased)
+        return tuple(sorted(biased.items()))
 
     def _collect(self, req_ids: list[str], q: int, res: StepResult, out: RunnerOutput,
                  asked: dict[str, int]) -> None:

@@ -1,0 +1,109 @@
+"""vLLM's `bad_words`: a word is never generated. A word of one token is banned at every step; a longer word's last
+token is banned wherever the output so far ends with the rest of it (vLLM's rule: its other tokens need not be
+banned, so they still appear elsewhere). Each word is tokenized as vLLM does, and the bans ride the sampler's logit
+bias at -inf, so the CPU twin and the CUDA kernel apply them alike. A multi-token word makes the engine step
+without overlap (its row depends on the last token), and its tokens are the synchronous engine's."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from tests.helpers import guarding
+from vt import LLM, SamplingParams
+from vt.engine.front.llm_engine import bad_words_token_ids
+from vt.errors import ConfigError, EngineDeadError, EngineInvariantError, RequestError
+
+PROMPTS = ["Hello world", "The cat", "1 2 3", "Once upon a time"]
+
+
+def make_llm(backend: str = "cpu", **kw) -> LLM:
+    return LLM("tiny-qwen3", backend=backend, max_model_len=256, num_blocks=64, **kw)
+
+
+def greedy(llm: LLM, bad_words: list[str] | None = None, max_tokens: int = 40) -> list[list[int]]:
+    sp = SamplingParams(temperature=0, max_tokens=max_tokens, ignore_eos=True, bad_words=bad_words)
+    with guarding("bad_words run without a fault", EngineInvariantError, EngineDeadError):
+        return [o.outputs[0].token_ids for o in llm.generate(PROMPTS, sp, use_tqdm=False)]
+
+
+def word_of(llm: LLM, ids: list[int]) -> str | None:
+    """The text of these tokens, when it tokenizes back to exactly them (so the word names those tokens)."""
+    text = llm.engine.tokenizer.decode(ids)
+    return text if text.strip() and bad_words_token_ids(llm.engine.tokenizer, [text])[0] == ids else None
+
+
+def pairs(out: list[int]) -> list[tuple[int, int]]:
+    return list(zip(out, out[1:]))
+
+
+@pytest.mark.parametrize("backend", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
+def test_a_one_token_word_is_never_generated(backend: str) -> None:
+    llm = make_llm(backend)
+    base = greedy(llm)
+    token, word = next((t, w) for out in base for t in out if (w := word_of(llm, [t])) is not None)
+    banned = greedy(llm, [word])
+    assert all(token not in out for out in banned), f"{word!r} (token {token}) was generated: {banned}"
+    for b, out in zip(base, banned):  # non-vacuity: the outputs agree up to where the word first was
+        cut = b.index(token) if token in b else len(b)
+        assert out[:cut] == b[:cut], "a ban changes nothing before the banned token's place"
+    sampled = SamplingParams(temperature=1.0, seed=1, max_tokens=48, ignore_eos=True, bad_words=[word])
+    drawn = [o.outputs[0].token_ids for o in llm.generate(PROMPTS * 4, sampled, use_tqdm=False)]
+    assert all(token not in out for out in drawn), "a sampled row never draws it either"
+
+
+@pytest.mark.parametrize("backend", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
+def test_a_longer_words_last_token_is_banned_only_after_the_rest_of_it(backend: str) -> None:
+    """A pair (a, b) of a greedy output whose b also comes earlier in it, after another token than a: banned, the
+    output keeps that earlier b (b alone is not banned), then takes another token than b after a."""
+    llm = make_llm(backend)
+    base = greedy(llm)
+    at, cut, word = next((k, i + 1, w) for k, out in enumerate(base) for i, (a, b) in enumerate(pairs(out))
+                         if a != b and b in out[1:i] and (w := word_of(llm, [a, b])) is not None)
+    a, b = base[at][cut - 1], base[at][cut]
+    assert any(out[j] == b and out[j - 1] != a for out in [base[at]] for j in range(1, cut - 1)), (
+        "non-vacuity: b comes earlier, after another token than a")
+    banned = greedy(llm, [word])
+    assert all((a, b) not in pairs(out) for out in banned), f"{word!r} ({a}, {b}) was generated: {banned}"
+    assert banned[at][:cut] == base[at][:cut], "the output runs as before up to the word's first token, its " \
+        "earlier b included: b alone is not banned"
+    assert banned[at][cut] != b, "after a, another token than b"
+
+
+def test_the_multi_token_ban_steps_without_overlap_and_matches_the_synchronous_engine() -> None:
+    eager = make_llm(async_scheduling=True)
+    base = greedy(eager)
+    word = next(w for out in base for a, b in pairs(out) if (w := word_of(eager, [a, b])) is not None)
+    before = eager.engine.num_overlapped
+    got = greedy(eager, [word])
+    assert eager.engine.num_overlapped == before, "no step overlapped while a multi-token ban ran"
+    greedy(eager)
+    assert eager.engine.num_overlapped > before, "non-vacuity: without the ban the engine overlaps steps"
+    assert got == greedy(make_llm(async_scheduling=False), [word]), "the same tokens as the synchronous engine's"
+
+
+def test_words_tokenize_as_vllms_do_with_and_without_a_leading_space() -> None:
+    vocab = {"word": [5, 6], " word": [7, 6], "cat": [9], " cat": [9], "dog": [3], " dog": [4, 3]}
+    tok = SimpleNamespace(encode_batch=lambda texts, add_special_tokens: [SimpleNamespace(ids=vocab[texts[0]])])
+    assert bad_words_token_ids(tok, ["word"]) == [[5, 6], [7, 6]], "a spaced variant of the same length is added"
+    assert bad_words_token_ids(tok, ["  word"]) == [[5, 6], [7, 6]], "leading spaces are stripped first"
+    assert bad_words_token_ids(tok, ["cat"]) == [[9]], "a spaced variant with the same first token is not"
+    assert bad_words_token_ids(tok, ["dog"]) == [[3]], "nor one of another length"
+
+
+@pytest.mark.parametrize("bad", [["", "x"], ["  "], "word", [3]])
+def test_a_bad_words_value_that_is_not_a_list_of_words_is_refused_by_name(bad: object) -> None:
+    with pytest.raises(ConfigError, match="bad_words=.*must be a list of words"):
+        SamplingParams(bad_words=bad)  # type: ignore[arg-type]
+    assert SamplingParams(bad_words=["x"]).bad_words == ["x"], "non-vacuity: a list of words is taken"
+
+
+def test_a_multi_token_word_is_refused_under_speculative_decoding() -> None:
+    llm = make_llm(speculative_model="[ngram]", num_speculative_tokens=2)
+    with guarding("a multi-token word is refused up front under speculation", EngineInvariantError,
+                  EngineDeadError), pytest.raises(RequestError, match="more than one token are not supported with "
+                                                                     "speculative decoding"):
+        llm.generate("Hello", SamplingParams(max_tokens=4, bad_words=["x capital"]), use_tqdm=False)
+    out = llm.generate("Hello", SamplingParams(max_tokens=4, bad_words=["x"]), use_tqdm=False)
+    assert len(out[0].outputs[0].token_ids) == 4, "non-vacuity: a one-token word runs with speculation"
