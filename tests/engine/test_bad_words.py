@@ -107,3 +107,17 @@ def test_a_multi_token_word_is_refused_under_speculative_decoding() -> None:
         llm.generate("Hello", SamplingParams(max_tokens=4, bad_words=["x capital"]), use_tqdm=False)
     out = llm.generate("Hello", SamplingParams(max_tokens=4, bad_words=["x"]), use_tqdm=False)
     assert len(out[0].outputs[0].token_ids) == 4, "non-vacuity: a one-token word runs with speculation"
+
+
+def test_the_engine_process_bans_what_the_engine_in_this_process_bans() -> None:
+    """Through vLLM's default offline shape (the engine core in its own process), the words cross the wire as text
+    and the core tokenizes them: the same tokens as in process."""
+    local = make_llm()
+    word = next(w for out in greedy(local) for a, b in pairs(out) if (w := word_of(local, [a, b])) is not None)
+    want = greedy(local, [word])
+    assert want != greedy(local), "non-vacuity: the ban changes the greedy outputs"
+    remote = make_llm(engine_process=True)
+    try:
+        assert greedy(remote, [word]) == want
+    finally:
+        remote.engine.close()
