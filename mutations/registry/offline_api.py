@@ -536,6 +536,30 @@ ENTRIES: list[Mutation] = [
         gates=(f"{BAD_WORDS}::test_a_multi_token_word_is_refused_under_speculative_decoding",),
     ),
     Mutation(
+        id="bad-words-banning-every-allowed-token-taken",
+        description="bad words that ban every allowed token are taken: greedy draws a token outside the allowed ones",
+        file="vt/engine/front/llm_engine.py",
+        old="        if allowed is not None and set(allowed) <= {w[0] for w in seqs if len(w) == 1}:\n",
+        new="        if False:\n",
+        gates=(f"{BAD_WORDS}::test_bad_words_that_ban_every_allowed_token_are_refused_by_name",),
+        expect="DID NOT RAISE",
+    ),
+    Mutation(
+        id="bad-words-lone-surrogate-taken",
+        description="a bad word holding a lone surrogate is taken: the tokenizer's raw TypeError follows",
+        file="vt/engine/sample/params.py", old="                word.encode(\"utf-8\")\n", new="                pass\n",
+        gates=(f"{BAD_WORDS}::test_a_bad_word_that_is_not_utf8_text_is_refused_by_name",),
+        expect="DID NOT RAISE",
+    ),
+    Mutation(
+        id="engine-bad-words-refusal-named-as-the-prompt",
+        description="the server maps the engine's bad_words refusals to param prompt",
+        file="vt/server/app.py",
+        old="                  \"presence_penalty\", \"frequency_penalty\", \"bad_words\", \"cache_salt\")\n",
+        new="                  \"presence_penalty\", \"frequency_penalty\", \"cache_salt\")\n",
+        gates=("tests/server/test_bad_words_server.py::test_an_engine_refusal_of_bad_words_names_the_field",),
+    ),
+    Mutation(
         id="bad-words-dropped-by-the-server",
         description="the API server takes bad_words as a known field but never reads it: the words are generated",
         file="vt/server/protocol.py",
@@ -543,7 +567,7 @@ ENTRIES: list[Mutation] = [
         new="                         (\"skip_special_tokens\", (bool,)), (\"bad_words_unread\", (list,))):\n",
         gates=("tests/server/test_bad_words_server.py::"
                "test_the_server_bans_the_words_the_offline_api_bans_and_refuses_a_bad_value",),
-        expect="the offline API's tokens under the same ban",
+        expect="completions: the offline API's tokens under the same ban",
     ),
     Mutation(
         id="prompt-multimodal-data-ignored",

@@ -355,6 +355,14 @@ ENTRIES += [
         expect="each salt (and none) computes the prompt itself",
     ),
     Mutation(
+        id="cache-salt-decode-filled-blocks-keyed-unsalted",
+        description="a block a salted request's decode fills is keyed under no salt: any request is served it",
+        file=KV, old="                self.cache_full_blocks(req.id, req.all_ids, req.num_computed, root=req.cache_root)\n",
+        new="                self.cache_full_blocks(req.id, req.all_ids, req.num_computed)\n",
+        gates=(f"{SALT}::test_a_block_its_decode_fills_is_keyed_under_its_salt",),
+        expect="another salt, or none, is served nothing of it",
+    ),
+    Mutation(
         id="cache-salt-dropped-on-the-wire",
         description="the engine process's add message carries no cache salt",
         file="vt/engine/core/proc.py",

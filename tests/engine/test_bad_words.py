@@ -48,9 +48,13 @@ def test_a_one_token_word_is_never_generated(backend: str) -> None:
     for b, out in zip(base, banned):  # non-vacuity: the outputs agree up to where the word first was
         cut = b.index(token) if token in b else len(b)
         assert out[:cut] == b[:cut], "a ban changes nothing before the banned token's place"
-    sampled = SamplingParams(temperature=1.0, seed=1, max_tokens=48, ignore_eos=True, bad_words=[word])
-    drawn = [o.outputs[0].token_ids for o in llm.generate(PROMPTS * 4, sampled, use_tqdm=False)]
-    assert all(token not in out for out in drawn), "a sampled row never draws it either"
+    # sampled rows, the token pushed up by a logit bias so that it is drawn often unbanned: the ban beats the bias
+    pushed = dict(temperature=1.0, seed=1, max_tokens=24, ignore_eos=True, logit_bias={token: 12.0})
+    free = [o.outputs[0].token_ids for o in llm.generate(PROMPTS, SamplingParams(**pushed), use_tqdm=False)]
+    assert sum(out.count(token) for out in free) >= 10, f"non-vacuity: unbanned, the biased {token} is drawn often"
+    drawn = [o.outputs[0].token_ids for o in llm.generate(PROMPTS, SamplingParams(**pushed, bad_words=[word]),
+                                                          use_tqdm=False)]
+    assert all(token not in out for out in drawn), f"a sampled row drew the banned {token}: {drawn}"
 
 
 @pytest.mark.parametrize("backend", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
@@ -121,3 +125,18 @@ def test_the_engine_process_bans_what_the_engine_in_this_process_bans() -> None:
         assert greedy(remote, [word]) == want
     finally:
         remote.engine.close()
+
+
+def test_bad_words_that_ban_every_allowed_token_are_refused_by_name() -> None:
+    llm = make_llm()
+    with pytest.raises(RequestError, match=r"bad_words \['x'\] bans every one of allowed_token_ids"):
+        llm.generate("Hello", SamplingParams(max_tokens=4, allowed_token_ids=[90], bad_words=["x"]), use_tqdm=False)
+    assert not llm.engine.has_unfinished(), "nothing was queued"
+    out = llm.generate("Hello", SamplingParams(max_tokens=4, allowed_token_ids=[90, 91], bad_words=["x"]),
+                       use_tqdm=False)[0].outputs[0].token_ids
+    assert out == [91] * 4, "non-vacuity: with another token allowed, it is the one drawn"
+
+
+def test_a_bad_word_that_is_not_utf8_text_is_refused_by_name() -> None:
+    with pytest.raises(ConfigError, match=r"bad_words\[1\]=.*not valid UTF-8"):
+        SamplingParams(bad_words=["fine", "\ud800"])

@@ -62,3 +62,20 @@ def test_a_salt_that_is_not_a_non_empty_string_is_refused_by_name(salt: object) 
     with pytest.raises(RequestError, match="must be a non-empty string"):
         llm.engine.add_request("Hello", GREEDY, cache_salt=salt)  # type: ignore[arg-type]
     assert not llm.engine.has_unfinished()
+
+
+def test_a_block_its_decode_fills_is_keyed_under_its_salt() -> None:
+    """A salted prompt shorter than a block: its first full block fills while it decodes (keyed then, step by step,
+    not at admission). A later prompt holding that block is served it under the salt alone."""
+    llm = LLM("tiny-qwen3", backend="cpu", max_model_len=256, num_blocks=64)
+    short = list(range(30, 40))  # 10 tokens: less than a block of 16
+    sp = SamplingParams(temperature=0, max_tokens=20, ignore_eos=True)
+    first = llm.generate({"prompt_token_ids": short, "cache_salt": "tenant-a"}, sp, use_tqdm=False)[0]
+    held = short + list(first.outputs[0].token_ids)[:7]  # 17 tokens: the first block whole, then one more
+
+    def served(salt: str | None) -> int | None:
+        prompt = {"prompt_token_ids": held, **({} if salt is None else {"cache_salt": salt})}
+        return llm.generate(prompt, GREEDY, use_tqdm=False)[0].num_cached_tokens
+
+    assert [served(None), served("tenant-b")] == [0, 0], "another salt, or none, is served nothing of it"
+    assert served("tenant-a") == 16, "non-vacuity: under its salt the decode-filled block is served"

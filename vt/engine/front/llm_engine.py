@@ -329,18 +329,22 @@ class LLMEngine:
         from vt.engine.sample.sampler import MAX_BIASED
 
         seqs = bad_words_token_ids(self.tokenizer, words)
+        named = f"bad_words {words[:3]!r}{'...' if len(words) > 3 else ''}"  # the words, not a whole long list
         outside = sorted({t for w in seqs for t in w if not 0 <= t < self.vocab_size})
         if outside:
-            raise RequestError(f"bad_words {words!r}: token ids {outside[:5]} are outside the vocabulary "
-                               f"[0, {self.vocab_size})")
+            raise RequestError(f"{named}: token ids {outside[:5]} are outside the vocabulary [0, {self.vocab_size})")
         resolved = replace(resolved, bad_words_token_ids=tuple(tuple(w) for w in seqs))
         if resolved.sequence_bans and self.scheduler.num_spec_tokens:
-            raise RequestError(f"bad_words {words!r}: words of more than one token are not supported with "
-                               f"speculative decoding")
+            raise RequestError(f"{named}: words of more than one token are not supported with speculative decoding")
         width = len(resolved.biased_tokens) + len({w[-1] for w in resolved.sequence_bans})
         if width > MAX_BIASED:
-            raise RequestError(f"bad_words {words!r} with logit_bias / allowed_token_ids name {width} tokens; at most "
+            raise RequestError(f"{named} with logit_bias / allowed_token_ids name {width} tokens; at most "
                                f"{MAX_BIASED} per request")
+        allowed = resolved.allowed_token_ids
+        if allowed is not None and set(allowed) <= {w[0] for w in seqs if len(w) == 1}:
+            # every token the request may draw is banned: its first draw would find none (greedy took token 0)
+            raise RequestError(f"{named} bans every one of allowed_token_ids {sorted(set(allowed))[:5]}: no token "
+                               f"could be drawn")
         return resolved
 
     def add_request(self, prompt: Prompt, params: SamplingParams | None = None,

@@ -144,6 +144,11 @@ class SamplingParams:
         bw = self.bad_words  # None or [] is vLLM's "none"
         if bw is not None and (not isinstance(bw, list) or not all(isinstance(w, str) and w.strip() for w in bw)):
             raise ConfigError(f"bad_words={bw!r}: must be a list of words (non-blank strings)")
+        for i, word in enumerate(bw or ()):
+            try:
+                word.encode("utf-8")
+            except UnicodeEncodeError:
+                raise ConfigError(f"bad_words[{i}]={word!r}: is not valid UTF-8 text (a lone surrogate)") from None
 
     def clone(self) -> SamplingParams:
         """A deep copy (vLLM's clone): changing the copy's lists leaves this one's as they are."""
@@ -275,6 +280,7 @@ class ResolvedParams:
 
     biased_tokens: tuple[tuple[int, float], ...] = ()  # what the sampler adds per token (see __post_init__)
     sequence_bans: tuple[tuple[int, ...], ...] = ()  # the bad words of more than one token
+    ban_context: int = 0  # the output tokens a ban looks back at: the longest such word's, less its last
 
     def __post_init__(self) -> None:
         """biased_tokens: the logit bias, or with allowed_token_ids exactly those tokens (their bias where one was
@@ -290,6 +296,7 @@ class ResolvedParams:
                 biased[word[0]] = -math.inf
         object.__setattr__(self, "biased_tokens", tuple(sorted(biased.items())))
         object.__setattr__(self, "sequence_bans", tuple(w for w in self.bad_words_token_ids if len(w) > 1))
+        object.__setattr__(self, "ban_context", max((len(w) - 1 for w in self.sequence_bans), default=0))
 
     @property
     def is_greedy(self) -> bool:
@@ -307,7 +314,8 @@ class ResolvedParams:
 
     def bans_after(self, output: Sequence[int]) -> list[int]:
         """The last tokens of the multi-token bad words that the output so far leads into (vLLM's rule: the
-        word's other tokens are the output's last ones)."""
+        word's other tokens are the output's last ones). output: the output so far, or its last ban_context tokens
+        (all a ban reads)."""
         out = list(output)
         return [w[-1] for w in self.sequence_bans
                 if len(w) - 1 <= len(out) and out[len(out) - len(w) + 1 :] == list(w[:-1])]

@@ -267,8 +267,9 @@ class ModelRunner:
         if b.ahead[row] or offset:
             raise EngineInvariantError(f"request {rid} bans bad words of several tokens, but the host does not hold "
                                        f"its last {int(b.ahead[row]) + offset} tokens")
-        st = self.states[rid]
-        bans = st.params.bans_after(b.token_ids[row, st.num_prompt_tokens : b.num_tokens[row]].tolist())
+        st, end = self.states[rid], int(b.num_tokens[row])
+        tail = max(st.num_prompt_tokens, end - st.params.ban_context)  # the output's last tokens a ban reads
+        bans = st.params.bans_after(b.token_ids[row, tail:end].tolist())
         if not bans:
             return st.params.biased_tokens
         biased = dict(st.params.biased_tokens)
