@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -105,3 +106,19 @@ def stacks_if_running(proc: subprocess.Popen, within_s: float = 5.0) -> str:
 
 def serve_tp2() -> tuple[subprocess.Popen, str]:
     return start_serve(["tiny-qwen3", "--tensor-parallel-size", "2", "--max-model-len", "2048", "--num-blocks", "256"])
+
+
+@contextlib.contextmanager
+def detailed_server(model: str, how: str) -> Iterator[str]:
+    """A server of `model` on the CPU (256 tokens, 64 blocks) whose usage carries prompt_tokens_details: `vt serve
+    --enable-prompt-tokens-details` (its engine in a process of its own) for how == "vt-serve", else one in this
+    process. Yields its base URL."""
+    from vt.server.serve import running_server, server_process
+
+    if how == "vt-serve":
+        with server_process(model, ["--enable-prompt-tokens-details", "--max-model-len", "256", "--num-blocks", "64",
+                                    "--backend", "cpu"]) as url:
+            yield url
+    else:
+        with running_server(model, max_model_len=256, num_blocks=64, prompt_tokens_details=True) as (_, url):
+            yield url

@@ -5,12 +5,10 @@ serve` (its engine in a process of its own: the salt crosses the wire). A salt t
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterator
-
 import pytest
 
-from vt.server.serve import running_server, server_process
+from tests.server.processes import detailed_server
+from vt.server.serve import running_server
 
 openai = pytest.importorskip("openai")  # a dev dependency; a GPU image without it skips this CPU-lane module
 
@@ -18,20 +16,9 @@ MODEL = "tiny-qwen3"
 PROMPT = list(range(20, 68))  # three whole blocks of 16
 
 
-@contextlib.contextmanager
-def detailed_server(how: str) -> Iterator[str]:
-    if how == "vt-serve":
-        with server_process(MODEL, ["--enable-prompt-tokens-details", "--max-model-len", "256", "--num-blocks", "64",
-                                    "--backend", "cpu"]) as url:
-            yield url
-    else:
-        with running_server(MODEL, max_model_len=256, num_blocks=64, prompt_tokens_details=True) as (_, url):
-            yield url
-
-
 @pytest.mark.parametrize("how", ["in-process", "vt-serve"])
 def test_a_prompt_is_served_its_cached_prefix_only_under_its_own_salt(how: str) -> None:
-    with detailed_server(how) as url:
+    with detailed_server(MODEL, how) as url:
         client = openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0)
 
         def cached(salt: str | None, chat: bool = False) -> int:

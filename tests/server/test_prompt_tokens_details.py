@@ -4,12 +4,10 @@ serve --enable-prompt-tokens-details` (its engine in a process of its own); abse
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterator
-
 import pytest
 
-from vt.server.serve import running_server, server_process
+from tests.server.processes import detailed_server
+from vt.server.serve import running_server
 
 openai = pytest.importorskip("openai")  # a dev dependency; a GPU image without it skips this CPU-lane module
 
@@ -23,20 +21,9 @@ def served_hit(prompt_len: int) -> int:
     return min(prompt_len // 16 * 16, prompt_len - 1)
 
 
-@contextlib.contextmanager
-def detailed_server(how: str) -> Iterator[str]:
-    if how == "vt-serve":
-        with server_process(MODEL, ["--enable-prompt-tokens-details", "--max-model-len", "256", "--num-blocks", "64",
-                                    "--backend", "cpu"]) as url:
-            yield url
-    else:
-        with running_server(MODEL, max_model_len=256, num_blocks=64, prompt_tokens_details=True) as (_, url):
-            yield url
-
-
 @pytest.mark.parametrize("how", ["in-process", "vt-serve"])
 def test_usage_counts_the_prompt_tokens_the_prefix_cache_served(how: str) -> None:
-    with detailed_server(how) as url:
+    with detailed_server(MODEL, how) as url:
         client = openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0)
         first, again, longer = (client.completions.create(model=MODEL, prompt=p, max_tokens=2)
                                 for p in (PROMPT, PROMPT, PROMPT + [5, 6, 7]))
