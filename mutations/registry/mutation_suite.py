@@ -10,6 +10,7 @@ WHOLE = "tests/mutations/test_runner_whole_device.py"
 FORK = "tests/mutations/test_runner_forkserver.py"
 FORKED = f"{FORK}::test_a_gate_forked_by_the_server_runs_as_one_started_afresh"
 SEEDED = f"{FORK}::test_the_sandbox_is_compiled_once_and_a_mutant_still_runs_its_own_code"
+NO_SHM = f"{FORK}::test_without_room_on_dev_shm_sandboxes_take_the_temp_folder_and_verdicts_hold"
 ENTRIES: list[Mutation] = [
     Mutation(
         id="mutants-run-their-gate-files-whole-by-default",
@@ -178,5 +179,21 @@ ENTRIES: list[Mutation] = [
         file="mutations/forkserver.py",
         old="            if self._server.poll() is not None and not self._status.exists():",
         new="            if False:", gates=(f"{FORK}::test_a_gate_whose_fork_server_dies_ends_in_its_typed_error_not_a_wait",),
+    ),
+    Mutation(
+        id="sandbox-parent-ignores-shm-room",
+        description="sandboxes go to /dev/shm whatever room it has left: a small one fills, and the gates fail there",
+        file="mutations/sandbox.py",
+        old="    return shm if os.access(shm, os.W_OK) and st.f_bavail * st.f_frsize >= SHM_ROOM_BYTES else None\n",
+        new="    return shm if os.access(shm, os.W_OK) else None\n",
+        gates=(NO_SHM,), expect="a /dev/shm without the room is not used",
+    ),
+    Mutation(
+        id="mutant-sandbox-always-on-dev-shm",
+        description="a mutant's sandbox is made on /dev/shm even where sandbox_parent says there is no room",
+        file="mutations/runner.py",
+        old='        with tempfile.TemporaryDirectory(prefix=f"vt-mut-{m.id}-", dir=sandbox_parent()) as d:\n',
+        new='        with tempfile.TemporaryDirectory(prefix=f"vt-mut-{m.id}-", dir="/dev/shm") as d:\n',
+        gates=(NO_SHM,), expect="sandboxes outside the temp folder",
     ),
 ]

@@ -6,8 +6,11 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import tempfile
 import time
 from pathlib import Path
+
+import pytest
 
 from mutations.forkserver import ForkServer, ForkServerError
 from mutations.judge import PYTEST_ARGS, gate_env, run_files
@@ -122,3 +125,34 @@ def test_a_gate_whose_fork_server_dies_ends_in_its_typed_error_not_a_wait(projec
         server.close()
     assert isinstance(box.get("error"), ForkServerError), box
     assert "ended" in str(box["error"]) and time.monotonic() - started < 20
+
+
+def test_without_room_on_dev_shm_sandboxes_take_the_temp_folder_and_verdicts_hold(
+        project: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A machine whose /dev/shm is small (or absent) gets its sandboxes in the default temp folder, and the fork
+    server judges there as it does on /dev/shm."""
+    from mutations import runner, sandbox
+
+    free, real_statvfs = {"bytes": sandbox.SHM_ROOM_BYTES - 1}, os.statvfs
+
+    def statvfs(path: str) -> os.statvfs_result:  # a file system of 1-byte blocks, free["bytes"] of them free
+        st = real_statvfs("/")
+        return os.statvfs_result((st.f_bsize, 1, st.f_blocks, free["bytes"], free["bytes"], *tuple(st)[5:]))
+
+    monkeypatch.setattr(sandbox.os, "statvfs", statvfs)
+    assert sandbox.sandbox_parent() is None, "a /dev/shm without the room is not used"
+    free["bytes"] = sandbox.SHM_ROOM_BYTES
+    assert sandbox.sandbox_parent() == ("/dev/shm" if os.access("/dev/shm", os.W_OK) else None), \
+        "non-vacuity: with the room, a writable /dev/shm is used"
+    temp = tmp_path / "temp"
+    temp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(temp))
+    monkeypatch.setattr(runner, "sandbox_parent", lambda: None)
+    made: list[Path] = []
+    real_make = runner.make_sandbox
+    monkeypatch.setattr(runner, "make_sandbox", lambda root, files, dest: made.append(dest) or real_make(root, files,
+                                                                                                        dest))
+    res = run(project, M("killed", **BREAK_SCALE, gates=(f"{T}::test_scale",)),
+              M("survived", old="    out = 0", new="    out = 0  # harmless", gates=(f"{T}::test_total",)))
+    assert res["killed"].verdict is Verdict.KILLED and res["survived"].verdict is Verdict.SURVIVED, res
+    assert made and all(temp in d.parents for d in made), f"sandboxes outside the temp folder: {made}"
