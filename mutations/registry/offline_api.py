@@ -15,6 +15,7 @@ SPELL = "tests/engine/test_vllm_spellings.py"
 PROGRESS = "tests/engine/test_offline_progress.py"
 PARITY = "tests/engine/test_offline_vllm_parity.py"
 BAD_WORDS = "tests/engine/test_bad_words.py"
+OPTIONS = "tests/engine/test_offline_vllm_options.py"
 # vt generate from its sampling params to its engine's load (the mutant below moves the params after it)
 GENERATE_HEAD = (
     '    params = _sampling_params(args)  # a bad flag is named before anything loads: an 8B checkpoint loads for a minute\n'
@@ -473,6 +474,47 @@ ENTRIES: list[Mutation] = [
         gates=(f"{PARITY}::test_a_field_vt_lacks_or_a_bad_value_is_one_config_error[unknown]",),
     ),
     Mutation(
+        id="generate-lora-request-ignored",
+        description="LLM.generate takes a LoRA adapter and runs without it, in silence",
+        file="vt/engine/front/llm.py", old="    if lora_request is not None:\n", new="    if False:\n",
+        gates=(f"{OPTIONS}::test_generate_refuses_what_it_cannot_do_by_name_and_queues_nothing[lora]",
+               f"{OPTIONS}::test_chat_refuses_what_it_cannot_do_by_name[lora]"),
+        expect="DID NOT RAISE",
+    ),
+    Mutation(
+        id="generate-priority-ignored",
+        description="LLM.generate takes non-zero priorities and schedules first come, first served, in silence",
+        file="vt/engine/front/llm.py",
+        old="    if any(priority):  # vLLM's first-come-first-served scheduler refuses these too\n",
+        new="    if False:\n",
+        gates=(f"{OPTIONS}::test_generate_refuses_what_it_cannot_do_by_name_and_queues_nothing[priority]",),
+        expect="DID NOT RAISE",
+    ),
+    Mutation(
+        id="chat-tools-not-handed-to-the-template",
+        description="LLM.chat takes tools but renders the conversation without them",
+        file="vt/engine/front/llm.py",
+        old="            template_kwargs = {**(chat_template_kwargs or {}), \"tools\": tools}\n",
+        new="            template_kwargs = chat_template_kwargs\n",
+        gates=(f"{OPTIONS}::test_chat_hands_its_tools_to_the_template",),
+        expect="[tool get_weather]",
+    ),
+    Mutation(
+        id="chat-mm-processor-kwargs-ignored",
+        description="LLM.chat takes multimodal processor kwargs and ignores them, in silence",
+        file="vt/engine/front/llm.py", old="        if mm_processor_kwargs:\n", new="        if False:\n",
+        gates=(f"{OPTIONS}::test_chat_refuses_what_it_cannot_do_by_name[multimodal]",),
+        expect="DID NOT RAISE",
+    ),
+    Mutation(
+        id="chat-openai-content-format-taken",
+        description="LLM.chat takes chat_template_content_format='openai' and still hands the template strings",
+        file="vt/engine/front/llm.py", old="        if chat_template_content_format not in (\"auto\", \"string\"):\n",
+        new="        if chat_template_content_format not in (\"auto\", \"string\", \"openai\"):\n",
+        gates=(f"{OPTIONS}::test_chat_refuses_what_it_cannot_do_by_name[content-format]",),
+        expect="DID NOT RAISE",
+    ),
+    Mutation(
         id="bad-words-blank-word-taken",
         description="a blank bad word is taken (it tokenizes to nothing, and bans nothing) instead of refused",
         file="vt/engine/sample/params.py",
@@ -599,8 +641,9 @@ ENTRIES: list[Mutation] = [
     Mutation(
         id="generate-draws-no-bar-by-default",
         description="LLM.generate draws no progress bar unless asked (vLLM's use_tqdm defaults to True)",
-        file="vt/engine/front/llm.py", old="                 use_tqdm: bool = True) -> list[RequestOutput]:",
-        new="                 use_tqdm: bool = False) -> list[RequestOutput]:",
+        file="vt/engine/front/llm.py",
+        old="                 use_tqdm: bool = True, lora_request: Any = None, priority: list[int] | None = None\n",
+        new="                 use_tqdm: bool = False, lora_request: Any = None, priority: list[int] | None = None\n",
         gates=(f"{PROGRESS}::test_generate_and_chat_draw_a_bar_on_a_terminal_by_default",),
         expect="no progress bar on the terminal by default",
     ),

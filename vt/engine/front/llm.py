@@ -113,8 +113,13 @@ class LLM:
         return Tokenizer(e.tokenizer, e.chat_template, e.special_tokens)
 
     def generate(self, prompts: Any, sampling_params: SamplingParams | Sequence[SamplingParams] | None = None,
-                 use_tqdm: bool = True) -> list[RequestOutput]:
+                 use_tqdm: bool = True, lora_request: Any = None, priority: list[int] | None = None
+                 ) -> list[RequestOutput]:
+        """vLLM's LLM.generate. lora_request and priority are taken at the values that ask for nothing (None; a
+        priority of 0 for every prompt, which vLLM's first-come-first-served scheduler also takes), else refused by
+        name: vt serves the checkpoint's own weights, first come, first served."""
         parsed, salts = zip(*parse_prompts(prompts))
+        _check_unsupported_options(lora_request, priority, len(parsed))
         plist = (list(sampling_params) if isinstance(sampling_params, Sequence)
                  else [sampling_params] * len(parsed))
         if len(plist) != len(parsed):
@@ -208,24 +213,55 @@ class LLM:
     def chat(self, messages: Any, sampling_params: SamplingParams | Sequence[SamplingParams] | None = None,
              use_tqdm: bool = True, add_generation_prompt: bool = True,
              chat_template: str | None = None, continue_final_message: bool = False,
-             chat_template_kwargs: dict[str, Any] | None = None) -> list[RequestOutput]:
+             chat_template_kwargs: dict[str, Any] | None = None, lora_request: Any = None,
+             tools: list[dict[str, Any]] | None = None, mm_processor_kwargs: dict[str, Any] | None = None,
+             chat_template_content_format: str = "auto") -> list[RequestOutput]:
         """One conversation (a list of {"role", "content"} dicts) or a list of them, read as the server reads them
         (parse_messages: text parts joined, anything else a RequestError) but for a tool-calling conversation's
         name, tool_calls and tool_call_id, which reach the template as vLLM's LLM.chat hands them; rendered with
         the checkpoint's chat template as transformers renders it, with vLLM's continue_final_message (the last
         message left open; add_generation_prompt must then be False) and chat_template_kwargs (the template's
-        extra variables: {"enable_thinking": False} for Qwen3), checked as the server checks them (render)."""
+        extra variables: {"enable_thinking": False} for Qwen3), checked as the server checks them (render). tools:
+        vLLM's, the tool definitions the template reads as its `tools` variable. vLLM's lora_request and
+        mm_processor_kwargs are taken when they ask for nothing; chat_template_content_format "auto" or "string"
+        (vt hands a message's text parts to the template joined as one string)."""
         from vt.engine.front.chat import TOOL_FIELDS, parse_messages, render
 
+        _check_unsupported_options(lora_request, None, 0)
+        if mm_processor_kwargs:
+            raise RequestError("mm_processor_kwargs: multimodal input is unsupported by vt (text only); leave it None")
+        if chat_template_content_format not in ("auto", "string"):
+            raise RequestError(f"chat_template_content_format={chat_template_content_format!r}: vt renders a "
+                               f"message's content as one string: 'auto' or 'string'")
+        template_kwargs = chat_template_kwargs
+        if tools is not None:
+            if isinstance(chat_template_kwargs, dict) and "tools" in chat_template_kwargs:
+                raise RequestError("tools: given both as tools and in chat_template_kwargs; give it once")
+            template_kwargs = {**(chat_template_kwargs or {}), "tools": tools}
         convs = messages if messages and isinstance(messages, list) and isinstance(messages[0], list) else [messages]
         template = self.engine.chat_template if chat_template is None else chat_template
         texts = [render(template, parse_messages(c, TOOL_FIELDS), self.engine.special_tokens, add_generation_prompt,
-                        continue_final_message, chat_template_kwargs) for c in convs]
+                        continue_final_message, template_kwargs) for c in convs]
         # the template wrote the special tokens: encoded without the tokenizer's own (a BOS post-processor would
         # add a second BOS), as vLLM encodes a rendered chat; the outputs keep the rendered text as their prompt
         ids = [self.engine.tokenize(t, add_special_tokens=False) for t in texts]
         outs = self.generate([{"prompt_token_ids": i} for i in ids], sampling_params, use_tqdm)
         return [replace(o, prompt=t) for o, t in zip(outs, texts)]
+
+
+def _check_unsupported_options(lora_request: Any, priority: Any, num_prompts: int) -> None:
+    """vLLM's LLM options vt does not implement, taken only at the values that ask for nothing."""
+    if lora_request is not None:
+        raise RequestError(f"lora_request={lora_request!r}: LoRA adapters are unsupported by vt (it serves the "
+                           f"checkpoint's own weights); leave it None")
+    if priority is None:
+        return
+    if not isinstance(priority, (list, tuple)) or len(priority) != num_prompts or not all(
+            isinstance(p, int) and not isinstance(p, bool) for p in priority):
+        raise RequestError(f"priority={priority!r}: expected one int per prompt ({num_prompts})")
+    if any(priority):  # vLLM's first-come-first-served scheduler refuses these too
+        raise RequestError(f"priority={list(priority)[:5]}: priority scheduling is unsupported by vt (first come, "
+                           f"first served); leave it None or 0 for every prompt")
 
 
 def _unset_is_neutral(sp: SamplingParams) -> SamplingParams:
