@@ -657,4 +657,12 @@ ENTRIES += [
         new="        try:\n",
         gates=(f"{SHUTDOWN}::test_while_draining_new_requests_and_health_are_503s_and_the_stream_in_flight_runs_on",),
     ),
+    Mutation(
+        id="request-priority-taken-at-any-value",
+        description="a request's priority is taken at any value and served first come, first served, in silence",
+        file="vt/server/protocol.py", old='         "priority": (0,)}', new='         "priority": (0, 1, -1)}',
+        gates=("tests/server/test_refusals.py::test_a_completion_field_vt_would_ignore_is_a_400_naming_it[priority]",
+               "tests/server/test_refusals.py::test_a_chat_field_vt_would_ignore_is_a_400_naming_it[priority]"),
+        expect="DID NOT RAISE",
+    ),
 ]

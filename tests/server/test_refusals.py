@@ -31,9 +31,10 @@ def client(served):
 
 
 # "temprature": a typo, not a field at all; "user": OpenAI's end-user id is a string (a dict was taken in silence)
-COMPLETION_REFUSALS = {"suffix": "and then", "best_of": 3, "temprature": 0.5, "user": {"a": [1, 2]}}
+# "priority": vLLM's, which a first-come-first-served scheduler (vt's) takes only at 0
+COMPLETION_REFUSALS = {"suffix": "and then", "best_of": 3, "temprature": 0.5, "user": {"a": [1, 2]}, "priority": 1}
 CHAT_REFUSALS = {"tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}],
-                 "response_format": {"type": "json_object"}, "prompt": "Hi", "echo": True, "user": 5}
+                 "response_format": {"type": "json_object"}, "prompt": "Hi", "echo": True, "user": 5, "priority": -1}
 
 
 @pytest.mark.parametrize("field", list(COMPLETION_REFUSALS))
@@ -55,9 +56,10 @@ def test_a_chat_field_vt_would_ignore_is_a_400_naming_it(client, field: str) -> 
 
 
 def test_the_values_that_mean_not_used_are_accepted(client) -> None:
-    """echo false, best_of equal to n, an empty logit_bias, a text response format: what vt does anyway."""
+    """echo false, best_of equal to n, an empty logit_bias, a text response format, priority 0: what vt does
+    anyway."""
     out = client.completions.create(model=MODEL, prompt="Hi", max_tokens=2, echo=False, best_of=2, n=2,
-                                    logit_bias={}, user="someone")
+                                    logit_bias={}, user="someone", extra_body={"priority": 0})
     assert len(out.choices) == 2, "non-vacuity: the request ran"
     chat = client.chat.completions.create(model=MODEL, messages=MSGS, max_tokens=2,  # type: ignore[arg-type]
                                           response_format={"type": "text"})

@@ -141,7 +141,8 @@ FIELDS = {False: FIELDS_COMMON | {"prompt", "echo"},
           True: FIELDS_COMMON | {"messages", "max_completion_tokens", "top_logprobs", *RENDER_FIELDS}}
 # Fields vt does not implement, accepted only at the value that means "not used".
 NO_OP = {"echo": (False,), "suffix": ("",), "tools": ([],), "tool_choice": ("none",),
-         "response_format": ({"type": "text"},), "parallel_tool_calls": (False, True)}
+         "response_format": ({"type": "text"},), "parallel_tool_calls": (False, True),
+         "priority": (0,)}  # vLLM's; it too refuses any other value under first-come-first-served scheduling
 
 
 def check_fields(body: dict, chat: bool) -> None:
