@@ -386,6 +386,7 @@ ENTRIES += [
         file="vt/engine/front/llm_engine.py",
         old="    if cache_salt is not None and (not isinstance(cache_salt, str) or not cache_salt):\n",
         new="    if cache_salt is not None and not isinstance(cache_salt, str):\n",
-        gates=(f"{SALT}::test_a_salt_that_is_not_a_non_empty_string_is_refused_by_name",),
+        gates=(f"{SALT}::test_a_salt_that_is_not_a_non_empty_string_is_refused_by_name",
+               f"{SALT_SERVER}::test_a_salt_that_is_not_a_non_empty_string_is_a_400_naming_the_field"),
     ),
 ]

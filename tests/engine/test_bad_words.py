@@ -140,3 +140,24 @@ def test_bad_words_that_ban_every_allowed_token_are_refused_by_name() -> None:
 def test_a_bad_word_that_is_not_utf8_text_is_refused_by_name() -> None:
     with pytest.raises(ConfigError, match=r"bad_words\[1\]=.*not valid UTF-8"):
         SamplingParams(bad_words=["fine", "\ud800"])
+
+
+def test_bad_words_outside_the_vocabulary_or_past_a_rows_bias_slots_are_refused_by_name(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from vt.engine.front import llm_engine
+    from vt.engine.sample import sampler
+
+    llm = make_llm()
+    real = llm_engine.bad_words_token_ids
+    monkeypatch.setattr(llm_engine, "bad_words_token_ids", lambda tok, words: [[5, 10**6]])
+    with pytest.raises(RequestError, match=r"bad_words \['x'\]: token ids \[1000000\] are outside the vocabulary"):
+        llm.generate("Hello", SamplingParams(max_tokens=2, bad_words=["x"]), use_tqdm=False)
+    monkeypatch.setattr(llm_engine, "bad_words_token_ids", real)
+    monkeypatch.setattr(sampler, "MAX_BIASED", 2)  # a row's bias slots, made few: one bias + two bans are three
+    words = SamplingParams(max_tokens=2, bad_words=["x capital", "fiR"], logit_bias={7: 1.0})
+    with pytest.raises(RequestError, match="name 3 tokens; at most 2 per request"):
+        llm.generate("Hello", words, use_tqdm=False)
+    assert not llm.engine.has_unfinished(), "nothing was queued"
+    ok = llm.generate("Hello", SamplingParams(max_tokens=2, bad_words=["x capital"], logit_bias={7: 1.0}),
+                      use_tqdm=False)
+    assert len(ok[0].outputs[0].token_ids) == 2, "non-vacuity: two slots hold one bias and one ban"

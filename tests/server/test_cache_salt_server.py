@@ -8,7 +8,6 @@ from __future__ import annotations
 import pytest
 
 from tests.server.processes import detailed_server
-from vt.server.serve import running_server
 
 openai = pytest.importorskip("openai")  # a dev dependency; a GPU image without it skips this CPU-lane module
 
@@ -38,9 +37,11 @@ def test_a_prompt_is_served_its_cached_prefix_only_under_its_own_salt(how: str) 
         assert chats[:2] == [0, 0] and chats[2] > 16, f"chat completions take the salt too: {chats}"
 
 
+@pytest.mark.parametrize("how", ["in-process", "vt-serve"])
 @pytest.mark.parametrize("salt", ["", 7])
-def test_a_salt_that_is_not_a_non_empty_string_is_a_400_naming_the_field(salt: object) -> None:
-    with running_server(MODEL, max_model_len=256, num_blocks=64) as (_, url):
+def test_a_salt_that_is_not_a_non_empty_string_is_a_400_naming_the_field(salt: object, how: str) -> None:
+    """The engine refuses it (every front's one check), and the server names the field, through either engine."""
+    with detailed_server(MODEL, how) as url:
         client = openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0)
         with pytest.raises(openai.BadRequestError) as e:
             client.completions.create(model=MODEL, prompt="Hello", max_tokens=2, extra_body={"cache_salt": salt})

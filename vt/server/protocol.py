@@ -261,8 +261,6 @@ def parse_sampling(body: dict, chat: bool) -> Parsed:
                                 logprobs=logprobs, **kw)
     except (ConfigError, TypeError) as e:
         raise bad(str(e), str(e).split("=", 1)[0] if "=" in str(e) else None) from None
-    salt = body.get("cache_salt")
-    if salt is not None and (not isinstance(salt, str) or not salt):  # vLLM's rule, its words
-        raise bad("Parameter 'cache_salt' must be a non-empty string if provided.", "cache_salt")
+    salt = body.get("cache_salt")  # checked where every front's is (LLMEngine.add_request): a 400 naming it
     return Parsed([], params, stream, bool(opts.get("include_usage")), bool(opts.get("continuous_usage_stats")),
                   logprobs, max_tokens, chat, echo, _get(body, "prompt_logprobs", (int,)), name, salt)

@@ -244,19 +244,31 @@ class ModelRunner:
             hist = np.zeros((len(rows), hist_width), I64)
             width = min(hist_width, b.token_ids.shape[1])
             hist[:, :width] = b.token_ids[rows, :width]
+        banning = b.bans_sequences[rows]
+        if ip[:, NUM_BIAS].any() or banning.any():  # few rows, each its own list; most steps have none
+            bias_ids, bias_vals = self._bias_rows(rows, ip, banning, offsets)
+        return SamplingRows(fp, ip, hist, bias_ids, bias_vals)
+
+    def _bias_rows(self, rows: np.ndarray, ip: np.ndarray, banning: np.ndarray,
+                   offsets: np.ndarray | int) -> tuple[np.ndarray | None, np.ndarray | None]:
+        """The rows' bias lists as [n, W] ids and values (None when every list is empty): logit_bias,
+        allowed_token_ids and one-token bad words as the request fixed them, then the bad words each row's output
+        so far leads into (its NUM_BIAS set to its list's length)."""
+        b = self.batch
         lists = {int(i): self.states[b.requests[rows[i]]].params.biased_tokens  # type: ignore[index]
-                 for i in np.flatnonzero(ip[:, NUM_BIAS])}  # logit_bias, allowed_token_ids, one-token bad words
+                 for i in np.flatnonzero(ip[:, NUM_BIAS])}
         ahead = np.broadcast_to(np.asarray(offsets, I64), rows.shape)  # tokens past the host's (verify rows)
-        for i in np.flatnonzero(b.bans_sequences[rows]):  # the bad words the output so far leads into
+        for i in np.flatnonzero(banning):
             lists[int(i)] = self._with_sequence_bans(int(rows[i]), int(ahead[i]))
             ip[i, NUM_BIAS] = len(lists[int(i)])
         filled = {i: biased for i, biased in lists.items() if biased}
-        if filled:  # few rows, each its own list
-            bias_ids = np.zeros((len(rows), max(len(v) for v in filled.values())), I64)
-            bias_vals = np.zeros(bias_ids.shape, F32)
-            for k, biased in filled.items():
-                bias_ids[k, : len(biased)], bias_vals[k, : len(biased)] = zip(*biased)
-        return SamplingRows(fp, ip, hist, bias_ids, bias_vals)
+        if not filled:
+            return None, None
+        bias_ids = np.zeros((len(rows), max(len(v) for v in filled.values())), I64)
+        bias_vals = np.zeros(bias_ids.shape, F32)
+        for k, biased in filled.items():
+            bias_ids[k, : len(biased)], bias_vals[k, : len(biased)] = zip(*biased)
+        return bias_ids, bias_vals
 
     def _with_sequence_bans(self, row: int, offset: int) -> tuple[tuple[int, float], ...]:
         """Row's bias list with the last tokens of the bad words its output so far leads into at -inf. The host
