@@ -18,7 +18,7 @@ import numpy as np
 
 from backends.kernels import rows_attention
 from backends.kernels.activation import pair_group
-from backends.kernels.decode_attention import MIN_PARTITION, ROWS_A_BLOCK, num_partitions
+from backends.kernels.decode_attention import ROWS_A_BLOCK, num_partitions
 from backends.kernels.moe import expert_rows
 from backends.kernels.rows_attention import ROWS as ROWS_MMA
 from models import kernels as K
@@ -119,6 +119,7 @@ class DecoderForCausalLM:
         self.moe_consumer_norm = self.consumer_norm and flags().moe_consumer_norm
         self.rope_in_attention = flags().rope_in_attention
         self.rope_max_rows = flags().rope_max_rows
+        self.rope_max_keys = flags().rope_max_keys
         self.rows_kernel = self._rows_kernel(flags().shared_rows_attention)
         self.decode_mma_from = self._decode_mma_from(flags().decode_mma_from)
 
@@ -350,7 +351,7 @@ class DecoderForCausalLM:
         rows would repeat (c=128: 1,024 blocks). The graph driver asks it too: where it says yes, a short prefill run
         whole (rows sharing a sequence) needs a graph of its own."""
         return (self.rope_in_attention and rows <= self.rope_max_rows
-                and width * block_size <= MIN_PARTITION)
+                and width * block_size <= self.rope_max_keys)
 
     def _attend(self, i: int, fb: ForwardBatch, kv: KVCache, carry: Carry) -> None:
         assert fb.block_tables is not None and fb.token_row is not None

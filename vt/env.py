@@ -125,6 +125,10 @@ class Flags:
     # (session 25, before session 33's 256 blocks a launch, at which the variant is not measured);
     # c=128's TPOT was 2.711 ms in session 28 against 2.439 before the variant). 1024: any row count (sessions 25-27)
     rope_max_rows: int = 8
+    # VT_ROPE_MAX_KEYS=512..131072: the rope variant over block tables up to this many keys (256 by default: one
+    # partition at the 128-key floor's widest short table). Wider tables split the context into partitions, each
+    # block computing its query heads' rotary itself and the own key's partition writing the KV (session 50's A/B)
+    rope_max_keys: int = 256
     # VT_DECODE_MIN_PARTITION=128 (the default), 256 or 64: the decode attention splits a context into partitions no
     # shorter than this (backends/kernels/decode_attention.py partition_size), so a launch of few rows over a short
     # context runs on more blocks, then the merge of their partitions (the reduce launch, or the last of those blocks:
@@ -229,6 +233,7 @@ class Flags:
             consumer_norm=_read_bool("VT_CONSUMER_NORM", True),
             rope_in_attention=_read_bool("VT_ROPE_IN_ATTENTION", True),
             rope_max_rows=int(_read_choice("VT_ROPE_MAX_ROWS", ("8", "16", "32", "64", "128", "1024"))),
+            rope_max_keys=int(_read_choice("VT_ROPE_MAX_KEYS", tuple(str(256 << i) for i in range(10)))),
             decode_min_partition=int(_read_choice("VT_DECODE_MIN_PARTITION", ("128", "256", "64"))),
             decode_early_keys=_read_bool("VT_DECODE_EARLY_KEYS", True),
             decode_early_tiles=int(_read_choice("VT_DECODE_EARLY_TILES", ("1", "2"))),
@@ -272,6 +277,7 @@ def as_environ(f: Flags) -> dict[str, str]:
     out["VT_SKINNY_CLUSTER"] = "1" if f.skinny_cluster else "0"
     out["VT_DECODE_MIN_PARTITION"] = str(f.decode_min_partition)
     out["VT_ROPE_MAX_ROWS"] = str(f.rope_max_rows)
+    out["VT_ROPE_MAX_KEYS"] = str(f.rope_max_keys)
     out["VT_ROWS_TARGET_BLOCKS"] = str(f.rows_target_blocks)
     out["VT_ROWS_MIN_PARTITION"] = str(f.rows_min_partition)
     return out

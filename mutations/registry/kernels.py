@@ -791,6 +791,14 @@ ENTRIES += [
                "tests/vt/test_env.py::test_flag_names_are_every_variable_this_module_reads"),
     ),
     Mutation(
+        id="tp-rank-reads-the-default-rope-key-limit",
+        description="a tensor-parallel rank's environment sets VT_ROPE_MAX_KEYS to 256: rank 0 takes the rope "
+                    "variant over wider tables where the other ranks do not",
+        file="vt/env.py",
+        old='out["VT_ROPE_MAX_KEYS"] = str(f.rope_max_keys)', new='out["VT_ROPE_MAX_KEYS"] = "256"',
+        gates=("tests/vt/test_env.py::test_a_tensor_parallel_rank_reads_back_every_flag_rank_0_read",),
+    ),
+    Mutation(
         id="tp-rank-reads-the-default-rope-row-limit",
         description="a tensor-parallel rank's environment sets VT_ROPE_MAX_ROWS to its default: rank 0 at 1024 "
                     "takes the rope variant where the other ranks do not",
@@ -1533,8 +1541,8 @@ ENTRIES += [
         description="the decoder runs the rope variant over tables past one partition's keys (H200: 19% slower a "
                     "step at 8 x 8,192)",
         file="models/decoder.py",
-        old="                and width * block_size <= MIN_PARTITION)", new=")",
-        gates=(f"{ROPE}::test_a_table_wider_than_one_partition_keeps_the_two_launches",),
+        old="                and width * block_size <= self.rope_max_keys)", new=")",
+        gates=(f"{ROPE}::test_a_table_wider_than_the_rope_key_limit_keeps_the_two_launches",),
     ),
     Mutation(
         id="decoder-takes-the-rope-variant-at-any-row-count",
@@ -1544,6 +1552,13 @@ ENTRIES += [
         old="return (self.rope_in_attention and rows <= self.rope_max_rows", new="return (self.rope_in_attention",
         gates=(f"{ROPE}::test_a_step_of_more_rows_than_measured_keeps_the_two_launches",
                f"{ROPE}::test_the_rope_variant_is_on_by_default"),
+    ),
+    Mutation(
+        id="rope-max-keys-flag-ignored",
+        description="VT_ROPE_MAX_KEYS is read and never given to the model: the variant's table limit stays 256 keys",
+        file="models/decoder.py",
+        old="        self.rope_max_keys = flags().rope_max_keys\n", new="        self.rope_max_keys = 256\n",
+        gates=(f"{ROPE}::test_the_rope_variant_is_on_by_default",),
     ),
     Mutation(
         id="rope-max-rows-flag-ignored",

@@ -350,11 +350,11 @@ def test_rope_cases_reach_a_head_split_and_a_partitioned_context() -> None:
 
 
 def decode_launches(backend: Any, rope_in_attention: bool, q: int = 1, width: int = 4, rows: int = 2,
-                    max_rows: int | None = None) -> tuple[np.ndarray, list[str], Any]:
+                    max_rows: int | None = None, max_keys: int | None = None) -> tuple[np.ndarray, list[str], Any]:
     """tiny-qwen3's decode step through the graph driver three times (cold, captured, replayed): `rows` rows of q
     tokens each (q > 1: speculative verification's shape) with tables `width` blocks wide, its logits and the names
-    of the kernels launched. max_rows: the model's VT_ROPE_MAX_ROWS, where given. Row r sits at position 20 (r + 1),
-    so rows * 20 + q must stay within width * 16 keys."""
+    of the kernels launched. max_rows, max_keys: the model's VT_ROPE_MAX_ROWS and VT_ROPE_MAX_KEYS, where given. Row
+    r sits at position 20 (r + 1), so rows * 20 + q must stay within width * 16 keys."""
     from models.loader import load_checkpoint, resolve_model
     from models.registry import load_model
     from vt.engine.worker.graph_driver import DecodeInputs, GraphDriver
@@ -363,6 +363,8 @@ def decode_launches(backend: Any, rope_in_attention: bool, q: int = 1, width: in
     model.rope_in_attention = rope_in_attention
     if max_rows is not None:
         model.rope_max_rows = max_rows
+    if max_keys is not None:
+        model.rope_max_keys = max_keys
     kv = model.make_kv_cache(num_blocks=rows * width, block_size=16)
     positions = np.concatenate([np.arange(20 + 20 * r, 20 + 20 * r + q) for r in range(rows)])
     tables = np.arange(rows * width).reshape(rows, width)[:, ::-1].copy()
@@ -391,19 +393,33 @@ def test_a_decode_step_of_one_token_a_sequence_attends_with_the_rope_variant_wit
     assert np.array_equal(moved, plain) and np.abs(plain).max() > 0.1, "the same logits, bit for bit"
 
 
-def test_a_table_wider_than_one_partition_keeps_the_two_launches() -> None:
-    """A decode graph whose table is split into partitions (many blocks, each paying the prologue before its first
-    key load: slower on the H200) runs rotary's launch and then the attention; a narrower one the rope variant."""
+def test_a_table_wider_than_the_rope_key_limit_keeps_the_two_launches() -> None:
+    """VT_ROPE_MAX_KEYS bounds the table a decode graph may have to take the rope variant: past it the step runs
+    rotary's launch and then the attention, with the same logits; a narrower table, the variant."""
+    from vt.registry import make_backend
+
+    logits, names, cfg = decode_launches(make_backend("cpu"), True, width=32, max_keys=256)
+    assert "paged_decode_attention_rope" not in names and names.count("qk_norm_rope_store") > 0, names
+    plain, _, _ = decode_launches(make_backend("cpu"), False, width=32)
+    assert np.array_equal(logits, plain), "the same logits"
+    _, narrow, _ = decode_launches(make_backend("cpu"), True, max_keys=256)
+    assert "paged_decode_attention_rope" in narrow, "non-vacuity: the narrow table takes the rope variant"
+
+
+def test_the_rope_variant_over_a_partitioned_table_gives_the_two_launches_logits() -> None:
+    """Within VT_ROPE_MAX_KEYS a table split into partitions takes the rope variant: every partition's block ropes
+    its query heads, the own key's partition writes the KV, and the reduce merges them. The logits are the two
+    launches', bit for bit (a 512-key table: 4 partitions at the 128-key floor, the rows' keys in the first two)."""
     from backends.kernels.decode_attention import num_partitions
     from vt.registry import make_backend
 
-    logits, names, cfg = decode_launches(make_backend("cpu"), True, width=32)
-    assert num_partitions(2, cfg.num_key_value_heads, 32, 16) > 1 == num_partitions(2, cfg.num_key_value_heads, 4, 16)
-    assert "paged_decode_attention_rope" not in names and names.count("qk_norm_rope_store") > 0
-    plain, _, _ = decode_launches(make_backend("cpu"), False, width=32)
-    assert np.array_equal(logits, plain), "the same logits"
-    _, narrow, _ = decode_launches(make_backend("cpu"), True)
-    assert "paged_decode_attention_rope" in narrow, "non-vacuity: the narrow table takes the rope variant"
+    with flag_set("VT_DECODE_MIN_PARTITION", "128"):
+        logits, names, cfg = decode_launches(make_backend("cpu"), True, width=32, max_keys=512)
+        assert num_partitions(2, cfg.num_key_value_heads, 32, 16) > 1, "non-vacuity: the table is partitioned"
+        plain, plain_names, _ = decode_launches(make_backend("cpu"), False, width=32)
+    L, F = cfg.num_hidden_layers, names.count("embed")
+    assert names.count("paged_decode_attention_rope") == L * F and "qk_norm_rope_store" not in names, names
+    assert np.array_equal(logits, plain) and np.abs(plain).max() > 0.1, "the same logits, bit for bit"
 
 
 def test_a_step_of_more_rows_than_measured_keeps_the_two_launches() -> None:
@@ -440,8 +456,9 @@ def test_the_rope_variant_is_on_by_default() -> None:
     from models.registry import load_model
     from vt.registry import make_backend
 
-    def model_with(in_attention: str | None, max_rows: str | None = None) -> Any:
-        with flag_set("VT_ROPE_IN_ATTENTION", in_attention), flag_set("VT_ROPE_MAX_ROWS", max_rows):
+    def model_with(in_attention: str | None, max_rows: str | None = None, max_keys: str | None = None) -> Any:
+        with flag_set("VT_ROPE_IN_ATTENTION", in_attention), flag_set("VT_ROPE_MAX_ROWS", max_rows), \
+                flag_set("VT_ROPE_MAX_KEYS", max_keys):
             return load_model(load_checkpoint(resolve_model("tiny-qwen3")), make_backend("cpu"), "float32")
 
     assert model_with(None).rope_in_attention is True
@@ -450,6 +467,9 @@ def test_the_rope_variant_is_on_by_default() -> None:
     default = model_with(None)
     assert default.attends_with_rope(8, 4, 16) and not default.attends_with_rope(16, 4, 16)
     assert model_with(None, "128").attends_with_rope(128, 4, 16), "the flag reaches the model"
+    # tables: VT_ROPE_MAX_KEYS bounds the keys a table holds (width x block size)
+    wide = model_with(None, None, "4096")
+    assert wide.attends_with_rope(1, 256, 16) and not wide.attends_with_rope(1, 512, 16), "the key limit reaches it"
 
 
 def test_rows_sharing_a_sequence_take_a_graph_without_the_rope_variant() -> None:
@@ -555,3 +575,42 @@ def test_cuda_a_replayed_decode_step_merging_in_the_attention_computes_the_reduc
     rt.deviceSynchronize()
     rt.memcpy(counters.ctypes.data, backend.decode_merge_counters, counters.nbytes, rt.memcpyDeviceToHost)
     assert not counters.any(), "every counter back at zero after the replays"
+
+
+@pytest.mark.gpu
+def test_cuda_a_replayed_step_over_a_partitioned_table_with_the_rope_variant_computes_the_two_launches_logits() -> None:
+    """Within VT_ROPE_MAX_KEYS, tiny-qwen3's captured one-token step over 300 and 150 keys of a 512-key table (four
+    partitions at the 128-key floor; each row's own key in a later partition than its first), replayed twice, gives
+    the logits of the same step with rotary's launch and then the attention, bit for bit, one kernel node a layer
+    fewer."""
+    from backends import cugraph
+    from backends.cuda import CudaBackend
+    from models.loader import load_checkpoint, resolve_model
+    from models.registry import load_model
+    from vt.engine.worker.graph_driver import DecodeInputs, GraphDriver
+
+    backend = CudaBackend()
+    model = load_model(load_checkpoint(resolve_model("tiny-qwen3")), backend, "bfloat16")
+    tables = np.array([list(range(1, 33)), list(range(33, 65))])
+    inp = DecodeInputs(np.array([11, 400]), np.array([300, 150]), np.array([(1 + 18) * 16 + 12, (33 + 9) * 16 + 6]),
+                       tables)
+    kv = model.make_kv_cache(num_blocks=72, block_size=16)
+    rng = np.random.default_rng(0)
+    for cache in (*kv.k, *kv.v):  # older keys of every layer its own
+        backend.copy_h2d(cache, narrow_host(rng.standard_normal(cache.shape).astype(np.float32), cache.dtype))
+    got = {}
+    for variant in (True, False):
+        model.rope_in_attention, model.rope_max_keys = variant, 512
+        with flag_set("VT_DECODE_MIN_PARTITION", "128"):
+            driver = GraphDriver(model, kv, max_num_seqs=4)
+            logits = []
+            for _ in range(4):  # cold, capture, replay, replay
+                driver.step(inp)
+                logits.append(driver.last_logits())
+            assert decode_attention.num_partitions(2, kv.k[0].shape[2], 32, 16) == 4, "non-vacuity: four partitions"
+        assert driver.num_replays >= 2, "non-vacuity: the step replayed its graph twice"
+        got[variant] = logits, driver.last_slot.graph.node_kinds.get(cugraph.KERNEL, 0)
+    for i, (a, b) in enumerate(zip(got[True][0], got[False][0])):
+        assert np.array_equal(a, b), f"step {i}: the rope variant over partitions changed the logits"
+    layers = model.cfg.num_hidden_layers
+    assert got[True][1] == got[False][1] - layers, f"a rotary launch fewer a layer: {got[True][1]}, {got[False][1]}"

@@ -51,6 +51,15 @@ def test_a_rope_row_limit_off_the_offered_ones_names_the_flag(value: str, monkey
     assert Flags.from_environ().rope_max_rows == 1024, "non-vacuity: an offered limit is taken"
 
 
+@pytest.mark.parametrize("value", ["0", "255", "300", "262144", "any"])
+def test_a_rope_key_limit_off_the_offered_ones_names_the_flag(value: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("VT_ROPE_MAX_KEYS", value)
+    with pytest.raises(ValueError, match="VT_ROPE_MAX_KEYS.*256, 512"):
+        Flags.from_environ()
+    monkeypatch.setenv("VT_ROPE_MAX_KEYS", "4096")
+    assert Flags.from_environ().rope_max_keys == 4096, "non-vacuity: an offered limit is taken"
+
+
 def test_pool_stats_print_at_shutdown_when_asked() -> None:
     import os
     import subprocess
@@ -110,6 +119,7 @@ def test_a_tensor_parallel_rank_reads_back_every_flag_rank_0_read(monkeypatch: p
     flipped |= {"blas_threads": 3, "sampler": "block" if base.sampler == "split" else "split", "cache_dir": "/tmp/x",
                 "decode_min_partition": 64 if base.decode_min_partition != 64 else 256,
                 "rope_max_rows": 1024 if base.rope_max_rows != 1024 else 8,
+                "rope_max_keys": 512 if base.rope_max_keys != 512 else 1024,
                 "rows_target_blocks": 8 if base.rows_target_blocks != 8 else 256,
                 "rows_min_partition": 64 if base.rows_min_partition != 64 else 128,
                 "shared_rows_attention": "rows" if base.shared_rows_attention != "rows" else "off",
