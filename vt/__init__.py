@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["LLM", "Logprob", "SamplingParams"]
+__all__ = ["LLM", "Logprob", "SamplingParams", "StructuredOutputsParams"]
 
 
 def __getattr__(name: str) -> Any:
@@ -21,4 +21,8 @@ def __getattr__(name: str) -> Any:
         from vt.engine.sample.params import SamplingParams
 
         return SamplingParams
+    if name == "StructuredOutputsParams":
+        from vt.engine.sample.structured import StructuredOutputsParams
+
+        return StructuredOutputsParams
     raise AttributeError(name)

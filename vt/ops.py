@@ -51,6 +51,12 @@ class Ops:
         """last[dst[i]] = ids[i] where dst[i] >= 0 (int64): each row's sampled id kept at its request's slot."""
         self.launch(self.kernels.keep_sampled, ids, dst, last)
 
+    def mask_tokens(self, logits: Any, mask: Any) -> None:
+        """logits [n, V] float32: each token whose bit is clear in mask [n, ceil(V / 32)] int32 (token t: bit t % 32
+        of word t / 32) to -1e30 (backends/kernels/tokens.py MASKED_LOGIT), in place: a structured output's grammar,
+        before the sampler reads the row."""
+        self.launch(self.kernels.mask_tokens, logits, mask)
+
     def gemm_silu_mul(self, a: Any, b: Any, gate_up: Any, act: Any, *, group: int) -> None:
         """The MLP's gate/up projection and its activation: gate_up [T, 2 I] float32 = a @ b, whose columns are gate's
         and up's `group` at a time (models/decoder.py), then act [T, I] = SiLU(gate) * up in act's dtype. On CUDA one

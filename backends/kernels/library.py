@@ -25,7 +25,7 @@ from backends.kernels.norm import add_rms_norm, embed
 from backends.kernels.prefill_attention import paged_prefill_attention
 from backends.kernels.rotary import qk_norm_rope_store
 from backends.kernels.rows_attention import paged_rows_attention
-from backends.kernels.tokens import feed_tokens, keep_sampled
+from backends.kernels.tokens import feed_tokens, keep_sampled, mask_tokens
 
 
 def matmul(xp: Any, a: Any, b: Any, out: Any) -> None:
@@ -114,7 +114,7 @@ LIBRARY = types.SimpleNamespace(embed=embed, add_rms_norm=add_rms_norm, qk_norm_
                                 moe_gemm_rows=moe_gemm_rows, moe_route_gemm_rows=moe_route_gemm_rows,
                                 moe_norm_route_gemm_rows=moe_norm_route_gemm_rows,
                                 moe_combine_add_rms_norm=moe_combine_add_rms_norm,
-                                feed_tokens=feed_tokens, keep_sampled=keep_sampled,
+                                feed_tokens=feed_tokens, keep_sampled=keep_sampled, mask_tokens=mask_tokens,
                                 gemm_add_rms_norm=gemm_add_rms_norm, gemm_silu_mul=gemm_silu_mul,
                                 gemm_add=gemm_add, rms_norm_gemm=rms_norm_gemm,
                                 rms_norm_gemm_silu_mul=rms_norm_gemm_silu_mul)

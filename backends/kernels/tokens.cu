@@ -23,4 +23,23 @@ __global__ void keep_sampled(const i64* __restrict__ ids, const i64* __restrict_
     if (i < n && dst[i] >= 0) last[dst[i]] = ids[i];
 }
 
+// Structured outputs: logits [n, V] float32, every token whose bit is clear in mask [n, words] int32 (token t is bit
+// t % 32 of word t / 32, llguidance's layout) to MASKED_LOGIT, before the sampler reads the row. Finite, so the
+// sampler's guard against a model's non-finite logits still passes the row; -1e30 stays finite divided by any
+// temperature the sampler takes (>= 1e-5) and never wins a draw. A thread a word; a word of all ones (most of them, in
+// a free-text stretch) writes nothing.
+constexpr float MASKED_LOGIT = -1e30f;  // tokens.py's
+__global__ void mask_tokens(float* __restrict__ logits, const int* __restrict__ mask, int V, int words) {
+    vt::pdl_entry();
+    const int r = blockIdx.y, w = blockIdx.x * blockDim.x + threadIdx.x;
+    if (w >= words) return;
+    const unsigned m = static_cast<unsigned>(mask[(i64)r * words + w]);
+    if (m == 0xffffffffu) return;
+    float* row = logits + (i64)r * V;
+    for (int b = 0; b < 32; b++) {
+        const int t = w * 32 + b;
+        if (t < V && !((m >> b) & 1u)) row[t] = MASKED_LOGIT;
+    }
+}
+
 }  // namespace vt

@@ -597,8 +597,9 @@ ENTRIES: list[Mutation] = [
         id="engine-bad-words-refusal-named-as-the-prompt",
         description="the server maps the engine's bad_words refusals to param prompt",
         file="vt/server/app.py",
-        old="                  \"presence_penalty\", \"frequency_penalty\", \"bad_words\", \"cache_salt\")\n",
-        new="                  \"presence_penalty\", \"frequency_penalty\", \"cache_salt\")\n",
+        old="                  \"presence_penalty\", \"frequency_penalty\", \"bad_words\", \"cache_salt\", "
+            "\"structured_outputs\")\n",
+        new="                  \"presence_penalty\", \"frequency_penalty\", \"cache_salt\", \"structured_outputs\")\n",
         gates=("tests/server/test_bad_words_server.py::test_an_engine_refusal_of_bad_words_names_the_field",),
     ),
     Mutation(
@@ -637,8 +638,9 @@ ENTRIES: list[Mutation] = [
         id="engine-cache-salt-refusal-named-as-the-prompt",
         description="the server maps the engine's cache_salt refusal to param prompt",
         file="vt/server/app.py",
-        old="                  \"presence_penalty\", \"frequency_penalty\", \"bad_words\", \"cache_salt\")\n",
-        new="                  \"presence_penalty\", \"frequency_penalty\", \"bad_words\")\n",
+        old="                  \"presence_penalty\", \"frequency_penalty\", \"bad_words\", \"cache_salt\", "
+            "\"structured_outputs\")\n",
+        new="                  \"presence_penalty\", \"frequency_penalty\", \"bad_words\", \"structured_outputs\")\n",
         gates=("tests/server/test_cache_salt_server.py::test_a_salt_that_is_not_a_non_empty_string_is_a_400_naming_the_field",),
     ),
     Mutation(
@@ -701,5 +703,104 @@ ENTRIES: list[Mutation] = [
         file="vt/engine/front/llm.py", old="Progress(console=Console(stderr=True), transient=True)",
         new="Progress(transient=True)",
         gates=(f"{PROGRESS}::test_generate_and_chat_draw_a_bar_on_a_terminal_by_default",),
+    ),
+]
+
+SO = "tests/engine/test_structured_outputs.py"
+SO_SERVER = "tests/server/test_structured_outputs_server.py"
+SO_REGEX = f"{SO}::test_a_regex_holds_every_output_to_it"
+ENTRIES += [
+    Mutation(
+        id="structured-mask-skipped-in-the-decode-graph",
+        description="a masked decode slot's graph never launches the grammar's mask: after the first token, the "
+                    "output leaves its language",
+        file="vt/engine/worker/graph_driver.py",
+        old="            self.backend.mask_tokens(slot.logits, slot.token_mask)\n", new="            pass\n",
+        gates=(SO_REGEX, f"{SO}::test_a_json_schema_holds_every_output_to_it[1.0]"),
+    ),
+    Mutation(
+        id="structured-mask-skipped-at-the-prefill",
+        description="the prefill's sampler never masks: a constrained output's first token is free",
+        file="vt/engine/worker/runner.py",
+        old="            b.mask_tokens(logits, mask)\n", new="            pass\n",
+        gates=(SO_REGEX,),
+    ),
+    Mutation(
+        id="structured-matcher-never-fed-the-output",
+        description="a request's matcher never consumes the tokens it generated: every mask is the grammar's first",
+        file="vt/engine/sample/structured.py",
+        old="        if new and not self.matcher.consume_tokens(new):\n", new="        if False:\n",
+        gates=(SO_REGEX,),
+    ),
+    Mutation(
+        id="structured-mask-twin-clears-the-allowed-tokens",
+        description="the mask's twin sets the tokens the grammar allows to -1e30 and keeps the others",
+        file="backends/kernels/tokens.py",
+        old="    logits[~token_bits(mask, logits.shape[1])] = MASKED_LOGIT",
+        new="    logits[token_bits(mask, logits.shape[1])] = MASKED_LOGIT",
+        gates=(f"{SO}::test_the_mask_twin_sets_exactly_the_cleared_tokens",),
+    ),
+    Mutation(
+        id="structured-slot-key-ignores-the-mask",
+        description="the graph driver keys a step with token masks as one without: its graph masks nothing",
+        file="vt/engine/worker/graph_driver.py",
+        old="        masked = inp.sampling is not None and inp.sampling.token_mask is not None\n",
+        new="        masked = False\n",
+        gates=(SO_REGEX, f"{SO}::test_masked_decode_steps_replay_a_graph_of_their_own"),
+    ),
+    Mutation(
+        id="structured-request-steps-overlapped",
+        description="a constrained request lets the engine overlap its steps: its mask is built before the host "
+                    "holds the token sampled just before",
+        file="vt/engine/sample/params.py",
+        old="        return self.has_penalties or bool(self.sequence_bans) or self.grammar is not None",
+        new="        return self.has_penalties or bool(self.sequence_bans)",
+        gates=(f"{SO}::test_a_constrained_request_steps_without_overlap",),
+    ),
+    Mutation(
+        id="structured-refusal-under-speculation-dropped",
+        description="a structured output is taken under speculative decoding, whose proposals the grammar never saw",
+        file="vt/engine/front/llm_engine.py",
+        old="        if self.scheduler.num_spec_tokens:\n            raise RequestError(f\"structured_outputs.{so.kind}: "
+            "not supported with speculative decoding\")\n",
+        new="",
+        gates=(f"{SO}::test_speculative_decoding_refuses_a_structured_output_by_name",),
+    ),
+    Mutation(
+        id="server-json-schema-response-format-ignored",
+        description="the API server reads OpenAI's response_format json_schema as free text",
+        file="vt/server/protocol.py",
+        old="        return StructuredOutputsParams(json=schema)\n", new="        return None\n",
+        gates=(f"{SO_SERVER}::test_response_format_and_structured_outputs_generate_what_the_offline_api_does",),
+    ),
+    Mutation(
+        id="engine-wire-drops-structured-outputs",
+        description="the engine process's wire drops a request's structured output: `vt serve` generates free text",
+        file="vt/engine/core/proc.py",
+        old='        d["structured_outputs"] = StructuredOutputsParams(**d["structured_outputs"])\n',
+        new='        d["structured_outputs"] = None\n',
+        gates=(f"{SO_SERVER}::test_vt_serves_engine_process_takes_the_structured_output_over_its_wire",),
+    ),
+]
+ENTRIES += [
+    Mutation(
+        id="structured-refusal-under-tensor-parallelism-dropped",
+        description="a structured output is taken with several ranks, whose runners but rank 0's hold no grammar",
+        file="vt/engine/front/llm_engine.py",
+        old="        if self.cfg.tensor_parallel_size > 1:\n            raise RequestError(f\"structured_outputs."
+            "{so.kind}: not supported with tensor_parallel_size > 1\")\n",
+        new="",
+        gates=(f"{SO}::test_tensor_parallelism_refuses_a_structured_output_by_name",),
+    ),
+]
+ENTRIES += [
+    Mutation(
+        id="structured-rejected-token-kept",
+        description="a token the grammar rejects is kept, not failed alone: the next mask finds the matcher broken "
+                    "and the engine dies with every request in it",
+        file="vt/engine/worker/runner.py",
+        old="                if rid in out.sampled and (why := matcher.accept(out.sampled[rid][0])) is not None:\n",
+        new="                if rid in out.sampled and (why := matcher.accept(out.sampled[rid][0])) is not None and 0:\n",
+        gates=(f"{SO}::test_a_grammar_whose_every_token_a_ban_holds_off_fails_its_request_alone",),
     ),
 ]

@@ -20,7 +20,7 @@ def test_each_slot_runs_the_blocks_a_row_its_own_batch_gets() -> None:
     driver.split = split_scratch(backend, driver.logits.shape[0], SPLIT_MAX)  # as the CUDA driver allocates it
     blocks = {}
     for rows in (1, 32, 64, 256):
-        parts, psum, state, counters = driver._slot((rows, 1, False, driver.min_width, False)).split
+        parts, psum, state, counters = driver._slot((rows, 1, False, driver.min_width, False, False)).split
         blocks[rows] = parts.shape[1]
         assert parts.shape == (rows, split_blocks(rows), 256) and psum.shape == (rows, split_blocks(rows))
         assert state.shape == (rows, 8) and counters.shape == (rows,)

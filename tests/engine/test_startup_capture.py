@@ -49,9 +49,10 @@ def test_startup_capture_covers_the_widest_table_and_the_largest_prefill_bucket(
     widths = {key[3] for key in d.slots}
     assert max(widths) == d.max_width and d.max_width * 16 >= KW["max_model_len"], (widths, d.max_width)
     assert {key[0] for key in d.slots} == set(d.rows_ladder) > set(d.ladder), "decode rows, and short steps' above"
-    assert all(w * 16 > LONG_CONTEXT_KEYS for rows, _, _, w, _ in d.slots if rows > d.ladder[-1]), \
+    assert all(w * 16 > LONG_CONTEXT_KEYS for rows, _, _, w, *_ in d.slots if rows > d.ladder[-1]), \
         "rows above the decode ladder serve only a short step over a long context"
-    apart = {(rows, w) for rows, _, _, w, a in d.slots if a}
+    apart = {(rows, w) for rows, _, _, w, a, _ in d.slots if a}
+    assert not any(key[5] for key in d.slots), "no start-up graph masks tokens (structured outputs' are taken lazily)"
     assert apart == {(rows, w) for rows in d.rows_ladder for w in widths if w * 16 > LONG_CONTEXT_KEYS and (
         d.model.attends_with_rope(rows, w, 16) or d.model.rows_kernel is not None)}, \
         ("a short step's rows apart (graphs of their own) exactly where the decode attention would write their KV, "

@@ -37,7 +37,7 @@ def test_a_hits_tail_runs_as_one_decode_step_with_no_piecewise_prefill() -> None
         assert prefill_runs(llm) == (before[0], before[1] + i + 1), f"hit {i}: its tail ran as a prefill step"
     assert llm.engine.kv_manager.hits >= 3 * len(prefix), "non-vacuity: the three prompts were hits"
     driver = llm.engine.runner.decoder
-    slot = driver.slots[(TAIL, 1, False, 64, driver._apart(TAIL, 64))]  # the tail's rung, at 640 tokens' width
+    slot = driver.slots[(TAIL, 1, False, 64, driver._apart(TAIL, 64), False)]  # the tail's rung, 640 tokens' width
     if driver.is_enabled:  # graphs are off in the pool-bypass lane: there the slot runs eagerly every step
         assert slot.is_captured and slot.num_replays >= 1, "the 16-row decode slot was captured and replayed"
 

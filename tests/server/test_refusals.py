@@ -34,7 +34,7 @@ def client(served):
 # "priority": vLLM's, which a first-come-first-served scheduler (vt's) takes only at 0
 COMPLETION_REFUSALS = {"suffix": "and then", "best_of": 3, "temprature": 0.5, "user": {"a": [1, 2]}, "priority": 1}
 CHAT_REFUSALS = {"tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}],
-                 "response_format": {"type": "json_object"}, "prompt": "Hi", "echo": True, "user": 5, "priority": -1}
+                 "response_format": {"type": "structural_tag"}, "prompt": "Hi", "echo": True, "user": 5, "priority": -1}
 
 
 @pytest.mark.parametrize("field", list(COMPLETION_REFUSALS))

@@ -287,7 +287,7 @@ def refuse_unknown(body: dict[str, Any], fields: frozenset[str], route: str) -> 
 
 # the fields an engine's RequestError can open with; any other refusal is about the prompt
 REQUEST_FIELDS = ("logit_bias", "allowed_token_ids", "stop_token_ids", "min_tokens", "repetition_penalty",
-                  "presence_penalty", "frequency_penalty", "bad_words", "cache_salt")
+                  "presence_penalty", "frequency_penalty", "bad_words", "cache_salt", "structured_outputs")
 
 
 def request_param(message: str) -> str:

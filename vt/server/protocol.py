@@ -14,6 +14,7 @@ from typing import Any
 from vt.engine.front.chat import SPEAKER_FIELDS
 from vt.engine.front.chat import parse_messages as parse_conversation
 from vt.engine.sample.params import MAX_BIAS, SamplingParams
+from vt.engine.sample.structured import StructuredOutputsParams, from_request_field
 from vt.errors import ConfigError, RequestError
 
 MAX_LOGPROBS = 20
@@ -136,12 +137,13 @@ FIELDS_COMMON = frozenset({"model", "stream", "stream_options", "max_tokens", "l
                            "top_p", "top_k", "min_p", "seed", "n", "presence_penalty", "frequency_penalty",
                            "repetition_penalty", "min_tokens", "ignore_eos", "stop_token_ids", "user",
                            "prompt_logprobs", "logit_bias", "allowed_token_ids", "include_stop_str_in_output",
-                           "skip_special_tokens", "cache_salt", "bad_words"})
+                           "skip_special_tokens", "cache_salt", "bad_words", "response_format",
+                           "structured_outputs"})
 FIELDS = {False: FIELDS_COMMON | {"prompt", "echo"},
           True: FIELDS_COMMON | {"messages", "max_completion_tokens", "top_logprobs", *RENDER_FIELDS}}
 # Fields vt does not implement, accepted only at the value that means "not used".
 NO_OP = {"echo": (False,), "suffix": ("",), "tools": ([],), "tool_choice": ("none",),
-         "response_format": ({"type": "text"},), "parallel_tool_calls": (False, True),
+         "parallel_tool_calls": (False, True),
          "priority": (0,)}  # vLLM's; it too refuses any other value under first-come-first-served scheduling
 
 
@@ -190,6 +192,34 @@ def _token_id_key(key: Any) -> int:
         return int(key)
     except ValueError:  # 4,300+ digits: past Python's limit on str -> int (and far past any vocabulary)
         raise bad(f"logit_bias: a key of {len(key)} digits is no token id", "logit_bias") from None
+
+
+def parse_structured(body: dict) -> StructuredOutputsParams | None:
+    """OpenAI's response_format (text, json_object, json_schema) or vLLM's structured_outputs as the engine's
+    StructuredOutputsParams; None for free text. A value vt cannot read is a 400 naming its field."""
+    rf, so = body.get("response_format"), body.get("structured_outputs")
+    if rf is not None and so is not None:
+        raise bad("response_format and structured_outputs: give one of them", "response_format")
+    try:
+        if so is not None:
+            return from_request_field(so, "structured_outputs")
+    except ConfigError as e:
+        raise bad(str(e), "structured_outputs") from None
+    if rf is None:
+        return None
+    kind = rf.get("type") if isinstance(rf, dict) else None
+    if kind == "text":
+        return None
+    if kind == "json_object":
+        return StructuredOutputsParams(json_object=True)
+    if kind == "json_schema":
+        spec = rf.get("json_schema")
+        schema = spec.get("schema") if isinstance(spec, dict) else None
+        if not isinstance(schema, (dict, str)):
+            raise bad("response_format.json_schema.schema: required, a JSON schema", "response_format")
+        return StructuredOutputsParams(json=schema)
+    raise bad(f"response_format: type {kind!r} is not one vt serves (text, json_object or json_schema)",
+              "response_format")
 
 
 def parse_sampling(body: dict, chat: bool) -> Parsed:
@@ -255,6 +285,8 @@ def parse_sampling(body: dict, chat: bool) -> Parsed:
         kw["prompt_logprobs"] = prompt_logprobs
     if (logit_bias := parse_logit_bias(body)) is not None:
         kw["logit_bias"] = logit_bias
+    if (structured := parse_structured(body)) is not None:
+        kw["structured_outputs"] = structured
     try:
         # max_tokens 0 (echo): one token is drawn (the prompt's last logits are computed anyway) and not returned
         params = SamplingParams(max_tokens=max_tokens or (1 if max_tokens == 0 else None), stop=stop or [],

@@ -59,6 +59,10 @@ def _params_wire(p: SamplingParams) -> dict[str, Any]:
 def _params_from_wire(d: dict[str, Any]) -> SamplingParams:
     if d.get("logit_bias") is not None:
         d["logit_bias"] = {int(k): v for k, v in d["logit_bias"].items()}
+    if d.get("structured_outputs") is not None:  # msgpack carries the dataclass as a map
+        from vt.engine.sample.structured import StructuredOutputsParams
+
+        d["structured_outputs"] = StructuredOutputsParams(**d["structured_outputs"])
     return SamplingParams(**d)
 
 

@@ -81,7 +81,9 @@ class LLMEngine:
         self.kv_manager = KVCacheManager(cfg.num_blocks, cfg.block_size, cfg.max_blocks_per_seq, cfg.num_kv_groups,
                                          enable_caching=cfg.enable_prefix_caching)
         self.scheduler = Scheduler(cfg, self.kv_manager, proposer.k if proposer is not None else 0)
-        self.runner = ModelRunner(self.model, cfg, proposer, stream, eos_ids=tuple(sorted(self.eos_ids)))
+        self._tokenizer_json: str | None = None  # the tokenizer as llguidance reads it: serialized on first need
+        self.runner = ModelRunner(self.model, cfg, proposer, stream, eos_ids=tuple(sorted(self.eos_ids)),
+                                  grammars=self.grammars)
         self._ids = itertools.count()
         self._rng = np.random.default_rng(rng_seed(cfg.seed))
         self.requests: dict[str, Request] = {}
@@ -298,6 +300,8 @@ class LLMEngine:
         resolved = (params or SamplingParams()).resolve(self.generation_config)
         if params is not None and params.bad_words:
             resolved = self._with_bad_words(resolved, params.bad_words)
+        if params is not None and params.structured_outputs is not None:
+            resolved = self._with_grammar(resolved, params.structured_outputs)
         if resolved.has_penalties and self.scheduler.num_spec_tokens:
             name, value = next((n, v) for n, v, off in (("repetition_penalty", resolved.repetition_penalty, 1.0),
                                                         ("presence_penalty", resolved.presence_penalty, 0.0),
@@ -321,6 +325,23 @@ class LLMEngine:
             raise RequestError(f"min_tokens={resolved.min_tokens} holds off every one of allowed_token_ids "
                                f"{sorted(set(allowed))[:5]} (EOS and stop_token_ids): no token could be drawn")
         return ids, resolved
+
+    def grammars(self) -> Any:
+        """llguidance's view of the checkpoint's tokenizer (built on the first structured output, then kept)."""
+        from vt.engine.sample.structured import grammar_tokenizer
+
+        if self._tokenizer_json is None:
+            self._tokenizer_json = self.tokenizer.to_str()
+        return grammar_tokenizer(self._tokenizer_json, self.vocab_size, tuple(sorted(self.eos_ids)))
+
+    def _with_grammar(self, resolved: Any, so: Any) -> Any:
+        """resolved with its structured output's grammar, compiled and checked against the tokenizer, or the
+        RequestError naming structured_outputs: a grammar llguidance refuses, or what vt cannot run it with."""
+        if self.scheduler.num_spec_tokens:
+            raise RequestError(f"structured_outputs.{so.kind}: not supported with speculative decoding")
+        if self.cfg.tensor_parallel_size > 1:
+            raise RequestError(f"structured_outputs.{so.kind}: not supported with tensor_parallel_size > 1")
+        return replace(resolved, grammar=self.grammars().check(so))
 
     def _with_bad_words(self, resolved: Any, words: list[str]) -> Any:
         """resolved with its bad words as token ids (vLLM's tokenization), or the RequestError naming what cannot

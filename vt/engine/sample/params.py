@@ -17,9 +17,12 @@ import math
 import numbers
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from vt.errors import ConfigError
+
+if TYPE_CHECKING:
+    from vt.engine.sample.structured import StructuredOutputsParams
 
 NEUTRAL = {"temperature": 1.0, "top_p": 1.0, "top_k": 0, "min_p": 0.0, "repetition_penalty": 1.0}
 # A temperature below this samples greedily, as vLLM's does (its _SAMPLING_EPS): logits divided by less than ~1e-38
@@ -72,6 +75,9 @@ class SamplingParams:
     # that makes other tokens of the same count); a one-token word is banned at every step, a longer one's last token
     # wherever the output so far ends with the rest of it
     bad_words: list[str] | None = None
+    # vLLM's field: the output held to a JSON schema, any JSON object, a regex, a choice or a Lark grammar
+    # (vt/engine/sample/structured.py; the engine compiles and checks it when the request is added)
+    structured_outputs: StructuredOutputsParams | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.stop, str):
@@ -136,6 +142,7 @@ class SamplingParams:
             raise ConfigError(f"stop_token_ids={self.stop_token_ids!r}: must be token ids (ints >= 0)")
         self._check_bias()
         self._check_vllm_extras()
+        self._check_structured()
 
     def _check_vllm_extras(self) -> None:
         tp = self.truncate_prompt_tokens
@@ -149,6 +156,14 @@ class SamplingParams:
                 word.encode("utf-8")
             except UnicodeEncodeError:
                 raise ConfigError(f"bad_words[{i}]={word!r}: is not valid UTF-8 text (a lone surrogate)") from None
+
+    def _check_structured(self) -> None:
+        from vt.engine.sample.structured import StructuredOutputsParams
+
+        so = self.structured_outputs
+        if so is not None and not isinstance(so, StructuredOutputsParams):
+            raise ConfigError(f"structured_outputs={so!r}: must be a StructuredOutputsParams "
+                              "(vt.engine.sample.structured, as vLLM's)")
 
     def clone(self) -> SamplingParams:
         """A deep copy (vLLM's clone): changing the copy's lists leaves this one's as they are."""
@@ -281,6 +296,7 @@ class ResolvedParams:
     biased_tokens: tuple[tuple[int, float], ...] = ()  # what the sampler adds per token (see __post_init__)
     sequence_bans: tuple[tuple[int, ...], ...] = ()  # the bad words of more than one token
     ban_context: int = 0  # the output tokens a ban looks back at: the longest such word's, less its last
+    grammar: str | None = None  # structured outputs: llguidance's grammar, compiled and checked by the engine
 
     def __post_init__(self) -> None:
         """biased_tokens: the logit bias, or with allowed_token_ids exactly those tokens (their bias where one was
@@ -309,8 +325,9 @@ class ResolvedParams:
     @property
     def reads_its_output(self) -> bool:
         """Whether the sampler row of its next token depends on the tokens it generated so far (penalties, a bad
-        word of more than one token): the host must hold them before it builds the row (no overlapped step)."""
-        return self.has_penalties or bool(self.sequence_bans)
+        word of more than one token, a structured output's grammar): the host must hold them before it builds the
+        row (no overlapped step)."""
+        return self.has_penalties or bool(self.sequence_bans) or self.grammar is not None
 
     def bans_after(self, output: Sequence[int]) -> list[int]:
         """The last tokens of the multi-token bad words that the output so far leads into (vLLM's rule: the

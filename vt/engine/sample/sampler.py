@@ -72,6 +72,9 @@ class SamplingRows:
     hist: np.ndarray | None  # [n, L] int64: prompt then output tokens (penalized rows only)
     bias_ids: np.ndarray | None = None  # [n, W] int64: the biased (or allowed) tokens, distinct
     bias_vals: np.ndarray | None = None  # [n, W] float32: what each adds to its raw logit
+    # [n, ceil(V / 32)] int32: structured outputs' next-token masks (a bit a token; all ones where a row has no
+    # grammar), applied before anything reads the logits; None when no row has a grammar
+    token_mask: np.ndarray | None = None
 
     @property
     def num_rows(self) -> int:
@@ -161,7 +164,16 @@ def stack(a: SamplingRows, b: SamplingRows) -> SamplingRows:
     na, nb = a.num_rows, b.num_rows
     return SamplingRows(np.concatenate([a.fparams, b.fparams]), np.concatenate([a.iparams, b.iparams]),
                         cat(a.hist, b.hist, na, nb, I64), cat(a.bias_ids, b.bias_ids, na, nb, I64),
-                        cat(a.bias_vals, b.bias_vals, na, nb, F32))
+                        cat(a.bias_vals, b.bias_vals, na, nb, F32), _stack_masks(a, b))
+
+
+def _stack_masks(a: SamplingRows, b: SamplingRows) -> np.ndarray | None:
+    """a's token masks over b's, all ones for the side without one (its rows have no grammar)."""
+    if a.token_mask is None and b.token_mask is None:
+        return None
+    words = (a.token_mask if a.token_mask is not None else b.token_mask).shape[1]  # type: ignore[union-attr]
+    return np.concatenate([m if m is not None else np.full((r.num_rows, words), -1, np.int32)
+                           for r, m in ((a, a.token_mask), (b, b.token_mask))])
 
 
 def spread(rows: SamplingRows, at: np.ndarray, num_rows: int) -> SamplingRows:
@@ -176,7 +188,12 @@ def spread(rows: SamplingRows, at: np.ndarray, num_rows: int) -> SamplingRows:
         full[at] = x
         return full
 
-    return SamplingRows(out.fparams, out.iparams, placed(rows.hist), placed(rows.bias_ids), placed(rows.bias_vals))
+    mask = None
+    if rows.token_mask is not None:  # padding rows: all ones (they have no grammar)
+        mask = np.full((num_rows, rows.token_mask.shape[1]), -1, np.int32)
+        mask[at] = rows.token_mask
+    return SamplingRows(out.fparams, out.iparams, placed(rows.hist), placed(rows.bias_ids), placed(rows.bias_vals),
+                        mask)
 
 
 # ---- the kernel's entry point (both backends) ----------------------------------------------------

@@ -44,6 +44,7 @@ from vt.engine.sample.sampler import (
     sample_tokens,
     split_blocks,
 )
+from vt.engine.sample.structured import mask_words
 from vt.engine.worker.piecewise import Bucket, carry_buffers, token_ladder
 from vt.engine.worker.readback import Readback
 from vt.engine.worker.uploads import Uploads
@@ -90,8 +91,10 @@ def width_bucket(width: int, min_width: int = 1) -> int:
 
 # (rows, tokens per row, speculative, block-table width bucket, rows may share a sequence): the last is a whole
 # prefill step's (a row a token: several rows of one chunk) where the model's decode attention writes each row's KV
-# itself (the rope variant, whose precondition is one token a sequence), so those steps keep a graph of their own
-SlotKey = tuple[int, int, bool, int, bool]
+# itself (the rope variant, whose precondition is one token a sequence), so those steps keep a graph of their own;
+# then whether a row has a structured output's token mask (its graph masks the logits before the sampler: such
+# steps are rare, so the others' graphs keep no launch for it)
+SlotKey = tuple[int, int, bool, int, bool, bool]
 ROW_INPUTS = 6  # per-row int64 inputs of a slot: tokens, positions, KV slots, table rows, feed sources, keep slots
 GREEDY_PADDING = pack([], 1, 0).iparams  # a padding row's sampler ints: greedy, reads nothing
 assert NF % 2 == 0, "a row's sampling floats fill whole int64 words of the staged inputs"
@@ -173,7 +176,7 @@ class Slot:
     """A captured decode shape: persistent step inputs, its graph, retained outputs, for its life."""
 
     def __init__(self, driver: GraphDriver, key: SlotKey) -> None:
-        S, q, _, width, _ = key
+        S, q, _, width = key[:4]
         b, c = driver.backend, driver.model.cfg
         self.key, self.width = key, width
         # The step inputs are views of one buffer, staged from one host array in one copy (the sampling floats
@@ -202,6 +205,8 @@ class Slot:
         self.hidden = driver.hidden.view((n, c.hidden_size))
         self.out_ids = b.empty((n,), I64)
         self.lp_vals, self.lp_ids = b.empty((n, NLP), F32), b.empty((n, NLP), I64)
+        # structured outputs: the rows' next-token masks (vt/engine/sample/structured.py), in masked slots only
+        self.token_mask = b.empty((n, mask_words(c.vocab_size)), np.int32) if key[5] else None
         self.demand: dict[int, int] | None = None  # the cold step's profile
         self.graph: Graph | None = None
         self.pinned: set = set()  # pool blocks the graph uses as temporaries
@@ -214,7 +219,8 @@ class Slot:
 
     def buffers(self) -> list[Tensor]:
         """The slot's own buffers (the shared ones are the driver's)."""
-        return [self.inputs, self.out_ids, self.lp_vals, self.lp_ids]
+        return [self.inputs, self.out_ids, self.lp_vals, self.lp_ids] + (
+            [self.token_mask] if self.token_mask is not None else [])
 
 
 class GraphDriver:
@@ -281,9 +287,10 @@ class GraphDriver:
             for S, w in ((S, w) for S in self._rungs(q, spec) for w in widths):
                 short_step = w * self.kv.block_size > LONG_CONTEXT_KEYS  # a short prefill's rows (runner._runs_whole)
                 if q == 1 and not spec and self._apart(S, w):  # decode rows and short steps' rows apart
-                    keys += [(S, q, spec, w, False)] * (S <= self.ladder[-1]) + [(S, q, spec, w, True)] * short_step
+                    keys += ([(S, q, spec, w, False, False)] * (S <= self.ladder[-1])
+                             + [(S, q, spec, w, True, False)] * short_step)
                 elif S <= self.ladder[-1] or short_step:  # rows above the decode ladder: short steps only
-                    keys.append((S, q, spec, w, False))
+                    keys.append((S, q, spec, w, False, False))
         buckets = self.token_ladder if prefill else []
         gc.collect()  # what is already dead goes now, outside any capture (captures run with the collector off)
         total, t0, self._quiet = len(keys) + len(buckets), time.monotonic(), True
@@ -331,7 +338,7 @@ class GraphDriver:
             log.info("captured %d/%d graphs (%.1f s)", done, total, time.monotonic() - t0)
 
     def _dummy_decode(self, key: SlotKey) -> DecodeInputs:
-        S, q, _, width, shared = key
+        S, q, _, width, shared = key[:5]
         trash = self.kv.num_blocks
         return DecodeInputs(np.zeros(S * q, I64), np.zeros(S * q, I64), np.full(S * q, -1, I64),
                             np.full((S, width), trash, I64), q=q, rows_share_sequences=shared)
@@ -430,7 +437,8 @@ class GraphDriver:
         if width > self.max_width:
             raise GraphInputMismatch(f"a block table {inp.block_tables.shape[1]} blocks wide: above the driver's "
                                      f"{self.max_width} (max_model_len)")
-        slot = self._slot((S, inp.q, spec, width, inp.rows_share_sequences and self._apart(S, width)))
+        masked = inp.sampling is not None and inp.sampling.token_mask is not None
+        slot = self._slot((S, inp.q, spec, width, inp.rows_share_sequences and self._apart(S, width), masked))
         self._stage(slot, inp)
         if slot.demand is None or not self.is_enabled:
             self._run_cold(slot)
@@ -525,7 +533,7 @@ class GraphDriver:
     def _stage(self, slot: Slot, inp: DecodeInputs) -> None:
         """Host -> the slot's persistent inputs, outside any graph, in one copy. Padding rows are inert:
         slot -1 (no KV write), position 0, and a block-table row of trash blocks."""
-        S, q, _, _, _ = slot.key
+        S, q = slot.key[:2]
         n, B, W = inp.tokens.shape[0], inp.block_tables.shape[0], inp.block_tables.shape[1]
         tokens, positions, slots, _, feed_src, keep_dst = slot.staged[: ROW_INPUTS * S * q].reshape(ROW_INPUTS, S * q)
         tokens[:n], tokens[n:] = inp.tokens, 0
@@ -545,6 +553,11 @@ class GraphDriver:
         slot.staged_floats[:n], slot.staged_floats[n:] = rows.fparams, 0.0
         slot.general = bool(slot.split) and needs_general(rows.fparams, rows.iparams, self.model.cfg.vocab_size)
         self.uploads.upload(slot.inputs, slot.staged)
+        if slot.token_mask is not None:  # a masked slot's step: padding rows all ones (no grammar)
+            assert rows.token_mask is not None
+            mask = np.full(slot.token_mask.shape, -1, np.int32)
+            mask[:n] = rows.token_mask
+            self.uploads.upload(slot.token_mask, mask)
         if rows.hist is not None:
             if rows.hist.shape[1] > slot.hist_width:
                 raise GraphInputMismatch(f"penalty history of {rows.hist.shape[1]} tokens; the slot holds "
@@ -567,6 +580,8 @@ class GraphDriver:
                           rows_share_sequences=slot.key[4])
         self.backend.feed_tokens(slot.tokens, slot.feed_src, self.last_sampled)
         self.model.forward(fb, self.kv, slot.logits, slot.hidden)
+        if slot.token_mask is not None:  # structured outputs: the grammars' masks before the sampler reads a row
+            self.backend.mask_tokens(slot.logits, slot.token_mask)
         self.backend.launch(sample_tokens, *self._sampler_args(slot), *slot.split, general=False)
         self.backend.keep_sampled(slot.out_ids, slot.keep_dst, self.last_sampled)
 

@@ -17,7 +17,7 @@ from vt.engine.sample.sampler import NF, NI
 from vt.errors import EngineInvariantError
 
 ROW_ARRAYS = ("token_ids", "num_tokens", "block_table", "num_blocks", "ahead", "feed_slot", "sampling_f",
-              "sampling_i", "min_tokens", "penalized", "bans_sequences")
+              "sampling_i", "min_tokens", "penalized", "bans_sequences", "constrained")
 
 
 class InputBatch:
@@ -43,6 +43,7 @@ class InputBatch:
         self.min_tokens = np.zeros(max_rows, np.int64)
         self.penalized = np.zeros(max_rows, np.bool_)
         self.bans_sequences = np.zeros(max_rows, np.bool_)  # a bad word of several tokens: bans built each step
+        self.constrained = np.zeros(max_rows, np.bool_)  # a structured output: its grammar's mask built each step
 
     def __len__(self) -> int:
         return len(self.row_of)

@@ -29,7 +29,7 @@ def profile_non_kv_bytes(model: Any, block_size: int, max_num_seqs: int, max_num
     driver._dummy_prefill(driver._bucket(driver.token_ladder[-1]))
     if max_num_batched_tokens > driver.token_ladder[-1]:  # a step past the largest bucket runs eagerly
         driver.dummy_eager_prefill(max_num_batched_tokens)
-    key = (driver.ladder[-1], 1, False, driver.max_width, False)
+    key = (driver.ladder[-1], 1, False, driver.max_width, False, False)
     driver.step(driver._dummy_decode(key))
     b.synchronize()
     throwaway = [*kv.k, *kv.v, driver.logits, driver.hidden, driver.hist, driver.hist_raw, *driver.bias, *driver.split,

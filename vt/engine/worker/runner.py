@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -36,6 +37,7 @@ from vt.engine.sample.sampler import (
     spread,
     stack,
 )
+from vt.engine.sample.structured import Matcher, mask_words
 from vt.engine.spec_decode.proposers import Proposer, SpecRequest
 from vt.engine.worker.graph_driver import DecodeInputs, GraphDriver, StepResult
 from vt.engine.worker.input_batch import InputBatch
@@ -73,7 +75,7 @@ class RequestState:
 
 class ModelRunner:
     def __init__(self, model: Model, cfg: EngineConfig, proposer: Proposer | None = None, stream=None,
-                 eos_ids: tuple[int, ...] = ()) -> None:
+                 eos_ids: tuple[int, ...] = (), grammars: Callable[[], Any] | None = None) -> None:
         self.model = model
         self.cfg = cfg
         self.backend = model.backend
@@ -88,6 +90,9 @@ class ModelRunner:
         self.proposer = proposer
         self.eos_ids = eos_ids
         self.states: dict[str, RequestState] = {}
+        # structured outputs: the tokenizer's grammar compiler (the engine's), and each constrained request's matcher
+        self.grammars = grammars
+        self.matchers: dict[str, Matcher] = {}
         # Async scheduling: the free slots of the decoder's device array of last sampled ids; a request holds
         # one while it runs (batch.feed_slot, moving with its row), beside how many of its sampled tokens the
         # host has not been sent yet (batch.ahead)
@@ -130,12 +135,18 @@ class ModelRunner:
             self._free_slots.append(int(b.feed_slot[b.row_of[rid]]))
             b.remove(rid)
             del self.states[rid]
+            self.matchers.pop(rid, None)
         if self.proposer is not None:
             self.proposer.drop(gone)
         for req in so.new_reqs:
             row = b.add(req.req_id, req.token_ids, req.block_ids)
             self.states[req.req_id] = st = RequestState(req.params, req.seed, req.num_prompt_tokens)
             b.feed_slot[row] = self._free_slots.pop()
+            if req.params.grammar is not None:  # a resumed request's matcher catches up on its output again
+                if self.grammars is None:
+                    raise EngineInvariantError(f"request {req.req_id} has a structured output; the runner was "
+                                               "given no grammar compiler")
+                self.matchers[req.req_id] = self.grammars().matcher(req.params.grammar)
             self._fix_sampling(row, st)
         ones = [c for c in so.cached_reqs if len(c.new_token_ids) == 1]  # a decode step's: one token each
         if ones:
@@ -197,13 +208,20 @@ class ModelRunner:
 
         # read now: by the time the results are collected, the next step may have dropped a request's state
         asked: dict[str, int] = {}
+        held: dict[str, Matcher] = {}  # structured outputs: each sampled token goes to its grammar when read back
         for rid in (rid for ids, _ in waits for rid in ids):
             if (n := self.states[rid].params.logprobs) is not None:
                 asked[rid] = n
+            if rid in self.matchers:
+                held[rid] = self.matchers[rid]
 
         def collect() -> RunnerOutput:
             for req_ids, wait in waits:
                 self._collect(req_ids, 1, wait(), out, asked)
+            for rid, matcher in held.items():
+                if rid in out.sampled and (why := matcher.accept(out.sampled[rid][0])) is not None:
+                    del out.sampled[rid]
+                    out.errors[rid] = why
             return out
 
         return collect
@@ -227,6 +245,7 @@ class ModelRunner:
         b.sampling_f[row], b.sampling_i[row] = fixed.fparams[0], fixed.iparams[0]
         b.min_tokens[row], b.penalized[row] = p.min_tokens, spec.has_penalties
         b.bans_sequences[row] = bool(p.sequence_bans)
+        b.constrained[row] = p.grammar is not None
 
     def _sampling(self, rows: np.ndarray, hist_width: int, offsets: np.ndarray | int = 0) -> SamplingRows:
         """The sampler's rows for these batch rows (a row may repeat: verifying, `offsets` positions later),
@@ -247,7 +266,26 @@ class ModelRunner:
         banning = b.bans_sequences[rows]
         if ip[:, NUM_BIAS].any() or banning.any():  # few rows, each its own list; most steps have none
             bias_ids, bias_vals = self._bias_rows(rows, ip, banning, offsets)
-        return SamplingRows(fp, ip, hist, bias_ids, bias_vals)
+        constrained = b.constrained[rows]
+        mask = self._token_masks(rows, constrained) if constrained.any() else None
+        return SamplingRows(fp, ip, hist, bias_ids, bias_vals, mask)
+
+    def _token_masks(self, rows: np.ndarray, constrained: np.ndarray) -> np.ndarray:
+        """Each row's next-token mask [n, words] int32: its grammar's after the output the host holds (all ones
+        without a grammar). A constrained request never steps ahead of the host (reads_its_output)."""
+        b = self.batch
+        mask = np.full((len(rows), mask_words(self.model.cfg.vocab_size)), -1, np.int32)
+        for i in np.flatnonzero(constrained):
+            row = int(rows[i])
+            rid = b.requests[row]
+            assert rid is not None
+            if b.ahead[row]:
+                raise EngineInvariantError(f"request {rid}: its grammar's mask needs the {b.ahead[row]} token(s) "
+                                           "sampled ahead of the host")
+            matcher = self.matchers[rid]
+            matcher.catch_up(b.token_ids[row, self.states[rid].num_prompt_tokens : b.num_tokens[row]])
+            matcher.fill(mask[i])
+        return mask
 
     def _bias_rows(self, rows: np.ndarray, ip: np.ndarray, banning: np.ndarray,
                    offsets: np.ndarray | int) -> tuple[np.ndarray | None, np.ndarray | None]:
@@ -462,6 +500,11 @@ class ModelRunner:
         if rows.bias_ids is not None and rows.bias_vals is not None:  # else num_bias is 0: never read
             b.copy_h2d(t["bi"], rows.bias_ids)
             b.copy_h2d(t["bv"], rows.bias_vals)
+        if rows.token_mask is not None:  # a structured output's grammar, before anything reads the rows
+            mask = pool.empty(rows.token_mask.shape, np.int32)
+            b.copy_h2d(mask, rows.token_mask)
+            b.mask_tokens(logits, mask)
+            pool.release(mask)
         b.launch(sample_tokens, logits, *t.values(), ids, lv, li)
         if keep is not None and (keep >= 0).any():
             self.decoder.keep(ids, keep)
