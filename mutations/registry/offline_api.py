@@ -804,3 +804,15 @@ ENTRIES += [
         gates=(f"{SO}::test_a_grammar_whose_every_token_a_ban_holds_off_fails_its_request_alone",),
     ),
 ]
+ENTRIES += [
+    Mutation(
+        id="cuda-mask-tokens-reads-the-bits-backwards",
+        description="the CUDA mask kernel reads a word's bits from the top: token t takes the bit of token "
+                    "31 - t % 32, so the grammar's allowed tokens are masked and others let through",
+        file="backends/kernels/tokens.cu",
+        old="if (t < V && !((m >> b) & 1u)) row[t] = MASKED_LOGIT;",
+        new="if (t < V && !((m >> (31 - b)) & 1u)) row[t] = MASKED_LOGIT;",
+        gates=(f"{SO}::test_cuda_mask_tokens_equals_its_twin",),
+        needs_gpu=True,
+    ),
+]

@@ -223,3 +223,15 @@ def test_a_grammar_whose_every_token_a_ban_holds_off_fails_its_request_alone(llm
     assert outs[0].outputs[0].finish_reason == "error" and "outside the grammar" in (outs[0].error or ""), outs[0]
     assert outs[0].outputs[0].text == "ab", "the grammar's tokens came first"
     assert outs[1].error is None and len(outs[1].outputs[0].token_ids) == 12, "non-vacuity: the neighbour is served"
+
+
+@pytest.mark.gpu
+def test_cuda_structured_outputs_hold_every_output_to_their_language() -> None:
+    """The CUDA path end to end: the mask kernel in the prefill's sampler and in a masked decode graph."""
+    llm = LLM("tiny-qwen3", backend="cuda", max_model_len=256, num_blocks=96)
+    got = texts(llm, StructuredOutputsParams(regex=r"[0-9]{3}-[a-c]{2}"), n=2)
+    assert all(re.fullmatch(r"[0-9]{3}-[a-c]{2}", t) for t in got), got
+    objects = texts(llm, StructuredOutputsParams(json=SCHEMA, disable_any_whitespace=True), temperature=0.0)
+    assert all(schema_holds(parsed(t)) for t in objects), objects
+    masked = [s for k, s in llm.engine.runner.decoder.slots.items() if k[5]]
+    assert masked and sum(s.num_replays for s in masked) > 0, "masked steps replayed their graphs"
