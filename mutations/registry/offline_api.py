@@ -727,10 +727,11 @@ ENTRIES += [
     ),
     Mutation(
         id="structured-matcher-never-fed-the-output",
-        description="a request's matcher never consumes the tokens it generated: every mask is the grammar's first",
+        description="a resumed request's new matcher never consumes the output so far: after a preemption its masks "
+                    "start the grammar again, mid-output",
         file="vt/engine/sample/structured.py",
         old="        if new and not self.matcher.consume_tokens(new):\n", new="        if False:\n",
-        gates=(SO_REGEX,),
+        gates=(f"{SO}::test_a_preempted_request_resumes_where_its_grammar_was",),
     ),
     Mutation(
         id="structured-mask-twin-clears-the-allowed-tokens",
@@ -814,5 +815,33 @@ ENTRIES += [
         new="if (t < V && !((m >> (31 - b)) & 1u)) row[t] = MASKED_LOGIT;",
         gates=(f"{SO}::test_cuda_mask_tokens_equals_its_twin",),
         needs_gpu=True,
+    ),
+]
+ENTRIES += [
+    Mutation(
+        id="structured-matcher-failure-kills-the-engine",
+        description="a matcher that meets llguidance's limits mid-output raises: the engine dies with every request",
+        file="vt/engine/sample/structured.py",
+        old="            self.broken = self.matcher.get_error()\n",
+        new="            raise __import__(\"vt.errors\").errors.EngineInvariantError(self.matcher.get_error())\n",
+        gates=(f"{SO}::test_a_grammar_that_fails_mid_output_fails_its_request_alone",),
+    ),
+    Mutation(
+        id="server-structured-refusal-names-the-wrong-field",
+        description="the engine's refusal of a schema the client sent as response_format names structured_outputs",
+        file="vt/server/app.py",
+        old="            raise bad(str(e), self.parsed.structured_field if param == \"structured_outputs\" else param) "
+            "from None",
+        new="            raise bad(str(e), param) from None",
+        gates=(f"{SO_SERVER}::test_a_structured_output_vt_cannot_read_is_a_400_naming_its_field[body7-response_format-"
+               "structured_outputs.json]",),
+    ),
+    Mutation(
+        id="server-text-response-format-refused-beside-structured-outputs",
+        description="response_format text (no constraint) beside structured_outputs is refused as a second one",
+        file="vt/server/protocol.py",
+        old="    if rf == {\"type\": \"text\"}:  # free text: no constraint, whatever structured_outputs says\n        rf = None\n",
+        new="",
+        gates=(f"{SO_SERVER}::test_a_text_response_format_beside_structured_outputs_leaves_the_constraint",),
     ),
 ]

@@ -170,13 +170,13 @@ ENTRIES: list[Mutation] = [
     ),
     Mutation(
         id="unsupported-field-accepted",
-        description="a field vt does not implement (tools, response_format, suffix, chat's echo) is "
+        description="a field vt does not implement (tools, suffix, chat's echo, vLLM's priority) is "
                     "accepted at any value and silently ignored",
         file="vt/server/protocol.py", old="        if name in NO_OP and value in NO_OP[name]:\n",
         new="        if name in NO_OP:\n",
         gates=(f"{REFUSALS}::test_a_completion_field_vt_would_ignore_is_a_400_naming_it[suffix]",
                *(f"{REFUSALS}::test_a_chat_field_vt_would_ignore_is_a_400_naming_it[{f}]"
-                 for f in ("tools", "response_format", "echo"))),
+                 for f in ("tools", "echo", "priority"))),
         expect="DID NOT RAISE",
     ),
     Mutation(

@@ -235,3 +235,36 @@ def test_cuda_structured_outputs_hold_every_output_to_their_language() -> None:
     assert all(schema_holds(parsed(t)) for t in objects), objects
     masked = [s for k, s in llm.engine.runner.decoder.slots.items() if k[5]]
     assert masked and sum(s.num_replays for s in masked) > 0, "masked steps replayed their graphs"
+
+
+def test_a_grammar_that_fails_mid_output_fails_its_request_alone(llm: LLM, monkeypatch: pytest.MonkeyPatch) -> None:
+    """llguidance's limits can be met after a grammar checked fine (too many lexer states, deep in an output): the
+    matcher then fails, and with it that request alone, never the engine (lowered limits make it happen early)."""
+    import llguidance
+
+    from vt.engine.sample import structured
+
+    monkeypatch.setattr(structured, "PARSER_LIMITS", llguidance.LLParserLimits(max_lexer_states=50))
+    deep = SamplingParams(temperature=1.0, seed=3, max_tokens=64, structured_outputs=StructuredOutputsParams(
+        regex="(a|b){24}(a|b)*a(a|b){16}"))
+    free = SamplingParams(temperature=0, max_tokens=12, ignore_eos=True)
+    with guarding("the engine serves on", EngineInvariantError, EngineDeadError):
+        outs = llm.generate(PROMPTS[:2], [deep, free], use_tqdm=False)
+    assert outs[0].outputs[0].finish_reason == "error" and "structured output" in (outs[0].error or ""), outs[0]
+    assert set(outs[0].outputs[0].text) <= {"a", "b"} and outs[0].outputs[0].text, "its grammar held until then"
+    assert outs[1].error is None and len(outs[1].outputs[0].token_ids) == 12, "non-vacuity: the neighbour is served"
+
+
+def test_a_preempted_request_resumes_where_its_grammar_was() -> None:
+    """Preemption drops a request's runner state; resumed, its new matcher consumes the output so far before the
+    next mask, so the output stays one string of the language (a matcher starting again would ask for the letters
+    of the start in the middle of the digits)."""
+    llm = LLM("tiny-qwen3", backend="cpu", max_model_len=128, num_blocks=9)
+    regex = r"[a-c]{3}[0-9]{36}"
+    sp = SamplingParams(temperature=1.0, seed=5, max_tokens=48, structured_outputs=StructuredOutputsParams(
+        regex=regex))
+    with guarding("structured outputs run without a fault", EngineInvariantError, EngineDeadError):
+        outs = llm.generate(PROMPTS, sp, use_tqdm=False)
+    assert sum(o.metrics.num_preemptions for o in outs) > 0, "non-vacuity: requests were preempted"
+    assert all(o.error is None and re.fullmatch(regex, o.outputs[0].text) for o in outs), \
+        [(o.outputs[0].text, o.error) for o in outs]

@@ -76,6 +76,10 @@ def test_response_format_and_structured_outputs_generate_what_the_offline_api_do
      "json_schema.schema: required"),
     ({"response_format": {"type": "json_object"}, "structured_outputs": {"regex": "a"}}, "response_format",
      "give one of them"),
+    # the engine's refusal of a schema sent as response_format names the field the client sent
+    ({"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": 5}}}},
+     "response_format", "structured_outputs.json"),
+    ({"structured_outputs": {"json": {"type": 5}}}, "structured_outputs", "structured_outputs.json"),
 ])
 def test_a_structured_output_vt_cannot_read_is_a_400_naming_its_field(served, body: dict, param: str,
                                                                       words: str) -> None:
@@ -102,3 +106,14 @@ def test_vt_serves_engine_process_takes_the_structured_output_over_its_wire(offl
         got = client.completions.create(model=MODEL, prompt="Hello", max_tokens=24, temperature=0,
                                         extra_body={"structured_outputs": {"regex": regex}})
     assert got.choices[0].text == want, got.choices[0]
+
+
+def test_a_text_response_format_beside_structured_outputs_leaves_the_constraint(served) -> None:
+    """response_format text asks for no constraint: beside vLLM's structured_outputs it is no second one."""
+    try:
+        got = served.completions.create(model=MODEL, prompt="Hello", max_tokens=24, temperature=0,
+                                        extra_body={"response_format": {"type": "text"},
+                                                    "structured_outputs": {"regex": "[0-9]{5}"}})
+    except openai.BadRequestError as e:
+        pytest.fail(f"refused: {e}")
+    assert re.fullmatch("[0-9]{5}", got.choices[0].text), got.choices[0]

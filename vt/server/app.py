@@ -362,7 +362,8 @@ class Answer:
             firsts = [await g.__anext__() for g in self.gens]
         except RequestError as e:
             await self.close()
-            raise bad(str(e), request_param(str(e))) from None
+            param = request_param(str(e))  # the engine names structured_outputs; the client may have sent
+            raise bad(str(e), self.parsed.structured_field if param == "structured_outputs" else param) from None
         except EngineDeadError as e:
             await self.close()
             raise ApiError(503, str(e)) from None

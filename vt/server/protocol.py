@@ -55,6 +55,7 @@ class Parsed:
     prompt_logprobs: int | None = None  # vLLM's field: the prompt tokens' top-n in the response, as vLLM lays it out
     max_tokens_field: str = "max_tokens"  # the field max_tokens came from (chat: max_completion_tokens, if given)
     cache_salt: str | None = None  # vLLM's: cached prefix blocks shared only with requests of the same salt
+    structured_field: str = "structured_outputs"  # the field a structured output came from (or response_format)
 
     @property
     def prompt_only(self) -> bool:
@@ -198,6 +199,8 @@ def parse_structured(body: dict) -> StructuredOutputsParams | None:
     """OpenAI's response_format (text, json_object, json_schema) or vLLM's structured_outputs as the engine's
     StructuredOutputsParams; None for free text. A value vt cannot read is a 400 naming its field."""
     rf, so = body.get("response_format"), body.get("structured_outputs")
+    if rf == {"type": "text"}:  # free text: no constraint, whatever structured_outputs says
+        rf = None
     if rf is not None and so is not None:
         raise bad("response_format and structured_outputs: give one of them", "response_format")
     try:
@@ -294,5 +297,8 @@ def parse_sampling(body: dict, chat: bool) -> Parsed:
     except (ConfigError, TypeError) as e:
         raise bad(str(e), str(e).split("=", 1)[0] if "=" in str(e) else None) from None
     salt = body.get("cache_salt")  # checked where every front's is (LLMEngine.add_request): a 400 naming it
+    structured_field = "response_format" if body.get("response_format") not in (None, {"type": "text"}) else \
+        "structured_outputs"
     return Parsed([], params, stream, bool(opts.get("include_usage")), bool(opts.get("continuous_usage_stats")),
-                  logprobs, max_tokens, chat, echo, _get(body, "prompt_logprobs", (int,)), name, salt)
+                  logprobs, max_tokens, chat, echo, _get(body, "prompt_logprobs", (int,)), name, salt,
+                  structured_field)

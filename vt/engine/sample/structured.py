@@ -14,6 +14,7 @@ holds before each mask is computed.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 from dataclasses import dataclass
@@ -21,9 +22,11 @@ from typing import Any
 
 import numpy as np
 
-from vt.errors import ConfigError, EngineInvariantError, RequestError
+from vt.errors import ConfigError, RequestError
 
 KINDS = ("json", "regex", "choice", "grammar", "json_object")
+CHECKED_KEPT = 256  # compiled specs a GrammarTokenizer keeps
+PARSER_LIMITS: Any = None  # llguidance's limits for the matchers (None: its defaults; a test lowers them)
 FIELDS = (*KINDS, "disable_any_whitespace")
 
 
@@ -98,13 +101,19 @@ class GrammarTokenizer:
 
         self.vocab = vocab
         self.tokenizer = LLTokenizer(tokenizer_json, n_vocab=vocab, eos_token=list(eos_ids) or None)
+        self._checked: dict[str, tuple[str, str]] = {}  # a spec's JSON -> (its grammar, llguidance's error or "")
 
     def check(self, params: StructuredOutputsParams) -> str:
-        """The compiled grammar text, or a RequestError naming structured_outputs with llguidance's reason."""
-        from llguidance import LLMatcher
-
-        grammar = params.grammar_text()
-        error = LLMatcher.validate_grammar(grammar, self.tokenizer)
+        """The compiled grammar text, or a RequestError naming structured_outputs with llguidance's reason. A
+        spec checked before is not compiled again (LLM.generate checks a batch before it adds it)."""
+        key = json.dumps(dataclasses.asdict(params), sort_keys=True)
+        if key not in self._checked:
+            grammar = params.grammar_text()
+            error = _validate(grammar, self.tokenizer)
+            if len(self._checked) >= CHECKED_KEPT:
+                self._checked.pop(next(iter(self._checked)))
+            self._checked[key] = (grammar, error)
+        grammar, error = self._checked[key]
         if error:
             raise RequestError(f"structured_outputs.{params.kind}: {error.splitlines()[0][:400]}")
         return grammar
@@ -120,19 +129,24 @@ def grammar_tokenizer(tokenizer_json: str, vocab: int, eos_ids: tuple[int, ...])
 
 
 class Matcher:
-    """One request's place in its grammar: the output tokens it has consumed, and the next token's mask."""
+    """One request's place in its grammar: the output tokens it has consumed, and the next token's mask. Nothing
+    here raises on the grammar's account: a matcher that fails (llguidance's limits reached mid-output, e.g. too
+    many lexer states) fails its request alone, at its next token (accept), never the engine."""
 
     def __init__(self, owner: GrammarTokenizer, grammar: str) -> None:
         from llguidance import LLMatcher
 
         self.owner = owner
-        self.matcher = LLMatcher(owner.tokenizer, grammar, log_level=0)
+        self.matcher = LLMatcher(owner.tokenizer, grammar, log_level=0, limits=PARSER_LIMITS)
         self.consumed = 0
-        self._fail()
+        self.broken = ""  # why the matcher cannot go on (its error, or output it lost count of)
 
     def accept(self, token: int) -> str | None:
-        """Consumes the token just sampled; None, or why the grammar cannot take it (the request then fails alone:
-        a mask that allowed nothing a ban did not hold off, e.g. EOS under min_tokens once the grammar is done)."""
+        """Consumes the token just sampled; None, or why the request fails: the grammar failed before it, or
+        cannot take it (a mask that allowed nothing a ban did not hold off, e.g. EOS under min_tokens once the
+        grammar is done)."""
+        if self.broken:
+            return f"structured output: the grammar failed: {self.broken[:300]}"
         if self.matcher.consume_token(token):
             self.consumed += 1
             return None
@@ -142,21 +156,31 @@ class Matcher:
     def catch_up(self, output: np.ndarray) -> None:
         """Consumes the output tokens past those it has: a resumed request's (its matcher starts again), or none
         (accept took each as it was sampled)."""
+        if self.consumed > len(output):
+            self.broken = f"its matcher consumed {self.consumed} tokens of an output of {len(output)}"
+            return
         new = [int(t) for t in output[self.consumed :]]
         if new and not self.matcher.consume_tokens(new):
-            self._fail()
+            self.broken = self.matcher.get_error() or "the output so far is outside the grammar"
         self.consumed = len(output)
 
     def fill(self, out: np.ndarray) -> None:
-        """out [words] int32: the tokens that may come next (only EOS once the grammar is complete)."""
+        """out [words] int32: the tokens that may come next (only EOS once the grammar is complete). A failed
+        matcher leaves out as it is (all ones): the token drawn then fails the request (accept)."""
         from llguidance.numpy import fill_next_token_bitmask
 
+        if self.broken or self.matcher.is_error():
+            return
         fill_next_token_bitmask(self.matcher, out.reshape(1, -1), 0)
-        self._fail()
+        if self.matcher.is_error():  # llguidance's limits, met computing this mask
+            self.broken = self.matcher.get_error()
+            out[:] = -1
 
-    def _fail(self) -> None:
-        if self.matcher.is_error():
-            raise EngineInvariantError(f"structured output: the grammar's matcher failed: {self.matcher.get_error()}")
+
+def _validate(grammar: str, tokenizer: Any) -> str:
+    from llguidance import LLMatcher
+
+    return LLMatcher.validate_grammar(grammar, tokenizer)
 
 
 def from_request_field(value: Any, field: str) -> StructuredOutputsParams:

@@ -206,7 +206,7 @@ class Slot:
         self.out_ids = b.empty((n,), I64)
         self.lp_vals, self.lp_ids = b.empty((n, NLP), F32), b.empty((n, NLP), I64)
         # structured outputs: the rows' next-token masks (vt/engine/sample/structured.py), in masked slots only
-        self.token_mask = b.empty((n, mask_words(c.vocab_size)), np.int32) if key[5] else None
+        self.token_mask = driver.token_mask.view((n, driver.token_mask.shape[1])) if key[5] else None
         self.demand: dict[int, int] | None = None  # the cold step's profile
         self.graph: Graph | None = None
         self.pinned: set = set()  # pool blocks the graph uses as temporaries
@@ -219,8 +219,7 @@ class Slot:
 
     def buffers(self) -> list[Tensor]:
         """The slot's own buffers (the shared ones are the driver's)."""
-        return [self.inputs, self.out_ids, self.lp_vals, self.lp_ids] + (
-            [self.token_mask] if self.token_mask is not None else [])
+        return [self.inputs, self.out_ids, self.lp_vals, self.lp_ids]
 
 
 class GraphDriver:
@@ -250,6 +249,9 @@ class GraphDriver:
         self.hist = self.backend.empty((rows, self.max_width * kv.block_size), I64)
         self.hist_raw = self.backend.empty((rows, self.max_width * kv.block_size), F32)
         self.bias = tuple(self.backend.empty((rows, MAX_BIASED), dt) for dt in (I64, F32, F32))  # ids, values, raw
+        # structured outputs' token masks, a bit a token (4.9 MB at 256 rows of 151,936 tokens): allocated here, so
+        # the start-up's sizing counts it, though only masked slots' graphs read it (their capture is lazy)
+        self.token_mask = self.backend.empty((rows, mask_words(c.vocab_size)), np.int32)
         # the split sampler's scratch (CUDA: the NumPy body is one draw either way)
         split = flags().sampler == "split" and self.backend.name == "cuda"
         self.split = split_scratch(self.backend, rows, SPLIT_MAX) if split else ()  # each slot views its share
@@ -326,7 +328,8 @@ class GraphDriver:
         """Device bytes the graphs keep: the slots' and buckets' buffers, the shared outputs, and the pool
         blocks pinned as their temporaries."""
         own = [t for slot in self.slots.values() for t in slot.buffers()]
-        own += [self.logits, self.hidden, self.hist, self.hist_raw, *self.bias, *self.split, self.last_sampled,
+        own += [self.logits, self.hidden, self.hist, self.hist_raw, *self.bias, self.token_mask, *self.split,
+                self.last_sampled,
                 *self.carry.values()]
         own += [t for b in self.buckets.values() for t in (b.inputs, b.token_row, b.tiles, b.tables) if t is not None]
         pinned = {blk for slot in self.slots.values() for blk in slot.pinned}

@@ -32,7 +32,8 @@ def profile_non_kv_bytes(model: Any, block_size: int, max_num_seqs: int, max_num
     key = (driver.ladder[-1], 1, False, driver.max_width, False, False)
     driver.step(driver._dummy_decode(key))
     b.synchronize()
-    throwaway = [*kv.k, *kv.v, driver.logits, driver.hidden, driver.hist, driver.hist_raw, *driver.bias, *driver.split,
+    throwaway = [*kv.k, *kv.v, driver.logits, driver.hidden, driver.hist, driver.hist_raw, *driver.bias,
+                 driver.token_mask, *driver.split,
                  driver.last_sampled,
                  *(t for slot in driver.slots.values() for t in slot.buffers()),
                  *(t for bucket in driver.buckets.values() for t in (bucket.inputs, bucket.token_row, bucket.tiles,
