@@ -845,3 +845,12 @@ ENTRIES += [
         gates=(f"{SO_SERVER}::test_a_text_response_format_beside_structured_outputs_leaves_the_constraint",),
     ),
 ]
+ENTRIES += [
+    Mutation(
+        id="server-shows-masked-logprobs-unclamped",
+        description="the server shows a masked token's logprob as it is (about -1e30), not at vLLM's floor",
+        file="vt/server/app.py",
+        old="    return max(logprob, LOGPROB_FLOOR)\n", new="    return logprob\n",
+        gates=(f"{SO_SERVER}::test_a_masked_tokens_logprob_shows_as_vllms_floor",),
+    ),
+]

@@ -146,8 +146,8 @@ ENTRIES += [
         description="completions' top_logprobs hold the top n alone: the sampled (or echoed prompt) token is left "
                     "out where it is not among them (OpenAI and vLLM give up to logprobs + 1, the token always)",
         file="vt/server/app.py",
-        old='                "top_logprobs": [{s(k): v for k, v in [(t, lp[t]), *top(lp)]} for t, lp in zip(ids, lps)],\n',
-        new='                "top_logprobs": [{s(k): v for k, v in top(lp)} for t, lp in zip(ids, lps)],\n',
+        old='                "top_logprobs": [{s(k): shown(v) for k, v in [(t, lp[t]), *top(lp)]} for t, lp in zip(ids, lps)],\n',
+        new='                "top_logprobs": [{s(k): shown(v) for k, v in top(lp)} for t, lp in zip(ids, lps)],\n',
         gates=(f"{OAI}::test_completions_top_logprobs_hold_the_sampled_token_beside_the_top_n",),
         expect="where False = all(",
     ),

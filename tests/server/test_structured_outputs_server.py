@@ -117,3 +117,19 @@ def test_a_text_response_format_beside_structured_outputs_leaves_the_constraint(
     except openai.BadRequestError as e:
         pytest.fail(f"refused: {e}")
     assert re.fullmatch("[0-9]{5}", got.choices[0].text), got.choices[0]
+
+
+def test_a_masked_tokens_logprob_shows_as_vllms_floor(served, offline) -> None:
+    """A token the grammar rules out has a logprob of about -1e30 (its logit is masked before the sampler, as vLLM
+    masks before its logprobs); the server shows it at vLLM's floor, -9999.0, as vLLM's server clamps its -inf."""
+    so = StructuredOutputsParams(choice=["yes"])
+    raw = offline.chat(MESSAGES, SamplingParams(temperature=0, max_tokens=8, logprobs=5, structured_outputs=so),
+                       use_tqdm=False)[0].outputs[0]
+    assert raw.text == "yes" and min(lp.logprob for d in raw.logprobs for lp in d.values()) < -1e29, \
+        "non-vacuity: the offline API holds the masked tokens' raw logprobs"
+    got = served.chat.completions.create(model=MODEL, messages=MESSAGES, max_tokens=8,  # type: ignore[arg-type]
+                                         temperature=0, logprobs=True, top_logprobs=5,
+                                         extra_body={"structured_outputs": {"choice": ["yes"]}})
+    content = got.choices[0].logprobs.content
+    shown = [alt.logprob for item in content for alt in item.top_logprobs]
+    assert got.choices[0].message.content == "yes" and min(shown) == -9999.0 and -9999.0 in shown, shown

@@ -290,6 +290,14 @@ REQUEST_FIELDS = ("logit_bias", "allowed_token_ids", "stop_token_ids", "min_toke
                   "presence_penalty", "frequency_penalty", "bad_words", "cache_salt", "structured_outputs")
 
 
+LOGPROB_FLOOR = -9999.0  # vLLM's server shows no logprob below it (a token a structured output masks: about -1e30)
+
+
+def shown(logprob: float) -> float:
+    """A logprob as the API shows it: at least LOGPROB_FLOOR, as vLLM's server clamps them."""
+    return max(logprob, LOGPROB_FLOOR)
+
+
 def request_param(message: str) -> str:
     """The field an engine's RequestError is about: a field its message opens with, else the prompt."""
     return next((f for f in REQUEST_FIELDS if message.startswith(f)), "prompt")
@@ -533,7 +541,7 @@ class Answer:
                 rows.append(None)
                 continue
             ranked = sorted(d.items(), key=lambda kv: -kv[1])
-            rows.append({str(t): {"logprob": v, "rank": r + 1 if r < n else None,
+            rows.append({str(t): {"logprob": shown(v), "rank": r + 1 if r < n else None,
                                   "decoded_token": self.tokenizer.decode([t], skip_special_tokens=False)}
                          for r, (t, v) in enumerate(ranked)})
         return rows
@@ -566,14 +574,14 @@ class Answer:
             return sorted(lp.items(), key=lambda kv: -kv[1])[: self.parsed.logprobs]
 
         if self.chat:  # exactly top_logprobs alternatives, the likeliest (OpenAI's): the token itself is the item
-            return {"content": [{"token": s(t), "logprob": lp[t], "bytes": list(s(t).encode()),
-                                 "top_logprobs": [{"token": s(k), "logprob": v, "bytes": list(s(k).encode())}
+            return {"content": [{"token": s(t), "logprob": shown(lp[t]), "bytes": list(s(t).encode()),
+                                 "top_logprobs": [{"token": s(k), "logprob": shown(v), "bytes": list(s(k).encode())}
                                                   for k, v in top(lp)]} for t, lp in zip(ids, lps)]}
         strings = [s(t) for t in ids]
         offsets = [int(x) for x in np.cumsum([0] + [len(x) for x in strings[:-1]])] if strings else []
         # completions: the token itself, then the top n (up to logprobs + 1 entries, as OpenAI's and vLLM's)
-        return {"tokens": strings, "token_logprobs": [lp[t] for t, lp in zip(ids, lps)],
-                "top_logprobs": [{s(k): v for k, v in [(t, lp[t]), *top(lp)]} for t, lp in zip(ids, lps)],
+        return {"tokens": strings, "token_logprobs": [shown(lp[t]) for t, lp in zip(ids, lps)],
+                "top_logprobs": [{s(k): shown(v) for k, v in [(t, lp[t]), *top(lp)]} for t, lp in zip(ids, lps)],
                 "text_offset": [base + o for o in offsets]}
 
     def _usage(self, outs: list[RequestOutput]) -> dict[str, Any]:
