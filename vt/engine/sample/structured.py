@@ -99,7 +99,6 @@ class GrammarTokenizer:
     def __init__(self, tokenizer_json: str, vocab: int, eos_ids: tuple[int, ...]) -> None:
         from llguidance import LLTokenizer
 
-        self.vocab = vocab
         self.tokenizer = LLTokenizer(tokenizer_json, n_vocab=vocab, eos_token=list(eos_ids) or None)
         self._checked: dict[str, tuple[str, str]] = {}  # a spec's JSON -> (its grammar, llguidance's error or "")
 
@@ -136,7 +135,6 @@ class Matcher:
     def __init__(self, owner: GrammarTokenizer, grammar: str) -> None:
         from llguidance import LLMatcher
 
-        self.owner = owner
         self.matcher = LLMatcher(owner.tokenizer, grammar, log_level=0, limits=PARSER_LIMITS)
         self.consumed = 0
         self.broken = ""  # why the matcher cannot go on (its error, or output it lost count of)
