@@ -72,6 +72,7 @@ def test_response_format_and_structured_outputs_generate_what_the_offline_api_do
     ({"structured_outputs": {"pattern": "a"}}, "structured_outputs", "pattern is not a field vt knows"),
     ({"structured_outputs": "a+"}, "structured_outputs", "an object with one of"),
     ({"response_format": {"type": "structural_tag"}}, "response_format", "'structural_tag' is not one vt serves"),
+    ({"response_format": "json_object"}, "response_format", "expected an object with a type, got str"),
     ({"response_format": {"type": "json_schema", "json_schema": {"name": "x"}}}, "response_format",
      "json_schema.schema: required"),
     ({"response_format": {"type": "json_object"}, "structured_outputs": {"regex": "a"}}, "response_format",

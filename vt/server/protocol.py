@@ -210,7 +210,9 @@ def parse_structured(body: dict) -> StructuredOutputsParams | None:
         raise bad(str(e), "structured_outputs") from None
     if rf is None:
         return None
-    kind = rf.get("type") if isinstance(rf, dict) else None
+    if not isinstance(rf, dict):
+        raise bad(f"response_format: expected an object with a type, got {type(rf).__name__}", "response_format")
+    kind = rf.get("type")
     if kind == "text":
         return None
     if kind == "json_object":
