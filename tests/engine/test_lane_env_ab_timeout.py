@@ -23,7 +23,7 @@ def test_env_ab_ends_a_run_past_its_timeout_with_what_it_started(tmp_path: Path)
     try:  # its own process holds the output pipes: killed alone, the hung run would keep the call waiting 40 s
         r = subprocess.run([sys.executable, str(ROOT / "scripts" / "env-ab"), "--set", "VT_PDL=1", "--rounds", "1",
                             "--timeout", "3", "--", sys.executable, "-c", child, str(pid_file)],
-                           capture_output=True, text=True, timeout=25, cwd=ROOT)
+                           capture_output=True, text=True, timeout=15, cwd=ROOT)  # ends in ~3 s
     except subprocess.TimeoutExpired:
         pytest.fail("env-ab waited out the hung run's own process")
     assert r.returncode == 1 and "ran past 3 s: killed" in r.stdout, (r.stdout, r.stderr[-2000:])
