@@ -150,8 +150,10 @@ def _serve(args: argparse.Namespace) -> int:
 
     from vt.errors import ConfigError
     from vt.server.serve import listen_socket, make_server, uvicorn_server
+    from vt.server.tools import ToolOptions
 
     cors = _cors_policy(args)  # a bad JSON list is one line, before the port or the model
+    tools = ToolOptions(args.enable_auto_tool_choice, args.tool_call_parser, args.exclude_tools_when_tool_choice_none)
     if not (math.isfinite(args.shutdown_timeout) and args.shutdown_timeout >= 0):
         raise ConfigError(f"--shutdown-timeout {args.shutdown_timeout}: must be a number of seconds >= 0 (0: the "
                           "requests in flight fail at once on SIGTERM)")
@@ -162,7 +164,7 @@ def _serve(args: argparse.Namespace) -> int:
     server, app = _loaded(lambda: make_server(args.model, args.served_model_name, api_key=key,
                                               engine_process=flags().engine_process,
                                               prompt_tokens_details=args.enable_prompt_tokens_details,
-                                              cors=cors,
+                                              cors=cors, tool_options=tools,
                                               **_engine_kwargs(args)),
                           args.model)
     host = f"[{args.host}]" if ":" in args.host else args.host
@@ -430,6 +432,14 @@ def build_parser() -> argparse.ArgumentParser:
     srv.add_argument("--enable-prompt-tokens-details", action="store_true",
                      help="usage carries prompt_tokens_details.cached_tokens: the prompt tokens the prefix cache "
                           "served (vLLM's flag)")
+    srv.add_argument("--enable-auto-tool-choice", action="store_true",
+                     help='tool_choice "auto" (the default when a request gives tools): the model chooses, and '
+                          '--tool-call-parser reads its calls (vLLM\'s flag; named and "required" choices need '
+                          'neither)')
+    srv.add_argument("--tool-call-parser", metavar="NAME",
+                     help="how the model writes a tool call: hermes (Qwen's and Hermes' <tool_call> blocks)")
+    srv.add_argument("--exclude-tools-when-tool-choice-none", action="store_true",
+                     help='tool_choice "none": the tools are left out of the prompt too (vLLM\'s flag)')
     for what in ("origins", "methods", "headers"):  # vLLM's CORS flags, JSON lists as vLLM takes them
         srv.add_argument(f"--allowed-{what}", default='["*"]', metavar="JSON",
                          help=f"CORS: the {what} browsers may use, a JSON list of strings")

@@ -170,13 +170,14 @@ ENTRIES: list[Mutation] = [
     ),
     Mutation(
         id="unsupported-field-accepted",
-        description="a field vt does not implement (tools, suffix, chat's echo, vLLM's priority) is "
+        description="a field vt does not implement (suffix, tools on completions, chat's echo, vLLM's priority) is "
                     "accepted at any value and silently ignored",
         file="vt/server/protocol.py", old="        if name in NO_OP and value in NO_OP[name]:\n",
         new="        if name in NO_OP:\n",
-        gates=(f"{REFUSALS}::test_a_completion_field_vt_would_ignore_is_a_400_naming_it[suffix]",
+        gates=(*(f"{REFUSALS}::test_a_completion_field_vt_would_ignore_is_a_400_naming_it[{f}]"
+                 for f in ("suffix", "tools")),
                *(f"{REFUSALS}::test_a_chat_field_vt_would_ignore_is_a_400_naming_it[{f}]"
-                 for f in ("tools", "echo", "priority"))),
+                 for f in ("echo", "priority"))),
         expect="DID NOT RAISE",
     ),
     Mutation(
@@ -268,11 +269,11 @@ ENTRIES += [
     ),
     Mutation(
         id="chat-message-fields-dropped",
-        description="a message's unknown key or tool calls are dropped without a word",
+        description="a message's unknown key is dropped without a word",
         file="vt/engine/front/chat.py",
-        old="    if extra:  # a tool call, its id (the server's), any other key",
-        new="    if False:  # a tool call, its id (the server's), any other key",
-        gates=(f"{SHAPES}[message-unknown-key]", f"{SHAPES}[message-tool-calls]"),
+        old="    if extra:  # a key not passed",
+        new="    if False:  # a key not passed",
+        gates=(f"{SHAPES}[message-unknown-key]",),
     ),
     Mutation(
         id="server-min-tokens-past-the-default-reaches-the-engine",
@@ -287,7 +288,7 @@ ENTRIES += [
         description="ids outside the vocabulary in logit_bias, allowed_token_ids or stop_token_ids are refused with "
                     "param prompt",
         file="vt/server/app.py",
-        old="    return next((f for f in REQUEST_FIELDS if message.startswith(f)), \"prompt\")",
+        old="    return opening_field(message, REQUEST_FIELDS, \"prompt\")",
         new="    return \"prompt\"",
         gates=tuple(f"{SHAPES}[{c}-outside-the-vocabulary]" for c in ("logit-bias", "allowed-ids", "stop-ids")),
     ),

@@ -49,7 +49,7 @@ TOOL_TEMPLATE = ("{% for m in messages %}{{ m.role }}:{{ m.content }}"
 def test_chat_hands_a_tool_calling_conversations_fields_to_the_template(llm: LLM) -> None:
     """vLLM's LLM.chat hands a message's name, tool_calls and tool_call_id to the chat template (Qwen's render tool
     calls and tool turns), and an assistant turn that only calls a tool may have no content: all served, as before
-    the one parser (the server, which takes no tools, refuses them: tests/server/test_refusals.py)."""
+    the one parser (the server's tool calling: tests/server/test_tool_calls.py)."""
     conversation = [
         {"role": "user", "content": "What is 2+2?", "name": "bob"},
         {"role": "assistant", "content": None,

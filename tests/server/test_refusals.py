@@ -32,8 +32,9 @@ def client(served):
 
 # "temprature": a typo, not a field at all; "user": OpenAI's end-user id is a string (a dict was taken in silence)
 # "priority": vLLM's, which a first-come-first-served scheduler (vt's) takes only at 0
-COMPLETION_REFUSALS = {"suffix": "and then", "best_of": 3, "temprature": 0.5, "user": {"a": [1, 2]}, "priority": 1}
-CHAT_REFUSALS = {"tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}],
+COMPLETION_REFUSALS = {"suffix": "and then", "best_of": 3, "temprature": 0.5, "user": {"a": [1, 2]}, "priority": 1,
+                       "tools": [{"type": "function", "function": {"name": "f"}}]}  # chat's alone
+CHAT_REFUSALS = {"tool_choice": {"type": "function", "function": {"name": "f"}},  # without tools: none to call
                  "response_format": {"type": "structural_tag"}, "prompt": "Hi", "echo": True, "user": 5, "priority": -1}
 
 

@@ -41,12 +41,14 @@ from vt.server.protocol import (
     Parsed,
     bad,
     check_model,
+    opening_field,
     parse_messages,
     parse_prompt,
     parse_sampling,
     render_options,
     render_param,
 )
+from vt.server.tools import NO_AUTO_TOOLS, ToolCallShaper, ToolOptions, check_tools
 
 MAX_BODY_BYTES = 4 << 20
 LOG = logging.getLogger("vt.server")
@@ -54,13 +56,15 @@ LOG = logging.getLogger("vt.server")
 
 class Server:
     def __init__(self, llm: AsyncLLM, model_names: tuple[str, ...], max_body_bytes: int = MAX_BODY_BYTES,
-                 api_key: str | None = None, prompt_tokens_details: bool = False) -> None:
+                 api_key: str | None = None, prompt_tokens_details: bool = False,
+                 tool_options: ToolOptions = NO_AUTO_TOOLS) -> None:
         # vLLM's --served-model-name a b (protocol.served_names): a request may name any of them; responses and the
         # metrics' label carry the first
         self.model_names = model_names
         self.llm, self.model_name, self.max_body_bytes = llm, self.model_names[0], max_body_bytes
         self.api_key = api_key
         self.prompt_tokens_details = prompt_tokens_details  # vLLM's --enable-prompt-tokens-details
+        self.tool_options = tool_options  # --enable-auto-tool-choice, --tool-call-parser, --exclude-tools-...
         self.metrics = Metrics(llm, self.model_name)
         llm.on_finished = self.metrics.observe
         self.created = int(time.time())
@@ -166,16 +170,29 @@ class Server:
             if not isinstance(prompt, str):
                 raise bad("prompt: expected a string (or give messages)", "prompt")
             return prompt, flag(body, "add_special_tokens", True)
-        return self._rendered_chat(body), flag(body, "add_special_tokens", False)
+        tools = body.get("tools")  # vLLM's /tokenize renders the tools as given (there is no tool_choice here)
+        try:
+            checked = check_tools(tools) if tools is not None else None
+        except RequestError as e:
+            raise bad(str(e), "tools") from None
+        return self._rendered_chat(body, checked), flag(body, "add_special_tokens", False)
 
-    def _rendered_chat(self, body: dict[str, Any]) -> str:
-        """The body's messages rendered by the chat template with its rendering fields (chat completions and
-        /tokenize alike); what the template cannot render is a 400 naming the field at fault (else messages)."""
+    def _rendered_chat(self, body: dict[str, Any], tools: list[dict[str, Any]] | None) -> str:
+        """The body's messages rendered by the chat template with its rendering fields and the tools (chat
+        completions and /tokenize alike); what the template cannot render is a 400 naming the field at fault (else
+        messages)."""
         from vt.engine.front.chat import render
 
         e, messages = self.llm.engine, parse_messages(body)  # its refusals name where they sit already
+        options = render_options(body)
+        if tools is not None:  # the template's `tools` variable, as vLLM and transformers hand it
+            kwargs = options["template_kwargs"]
+            if isinstance(kwargs, dict) and "tools" in kwargs:
+                raise bad("chat_template_kwargs.tools: the tools are the body's tools field; give them once",
+                          "chat_template_kwargs")
+            options["template_kwargs"] = {**(kwargs or {}), "tools": tools}
         try:
-            return render(e.chat_template, messages, e.special_tokens, **render_options(body))
+            return render(e.chat_template, messages, e.special_tokens, **options)
         except RequestError as err:  # the client's to fix
             raise bad(str(err), render_param(str(err))) from None
         except Exception as err:  # noqa: BLE001 - a template that cannot render this conversation
@@ -228,8 +245,9 @@ class Server:
         try:
             body = await self._body(request)
             check_model(body, self.model_names)
-            parsed = parse_sampling(body, chat)
-            prompts: list[str | list[int]] = [self._rendered_chat(body)] if chat else parse_prompt(body)
+            parsed = parse_sampling(body, chat, self.tool_options)
+            tools = parsed.tools.template_tools(self.tool_options) if parsed.tools else None
+            prompts: list[str | list[int]] = [self._rendered_chat(body, tools)] if chat else parse_prompt(body)
             token_ids = await tokenized(lambda: [self._tokenize(p, parsed) for p in prompts], prompts)
             try:  # once a request: a min_tokens past the default max_tokens, which only the checkpoint's defaults know
                 parsed.params.resolve(self.llm.engine.generation_config)
@@ -267,7 +285,8 @@ def check_json_content_type(request: Request) -> None:
 
 
 TOKENIZE_PROMPT_FIELDS = frozenset({"model", "prompt", "add_special_tokens", "return_token_strs"})
-TOKENIZE_CHAT_FIELDS = frozenset({"model", "messages", "add_special_tokens", "return_token_strs", *RENDER_FIELDS})
+TOKENIZE_CHAT_FIELDS = frozenset({"model", "messages", "add_special_tokens", "return_token_strs", "tools",
+                                  *RENDER_FIELDS})
 
 
 def flag(body: dict[str, Any], name: str, default: bool) -> bool:
@@ -300,7 +319,7 @@ def shown(logprob: float) -> float:
 
 def request_param(message: str) -> str:
     """The field an engine's RequestError is about: a field its message opens with, else the prompt."""
-    return next((f for f in REQUEST_FIELDS if message.startswith(f)), "prompt")
+    return opening_field(message, REQUEST_FIELDS, "prompt")
 
 
 def lone_surrogate(value: Any, path: str = "") -> str | None:
@@ -363,6 +382,7 @@ class Answer:
         self.max_stop = max((len(s) for s in parsed.params.stop), default=0)
         self.created = int(time.time())
         self.tokenizer = server.llm.engine.tokenizer
+        self.shapers: dict[tuple[int, int], ToolCallShaper] = {}  # (prompt, sample): its text as tool calls
 
     async def _first(self) -> list[RequestOutput]:
         """Every prompt's first output, or the error that is then the whole response."""
@@ -503,8 +523,13 @@ class Answer:
                                         "length" if c.finish_reason == "length" else c.finish_reason)
         stop_reason = {"stop_reason": c.stop_reason} if done else {}  # the stop string or token id that ended it
         if self.chat:
-            body = {"message": {"role": "assistant", "content": text}} if whole else {"delta": {"content": text}}
-            return {"index": index, **body, "logprobs": lp, "finish_reason": reason, **stop_reason}
+            body = self._message(key, text, done, whole)
+            if body is None and lp is None and not done:
+                return None
+            if reason in ("stop", "length") and key in self.shapers and self.shapers[key].called:
+                reason = "tool_calls"  # an auto answer that called a tool (OpenAI's, vLLM's)
+            return {"index": index, **(body or {"delta": {"content": ""}}), "logprobs": lp, "finish_reason": reason,
+                    **stop_reason}
         first = key not in self.echoed
         self.echoed.add(key)
         if self.parsed.echo and first:  # the prompt first, once per choice
@@ -512,6 +537,21 @@ class Answer:
         extra = {"prompt_logprobs": self._prompt_logprobs(i, out)} if self.parsed.prompt_logprobs is not None and (
             first) else {}
         return {"index": index, "text": text, "logprobs": lp, "finish_reason": reason, **stop_reason, **extra}
+
+    def _message(self, key: tuple[int, int], text: str, done: bool, whole: bool) -> dict[str, Any] | None:
+        """A chat choice's message (whole) or delta for its new text; with tools, the text as content and tool calls
+        (vt/server/tools.py). None: a delta that says nothing yet (a tool call's text, held until it parses)."""
+        tools = self.parsed.tools
+        if tools is None or tools.choice == "none":
+            return {"message": {"role": "assistant", "content": text}} if whole else {"delta": {"content": text}}
+        shaper = self.shapers.setdefault(key, ToolCallShaper(tools))
+        if whole:
+            content, calls = shaper.whole(text)
+            return {"message": {"role": "assistant", "content": content, **({"tool_calls": calls} if calls else {})}}
+        content, deltas = shaper.feed(text, done)
+        if not content and not deltas:
+            return None
+        return {"delta": {**({"content": content} if content else {}), **({"tool_calls": deltas} if deltas else {})}}
 
     def _new_logprobs(self, i: int, key: tuple[int, int], ids: list[int], lps: list[dict[int, float]]) -> dict:
         """The logprobs of a choice's new tokens, their text_offset counted on from its tokens before (after echo's

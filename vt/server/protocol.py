@@ -11,11 +11,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from vt.engine.front.chat import SPEAKER_FIELDS
+from vt.engine.front.chat import TOOL_FIELDS as MESSAGE_TOOL_FIELDS
 from vt.engine.front.chat import parse_messages as parse_conversation
 from vt.engine.sample.params import MAX_BIAS, SamplingParams
 from vt.engine.sample.structured import StructuredOutputsParams, from_request_field
 from vt.errors import ConfigError, RequestError
+from vt.server.tools import NO_AUTO_TOOLS, ToolOptions, ToolRequest, conversation_tool_calls, parse_tools
 
 MAX_LOGPROBS = 20
 
@@ -56,6 +57,7 @@ class Parsed:
     max_tokens_field: str = "max_tokens"  # the field max_tokens came from (chat: max_completion_tokens, if given)
     cache_salt: str | None = None  # vLLM's: cached prefix blocks shared only with requests of the same salt
     structured_field: str = "structured_outputs"  # the field a structured output came from (or response_format)
+    tools: ToolRequest | None = None  # chat: the tools and tool_choice (vt/server/tools.py)
 
     @property
     def prompt_only(self) -> bool:
@@ -107,9 +109,10 @@ def parse_prompt(body: dict) -> list[str | list[int]]:
 
 def parse_messages(body: dict) -> list[dict[str, Any]]:
     """The body's messages through the one parser LLM.chat uses too (vt/engine/front/chat.py); a message's name
-    (OpenAI's speaker name) reaches the template."""
+    (OpenAI's speaker name), an assistant turn's tool_calls (their arguments as objects) and a tool turn's
+    tool_call_id reach the template."""
     try:
-        return parse_conversation(body.get("messages"), SPEAKER_FIELDS)
+        return conversation_tool_calls(parse_conversation(body.get("messages"), MESSAGE_TOOL_FIELDS))
     except RequestError as e:
         raise bad(str(e), "messages") from None
 
@@ -129,7 +132,7 @@ def render_options(body: dict) -> dict[str, Any]:
 
 def render_param(message: str) -> str:
     """The field a render refusal is about: a rendering field its message opens with, else the messages."""
-    return next((f for f in RENDER_FIELDS if message.startswith(f)), "messages")
+    return opening_field(message, RENDER_FIELDS, "messages")
 
 
 STREAM_OPTIONS = frozenset({"include_usage", "continuous_usage_stats"})
@@ -141,7 +144,8 @@ FIELDS_COMMON = frozenset({"model", "stream", "stream_options", "max_tokens", "l
                            "skip_special_tokens", "cache_salt", "bad_words", "response_format",
                            "structured_outputs"})
 FIELDS = {False: FIELDS_COMMON | {"prompt", "echo"},
-          True: FIELDS_COMMON | {"messages", "max_completion_tokens", "top_logprobs", *RENDER_FIELDS}}
+          True: FIELDS_COMMON | {"messages", "max_completion_tokens", "top_logprobs", "tools", "tool_choice",
+                                 "parallel_tool_calls", *RENDER_FIELDS}}
 # Fields vt does not implement, accepted only at the value that means "not used".
 NO_OP = {"echo": (False,), "suffix": ("",), "tools": ([],), "tool_choice": ("none",),
          "parallel_tool_calls": (False, True),
@@ -227,9 +231,10 @@ def parse_structured(body: dict) -> StructuredOutputsParams | None:
               "response_format")
 
 
-def parse_sampling(body: dict, chat: bool) -> Parsed:
-    """Everything but the prompt: sampling parameters, stream options, logprobs, max_tokens."""
+def parse_sampling(body: dict, chat: bool, tool_options: ToolOptions = NO_AUTO_TOOLS) -> Parsed:
+    """Everything but the prompt: sampling parameters, stream options, logprobs, max_tokens; chat's tools."""
     check_fields(body, chat)
+    tools = parse_chat_tools(body, tool_options) if chat else None
     stream = _get(body, "stream", (bool,), False)
     opts = _get(body, "stream_options", (dict,))
     if opts is not None and not stream:
@@ -290,8 +295,20 @@ def parse_sampling(body: dict, chat: bool) -> Parsed:
         kw["prompt_logprobs"] = prompt_logprobs
     if (logit_bias := parse_logit_bias(body)) is not None:
         kw["logit_bias"] = logit_bias
+    structured_field = "response_format" if body.get("response_format") not in (None, {"type": "text"}) else \
+        "structured_outputs"
     if (structured := parse_structured(body)) is not None:
         kw["structured_outputs"] = structured
+    if tools is not None and tools.forced:  # the call is held to its schema by a structured output
+        if structured is not None:
+            raise bad(f"tool_choice: a forced tool call ({tools.choice}) is itself a structured output; give "
+                      f"{structured_field} or tool_choice, not both", "tool_choice")
+        try:
+            # compact JSON: arguments are read by programs, and free whitespace lets a model loop on it to max_tokens
+            kw["structured_outputs"] = StructuredOutputsParams(json=tools.schema(), disable_any_whitespace=True)
+        except RequestError as e:
+            raise bad(str(e), "tools") from None
+        structured_field = "tool_choice"
     try:
         # max_tokens 0 (echo): one token is drawn (the prompt's last logits are computed anyway) and not returned
         params = SamplingParams(max_tokens=max_tokens or (1 if max_tokens == 0 else None), stop=stop or [],
@@ -299,8 +316,20 @@ def parse_sampling(body: dict, chat: bool) -> Parsed:
     except (ConfigError, TypeError) as e:
         raise bad(str(e), str(e).split("=", 1)[0] if "=" in str(e) else None) from None
     salt = body.get("cache_salt")  # checked where every front's is (LLMEngine.add_request): a 400 naming it
-    structured_field = "response_format" if body.get("response_format") not in (None, {"type": "text"}) else \
-        "structured_outputs"
     return Parsed([], params, stream, bool(opts.get("include_usage")), bool(opts.get("continuous_usage_stats")),
                   logprobs, max_tokens, chat, echo, _get(body, "prompt_logprobs", (int,)), name, salt,
-                  structured_field)
+                  structured_field, tools)
+
+
+def parse_chat_tools(body: dict, options: ToolOptions) -> ToolRequest | None:
+    """The body's tools and tool_choice (vt/server/tools.py); a refusal is a 400 naming its field."""
+    try:
+        return parse_tools(body, options)
+    except RequestError as e:
+        raise bad(str(e), opening_field(str(e), ("tools", "tool_choice", "parallel_tool_calls"), "tools")) from None
+
+
+def opening_field(message: str, fields: Sequence[str], default: str) -> str:
+    """The field a refusal is about: one of fields its message opens with (tools[0].function.name: tools), else
+    default."""
+    return next((f for f in fields if message.startswith(f)), default)

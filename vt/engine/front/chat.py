@@ -48,8 +48,8 @@ MESSAGE_FIELDS = frozenset({"role", "content"})
 # OpenAI's speaker name on a message: the server takes it and hands it to the template as a message key
 SPEAKER_FIELDS = frozenset({"name"})
 TEXT_PART_FIELDS = frozenset({"type", "text"})
-# A tool-calling conversation's fields, handed to the chat template as given (vLLM's LLM.chat does; Qwen's templates
-# render tool calls and tool turns). The server, which takes no tools, refuses them.
+# A tool-calling conversation's fields, handed to the chat template as given (vLLM's LLM.chat and server do; Qwen's
+# templates render tool calls and tool turns). The server reads each call's arguments as JSON (server/tools.py).
 TOOL_FIELDS = frozenset({"name", "tool_calls", "tool_call_id"})
 
 
@@ -68,7 +68,7 @@ def _message(i: int, m: Any, passed: frozenset[str]) -> dict[str, Any]:
     if not isinstance(m, dict) or not isinstance(m.get("role"), str):
         raise RequestError(f"messages[{i}]: expected an object with a string role")
     extra = sorted(set(m) - MESSAGE_FIELDS - passed)
-    if extra:  # a tool call, its id (the server's), any other key: the chat template would never see them
+    if extra:  # a key not passed (a tool call without the tool fields, any other key): the template never sees it
         raise RequestError(f"messages[{i}].{extra[0]}: is not supported by vt (a message is its role and content); "
                            f"remove it")
     if not isinstance(m.get("name", ""), str):  # OpenAI's speaker name: text
