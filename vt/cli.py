@@ -149,11 +149,13 @@ def _serve(args: argparse.Namespace) -> int:
     import math
 
     from vt.errors import ConfigError
+    from vt.server.reasoning import check_parser
     from vt.server.serve import listen_socket, make_server, uvicorn_server
     from vt.server.tools import ToolOptions
 
     cors = _cors_policy(args)  # a bad JSON list is one line, before the port or the model
     tools = ToolOptions(args.enable_auto_tool_choice, args.tool_call_parser, args.exclude_tools_when_tool_choice_none)
+    check_parser(args.reasoning_parser)
     if not (math.isfinite(args.shutdown_timeout) and args.shutdown_timeout >= 0):
         raise ConfigError(f"--shutdown-timeout {args.shutdown_timeout}: must be a number of seconds >= 0 (0: the "
                           "requests in flight fail at once on SIGTERM)")
@@ -165,6 +167,7 @@ def _serve(args: argparse.Namespace) -> int:
                                               engine_process=flags().engine_process,
                                               prompt_tokens_details=args.enable_prompt_tokens_details,
                                               cors=cors, tool_options=tools,
+                                              reasoning_parser=args.reasoning_parser,
                                               **_engine_kwargs(args)),
                           args.model)
     host = f"[{args.host}]" if ":" in args.host else args.host
@@ -438,6 +441,9 @@ def build_parser() -> argparse.ArgumentParser:
                           'neither)')
     srv.add_argument("--tool-call-parser", metavar="NAME",
                      help="how the model writes a tool call: hermes (Qwen's and Hermes' <tool_call> blocks)")
+    srv.add_argument("--reasoning-parser", metavar="NAME",
+                     help="qwen3: a chat answer's <think> block is its message's reasoning (and reasoning_content), "
+                          "the rest its content (vLLM's flag)")
     srv.add_argument("--exclude-tools-when-tool-choice-none", action="store_true",
                      help='tool_choice "none": the tools are left out of the prompt too (vLLM\'s flag)')
     for what in ("origins", "methods", "headers"):  # vLLM's CORS flags, JSON lists as vLLM takes them

@@ -18,6 +18,7 @@ FIELDS = "tests/server/test_vllm_request_fields.py"
 CORS = "tests/server/test_cors.py"
 TOOLS = "tests/server/test_tool_calls.py"
 SHAPER = "tests/server/test_tool_shaper.py"
+THINK = "tests/server/test_reasoning.py"
 
 ENTRIES: list[Mutation] = [
     Mutation(
@@ -479,5 +480,47 @@ ENTRIES += [
         old='        if not self.tools or (self.choice == "none" and options.exclude_when_none):\n',
         new="        if not self.tools:\n",
         gates=(f"{SHAPER}::test_tool_choice_none_shows_the_tools_unless_the_server_excludes_them",),
+    ),
+    # Reasoning outputs (vt/server/reasoning.py): a think block is the reasoning, whole and streamed alike
+    Mutation(
+        id="reasoning-stream-holds-back-no-tag-start",
+        description="the reasoning split holds back no text that could begin </think>: a tag's first characters go "
+                    "out as reasoning before the tag is known",
+        file="vt/server/reasoning.py", old="    for n in range(min(len(tag) - 1, len(text)), 0, -1):\n",
+        new="    for n in range(0):\n",
+        gates=(f"{THINK}::test_the_split_holds_back_a_tags_start_across_pieces",
+               f"{THINK}::test_a_think_block_is_the_reasoning_and_the_stream_adds_up_to_the_whole_answer"),
+    ),
+    Mutation(
+        id="reasoning-ignores-a-block-the-prompt-opened",
+        description="a prompt that ends inside a think block is not noticed: the answer's reasoning reads as content",
+        file="vt/server/app.py",
+        old="        self.opened = chat and isinstance(prompts[0], str) and prompt_opens_a_block(prompts[0])\n",
+        new="        self.opened = False\n",
+        gates=(f"{THINK}::test_a_prompt_that_opens_the_block_makes_an_unclosed_answer_all_reasoning",),
+    ),
+    Mutation(
+        id="include-reasoning-false-ignored",
+        description="include_reasoning false is read and the reasoning is sent all the same",
+        file="vt/server/app.py", old="            if not self.parsed.include_reasoning:\n",
+        new="            if False:\n",
+        gates=(f"{THINK}::test_a_think_block_is_the_reasoning_and_the_stream_adds_up_to_the_whole_answer",),
+    ),
+    Mutation(
+        id="tool-calls-read-from-the-reasoning-too",
+        description="with a reasoning parser, tool calls are read from the whole text, think block included",
+        file="vt/server/app.py",
+        old='            content, calls = shaper.whole(content or "") if whole else shaper.feed(content or "", done)\n',
+        new='            content, calls = shaper.whole(text) if whole else shaper.feed(content or "", done)\n',
+        gates=(f"{THINK}::test_with_tools_the_calls_are_read_from_the_content_after_the_block",),
+    ),
+    Mutation(
+        id="structured-output-under-an-open-think-block-accepted",
+        description="a structured output under a think block the prompt opened is served: the grammar holds the "
+                    "reasoning too",
+        file="vt/server/app.py",
+        old="        if self.reasoning_parser is not None and parsed.params.structured_outputs is not None and \\\n",
+        new="        if False and \\\n",
+        gates=(f"{THINK}::test_what_a_reasoning_parser_cannot_honour_is_a_400_naming_its_field",),
     ),
 ]

@@ -48,6 +48,7 @@ from vt.server.protocol import (
     render_options,
     render_param,
 )
+from vt.server.reasoning import ReasoningSplitter, check_parser, prompt_opens_a_block
 from vt.server.tools import NO_AUTO_TOOLS, ToolCallShaper, ToolOptions, check_tools
 
 MAX_BODY_BYTES = 4 << 20
@@ -57,7 +58,7 @@ LOG = logging.getLogger("vt.server")
 class Server:
     def __init__(self, llm: AsyncLLM, model_names: tuple[str, ...], max_body_bytes: int = MAX_BODY_BYTES,
                  api_key: str | None = None, prompt_tokens_details: bool = False,
-                 tool_options: ToolOptions = NO_AUTO_TOOLS) -> None:
+                 tool_options: ToolOptions = NO_AUTO_TOOLS, reasoning_parser: str | None = None) -> None:
         # vLLM's --served-model-name a b (protocol.served_names): a request may name any of them; responses and the
         # metrics' label carry the first
         self.model_names = model_names
@@ -65,6 +66,7 @@ class Server:
         self.api_key = api_key
         self.prompt_tokens_details = prompt_tokens_details  # vLLM's --enable-prompt-tokens-details
         self.tool_options = tool_options  # --enable-auto-tool-choice, --tool-call-parser, --exclude-tools-...
+        self.reasoning_parser = check_parser(reasoning_parser)  # --reasoning-parser: think blocks as reasoning
         self.metrics = Metrics(llm, self.model_name)
         llm.on_finished = self.metrics.observe
         self.created = int(time.time())
@@ -248,6 +250,8 @@ class Server:
             parsed = parse_sampling(body, chat, self.tool_options)
             tools = parsed.tools.template_tools(self.tool_options) if parsed.tools else None
             prompts: list[str | list[int]] = [self._rendered_chat(body, tools)] if chat else parse_prompt(body)
+            if chat:
+                self._check_reasoning(parsed, str(prompts[0]))
             token_ids = await tokenized(lambda: [self._tokenize(p, parsed) for p in prompts], prompts)
             try:  # once a request: a min_tokens past the default max_tokens, which only the checkpoint's defaults know
                 parsed.params.resolve(self.llm.engine.generation_config)
@@ -258,6 +262,20 @@ class Server:
             return await (answer.stream(request) if parsed.stream else answer.whole(request))
         except ApiError as e:
             return JSONResponse(e.body(), status_code=e.status)
+
+
+    def _check_reasoning(self, parsed: Parsed, prompt: str) -> None:
+        """What a reasoning parser cannot honour is a 400: include_reasoning false without one (nothing tells the
+        reasoning apart), and a structured output under a think block the prompt opened (vt holds the whole answer
+        to the grammar, the reasoning too, where vLLM starts the grammar after the block)."""
+        if self.reasoning_parser is None and not parsed.include_reasoning:
+            raise bad("include_reasoning: false needs a server started with --reasoning-parser (nothing here tells "
+                      "reasoning from content)", "include_reasoning")
+        if self.reasoning_parser is not None and parsed.params.structured_outputs is not None and \
+                prompt_opens_a_block(prompt):
+            raise bad(f"{parsed.structured_field}: the prompt opens a think block, and vt holds the whole answer to "
+                      f"the grammar, reasoning included; render without thinking (chat_template_kwargs "
+                      f"enable_thinking false) or drop the constraint", parsed.structured_field)
 
 
 # Prompt text longer than this is tokenized on a worker thread: a 4 MiB prompt took ~3 s on the event loop, and
@@ -383,6 +401,8 @@ class Answer:
         self.created = int(time.time())
         self.tokenizer = server.llm.engine.tokenizer
         self.shapers: dict[tuple[int, int], ToolCallShaper] = {}  # (prompt, sample): its text as tool calls
+        self.splitters: dict[tuple[int, int], ReasoningSplitter] = {}  # (prompt, sample): its think block
+        self.opened = chat and isinstance(prompts[0], str) and prompt_opens_a_block(prompts[0])
 
     async def _first(self) -> list[RequestOutput]:
         """Every prompt's first output, or the error that is then the whole response."""
@@ -539,19 +559,31 @@ class Answer:
         return {"index": index, "text": text, "logprobs": lp, "finish_reason": reason, **stop_reason, **extra}
 
     def _message(self, key: tuple[int, int], text: str, done: bool, whole: bool) -> dict[str, Any] | None:
-        """A chat choice's message (whole) or delta for its new text; with tools, the text as content and tool calls
-        (vt/server/tools.py). None: a delta that says nothing yet (a tool call's text, held until it parses)."""
-        tools = self.parsed.tools
-        if tools is None or tools.choice == "none":
-            return {"message": {"role": "assistant", "content": text}} if whole else {"delta": {"content": text}}
-        shaper = self.shapers.setdefault(key, ToolCallShaper(tools))
+        """A chat choice's message (whole) or delta for its new text: its think block as reasoning, with a reasoning
+        parser (vt/server/reasoning.py); the rest as content, and with tools as tool calls (vt/server/tools.py).
+        None: a delta that says nothing yet (a tag's start, a tool call's text, held until they are known)."""
+        reasoning: str | None = None
+        content: str | None = text
+        if self.server.reasoning_parser is not None:
+            split = self.splitters.setdefault(key, ReasoningSplitter(self.opened))
+            reasoning, content = split.whole(text) if whole else split.feed(text, done)
+            if not self.parsed.include_reasoning:
+                reasoning = None
+        tools, calls = self.parsed.tools, list[dict[str, Any]]()
+        if tools is not None and tools.choice != "none" and (content is not None or not whole):
+            shaper = self.shapers.setdefault(key, ToolCallShaper(tools))
+            content, calls = shaper.whole(content or "") if whole else shaper.feed(content or "", done)
+        said = {"reasoning": reasoning, "reasoning_content": reasoning}  # vLLM's name, then its older one
         if whole:
-            content, calls = shaper.whole(text)
-            return {"message": {"role": "assistant", "content": content, **({"tool_calls": calls} if calls else {})}}
-        content, deltas = shaper.feed(text, done)
-        if not content and not deltas:
-            return None
-        return {"delta": {**({"content": content} if content else {}), **({"tool_calls": deltas} if deltas else {})}}
+            thought = said if self.server.reasoning_parser is not None else {}
+            return {"message": {"role": "assistant", "content": content, **thought,
+                                **({"tool_calls": calls} if calls else {})}}
+        delta = {**({"content": content} if content else {}), **(said if reasoning else {}),
+                 **({"tool_calls": calls} if calls else {})}
+        if not delta:
+            return None if self.parsed.tools is not None or self.server.reasoning_parser is not None else \
+                {"delta": {"content": ""}}
+        return {"delta": delta}
 
     def _new_logprobs(self, i: int, key: tuple[int, int], ids: list[int], lps: list[dict[int, float]]) -> dict:
         """The logprobs of a choice's new tokens, their text_offset counted on from its tokens before (after echo's

@@ -58,6 +58,7 @@ class Parsed:
     cache_salt: str | None = None  # vLLM's: cached prefix blocks shared only with requests of the same salt
     structured_field: str = "structured_outputs"  # the field a structured output came from (or response_format)
     tools: ToolRequest | None = None  # chat: the tools and tool_choice (vt/server/tools.py)
+    include_reasoning: bool = True  # vLLM's: false drops a reasoning parser's reasoning from the answer
 
     @property
     def prompt_only(self) -> bool:
@@ -145,7 +146,7 @@ FIELDS_COMMON = frozenset({"model", "stream", "stream_options", "max_tokens", "l
                            "structured_outputs"})
 FIELDS = {False: FIELDS_COMMON | {"prompt", "echo"},
           True: FIELDS_COMMON | {"messages", "max_completion_tokens", "top_logprobs", "tools", "tool_choice",
-                                 "parallel_tool_calls", *RENDER_FIELDS}}
+                                 "parallel_tool_calls", "include_reasoning", *RENDER_FIELDS}}
 # Fields vt does not implement, accepted only at the value that means "not used".
 NO_OP = {"echo": (False,), "suffix": ("",), "tools": ([],), "tool_choice": ("none",),
          "parallel_tool_calls": (False, True),
@@ -318,7 +319,7 @@ def parse_sampling(body: dict, chat: bool, tool_options: ToolOptions = NO_AUTO_T
     salt = body.get("cache_salt")  # checked where every front's is (LLMEngine.add_request): a 400 naming it
     return Parsed([], params, stream, bool(opts.get("include_usage")), bool(opts.get("continuous_usage_stats")),
                   logprobs, max_tokens, chat, echo, _get(body, "prompt_logprobs", (int,)), name, salt,
-                  structured_field, tools)
+                  structured_field, tools, _get(body, "include_reasoning", (bool,), True) if chat else True)
 
 
 def parse_chat_tools(body: dict, options: ToolOptions) -> ToolRequest | None:

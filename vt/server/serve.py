@@ -26,6 +26,7 @@ from vt.server.app import MAX_BODY_BYTES, Server, build_app
 from vt.server.async_llm import AsyncLLM
 from vt.server.cors import CorsPolicy
 from vt.server.protocol import served_names
+from vt.server.reasoning import check_parser
 from vt.server.tools import NO_AUTO_TOOLS, ToolOptions
 
 GRACEFUL_SHUTDOWN_S = 30
@@ -34,19 +35,22 @@ GRACEFUL_SHUTDOWN_S = 30
 def make_server(model: str, served_name: str | Sequence[str] | None = None, max_body_bytes: int | None = None,
                 api_key: str | None = None, engine_process: bool = False, prompt_tokens_details: bool = False,
                 cors: CorsPolicy | None = None, tool_options: ToolOptions = NO_AUTO_TOOLS,
-                **engine_kwargs: Any) -> tuple[Server, Any]:
+                reasoning_parser: str | None = None, **engine_kwargs: Any) -> tuple[Server, Any]:
     """The app on an AsyncLLM; engine_process: the engine core in a process of its own (`vt serve`'s default);
     prompt_tokens_details: usage carries OpenAI's prompt_tokens_details.cached_tokens. served_name: the name, or
     names (vLLM's --served-model-name a b), clients may ask for; responses carry the first. cors: the
     --allowed-origins / -methods / -headers and --allow-credentials policy (None: vLLM's defaults)."""
     names = served_names(served_name or model)  # refused before the engine starts
-    # tool_options: --enable-auto-tool-choice, --tool-call-parser, --exclude-tools-when-tool-choice-none
+    # tool_options: --enable-auto-tool-choice, --tool-call-parser, --exclude-tools-when-tool-choice-none;
+    # reasoning_parser: --reasoning-parser (qwen3)
+    check_parser(reasoning_parser)  # refused before the engine starts
     if api_key is not None and not api_key.strip():
         raise ConfigError("--api-key: an empty key protects nothing; give a key or leave it out")
     llm = AsyncLLM(EngineConfig(model=model, **engine_kwargs), engine_process=engine_process)
     try:
         server = Server(llm, names, max_body_bytes or MAX_BODY_BYTES, api_key=api_key,
-                        prompt_tokens_details=prompt_tokens_details, tool_options=tool_options)
+                        prompt_tokens_details=prompt_tokens_details, tool_options=tool_options,
+                        reasoning_parser=reasoning_parser)
     except BaseException:
         # the engine's thread or process is running: left so, it would keep the interpreter from ever exiting
         llm.shutdown("the server could not be built")
