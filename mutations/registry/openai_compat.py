@@ -421,7 +421,7 @@ ENTRIES += [
         description="tool_choice required with parallel_tool_calls false still lets the model make several calls",
         file="vt/server/tools.py", old="        if not self.parallel:\n", new="        if False:\n",
         gates=(f"{TOOLS}::test_required_answers_with_calls_of_the_given_tools_and_parallel_false_with_exactly_one",
-               f"{SHAPER}::test_a_required_schema_takes_each_tools_defs_to_its_root_and_parallel_false_holds_one_call"),
+               f"{SHAPER}::test_a_required_schema_rebases_each_tools_refs_and_parallel_false_holds_one_call"),
     ),
     Mutation(
         id="hermes-keeps-the-first-call-alone",
@@ -449,7 +449,8 @@ ENTRIES += [
     ),
     Mutation(
         id="tool-stream-sends-whitespace-after-a-call",
-        description="whitespace between calls is streamed as content, which the whole answer drops",
+        description="whitespace after a call is not held until the text says what it is: dropped at once, so a "
+                    "later part's leading whitespace is lost from the stream though the whole answer keeps it",
         file="vt/server/tools.py",
         old="            if self.calls and not self._part_live and not head.strip():\n",
         new="            if False:\n",
@@ -522,5 +523,34 @@ ENTRIES += [
         old="        if self.reasoning_parser is not None and parsed.params.structured_outputs is not None and \\\n",
         new="        if False and \\\n",
         gates=(f"{THINK}::test_what_a_reasoning_parser_cannot_honour_is_a_400_naming_its_field",),
+    ),
+    Mutation(
+        id="required-call-finishes-as-stop",
+        description="a required tool choice's answer finishes as stop, not tool_calls (vLLM's, OpenAI's)",
+        file="vt/server/tools.py", old='        return self.req.choice in ("auto", "required") and self.calls > 0\n',
+        new='        return self.req.choice == "auto" and self.calls > 0\n',
+        gates=(f"{TOOLS}::test_required_answers_with_calls_of_the_given_tools_and_parallel_false_with_exactly_one",),
+    ),
+    Mutation(
+        id="auto-parallel-false-keeps-every-call",
+        description="parallel_tool_calls false under auto is taken and every call the model wrote is answered",
+        file="vt/server/tools.py", old="        if self.calls and not self.req.parallel:", new="        if False:",
+        gates=(f"{TOOLS}::test_parallel_tool_calls_false_under_auto_keeps_the_first_call_whole_and_streamed",),
+    ),
+    Mutation(
+        id="required-nests-a-tools-refs-unrebased",
+        description="required's array nests each tool's schema with its refs unchanged: they point from the "
+                    "array's root, not the tool's",
+        file="vt/server/tools.py", old='        out["$ref"] = base + ref[1:]\n', new='        out["$ref"] = ref\n',
+        # (the server test's request is then refused by the engine, an exception rather than its assertion)
+        gates=(f"{SHAPER}::test_a_required_schema_rebases_each_tools_refs_and_parallel_false_holds_one_call",),
+    ),
+    Mutation(
+        id="model-call-json-depth-unguarded",
+        description="a tool call the model nests past the JSON parser's depth raises out of the parser: a 500",
+        file="vt/server/tools.py", old="    except (ValueError, RecursionError):\n        return None\n",
+        new="    except ValueError:\n        return None\n",
+        gates=(f"{SHAPER}::test_a_call_the_model_nests_too_deep_or_writes_with_a_lone_surrogate_is_text_or_escaped_"
+               f"never_a_500",),
     ),
 ]

@@ -116,7 +116,7 @@ def test_required_answers_with_calls_of_the_given_tools_and_parallel_false_with_
                 parallel_tool_calls=parallel)
         counts[parallel] = [len(c.message.tool_calls or []) for c in r.choices]
         for c in r.choices:
-            assert c.finish_reason == "stop" and c.message.content == "", c
+            assert c.finish_reason == "tool_calls" and c.message.content == "", c  # vLLM's, for required
             for call in c.message.tool_calls or []:
                 args = json.loads(call.function.arguments)
                 assert (call.function.name, valid_weather(args) if call.function.name == "weather" else
@@ -185,7 +185,6 @@ BAD = [  # (extra body, param, words)
      "'alarm' is none of the tools"),
     ({"tools": TOOLS, "tool_choice": "any"}, "tool_choice", "'any' is not one vt takes"),
     ({"tool_choice": "required"}, "tool_choice", "needs tools"),
-    ({"tools": TOOLS, "parallel_tool_calls": False}, "parallel_tool_calls", "cannot hold an \"auto\" answer"),
     ({"tools": [{"type": "function", "function": {**CLOCK["function"], "strict": True}}]}, "tools",
      "tools[0].function.strict"),
     ({"tools": TOOLS, "tool_choice": "required", "response_format": {"type": "json_object"}}, "tool_choice",
@@ -195,6 +194,18 @@ BAD = [  # (extra body, param, words)
         *MESSAGES, {"role": "assistant", "tool_calls": [{"id": "c", "type": "function",
                                                          "function": {"name": "clock", "arguments": "{zone"}}]}]},
      "messages", "messages[1].tool_calls[0].function.arguments: not JSON"),
+    ({"tools": TOOLS, "tool_choice": "none", "messages": [
+        *MESSAGES, {"role": "assistant", "tool_calls": [{"id": "c", "type": "function",
+                                                         "function": {"name": "clock", "arguments": "[" * 100000}}]}]},
+     "messages", "messages[1].tool_calls[0].function.arguments: not JSON"),  # past the parser's depth: no 500
+    ({"tools": TOOLS, "tool_choice": "none", "messages": [
+        *MESSAGES, {"role": "assistant", "tool_calls": [{"id": "c", "type": "custom",
+                                                         "function": {"name": "clock", "arguments": "{}"}}]}]},
+     "messages", "messages[1].tool_calls[0]: a function call"),
+    ({"tools": TOOLS, "tool_choice": "none", "messages": [{**MESSAGES[0], "tool_call_id": "c"}]}, "messages",
+     "messages[0].tool_call_id: a tool message's"),
+    ({"tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": 5}}}],
+      "tool_choice": "required"}, "tools", "structured_outputs.json"),  # the engine's refusal names the tools
 ]
 
 
@@ -209,6 +220,40 @@ def test_a_tool_request_vt_cannot_read_is_a_400_naming_its_field(client, extra: 
     assert isinstance(err, dict) and err.get("param") == param and words in err.get("message", ""), err
     ok = ask(client, max_tokens=2, tool_choice="none")
     assert ok.usage is not None and ok.usage.completion_tokens == 2, "non-vacuity: the server serves on"
+
+
+def test_parallel_tool_calls_false_under_auto_keeps_the_first_call_whole_and_streamed(client) -> None:
+    held = {"structured_outputs": {"regex": HERMES}}
+    one = ask(client, max_tokens=200, extra_body=held, parallel_tool_calls=False).choices[0].message
+    assert [c.function.name for c in one.tool_calls or []] == ["weather"] and one.content == "Let me check.\n", one
+    chunks = [c.choices[0] for c in ask(client, max_tokens=200, extra_body=held, parallel_tool_calls=False,
+                                        stream=True) if c.choices]
+    calls = [t for c in chunks for t in c.delta.tool_calls or []]
+    assert [(t.index, t.function.name) for t in calls] == [(0, "weather")], calls
+    both = ask(client, max_tokens=200, extra_body=held).choices[0].message
+    assert len(both.tool_calls or []) == 2, "non-vacuity: the answer holds two calls"
+
+
+def test_required_holds_each_tools_own_refs_and_strict_is_taken_where_it_is_kept(client) -> None:
+    """A tool's parameters nested in required's array keep their refs (from their own root: "#" and "#/$defs/...")
+    pointing into themselves; strict true under a forced choice or none is taken."""
+    tree = {"type": "function", "function": {"name": "tree", "strict": True, "parameters": {
+        "type": "object", "properties": {"depth": {"$ref": "#/$defs/Small"},
+                                         "kids": {"type": "array", "items": {"$ref": "#"}, "maxItems": 1}},
+        "required": ["depth", "kids"], "additionalProperties": False,
+        "$defs": {"Small": {"type": "integer", "minimum": 0, "maximum": 3}}}}}
+    r = client.chat.completions.create(model=MODEL, messages=MESSAGES, tools=[tree],  # type: ignore[arg-type]
+                                       tool_choice="required", max_tokens=120, temperature=0)
+    calls = r.choices[0].message.tool_calls or []
+    assert calls and all(c.function.name == "tree" for c in calls), r.choices[0]
+
+    def fits(node: dict) -> bool:
+        return set(node) == {"depth", "kids"} and 0 <= node["depth"] <= 3 and all(fits(k) for k in node["kids"])
+
+    assert all(fits(json.loads(c.function.arguments)) for c in calls), [c.function.arguments for c in calls]
+    none = client.chat.completions.create(model=MODEL, messages=MESSAGES, tools=[tree],  # type: ignore[arg-type]
+                                          tool_choice="none", max_tokens=2)
+    assert none.choices[0].message.tool_calls is None and none.usage is not None
 
 
 def test_auto_without_the_servers_parser_flags_is_vllms_400_and_named_choices_need_none() -> None:

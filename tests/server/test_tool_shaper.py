@@ -6,10 +6,19 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from vt.server.tools import NO_AUTO_TOOLS, ToolCallShaper, ToolOptions, ToolRequest, parse_tools
+from vt.server.tools import (
+    NO_AUTO_TOOLS,
+    ToolCallShaper,
+    ToolOptions,
+    ToolRequest,
+    hermes_call,
+    parse_tools,
+    required_calls,
+)
 
 TOOL = {"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}
 AUTO = ToolRequest((TOOL,), "auto")
@@ -49,15 +58,35 @@ def test_the_stream_holds_back_a_tags_start_and_the_whole_reads_each_block() -> 
     assert ToolCallShaper(AUTO).whole("no call <tool_") == ("no call <tool_", []), "non-vacuity: text stays text"
 
 
-def test_a_required_schema_takes_each_tools_defs_to_its_root_and_parallel_false_holds_one_call() -> None:
-    ref = {"type": "object", "properties": {"p": {"$ref": "#/$defs/P"}}, "$defs": {"P": {"type": "integer"}}}
+def test_a_required_schema_rebases_each_tools_refs_and_parallel_false_holds_one_call() -> None:
+    ref = {"type": "object", "properties": {"p": {"$ref": "#/$defs/P"}, "q": {"$ref": "#"}},
+           "$defs": {"P": {"type": "integer"}}}
     tools = ({"type": "function", "function": {"name": "a", "parameters": ref}}, TOOL)
     schema = ToolRequest(tools, "required", parallel=False).schema()
-    assert schema is not None and schema["$defs"] == {"P": {"type": "integer"}} and schema.get("maxItems") == 1
-    assert [o["properties"]["name"]["enum"] for o in schema["items"]["anyOf"]] == [["a"], ["f"]]
-    assert "$defs" not in schema["items"]["anyOf"][0]["properties"]["parameters"], "moved, not copied"
+    assert schema is not None and schema.get("maxItems") == 1
+    a = schema["$defs"]["vt_tool_0"]
+    assert (a["properties"]["p"]["$ref"], a["properties"]["q"]["$ref"]) == ("#/$defs/vt_tool_0/$defs/P",
+                                                                           "#/$defs/vt_tool_0"), a
+    assert [o["properties"]["parameters"]["$ref"] for o in schema["items"]["anyOf"]] == [
+        "#/$defs/vt_tool_0", "#/$defs/vt_tool_1"]
     assert "maxItems" not in (ToolRequest(tools, "required").schema() or {}), "non-vacuity: parallel allows many"
-    assert ref["$defs"], "the client's definition is left as it came"
+    assert ref["properties"]["p"]["$ref"] == "#/$defs/P", "the client's definition is left as it came"
+
+
+def test_a_call_the_model_nests_too_deep_or_writes_with_a_lone_surrogate_is_text_or_escaped_never_a_500() -> None:
+    deep = '{"name": "f", "arguments": ' + "[" * 100000 + "}"
+    try:
+        read = hermes_call(deep), required_calls("[" * 100000)
+    except RecursionError:
+        pytest.fail("JSON nested past the parser's depth raised out of the tool parser: the server's 500")
+    assert read == (None, None), read
+    call = hermes_call('{"name": "f", "arguments": {"a": "\\ud800", "b": "\u00e9"}}')
+    assert call is not None
+    args = call["function"]["arguments"]
+    args.encode("utf-8")  # a lone surrogate written raw would not encode: the response would be a 500
+    assert json.loads(args) == {"a": "\ud800", "b": "\u00e9"}, args
+    plain = hermes_call('{"name": "f", "arguments": {"b": "\u00e9"}}')
+    assert plain is not None and "\u00e9" in plain["function"]["arguments"], "non-vacuity: text kept as written"
 
 
 def test_tool_choice_none_shows_the_tools_unless_the_server_excludes_them() -> None:

@@ -309,7 +309,7 @@ def parse_sampling(body: dict, chat: bool, tool_options: ToolOptions = NO_AUTO_T
             kw["structured_outputs"] = StructuredOutputsParams(json=tools.schema(), disable_any_whitespace=True)
         except RequestError as e:
             raise bad(str(e), "tools") from None
-        structured_field = "tool_choice"
+        structured_field = "tools"  # a schema the engine refuses is a tool's parameters
     try:
         # max_tokens 0 (echo): one token is drawn (the prompt's last logits are computed anyway) and not returned
         params = SamplingParams(max_tokens=max_tokens or (1 if max_tokens == 0 else None), stop=stop or [],

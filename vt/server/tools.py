@@ -8,7 +8,8 @@ reach the chat template as its `tools` variable; `tool_choice` says what the ans
   tools, at least one (exactly one with parallel_tool_calls false);
 - "auto" (the default when tools are given): the model chooses, and a tool-call parser reads its output. That needs
   --enable-auto-tool-choice and --tool-call-parser, as in vLLM. vt's one parser is hermes:
-  `<tool_call>{"name": ..., "arguments": {...}}</tool_call>`, which Qwen's and Hermes' templates teach.
+  `<tool_call>{"name": ..., "arguments": {...}}</tool_call>`, which Qwen's and Hermes' templates teach; with
+  parallel_tool_calls false, the first call alone (vLLM's).
 
 ToolCallShaper turns a choice's text into the message's content and tool_calls, whole or as stream deltas. Both
 follow one rule, so a stream adds up to the whole answer:
@@ -88,21 +89,31 @@ class ToolRequest:
         options = []
         for i, t in enumerate(self.tools):
             params = copy.deepcopy(t["function"].get("parameters")) or {"type": "object", "properties": {}}
-            # a $ref points from the document's root: each tool's $defs move there (vLLM's rule)
-            for key, value in params.pop("$defs", {}).items():
-                if key in defs and defs[key] != value:
-                    raise RequestError(f"tools[{i}].function.parameters.$defs.{key}: differs from another tool's "
-                                       f"$defs of that name, which tool_choice required puts in one schema")
-                defs[key] = value
+            # each tool's schema whole under the root's $defs, its own refs (from its root: "#", "#/$defs/P",
+            # "#/properties/x") rebased there: nested in the array as it is, they would point into the array
+            key = f"vt_tool_{i}"
+            defs[key] = _rebased(params, f"#/$defs/{key}")
             options.append({"properties": {"name": {"type": "string", "enum": [t["function"]["name"]]},
-                                           "parameters": params},
+                                           "parameters": {"$ref": f"#/$defs/{key}"}},
                             "required": ["name", "parameters"]})
-        schema: dict[str, Any] = {"type": "array", "minItems": 1, "items": {"type": "object", "anyOf": options}}
+        schema: dict[str, Any] = {"type": "array", "minItems": 1, "items": {"type": "object", "anyOf": options},
+                                  "$defs": defs}
         if not self.parallel:
             schema["maxItems"] = 1
-        if defs:
-            schema["$defs"] = defs
         return schema
+
+
+def _rebased(node: Any, base: str) -> Any:
+    """A schema with every local $ref ("#...") moved under base."""
+    if isinstance(node, list):
+        return [_rebased(x, base) for x in node]
+    if not isinstance(node, dict):
+        return node
+    out = {k: _rebased(v, base) for k, v in node.items()}
+    ref = node.get("$ref")
+    if isinstance(ref, str) and ref.startswith("#"):
+        out["$ref"] = base + ref[1:]
+    return out
 
 
 def parse_tools(body: dict[str, Any], options: ToolOptions) -> ToolRequest | None:
@@ -130,15 +141,11 @@ def parse_tools(body: dict[str, Any], options: ToolOptions) -> ToolRequest | Non
         if not (options.enable_auto and options.parser):
             raise RequestError('tool_choice: "auto" tool choice requires --enable-auto-tool-choice and '
                                '--tool-call-parser to be set (tools without tool_choice mean "auto")')
-        if parallel is False:
-            raise RequestError('parallel_tool_calls: false cannot hold an "auto" answer to one call (the parser '
-                               'reads what the model wrote); force one with tool_choice "required" or a named '
-                               'function')
-    if kind in ("auto", "none"):
+    if kind == "auto":
         strict = next((i for i, t in enumerate(checked) if t["function"].get("strict")), None)
         if strict is not None:
             raise RequestError(f"tools[{strict}].function.strict: true is kept only when tool_choice forces the "
-                               f"call (\"required\" or a named function); under \"{kind}\" nothing would hold the "
+                               f"call (\"required\" or a named function); under \"auto\" nothing would hold the "
                                f"arguments to the schema: drop it or force the call")
     return ToolRequest(tuple(checked), kind, name, parallel is not False)
 
@@ -190,6 +197,8 @@ def conversation_tool_calls(messages: list[dict[str, Any]]) -> list[dict[str, An
     """An assistant turn's tool_calls as the chat template reads them: each call's arguments, a JSON string over
     the API, as an object (vLLM's rule; Qwen's templates write an object with tojson)."""
     for i, m in enumerate(messages):
+        if m.get("tool_call_id") is not None and (m["role"] != "tool" or not isinstance(m["tool_call_id"], str)):
+            raise RequestError(f"messages[{i}].tool_call_id: a tool message's, a string (the call it answers)")
         calls = m.get("tool_calls")
         if calls is None:
             continue
@@ -202,6 +211,8 @@ def conversation_tool_calls(messages: list[dict[str, Any]]) -> list[dict[str, An
                 raise RequestError(f"{where}[{j}]: expected {{\"id\", \"type\": \"function\", \"function\": "
                                    f"{{\"name\", \"arguments\"}}}}")
             _refuse_extra(c, CALL_FIELDS, f"{where}[{j}]")
+            if c.get("type", "function") != "function" or not isinstance(c.get("id", ""), str):
+                raise RequestError(f"{where}[{j}]: a function call (type \"function\", a string id)")
             _refuse_extra(c["function"], CALL_FUNCTION_FIELDS, f"{where}[{j}].function")
             fn = dict(c["function"])
             if not isinstance(fn.get("name"), str):
@@ -210,7 +221,7 @@ def conversation_tool_calls(messages: list[dict[str, Any]]) -> list[dict[str, An
             if isinstance(args, str):
                 try:
                     fn["arguments"] = json.loads(args) if args.strip() else {}
-                except ValueError as e:
+                except (ValueError, RecursionError) as e:
                     raise RequestError(f"{where}[{j}].function.arguments: not JSON ({e})") from None
             elif args is None:
                 fn["arguments"] = {}
@@ -225,36 +236,49 @@ def call_id() -> str:
     return f"chatcmpl-tool-{uuid.uuid4().hex}"
 
 
+def _dumps(obj: Any) -> str:
+    """JSON text as written (non-ASCII kept), escaped only where the model wrote a lone surrogate, which UTF-8 cannot
+    carry."""
+    text = json.dumps(obj, ensure_ascii=False)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return json.dumps(obj)
+    return text
+
+
+def _loads(text: str) -> Any:
+    """JSON the model wrote, or None where it is not (or nests past the parser's depth)."""
+    try:
+        return json.loads(text)
+    except (ValueError, RecursionError):
+        return None
+
+
 def _call(name: str, arguments: str) -> dict[str, Any]:
     return {"id": call_id(), "type": "function", "function": {"name": name, "arguments": arguments}}
 
 
 def hermes_call(block: str) -> dict[str, Any] | None:
     """One <tool_call> block's JSON as a call, or None if it is not {"name": str, "arguments": object}."""
-    try:
-        obj = json.loads(block)
-    except ValueError:
-        return None
+    obj = _loads(block)
     if not isinstance(obj, dict) or not isinstance(obj.get("name"), str):
         return None
     args = obj.get("arguments", {})
     if not isinstance(args, dict):
         return None
-    return _call(obj["name"], json.dumps(args, ensure_ascii=False))
+    return _call(obj["name"], _dumps(args))
 
 
 def required_calls(text: str) -> list[dict[str, Any]] | None:
     """A required choice's output (a JSON array of {"name", "parameters"}) as calls; None if it is not one (a
     length cut)."""
-    try:
-        items = json.loads(text)
-    except ValueError:
-        return None
+    items = _loads(text)
     if not isinstance(items, list) or not items or not all(
             isinstance(x, dict) and isinstance(x.get("name"), str) and isinstance(x.get("parameters"), dict)
             for x in items):
         return None
-    return [_call(x["name"], json.dumps(x["parameters"], ensure_ascii=False)) for x in items]
+    return [_call(x["name"], _dumps(x["parameters"])) for x in items]
 
 
 def _held_prefix(text: str) -> int:
@@ -280,8 +304,9 @@ class ToolCallShaper:
 
     @property
     def called(self) -> bool:
-        """Whether an auto answer called a tool: its finish_reason is then tool_calls (vLLM's, OpenAI's)."""
-        return self.req.choice == "auto" and self.calls > 0
+        """Whether an auto or required answer called a tool: its finish_reason is then tool_calls (vLLM's, OpenAI's;
+        a named choice's stays stop)."""
+        return self.req.choice in ("auto", "required") and self.calls > 0
 
     def whole(self, text: str) -> tuple[str | None, list[dict[str, Any]]]:
         """The message's content and tool_calls for the choice's whole text."""
@@ -290,6 +315,7 @@ class ToolCallShaper:
             return "", [_call(self.req.name, text)]
         if self.req.choice == "required":
             calls = required_calls(text)
+            self.calls = len(calls or [])
             return ("", calls) if calls is not None else (text, [])
         if self.req.choice != "auto":
             return text, []
@@ -372,6 +398,8 @@ class ToolCallShaper:
         call = hermes_call(block.strip())
         if call is None:  # not a call: the block stays text, tags and all
             out.append(START + block + (END if closed else ""))
+            return
+        if self.calls and not self.req.parallel:  # parallel_tool_calls false: the first call alone (vLLM's)
             return
         calls.append(self._indexed(call))
 
