@@ -19,6 +19,7 @@ CORS = "tests/server/test_cors.py"
 TOOLS = "tests/server/test_tool_calls.py"
 SHAPER = "tests/server/test_tool_shaper.py"
 THINK = "tests/server/test_reasoning.py"
+TOKEN_IDS = "tests/server/test_return_token_ids.py"
 
 ENTRIES: list[Mutation] = [
     Mutation(
@@ -355,8 +356,9 @@ ENTRIES += [
         description="chat choices leave out stop_reason, which completions' choices carry",
         file="vt/server/app.py",
         old='            return {"index": index, **(body or {"delta": {"content": ""}}), "logprobs": lp, "finish_reason": reason,\n'
-            '                    **stop_reason}\n',
-        new='            return {"index": index, **(body or {"delta": {"content": ""}}), "logprobs": lp, "finish_reason": reason}\n',
+            '                    **stop_reason, **self._ids(c_ids if whole else new_toks)}\n',
+        new='            return {"index": index, **(body or {"delta": {"content": ""}}), "logprobs": lp, "finish_reason": reason,\n'
+            '                    **self._ids(c_ids if whole else new_toks)}\n',
         gates=(f"{FIELDS}::test_chat_and_completion_choices_carry_the_stop_reason[chat]",),
     ),
     Mutation(
@@ -552,5 +554,28 @@ ENTRIES += [
         new="    except ValueError:\n        return None\n",
         gates=(f"{SHAPER}::test_a_call_the_model_nests_too_deep_or_writes_with_a_lone_surrogate_is_text_or_escaped_"
                f"never_a_500",),
+    ),
+    # vLLM's return_token_ids
+    Mutation(
+        id="streamed-token-ids-repeat-the-answer-so-far",
+        description="each streamed frame carries every id generated so far, not those new since the last frame",
+        file="vt/server/app.py", old="self._ids(c_ids if whole else new_toks)", new="self._ids(c_ids)", count=2,
+        gates=(f"{TOKEN_IDS}::test_a_completion_carries_the_offline_apis_ids_and_its_stream_adds_up_to_them",
+               f"{TOKEN_IDS}::test_a_chat_answer_carries_its_ids_and_the_prompts_on_the_response"),
+    ),
+    Mutation(
+        id="held-frame-drops-its-token-ids",
+        description="a chat frame whose text the tool parser holds is not sent, and its tokens' ids with it",
+        file="vt/server/app.py",
+        old="            if body is None and lp is None and not done and not (self.parsed.return_token_ids and new_toks):\n",
+        new="            if body is None and lp is None and not done:\n",
+        gates=(f"{TOOLS}::test_auto_reads_the_models_hermes_calls_and_the_stream_adds_up_to_the_whole_answer",),
+    ),
+    Mutation(
+        id="chat-stream-leaves-out-the-prompt-ids",
+        description="a chat stream asked for token ids never sends the prompt's",
+        file="vt/server/app.py", old='                    role["prompt_token_ids"] = list(self.token_ids[0])\n',
+        new="                    pass\n",
+        gates=(f"{TOKEN_IDS}::test_a_chat_answer_carries_its_ids_and_the_prompts_on_the_response",),
     ),
 ]

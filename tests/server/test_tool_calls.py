@@ -133,8 +133,12 @@ def test_auto_reads_the_models_hermes_calls_and_the_stream_adds_up_to_the_whole_
     assert [c.function.name for c in m.tool_calls or []] == ["weather", "clock"] and reason == "tool_calls", m
     assert valid_weather(json.loads(m.tool_calls[0].function.arguments))  # type: ignore[index]
     assert len({c.id for c in m.tool_calls or []}) == 2
-    stream = ask(client, max_tokens=200, extra_body=held, stream=True)
+    stream = ask(client, max_tokens=200, extra_body={**held, "return_token_ids": True}, stream=True)
     chunks = [c.choices[0] for c in stream if c.choices]
+    whole_ids = (ask(client, max_tokens=200, extra_body={**held, "return_token_ids": True}).choices[0].model_extra
+                 or {})["token_ids"]
+    # a frame whose text the parser holds (a tag's start, an open block) still carries its tokens' ids
+    assert [t for c in chunks for t in (c.model_extra or {}).get("token_ids", [])] == whole_ids
     text = "".join(c.delta.content or "" for c in chunks)
     calls = [t for c in chunks for t in c.delta.tool_calls or []]
     assert text == m.content and "<tool" not in text, text

@@ -466,6 +466,8 @@ class Answer:
                 "usage": self._usage(outs)}
         if self.chat and self.parsed.prompt_logprobs is not None:  # vLLM's place for them in a chat response
             body["prompt_logprobs"] = self._prompt_logprobs(0, outs[0])
+        if self.chat and self.parsed.return_token_ids:  # vLLM's: chat's prompt ids sit on the response
+            body["prompt_token_ids"] = list(self.token_ids[0])
         return JSONResponse(body)
 
     async def stream(self, request: Request) -> Response:
@@ -484,10 +486,13 @@ class Answer:
                 firsts = await self._first()
             latest = list(firsts)
             if self.chat:  # the role frame, now that the engine has produced something
-                yield _sse(self._chunk([{"index": c.index + i * len(out.outputs), "delta": {"role": "assistant",
-                                                                                           "content": ""},
-                                         "logprobs": None, "finish_reason": None}
-                                        for i, out in enumerate(firsts) for c in out.outputs]))
+                role = self._chunk([{"index": c.index + i * len(out.outputs), "delta": {"role": "assistant",
+                                                                                       "content": ""},
+                                     "logprobs": None, "finish_reason": None}
+                                    for i, out in enumerate(firsts) for c in out.outputs])
+                if self.parsed.return_token_ids:  # vLLM's: the prompt's ids once, on the stream's first chunk
+                    role["prompt_token_ids"] = list(self.token_ids[0])
+                yield _sse(role)
             for i, out in enumerate(firsts):
                 for frame in self._deltas(i, out, latest):
                     yield frame
@@ -544,19 +549,26 @@ class Answer:
         stop_reason = {"stop_reason": c.stop_reason} if done else {}  # the stop string or token id that ended it
         if self.chat:
             body = self._message(key, text, done, whole)
-            if body is None and lp is None and not done:
-                return None
+            if body is None and lp is None and not done and not (self.parsed.return_token_ids and new_toks):
+                return None  # a held tag says nothing yet; its tokens' ids (or logprobs) would be lost unsent
             if reason in ("stop", "length") and key in self.shapers and self.shapers[key].called:
                 reason = "tool_calls"  # an auto answer that called a tool (OpenAI's, vLLM's)
             return {"index": index, **(body or {"delta": {"content": ""}}), "logprobs": lp, "finish_reason": reason,
-                    **stop_reason}
+                    **stop_reason, **self._ids(c_ids if whole else new_toks)}
         first = key not in self.echoed
         self.echoed.add(key)
         if self.parsed.echo and first:  # the prompt first, once per choice
             text, lp = self._echo(i, out, text, lp)
         extra = {"prompt_logprobs": self._prompt_logprobs(i, out)} if self.parsed.prompt_logprobs is not None and (
             first) else {}
-        return {"index": index, "text": text, "logprobs": lp, "finish_reason": reason, **stop_reason, **extra}
+        if self.parsed.return_token_ids and first:  # vLLM's: a completion choice's prompt ids, on its first frame
+            extra["prompt_token_ids"] = list(self.token_ids[i])
+        return {"index": index, "text": text, "logprobs": lp, "finish_reason": reason, **stop_reason, **extra,
+                **self._ids(c_ids if whole else new_toks)}
+
+    def _ids(self, ids: list[int]) -> dict[str, Any]:
+        """vLLM's return_token_ids: a choice's generated ids (a frame's: those new since the last frame)."""
+        return {"token_ids": list(ids)} if self.parsed.return_token_ids else {}
 
     def _message(self, key: tuple[int, int], text: str, done: bool, whole: bool) -> dict[str, Any] | None:
         """A chat choice's message (whole) or delta for its new text: its think block as reasoning, with a reasoning

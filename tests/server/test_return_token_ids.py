@@ -1,0 +1,69 @@
+"""vLLM's return_token_ids over the real `openai` client: each choice carries the ids it generated (a stream's frames,
+the ids new since the last frame, adding up to the whole answer's, with none lost while text is held back), and the
+prompt's ids come back once (completions: on each choice's first frame; chat: on the response, or the stream's first
+chunk). The ids are the offline API's for the same prompt."""
+
+from __future__ import annotations
+
+import pytest
+
+from vt import LLM, SamplingParams
+from vt.server.serve import running_server
+
+openai = pytest.importorskip("openai")  # a dev dependency; a GPU image without it skips this CPU-lane module
+
+MODEL = "tiny-qwen3"
+PROMPT = "The engine schedules requests in steps"
+MESSAGES = [{"role": "user", "content": "Hello world"}]
+IDS = {"return_token_ids": True}
+
+
+@pytest.fixture(scope="module")
+def client():
+    with running_server(MODEL, max_model_len=256, num_blocks=64) as (_, url):
+        yield openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0)
+
+
+@pytest.fixture(scope="module")
+def offline() -> LLM:
+    return LLM(MODEL, backend="cpu", max_model_len=256, num_blocks=64)
+
+
+def extra(obj) -> dict:
+    return obj.model_extra or {}
+
+
+def test_a_completion_carries_the_offline_apis_ids_and_its_stream_adds_up_to_them(client, offline) -> None:
+    # a stop string holds text back while tokens arrive: the frames' ids must not be lost with the held text
+    kw = {"model": MODEL, "prompt": PROMPT, "max_tokens": 12, "temperature": 0, "stop": ["zzz"]}
+    whole = client.completions.create(**kw, extra_body=IDS).choices[0]
+    out = offline.generate([PROMPT], SamplingParams(temperature=0, max_tokens=12, stop=["zzz"]))[0]
+    assert extra(whole)["token_ids"] == out.outputs[0].token_ids and len(out.outputs[0].token_ids) == 12
+    assert extra(whole)["prompt_token_ids"] == out.prompt_token_ids
+    frames = [c.choices[0] for c in client.completions.create(**kw, stream=True, extra_body=IDS) if c.choices]
+    assert len(frames) > 2, "non-vacuity: the answer came in several frames"
+    assert [t for f in frames for t in extra(f)["token_ids"]] == extra(whole)["token_ids"]
+    assert extra(frames[0])["prompt_token_ids"] == out.prompt_token_ids
+    assert all("prompt_token_ids" not in extra(f) for f in frames[1:]), "the prompt's ids come once"
+    bare = client.completions.create(**kw).choices[0]
+    assert "token_ids" not in extra(bare) and "prompt_token_ids" not in extra(bare), "only when asked for"
+
+
+def test_a_chat_answer_carries_its_ids_and_the_prompts_on_the_response(client, offline) -> None:
+    kw = {"model": MODEL, "messages": MESSAGES, "max_tokens": 10, "temperature": 0}
+    r = client.chat.completions.create(**kw, extra_body=IDS)  # type: ignore[call-overload]
+    out = offline.chat(MESSAGES, SamplingParams(temperature=0, max_tokens=10))[0]
+    assert extra(r.choices[0])["token_ids"] == out.outputs[0].token_ids
+    assert extra(r)["prompt_token_ids"] == out.prompt_token_ids
+    chunks = list(client.chat.completions.create(**kw, stream=True, extra_body=IDS))  # type: ignore[call-overload]
+    assert extra(chunks[0])["prompt_token_ids"] == out.prompt_token_ids
+    assert all("prompt_token_ids" not in extra(c) for c in chunks[1:])
+    assert [t for c in chunks[1:] for ch in c.choices for t in extra(ch).get("token_ids", [])] == \
+        out.outputs[0].token_ids
+
+
+def test_return_token_ids_must_be_a_boolean(client) -> None:
+    with pytest.raises(openai.BadRequestError) as e:
+        client.completions.create(model=MODEL, prompt=PROMPT, max_tokens=2, extra_body={"return_token_ids": "yes"})
+    err = e.value.body
+    assert isinstance(err, dict) and err.get("param") == "return_token_ids", err
