@@ -62,12 +62,31 @@ def _engine_kwargs(args: argparse.Namespace) -> dict:
               max_num_batched_tokens=args.max_num_batched_tokens, tensor_parallel_size=args.tensor_parallel_size,
               startup_capture={"auto": None, "on": True, "off": False}[args.startup_capture],
               enable_prefix_caching=args.enable_prefix_caching, chat_template=getattr(args, "chat_template", None),
-              async_scheduling=args.async_scheduling)
+              async_scheduling=args.async_scheduling, generation_config=args.generation_config,
+              override_generation_config=_json_object("--override-generation-config",
+                                                      args.override_generation_config))
     if getattr(args, "speculative_model", None):
         kw.update(speculative_model=args.speculative_model, num_speculative_tokens=args.num_speculative_tokens)
     elif getattr(args, "num_speculative_tokens", 0):  # it means nothing without a draft: said, not dropped
         kw.update(num_speculative_tokens=args.num_speculative_tokens)  # by EngineConfig's rule, as the API's
     return kw
+
+
+def _json_object(flag: str, text: str | None) -> dict | None:
+    """A flag's JSON object (vLLM's --override-generation-config '{"temperature": 0}'); anything else one line."""
+    import json
+
+    from vt.errors import ConfigError
+
+    if text is None:
+        return None
+    try:
+        value = json.loads(text)
+    except ValueError as e:
+        raise ConfigError(f"{flag} {text!r}: not JSON ({e})") from None
+    if not isinstance(value, dict):
+        raise ConfigError(f"{flag} {text!r}: expected a JSON object")
+    return value
 
 
 def _engine_flags(args: argparse.Namespace) -> list[str]:
@@ -364,6 +383,11 @@ def _engine_args(p: argparse.ArgumentParser, max_model_len: int, num_blocks: int
                         "default: on for CUDA where it applies")
     p.add_argument("--enable-prefix-caching", action=argparse.BooleanOptionalAction, default=True,
                    help="share the KV of full prompt blocks across requests (vLLM's automatic prefix caching)")
+    p.add_argument("--generation-config", default="auto", metavar="SOURCE",
+                   help="where unset sampling fields come from: auto (the checkpoint's generation_config.json), "
+                        "vllm (nowhere: neutral values) or a folder holding a generation_config.json (vLLM's flag)")
+    p.add_argument("--override-generation-config", metavar="JSON",
+                   help='sampling defaults laid over the source\'s, e.g. \'{"temperature": 0}\' (vLLM\'s flag)')
     p.add_argument("--seed", type=int, default=0, help="engine seed, and the request seed for generate")
     p.add_argument("--dtype", default="auto", choices=["auto", "bfloat16", "float16", "float32", "half", "float"],
                    help="what weights and the KV cache are held in (GEMMs accumulate in float32): auto is the "

@@ -114,8 +114,8 @@ ENTRIES: list[Mutation] = [
     Mutation(
         id="generation-config-unvalidated",
         description="generation_config.json's sampling defaults are taken without validation",
-        file="vt/engine/front/llm_engine.py", old="        defaults = validate_generation_config(ckpt.generation_config)\n",
-        new="        defaults = dict(ckpt.generation_config)\n",
+        file="vt/engine/front/llm_engine.py", old="        defaults = validate_generation_config(source)\n",
+        new="        defaults = dict(source)\n",
         gates=tuple(f"{ARCH_ERR}::test_generation_config_is_validated_like_sampling_params[{g}]"
                     for g in ("top_p", "temperature", "max_new_tokens", "top_k")),
     ),

@@ -853,4 +853,30 @@ ENTRIES += [
         old="    return max(logprob, LOGPROB_FLOOR)\n", new="    return logprob\n",
         gates=(f"{SO_SERVER}::test_a_masked_tokens_logprob_shows_as_vllms_floor",),
     ),
+    # vLLM's --generation-config / --override-generation-config
+    Mutation(
+        id="generation-config-vllm-still-reads-the-checkpoint",
+        description="generation_config vllm takes the checkpoint's sampling defaults all the same",
+        file="vt/engine/front/llm_engine.py",
+        old="        source = {}\n", new="        pass\n",
+        gates=("tests/engine/test_generation_config_source.py::test_vllm_takes_no_defaults_from_the_checkpoint",),
+    ),
+    Mutation(
+        id="generation-config-folder-ignored",
+        description="a folder given as generation_config is checked and never read: the checkpoint's file is",
+        file="vt/engine/front/llm_engine.py", old='    elif cfg.generation_config != "auto":\n',
+        new="    elif False:\n",
+        gates=("tests/engine/test_generation_config_source.py::test_a_folders_file_and_an_override_are_the_defaults_an_"
+               "unset_request_runs",),
+    ),
+    Mutation(
+        id="override-generation-config-ignored",
+        description="override_generation_config is validated and never laid over the source",
+        file="vt/engine/front/llm_engine.py",
+        old="    source = {**source, **(cfg.override_generation_config or {})}\n", new="    source = dict(source)\n",
+        gates=("tests/engine/test_generation_config_source.py::test_a_folders_file_and_an_override_are_the_defaults_an_"
+               "unset_request_runs",
+               "tests/engine/test_generation_config_source.py::test_the_cli_flags_reach_the_engine_and_a_bad_one_is_one_"
+               "line_exit_2"),
+    ),
 ]

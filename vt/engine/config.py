@@ -5,8 +5,10 @@ from __future__ import annotations
 import logging
 import numbers
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
-from vt.engine.sample.params import SEED_RANGE, is_seed
+from vt.engine.sample.params import GENERATION_KEYS, SEED_RANGE, is_seed, validate_generation_config
 from vt.errors import CapacityError, ConfigError
 from vt.registry import BACKENDS, detect_backend
 
@@ -61,6 +63,33 @@ class EngineConfig:
     enable_prefix_caching: bool = True  # full prompt blocks shared across requests (vt/engine/core/kv_manager.py)
     chat_template: str | None = None  # a Jinja template (its file's path or its text) in place of the checkpoint's
     trust_remote_code: bool = False  # vLLM's: vt runs no checkpoint code either way (see _check_trust_remote_code)
+    # vLLM's: where a request's unset sampling fields come from: auto (the checkpoint's generation_config.json),
+    # vllm (nowhere: the neutral values), or a folder holding a generation_config.json; the override's fields
+    # are laid over that source's
+    generation_config: str = "auto"
+    override_generation_config: dict[str, Any] | None = None
+
+    def _check_generation_config(self) -> None:
+        src = self.generation_config
+        _need(isinstance(src, str) and bool(src.strip()), "generation_config", src,
+              "auto, vllm, or a folder holding a generation_config.json")
+        if src not in ("auto", "vllm") and not (Path(src).expanduser() / "generation_config.json").is_file():
+            raise ConfigError(f"generation_config={src!r}: not auto or vllm, and no generation_config.json in a "
+                              f"folder of that name")
+        over = self.override_generation_config
+        if over is None:
+            return
+        if not isinstance(over, dict):
+            raise ConfigError(f"override_generation_config={over!r}: expected an object of sampling defaults "
+                              f"({', '.join(GENERATION_KEYS)})")
+        unknown = sorted(k for k in over if k not in GENERATION_KEYS)
+        if unknown:
+            raise ConfigError(f"override_generation_config.{unknown[0]}: not a sampling default vt reads (it reads "
+                              f"{', '.join(GENERATION_KEYS)})")
+        try:
+            validate_generation_config(over)
+        except (ConfigError, TypeError) as e:
+            raise ConfigError(f"override_generation_config: {e}") from None
 
     def __post_init__(self) -> None:
         for name in INT_FIELDS:  # None is vLLM's "the default", a bool is no int, a NumPy integer is one
@@ -88,6 +117,7 @@ class EngineConfig:
             self.dtype = DTYPE_ALIASES.get(self.dtype, self.dtype)
         _need(self.dtype in DTYPES, "dtype", self.dtype, f"one of {', '.join((*DTYPES, *DTYPE_ALIASES))}")
         self._check_trust_remote_code()
+        self._check_generation_config()
         _need(self.startup_capture is None or isinstance(self.startup_capture, bool), "startup_capture",
               self.startup_capture, "True, False or None (on for CUDA)")
         _need(_is_int(self.max_model_len) and self.max_model_len != 1 and self.max_model_len >= 0, "max_model_len",

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import itertools
+import json
 import logging
 import sys
 import time
 import traceback
 import weakref
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -669,10 +671,23 @@ def _generation_config(ckpt: Any, cfg: EngineConfig) -> dict[str, Any]:
     from vt.engine.sample.params import validate_generation_config
     from vt.errors import CheckpointError
 
+    source, where = ckpt.generation_config, ckpt.path / "generation_config.json"
+    if cfg.generation_config == "vllm":  # vLLM's: none; the engine's neutral values (EOS ids stay the checkpoint's)
+        source = {}
+    elif cfg.generation_config != "auto":
+        where = Path(cfg.generation_config).expanduser() / "generation_config.json"
+        try:
+            source = json.loads(where.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as e:
+            raise ConfigError(f"generation_config={cfg.generation_config!r}: {where} is not readable JSON ({e})") \
+                from None
+        if not isinstance(source, dict):
+            raise ConfigError(f"generation_config={cfg.generation_config!r}: {where} holds no JSON object")
+    source = {**source, **(cfg.override_generation_config or {})}
     try:
-        defaults = validate_generation_config(ckpt.generation_config)
+        defaults = validate_generation_config(source)
     except ConfigError as e:
-        raise CheckpointError(f"{ckpt.path / 'generation_config.json'}: {e}") from None
+        raise CheckpointError(f"{where}: {e}") from None
     if cfg.speculative_model is not None and defaults.get("repetition_penalty", 1.0) != 1.0:
         logging.getLogger("vt").warning(
             "%s: repetition_penalty=%s is not applied: speculative decoding takes no penalties",
