@@ -187,6 +187,7 @@ def _serve(args: argparse.Namespace) -> int:
                                               prompt_tokens_details=args.enable_prompt_tokens_details,
                                               cors=cors, tool_options=tools,
                                               reasoning_parser=args.reasoning_parser,
+                                              return_tokens_as_token_ids=args.return_tokens_as_token_ids,
                                               **_engine_kwargs(args)),
                           args.model)
     host = f"[{args.host}]" if ":" in args.host else args.host
@@ -468,6 +469,9 @@ def build_parser() -> argparse.ArgumentParser:
     srv.add_argument("--reasoning-parser", metavar="NAME",
                      help="qwen3: a chat answer's <think> block is its message's reasoning (and reasoning_content), "
                           "the rest its content (vLLM's flag)")
+    srv.add_argument("--return-tokens-as-token-ids", action="store_true",
+                     help="logprobs name each token as token_id:ID, not its text (a request's "
+                          "return_tokens_as_token_ids overrides; vLLM's flag)")
     srv.add_argument("--exclude-tools-when-tool-choice-none", action="store_true",
                      help='tool_choice "none": the tools are left out of the prompt too (vLLM\'s flag)')
     for what in ("origins", "methods", "headers"):  # vLLM's CORS flags, JSON lists as vLLM takes them

@@ -578,4 +578,28 @@ ENTRIES += [
         new="                    pass\n",
         gates=(f"{TOKEN_IDS}::test_a_chat_answer_carries_its_ids_and_the_prompts_on_the_response",),
     ),
+    Mutation(
+        id="tokens-as-token-ids-ignored",
+        description="return_tokens_as_token_ids is read and logprobs still name tokens by their text",
+        file="vt/server/app.py",
+        old='            return f"token_id:{t}" if as_ids else tok.decode([t], skip_special_tokens=False)\n',
+        new="            return tok.decode([t], skip_special_tokens=False)\n",
+        gates=(f"{TOKEN_IDS}::test_return_tokens_as_token_ids_names_each_logprob_token_by_its_id_and_the_request_"
+               f"overrides_the_flag",
+               f"{TOKEN_IDS}::test_the_servers_flag_makes_ids_the_default_and_a_request_may_ask_for_text"),
+    ),
+    Mutation(
+        id="request-tokens-as-ids-loses-to-the-flag",
+        description="a request's return_tokens_as_token_ids is overruled by the server's flag",
+        file="vt/server/app.py", old="        return self.server.tokens_as_ids if given is None else given\n",
+        new="        return self.server.tokens_as_ids\n",
+        gates=(f"{TOKEN_IDS}::test_the_servers_flag_makes_ids_the_default_and_a_request_may_ask_for_text",),
+    ),
+    Mutation(
+        id="token-id-offsets-count-the-shown-ids",
+        description="with tokens shown as ids, text_offset counts the ids' lengths, not the text's",
+        file="vt/server/app.py", old="        texts = [text_of(t) for t in ids] if as_ids else strings", new="        texts = strings",
+        gates=(f"{TOKEN_IDS}::test_return_tokens_as_token_ids_names_each_logprob_token_by_its_id_and_the_request_"
+               f"overrides_the_flag",),
+    ),
 ]

@@ -67,3 +67,32 @@ def test_return_token_ids_must_be_a_boolean(client) -> None:
         client.completions.create(model=MODEL, prompt=PROMPT, max_tokens=2, extra_body={"return_token_ids": "yes"})
     err = e.value.body
     assert isinstance(err, dict) and err.get("param") == "return_token_ids", err
+
+
+def test_return_tokens_as_token_ids_names_each_logprob_token_by_its_id_and_the_request_overrides_the_flag(
+        client) -> None:
+    kw = {"model": MODEL, "prompt": PROMPT, "max_tokens": 6, "temperature": 0, "logprobs": 2, "echo": True}
+    r = client.completions.create(**kw, extra_body={**IDS, "return_tokens_as_token_ids": True}).choices[0]
+    ids = [*extra(r)["prompt_token_ids"], *extra(r)["token_ids"]]
+    assert r.logprobs is not None and r.logprobs.tokens == [f"token_id:{t}" for t in ids], r.logprobs.tokens
+    assert all(k.startswith("token_id:") for d in r.logprobs.top_logprobs[1:] for k in d)
+    plain = client.completions.create(**kw).choices[0]
+    assert plain.logprobs is not None and r.logprobs.text_offset == plain.logprobs.text_offset, \
+        "the offsets still index the text"
+    assert plain.logprobs.tokens and not any(t.startswith("token_id:") for t in plain.logprobs.tokens), \
+        "non-vacuity: by default tokens are text"
+    chat = client.chat.completions.create(model=MODEL, messages=MESSAGES, max_tokens=4,  # type: ignore[arg-type]
+                                          temperature=0, logprobs=True, top_logprobs=1,
+                                          extra_body={**IDS, "return_tokens_as_token_ids": True}).choices[0]
+    assert chat.logprobs is not None and [c.token for c in chat.logprobs.content or []] == [
+        f"token_id:{t}" for t in extra(chat)["token_ids"]]
+
+
+def test_the_servers_flag_makes_ids_the_default_and_a_request_may_ask_for_text() -> None:
+    with running_server(MODEL, max_model_len=256, num_blocks=64, return_tokens_as_token_ids=True) as (_, url):
+        c = openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0)
+        kw = {"model": MODEL, "prompt": PROMPT, "max_tokens": 3, "temperature": 0, "logprobs": 1}
+        by_flag = c.completions.create(**kw).choices[0].logprobs
+        asked = c.completions.create(**kw, extra_body={"return_tokens_as_token_ids": False}).choices[0].logprobs
+    assert by_flag is not None and all(t.startswith("token_id:") for t in by_flag.tokens), by_flag
+    assert asked is not None and not any(t.startswith("token_id:") for t in asked.tokens), asked

@@ -58,7 +58,8 @@ LOG = logging.getLogger("vt.server")
 class Server:
     def __init__(self, llm: AsyncLLM, model_names: tuple[str, ...], max_body_bytes: int = MAX_BODY_BYTES,
                  api_key: str | None = None, prompt_tokens_details: bool = False,
-                 tool_options: ToolOptions = NO_AUTO_TOOLS, reasoning_parser: str | None = None) -> None:
+                 tool_options: ToolOptions = NO_AUTO_TOOLS, reasoning_parser: str | None = None,
+                 return_tokens_as_token_ids: bool = False) -> None:
         # vLLM's --served-model-name a b (protocol.served_names): a request may name any of them; responses and the
         # metrics' label carry the first
         self.model_names = model_names
@@ -67,6 +68,7 @@ class Server:
         self.prompt_tokens_details = prompt_tokens_details  # vLLM's --enable-prompt-tokens-details
         self.tool_options = tool_options  # --enable-auto-tool-choice, --tool-call-parser, --exclude-tools-...
         self.reasoning_parser = check_parser(reasoning_parser)  # --reasoning-parser: think blocks as reasoning
+        self.tokens_as_ids = return_tokens_as_token_ids  # --return-tokens-as-token-ids: logprobs name tokens by id
         self.metrics = Metrics(llm, self.model_name)
         llm.on_finished = self.metrics.observe
         self.created = int(time.time())
@@ -640,8 +642,9 @@ class Answer:
         scored = out.prompt_logprobs or [None]
         head = self._logprobs(ids[1:], [d or {} for d in scored[1 : len(ids)]], 0)
         first = self.tokenizer.decode([ids[0]], skip_special_tokens=False)
+        shown_first = f"token_id:{ids[0]}" if self._tokens_as_ids() else first
         return prompt_text + text, {
-            "tokens": [first, *head["tokens"], *lp["tokens"]],
+            "tokens": [shown_first, *head["tokens"], *lp["tokens"]],
             "token_logprobs": [None, *head["token_logprobs"], *lp["token_logprobs"]],
             "top_logprobs": [None, *head["top_logprobs"], *lp["top_logprobs"]],
             "text_offset": [0, *(len(first) + o for o in head["text_offset"]),
@@ -649,9 +652,12 @@ class Answer:
 
     def _logprobs(self, ids: list[int], lps: list[dict[int, float]], base: int) -> dict[str, Any]:
         """OpenAI's logprobs object for these tokens; base: where their text starts in the choice's text."""
-        tok = self.tokenizer
+        tok, as_ids = self.tokenizer, self._tokens_as_ids()
 
-        def s(t: int) -> str:
+        def s(t: int) -> str:  # vLLM's return_tokens_as_token_ids: a token shown as its id, whatever its text
+            return f"token_id:{t}" if as_ids else tok.decode([t], skip_special_tokens=False)
+
+        def text_of(t: int) -> str:
             return tok.decode([t], skip_special_tokens=False)
 
         def top(lp: dict[int, float]) -> list[tuple[int, float]]:
@@ -662,11 +668,17 @@ class Answer:
                                  "top_logprobs": [{"token": s(k), "logprob": shown(v), "bytes": list(s(k).encode())}
                                                   for k, v in top(lp)]} for t, lp in zip(ids, lps)]}
         strings = [s(t) for t in ids]
-        offsets = [int(x) for x in np.cumsum([0] + [len(x) for x in strings[:-1]])] if strings else []
+        texts = [text_of(t) for t in ids] if as_ids else strings  # the offsets index the choice's text
+        offsets = [int(x) for x in np.cumsum([0] + [len(x) for x in texts[:-1]])] if texts else []
         # completions: the token itself, then the top n (up to logprobs + 1 entries, as OpenAI's and vLLM's)
         return {"tokens": strings, "token_logprobs": [shown(lp[t]) for t, lp in zip(ids, lps)],
                 "top_logprobs": [{s(k): shown(v) for k, v in [(t, lp[t]), *top(lp)]} for t, lp in zip(ids, lps)],
                 "text_offset": [base + o for o in offsets]}
+
+    def _tokens_as_ids(self) -> bool:
+        """The request's return_tokens_as_token_ids where given, else the server's --return-tokens-as-token-ids."""
+        given = self.parsed.tokens_as_ids
+        return self.server.tokens_as_ids if given is None else given
 
     def _usage(self, outs: list[RequestOutput]) -> dict[str, Any]:
         prompt = sum(len(ids) for ids in self.token_ids)

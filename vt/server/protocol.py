@@ -60,6 +60,7 @@ class Parsed:
     tools: ToolRequest | None = None  # chat: the tools and tool_choice (vt/server/tools.py)
     include_reasoning: bool = True  # vLLM's: false drops a reasoning parser's reasoning from the answer
     return_token_ids: bool = False  # vLLM's: choices carry their token ids, and the prompt's ids come back
+    tokens_as_ids: bool | None = None  # vLLM's return_tokens_as_token_ids; None: the server's flag
 
     @property
     def prompt_only(self) -> bool:
@@ -144,7 +145,7 @@ FIELDS_COMMON = frozenset({"model", "stream", "stream_options", "max_tokens", "l
                            "repetition_penalty", "min_tokens", "ignore_eos", "stop_token_ids", "user",
                            "prompt_logprobs", "logit_bias", "allowed_token_ids", "include_stop_str_in_output",
                            "skip_special_tokens", "cache_salt", "bad_words", "response_format",
-                           "structured_outputs", "return_token_ids"})
+                           "structured_outputs", "return_token_ids", "return_tokens_as_token_ids"})
 FIELDS = {False: FIELDS_COMMON | {"prompt", "echo"},
           True: FIELDS_COMMON | {"messages", "max_completion_tokens", "top_logprobs", "tools", "tool_choice",
                                  "parallel_tool_calls", "include_reasoning", *RENDER_FIELDS}}
@@ -321,7 +322,7 @@ def parse_sampling(body: dict, chat: bool, tool_options: ToolOptions = NO_AUTO_T
     return Parsed([], params, stream, bool(opts.get("include_usage")), bool(opts.get("continuous_usage_stats")),
                   logprobs, max_tokens, chat, echo, _get(body, "prompt_logprobs", (int,)), name, salt,
                   structured_field, tools, _get(body, "include_reasoning", (bool,), True) if chat else True,
-                  _get(body, "return_token_ids", (bool,), False))
+                  _get(body, "return_token_ids", (bool,), False), _get(body, "return_tokens_as_token_ids", (bool,)))
 
 
 def parse_chat_tools(body: dict, options: ToolOptions) -> ToolRequest | None:

@@ -35,7 +35,8 @@ GRACEFUL_SHUTDOWN_S = 30
 def make_server(model: str, served_name: str | Sequence[str] | None = None, max_body_bytes: int | None = None,
                 api_key: str | None = None, engine_process: bool = False, prompt_tokens_details: bool = False,
                 cors: CorsPolicy | None = None, tool_options: ToolOptions = NO_AUTO_TOOLS,
-                reasoning_parser: str | None = None, **engine_kwargs: Any) -> tuple[Server, Any]:
+                reasoning_parser: str | None = None, return_tokens_as_token_ids: bool = False,
+                **engine_kwargs: Any) -> tuple[Server, Any]:
     """The app on an AsyncLLM; engine_process: the engine core in a process of its own (`vt serve`'s default);
     prompt_tokens_details: usage carries OpenAI's prompt_tokens_details.cached_tokens. served_name: the name, or
     names (vLLM's --served-model-name a b), clients may ask for; responses carry the first. cors: the
@@ -50,7 +51,7 @@ def make_server(model: str, served_name: str | Sequence[str] | None = None, max_
     try:
         server = Server(llm, names, max_body_bytes or MAX_BODY_BYTES, api_key=api_key,
                         prompt_tokens_details=prompt_tokens_details, tool_options=tool_options,
-                        reasoning_parser=reasoning_parser)
+                        reasoning_parser=reasoning_parser, return_tokens_as_token_ids=return_tokens_as_token_ids)
     except BaseException:
         # the engine's thread or process is running: left so, it would keep the interpreter from ever exiting
         llm.shutdown("the server could not be built")
