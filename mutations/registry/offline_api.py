@@ -833,7 +833,7 @@ ENTRIES += [
         old="            raise bad(str(e), self.parsed.structured_field if param == \"structured_outputs\" else param) "
             "from None",
         new="            raise bad(str(e), param) from None",
-        gates=(f"{SO_SERVER}::test_a_structured_output_vt_cannot_read_is_a_400_naming_its_field[body7-response_format-"
+        gates=(f"{SO_SERVER}::test_a_structured_output_vt_cannot_read_is_a_400_naming_its_field[body8-response_format-"
                "structured_outputs.json]",),
     ),
     Mutation(
