@@ -89,7 +89,11 @@ def gate_env(sandbox: Path | None, extra_env: tuple[tuple[str, str], ...] = ()) 
     for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
         env[var] = "1"  # mutants run in parallel, one per core: BLAS threads would only spin against them
     if sandbox is not None:
-        env["PYTHONPATH"] = str(sandbox)  # import the sandbox's code, never the checkout's (its bytecode
+        # the caller's other entries follow (a lane's carried wheels), made absolute (a gate runs in the sandbox);
+        # the checkout itself never does
+        kept = [os.path.abspath(p) for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+        env["PYTHONPATH"] = os.pathsep.join([str(sandbox), *(p for p in kept if p != os.getcwd())])
+        # import the sandbox's code, never the checkout's (its bytecode
         # lands in the sandbox's own __pycache__; the libraries' caches stay usable)
         env["VT_MUTATION_SANDBOX"] = str(sandbox)
     return env
