@@ -440,14 +440,16 @@ ENTRIES += [
         gates=(f"{TOOLS}::test_auto_reads_the_models_hermes_calls_and_the_stream_adds_up_to_the_whole_answer",),
     ),
     Mutation(
-        id="tool-stream-sends-a-tags-start-as-content",
-        description="the stream holds back no text that could begin a <tool_call> tag: its first characters go out "
-                    "as content before the tag is known",
-        file="vt/server/tools.py", old="    for n in range(min(len(START) - 1, len(text)), 0, -1):\n",
+        id="tag-stream-sends-a-tags-start-as-text",
+        description="a stream holds back no text that could begin a tag (<tool_call>, </think>): its first characters "
+                    "go out as content or reasoning before the tag is known",
+        file="vt/server/tags.py", old="    for n in range(min(len(tag) - 1, len(text)), 0, -1):\n",
         new="    for n in range(0):\n",
         gates=(f"{SHAPER}::test_an_auto_answer_streamed_in_any_pieces_is_its_whole_answer",
                f"{SHAPER}::test_the_stream_holds_back_a_tags_start_and_the_whole_reads_each_block",
-               f"{TOOLS}::test_auto_reads_the_models_hermes_calls_and_the_stream_adds_up_to_the_whole_answer"),
+               f"{TOOLS}::test_auto_reads_the_models_hermes_calls_and_the_stream_adds_up_to_the_whole_answer",
+               f"{THINK}::test_the_split_holds_back_a_tags_start_across_pieces",
+               f"{THINK}::test_a_think_block_is_the_reasoning_and_the_stream_adds_up_to_the_whole_answer"),
     ),
     Mutation(
         id="tool-stream-sends-whitespace-after-a-call",
@@ -485,15 +487,6 @@ ENTRIES += [
         gates=(f"{SHAPER}::test_tool_choice_none_shows_the_tools_unless_the_server_excludes_them",),
     ),
     # Reasoning outputs (vt/server/reasoning.py): a think block is the reasoning, whole and streamed alike
-    Mutation(
-        id="reasoning-stream-holds-back-no-tag-start",
-        description="the reasoning split holds back no text that could begin </think>: a tag's first characters go "
-                    "out as reasoning before the tag is known",
-        file="vt/server/reasoning.py", old="    for n in range(min(len(tag) - 1, len(text)), 0, -1):\n",
-        new="    for n in range(0):\n",
-        gates=(f"{THINK}::test_the_split_holds_back_a_tags_start_across_pieces",
-               f"{THINK}::test_a_think_block_is_the_reasoning_and_the_stream_adds_up_to_the_whole_answer"),
-    ),
     Mutation(
         id="reasoning-ignores-a-block-the-prompt-opened",
         description="a prompt that ends inside a think block is not noticed: the answer's reasoning reads as content",

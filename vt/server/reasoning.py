@@ -14,6 +14,7 @@ A request's `include_reasoning: false` (vLLM's) drops the reasoning.
 from __future__ import annotations
 
 from vt.errors import ConfigError
+from vt.server.tags import held_tag_start
 
 REASONING_PARSERS = ("qwen3",)
 START, END = "<think>", "</think>"
@@ -30,14 +31,6 @@ def prompt_opens_a_block(prompt: str) -> bool:
     """Whether a rendered prompt ends inside a think block, so the answer begins as reasoning."""
     tail = prompt.rstrip()
     return tail.endswith(START)
-
-
-def _held(text: str, tag: str) -> int:
-    """How many of text's last characters could begin tag: held back until the next text says."""
-    for n in range(min(len(tag) - 1, len(text)), 0, -1):
-        if tag.startswith(text[-n:]):
-            return n
-    return 0
 
 
 class ReasoningSplitter:
@@ -77,7 +70,7 @@ class ReasoningSplitter:
                 reasoning.append(buf[:end])
                 self._state, buf = "content", buf[end + len(END):]
                 continue
-            hold = 0 if done else _held(buf, END)
+            hold = 0 if done else held_tag_start(buf, END)
             reasoning.append(buf[:len(buf) - hold])
             self._pending = buf[len(buf) - hold:]
             break

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from vt.errors import ConfigError, RequestError
+from vt.server.tags import held_tag_start
 
 TOOL_PARSERS = ("hermes",)
 START, END = "<tool_call>", "</tool_call>"
@@ -281,14 +282,6 @@ def required_calls(text: str) -> list[dict[str, Any]] | None:
     return [_call(x["name"], _dumps(x["parameters"])) for x in items]
 
 
-def _held_prefix(text: str) -> int:
-    """How many of text's last characters could begin a <tool_call> tag: held back until the next text says."""
-    for n in range(min(len(START) - 1, len(text)), 0, -1):
-        if START.startswith(text[-n:]):
-            return n
-    return 0
-
-
 class ToolCallShaper:
     """One choice's text as chat content and tool calls: whole (the answer's message) or fed in pieces (a stream's
     deltas), by the rule the module's docstring states."""
@@ -377,7 +370,7 @@ class ToolCallShaper:
             if done:
                 out.append(self._outside(buf))
                 break
-            hold = _held_prefix(buf)
+            hold = held_tag_start(buf, START)
             head, self._pending = buf[:len(buf) - hold], buf[len(buf) - hold:]
             if self.calls and not self._part_live and not head.strip():
                 self._pending = buf  # whitespace after a call: held until the text says whether it is content
