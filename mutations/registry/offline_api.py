@@ -233,8 +233,8 @@ ENTRIES: list[Mutation] = [
         id="seed-counter-ignored",
         description="draws depend on the seed only, not on the output position: every position draws the same uniform",
         file="vt/engine/sample/sampler.py", old="GOLDEN * (counter.astype(np.uint64) + np.uint64(1))", new="GOLDEN",
-        gates=(*FILC("test_draws_follow_the_renormalized_support_chi_square", *(f"{k}-cpu" for k in
-                                                                               ("plain", "top_k", "top_p", "min_p", "all"))),
+        # two of the five filter settings: a fixed uniform breaks every one alike (CI time: each gate ~3 s mutated)
+        gates=(*FILC("test_draws_follow_the_renormalized_support_chi_square", *(f"{k}-cpu" for k in ("plain", "all"))),
                # (not the temperature test since Gumbel-max: one key for every draw takes the top token at 0.25 and
                # another at 1.0, which that test's own assertion allows)
                *FILC("test_banned_tokens_are_never_drawn_and_non_finite_rows_fail_alone", "cpu"),

@@ -15,7 +15,7 @@ import pytest
 pytest.importorskip("torch.distributed")
 
 GROUP_TIMEOUT_S = 60  # the group's own: a rank that waited it out would take this long
-EXIT_BOUND_S = 15  # from leaving the group to the process's end; one that waited on the group takes its timeout
+EXIT_BOUND_S = 10  # from leaving the group to the process's end (~3 s); one that waited on the group takes its timeout
 
 PEER = """
 import ctypes, signal
