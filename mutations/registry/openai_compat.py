@@ -575,8 +575,8 @@ ENTRIES += [
         id="tokens-as-token-ids-ignored",
         description="return_tokens_as_token_ids is read and logprobs still name tokens by their text",
         file="vt/server/app.py",
-        old='            return f"token_id:{t}" if as_ids else tok.decode([t], skip_special_tokens=False)\n',
-        new="            return tok.decode([t], skip_special_tokens=False)\n",
+        old='        return f"token_id:{t}" if self._tokens_as_ids() else self.tokenizer.decode([t], skip_special_tokens=False)\n',
+        new="        return self.tokenizer.decode([t], skip_special_tokens=False)\n",
         gates=(f"{TOKEN_IDS}::test_return_tokens_as_token_ids_names_each_logprob_token_by_its_id_and_the_request_"
                f"overrides_the_flag",
                f"{TOKEN_IDS}::test_the_servers_flag_makes_ids_the_default_and_a_request_may_ask_for_text"),

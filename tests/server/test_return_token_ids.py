@@ -35,13 +35,14 @@ def extra(obj) -> dict:
 
 def test_a_completion_carries_the_offline_apis_ids_and_its_stream_adds_up_to_them(client, offline) -> None:
     # a stop string holds text back while tokens arrive: the frames' ids must not be lost with the held text
-    kw = {"model": MODEL, "prompt": PROMPT, "max_tokens": 12, "temperature": 0, "stop": ["zzz"]}
+    kw = {"model": MODEL, "prompt": PROMPT, "max_tokens": 24, "temperature": 0, "stop": ["zzz"], "seed": 0}
     whole = client.completions.create(**kw, extra_body=IDS).choices[0]
-    out = offline.generate([PROMPT], SamplingParams(temperature=0, max_tokens=12, stop=["zzz"]))[0]
-    assert extra(whole)["token_ids"] == out.outputs[0].token_ids and len(out.outputs[0].token_ids) == 12
+    out = offline.generate([PROMPT], SamplingParams(temperature=0, max_tokens=24, stop=["zzz"]))[0]
+    assert extra(whole)["token_ids"] == out.outputs[0].token_ids, (extra(whole)["token_ids"], out.outputs[0])
     assert extra(whole)["prompt_token_ids"] == out.prompt_token_ids
     frames = [c.choices[0] for c in client.completions.create(**kw, stream=True, extra_body=IDS) if c.choices]
-    assert len(frames) > 2, "non-vacuity: the answer came in several frames"
+    # a slow reader may get steps merged into one frame (the stream sends the latest); two frames are enough
+    assert len(frames) >= 2, "non-vacuity: the answer came in several frames"
     assert [t for f in frames for t in extra(f)["token_ids"]] == extra(whole)["token_ids"]
     assert extra(frames[0]).get("prompt_token_ids") == out.prompt_token_ids, extra(frames[0])
     assert all("prompt_token_ids" not in extra(f) for f in frames[1:]), "the prompt's ids come once"

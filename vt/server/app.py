@@ -265,7 +265,6 @@ class Server:
         except ApiError as e:
             return JSONResponse(e.body(), status_code=e.status)
 
-
     def _check_reasoning(self, parsed: Parsed, prompt: str) -> None:
         """What a reasoning parser cannot honour is a 400: include_reasoning false without one (nothing tells the
         reasoning apart), and a structured output under a think block the prompt opened (vt holds the whole answer
@@ -579,13 +578,13 @@ class Answer:
         reasoning: str | None = None
         content: str | None = text
         if self.server.reasoning_parser is not None:
-            split = self.splitters.setdefault(key, ReasoningSplitter(self.opened))
+            split = self.splitters.get(key) or self.splitters.setdefault(key, ReasoningSplitter(self.opened))
             reasoning, content = split.whole(text) if whole else split.feed(text, done)
             if not self.parsed.include_reasoning:
                 reasoning = None
         tools, calls = self.parsed.tools, list[dict[str, Any]]()
         if tools is not None and tools.choice != "none" and (content is not None or not whole):
-            shaper = self.shapers.setdefault(key, ToolCallShaper(tools))
+            shaper = self.shapers.get(key) or self.shapers.setdefault(key, ToolCallShaper(tools))
             content, calls = shaper.whole(content or "") if whole else shaper.feed(content or "", done)
         said = {"reasoning": reasoning, "reasoning_content": reasoning}  # vLLM's name, then its older one
         if whole:
@@ -642,7 +641,7 @@ class Answer:
         scored = out.prompt_logprobs or [None]
         head = self._logprobs(ids[1:], [d or {} for d in scored[1 : len(ids)]], 0)
         first = self.tokenizer.decode([ids[0]], skip_special_tokens=False)
-        shown_first = f"token_id:{ids[0]}" if self._tokens_as_ids() else first
+        shown_first = self._token_shown(ids[0])
         return prompt_text + text, {
             "tokens": [shown_first, *head["tokens"], *lp["tokens"]],
             "token_logprobs": [None, *head["token_logprobs"], *lp["token_logprobs"]],
@@ -652,10 +651,7 @@ class Answer:
 
     def _logprobs(self, ids: list[int], lps: list[dict[int, float]], base: int) -> dict[str, Any]:
         """OpenAI's logprobs object for these tokens; base: where their text starts in the choice's text."""
-        tok, as_ids = self.tokenizer, self._tokens_as_ids()
-
-        def s(t: int) -> str:  # vLLM's return_tokens_as_token_ids: a token shown as its id, whatever its text
-            return f"token_id:{t}" if as_ids else tok.decode([t], skip_special_tokens=False)
+        tok, as_ids, s = self.tokenizer, self._tokens_as_ids(), self._token_shown
 
         def text_of(t: int) -> str:
             return tok.decode([t], skip_special_tokens=False)
@@ -674,6 +670,10 @@ class Answer:
         return {"tokens": strings, "token_logprobs": [shown(lp[t]) for t, lp in zip(ids, lps)],
                 "top_logprobs": [{s(k): shown(v) for k, v in [(t, lp[t]), *top(lp)]} for t, lp in zip(ids, lps)],
                 "text_offset": [base + o for o in offsets]}
+
+    def _token_shown(self, t: int) -> str:
+        """A logprob's token: its text, or with vLLM's return_tokens_as_token_ids its id, whatever its text."""
+        return f"token_id:{t}" if self._tokens_as_ids() else self.tokenizer.decode([t], skip_special_tokens=False)
 
     def _tokens_as_ids(self) -> bool:
         """The request's return_tokens_as_token_ids where given, else the server's --return-tokens-as-token-ids."""
