@@ -879,4 +879,11 @@ ENTRIES += [
                "tests/engine/test_generation_config_source.py::test_the_cli_flags_reach_the_engine_and_a_bad_one_is_one_"
                "line_exit_2"),
     ),
+    Mutation(
+        id="override-generation-config-takes-unknown-fields",
+        description="an override field vt does not read (a typo) is taken without a word",
+        file="vt/engine/config.py", old="        if unknown:\n", new="        if False:\n",
+        gates=("tests/engine/test_generation_config_source.py::test_a_bad_source_or_override_is_one_config_error"
+               "[unknown-field]",),
+    ),
 ]

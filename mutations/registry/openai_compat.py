@@ -595,4 +595,33 @@ ENTRIES += [
         gates=(f"{TOKEN_IDS}::test_return_tokens_as_token_ids_names_each_logprob_token_by_its_id_and_the_request_"
                f"overrides_the_flag",),
     ),
+    # the tool request's checks: what vt would misread is a 400 naming it
+    Mutation(
+        id="tool-request-fields-unchecked",
+        description="a tool's or tool_choice's field vt does not read is taken without a word",
+        file="vt/server/tools.py", old="    if extra:\n        raise RequestError(f\"{where}.{extra[0]}: is not a field vt knows here",
+        new="    if False:\n        raise RequestError(f\"{where}.{extra[0]}: is not a field vt knows here",
+        gates=(f"{TOOLS}::test_a_tool_request_vt_cannot_read_is_a_400_naming_its_field[tools-4]",),
+    ),
+    Mutation(
+        id="tool-names-may-repeat",
+        description="two tools of one name are taken: a named choice or a call could mean either",
+        file="vt/server/tools.py", old="        if fn[\"name\"] in seen:\n", new="        if False:\n",
+        gates=(f"{TOOLS}::test_a_tool_request_vt_cannot_read_is_a_400_naming_its_field[tools-2]",),
+    ),
+    Mutation(
+        id="tool-message-id-unchecked",
+        description="a tool_call_id on a message other than a tool's is handed to the template without a word",
+        file="vt/server/tools.py",
+        old='        if m.get("tool_call_id") is not None and (m["role"] != "tool" or not isinstance(m["tool_call_id"], str)):\n',
+        new="        if False:\n",
+        gates=(f"{TOOLS}::test_a_tool_request_vt_cannot_read_is_a_400_naming_its_field[messages-14]",),
+    ),
+    Mutation(
+        id="auto-tool-choice-flag-without-a-parser",
+        description="--enable-auto-tool-choice starts without --tool-call-parser: auto answers are never read",
+        file="vt/server/tools.py", old="        if self.enable_auto and self.parser is None:\n", new="        if False:\n",
+        gates=(f"{TOOLS}::test_a_bad_tool_flag_is_one_config_error_line_exit_2_before_any_model_loads"
+               f"[auto-without-a-parser]",),
+    ),
 ]
